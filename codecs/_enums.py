@@ -1,0 +1,202 @@
+"""Enumerations and identifier types shared by the engine, the codecs and the API.
+
+Every numeric value here is on the wire: Lighter's values where Lighter has one (WIRE.md), values in
+free ranges otherwise. Changing a value is a wire-format change.
+
+Hot code compares against plain ``int`` (an ``IntEnum`` member *is* an ``int``), so these enums cost
+nothing on the hot path beyond a global lookup; bind them to locals in tight loops.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import NewType
+
+AccountIndex = NewType("AccountIndex", int)
+ApiKeyIndex = NewType("ApiKeyIndex", int)
+MarketIndex = NewType("MarketIndex", int)
+OrderIndex = NewType("OrderIndex", int)
+ClientOrderIndex = NewType("ClientOrderIndex", int)
+Nonce = NewType("Nonce", int)
+
+#: Exchange order indexes start here, so ``CancelOrder.index`` can name either kind: below it is a
+#: client order index (1 .. 2**48-1), at or above it an exchange order index.
+FIRST_ORDER_INDEX = 1 << 48
+MAX_48 = (1 << 48) - 1
+MAX_API_KEY_INDEX = 254
+ALL_API_KEYS = 255
+MAX_MARKET_INDEX = 254
+USDC_DECIMALS = 6
+#: Margin fractions and price bands are in basis points of 1/10_000.
+BPS = 10_000
+#: Fees are in parts per million of notional.
+PPM = 1_000_000
+#: Funding rates are in units of 1e-8 per funding interval.
+FUNDING_RATE_SCALE = 100_000_000
+
+
+class TxType(IntEnum):
+    """Transaction type codes; 1..29 are Lighter's, 100+ are raydex operator commands."""
+
+    DEPOSIT = 1
+    CREATE_MARKET = 3
+    UPDATE_MARKET = 4
+    CHANGE_PUB_KEY = 8
+    CREATE_SUB_ACCOUNT = 9
+    TRANSFER = 12
+    WITHDRAW = 13
+    CREATE_ORDER = 14
+    CANCEL_ORDER = 15
+    CANCEL_ALL_ORDERS = 16
+    MODIFY_ORDER = 17
+    UPDATE_LEVERAGE = 20
+    DELEVERAGE = 23
+    EXIT_POSITION = 24
+    LIQUIDATE_POSITION = 26
+    CREATE_GROUPED_ORDERS = 28
+    UPDATE_MARGIN = 29
+    # raydex operator commands (Lighter does these on L1 or in its oracle pipeline).
+    SET_MARK_PRICE = 101
+    APPLY_FUNDING = 102
+    REGISTER_API_KEY = 103
+
+
+#: Transactions a user signs and a replica accepts over the public API.
+USER_TX_TYPES = frozenset(
+    {
+        TxType.CHANGE_PUB_KEY,
+        TxType.TRANSFER,
+        TxType.WITHDRAW,
+        TxType.CREATE_ORDER,
+        TxType.CANCEL_ORDER,
+        TxType.CANCEL_ALL_ORDERS,
+        TxType.MODIFY_ORDER,
+        TxType.UPDATE_LEVERAGE,
+    }
+)
+#: Commands only the operator may submit (deposits, markets, oracle, funding, first API key).
+OPERATOR_TX_TYPES = frozenset(
+    {
+        TxType.DEPOSIT,
+        TxType.CREATE_MARKET,
+        TxType.UPDATE_MARKET,
+        TxType.SET_MARK_PRICE,
+        TxType.APPLY_FUNDING,
+        TxType.REGISTER_API_KEY,
+    }
+)
+
+
+class ResultCode(IntEnum):
+    """One result code for every command outcome; Lighter's codes where they exist.
+
+    Rejections are values of this enum, never exceptions. 2xxxx are Lighter's transaction codes,
+    21800-21899 are raydex's own transaction codes, 20xxx request validation, 23xxx rate limits,
+    30xxx WebSocket.
+    """
+
+    OK = 200
+    # request validation (20xxx)
+    INVALID_PARAM = 20001
+    INVALID_TX_TYPE = 20002
+    INVALID_TX_INFO = 20003
+    BODY_TOO_LARGE = 20004
+    NOT_FOUND = 20005
+    # Lighter transaction codes (21xxx)
+    INVALID_NONCE = 21104
+    BATCH_NONCES_NOT_CONSECUTIVE = 21105
+    API_KEY_NOT_FOUND = 21108
+    INVALID_SIGNATURE = 21120
+    INVALID_PUBLIC_KEY = 21136
+    TOO_MANY_PENDING_TXS = 21506
+    BELOW_MAINTENANCE_MARGIN = 21507
+    BELOW_INITIAL_MARGIN = 21508
+    BATCH_TOO_LARGE = 21514
+    NOT_ACTIVE_LIMIT_ORDER = 21600
+    INVALID_EXPIRY = 21711
+    CLIENT_ORDER_INDEX_EXISTS = 21728
+    REDUCE_ONLY_INCREASES_POSITION = 21732
+    FAT_FINGER_PRICE = 21733
+    NOT_ENOUGH_MARGIN = 21739
+    # raydex transaction codes (21800-21899)
+    ACCOUNT_NOT_FOUND = 21800
+    MARKET_NOT_FOUND = 21801
+    MARKET_EXISTS = 21802
+    MARKET_NOT_ACTIVE = 21803
+    INVALID_PRICE = 21804
+    INVALID_SIZE = 21805
+    BELOW_MIN_AMOUNT = 21806
+    POST_ONLY_WOULD_CROSS = 21807
+    INVALID_ORDER_TYPE = 21808
+    INVALID_TIME_IN_FORCE = 21809
+    TX_EXPIRED = 21810
+    INSUFFICIENT_BALANCE = 21811
+    INVALID_LEVERAGE = 21812
+    INVALID_AMOUNT = 21813
+    INVALID_CLIENT_ORDER_INDEX = 21814
+    INVALID_MARKET_PARAMS = 21815
+    NO_LIQUIDITY = 21816
+    SELF_TRANSFER = 21817
+    INVALID_API_KEY_INDEX = 21818
+    OPERATOR_ONLY = 21819
+    UNSUPPORTED_TX_TYPE = 21820
+    TOO_MANY_ORDERS = 21821
+    # rate limits (23xxx)
+    RATE_LIMITED = 23000
+    # WebSocket (30xxx)
+    WS_INVALID_MESSAGE = 30000
+    WS_INVALID_CHANNEL = 30001
+    WS_NOT_SUBSCRIBED = 30002
+    WS_ALREADY_SUBSCRIBED = 30003
+    WS_TOO_MANY_SUBSCRIPTIONS = 30004
+    WS_TOO_MANY_CONNECTIONS = 30005
+    WS_SLOW_CONSUMER = 30006
+
+
+class OrderType(IntEnum):
+    LIMIT = 0
+    MARKET = 1
+    STOP_LOSS = 2
+    STOP_LOSS_LIMIT = 3
+    TAKE_PROFIT = 4
+    TAKE_PROFIT_LIMIT = 5
+    TWAP = 6
+
+
+class TimeInForce(IntEnum):
+    IMMEDIATE_OR_CANCEL = 0
+    GOOD_TILL_TIME = 1
+    POST_ONLY = 2
+
+
+class OrderStatus(IntEnum):
+    IN_PROGRESS = 0
+    PENDING = 1
+    ACTIVE_LIMIT = 2
+    FILLED = 3
+    CANCELED = 4
+    CANCELED_POST_ONLY = 5
+    CANCELED_REDUCE_ONLY = 6
+    CANCELED_POSITION_NOT_ALLOWED = 7
+    CANCELED_MARGIN_NOT_ALLOWED = 8
+    CANCELED_TOO_MUCH_SLIPPAGE = 9
+    CANCELED_NOT_ENOUGH_LIQUIDITY = 10
+    CANCELED_SELF_TRADE = 11
+    CANCELED_EXPIRED = 12
+    CANCELED_LIQUIDATION = 15
+
+
+class SelfTradeMode(IntEnum):
+    EXPIRE_MAKER = 0
+    EXPIRE_TAKER = 1
+    CANCEL_BOTH = 2
+
+
+class MarginMode(IntEnum):
+    CROSS = 0
+    ISOLATED = 1
+
+
+class MarketStatus(IntEnum):
+    INACTIVE = 0
+    ACTIVE = 1

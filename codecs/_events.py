@@ -1,0 +1,208 @@
+"""Events: what a command caused, past tense, one NamedTuple (= one layout) each.
+
+Events carry *absolute* values (a level's total size, an account's collateral, a position's size),
+never increments, so applying the same event twice is harmless and a replica's cache can be rebuilt
+from any event without history. A block's body is a sequence of tagged events; replicas apply them
+in order and push ``order_book``, ``trade`` and ``account_all`` updates from them.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Annotated, NamedTuple
+
+from ._enums import AccountIndex, ApiKeyIndex, ClientOrderIndex, MarketIndex, Nonce, OrderIndex
+from ._wire import I64, U8, U16, U32, U64, Bytes32, Symbol, wire
+
+EVENT = "event"
+
+
+class EventTag(IntEnum):
+    LEVEL_CHANGED = 1
+    ORDER_UPDATED = 2
+    TRADE_EXECUTED = 3
+    BALANCE_CHANGED = 4
+    POSITION_CHANGED = 5
+    NONCE_UPDATED = 6
+    API_KEY_CHANGED = 7
+    MARKET_CHANGED = 8
+    MARKET_STATS_CHANGED = 9
+    POSITION_LIQUIDATED = 10
+    POSITION_DELEVERAGED = 11
+    EXCHANGE_BALANCES_CHANGED = 12
+    TX_EXECUTED = 13
+
+
+Account = Annotated[AccountIndex, U64]
+Market = Annotated[MarketIndex, U8]
+
+
+@wire(EVENT, EventTag.LEVEL_CHANGED)
+class LevelChanged(NamedTuple):
+    """The total resting size at ``price`` on one side is now ``size`` (0 = level removed)."""
+
+    market_index: Market
+    is_ask: Annotated[int, U8]
+    price: Annotated[int, U32]
+    size: Annotated[int, U64]
+
+
+@wire(EVENT, EventTag.ORDER_UPDATED)
+class OrderUpdated(NamedTuple):
+    """An order's full state after the command; ``status`` is Lighter's order status."""
+
+    market_index: Market
+    order_index: Annotated[OrderIndex, U64]
+    account_index: Account
+    client_order_index: Annotated[ClientOrderIndex, U64]
+    is_ask: Annotated[int, U8]
+    price: Annotated[int, U32]
+    initial_base_amount: Annotated[int, U64]
+    remaining_base_amount: Annotated[int, U64]
+    order_expiry: Annotated[int, I64]
+    order_type: Annotated[int, U8]
+    time_in_force: Annotated[int, U8]
+    reduce_only: Annotated[int, U8]
+    status: Annotated[int, U8]
+
+
+@wire(EVENT, EventTag.TRADE_EXECUTED)
+class TradeExecuted(NamedTuple):
+    market_index: Market
+    trade_id: Annotated[int, U64]
+    price: Annotated[int, U32]
+    size: Annotated[int, U64]
+    taker_account_index: Account
+    maker_account_index: Account
+    taker_order_index: Annotated[OrderIndex, U64]
+    maker_order_index: Annotated[OrderIndex, U64]
+    taker_is_ask: Annotated[int, U8]
+    taker_fee: Annotated[int, I64]
+    maker_fee: Annotated[int, I64]
+
+
+@wire(EVENT, EventTag.BALANCE_CHANGED)
+class BalanceChanged(NamedTuple):
+    account_index: Account
+    collateral: Annotated[int, I64]
+
+
+@wire(EVENT, EventTag.POSITION_CHANGED)
+class PositionChanged(NamedTuple):
+    """A position's full state. ``entry_quote`` is the signed cost basis in micro-USDC (long > 0)."""
+
+    account_index: Account
+    market_index: Market
+    size: Annotated[int, I64]
+    entry_quote: Annotated[int, I64]
+    realized_pnl: Annotated[int, I64]
+    funding_paid: Annotated[int, I64]
+    initial_margin_fraction: Annotated[int, U16]
+    margin_mode: Annotated[int, U8]
+
+
+@wire(EVENT, EventTag.NONCE_UPDATED)
+class NonceUpdated(NamedTuple):
+    """The last nonce used by (account, api key); the next valid one is ``nonce + 1``."""
+
+    account_index: Account
+    api_key_index: Annotated[ApiKeyIndex, U8]
+    nonce: Annotated[Nonce, I64]
+
+
+@wire(EVENT, EventTag.API_KEY_CHANGED)
+class ApiKeyChanged(NamedTuple):
+    account_index: Account
+    api_key_index: Annotated[ApiKeyIndex, U8]
+    pub_key: Annotated[bytes, Bytes32]
+
+
+@wire(EVENT, EventTag.MARKET_CHANGED)
+class MarketChanged(NamedTuple):
+    """A market's full parameters after CreateMarket/UpdateMarket."""
+
+    market_index: Market
+    symbol: Annotated[str, Symbol]
+    price_decimals: Annotated[int, U8]
+    size_decimals: Annotated[int, U8]
+    min_base_amount: Annotated[int, U64]
+    min_quote_amount: Annotated[int, U64]
+    maker_fee: Annotated[int, U32]
+    taker_fee: Annotated[int, U32]
+    liquidation_fee: Annotated[int, U32]
+    default_initial_margin_fraction: Annotated[int, U16]
+    min_initial_margin_fraction: Annotated[int, U16]
+    maintenance_margin_fraction: Annotated[int, U16]
+    closeout_margin_fraction: Annotated[int, U16]
+    max_price_deviation: Annotated[int, U16]
+    mark_price: Annotated[int, U32]
+    status: Annotated[int, U8]
+
+
+@wire(EVENT, EventTag.MARKET_STATS_CHANGED)
+class MarketStatsChanged(NamedTuple):
+    """Emitted once per command that moved a market's mark, last trade price or open interest."""
+
+    market_index: Market
+    mark_price: Annotated[int, U32]
+    last_trade_price: Annotated[int, U32]
+    open_interest: Annotated[int, U64]
+
+
+@wire(EVENT, EventTag.POSITION_LIQUIDATED)
+class PositionLiquidated(NamedTuple):
+    """Sequencer-generated LiquidatePosition (26): ``size`` lots closed against the book."""
+
+    account_index: Account
+    market_index: Market
+    size: Annotated[int, I64]
+    price: Annotated[int, U32]
+    fee: Annotated[int, I64]
+
+
+@wire(EVENT, EventTag.POSITION_DELEVERAGED)
+class PositionDeleveraged(NamedTuple):
+    """Sequencer-generated Deleverage (23): ``size`` lots of ``account_index`` offset against
+    ``counterparty_index`` at the bankruptcy ``price``."""
+
+    account_index: Account
+    counterparty_index: Account
+    market_index: Market
+    size: Annotated[int, I64]
+    price: Annotated[int, U32]
+
+
+@wire(EVENT, EventTag.EXCHANGE_BALANCES_CHANGED)
+class ExchangeBalancesChanged(NamedTuple):
+    fee_pool: Annotated[int, I64]
+    insurance_fund: Annotated[int, I64]
+
+
+@wire(EVENT, EventTag.TX_EXECUTED)
+class TxExecuted(NamedTuple):
+    """Per-tx outcome, added by the sequencer (the engine does not hash): the events that follow,
+    up to the next TxExecuted, are this tx's."""
+
+    tx_hash: Annotated[bytes, Bytes32]
+    tx_type: Annotated[int, U8]
+    account_index: Account
+    api_key_index: Annotated[int, U8]
+    nonce: Annotated[int, I64]
+    code: Annotated[int, U32]
+
+
+Event = (
+    LevelChanged
+    | OrderUpdated
+    | TradeExecuted
+    | BalanceChanged
+    | PositionChanged
+    | NonceUpdated
+    | ApiKeyChanged
+    | MarketChanged
+    | MarketStatsChanged
+    | PositionLiquidated
+    | PositionDeleveraged
+    | ExchangeBalancesChanged
+    | TxExecuted
+)

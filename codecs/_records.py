@@ -1,0 +1,106 @@
+"""Snapshot records: the full exchange state as rows, one NamedTuple (= one layout, one Arrow
+schema) per table.
+
+A snapshot is: one ExchangeRecord, then MarketRecord, AccountRecord, PositionRecord, ApiKeyRecord
+and OrderRecord rows. OrderRecord rows of one market appear in time priority within each price level
+(``priority`` increases), so restoring them in row order rebuilds the book exactly.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Annotated, NamedTuple
+
+from ._enums import AccountIndex, ApiKeyIndex, ClientOrderIndex, MarketIndex, Nonce, OrderIndex
+from ._wire import I64, U8, U16, U32, U64, Bytes32, Symbol, wire
+
+RECORD = "record"
+
+
+class RecordTag(IntEnum):
+    EXCHANGE = 1
+    MARKET = 2
+    ACCOUNT = 3
+    POSITION = 4
+    API_KEY = 5
+    ORDER = 6
+
+
+Account = Annotated[AccountIndex, U64]
+Market = Annotated[MarketIndex, U8]
+
+
+@wire(RECORD, RecordTag.EXCHANGE)
+class ExchangeRecord(NamedTuple):
+    fee_pool: Annotated[int, I64]
+    insurance_fund: Annotated[int, I64]
+    total_deposits: Annotated[int, I64]
+    total_withdrawals: Annotated[int, I64]
+    next_order_index: Annotated[int, U64]
+    next_trade_id: Annotated[int, U64]
+    next_priority: Annotated[int, U64]
+
+
+@wire(RECORD, RecordTag.MARKET)
+class MarketRecord(NamedTuple):
+    market_index: Market
+    symbol: Annotated[str, Symbol]
+    price_decimals: Annotated[int, U8]
+    size_decimals: Annotated[int, U8]
+    min_base_amount: Annotated[int, U64]
+    min_quote_amount: Annotated[int, U64]
+    maker_fee: Annotated[int, U32]
+    taker_fee: Annotated[int, U32]
+    liquidation_fee: Annotated[int, U32]
+    default_initial_margin_fraction: Annotated[int, U16]
+    min_initial_margin_fraction: Annotated[int, U16]
+    maintenance_margin_fraction: Annotated[int, U16]
+    closeout_margin_fraction: Annotated[int, U16]
+    max_price_deviation: Annotated[int, U16]
+    mark_price: Annotated[int, U32]
+    status: Annotated[int, U8]
+    last_trade_price: Annotated[int, U32]
+    open_interest: Annotated[int, U64]
+
+
+@wire(RECORD, RecordTag.ACCOUNT)
+class AccountRecord(NamedTuple):
+    account_index: Account
+    collateral: Annotated[int, I64]
+
+
+@wire(RECORD, RecordTag.POSITION)
+class PositionRecord(NamedTuple):
+    account_index: Account
+    market_index: Market
+    size: Annotated[int, I64]
+    entry_quote: Annotated[int, I64]
+    realized_pnl: Annotated[int, I64]
+    funding_paid: Annotated[int, I64]
+    initial_margin_fraction: Annotated[int, U16]
+    margin_mode: Annotated[int, U8]
+
+
+@wire(RECORD, RecordTag.API_KEY)
+class ApiKeyRecord(NamedTuple):
+    account_index: Account
+    api_key_index: Annotated[ApiKeyIndex, U8]
+    nonce: Annotated[Nonce, I64]
+    pub_key: Annotated[bytes, Bytes32]
+
+
+@wire(RECORD, RecordTag.ORDER)
+class OrderRecord(NamedTuple):
+    market_index: Market
+    order_index: Annotated[OrderIndex, U64]
+    account_index: Account
+    client_order_index: Annotated[ClientOrderIndex, U64]
+    is_ask: Annotated[int, U8]
+    price: Annotated[int, U32]
+    initial_base_amount: Annotated[int, U64]
+    remaining_base_amount: Annotated[int, U64]
+    order_expiry: Annotated[int, I64]
+    order_type: Annotated[int, U8]
+    time_in_force: Annotated[int, U8]
+    reduce_only: Annotated[int, U8]
+    priority: Annotated[int, U64]

@@ -1,0 +1,260 @@
+"""Transactions: the commands the engine executes, one NamedTuple (= one layout) each.
+
+User transactions end with ``sig`` (64-byte Ed25519 signature). Their canonical signed form is the
+layout without ``sig``, prefixed with the chain id (see ``_signing``). The engine never looks at
+``sig``: signatures are checked before execution, by the replica's dry-run and by the sequencer.
+
+Operator commands carry no signature; only the operator's control path may submit them.
+
+Units: prices are integer ticks (uint32, >= 1), sizes integer lots (< 2**48), USDC amounts integer
+micro-USDC, times integer milliseconds since the epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NamedTuple
+
+from ._enums import (
+    MAX_48,
+    MAX_API_KEY_INDEX,
+    MAX_MARKET_INDEX,
+    AccountIndex,
+    ApiKeyIndex,
+    ClientOrderIndex,
+    MarketIndex,
+    Nonce,
+    TxType,
+)
+from ._wire import I32, I64, U8, U16, U32, U64, Bytes32, Bytes64, Json, Range, Symbol, wire
+
+TX = "tx"
+
+Account = Annotated[AccountIndex, U64, Range(0, MAX_48)]
+ApiKey = Annotated[ApiKeyIndex, U8, Range(0, MAX_API_KEY_INDEX)]
+Market = Annotated[MarketIndex, U8, Range(0, MAX_MARKET_INDEX)]
+Price = Annotated[int, U32, Range(1, 2**32 - 1)]
+Size = Annotated[int, U64, Range(1, MAX_48)]
+Flag = Annotated[int, U8, Range(0, 1)]
+Millis = Annotated[int, I64, Range(0, 2**63 - 1)]
+NonceF = Annotated[Nonce, I64, Range(0, 2**63 - 1)]
+Usdc = Annotated[int, U64, Range(1, 2**63 - 1)]
+Sig = Annotated[bytes, Bytes64]
+PubKey = Annotated[bytes, Bytes32]
+Bps = Annotated[int, U16, Range(0, 10_000)]
+Ppm = Annotated[int, U32, Range(0, 1_000_000)]
+
+
+# ---- user transactions ------------------------------------------------------------------------
+
+
+@wire(TX, TxType.CHANGE_PUB_KEY)
+class ChangePubKey(NamedTuple):
+    """Set ``pub_key`` at ``new_api_key_index``; signed by the existing key ``api_key_index``."""
+
+    account_index: Account
+    api_key_index: ApiKey
+    new_api_key_index: ApiKey
+    pub_key: PubKey
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+@wire(TX, TxType.TRANSFER)
+class Transfer(NamedTuple):
+    account_index: Annotated[AccountIndex, U64, Range(0, MAX_48), Json("FromAccountIndex")]
+    api_key_index: ApiKey
+    to_account_index: Account
+    usdc_amount: Annotated[int, U64, Range(1, 2**63 - 1), Json("USDCAmount")]
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+@wire(TX, TxType.WITHDRAW)
+class Withdraw(NamedTuple):
+    account_index: Annotated[AccountIndex, U64, Range(0, MAX_48), Json("FromAccountIndex")]
+    api_key_index: ApiKey
+    usdc_amount: Annotated[int, U64, Range(1, 2**63 - 1), Json("USDCAmount")]
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+@wire(TX, TxType.CREATE_ORDER)
+class CreateOrder(NamedTuple):
+    account_index: Account
+    api_key_index: ApiKey
+    market_index: Market
+    client_order_index: Annotated[ClientOrderIndex, U64, Range(0, MAX_48)]
+    base_amount: Size
+    price: Price
+    is_ask: Flag
+    order_type: Annotated[int, U8, Range(0, 6), Json("Type")]
+    time_in_force: Annotated[int, U8, Range(0, 2)]
+    reduce_only: Flag
+    trigger_price: Annotated[int, U32]
+    order_expiry: Annotated[int, I64, Range(-1, 2**63 - 1)]
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+@wire(TX, TxType.CANCEL_ORDER)
+class CancelOrder(NamedTuple):
+    """``index`` below FIRST_ORDER_INDEX is a client order index, else an exchange order index."""
+
+    account_index: Account
+    api_key_index: ApiKey
+    market_index: Market
+    index: Annotated[int, U64, Range(1, 2**63 - 1)]
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+@wire(TX, TxType.CANCEL_ALL_ORDERS)
+class CancelAllOrders(NamedTuple):
+    """``time_in_force`` 0 cancels now (1 scheduled, 2 abort are Lighter's, not supported yet)."""
+
+    account_index: Account
+    api_key_index: ApiKey
+    time_in_force: Annotated[int, U8, Range(0, 2)]
+    time: Annotated[int, I64, Range(0, 2**63 - 1)]
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+@wire(TX, TxType.MODIFY_ORDER)
+class ModifyOrder(NamedTuple):
+    account_index: Account
+    api_key_index: ApiKey
+    market_index: Market
+    index: Annotated[int, U64, Range(1, 2**63 - 1)]
+    base_amount: Size
+    price: Price
+    trigger_price: Annotated[int, U32]
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+@wire(TX, TxType.UPDATE_LEVERAGE)
+class UpdateLeverage(NamedTuple):
+    account_index: Account
+    api_key_index: ApiKey
+    market_index: Market
+    initial_margin_fraction: Annotated[int, U16, Range(1, 10_000)]
+    margin_mode: Annotated[int, U8, Range(0, 1)]
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+# ---- operator commands (unsigned; operator control path only) ----------------------------------
+
+
+@wire(TX, TxType.DEPOSIT)
+class Deposit(NamedTuple):
+    """Credit ``usdc_amount`` to ``account_index``, creating the account if it does not exist."""
+
+    account_index: Account
+    usdc_amount: Annotated[int, U64, Range(1, 2**63 - 1), Json("USDCAmount")]
+
+
+@wire(TX, TxType.REGISTER_API_KEY)
+class RegisterApiKey(NamedTuple):
+    """Operator (L1-style) registration of an account's API key; creates the account if needed."""
+
+    account_index: Account
+    api_key_index: ApiKey
+    pub_key: PubKey
+
+
+
+@wire(TX, TxType.CREATE_MARKET)
+class CreateMarket(NamedTuple):
+    """A new perpetual market. ``price_decimals + size_decimals <= 6`` (USDC decimals), so a trade's
+    notional in micro-USDC is ``price * size * 10**(6 - price_decimals - size_decimals)``."""
+
+    market_index: Market
+    symbol: Annotated[str, Symbol]
+    price_decimals: Annotated[int, U8, Range(0, 6)]
+    size_decimals: Annotated[int, U8, Range(0, 6)]
+    min_base_amount: Annotated[int, U64, Range(1, MAX_48)]
+    min_quote_amount: Annotated[int, U64, Range(0, 2**63 - 1)]
+    maker_fee: Ppm
+    taker_fee: Ppm
+    liquidation_fee: Ppm
+    default_initial_margin_fraction: Bps
+    min_initial_margin_fraction: Bps
+    maintenance_margin_fraction: Bps
+    closeout_margin_fraction: Bps
+    #: Fat-finger band: a limit price further than this from the mark price is rejected (21733).
+    max_price_deviation: Bps
+    mark_price: Price
+    status: Annotated[int, U8, Range(0, 1)]
+
+
+@wire(TX, TxType.UPDATE_MARKET)
+class UpdateMarket(NamedTuple):
+    """Replace a market's mutable parameters (decimals and symbol are fixed at creation)."""
+
+    market_index: Market
+    min_base_amount: Annotated[int, U64, Range(1, MAX_48)]
+    min_quote_amount: Annotated[int, U64, Range(0, 2**63 - 1)]
+    maker_fee: Ppm
+    taker_fee: Ppm
+    liquidation_fee: Ppm
+    default_initial_margin_fraction: Bps
+    min_initial_margin_fraction: Bps
+    maintenance_margin_fraction: Bps
+    closeout_margin_fraction: Bps
+    max_price_deviation: Bps
+    status: Annotated[int, U8, Range(0, 1)]
+
+
+@wire(TX, TxType.SET_MARK_PRICE)
+class SetMarkPrice(NamedTuple):
+    """Oracle update; the engine then liquidates accounts that fell under maintenance margin."""
+
+    market_index: Market
+    mark_price: Price
+
+
+@wire(TX, TxType.APPLY_FUNDING)
+class ApplyFunding(NamedTuple):
+    """Settle one funding interval: longs pay ``size * mark * rate / 1e8`` to shorts (rate < 0:
+    shorts pay). Rounding is in the exchange's favour; the residue goes to the insurance fund."""
+
+    market_index: Market
+    funding_rate: Annotated[int, I32]
+
+
+Transaction = (
+    ChangePubKey
+    | Transfer
+    | Withdraw
+    | CreateOrder
+    | CancelOrder
+    | CancelAllOrders
+    | ModifyOrder
+    | UpdateLeverage
+    | Deposit
+    | RegisterApiKey
+    | CreateMarket
+    | UpdateMarket
+    | SetMarkPrice
+    | ApplyFunding
+)
+UserTransaction = (
+    ChangePubKey
+    | Transfer
+    | Withdraw
+    | CreateOrder
+    | CancelOrder
+    | CancelAllOrders
+    | ModifyOrder
+    | UpdateLeverage
+)
