@@ -141,6 +141,9 @@ class ResultCode(IntEnum):
     OPERATOR_ONLY = 21819
     UNSUPPORTED_TX_TYPE = 21820
     TOO_MANY_ORDERS = 21821
+    #: the sequencer did not answer (stream broken or unreachable); the tx may still execute:
+    #: look it up with tx?by=hash
+    SEQUENCER_UNAVAILABLE = 21822
     # rate limits (23xxx)
     RATE_LIMITED = 23000
     # WebSocket (30xxx)
