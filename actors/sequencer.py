@@ -1,0 +1,230 @@
+"""The sequencer: executes every transaction, closes blocks, logs them, fans them out.
+
+::
+
+    replicas ──tx batches (gRPC Txs stream)──►┌───────────────────────────────┐
+    operator ──Ray call: operator(txs)───────►│ SequencerService              │
+                                              │  BlockProducer (engine + WAL) │
+                                              │  block loop: every interval   │
+                                              │  or block_max_txs, close:     │
+                                              │  WAL append+fsync, publish    │
+    replicas, snapshot holder ◄──blocks───────┤  BlockHub ring (gRPC Blocks)  │
+                                              └───────────────────────────────┘
+
+``SequencerService`` is the asyncio core (tested without Ray); ``SequencerActor`` is the Ray shell
+(detached, named) that owns one and exposes the control plane: ``start``, ``status``,
+``operator``. Data-plane traffic never goes through Ray calls when the gRPC transport is chosen.
+
+Invariants: a submitter's future resolves only after its block's WAL record is durable; blocks are
+published in seq order, each exactly once; a batch whose frame does not decode is answered with
+``INVALID_TX_INFO`` for the whole batch and changes nothing.
+
+Knobs: ``block_interval_ms`` (longer = bigger blocks, fewer fsyncs, more latency per tx) and
+``block_max_txs`` (caps a block so one burst cannot delay everyone behind it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raydex.codecs import CodecError, ResultCode
+from raydex.codecs._batch import decode_batch, encode_outcomes
+from raydex.codecs._signing import DEFAULT_CHAIN_ID, Verifier
+from raydex.observability.hist import Histogram
+
+from ._shell import advertised_host, pin_actor
+from .producer import BlockProducer, ClosedBlock, TxOutcome
+from .transport import BlockHub, GrpcDataPlaneServer
+from .wal import FsyncPolicy, Wal
+
+
+@dataclass(frozen=True, slots=True)
+class SequencerConfig:
+    wal_dir: str
+    snapshot_dir: str
+    chain_id: int = DEFAULT_CHAIN_ID
+    block_interval_ms: float = 1.0
+    block_max_txs: int = 1000
+    wal_fsync: FsyncPolicy = "block"
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = 0
+    txlog_port: int = 0
+    ring_size: int = 4096
+
+
+class SequencerService:
+    """Asyncio core of the sequencer (see module docstring)."""
+
+    def __init__(self, config: SequencerConfig) -> None:
+        self.config = config
+        self.producer: BlockProducer | None = None
+        self.hub: BlockHub | None = None
+        #: the tx-log stream (one WAL record per block) that the snapshot holder replays
+        self.txlog: BlockHub | None = None
+        self.server: GrpcDataPlaneServer | None = None
+        self.txlog_server: GrpcDataPlaneServer | None = None
+        self.port = 0
+        self.txlog_port = 0
+        self.replayed = 0
+        self._pending: asyncio.Future[ClosedBlock] | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.blocks = 0
+        #: open (first tx in) -> durable and published, per block
+        self.block_time = Histogram()
+        #: the close itself: WAL append (+fsync), encode, publish
+        self.close_time = Histogram()
+        self.block_txs = Histogram()
+
+    async def start(self) -> int:
+        """Recover (newest snapshot + WAL), open the data plane, start the block loop; port."""
+        cfg = self.config
+        wal = Wal(cfg.wal_dir, fsync=cfg.wal_fsync)
+        self.producer, self.replayed = BlockProducer.recover(
+            Path(cfg.snapshot_dir), wal, Verifier(cfg.chain_id)
+        )
+        self.hub = BlockHub(ring_size=cfg.ring_size, last_seq=self.producer.seq)
+        self.server = GrpcDataPlaneServer(
+            self.hub, self.handle_batch, host=cfg.grpc_host, port=cfg.grpc_port
+        )
+        self.port = await self.server.start()
+        self.txlog = BlockHub(ring_size=cfg.ring_size, last_seq=self.producer.seq)
+        self.txlog_server = GrpcDataPlaneServer(self.txlog, host=cfg.grpc_host, port=cfg.txlog_port)
+        self.txlog_port = await self.txlog_server.start()
+        self._loop_task = asyncio.get_running_loop().create_task(self._block_loop())
+        return self.port
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        self._close_block()
+        for server in (self.server, self.txlog_server):
+            if server is not None:
+                await server.stop()
+        if self.producer is not None and self.producer.wal is not None:
+            self.producer.wal.close()
+
+    # ---- data plane -----------------------------------------------------------------------------
+
+    async def handle_batch(self, frame: bytes) -> bytes:
+        """Tx handler of the gRPC ``Txs`` stream: batch frame in, outcome frame out."""
+        try:
+            txs = decode_batch(frame)
+        except CodecError:
+            return encode_outcomes([(bytes(32), ResultCode.INVALID_TX_INFO, 0, 0)])
+        return encode_outcomes(await self.submit(txs, operator=False))
+
+    async def submit(self, txs: Sequence[Any], operator: bool = False) -> list[TxOutcome]:
+        """Execute ``txs`` in the open block; resolves when that block is durable."""
+        producer = self.producer
+        assert producer is not None, "start() first"
+        if self._stopping:
+            raise RuntimeError("sequencer is stopping")
+        at = producer.submit(txs, time.time_ns(), operator=operator)
+        if self._pending is None:
+            self._pending = asyncio.get_running_loop().create_future()
+        fut = self._pending
+        if producer.open_txs >= self.config.block_max_txs:
+            self._close_block()
+        block = await fut
+        return [block.outcomes[i] for i in at]
+
+    def _close_block(self) -> None:
+        producer = self.producer
+        fut, self._pending = self._pending, None
+        if producer is None or fut is None:
+            return
+        t0 = time.perf_counter_ns()
+        block = producer.close_block()
+        if block is None:
+            fut.cancel()
+            return
+        assert self.hub is not None and self.txlog is not None
+        self.hub.publish_nowait(block.seq, block.frame)
+        self.txlog.publish_nowait(block.seq, block.wal_record)
+        self.blocks += 1
+        self.close_time.record(time.perf_counter_ns() - t0)
+        self.block_time.record(time.time_ns() - block.timestamp_ns)
+        self.block_txs.record(block.tx_count)
+        fut.set_result(block)
+
+    async def _block_loop(self) -> None:
+        interval = self.config.block_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            if self._pending is not None:
+                self._close_block()
+
+    # ---- control plane --------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        p = self.producer
+        return {
+            "pid": os.getpid(),
+            "seq": p.seq if p else 0,
+            "height": p.height if p else 0,
+            "state_hash": p.engine.state_hash().hex() if p else "",
+            "grpc_port": self.port,
+            "txlog_port": self.txlog_port,
+            "replayed_blocks": self.replayed,
+            "blocks": self.blocks,
+            "block_time_us": self.block_time.summary_us(),
+            "block_close_us": self.close_time.summary_us(),
+            "block_txs": self.block_txs.summary_us(scale_ns=False),
+            "hub": dataclasses.asdict(self.hub.statistics()) if self.hub else {},
+        }
+
+
+class SequencerActor:
+    """Ray shell around :class:`SequencerService` (wrap with ``ray.remote``; see ``deploy``).
+
+    Starts as soon as it is created *and whenever Ray restarts it* (the start task is scheduled
+    from ``__init__``): it recovers from the newest snapshot plus the WAL, so a crash loses nothing
+    acknowledged, and reopens the data plane on its configured ports.
+    """
+
+    def __init__(self, config: SequencerConfig, bundle: Any = None) -> None:
+        self.service = SequencerService(config)
+        self.bundle = bundle
+        self.placement: dict[str, Any] = {}
+        self._started = asyncio.get_event_loop().create_task(self._start())
+
+    async def _start(self) -> int:
+        port = await self.service.start()
+        self.placement = pin_actor(self.bundle)
+        return port
+
+    async def _ensure_started(self) -> SequencerService:
+        await self._started
+        return self.service
+
+    async def start(self) -> dict[str, Any]:
+        svc = await self._ensure_started()
+        return svc.status()
+
+    async def operator(self, txs: list[Any]) -> list[TxOutcome]:
+        """Operator commands (deposits, markets, oracle, funding, key registration)."""
+        svc = await self._ensure_started()
+        return await svc.submit(txs, operator=True)
+
+    async def submit(self, frame: bytes) -> bytes:
+        """The Ray-call transport's tx handler (the gRPC stream is the default data path)."""
+        svc = await self._ensure_started()
+        return await svc.handle_batch(frame)
+
+    async def status(self) -> dict[str, Any]:
+        svc = await self._ensure_started()
+        return {**svc.status(), "placement": self.placement, "address": advertised_host()}
+
+    async def stop(self) -> None:
+        await self._started
+        await self.service.stop()
