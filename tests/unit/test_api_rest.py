@@ -1,0 +1,259 @@
+"""The replica's REST API answers Lighter's shapes from its caches, and a bad request gets a clear
+code and changes nothing. Real aiohttp server on 127.0.0.1, real client, real BlockProducer."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+import types
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from raydex.actors._api_local import LocalExchange, Trader, new_exchange
+from raydex.actors.api import ApiConfig, build_app, fanout_of
+from raydex.actors.replica_state import ReplicaState
+from raydex.codecs import ResultCode, tx_to_json_str, tx_type_of
+from raydex.codecs._signing import sign_tx
+
+T = TypeVar("T")
+LSDK = Path("/tmp/lsdk/x/lighter/models")
+
+
+def run(coro: Awaitable[T], timeout: float = 30.0) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
+
+
+class Rig:
+    """One exchange, one replica behind a live server, a client session."""
+
+    def __init__(self, ex: LocalExchange, state: ReplicaState, server: TestServer,
+                 http: aiohttp.ClientSession) -> None:
+        self.ex, self.state, self.server, self.http = ex, state, server, http
+
+    def url(self, path: str) -> str:
+        return str(self.server.make_url(path))
+
+    async def get(self, path: str, **params: Any) -> tuple[int, dict[str, Any]]:
+        async with self.http.get(self.url(path), params=params) as r:
+            return r.status, await r.json()
+
+    async def post(self, path: str, data: Any = None, **kw: Any) -> tuple[int, dict[str, Any]]:
+        async with self.http.post(self.url(path), data=data, **kw) as r:
+            return r.status, await r.json()
+
+    async def send(self, tx: Any) -> tuple[int, dict[str, Any]]:
+        return await self.post("/api/v1/sendTx", {"tx_type": str(tx_type_of(type(tx))),
+                                                  "tx_info": tx_to_json_str(tx)})
+
+
+@asynccontextmanager
+async def rig(
+    traders: list[Trader], config: ApiConfig | None = None
+) -> AsyncIterator[Rig]:
+    ex = new_exchange(traders)
+    p = ex.producer
+    state = ReplicaState.from_records(p.engine.records(), p.seq, p.height)
+    app = build_app(state, ex.submit, config)
+    ex.attach(state, fanout_of(app))
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as http:
+            yield Rig(ex, state, server, http)
+    finally:
+        await server.close()
+
+
+def with_rig(
+    body: Callable[[Rig, list[Trader]], Awaitable[None]], n: int = 2,
+    config: ApiConfig | None = None,
+) -> None:
+    traders = [Trader(10 + i) for i in range(n)]
+
+    async def main() -> None:
+        async with rig(traders, config) as r:
+            await body(r, traders)
+
+    run(main())
+
+
+# ---- happy paths --------------------------------------------------------------------------------
+
+
+def test_an_order_sent_through_send_tx_rests_on_the_book_and_the_nonce_advances() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a = ts[0]
+        status, nn = await r.get("/api/v1/nextNonce", account_index=a.account, api_key_index=0)
+        assert (status, nn["nonce"]) == (200, 0)
+        status, reply = await r.send(a.order(299_000, 1_000, 0))
+        assert status == 200 and reply["code"] == 200 and len(reply["tx_hash"]) == 64
+        _, nn = await r.get("/api/v1/nextNonce", account_index=a.account, api_key_index=0)
+        assert nn["nonce"] == 1
+        _, orders = await r.get("/api/v1/orderBookOrders", market_id=0, limit=10)
+        assert orders["total_bids"] == 1 and orders["bids"][0]["price"] == "2990.00"
+        assert orders["bids"][0]["remaining_base_amount"] == "0.1000"
+        _, tx = await r.get("/api/v1/tx", by="hash", value=reply["tx_hash"])
+        assert tx["status"] == 2 and tx["account_index"] == a.account
+        _, h = await r.get("/api/v1/currentHeight")
+        assert h["height"] == r.state.seq  # block height, as Lighter's currentHeight
+
+    with_rig(body)
+
+
+def test_a_crossing_order_trades_and_shows_in_recent_trades_and_accounts() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a, b = ts
+        await r.send(a.order(300_000, 500, 1))
+        status, reply = await r.send(b.order(300_000, 500, 0))
+        assert (status, reply["code"]) == (200, 200)
+        _, trades = await r.get("/api/v1/recentTrades", market_id=0, limit=5)
+        assert [(t["price"], t["size"]) for t in trades["trades"]] == [("3000.00", "0.0500")]
+        _, acc = await r.get("/api/v1/account", by="index", value=b.account)
+        pos = acc["accounts"][0]["positions"]
+        assert [(p["market_id"], p["position"], p["sign"]) for p in pos] == [(0, "0.0500", 1)]
+
+    with_rig(body)
+
+
+def test_batch_sends_consecutive_nonces_in_one_block() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a = ts[0]
+        txs = [a.order(299_000 - i * 100, 100, 0) for i in range(3)]
+        form = {"tx_types": json.dumps([14] * 3),
+                "tx_infos": json.dumps([tx_to_json_str(t) for t in txs])}
+        status, reply = await r.post("/api/v1/sendTxBatch", form)
+        assert status == 200 and reply["code"] == 200 and len(reply["tx_hash"]) == 3
+        assert len(r.state.books[0].bids) == 3
+
+    with_rig(body)
+
+
+# ---- bad requests change nothing ----------------------------------------------------------------
+
+
+def test_bad_requests_get_their_code_and_change_nothing() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a, b = ts
+        good = a.order(299_000, 100, 0)
+        a.nonce -= 1
+        before = (r.state.state_hash(), r.ex.producer.seq, r.state.pending_count())
+        forged = json.loads(tx_to_json_str(good))
+        forged["Price"] = 299_001
+        wrong_nonce = a.order(299_000, 100, 0)._replace(nonce=7)
+        wrong_nonce = sign_tx(wrong_nonce, a.seed)
+        cases: list[tuple[dict[str, str], int]] = [
+            ({"tx_type": "14", "tx_info": "{not json"}, ResultCode.INVALID_TX_INFO),
+            ({"tx_type": "14", "tx_info": '{"AccountIndex": "ten"}'}, ResultCode.INVALID_TX_INFO),
+            ({"tx_type": "fourteen", "tx_info": tx_to_json_str(good)}, ResultCode.INVALID_TX_TYPE),
+            ({"tx_type": "77", "tx_info": tx_to_json_str(good)}, ResultCode.INVALID_TX_TYPE),
+            ({"tx_type": "14", "tx_info": json.dumps(forged)}, ResultCode.INVALID_SIGNATURE),
+            ({"tx_type": "14", "tx_info": tx_to_json_str(wrong_nonce)}, ResultCode.INVALID_NONCE),
+            ({"tx_info": tx_to_json_str(good)}, ResultCode.INVALID_TX_TYPE),
+            ({"tx_type": "1", "tx_info": '{"AccountIndex":10,"USDCAmount":5}'},
+             ResultCode.OPERATOR_ONLY),
+        ]
+        for form, code in cases:
+            status, reply = await r.post("/api/v1/sendTx", form)
+            assert (status, reply["code"]) == (400, code), form
+            assert reply["message"]
+        status, reply = await r.post("/api/v1/sendTx", b"{oops", headers={
+            "Content-Type": "application/json"})
+        assert (status, reply["code"]) == (400, ResultCode.INVALID_PARAM)
+        status, reply = await r.post("/api/v1/sendTx", {"tx_type": "14", "tx_info": "x" * 40_000})
+        assert (status, reply["code"]) == (413, ResultCode.BODY_TOO_LARGE)
+        infos = [tx_to_json_str(good)] * 51
+        status, reply = await r.post("/api/v1/sendTxBatch", {
+            "tx_types": json.dumps([14] * 51), "tx_infos": json.dumps(infos)})
+        assert (status, reply["code"]) == (400, ResultCode.BATCH_TOO_LARGE)
+        bad_batch = [tx_to_json_str(good), json.dumps(forged)]
+        status, reply = await r.post("/api/v1/sendTxBatch", {
+            "tx_types": "[14, 14]", "tx_infos": json.dumps(bad_batch)})
+        assert (status, reply["code"]) == (400, ResultCode.INVALID_SIGNATURE)
+        assert (r.state.state_hash(), r.ex.producer.seq, r.state.pending_count()) == before
+        status, reply = await r.send(good)
+        assert (status, reply["code"]) == (200, 200)
+        del b
+
+    with_rig(body, config=ApiConfig(max_body_bytes=32 * 1024))
+
+
+def test_bad_query_parameters_and_unknown_things_get_clear_codes() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        checks = [
+            ("/api/v1/orderBookOrders", {"market_id": "x"}, 400, ResultCode.INVALID_PARAM),
+            ("/api/v1/orderBookOrders", {"market_id": "7"}, 404, ResultCode.MARKET_NOT_FOUND),
+            ("/api/v1/nextNonce", {"account_index": "999", "api_key_index": "0"}, 404,
+             ResultCode.API_KEY_NOT_FOUND),
+            ("/api/v1/account", {"by": "index", "value": "999"}, 404,
+             ResultCode.ACCOUNT_NOT_FOUND),
+            ("/api/v1/tx", {"by": "hash", "value": "zz"}, 400, ResultCode.INVALID_PARAM),
+            ("/api/v1/tx", {"by": "hash", "value": "00" * 32}, 404, ResultCode.NOT_FOUND),
+            ("/api/v1/nope", {}, 404, ResultCode.NOT_FOUND),
+        ]
+        for path, params, status, code in checks:
+            got_status, reply = await r.get(path, **params)
+            assert (got_status, reply["code"]) == (status, code), path
+
+    with_rig(body)
+
+
+# ---- Lighter SDK models accept every shape ----------------------------------------------------
+
+
+def _lighter_models() -> types.ModuleType | None:
+    """``lighter.models`` from the unpacked SDK, without running the SDK's own ``__init__`` (which
+    needs its HTTP client dependencies); None if the source or pydantic is missing."""
+    if not LSDK.is_dir() or importlib.util.find_spec("pydantic") is None:
+        return None
+    if "lighter" not in sys.modules:
+        pkg = types.ModuleType("lighter")
+        pkg.__path__ = [str(LSDK.parent)]
+        sys.modules["lighter"] = pkg
+    return importlib.import_module("lighter.models")
+
+
+def test_every_rest_answer_is_accepted_by_the_lighter_sdk_models() -> None:
+    models = _lighter_models()
+    if models is None:
+        pytest.skip("lighter-sdk source (/tmp/lsdk/x) or pydantic not available")
+
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a, b = ts
+        await r.send(a.order(300_000, 500, 1))
+        await r.send(a.order(301_000, 500, 1))
+        _, sent = await r.send(b.order(300_000, 300, 0))
+        ai = {"account_index": a.account, "api_key_index": 0}
+        answers: list[tuple[str, str, dict[str, Any]]] = [
+            ("Status", "/", {}),
+            ("OrderBooks", "/api/v1/orderBooks", {}),
+            ("OrderBookDetails", "/api/v1/orderBookDetails", {"market_id": 0}),
+            ("OrderBookOrders", "/api/v1/orderBookOrders", {"market_id": 0, "limit": 10}),
+            ("Trades", "/api/v1/recentTrades", {"market_id": 0, "limit": 10}),
+            ("DetailedAccounts", "/api/v1/account", {"by": "index", "value": b.account}),
+            ("AccountApiKeys", "/api/v1/apikeys", ai),
+            ("NextNonce", "/api/v1/nextNonce", ai),
+            ("EnrichedTx", "/api/v1/tx", {"by": "hash", "value": sent["tx_hash"]}),
+            ("CurrentHeight", "/api/v1/currentHeight", {}),
+        ]
+        for model, path, params in answers:
+            status, reply = await r.get(path, **params)
+            assert status == 200, (path, reply)
+            getattr(models, model).from_dict(reply)
+        models.RespSendTx.from_dict(sent)
+        form = {"tx_types": "[14]", "tx_infos": json.dumps([tx_to_json_str(a.order(302_000, 10,
+                                                                                     1))])}
+        _, batch = await r.post("/api/v1/sendTxBatch", form)
+        models.RespSendTxBatch.from_dict(batch)
+
+    with_rig(body)

@@ -1,0 +1,347 @@
+"""The replica's WebSocket: an order sent by one client shows up on another client's order_book
+with an unbroken nonce chain; channels, limits and tx messages answer per WIRE.md; a slow client
+is conflated (still unbroken) and, past the limit, disconnected while fast clients are unaffected.
+Real aiohttp server on 127.0.0.1, real aiohttp clients, real BlockProducer in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import aiohttp
+from aiohttp.test_utils import TestServer
+
+from raydex.actors._api_fanout import Fanout
+from raydex.actors._api_local import LocalExchange, Trader, new_exchange
+from raydex.actors.api import ApiConfig, build_app, fanout_of
+from raydex.actors.replica_state import ReplicaState
+from raydex.codecs import ResultCode, tx_to_json_str
+from raydex.codecs._json import str_to_lots, str_to_ticks
+
+T = TypeVar("T")
+WAIT = 10.0
+
+
+def run(coro: Awaitable[T], timeout: float = 60.0) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
+
+
+class Rig:
+    def __init__(self, ex: LocalExchange, state: ReplicaState, fanout: Fanout,
+                 server: TestServer) -> None:
+        self.ex, self.state, self.fanout, self.server = ex, state, fanout, server
+
+    @property
+    def ws_url(self) -> str:
+        return str(self.server.make_url("/stream"))
+
+
+@asynccontextmanager
+async def rig(traders: list[Trader], config: ApiConfig | None = None) -> AsyncIterator[Rig]:
+    ex = new_exchange(traders)
+    p = ex.producer
+    state = ReplicaState.from_records(p.engine.records(), p.seq, p.height)
+    app = build_app(state, ex.submit, config)
+    fanout = fanout_of(app)
+    ex.attach(state, fanout)
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        yield Rig(ex, state, fanout, server)
+    finally:
+        await server.close()
+
+
+def with_rig(body: Callable[[Rig, list[Trader]], Awaitable[None]],
+             config: ApiConfig | None = None) -> None:
+    traders = [Trader(10 + i) for i in range(2)]
+
+    async def main() -> None:
+        async with rig(traders, config) as r:
+            await body(r, traders)
+
+    run(main())
+
+
+async def recv(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    msg = await asyncio.wait_for(ws.receive(), WAIT)
+    assert msg.type == aiohttp.WSMsgType.TEXT, msg
+    out: dict[str, Any] = json.loads(msg.data)
+    return out
+
+
+async def recv_type(ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, Any]:
+    for _ in range(100):
+        m = await recv(ws)
+        if m["type"] == kind:
+            return m
+    raise AssertionError(f"no {kind} message")
+
+
+class BookFollower:
+    """A client-side order book built from ``subscribed``/``update`` messages; checks the chain."""
+
+    def __init__(self) -> None:
+        self.bids: dict[int, int] = {}
+        self.asks: dict[int, int] = {}
+        self.nonce = -1
+        self.updates = 0
+
+    def feed(self, m: dict[str, Any]) -> None:
+        book = m["order_book"]
+        if m["type"] == "subscribed/order_book":
+            self.bids, self.asks = {}, {}
+        else:
+            assert m["type"] == "update/order_book"
+            assert book["begin_nonce"] == self.nonce, "nonce gap"
+            assert m["engine_ts_us"] > 0 and m["replica_ts_us"] >= m["engine_ts_us"]
+            self.updates += 1
+        for side, levels in ((self.bids, book["bids"]), (self.asks, book["asks"])):
+            for lvl in levels:
+                price, size = str_to_ticks(lvl["price"], 2), str_to_lots(lvl["size"], 4)
+                if size:
+                    side[price] = size
+                else:
+                    side.pop(price, None)
+        self.nonce = book["nonce"]
+
+    def matches(self, state: ReplicaState, market: int = 0) -> bool:
+        b = state.books[market]
+        return (self.nonce == b.nonce and self.bids == dict(b.bids)
+                and self.asks == dict(b.asks))
+
+
+async def follow(ws: aiohttp.ClientWebSocketResponse, book: BookFollower) -> None:
+    """Feed every order_book message of ``ws`` to ``book`` until the socket closes."""
+    async for msg in ws:
+        if msg.type != aiohttp.WSMsgType.TEXT:
+            break
+        m = json.loads(msg.data)
+        if m["type"].endswith("/order_book"):
+            book.feed(m)
+
+
+async def until(cond: Callable[[], bool], what: str) -> None:
+    for i in range(int(WAIT / 0.001) + 100):
+        if cond():
+            return
+        await asyncio.sleep(0 if i < 100 else 0.001)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def subscribe(ws: aiohttp.ClientWebSocketResponse, channel: str) -> dict[str, Any]:
+    await ws.send_json({"type": "subscribe", "channel": channel})
+    return await recv(ws)
+
+
+# ---- the order flow -----------------------------------------------------------------------------
+
+
+def test_an_order_sent_by_one_client_appears_on_another_clients_order_book() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a, b = ts
+        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as sender, \
+                s.ws_connect(r.ws_url) as watcher:
+            assert (await recv(sender))["type"] == "connected"
+            assert (await recv(watcher))["type"] == "connected"
+            book = BookFollower()
+            snap = await subscribe(watcher, "order_book/0")
+            assert snap["channel"] == "order_book:0" and snap["type"] == "subscribed/order_book"
+            book.feed(snap)
+            orders = [a.order(299_000, 100, 0), b.order(301_000, 70, 1), b.order(299_000, 40, 1)]
+            for i, tx in enumerate(orders):
+                await sender.send_json({"type": "jsonapi/sendtx", "id": i,
+                                        "data": {"tx_type": 14, "tx_info": tx_to_json_str(tx)}})
+                reply = await recv_type(sender, "jsonapi/sendtx")
+                assert (reply["code"], reply["id"]) == (200, i) and len(reply["tx_hash"]) == 64
+                book.feed(await recv_type(watcher, "update/order_book"))
+            assert book.updates == 3 and book.matches(r.state)
+            assert book.bids == {299_000: 60} and book.asks == {301_000: 70}
+
+    with_rig(body)
+
+
+def test_trade_account_and_height_channels_push_what_a_block_changed() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a, b = ts
+        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as ws:
+            await recv(ws)
+            for ch in ("trade/0", f"account_all/{b.account}", "height"):
+                snap = await subscribe(ws, ch)
+                assert snap["type"].startswith("subscribed/"), snap
+            r.ex.run([a.order(300_000, 50, 1), b.order(300_000, 50, 0)])
+            got = {}
+            for _ in range(3):
+                m = await recv(ws)
+                got[m["type"]] = m
+            assert [(t["price"], t["size"]) for t in got["update/trade"]["trades"]] == [
+                ("3000.00", "0.0050")]
+            assert got["update/account_all"]["positions"]["0"]["position"] == "0.0050"
+            assert got["update/height"]["height"] == r.state.height
+
+    with_rig(body)
+
+
+def test_pings_limits_and_bad_messages_get_their_answers() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as ws:
+            await recv(ws)
+            await ws.send_json({"type": "ping"})
+            assert (await recv(ws))["type"] == "pong"
+            await ws.send_str("{nope")
+            assert (await recv(ws))["code"] == ResultCode.WS_INVALID_MESSAGE
+            for channel, code in [("order_book/9", ResultCode.WS_INVALID_CHANNEL),
+                                  ("candles/0", ResultCode.WS_INVALID_CHANNEL),
+                                  ("account_all/12345", ResultCode.WS_INVALID_CHANNEL)]:
+                assert (await subscribe(ws, channel))["code"] == code
+            await subscribe(ws, "order_book/0")
+            assert (await subscribe(ws, "order_book/0"))["code"] == ResultCode.WS_ALREADY_SUBSCRIBED
+            await subscribe(ws, "height")
+            assert (await subscribe(ws, "trade/0"))["code"] == ResultCode.WS_TOO_MANY_SUBSCRIPTIONS
+            await ws.send_json({"type": "unsubscribe", "channel": "trade/0"})
+            assert (await recv(ws))["code"] == ResultCode.WS_NOT_SUBSCRIBED
+            before = r.state.state_hash()
+            forged = json.loads(tx_to_json_str(ts[0].order(299_000, 10, 0)))
+            forged["BaseAmount"] = 11
+            await ws.send_json({"type": "jsonapi/sendtx",
+                                "data": {"tx_type": 14, "tx_info": json.dumps(forged)}})
+            reply = await recv_type(ws, "jsonapi/sendtx")
+            assert reply["code"] == ResultCode.INVALID_SIGNATURE
+            await ws.send_json({"type": "jsonapi/sendtxbatch",
+                                "data": {"tx_types": "[14]", "tx_infos": "not json"}})
+            assert (await recv_type(ws, "jsonapi/sendtxbatch"))["code"] == ResultCode.INVALID_PARAM
+            assert r.state.state_hash() == before
+            assert r.fanout.stats().subscriptions == 2
+
+    with_rig(body, ApiConfig(max_subscriptions=2))
+
+
+# ---- slow consumers -----------------------------------------------------------------------------
+
+
+def stop_reading(ws: aiohttp.ClientWebSocketResponse) -> None:
+    """Make a real client stop reading its socket, as a stalled process would. aiohttp's client
+    otherwise keeps reading into an unbounded in-memory queue, and has no public switch for this."""
+    ws._conn.transport.pause_reading()  # type: ignore[union-attr]
+
+
+def resume_reading(ws: aiohttp.ClientWebSocketResponse) -> None:
+    ws._conn.transport.resume_reading()  # type: ignore[union-attr]
+
+
+def small_buffer_socket(addr_info: Any) -> socket.socket:
+    """A client socket with a tiny receive buffer, so a client that stops reading stalls the
+    server's writer after little data."""
+    family, type_, proto = addr_info[0], addr_info[1], addr_info[2]
+    sock = socket.socket(family, type_, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    return sock
+
+
+async def drive(r: Rig, trader: Trader, fast: BookFollower, stop: Callable[[], bool]) -> int:
+    """Eight resting bids at fresh prices per block until ``stop()``; waits for the fast client to
+    catch up after each block. Returns the number of blocks."""
+    for i in range(1_000):
+        if stop():
+            return i
+        r.ex.run([trader.order(299_900 - i * 8 - k, 1, 0) for k in range(8)])
+        await until(lambda: fast.nonce == r.state.books[0].nonce, "the fast client")
+    raise AssertionError("the slow client was never conflated or dropped")
+
+
+SLOW = ApiConfig(ws_queue_limit=4, ws_conflation_limit=10_000, ws_send_buffer_bytes=4096)
+
+
+def test_a_stalled_client_is_conflated_and_still_sees_an_unbroken_book() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        conn = aiohttp.TCPConnector(socket_factory=small_buffer_socket)
+        async with aiohttp.ClientSession() as s, aiohttp.ClientSession(connector=conn) as slow_s, \
+                s.ws_connect(r.ws_url) as fast_ws, slow_s.ws_connect(r.ws_url) as slow_ws:
+            fast, slow = BookFollower(), BookFollower()
+            await fast_ws.send_json({"type": "subscribe", "channel": "order_book/0"})
+            await slow_ws.send_json({"type": "subscribe", "channel": "order_book/0"})
+            fast_task = asyncio.create_task(follow(fast_ws, fast))
+            await until(lambda: fast.nonce >= 0 and r.fanout.stats().subscriptions == 2, "subs")
+            stop_reading(slow_ws)
+            await drive(r, ts[0], fast, lambda: r.fanout.stats().conflations >= 20)
+            resume_reading(slow_ws)
+            slow_task = asyncio.create_task(follow(slow_ws, slow))
+            await until(lambda: slow.matches(r.state), "the slow client to catch up")
+            stats = r.fanout.stats()
+            assert stats.conflations >= 20 and stats.disconnects == 0
+            assert slow.updates < fast.updates and fast.matches(r.state)
+            fast_task.cancel()
+            slow_task.cancel()
+
+    with_rig(body, SLOW)
+
+
+def test_a_client_stalled_past_the_limit_is_disconnected_and_fast_clients_keep_going() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        conn = aiohttp.TCPConnector(socket_factory=small_buffer_socket)
+        async with aiohttp.ClientSession() as s, aiohttp.ClientSession(connector=conn) as slow_s, \
+                s.ws_connect(r.ws_url) as fast_ws, slow_s.ws_connect(r.ws_url) as slow_ws:
+            fast = BookFollower()
+            await fast_ws.send_json({"type": "subscribe", "channel": "order_book/0"})
+            await slow_ws.send_json({"type": "subscribe", "channel": "order_book/0"})
+            fast_task = asyncio.create_task(follow(fast_ws, fast))
+            await until(lambda: fast.nonce >= 0 and r.fanout.stats().subscriptions == 2, "subs")
+            stop_reading(slow_ws)
+            await drive(r, ts[0], fast, lambda: r.fanout.stats().disconnects >= 1)
+            stats = r.fanout.stats()
+            assert stats.conflations >= 30 and stats.connections == 1
+            for _ in range(5):  # the survivor keeps receiving an unbroken chain
+                r.ex.run([ts[1].order(300_100, 1, 1)])
+                await until(lambda: fast.matches(r.state), "the fast client")
+            resume_reading(slow_ws)
+            closed = None
+            for _ in range(10_000):
+                msg = await asyncio.wait_for(slow_ws.receive(), WAIT)
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    closed = msg
+                    break
+            assert closed is not None and slow_ws.closed
+            if closed.type == aiohttp.WSMsgType.CLOSE:
+                assert closed.data == 1008 and "30006" in str(closed.extra)
+            fast_task.cancel()
+
+    with_rig(body, ApiConfig(ws_queue_limit=4, ws_conflation_limit=30, ws_send_buffer_bytes=4096))
+
+
+def test_fanout_stats_are_a_frozen_snapshot() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as ws:
+            await recv(ws)
+            await subscribe(ws, "order_book/0")
+            stats = r.fanout.stats()
+            assert stats.connections == 1 and stats.subscriptions == 1
+            r.ex.run([ts[0].order(299_000, 1, 0)])
+            await recv(ws)
+            assert r.fanout.stats().offset == stats.offset + 1
+            try:
+                stats.connections = 5  # type: ignore[misc]
+            except AttributeError:
+                pass
+            else:
+                raise AssertionError("FanoutStats must be frozen")
+
+    with_rig(body)
+
+
+def test_a_message_over_the_size_limit_closes_the_connection_with_1009() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as ws:
+            await recv(ws)
+            await ws.send_str(json.dumps({"type": "ping", "pad": "x" * 2048}))
+            msg = await asyncio.wait_for(ws.receive(), WAIT)
+            assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == 1009
+        await until(lambda: r.fanout.stats().connections == 0, "the server to forget the client")
+
+    with_rig(body, ApiConfig(ws_max_message_bytes=1024))

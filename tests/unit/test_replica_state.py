@@ -1,0 +1,183 @@
+"""The replica's caches follow the block stream exactly: duplicates are no-ops, gaps are refused,
+a snapshot boot plus later blocks equals having seen every block, and dry-run predicts the
+sequencer's codes from the caches alone."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from raydex.actors._api_local import FAR_MS, LocalExchange, Trader, new_exchange
+from raydex.actors.replica_state import GapError, ReplicaState
+from raydex.codecs import CreateOrder, ResultCode, SetMarkPrice
+from raydex.codecs._signing import sign_tx
+
+
+def replica_from_start(ex: LocalExchange) -> ReplicaState:
+    st = ReplicaState()
+    for frame in ex.frames:
+        st.apply_block(frame)
+    return st
+
+
+def replica_from_snapshot(ex: LocalExchange) -> ReplicaState:
+    p = ex.producer
+    return ReplicaState.from_records(p.engine.records(), p.seq, p.height)
+
+
+def trade_a_while(ex: LocalExchange, traders: list[Trader], blocks: int, seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(blocks):
+        txs = []
+        for t in rng.sample(traders, 2):
+            price = 300_000 + rng.randrange(-20, 21) * 50
+            txs.append(t.order(price, rng.randrange(1, 40) * 10, rng.randrange(2)))
+        ex.run(txs)
+
+
+def test_a_replica_that_saw_every_block_has_the_engines_books() -> None:
+    traders = [Trader(i) for i in range(1, 5)]
+    ex = new_exchange(traders)
+    live = ReplicaState()
+    ex.attach(live)
+    live.apply_block(ex.frames[0])
+    trade_a_while(ex, traders, 40, seed=1)
+    live.validate()
+    eng = ex.producer.engine
+    assert list(live.books[0].bids) == eng.book_levels(0, 0, 1000)
+    assert list(live.books[0].asks) == eng.book_levels(0, 1, 1000)
+    for t in traders:
+        assert live.accounts[t.account].collateral == eng.account_collateral(t.account)
+        assert live.next_nonce(t.account, 0) == eng.next_nonce(t.account, 0)
+        assert live.available_balance(t.account) == eng.available_margin(t.account)
+    assert (live.seq, live.height) == (ex.producer.seq, ex.producer.height)
+
+
+def test_a_snapshot_boot_plus_later_blocks_equals_a_replica_that_saw_every_block() -> None:
+    traders = [Trader(i) for i in range(1, 5)]
+    ex = new_exchange(traders)
+    trade_a_while(ex, traders, 20, seed=2)
+    late = replica_from_snapshot(ex)
+    ex.attach(late)
+    trade_a_while(ex, traders, 20, seed=3)
+    ex.run([SetMarkPrice(0, 300_500)], operator=True)
+    full = replica_from_start(ex)
+    late.validate()
+    full.validate()
+    assert late.state_hash() == full.state_hash()
+    assert late.books[0].bids == full.books[0].bids and late.books[0].asks == full.books[0].asks
+    assert late.state_hash() == replica_from_snapshot(ex).state_hash()
+
+
+def test_a_duplicate_block_is_a_no_op_and_a_gap_raises() -> None:
+    traders = [Trader(1), Trader(2)]
+    ex = new_exchange(traders)
+    ex.run([traders[0].order(299_000, 10, 0)])
+    ex.run([traders[1].order(301_000, 10, 1)])
+    ex.run([traders[1].order(301_500, 10, 1)])
+    st = ReplicaState()
+    st.apply_block(ex.frames[0])
+    st.apply_block(ex.frames[1])
+    before = st.state_hash()
+    again = st.apply_block(ex.frames[1])
+    assert again.duplicate and not again.books and st.state_hash() == before
+    with pytest.raises(GapError) as gap:
+        st.apply_block(ex.frames[3])
+    assert (gap.value.expected, gap.value.got) == (3, 4)
+    assert st.state_hash() == before and st.seq == 2
+
+
+def test_book_nonces_chain_from_one_changed_block_to_the_next() -> None:
+    traders = [Trader(1), Trader(2)]
+    ex = new_exchange(traders)
+    st = replica_from_snapshot(ex)
+    ex.attach(st)
+    assert st.books[0].nonce == ex.producer.seq
+    first = ex.run([traders[0].order(299_000, 10, 0)])
+    assert st.books[0].nonce == first.seq
+    ex.run([traders[0].cancel(1 << 60)])  # an unknown order: no level changes, the nonce stays
+    assert st.books[0].nonce == first.seq
+    third = ex.run([traders[1].order(301_000, 10, 1)])
+    assert st.books[0].nonce == third.seq
+
+
+def test_deltas_report_absolute_levels_with_begin_nonce_the_previous_nonce() -> None:
+    traders = [Trader(1), Trader(2)]
+    ex = new_exchange(traders)
+    st = replica_from_snapshot(ex)
+    snap_nonce = st.books[0].nonce
+    ex.attach(st)
+    ex.run([traders[0].order(299_000, 10, 0)])
+    d1 = st.apply_block(ex.frames[-1])  # duplicate: delivered already by run()
+    assert d1.duplicate
+    ex.producer.submit([traders[0].order(299_000, 15, 0)], 1)
+    blk = ex.producer.close_block()
+    assert blk is not None
+    applied = st.apply_block(blk.frame)
+    d = applied.books[0]
+    assert d.bids == ((299_000, 25),) and d.asks == ()
+    assert d.begin_nonce == blk.seq - 1 and d.nonce == blk.seq
+    assert snap_nonce == blk.seq - 2
+    assert applied.accounts == {1}
+
+
+def test_dry_run_predicts_the_gate_codes_from_the_caches() -> None:
+    traders = [Trader(1), Trader(2)]
+    ex = new_exchange(traders, usdc=1_000_000)  # 1 USDC each
+    st = replica_from_snapshot(ex)
+    a = traders[0]
+    ok = a.order(300_000, 1, 0)
+    assert st.dry_run(ok, 0) == ResultCode.OK
+    stranger = Trader(99)
+    assert st.dry_run(stranger.order(300_000, 1, 0), 0) == ResultCode.ACCOUNT_NOT_FOUND
+    other_key = Trader(1, api_key=3)
+    assert st.dry_run(other_key.order(300_000, 1, 0), 0) == ResultCode.API_KEY_NOT_FOUND
+    assert st.dry_run(ok._replace(price=300_001), 0) == ResultCode.INVALID_SIGNATURE
+    assert st.dry_run(sign_tx(ok._replace(nonce=5), a.seed), 0) == ResultCode.INVALID_NONCE
+    assert st.dry_run(ok, FAR_MS + 1) == ResultCode.TX_EXPIRED
+    assert st.dry_run(sign_tx(ok._replace(market_index=9), a.seed), 0) == (
+        ResultCode.MARKET_NOT_FOUND
+    )
+    far = sign_tx(ok._replace(price=100_000), a.seed)
+    assert st.dry_run(far, 0) == ResultCode.FAT_FINGER_PRICE
+    big = sign_tx(ok._replace(base_amount=1_000_000), a.seed)
+    assert st.dry_run(big, 0) == ResultCode.NOT_ENOUGH_MARGIN
+    assert ex.producer.engine.apply(big, 0).code == ResultCode.NOT_ENOUGH_MARGIN
+
+
+def test_pending_nonces_advance_until_the_block_with_the_tx_arrives() -> None:
+    traders = [Trader(1)]
+    ex = new_exchange(traders)
+    st = replica_from_snapshot(ex)
+    a = traders[0]
+    first, second = a.order(299_000, 10, 0), a.order(298_000, 10, 0)
+    assert st.dry_run(first, 0) == ResultCode.OK
+    st.note_sent(first)
+    assert st.next_nonce(a.account, 0) == 1
+    assert st.dry_run(second, 0) == ResultCode.OK
+    assert st.dry_run(first, 0) == ResultCode.INVALID_NONCE
+    st.note_sent(second)
+    ex.attach(st)
+    ex.run([first])
+    assert st.pending_count() == 1 and st.next_nonce(a.account, 0) == 2
+    st.forget_sent(second)
+    assert st.pending_count() == 0 and st.next_nonce(a.account, 0) == 1
+
+
+def test_validate_catches_a_book_that_disagrees_with_its_orders() -> None:
+    traders = [Trader(1)]
+    ex = new_exchange(traders)
+    st = replica_from_snapshot(ex)
+    ex.attach(st)
+    ex.run([traders[0].order(299_000, 10, 0)])
+    st.validate()
+    st._bids[0][299_000] = 11
+    with pytest.raises(AssertionError):
+        st.validate()
+
+
+def test_records_of_an_unknown_kind_are_refused() -> None:
+    order = CreateOrder(1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 0, -1, 0, 0, bytes(64))
+    with pytest.raises(TypeError):
+        ReplicaState.from_records([order], 0, 0)
