@@ -1,0 +1,306 @@
+"""Mutable engine state: ``__slots__`` objects for orders, levels, book sides, markets, positions,
+API keys and accounts.
+
+Invariants kept by the engine (checked by ``validate_internal_state``):
+
+- A ``Level`` holds a doubly linked FIFO of resting orders (``head`` = oldest = first to match);
+  ``level.size`` is the sum of their ``remaining``. An empty level is removed from its side at once.
+- A ``Side`` keeps ``levels`` (price -> Level), a heap of prices with lazy deletion (asks store
+  the price, bids ``-price``; a price is in the heap at most once, tracked by ``in_heap``) and the
+  cached ``best`` price (0 when the side is empty). Best-price lookup is O(1); a new level is
+  O(log n); removing the best level pops stale heap entries (amortised O(log n)).
+- ``Position.bid_open`` / ``ask_open`` are the lots of the account's resting non-reduce-only
+  orders in that market; they feed the initial-margin requirement ("worst case" exposure).
+- ``Market.holders`` maps account index -> Position for every position with ``size != 0`` (the
+  funding index). ``long_triggers`` / ``short_triggers`` are the liquidation index: per holder a
+  mark price beyond which it *may* be under maintenance (see ``Engine._arm``), so a mark move
+  checks only the accounts whose trigger it crossed.
+- ``dirty`` flags mark objects already queued for this command's events; the engine clears them when
+  it emits the events at the end of the command.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+
+class ApiKey:
+    __slots__ = ("nonce", "pub_key")
+
+    def __init__(self, pub_key: bytes, nonce: int = -1) -> None:
+        self.pub_key = pub_key
+        #: Last nonce used; the next valid one is ``nonce + 1`` (a new key: -1, so 0 comes first).
+        self.nonce = nonce
+
+
+class Account:
+    __slots__ = (
+        "c_epoch",
+        "c_im",
+        "c_mm",
+        "c_upnl",
+        "coi",
+        "collateral",
+        "dirty",
+        "index",
+        "keys",
+        "orders",
+        "positions",
+        "risk_version",
+    )
+
+    def __init__(self, index: int, collateral: int = 0) -> None:
+        self.index = index
+        self.collateral = collateral
+        self.positions: dict[int, Position] = {}
+        self.keys: dict[int, ApiKey] = {}
+        #: Resting orders by exchange order index, and by client order index (non-zero only).
+        self.orders: dict[int, Order] = {}
+        self.coi: dict[int, Order] = {}
+        self.dirty = False
+        #: Version of this account's liquidation triggers; older heap entries are stale.
+        self.risk_version = 0
+        #: Cached risk sums (see ``Engine._refresh``), valid while ``c_epoch == engine epoch``.
+        self.c_epoch = -1
+        self.c_upnl = 0
+        self.c_mm = 0
+        self.c_im = 0
+
+
+class Position:
+    __slots__ = (
+        "account",
+        "ask_open",
+        "bid_open",
+        "dirty",
+        "entry_quote",
+        "funding_paid",
+        "imf",
+        "margin_mode",
+        "market",
+        "realized_pnl",
+        "size",
+    )
+
+    def __init__(self, account: Account, market: Market, imf: int) -> None:
+        self.account = account
+        self.market = market
+        self.size = 0
+        self.entry_quote = 0
+        self.realized_pnl = 0
+        self.funding_paid = 0
+        self.imf = imf
+        self.margin_mode = 0
+        self.bid_open = 0
+        self.ask_open = 0
+        self.dirty = False
+
+
+class Order:
+    __slots__ = (
+        "account",
+        "client_index",
+        "expiry",
+        "index",
+        "initial",
+        "is_ask",
+        "level",
+        "market",
+        "next",
+        "order_type",
+        "prev",
+        "price",
+        "priority",
+        "reduce_only",
+        "remaining",
+        "tif",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        account: Account,
+        client_index: int,
+        market: Market,
+        is_ask: int,
+        price: int,
+        size: int,
+        expiry: int,
+        order_type: int,
+        tif: int,
+        reduce_only: int,
+        priority: int,
+    ) -> None:
+        self.index = index
+        self.account = account
+        self.client_index = client_index
+        self.market = market
+        self.is_ask = is_ask
+        self.price = price
+        self.initial = size
+        self.remaining = size
+        self.expiry = expiry
+        self.order_type = order_type
+        self.tif = tif
+        self.reduce_only = reduce_only
+        self.priority = priority
+        self.prev: Order | None = None
+        self.next: Order | None = None
+        self.level: Level | None = None
+
+
+class Level:
+    __slots__ = ("dirty", "head", "is_ask", "market_index", "price", "size", "tail")
+
+    def __init__(self, market_index: int, is_ask: int, price: int) -> None:
+        self.market_index = market_index
+        self.is_ask = is_ask
+        self.price = price
+        self.size = 0
+        self.head: Order | None = None
+        self.tail: Order | None = None
+        self.dirty = False
+
+
+class Side:
+    """One side of one book. See the module docstring for the structure and its costs."""
+
+    __slots__ = ("best", "heap", "in_heap", "is_ask", "levels", "market_index")
+
+    def __init__(self, market_index: int, is_ask: int) -> None:
+        self.market_index = market_index
+        self.is_ask = is_ask
+        self.levels: dict[int, Level] = {}
+        self.heap: list[int] = []
+        self.in_heap: set[int] = set()
+        self.best = 0
+
+    def level_for(self, price: int) -> Level:
+        """The level at ``price``, created (and made best if better) when missing."""
+        lvl = self.levels.get(price)
+        if lvl is None:
+            lvl = Level(self.market_index, self.is_ask, price)
+            self.levels[price] = lvl
+            if price not in self.in_heap:
+                self.in_heap.add(price)
+                heapq.heappush(self.heap, price if self.is_ask else -price)
+            best = self.best
+            if best == 0 or (price < best if self.is_ask else price > best):
+                self.best = price
+        return lvl
+
+    def drop_level(self, lvl: Level) -> None:
+        """Remove an empty level; recompute ``best`` from the heap when it was the best."""
+        price = lvl.price
+        del self.levels[price]
+        if price == self.best:
+            heap = self.heap
+            levels = self.levels
+            sign = 1 if self.is_ask else -1
+            while heap:
+                p = heap[0] * sign
+                if p in levels:
+                    self.best = p
+                    return
+                heapq.heappop(heap)
+                self.in_heap.discard(p)
+            self.best = 0
+
+    def unlink(self, o: Order) -> Level:
+        """Detach ``o`` from its level (its ``remaining`` leaves ``level.size``); drop the level if
+        it is now empty. Returns the level so the caller can report it."""
+        lvl = o.level
+        assert lvl is not None
+        p = o.prev
+        n = o.next
+        if p is None:
+            lvl.head = n
+        else:
+            p.next = n
+        if n is None:
+            lvl.tail = p
+        else:
+            n.prev = p
+        o.prev = o.next = None
+        o.level = None
+        lvl.size -= o.remaining
+        if lvl.head is None:
+            self.drop_level(lvl)
+        return lvl
+
+    def sorted_prices(self) -> list[int]:
+        """Prices best first (O(n log n); for snapshots and queries, not the hot path)."""
+        return sorted(self.levels, reverse=not self.is_ask)
+
+
+class Market:
+    __slots__ = (
+        "asks",
+        "bids",
+        "closeout_mf",
+        "compact_at",
+        "default_imf",
+        "dirty",
+        "expiries",
+        "holders",
+        "index",
+        "last_trade_price",
+        "liquidation_fee",
+        "long_triggers",
+        "maintenance_mf",
+        "maker_fee",
+        "mark",
+        "mark_q",
+        "max_price_deviation",
+        "min_base",
+        "min_imf",
+        "min_quote",
+        "mult",
+        "open_interest",
+        "price_decimals",
+        "short_triggers",
+        "size_decimals",
+        "status",
+        "symbol",
+        "taker_fee",
+    )
+
+    def __init__(self, index: int, symbol: str, price_decimals: int, size_decimals: int) -> None:
+        self.index = index
+        self.symbol = symbol
+        self.price_decimals = price_decimals
+        self.size_decimals = size_decimals
+        #: micro-USDC per (tick * lot).
+        self.mult: int = 10 ** (6 - price_decimals - size_decimals)
+        self.min_base = 1
+        self.min_quote = 0
+        self.maker_fee = 0
+        self.taker_fee = 0
+        self.liquidation_fee = 0
+        self.default_imf = 0
+        self.min_imf = 0
+        self.maintenance_mf = 0
+        self.closeout_mf = 0
+        self.max_price_deviation = 0
+        self.mark = 1
+        #: mark * mult: micro-USDC value of one lot at the mark.
+        self.mark_q = self.mult
+        self.status = 0
+        self.last_trade_price = 0
+        self.open_interest = 0
+        self.bids = Side(index, 0)
+        self.asks = Side(index, 1)
+        self.holders: dict[int, Position] = {}
+        #: Liquidation index: (-trigger, account, version) for longs (check when mark <= trigger)
+        #: and (trigger, account, version) for shorts (check when mark >= trigger).
+        self.long_triggers: list[tuple[int, int, int]] = []
+        self.short_triggers: list[tuple[int, int, int]] = []
+        #: Heap of (expiry_ms, order_index) for resting orders; stale entries are skipped.
+        self.expiries: list[tuple[int, int]] = []
+        #: Rebuild ``expiries`` without stale entries when it grows past this length.
+        self.compact_at = 1024
+        self.dirty = False
+
+    def set_mark(self, mark: int) -> None:
+        self.mark = mark
+        self.mark_q = mark * self.mult

@@ -1,0 +1,159 @@
+"""``validate_internal_state``: a full, slow (O(state)) consistency check of an :class:`Engine`.
+
+Checked, first failure raises ``InvariantViolation``:
+
+- conservation: ``sum(collateral - entry_quote) + fee_pool + insurance_fund``
+  ``== deposits - withdrawals``;
+- per market: positions net to zero, open interest == sum of long sizes, ``holders`` == positions
+  with non-zero size;
+- per book side: every level non-empty, its size == sum of its orders' remaining, prev/next links
+  consistent, orders on the right side/price/market, ``best`` is the best price, every live price in
+  the heap, no crossed book;
+- orders: exchange indexes unique and below ``next_order_index``, the engine/account/client-index
+  maps agree with the book, client order indexes unique per account, priorities increase within a
+  level;
+- per position: ``bid_open``/``ask_open`` == the account's resting non-reduce-only orders there;
+- per account: cached risk sums (when current) == a fresh recomputation, and no account is left
+  under maintenance margin after a command (liquidation triggers missed nothing).
+
+Expired orders are removed lazily (when a command touches their market), so expiry is not checked.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._model import Order, Side
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+
+def validate(eng: Engine) -> None:
+    from ._engine import InvariantViolation
+
+    def fail(msg: str) -> None:
+        raise InvariantViolation(msg)
+
+    cash = eng.fee_pool + eng.insurance_fund
+    for acct in eng._accounts.values():
+        cash += acct.collateral
+        for pos in acct.positions.values():
+            cash -= pos.entry_quote
+            if pos.account is not acct:
+                fail(f"position of account {acct.index} points elsewhere")
+            if pos.size == 0 and pos.entry_quote != 0:
+                fail(f"flat position {acct.index}/{pos.market.index} keeps basis {pos.entry_quote}")
+    if cash != eng.total_deposits - eng.total_withdrawals:
+        fail(f"cash not conserved: {cash} != {eng.total_deposits - eng.total_withdrawals}")
+
+    seen_orders: dict[int, Order] = {}
+    open_lots: dict[tuple[int, int], list[int]] = {}
+    for mi, m in eng._markets.items():
+        net = 0
+        longs = 0
+        holders = set()
+        for acct in eng._accounts.values():
+            p = acct.positions.get(mi)
+            if p is not None and p.size:
+                net += p.size
+                longs += max(p.size, 0)
+                holders.add(acct.index)
+        if net != 0:
+            fail(f"market {mi}: positions net to {net}")
+        if longs != m.open_interest:
+            fail(f"market {mi}: open interest {m.open_interest} != longs {longs}")
+        if holders != set(m.holders):
+            fail(f"market {mi}: holders index out of date")
+        for side in (m.bids, m.asks):
+            _check_side(eng, side, mi, seen_orders, open_lots)
+        if m.bids.best and m.asks.best and m.bids.best >= m.asks.best:
+            fail(f"market {mi}: crossed book {m.bids.best} >= {m.asks.best}")
+
+    if set(seen_orders) != set(eng._orders):
+        fail("engine order map differs from the books")
+    for acct in eng._accounts.values():
+        for idx, o in acct.orders.items():
+            if seen_orders.get(idx) is not o or o.account is not acct:
+                fail(f"account {acct.index} lists order {idx} not on its books")
+        cois = {o.client_index: o for o in acct.orders.values() if o.client_index}
+        if len(cois) != sum(1 for o in acct.orders.values() if o.client_index):
+            fail(f"account {acct.index}: duplicate client order index")
+        if cois != acct.coi:
+            fail(f"account {acct.index}: client order index map out of date")
+        for mi, pos in acct.positions.items():
+            bo, ao = open_lots.get((acct.index, mi), [0, 0])
+            if (pos.bid_open, pos.ask_open) != (bo, ao):
+                fail(
+                    f"position {acct.index}/{mi}: open lots {pos.bid_open, pos.ask_open}"
+                    f" != orders {bo, ao}"
+                )
+    for acct in eng._accounts.values():
+        if acct.c_epoch == eng._epoch:
+            cached = (acct.c_upnl, acct.c_mm, acct.c_im)
+            eng._refresh(acct)
+            if cached != (acct.c_upnl, acct.c_mm, acct.c_im):
+                fail(
+                    f"account {acct.index}: cached risk {cached} != "
+                    f"{(acct.c_upnl, acct.c_mm, acct.c_im)}"
+                )
+    for acct in eng._accounts.values():
+        equity, mmr = eng._equity_mmr(acct)
+        if equity * 10_000 < mmr:
+            fail(f"account {acct.index} is under maintenance margin and was not liquidated")
+    for o in seen_orders.values():
+        if o.account.orders.get(o.index) is not o:
+            fail(f"order {o.index} missing from its account")
+
+
+def _check_side(
+    eng: Engine,
+    side: Side,
+    mi: int,
+    seen: dict[int, Order],
+    open_lots: dict[tuple[int, int], list[int]],
+) -> None:
+    from ._engine import InvariantViolation
+
+    def bad(msg: str) -> None:
+        raise InvariantViolation(f"market {mi} {'ask' if side.is_ask else 'bid'}: {msg}")
+
+    levels = side.levels
+    if levels:
+        best = min(levels) if side.is_ask else max(levels)
+        if side.best != best:
+            bad(f"cached best {side.best} != {best}")
+    elif side.best != 0:
+        bad(f"empty side with best {side.best}")
+    for price, lvl in levels.items():
+        if price not in side.in_heap:
+            bad(f"price {price} missing from the heap")
+        if lvl.price != price or lvl.is_ask != side.is_ask:
+            bad(f"level {price} mislabelled")
+        total = 0
+        prev: Order | None = None
+        o = lvl.head
+        if o is None:
+            bad(f"empty level {price}")
+        while o is not None:
+            if o.prev is not prev or o.level is not lvl:
+                bad(f"broken links at order {o.index}")
+            if o.price != price or o.is_ask != side.is_ask or o.market.index != mi:
+                bad(f"order {o.index} on the wrong level")
+            if o.remaining <= 0 or o.remaining > o.initial:
+                bad(f"order {o.index} remaining {o.remaining} of {o.initial}")
+            if prev is not None and prev.priority >= o.priority:
+                bad(f"order {o.index} out of time priority")
+            if o.index in seen or o.index >= eng._next_order_index:
+                bad(f"order index {o.index} duplicated or unallocated")
+            seen[o.index] = o
+            if not o.reduce_only:
+                lots = open_lots.setdefault((o.account.index, mi), [0, 0])
+                lots[1 if o.is_ask else 0] += o.remaining
+            total += o.remaining
+            prev = o
+            o = o.next
+        if lvl.tail is not prev:
+            bad(f"level {price} tail out of date")
+        if total != lvl.size:
+            bad(f"level {price} size {lvl.size} != orders {total}")

@@ -1,0 +1,541 @@
+"""Hypothesis drives the engine with random orders, cancels, modifies and mark moves against a tiny
+list-based price-time reference book; after every step the books, the fills and the positions must
+agree and ``validate_internal_state()`` must pass. A replay of every command through a fresh engine
+and a snapshot round trip must reproduce the state hash."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from raydex.codecs import (
+    ApplyFunding,
+    CancelAllOrders,
+    CancelOrder,
+    CreateMarket,
+    CreateOrder,
+    Deposit,
+    ModifyOrder,
+    RegisterApiKey,
+    SetMarkPrice,
+    Transfer,
+    UpdateLeverage,
+    Withdraw,
+)
+from raydex.engine import Engine
+
+NOW = 1_700_000_000_000
+SIG = b"\x00" * 64
+ACCOUNTS = (1, 2, 3)
+PRICES = st.integers(95, 105)
+SIZES = st.integers(1, 5)
+MARKET = CreateMarket(0, "T", 2, 2, 1, 0, 100, 300, 0, 1_000, 500, 500, 200, 10_000, 100, 1)
+
+
+@dataclass
+class RefOrder:
+    oid: int
+    account: int
+    is_ask: int
+    price: int
+    remaining: int
+    seq: int
+    post_only: bool
+
+
+class ReferenceBook:
+    """Price-time priority with ExpireMaker self-trade prevention, as plainly as possible."""
+
+    def __init__(self) -> None:
+        self.orders: list[RefOrder] = []
+        self.seq = 0
+        self.positions = dict.fromkeys(ACCOUNTS, 0)
+
+    def _queue(self, is_ask: int) -> list[RefOrder]:
+        side = [o for o in self.orders if o.is_ask == is_ask]
+        return sorted(side, key=lambda o: (o.price if is_ask else -o.price, o.seq))
+
+    def crosses(self, is_ask: int, price: int) -> bool:
+        opp = self._queue(1 - is_ask)
+        return bool(opp) and (opp[0].price >= price if is_ask else opp[0].price <= price)
+
+    def take(self, account: int, is_ask: int, price: int, size: int) -> tuple[int, list[Any]]:
+        fills: list[tuple[int, int, int]] = []
+        while size:
+            opp = self._queue(1 - is_ask)
+            if not opp:
+                break
+            best = opp[0]
+            if best.price < price if is_ask else best.price > price:
+                break
+            if best.account == account:
+                self.orders.remove(best)
+                continue
+            q = min(size, best.remaining)
+            size -= q
+            best.remaining -= q
+            fills.append((best.oid, best.price, q))
+            sign = -1 if is_ask else 1
+            self.positions[account] += sign * q
+            self.positions[best.account] -= sign * q
+            if best.remaining == 0:
+                self.orders.remove(best)
+        return size, fills
+
+    def rest(self, oid: int, account: int, is_ask: int, price: int, size: int, po: bool) -> None:
+        self.seq += 1
+        self.orders.append(RefOrder(oid, account, is_ask, price, size, self.seq, po))
+
+    def levels(self, is_ask: int) -> list[tuple[int, int]]:
+        agg: dict[int, int] = {}
+        for o in self._queue(is_ask):
+            agg[o.price] = agg.get(o.price, 0) + o.remaining
+        return list(agg.items())
+
+    def find(self, oid: int) -> RefOrder | None:
+        return next((o for o in self.orders if o.oid == oid), None)
+
+
+class EngineVsReference(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.eng = Engine()
+        self.ref = ReferenceBook()
+        self.nonces = dict.fromkeys(ACCOUNTS, 0)
+        self.log: list[Any] = []
+        self.events: list[Any] = []
+        self.run(MARKET)
+        for a in ACCOUNTS:
+            self.run(RegisterApiKey(a, 0, b"\x01" * 32))
+            self.run(Deposit(a, 10**15))
+
+    def run(self, cmd: Any) -> int:
+        self.log.append(cmd)
+        self.events = []
+        return self.eng.execute(cmd, NOW, self.events)
+
+    def nonce(self, a: int) -> int:
+        n = self.nonces[a]
+        self.nonces[a] = n + 1
+        return n
+
+    def fills(self) -> list[tuple[int, int, int]]:
+        return [
+            (e.maker_order_index, e.price, e.size)
+            for e in self.events
+            if type(e).__name__ == "TradeExecuted"
+        ]
+
+    def last_order_index(self) -> int:
+        return [e.order_index for e in self.events if type(e).__name__ == "OrderUpdated"][-1]
+
+    @rule(
+        a=st.sampled_from(ACCOUNTS),
+        is_ask=st.integers(0, 1),
+        price=PRICES,
+        size=SIZES,
+        tif=st.sampled_from((0, 1, 1, 2)),
+    )
+    def limit(self, a: int, is_ask: int, price: int, size: int, tif: int) -> None:
+        would_cross = self.ref.crosses(is_ask, price)
+        code = self.run(
+            CreateOrder(
+                a,
+                0,
+                0,
+                0,
+                size,
+                price,
+                is_ask,
+                0,
+                tif,
+                0,
+                0,
+                0,
+                NOW,
+                self.nonce(a),
+                SIG,
+            )
+        )
+        if tif == 2 and would_cross:
+            assert code == 21807
+            return
+        assert code == 200
+        oid = self.last_order_index()
+        left, fills = self.ref.take(a, is_ask, price, size)
+        assert self.fills() == fills
+        if left and tif != 0:
+            self.ref.rest(oid, a, is_ask, price, left, tif == 2)
+
+    @rule(a=st.sampled_from(ACCOUNTS), is_ask=st.integers(0, 1), size=SIZES, worst=PRICES)
+    def market_order(self, a: int, is_ask: int, size: int, worst: int) -> None:
+        code = self.run(
+            CreateOrder(
+                a,
+                0,
+                0,
+                0,
+                size,
+                worst,
+                is_ask,
+                1,
+                0,
+                0,
+                0,
+                0,
+                NOW,
+                self.nonce(a),
+                SIG,
+            )
+        )
+        assert code == 200
+        _, fills = self.ref.take(a, is_ask, worst, size)
+        assert self.fills() == fills
+
+    @precondition(lambda self: self.ref.orders)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        o = data.draw(st.sampled_from(self.ref.orders))
+        assert self.run(CancelOrder(o.account, 0, 0, o.oid, NOW, self.nonce(o.account), SIG)) == 200
+        self.ref.orders.remove(o)
+
+    @rule(a=st.sampled_from(ACCOUNTS), oid=st.integers(1 << 48, (1 << 48) + 400))
+    def cancel_unknown_or_foreign(self, a: int, oid: int) -> None:
+        o = self.ref.find(oid)
+        code = self.run(CancelOrder(a, 0, 0, oid, NOW, self.nonce(a), SIG))
+        if o is not None and o.account == a:
+            assert code == 200
+            self.ref.orders.remove(o)
+        else:
+            assert code == 21600
+
+    @precondition(lambda self: self.ref.orders)
+    @rule(data=st.data(), price=PRICES, size=st.integers(1, 8))
+    def modify(self, data: st.DataObject, price: int, size: int) -> None:
+        o = data.draw(st.sampled_from(self.ref.orders))
+        # The engine's base_amount is the new total: filled + new remaining.
+        ev_initial = self._initial(o.oid)
+        filled = ev_initial - o.remaining
+        total = filled + size
+        code = self.run(
+            ModifyOrder(
+                o.account,
+                0,
+                0,
+                o.oid,
+                total,
+                price,
+                0,
+                NOW,
+                self.nonce(o.account),
+                SIG,
+            )
+        )
+        if price == o.price and size <= o.remaining:
+            assert code == 200
+            o.remaining = size
+            return
+        self.ref.orders.remove(o)
+        if o.post_only and self.ref.crosses(o.is_ask, price):
+            assert code == 21807
+            return
+        assert code == 200
+        left, fills = self.ref.take(o.account, o.is_ask, price, size)
+        assert self.fills() == fills
+        if left:
+            self.ref.rest(o.oid, o.account, o.is_ask, price, left, o.post_only)
+
+    def _initial(self, oid: int) -> int:
+        for rec in self.eng.records():
+            if type(rec).__name__ == "OrderRecord" and rec.order_index == oid:
+                return int(rec.initial_base_amount)
+        raise AssertionError(f"order {oid} not in the engine")
+
+    @rule(a=st.sampled_from(ACCOUNTS))
+    def cancel_all(self, a: int) -> None:
+        assert self.run(CancelAllOrders(a, 0, 0, 0, NOW, self.nonce(a), SIG)) == 200
+        self.ref.orders = [o for o in self.ref.orders if o.account != a]
+
+    @rule(mark=st.integers(97, 103))
+    def move_mark(self, mark: int) -> None:
+        assert self.run(SetMarkPrice(0, mark)) == 200
+
+    @invariant()
+    def books_positions_and_internal_state_agree(self) -> None:
+        self.eng.validate_internal_state()
+        assert self.eng.book_levels(0, 0, 100) == self.ref.levels(0)
+        assert self.eng.book_levels(0, 1, 100) == self.ref.levels(1)
+        for a in ACCOUNTS:
+            p = self.eng.position(a, 0)
+            assert (0 if p is None else p.size) == self.ref.positions[a]
+
+    def teardown(self) -> None:
+        replay = Engine()
+        for cmd in self.log:
+            replay.execute(cmd, NOW, [])
+        assert replay.state_hash() == self.eng.state_hash()
+        restored = Engine.from_records(self.eng.records())
+        assert restored.state_hash() == self.eng.state_hash()
+
+
+EngineVsReference.TestCase.settings = settings(
+    max_examples=80,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestEngineAgainstReferenceBook = EngineVsReference.TestCase
+
+
+STRESS_MARKETS = (
+    CreateMarket(0, "A", 2, 2, 1, 0, 200, 500, 5_000, 1_000, 500, 500, 200, 3_000, 100, 1),
+    CreateMarket(1, "B", 1, 3, 1, 0, 0, 0, 10_000, 2_000, 1_000, 600, 300, 5_000, 100, 1),
+)
+ANY_CODE = st.integers(-2, 2**33)
+
+
+class EngineUnderStress(RuleBasedStateMachine):
+    """Small accounts, leverage, reduce-only, transfers, funding and wild mark moves: liquidations
+    and ADL happen; every invariant must still hold after every step, and odd field values must be
+    answered with a code, never an exception."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.eng = Engine()
+        self.nonces = dict.fromkeys(range(1, 6), 0)
+        self.log: list[Any] = []
+        self.now = NOW
+        for m in STRESS_MARKETS:
+            self.run(m)
+        for a in self.nonces:
+            self.run(RegisterApiKey(a, 0, b"\x01" * 32))
+            self.run(Deposit(a, 2_000_000 if a < 4 else 10**9))
+
+    def run(self, cmd: Any) -> int:
+        self.log.append((cmd, self.now))
+        out: list[Any] = []
+        code = self.eng.execute(cmd, self.now, out)
+        assert isinstance(code, int)
+        for e in out:
+            name = type(e).__name__
+            if name in ("PositionLiquidated", "PositionDeleveraged", "TradeExecuted"):
+                event(name)
+            elif name == "OrderUpdated" and e.status in (12, 6):
+                event(f"order status {e.status}")
+        return code
+
+    def nonce(self, a: int) -> int:
+        n = self.nonces[a]
+        self.nonces[a] = n + 1
+        return n
+
+    @rule(
+        a=st.integers(1, 5),
+        m=st.integers(0, 1),
+        is_ask=st.integers(0, 1),
+        price=st.integers(92, 108),
+        size=st.integers(1, 2_000),
+        otype=st.integers(0, 1),
+        tif=st.integers(0, 2),
+        ro=st.integers(0, 1),
+        expiry=st.sampled_from((0, -1, NOW + 5)),
+    )
+    def order(
+        self,
+        a: int,
+        m: int,
+        is_ask: int,
+        price: int,
+        size: int,
+        otype: int,
+        tif: int,
+        ro: int,
+        expiry: int,
+    ) -> None:
+        self.run(
+            CreateOrder(
+                a,
+                0,
+                m,
+                0,
+                size,
+                price,
+                is_ask,
+                otype,
+                tif,
+                ro,
+                0,
+                expiry,
+                self.now,
+                self.nonce(a),
+                SIG,
+            )
+        )
+
+    @rule(
+        a=st.integers(1, 4),
+        m=st.integers(0, 1),
+        is_ask=st.integers(0, 1),
+        size=st.integers(1, 5_000),
+        depth=st.integers(0, 3),
+    )
+    def open_position(self, a: int, m: int, is_ask: int, size: int, depth: int) -> None:
+        """The deep-pocket account 5 quotes at the mark; ``a`` takes it (if its margin allows)."""
+        mark = self.eng.market(m).mark_price  # type: ignore[union-attr]
+        for i in range(depth):
+            self.run(
+                CreateOrder(
+                    5,
+                    0,
+                    m,
+                    0,
+                    size,
+                    mark + (i if is_ask else -i),
+                    1 - is_ask,
+                    0,
+                    1,
+                    0,
+                    0,
+                    0,
+                    self.now,
+                    self.nonce(5),
+                    SIG,
+                )
+            )
+        self.run(
+            CreateOrder(
+                a,
+                0,
+                m,
+                0,
+                size,
+                mark,
+                is_ask,
+                0,
+                0,
+                0,
+                0,
+                0,
+                self.now,
+                self.nonce(a),
+                SIG,
+            )
+        )
+
+    @rule(m=st.integers(0, 1), spread=st.integers(1, 40), size=st.integers(1, 3_000))
+    def provide_liquidity(self, m: int, spread: int, size: int) -> None:
+        mark = self.eng.market(m).mark_price  # type: ignore[union-attr]
+        for is_ask in (0, 1):
+            price = mark + spread if is_ask else max(1, mark - spread)
+            self.run(
+                CreateOrder(
+                    5,
+                    0,
+                    m,
+                    0,
+                    size,
+                    price,
+                    is_ask,
+                    0,
+                    1,
+                    0,
+                    0,
+                    0,
+                    self.now,
+                    self.nonce(5),
+                    SIG,
+                )
+            )
+
+    @rule(
+        a=st.integers(1, 5),
+        m=st.integers(0, 1),
+        idx=st.integers(1 << 48, (1 << 48) + 300),
+        price=st.integers(30, 130),
+        size=st.integers(1, 400),
+    )
+    def modify_or_cancel(self, a: int, m: int, idx: int, price: int, size: int) -> None:
+        self.run(ModifyOrder(a, 0, m, idx, size, price, 0, self.now, self.nonce(a), SIG))
+        self.run(CancelOrder(a, 0, m, idx + 1, self.now, self.nonce(a), SIG))
+
+    @rule(m=st.integers(0, 1), mark=st.integers(40, 160))
+    def mark(self, m: int, mark: int) -> None:
+        assert self.run(SetMarkPrice(m, mark)) == 200
+
+    @rule(m=st.integers(0, 1), rate=st.integers(-5_000_000, 5_000_000))
+    def funding(self, m: int, rate: int) -> None:
+        assert self.run(ApplyFunding(m, rate)) == 200
+
+    @rule(a=st.integers(1, 5), b=st.integers(1, 5), amount=st.integers(1, 3_000_000))
+    def move_cash(self, a: int, b: int, amount: int) -> None:
+        self.run(Transfer(a, 0, b, amount, self.now, self.nonce(a), SIG))
+        self.run(Withdraw(b, 0, amount // 2 + 1, self.now, self.nonce(b), SIG))
+
+    @rule(a=st.integers(1, 5), m=st.integers(0, 1), imf=st.integers(1, 10_000))
+    def leverage(self, a: int, m: int, imf: int) -> None:
+        self.run(UpdateLeverage(a, 0, m, imf, 0, self.now, self.nonce(a), SIG))
+
+    @rule(ms=st.integers(0, 10))
+    def time_passes(self, ms: int) -> None:
+        self.now += ms
+
+    @rule(
+        a=ANY_CODE,
+        k=st.integers(-1, 300),
+        m=st.integers(-1, 300),
+        size=ANY_CODE,
+        price=ANY_CODE,
+        flag=st.integers(-1, 3),
+        expiry=ANY_CODE,
+    )
+    def odd_values_get_a_code(
+        self, a: int, k: int, m: int, size: int, price: int, flag: int, expiry: int
+    ) -> None:
+        a = a % 7 if a < 2**32 else a
+        nonce = self.nonces.get(a, 0)
+        code = self.run(
+            CreateOrder(
+                a,
+                k,
+                m,
+                flag,
+                size,
+                price,
+                flag,
+                flag,
+                flag,
+                flag,
+                0,
+                expiry - 2,
+                self.now,
+                nonce,
+                SIG,
+            )
+        )
+        if code not in (21800, 21108, 21104, 21810) and a in self.nonces:
+            self.nonces[a] += 1
+
+    @invariant()
+    def internal_state_is_consistent(self) -> None:
+        self.eng.validate_internal_state()
+
+    def teardown(self) -> None:
+        replay = Engine()
+        for cmd, now in self.log:
+            replay.execute(cmd, now, [])
+        assert replay.state_hash() == self.eng.state_hash()
+        restored = Engine.from_records(self.eng.records())
+        assert restored.state_hash() == self.eng.state_hash()
+
+
+EngineUnderStress.TestCase.settings = settings(
+    max_examples=150,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestEngineUnderStress = EngineUnderStress.TestCase

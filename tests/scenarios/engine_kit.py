@@ -1,0 +1,232 @@
+"""A small desk for readable engine scenarios: accounts with key 0 and auto-incremented nonces,
+one-line order helpers, and a table runner (one row = one step and what it must leave behind).
+
+Market 0 "ETH" by default: price_decimals 2, size_decimals 2 (so notional = price * size * 100
+micro-USDC: 1 lot at 10_000 ticks = $100.00 * 0.01 = $1.00 = 1_000_000), mark 10_000.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from raydex.codecs import (
+    ApplyFunding,
+    CancelAllOrders,
+    CancelOrder,
+    ChangePubKey,
+    CreateMarket,
+    CreateOrder,
+    Deposit,
+    ModifyOrder,
+    RegisterApiKey,
+    SetMarkPrice,
+    Transfer,
+    UpdateLeverage,
+    Withdraw,
+)
+from raydex.engine import Engine
+
+NOW = 1_700_000_000_000
+SIG = b"\x00" * 64
+KEY = b"\x01" * 32
+GTT, IOC, POST_ONLY = 1, 0, 2
+LIMIT, MARKET = 0, 1
+
+
+def market(index: int = 0, **kw: Any) -> CreateMarket:
+    params: dict[str, Any] = {
+        "market_index": index,
+        "symbol": f"M{index}",
+        "price_decimals": 2,
+        "size_decimals": 2,
+        "min_base_amount": 1,
+        "min_quote_amount": 0,
+        "maker_fee": 0,
+        "taker_fee": 0,
+        "liquidation_fee": 0,
+        "default_initial_margin_fraction": 1_000,
+        "min_initial_margin_fraction": 500,
+        "maintenance_margin_fraction": 500,
+        "closeout_margin_fraction": 200,
+        "max_price_deviation": 5_000,
+        "mark_price": 10_000,
+        "status": 1,
+    }
+    params.update(kw)
+    return CreateMarket(**params)
+
+
+@dataclass
+class Desk:
+    """An engine plus helpers; ``validate_internal_state`` runs after every command."""
+
+    accounts: tuple[int, ...] = (1, 2, 3)
+    collateral: int = 1_000_000_000_000
+    markets: tuple[CreateMarket, ...] = field(default_factory=lambda: (market(),))
+    now: int = NOW
+    eng: Engine = field(default_factory=Engine)
+    nonces: dict[tuple[int, int], int] = field(default_factory=dict)
+    events: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for m in self.markets:
+            assert self.run(m) == 200
+        for a in self.accounts:
+            assert self.run(RegisterApiKey(a, 0, KEY)) == 200
+            if self.collateral:
+                assert self.run(Deposit(a, self.collateral)) == 200
+
+    def run(self, cmd: Any) -> int:
+        self.events = []
+        code = self.eng.execute(cmd, self.now, self.events)
+        self.eng.validate_internal_state()
+        return code
+
+    def nonce(self, account: int, key: int = 0) -> int:
+        n = self.nonces.get((account, key), 0)
+        self.nonces[(account, key)] = n + 1
+        return n
+
+    # ---- user txs (each consumes the next nonce of key 0) ---------------------------------------
+
+    def order(
+        self,
+        account: int,
+        is_ask: int,
+        size: int,
+        price: int,
+        *,
+        tif: int = GTT,
+        otype: int = LIMIT,
+        ro: int = 0,
+        coi: int = 0,
+        m: int = 0,
+        expiry: int = 0,
+    ) -> int:
+        return self.run(
+            CreateOrder(
+                account,
+                0,
+                m,
+                coi,
+                size,
+                price,
+                is_ask,
+                otype,
+                tif,
+                ro,
+                0,
+                expiry,
+                self.now + 60_000,
+                self.nonce(account),
+                SIG,
+            )
+        )
+
+    def buy(self, account: int, size: int, price: int, **kw: Any) -> int:
+        return self.order(account, 0, size, price, **kw)
+
+    def sell(self, account: int, size: int, price: int, **kw: Any) -> int:
+        return self.order(account, 1, size, price, **kw)
+
+    def cancel(self, account: int, index: int, m: int = 0) -> int:
+        return self.run(
+            CancelOrder(account, 0, m, index, self.now + 60_000, self.nonce(account), SIG)
+        )
+
+    def cancel_all(self, account: int, tif: int = 0) -> int:
+        return self.run(
+            CancelAllOrders(account, 0, tif, 0, self.now + 60_000, self.nonce(account), SIG)
+        )
+
+    def modify(self, account: int, index: int, size: int, price: int, m: int = 0) -> int:
+        return self.run(
+            ModifyOrder(
+                account, 0, m, index, size, price, 0, self.now + 60_000, self.nonce(account), SIG
+            )
+        )
+
+    def transfer(self, account: int, to: int, amount: int) -> int:
+        return self.run(
+            Transfer(account, 0, to, amount, self.now + 60_000, self.nonce(account), SIG)
+        )
+
+    def withdraw(self, account: int, amount: int) -> int:
+        return self.run(Withdraw(account, 0, amount, self.now + 60_000, self.nonce(account), SIG))
+
+    def leverage(self, account: int, imf: int, m: int = 0, mode: int = 0) -> int:
+        return self.run(
+            UpdateLeverage(account, 0, m, imf, mode, self.now + 60_000, self.nonce(account), SIG)
+        )
+
+    def change_key(self, account: int, new_key: int, pub: bytes, key: int = 0) -> int:
+        return self.run(
+            ChangePubKey(
+                account, key, new_key, pub, self.now + 60_000, self.nonce(account, key), SIG
+            )
+        )
+
+    # ---- operator -------------------------------------------------------------------------------
+
+    def mark(self, price: int, m: int = 0) -> int:
+        return self.run(SetMarkPrice(m, price))
+
+    def funding(self, rate: int, m: int = 0) -> int:
+        return self.run(ApplyFunding(m, rate))
+
+    def deposit(self, account: int, amount: int) -> int:
+        return self.run(Deposit(account, amount))
+
+    # ---- reads ----------------------------------------------------------------------------------
+
+    def bids(self, m: int = 0) -> list[tuple[int, int]]:
+        return self.eng.book_levels(m, 0, 100)
+
+    def asks(self, m: int = 0) -> list[tuple[int, int]]:
+        return self.eng.book_levels(m, 1, 100)
+
+    def size(self, account: int, m: int = 0) -> int:
+        p = self.eng.position(account, m)
+        return 0 if p is None else p.size
+
+    def cash(self, account: int) -> int:
+        c = self.eng.account_collateral(account)
+        assert c is not None
+        return c
+
+    def last_order_index(self) -> int:
+        """Exchange index of the last order this desk's last command reported."""
+        idx = [e.order_index for e in self.events if type(e).__name__ == "OrderUpdated"]
+        return idx[-1]
+
+    def of(self, kind: str) -> list[Any]:
+        return [e for e in self.events if type(e).__name__ == kind]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One table row: ``desk.<action>(*args, **kw)`` must return ``code`` and leave the book and
+    positions as given (None = not checked)."""
+
+    action: str
+    args: tuple[Any, ...]
+    code: int = 200
+    bids: list[tuple[int, int]] | None = None
+    asks: list[tuple[int, int]] | None = None
+    sizes: dict[int, int] | None = None
+    kw: dict[str, Any] = field(default_factory=dict)
+
+
+def play(desk: Desk, steps: list[Step]) -> None:
+    for i, s in enumerate(steps):
+        code = getattr(desk, s.action)(*s.args, **s.kw)
+        where = f"step {i} {s.action}{s.args}"
+        assert code == s.code, f"{where}: code {code} != {s.code}"
+        if s.bids is not None:
+            assert desk.bids() == s.bids, f"{where}: bids {desk.bids()}"
+        if s.asks is not None:
+            assert desk.asks() == s.asks, f"{where}: asks {desk.asks()}"
+        if s.sizes is not None:
+            got = {a: desk.size(a) for a in s.sizes}
+            assert got == s.sizes, f"{where}: sizes {got}"

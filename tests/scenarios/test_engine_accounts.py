@@ -1,0 +1,173 @@
+"""Account scenarios: nonces, API keys, tx expiry, order expiry, margin, reduce-only, leverage,
+transfers and withdrawals."""
+
+from __future__ import annotations
+
+from engine_kit import IOC, KEY, NOW, SIG, Desk, Step, market, play
+
+from raydex.codecs import CreateOrder, Deposit, RegisterApiKey, ResultCode
+
+RC = ResultCode
+
+
+def _order(account: int, nonce: int, expired_at: int = NOW + 1, key: int = 0) -> CreateOrder:
+    return CreateOrder(account, key, 0, 0, 1, 9_900, 0, 0, 1, 0, 0, 0, expired_at, nonce, SIG)
+
+
+def test_a_new_key_takes_nonce_zero_first_then_exactly_last_plus_one() -> None:
+    d = Desk()
+    assert d.eng.next_nonce(1, 0) == 0
+    assert d.run(_order(1, 1)) == RC.INVALID_NONCE
+    assert d.events == []
+    assert d.run(_order(1, 0)) == RC.OK
+    assert d.eng.next_nonce(1, 0) == 1
+    assert d.run(_order(1, 0)) == RC.INVALID_NONCE
+    assert d.run(_order(1, 1)) == RC.OK
+
+
+def test_unknown_accounts_and_keys_are_rejected_without_side_effects() -> None:
+    d = Desk()
+    assert d.run(_order(99, 0)) == RC.ACCOUNT_NOT_FOUND
+    assert d.run(_order(1, 0, key=5)) == RC.API_KEY_NOT_FOUND
+    assert d.events == []
+    assert d.eng.next_nonce(1, 5) is None
+
+
+def test_an_expired_tx_changes_nothing_but_a_failing_valid_tx_consumes_its_nonce() -> None:
+    d = Desk()
+    assert d.run(_order(1, 0, expired_at=NOW - 1)) == RC.TX_EXPIRED
+    assert d.eng.next_nonce(1, 0) == 0
+    bad_price = CreateOrder(1, 0, 0, 0, 1, 20_000, 0, 0, 1, 0, 0, 0, NOW, 0, SIG)
+    assert d.run(bad_price) == RC.FAT_FINGER_PRICE
+    assert d.eng.next_nonce(1, 0) == 1
+    assert [type(e).__name__ for e in d.events] == ["NonceUpdated"]
+
+
+def test_change_pub_key_installs_a_new_key_signed_by_an_existing_one() -> None:
+    d = Desk()
+    new = b"\x07" * 32
+    assert d.change_key(1, 3, new) == RC.OK
+    assert d.eng.pub_key(1, 3) == new
+    assert d.eng.next_nonce(1, 3) == 0
+    assert d.change_key(1, 4, b"\x00" * 32) == RC.INVALID_PUBLIC_KEY
+    assert d.eng.pub_key(1, 4) is None
+    assert d.eng.next_nonce(1, 0) == 2
+
+
+def test_operator_registration_creates_the_account_and_keeps_an_existing_nonce() -> None:
+    d = Desk()
+    assert d.run(RegisterApiKey(42, 0, KEY)) == RC.OK
+    assert d.eng.account_collateral(42) == 0
+    assert d.buy(1, 1, 9_000) == RC.OK
+    assert d.run(RegisterApiKey(1, 0, b"\x09" * 32)) == RC.OK
+    assert d.eng.next_nonce(1, 0) == 1
+    assert d.run(RegisterApiKey(1, 255, KEY)) == RC.INVALID_API_KEY_INDEX
+    assert d.run(Deposit(1, 0)) == RC.INVALID_AMOUNT
+
+
+def test_a_resting_order_expires_when_a_later_command_touches_its_market() -> None:
+    d = Desk()
+    assert d.buy(1, 2, 9_900, expiry=NOW + 1_000) == RC.OK
+    assert d.buy(1, 2, 9_800, expiry=NOW - 1) == RC.INVALID_EXPIRY
+    d.now = NOW + 1_000
+    assert d.buy(2, 1, 9_000) == RC.OK
+    assert d.bids() == [(9_900, 2), (9_000, 1)]
+    d.now = NOW + 1_001
+    assert d.sell(3, 1, 9_000) == RC.OK
+    expired = [e for e in d.of("OrderUpdated") if e.status == 12]
+    assert len(expired) == 1 and d.bids() == []
+    assert d.size(1) == 0 and d.size(2) == 1
+
+
+SMALL = 10_000_000  # $10: 10x leverage on 1 lot ($1) needs $0.10; 100 lots need $10.
+
+MARGIN: dict[str, list[Step]] = {
+    "an order that adds exposure needs initial margin including resting orders": [
+        Step("buy", (1, 100, 10_000)),
+        Step("buy", (1, 1, 10_000), code=RC.NOT_ENOUGH_MARGIN, bids=[(10_000, 100)]),
+        Step("sell", (1, 100, 10_050), asks=[(10_050, 100)]),
+        Step("sell", (1, 1, 10_050), code=RC.NOT_ENOUGH_MARGIN),
+    ],
+    "reduce-only is rejected on a flat position and clipped to the position": [
+        Step("sell", (1, 1, 10_000), kw={"ro": 1}, code=RC.REDUCE_ONLY_INCREASES_POSITION),
+        Step("sell", (2, 50, 10_000)),
+        Step("buy", (1, 50, 10_000), sizes={1: 50, 2: -50}),
+        Step("buy", (3, 80, 10_000)),
+        Step("sell", (1, 80, 10_000), kw={"ro": 1, "tif": IOC}, sizes={1: 0}, bids=[(10_000, 30)]),
+        Step("buy", (1, 1, 10_000), kw={"ro": 1}, code=RC.REDUCE_ONLY_INCREASES_POSITION),
+    ],
+    "withdraw and transfer must leave initial margin": [
+        Step("buy", (1, 50, 10_000)),
+        Step("withdraw", (1, 6_000_000), code=RC.NOT_ENOUGH_MARGIN),
+        Step("withdraw", (1, 20_000_000), code=RC.INSUFFICIENT_BALANCE),
+        Step("transfer", (1, 2, 5_000_000)),
+        Step("transfer", (1, 2, 1), code=RC.NOT_ENOUGH_MARGIN),
+        Step("transfer", (2, 2, 1), code=RC.SELF_TRANSFER),
+        Step("transfer", (2, 77, 1), code=RC.ACCOUNT_NOT_FOUND),
+        Step("withdraw", (2, 15_000_000)),
+    ],
+    "leverage can go down to the market minimum only while margin allows it": [
+        Step("leverage", (1, 499), code=RC.INVALID_LEVERAGE),
+        Step("leverage", (1, 500)),
+        Step("buy", (1, 200, 10_000)),
+        Step("leverage", (1, 1_000), code=RC.NOT_ENOUGH_MARGIN),
+        Step("leverage", (1, 1_000, 0, 1), code=RC.UNSUPPORTED_TX_TYPE),
+    ],
+}
+
+
+def test_margin_scenarios() -> None:
+    for name, steps in MARGIN.items():
+        try:
+            play(Desk(collateral=SMALL), steps)
+        except AssertionError as e:
+            raise AssertionError(f"{name}: {e}") from e
+
+
+def test_transfers_move_collateral_between_accounts() -> None:
+    d = Desk(collateral=SMALL)
+    assert d.transfer(1, 2, 3_000_000) == RC.OK
+    assert (d.cash(1), d.cash(2)) == (SMALL - 3_000_000, SMALL + 3_000_000)
+    assert d.withdraw(2, SMALL) == RC.OK
+    assert d.cash(2) == 3_000_000
+    assert d.eng.total_withdrawals == SMALL
+
+
+def test_inactive_markets_take_no_orders_but_allow_cancels() -> None:
+    from raydex.codecs import UpdateMarket
+
+    d = Desk()
+    assert d.buy(1, 1, 9_900) == RC.OK
+    m = market()
+    upd = UpdateMarket(0, *m[4:14], 0)
+    assert d.run(upd) == RC.OK
+    assert d.buy(1, 1, 9_900) == RC.MARKET_NOT_ACTIVE
+    assert d.cancel_all(1) == RC.OK
+    assert d.bids() == []
+
+
+def test_the_engine_can_place_an_order_for_an_account_without_key_nonce_or_margin_checks() -> None:
+    d = Desk(collateral=SMALL)
+    assert d.deposit(2, 10**12) == RC.OK
+    assert d.sell(2, 500, 10_000) == RC.OK
+    # $150 at 10% initial margin needs $15 (the user path says NOT_ENOUGH_MARGIN); maintenance
+    # needs $7.50, so the account is not liquidated afterwards.
+    assert d.buy(1, 150, 10_000, tif=IOC) == RC.NOT_ENOUGH_MARGIN
+    market_buy = CreateOrder(1, 9, 0, 0, 150, 10_000, 0, 1, 0, 0, 0, 0, 0, 999, SIG)
+    out: list[object] = []
+    assert d.eng.force_order(market_buy, NOW, out) == RC.OK
+    assert d.size(1) == 150
+    assert d.eng.next_nonce(1, 0) == 1
+    d.eng.validate_internal_state()
+
+
+def test_available_margin_is_equity_minus_initial_margin_including_resting_orders() -> None:
+    d = Desk(collateral=SMALL)
+    assert d.eng.available_margin(1) == SMALL
+    assert d.deposit(2, 10**12) == RC.OK
+    assert d.buy(1, 30, 10_000) == RC.OK  # $30 of bids at 10x: $3 of initial margin
+    assert d.eng.available_margin(1) == SMALL - 3_000_000
+    assert d.sell(2, 30, 10_000) == RC.OK
+    assert d.mark(9_900) == RC.OK  # the long lost $0.30; its margin is now $2.97
+    assert d.eng.available_margin(1) == SMALL - 300_000 - 2_970_000
+    assert d.eng.available_margin(99) == 0

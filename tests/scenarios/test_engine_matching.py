@@ -1,0 +1,162 @@
+"""Order-book scenarios: price-time matching, STP, post-only, IOC, market price protection,
+modify priority, cancels and client order indexes. One row = one command and what it leaves."""
+
+from __future__ import annotations
+
+import pytest
+from engine_kit import IOC, MARKET, POST_ONLY, Desk, Step, play
+
+POST_ONLY_WOULD_CROSS = 21807
+NOT_ACTIVE = 21600
+COI_EXISTS = 21728
+FAT_FINGER = 21733
+UNSUPPORTED = 21820
+FIRST = 1 << 48
+
+SCENARIOS: dict[str, list[Step]] = {
+    "resting orders aggregate per price level, best first": [
+        Step("buy", (1, 5, 9_900), bids=[(9_900, 5)], asks=[]),
+        Step("buy", (2, 3, 9_900), bids=[(9_900, 8)]),
+        Step("buy", (2, 4, 9_950), bids=[(9_950, 4), (9_900, 8)]),
+        Step("sell", (3, 2, 10_100), asks=[(10_100, 2)]),
+        Step("sell", (3, 2, 10_050), asks=[(10_050, 2), (10_100, 2)]),
+    ],
+    "a crossing order fills at the makers' prices in price-time order and rests the rest": [
+        Step("sell", (1, 2, 10_000)),
+        Step("sell", (2, 2, 10_000)),
+        Step("sell", (1, 2, 10_010)),
+        Step("buy", (3, 5, 10_010), asks=[(10_010, 1)], bids=[], sizes={1: -3, 2: -2, 3: 5}),
+        Step("buy", (3, 3, 10_020), asks=[], bids=[(10_020, 2)], sizes={1: -4, 3: 6}),
+    ],
+    "a limit order does not trade through its price": [
+        Step("sell", (1, 2, 10_050)),
+        Step("buy", (2, 2, 10_000), asks=[(10_050, 2)], bids=[(10_000, 2)], sizes={2: 0}),
+    ],
+    "self-trade prevention cancels the resting maker and keeps matching": [
+        Step("sell", (1, 2, 10_000)),
+        Step("sell", (2, 2, 10_010)),
+        Step("buy", (1, 3, 10_010), asks=[], bids=[(10_010, 1)], sizes={1: 2, 2: -2}),
+    ],
+    "post-only is rejected when it would cross and rests when it would not": [
+        Step("sell", (1, 2, 10_000)),
+        Step("buy", (2, 1, 10_000), kw={"tif": POST_ONLY}, code=POST_ONLY_WOULD_CROSS, bids=[]),
+        Step("buy", (2, 1, 9_990), kw={"tif": POST_ONLY}, bids=[(9_990, 1)], asks=[(10_000, 2)]),
+    ],
+    "IOC takes what crosses and cancels the remainder": [
+        Step("sell", (1, 2, 10_000)),
+        Step("buy", (2, 5, 10_000), kw={"tif": IOC}, bids=[], asks=[], sizes={2: 2}),
+        Step("buy", (2, 5, 10_000), kw={"tif": IOC}, bids=[], sizes={2: 2}),
+    ],
+    "a market order stops at its worst price (price protection)": [
+        Step("sell", (1, 2, 10_000)),
+        Step("sell", (1, 2, 10_300)),
+        Step(
+            "buy",
+            (2, 4, 10_100),
+            kw={"tif": IOC, "otype": MARKET},
+            asks=[(10_300, 2)],
+            bids=[],
+            sizes={2: 2},
+        ),
+    ],
+    "a market order must be IOC": [
+        Step("buy", (2, 4, 10_100), kw={"tif": 1, "otype": MARKET}, code=21809),
+    ],
+    "a price outside the fat-finger band around the mark is rejected": [
+        Step("buy", (2, 1, 15_001), code=FAT_FINGER),
+        Step("sell", (2, 1, 4_999), code=FAT_FINGER),
+        Step("sell", (2, 1, 5_000), asks=[(5_000, 1)]),
+    ],
+    "client order indexes are unique among an account's open orders": [
+        Step("buy", (1, 1, 9_900), kw={"coi": 7}),
+        Step("buy", (1, 1, 9_800), kw={"coi": 7}, code=COI_EXISTS, bids=[(9_900, 1)]),
+        Step("buy", (2, 1, 9_800), kw={"coi": 7}, bids=[(9_900, 1), (9_800, 1)]),
+        Step("cancel", (1, 7), bids=[(9_800, 1)]),
+        Step("buy", (1, 1, 9_700), kw={"coi": 7}, bids=[(9_800, 1), (9_700, 1)]),
+    ],
+    "cancel by client or exchange index; unknown ones are not active limit orders": [
+        Step("buy", (1, 1, 9_900), kw={"coi": 5}),
+        Step("buy", (1, 2, 9_800)),
+        Step("cancel", (1, 5), bids=[(9_800, 2)]),
+        Step("cancel", (1, 5), code=NOT_ACTIVE),
+        Step("cancel", (2, FIRST + 1), code=NOT_ACTIVE, bids=[(9_800, 2)]),
+        Step("cancel", (1, FIRST + 1), bids=[]),
+    ],
+    "cancel-all removes every open order; scheduled cancel-all is unsupported": [
+        Step("buy", (1, 1, 9_900)),
+        Step("sell", (1, 1, 10_100)),
+        Step("buy", (2, 1, 9_800)),
+        Step("cancel_all", (1,), bids=[(9_800, 1)], asks=[]),
+        Step("cancel_all", (1, 1), code=UNSUPPORTED),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_matching_scenario(name: str) -> None:
+    play(Desk(), SCENARIOS[name])
+
+
+def test_modify_keeping_price_and_shrinking_size_keeps_time_priority() -> None:
+    d = Desk()
+    assert d.buy(1, 3, 9_900) == 200
+    first = d.last_order_index()
+    assert d.buy(2, 3, 9_900) == 200
+    assert d.modify(1, first, 2, 9_900) == 200
+    assert d.bids() == [(9_900, 5)]
+    assert d.sell(3, 2, 9_900) == 200
+    assert (d.size(1), d.size(2)) == (2, 0)
+
+
+def test_modify_growing_size_loses_time_priority() -> None:
+    d = Desk()
+    assert d.buy(1, 3, 9_900) == 200
+    first = d.last_order_index()
+    assert d.buy(2, 3, 9_900) == 200
+    assert d.modify(1, first, 4, 9_900) == 200
+    assert d.sell(3, 3, 9_900) == 200
+    assert (d.size(1), d.size(2)) == (0, 3)
+
+
+def test_modify_to_a_crossing_price_trades_and_rests_the_rest() -> None:
+    d = Desk()
+    assert d.sell(1, 2, 10_000) == 200
+    assert d.buy(2, 3, 9_900) == 200
+    assert d.modify(2, d.last_order_index(), 3, 10_000) == 200
+    assert d.asks() == [] and d.bids() == [(10_000, 1)]
+    assert d.size(2) == 2
+
+
+def test_modify_below_the_filled_amount_cancels_the_order() -> None:
+    d = Desk()
+    assert d.buy(1, 5, 9_900) == 200
+    idx = d.last_order_index()
+    assert d.sell(2, 3, 9_900) == 200
+    assert d.modify(1, idx, 3, 9_900) == 200
+    assert d.bids() == []
+    assert d.modify(1, idx, 3, 9_900) == NOT_ACTIVE
+
+
+def test_each_touched_level_is_reported_once_with_its_final_size() -> None:
+    d = Desk()
+    for _ in range(3):
+        assert d.sell(1, 1, 10_000) == 200
+    assert d.buy(2, 2, 10_000) == 200
+    levels = d.of("LevelChanged")
+    assert [(e.is_ask, e.price, e.size) for e in levels] == [(1, 10_000, 1)]
+    assert len(d.of("TradeExecuted")) == 2
+
+
+def test_fees_go_to_the_fee_pool_and_cash_is_conserved() -> None:
+    from engine_kit import market
+
+    d = Desk(markets=(market(maker_fee=100, taker_fee=500),))
+    assert d.sell(1, 10, 10_000) == 200
+    before = (d.cash(1), d.cash(2))
+    assert d.buy(2, 10, 10_000) == 200
+    notional = 10 * 10_000 * 100
+    assert d.cash(1) == before[0] - notional * 100 // 1_000_000
+    assert d.cash(2) == before[1] - notional * 500 // 1_000_000
+    assert d.eng.fee_pool == notional * 600 // 1_000_000
+    trade = d.of("TradeExecuted")[0]
+    assert (trade.taker_fee, trade.maker_fee) == (notional * 500 // 10**6, notional * 100 // 10**6)
