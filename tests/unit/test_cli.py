@@ -1,0 +1,123 @@
+"""The ``raydex`` command line: real subcommands at small sizes; ``--json`` is one JSON object."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from raydex.cluster.cli import build_parser, main
+
+ENGINE_KEYS = {
+    "commands_per_s",
+    "bare_book_ops_per_s",
+    "p50_us",
+    "p99_us",
+    "p999_us",
+    "commands",
+    "codes",
+    "ratio_engine_vs_bare",
+    "peak_rss_mb",
+    "liquidations",
+}
+
+
+def _one_json_object(stdout: str) -> dict[str, Any]:
+    decoded, end = json.JSONDecoder().raw_decode(stdout)
+    assert stdout[end:].strip() == "", "anything after the JSON object"
+    assert isinstance(decoded, dict)
+    return decoded
+
+
+def test_bench_engine_json_through_the_console_entry_point_prints_one_object_with_the_keys() -> (
+    None
+):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "raydex.cluster.cli",
+            "bench",
+            "engine",
+            "--json",
+            "--commands",
+            "3000",
+            "--seed",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = _one_json_object(done.stdout)
+    assert set(report) >= ENGINE_KEYS
+    assert report["commands"] == 3_000
+    assert sum(report["codes"].values()) == 3_000
+    assert report["valid"] is True
+    assert report["bare_book_ops_per_s"] > 0 and report["commands_per_s"] > 0
+    assert 0 < report["p50_us"] <= report["p99_us"] <= report["p999_us"] <= report["max_us"]
+    assert sum(t["count"] for t in report["by_type"].values()) == 3_000
+
+
+def test_engine_demo_json_reports_trades_volume_state_hash_and_a_valid_state(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["demo", "--engine", "--json", "--commands", "2000"]) == 0
+    report = _one_json_object(capsys.readouterr().out)
+    assert report["commands"] == 2_000
+    assert report["valid"] is True
+    assert len(bytes.fromhex(report["state_hash"])) >= 16
+    assert report["trades"] > 0
+    assert set(report["volume_usd"]) <= {"BTC", "ETH", "SOL", "DOGE", "XRP", "LINK", "AVAX", "HYPE"}
+
+
+def test_engine_demo_prints_a_human_summary_with_the_validation_result(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["demo", "--engine", "--commands", "1500", "--seed", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "validate_internal_state(): passed" in text
+    assert "final state hash" in text
+    assert "commands/s" in text
+
+
+def test_bench_codecs_json_prints_one_object_with_every_codec(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["bench", "codecs", "--json"]) == 0
+    report = _one_json_object(capsys.readouterr().out)
+    names = {"construct", "construct_compiled", "hot", "struct_floor", "msgpack", "pickle"}
+    assert names <= set(report["block_decode_us"])
+    assert names <= set(report["block_encode_us"])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["bench"], ["bench", "engine", "--commands", "0"], ["bench", "nothing"], ["deploy"]],
+)
+def test_a_missing_or_unknown_subcommand_or_bad_size_exits_with_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert "usage: raydex" in capsys.readouterr().err
+
+
+def test_the_help_lists_only_subcommands_that_exist() -> None:
+    text = build_parser().format_help()
+    assert "demo" in text and "bench" in text
+
+
+def test_node_args_prints_the_ray_start_flags_for_this_host(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["node-args", "--role", "head", "--host", "box1"]) == 0
+    flags = capsys.readouterr().out.split()
+    assert flags[0] == "--resources" and json.loads(flags[1])
+    assert flags[2] == "--labels" and "box1" in flags[3] and "head" in flags[3]
