@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raydex.codecs import CodecError, ResultCode
+from raydex.codecs import CodecError, MarketIndex, ResultCode, SetMarkPrice
 from raydex.codecs._batch import decode_batch, encode_outcomes
+from raydex.codecs._enums import BPS, MAX_MARKET_INDEX
 from raydex.codecs._signing import DEFAULT_CHAIN_ID, Verifier
 from raydex.observability.hist import Histogram
 
@@ -57,6 +58,11 @@ class SequencerConfig:
     grpc_port: int = 0
     txlog_port: int = 0
     ring_size: int = 4096
+    #: Oracle: every interval, each market's mark moves toward its book mid by at most
+    #: ``oracle_max_step_bps`` (0 = off: marks only change by operator SetMarkPrice). Shorter
+    #: interval: marks track the book closely (and liquidations trigger sooner), more commands.
+    oracle_interval_ms: float = 0.0
+    oracle_max_step_bps: int = 50
 
 
 class SequencerService:
@@ -75,6 +81,7 @@ class SequencerService:
         self.replayed = 0
         self._pending: asyncio.Future[ClosedBlock] | None = None
         self._loop_task: asyncio.Task[None] | None = None
+        self._oracle_task: asyncio.Task[None] | None = None
         self._stopping = False
         self.blocks = 0
         #: open (first tx in) -> durable and published, per block
@@ -98,14 +105,18 @@ class SequencerService:
         self.txlog = BlockHub(ring_size=cfg.ring_size, last_seq=self.producer.seq)
         self.txlog_server = GrpcDataPlaneServer(self.txlog, host=cfg.grpc_host, port=cfg.txlog_port)
         self.txlog_port = await self.txlog_server.start()
-        self._loop_task = asyncio.get_running_loop().create_task(self._block_loop())
+        loop = asyncio.get_running_loop()
+        self._loop_task = loop.create_task(self._block_loop())
+        if cfg.oracle_interval_ms > 0:
+            self._oracle_task = loop.create_task(self._oracle_loop())
         return self.port
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            await asyncio.gather(self._loop_task, return_exceptions=True)
+        for task in (self._oracle_task, self._loop_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         self._close_block()
         for server in (self.server, self.txlog_server):
             if server is not None:
@@ -163,6 +174,36 @@ class SequencerService:
             await asyncio.sleep(interval)
             if self._pending is not None:
                 self._close_block()
+
+    # ---- oracle ---------------------------------------------------------------------------------
+
+    def oracle_commands(self) -> list[SetMarkPrice]:
+        """SetMarkPrice per market whose book mid moved away from its mark (capped step)."""
+        assert self.producer is not None
+        engine = self.producer.engine
+        step_bps = self.config.oracle_max_step_bps
+        out: list[SetMarkPrice] = []
+        for i in range(MAX_MARKET_INDEX + 1):
+            m = engine.market(i)
+            if m is None:
+                continue
+            bid, ask = engine.book_levels(i, 0, 1), engine.book_levels(i, 1, 1)
+            if not bid or not ask:
+                continue
+            mid = (bid[0][0] + ask[0][0]) // 2
+            cap = max(1, m.mark_price * step_bps // BPS)
+            target = min(max(mid, m.mark_price - cap), m.mark_price + cap)
+            if target != m.mark_price:
+                out.append(SetMarkPrice(MarketIndex(i), target))
+        return out
+
+    async def _oracle_loop(self) -> None:
+        interval = self.config.oracle_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            cmds = self.oracle_commands()
+            if cmds:
+                await self.submit(cmds, operator=True)
 
     # ---- control plane --------------------------------------------------------------------------
 

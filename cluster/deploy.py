@@ -165,11 +165,15 @@ def deploy(
             block_interval_ms=spec.sequencer.block_interval_ms,
             block_max_txs=spec.sequencer.block_max_txs,
             wal_fsync=spec.sequencer.wal_fsync,
+            oracle_interval_ms=spec.sequencer.oracle_interval_ms,
+            oracle_max_step_bps=spec.sequencer.oracle_max_step_bps,
             grpc_host=bind,
             grpc_port=grpc_port,
             txlog_port=grpc_port + 1,
         )
-        _spawn(SequencerActor, SEQUENCER, namespace, bundle("sequencer"), (cfg,))
+        _spawn(
+            SequencerActor, SEQUENCER, namespace, bundle("sequencer"), (cfg, bundle("sequencer"))
+        )
         created.append(SEQUENCER)
     sequencer = ray.get_actor(SEQUENCER, namespace=namespace)
     status = ray.get(sequencer.start.remote(), timeout=timeout_s)

@@ -134,13 +134,17 @@ class SequencerSpec:
     load at the cost of a longer block (and of a larger fsync). ``wal_fsync: block`` fsyncs once per
     block before acknowledging (durable, adds the fsync to block time); ``none`` leaves it to the
     page cache (faster; a host crash loses the unsynced tail). ``host`` absent: the first host given
-    to placement (the head).
+    to placement (the head). ``oracle_interval_ms`` > 0 makes the sequencer stamp SetMarkPrice
+    commands that move each mark toward its book mid, at most ``oracle_max_step_bps`` per step
+    (0: marks change only by operator command).
     """
 
     wal_dir: str
     block_interval_ms: float = 1.0
     block_max_txs: int = 1000
     wal_fsync: Literal["block", "none"] = "block"
+    oracle_interval_ms: float = 0.0
+    oracle_max_step_bps: int = 50
     host: str | None = None
     numa_node: int = 0
     cpus: int = 1
@@ -155,6 +159,10 @@ class SequencerSpec:
             yield "block_max_txs", f"must be in 1..1000000, got {self.block_max_txs}"
         if not self.wal_dir:
             yield "wal_dir", "must be a non-empty path"
+        if not 0 <= self.oracle_interval_ms <= 3_600_000:
+            yield "oracle_interval_ms", f"must be in 0..3600000, got {self.oracle_interval_ms}"
+        if not 1 <= self.oracle_max_step_bps <= 10_000:
+            yield "oracle_max_step_bps", f"must be in 1..10000, got {self.oracle_max_step_bps}"
         yield from _placement_problems(self.host, self.numa_node, self.cpus)
 
 

@@ -101,3 +101,31 @@ def test_an_undecodable_batch_is_refused_whole(tmp_path: Path) -> None:
             await svc.stop()
 
     assert asyncio.run(run()) == [ResultCode.INVALID_TX_INFO]
+
+
+def test_the_oracle_moves_marks_toward_the_book_mid_in_capped_steps(tmp_path: Path) -> None:
+    async def run() -> list[int]:
+        cfg = SequencerConfig(
+            wal_dir=str(tmp_path / "wal"), snapshot_dir=str(tmp_path / "snap"),
+            oracle_interval_ms=0, oracle_max_step_bps=10,
+        )  # fmt: skip
+        svc = SequencerService(cfg)
+        await svc.start()
+        try:
+            setup: list[object] = [ETH]
+            for a in (1, 2):
+                setup += [RegisterApiKey(a, 0, PUB), Deposit(a, 10**12)]
+            await svc.submit(setup, operator=True)
+            await svc.submit([order(1, 0, 301_000, 1), order(2, 0, 300_800, 0)])
+            marks = []
+            for _ in range(3):
+                cmds = svc.oracle_commands()
+                marks += [c.mark_price for c in cmds]
+                await svc.submit(cmds, operator=True)
+            assert svc.oracle_commands() == []
+            return marks
+        finally:
+            await svc.stop()
+
+    # mid 300_900, mark 300_000, at most 10 bps (300 ticks) a step
+    assert asyncio.run(run()) == [300_300, 300_600, 300_900]
