@@ -18,7 +18,11 @@ def order(nonce: int) -> CreateOrder:
 
 def blocks(n: int) -> list[tuple[int, int, list[object]]]:
     return [
-        (seq, 1_000 * seq, [order(seq), CancelOrder(7, 0, 1, 100 + seq, 10**13, seq, SIG), Deposit(3, 5)])
+        (
+            seq,
+            1_000 * seq,
+            [order(seq), CancelOrder(7, 0, 1, 100 + seq, 10**13, seq, SIG), Deposit(3, 5)],
+        )
         for seq in range(1, n + 1)
     ]
 
@@ -75,6 +79,9 @@ def test_prune_drops_only_segments_covered_by_the_snapshot(tmp_path: Path) -> No
     for seq, ts, txs in blocks(4):
         wal.append(seq, ts, txs)
     removed = wal.prune(snapshot_seq=2)
-    assert [p.name for p in removed] == ["wal-00000000000000000001.log", "wal-00000000000000000002.log"]
+    assert [p.name for p in removed] == [
+        "wal-00000000000000000001.log",
+        "wal-00000000000000000002.log",
+    ]
     wal.close()
     assert [b.seq for b in Wal(tmp_path).replay()] == [3, 4]

@@ -1,0 +1,1 @@
+"""raydex.cluster."""
