@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
@@ -27,3 +28,29 @@ def pin_actor(bundle: Any) -> dict[str, Any]:
 
     report = pin_bundle(bundle, ray.get_runtime_context().get_node_id())
     return dataclasses.asdict(report)
+
+
+class ActorRuntime:
+    """The per-process discipline every raydex actor applies around its boot: GC policy and
+    monitor before it, pinning (all threads, once they exist) and the boot-heap freeze after it."""
+
+    def __init__(self, bundle: Any = None, gc_spec: Any = None) -> None:
+        from raydex.observability.gcstats import GcMonitor, GcPolicy
+
+        self.bundle = bundle
+        self.gc = GcPolicy(gc_spec)
+        self.monitor = GcMonitor()
+        self.placement: dict[str, Any] = {}
+        self._scheduled: asyncio.Task[None] | None = None
+
+    def before_boot(self) -> None:
+        self.monitor.install()
+        self.gc.apply()
+
+    def after_boot(self) -> None:
+        self.placement = pin_actor(self.bundle)
+        self.gc.after_boot()
+        self._scheduled = asyncio.get_running_loop().create_task(self.gc.run_scheduled())
+
+    def status(self) -> dict[str, Any]:
+        return {"placement": self.placement, "gc": self.monitor.summary()}

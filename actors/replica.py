@@ -48,7 +48,7 @@ from raydex.codecs._signing import DEFAULT_CHAIN_ID, Verifier
 from raydex.observability.hist import Histogram
 
 from ._api_config import ApiConfig
-from ._shell import pin_actor
+from ._shell import ActorRuntime
 from .api import ApiError, CommitmentSource, build_app, fanout_of
 from .producer import TxOutcome
 from .replica_state import GapError, ReplicaState
@@ -323,13 +323,13 @@ class ReplicaActor:
         namespace: str,
         bundle: Any = None,
         committer_name: str | None = None,
+        gc_spec: Any = None,
     ) -> None:
         self.config = config
+        self.runtime = ActorRuntime(bundle, gc_spec)
         self.committer_name = committer_name
         self.holder_name = holder_name
         self.namespace = namespace
-        self.bundle = bundle
-        self.placement: dict[str, Any] = {}
         self.service: ReplicaService | None = None
         # booted from __init__: also after Ray restarts a crashed replica
         self._started = asyncio.get_event_loop().create_task(self._start())
@@ -365,6 +365,7 @@ class ReplicaActor:
         return ray.get_actor(self.committer_name, namespace=self.namespace)
 
     async def _start(self) -> int:
+        self.runtime.before_boot()
         self.service = ReplicaService(
             self.config,
             self._fetch_snapshot,
@@ -372,7 +373,7 @@ class ReplicaActor:
             commitments=self if self.committer_name else None,
         )
         port = await self.service.start()
-        self.placement = pin_actor(self.bundle)
+        self.runtime.after_boot()
         return port
 
     async def start(self) -> dict[str, Any]:
@@ -383,9 +384,7 @@ class ReplicaActor:
     async def status(self) -> dict[str, Any]:
         if self.service is None:
             return {"name": self.config.name, "booting": True}
-        out = self.service.status()
-        out["placement"] = self.placement
-        return out
+        return {**self.service.status(), **self.runtime.status()}
 
     async def drain(self) -> None:
         """Before removal: close the port (the host's other replicas keep serving it), tell WS

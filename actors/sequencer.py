@@ -40,7 +40,7 @@ from raydex.codecs._enums import BPS, MAX_MARKET_INDEX
 from raydex.codecs._signing import DEFAULT_CHAIN_ID, Verifier
 from raydex.observability.hist import Histogram
 
-from ._shell import advertised_host, pin_actor
+from ._shell import ActorRuntime, advertised_host
 from .producer import BlockProducer, ClosedBlock, TxOutcome
 from .transport import BlockHub, GrpcDataPlaneServer
 from .wal import FsyncPolicy, Wal
@@ -233,15 +233,15 @@ class SequencerActor:
     acknowledged, and reopens the data plane on its configured ports.
     """
 
-    def __init__(self, config: SequencerConfig, bundle: Any = None) -> None:
+    def __init__(self, config: SequencerConfig, bundle: Any = None, gc_spec: Any = None) -> None:
         self.service = SequencerService(config)
-        self.bundle = bundle
-        self.placement: dict[str, Any] = {}
+        self.runtime = ActorRuntime(bundle, gc_spec)
         self._started = asyncio.get_event_loop().create_task(self._start())
 
     async def _start(self) -> int:
+        self.runtime.before_boot()
         port = await self.service.start()
-        self.placement = pin_actor(self.bundle)
+        self.runtime.after_boot()
         return port
 
     async def _ensure_started(self) -> SequencerService:
@@ -264,7 +264,7 @@ class SequencerActor:
 
     async def status(self) -> dict[str, Any]:
         svc = await self._ensure_started()
-        return {**svc.status(), "placement": self.placement, "address": advertised_host()}
+        return {**svc.status(), **self.runtime.status(), "address": advertised_host()}
 
     async def stop(self) -> None:
         await self._started

@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from raydex.engine import Engine
 
-from ._shell import pin_actor
+from ._shell import ActorRuntime
 from .producer import load_engine_snapshot, replay_block, write_snapshot
 from .transport import GrpcBlockSource, ResyncRequired, TransportUnavailable
 from .wal import decode_record
@@ -198,20 +198,25 @@ class SnapshotActor:
     so they live as long as this actor; replicas on the same node map them zero-copy."""
 
     def __init__(
-        self, config: SnapshotConfig, delta_target: str, txlog_target: str, bundle: Any = None
+        self,
+        config: SnapshotConfig,
+        delta_target: str,
+        txlog_target: str,
+        bundle: Any = None,
+        gc_spec: Any = None,
     ) -> None:
         self.service = SnapshotService(config, on_tables=self._put)
         self._latest: tuple[int, int, dict[str, Any]] | None = None
-        self.bundle = bundle
-        self.placement: dict[str, Any] = {}
+        self.runtime = ActorRuntime(bundle, gc_spec)
         # started from __init__, so a restarted holder resumes by itself
         self._started = asyncio.get_event_loop().create_task(
             self._start(delta_target, txlog_target)
         )
 
     async def _start(self, delta_target: str, txlog_target: str) -> None:
+        self.runtime.before_boot()
         await self.service.start(delta_target, txlog_target)
-        self.placement = pin_actor(self.bundle)
+        self.runtime.after_boot()
 
     def _put(self, seq: int, height: int, tables: dict[str, pa.Table]) -> None:
         import ray
@@ -236,7 +241,7 @@ class SnapshotActor:
 
     async def status(self) -> dict[str, Any]:
         await self._started
-        return {**self.service.status(), "placement": self.placement}
+        return {**self.service.status(), **self.runtime.status()}
 
     async def stop(self) -> None:
         await self.service.stop()

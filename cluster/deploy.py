@@ -189,7 +189,7 @@ def deploy(
             every_blocks=spec.snapshot.every_blocks,
             every_seconds=spec.snapshot.every_seconds,
         )
-        args = (cfg_s, delta_target, txlog_target, bundle("snapshot"))
+        args = (cfg_s, delta_target, txlog_target, bundle("snapshot"), spec.snapshot.gc)
         _spawn(SnapshotActor, SNAPSHOT, namespace, bundle("snapshot"), args)
         created.append(SNAPSHOT)
     ray.get(ray.get_actor(SNAPSHOT, namespace=namespace).start.remote(), timeout=timeout_s)
@@ -198,15 +198,18 @@ def deploy(
         created.append(COMMITTER)
 
     desired: dict[str, BundlePlacement | None] = {}
+    gc_of: dict[str, Any] = {}
     for group in spec.replica_groups:
         g = plan.get(group.name)
         if g is not None:
             for i, b in enumerate(g.bundles):
                 desired[replica_name(group.name, i)] = _reservable(b)
+                gc_of[replica_name(group.name, i)] = group.gc
         else:
             count = group.replicas if group.replicas is not None else group.replicas_per_numa_node
             for i in range(count or 0):
                 desired[replica_name(group.name, i)] = None
+                gc_of[replica_name(group.name, i)] = group.gc
     current = {n for n in existing if n.startswith(REPLICA_PREFIX)}
     starting = []
     for name in sorted(set(desired) - current):
@@ -218,7 +221,8 @@ def deploy(
             chain_id=spec.chain_id,
         )
         b = desired[name]
-        actor = _spawn(ReplicaActor, name, namespace, b, (cfg_r, SNAPSHOT, namespace, b, COMMITTER))
+        args_r = (cfg_r, SNAPSHOT, namespace, b, COMMITTER, gc_of[name])
+        actor = _spawn(ReplicaActor, name, namespace, b, args_r)
         starting.append(actor.start.remote())
         created.append(name)
     ray.get(starting, timeout=timeout_s)

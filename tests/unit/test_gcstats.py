@@ -1,0 +1,52 @@
+"""The GC policy sets what the spec says and the monitor sees the collections it causes."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+from raydex.cluster.spec import GcSpec
+from raydex.observability.gcstats import GcMonitor, GcPolicy
+
+
+def test_the_policy_applies_thresholds_and_disables_full_collections() -> None:
+    before = gc.get_threshold()
+    try:
+        GcPolicy(
+            GcSpec(thresholds=(5000, 20, 30), gen2_disabled=True, collect_interval_s=1)
+        ).apply()
+        t0, t1, t2 = gc.get_threshold()
+        assert (t0, t1) == (5000, 20) and t2 > 10**9
+        GcPolicy(GcSpec(thresholds=(800, 11, 12))).apply()
+        assert gc.get_threshold() == (800, 11, 12)
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_the_monitor_records_each_collection_by_generation() -> None:
+    mon = GcMonitor().install()
+    try:
+        gc.collect(0)
+        gc.collect(2)
+    finally:
+        mon.uninstall()
+    s = mon.summary()
+    assert s["gen0"]["collections"] >= 1 and s["gen2"]["collections"] >= 1
+    assert s["gen2"]["pause_us"]["count"] == s["gen2"]["collections"]
+
+
+def test_scheduled_collections_run_when_gen2_is_disabled() -> None:
+    policy = GcPolicy(GcSpec(gen2_disabled=True, collect_interval_s=0.01))
+    mon = GcMonitor().install()
+
+    async def run() -> None:
+        task = asyncio.get_running_loop().create_task(policy.run_scheduled())
+        await asyncio.sleep(0.1)
+        task.cancel()
+
+    try:
+        asyncio.run(run())
+    finally:
+        mon.uninstall()
+    assert policy.scheduled >= 2
+    assert mon.collections[2] >= policy.scheduled
