@@ -23,6 +23,9 @@ Invariants:
   with WS close code 1008 and reason ``30006``; both are counted in :meth:`Fanout.stats`.
 - One writer task per connection drains its queue; a connection that closes removes itself from
   every channel.
+- Channels: ``order_book/{m}``, ``trade/{m}``, ``market_stats/{m|all}``, ``account_all/{a}``,
+  ``height``. ``market_stats`` is pushed for the markets that traded in the block (``all``: one
+  message holding every such market, keyed by market id as a string, as Lighter sends it).
 
 Cost per block: one ``msgspec`` encode per changed market with subscribers (O(levels changed)),
 one deque append per subscriber, plus one encode per slow client per conflated market.
@@ -97,18 +100,34 @@ class Client:
     closed: bool = False
 
 
+#: ``market_stats/all`` is parsed to this market argument (Lighter's "all markets" index)
+ALL_MARKETS = 255
+
+
 def split_channel(channel: object) -> tuple[str, int] | None:
-    """``"order_book/0"`` -> ``("order_book", 0)``; ``"height"`` -> ``("height", -1)``."""
+    """``"order_book/0"`` -> ``("order_book", 0)``; ``"height"`` -> ``("height", -1)``;
+    ``"market_stats/all"`` -> ``("market_stats", ALL_MARKETS)``."""
     if not isinstance(channel, str) or len(channel) > 64:
         return None
     if channel == "height":
         return ("height", -1)
     kind, sep, arg = channel.partition("/")
-    if not sep or kind not in ("order_book", "trade", "account_all"):
+    if not sep or kind not in ("order_book", "trade", "account_all", "market_stats"):
         return None
+    if kind == "market_stats" and arg == "all":
+        return (kind, ALL_MARKETS)
     if not arg.isascii() or not arg.isdigit() or len(arg) > 15:
         return None
     return (kind, int(arg))
+
+
+def channel_key(kind: str, arg: int) -> str:
+    """The ``channel`` field of replies: ``order_book:0``, ``market_stats:all``, ``height``."""
+    if arg < 0:
+        return kind
+    if kind == "market_stats" and arg == ALL_MARKETS:
+        return "market_stats:all"
+    return f"{kind}:{arg}"
 
 
 class Fanout:
@@ -183,7 +202,7 @@ class Fanout:
         if parsed is None:
             return int(ResultCode.WS_INVALID_CHANNEL), f"invalid channel {channel!r}"
         kind, arg = parsed
-        key = kind if arg < 0 else f"{kind}:{arg}"
+        key = channel_key(kind, arg)
         if key in c.channels:
             return int(ResultCode.WS_ALREADY_SUBSCRIBED), f"already subscribed to {channel}"
         if len(c.channels) >= self.config.max_subscriptions:
@@ -201,7 +220,7 @@ class Fanout:
         if parsed is None:
             return int(ResultCode.WS_INVALID_CHANNEL), f"invalid channel {channel!r}"
         kind, arg = parsed
-        key = kind if arg < 0 else f"{kind}:{arg}"
+        key = channel_key(kind, arg)
         if key not in c.channels:
             return int(ResultCode.WS_NOT_SUBSCRIBED), f"not subscribed to {channel}"
         c.channels.discard(key)
@@ -227,6 +246,11 @@ class Fanout:
             if acct is None:
                 return None
             return self._account_body(arg, "subscribed/account_all", ts_ms)
+        if kind == "market_stats":
+            mids = sorted(st.markets) if arg == ALL_MARKETS else [arg]
+            if any(mi not in st.markets for mi in mids):
+                return None
+            return self._stats_body(key, mids, arg == ALL_MARKETS, "subscribed/market_stats")
         m = st.markets.get(arg)
         if m is None:
             return None
@@ -261,6 +285,16 @@ class Fanout:
             "total_order_count": len(acct.orders),
             "seq": st.seq,
             "timestamp": ts_ms,
+            "type": kind,
+        }
+
+    def _stats_body(self, key: str, mids: list[int], many: bool, kind: str) -> dict[str, Any]:
+        st = self.state
+        stats = {mi: views.market_stats(st.markets[mi], st.stats[mi]) for mi in mids}
+        return {
+            "channel": key,
+            "market_stats": {str(mi): v for mi, v in stats.items()} if many else stats[mids[0]],
+            "timestamp": time.time_ns() // 1_000_000,
             "type": kind,
         }
 
@@ -299,6 +333,7 @@ class Fanout:
                     }
                 )
                 self._put_all(subs, _Msg(data))
+        self._publish_stats(sorted(applied.trades))
         for ai in applied.accounts:
             subs = self._subs.get(f"account_all:{ai}")
             if subs:
@@ -317,6 +352,22 @@ class Fanout:
                 }
             )
             self._put_all(subs, _Msg(data))
+
+    def _publish_stats(self, mids: list[int]) -> None:
+        """``market_stats`` for the markets that traded in this block (their last price, volume
+        and daily range moved); a mark-only change shows with the market's next trade."""
+        if not mids:
+            return
+        for mi in mids:
+            subs = self._subs.get(f"market_stats:{mi}")
+            if subs:
+                key = f"market_stats:{mi}"
+                body = self._stats_body(key, [mi], False, "update/market_stats")
+                self._put_all(subs, _Msg(_encode(body)))
+        subs = self._subs.get("market_stats:all")
+        if subs:
+            body = self._stats_body("market_stats:all", mids, True, "update/market_stats")
+            self._put_all(subs, _Msg(_encode(body)))
 
     def _book_update(
         self, mi: int, bids: Any, asks: Any, begin: int, nonce: int, engine_us: int

@@ -3,7 +3,8 @@
 Every builder returns a plain ``dict`` that the ``lighter-sdk`` pydantic models accept: every
 required field present with its JSON type (decimal strings for prices, sizes and USDC; ints where
 the models say ``StrictInt``). Fields raydex has no notion of (pools, referral points, settlement,
-spot assets...) get neutral values (``0``, ``""``, ``false``, ``[]``).
+spot assets...) get neutral values (``0``, ``""``, ``false``, ``[]``); an account's one asset is
+its USDC collateral. Checked against the real clients in ``tests/clients`` (lighter-sdk, ccxt).
 
 Units: fees are fractions of notional as decimal strings (``taker_fee`` 200 ppm -> ``"0.000200"``);
 margin fractions stay integers in bps, as Lighter sends them. Daily figures are counted from the
@@ -34,6 +35,19 @@ def _num(ticks: int, decimals: int) -> float:
     return float(ticks / 10**decimals)
 
 
+def _daily(m: MarketRecord, s: MarketStats) -> dict[str, float]:
+    """The daily figures shared by ``orderBookDetails`` and the ``market_stats`` channel."""
+    pd, sd = m.price_decimals, m.size_decimals
+    change = (m.last_trade_price - s.first_price) / s.first_price if s.first_price else 0.0
+    return {
+        "daily_base_token_volume": _num(s.base_volume, sd),
+        "daily_quote_token_volume": _num(s.quote_volume, pd + sd),
+        "daily_price_low": _num(s.low, pd),
+        "daily_price_high": _num(s.high, pd),
+        "daily_price_change": change * 100,
+    }
+
+
 def market_summary(m: MarketRecord) -> dict[str, Any]:
     """``OrderBook`` (the ``orderBooks`` entry)."""
     return {
@@ -51,7 +65,8 @@ def market_summary(m: MarketRecord) -> dict[str, Any]:
         "supported_size_decimals": int(m.size_decimals),
         "supported_price_decimals": int(m.price_decimals),
         "supported_quote_decimals": USDC_DECIMALS,
-        "order_quote_limit": "0",
+        # Lighter sends "" when a market has no quote cap; ccxt reads "0" as "max cost 0".
+        "order_quote_limit": "",
         "is_maker_fee_enabled": True,
         "is_taker_fee_enabled": True,
         "created_at": "",
@@ -72,7 +87,6 @@ def market_summary(m: MarketRecord) -> dict[str, Any]:
 def market_detail(m: MarketRecord, s: MarketStats) -> dict[str, Any]:
     """``PerpsOrderBookDetail`` (the ``orderBookDetails`` entry)."""
     pd, sd = m.price_decimals, m.size_decimals
-    change = (m.last_trade_price - s.first_price) / s.first_price if s.first_price else 0.0
     out = market_summary(m)
     out.update(
         {
@@ -85,11 +99,7 @@ def market_detail(m: MarketRecord, s: MarketStats) -> dict[str, Any]:
             "closeout_margin_fraction": int(m.closeout_margin_fraction),
             "last_trade_price": _num(m.last_trade_price, pd),
             "daily_trades_count": s.trades,
-            "daily_base_token_volume": _num(s.base_volume, sd),
-            "daily_quote_token_volume": _num(s.quote_volume, pd + sd),
-            "daily_price_low": _num(s.low, pd),
-            "daily_price_high": _num(s.high, pd),
-            "daily_price_change": change * 100,
+            **_daily(m, s),
             "open_interest": _num(m.open_interest, sd),
             "daily_chart": {},
             "market_config": {
@@ -113,6 +123,26 @@ def market_detail(m: MarketRecord, s: MarketStats) -> dict[str, Any]:
         }
     )
     return out
+
+
+def market_stats(m: MarketRecord, s: MarketStats) -> dict[str, Any]:
+    """The WS ``market_stats`` entry (what ccxt.pro's ``watch_ticker`` parses). Funding is not
+    modelled per market yet: rates are ``"0"``; the daily figures are ``market_detail``'s."""
+    pd, sd = m.price_decimals, m.size_decimals
+    return {
+        "market_id": int(m.market_index),
+        "index_price": ticks_to_str(m.mark_price, pd),
+        "mark_price": ticks_to_str(m.mark_price, pd),
+        "open_interest": lots_to_str(m.open_interest, sd),
+        "open_interest_limit": "",
+        "funding_clamp_small": "0",
+        "funding_clamp_big": "0",
+        "last_trade_price": ticks_to_str(m.last_trade_price, pd),
+        "current_funding_rate": "0",
+        "funding_rate": "0",
+        "funding_timestamp": 0,
+        **_daily(m, s),
+    }
 
 
 def simple_order(o: OrderRecord, m: MarketRecord, ts_ms: int) -> dict[str, Any]:
@@ -234,6 +264,50 @@ def position(p: PositionRecord, m: MarketRecord, open_orders: int) -> dict[str, 
     }
 
 
+USDC_ASSET_ID = 3  # Lighter's asset id for USDC
+
+
+def usdc_asset(collateral: int, available: int) -> dict[str, Any]:
+    """``AccountAsset`` for the one asset raydex has: USDC collateral, with the part backing
+    margin (collateral minus available balance) as ``locked_balance``."""
+    balance = usdc_to_str(collateral)
+    return {
+        "symbol": "USDC",
+        "asset_id": USDC_ASSET_ID,
+        "balance": balance,
+        "locked_balance": usdc_to_str(max(collateral - available, 0)),
+        "margin_balance": balance,
+        "margin_mode": "enabled",
+        "multiplier": "1",
+    }
+
+
+def usdc_asset_detail() -> dict[str, Any]:
+    """``Asset`` (the ``assetDetails`` entry): USDC, the collateral of every perp market.
+    Lending and supply caps do not exist in raydex: neutral values."""
+    one = usdc_to_str(10**USDC_DECIMALS)
+    return {
+        "asset_id": USDC_ASSET_ID,
+        "symbol": "USDC",
+        "l1_decimals": USDC_DECIMALS,
+        "decimals": USDC_DECIMALS,
+        "min_transfer_amount": one,
+        "min_withdrawal_amount": one,
+        "margin_mode": "enabled",
+        "index_price": one,
+        "l1_address": "",
+        "global_supply_cap": "0",
+        "liquidation_fee": "0",
+        "liquidation_threshold": "0",
+        "loan_to_value": "0",
+        "price_decimals": USDC_DECIMALS,
+        "total_supplied": "0",
+        "user_supply_cap": "0",
+        "liquidation_factor": "0",
+        "multiplier": "1",
+    }
+
+
 def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
     """``DetailedAccount``."""
     ts_ms = state.timestamp_ns // 1_000_000
@@ -245,6 +319,7 @@ def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
         for mi, p in sorted(acct.positions.items())
     ]
     collateral = usdc_to_str(acct.collateral)
+    available = state.available_balance(ai)
     return {
         "code": 200,
         "account_type": 0,
@@ -254,7 +329,7 @@ def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
         "total_order_count": len(acct.orders),
         "total_isolated_order_count": 0,
         "pending_order_count": 0,
-        "available_balance": usdc_to_str(state.available_balance(ai)),
+        "available_balance": usdc_to_str(available),
         "status": 1,
         "collateral": collateral,
         "account_index": ai,
@@ -263,7 +338,7 @@ def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
         "can_invite": False,
         "referral_points_percentage": "0",
         "positions": positions,
-        "assets": [],
+        "assets": [usdc_asset(acct.collateral, available)],
         "total_asset_value": collateral,
         "cross_asset_value": collateral,
         "pool_info": {

@@ -39,6 +39,7 @@ from aiohttp import WSMsgType, web
 from raydex.codecs import CodecError, ResultCode
 from raydex.codecs._enums import ALL_API_KEYS, MAX_48, MAX_API_KEY_INDEX, MAX_MARKET_INDEX
 from raydex.codecs._json import tx_from_json
+from raydex.observability.metrics import ApiCounters
 
 from . import _api_views as views
 from ._api_config import ApiConfig
@@ -47,6 +48,7 @@ from .producer import TxOutcome
 from .replica_state import ReplicaState
 
 __all__ = [
+    "COUNTERS",
     "FANOUT",
     "STATE",
     "ApiConfig",
@@ -72,6 +74,8 @@ class CommitmentSource(Protocol):
 
 STATE: web.AppKey[ReplicaState] = web.AppKey("raydex_state", ReplicaState)
 FANOUT: web.AppKey[Fanout] = web.AppKey("raydex_fanout", Fanout)
+#: what the handlers count (cache hits/fallbacks, dry-run time); the replica exports it
+COUNTERS: web.AppKey[ApiCounters] = web.AppKey("raydex_counters", ApiCounters)
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -167,8 +171,12 @@ class _Api:
         self.config = config
         self.commitments = commitments
         self.fanout = Fanout(state, config)
+        self.counters = ApiCounters()
 
-    def _ok(self, body: dict[str, Any]) -> web.Response:
+    def _ok(self, body: dict[str, Any], cached: bool = True) -> web.Response:
+        """A success answer; ``cached``: it was read from the caches (counted as a hit)."""
+        if cached:
+            self.counters.cache_hits += 1
         body["code"] = _OK
         body["seq"] = self.state.seq
         return _json(body)
@@ -191,9 +199,12 @@ class _Api:
     # ---- REST reads -----------------------------------------------------------------------------
 
     async def info(self, request: web.Request) -> web.Response:
+        """``Status`` (``GET /``) and ``ZkLighterInfo`` (``GET /info``) in one body. Lighter
+        answers ``status: 200`` and the time in seconds (ccxt's ``fetch_status`` checks 200)."""
         return self._ok(
             {
-                "status": 1,
+                "status": 200,
+                "contract_address": "",
                 "network_id": self.config.network_id,
                 "timestamp": int(time.time()),
                 "height": self.state.height,
@@ -229,6 +240,13 @@ class _Api:
                 "bids": [views.simple_order(o, m, ts) for o in bids[:limit]],
             }
         )
+
+    async def asset_details(self, request: web.Request) -> web.Response:
+        """USDC only (ccxt's ``load_markets`` reads it); ``asset_id`` 0 or absent means all."""
+        aid = _int(request.query, "asset_id", 0, 2**31 - 1, default=0)
+        if aid not in (0, views.USDC_ASSET_ID):
+            raise ApiError(int(ResultCode.NOT_FOUND), f"asset {aid} not found", 404)
+        return self._ok({"asset_details": [views.usdc_asset_detail()]})
 
     async def recent_trades(self, request: web.Request) -> web.Response:
         st = self.state
@@ -303,15 +321,17 @@ class _Api:
         if q.get("by", "height") != "height":
             raise ApiError(int(ResultCode.INVALID_PARAM), "only by=height is supported")
         height = _int(q, "value", 1, 2**63 - 1)
+        self.counters.cache_fallbacks += 1
         found = None if self.commitments is None else await self.commitments.commitment(height)
         if found is None:
             raise ApiError(int(ResultCode.NOT_FOUND), "no commitment for that height (yet)", 404)
-        return self._ok({"total": 1, "blocks": [found]})
+        return self._ok({"total": 1, "blocks": [found]}, cached=False)
 
     async def blocks(self, request: web.Request) -> web.Response:
         limit = _int(request.query, "limit", 1, 100, 10)
+        self.counters.cache_fallbacks += 1
         found = [] if self.commitments is None else await self.commitments.latest(limit)
-        return self._ok({"total": len(found), "blocks": found})
+        return self._ok({"total": len(found), "blocks": found}, cached=False)
 
     # ---- transactions ---------------------------------------------------------------------------
 
@@ -337,8 +357,11 @@ class _Api:
         st = self.state
         now_ms = time.time_ns() // 1_000_000
         noted: list[Any] = []
+        dry_run_time = self.counters.dry_run
         for i, tx in enumerate(txs):
+            t0 = time.perf_counter_ns()
             code = st.dry_run(tx, now_ms)
+            dry_run_time.record(time.perf_counter_ns() - t0)
             if code != _OK:
                 for n in noted:
                     st.forget_sent(n)
@@ -492,8 +515,10 @@ def build_app(
     app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[_errors])
     app[STATE] = state
     app[FANOUT] = api.fanout
+    app[COUNTERS] = api.counters
     r = app.router
     r.add_get("/", api.info)
+    r.add_get("/info", api.info)
     r.add_get("/stream", api.stream)
     for path, handler in (
         ("info", api.info),
@@ -501,6 +526,7 @@ def build_app(
         ("orderBookDetails", api.order_book_details),
         ("orderBookOrders", api.order_book_orders),
         ("recentTrades", api.recent_trades),
+        ("assetDetails", api.asset_details),
         ("account", api.account),
         ("apikeys", api.api_keys),
         ("nextNonce", api.next_nonce),

@@ -73,10 +73,14 @@ def live() -> Iterator[Live]:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
     | st.text(max_size=30),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner,
-                                                                max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -100,8 +104,9 @@ def tx_infos(draw: st.DrawFn, template: dict[str, Any]) -> str:
 KEY_CHARS = string.ascii_letters + "_"
 tx_types = st.integers(-3, 300).map(str) | st.text(max_size=8)
 OK_STATUSES = {200, 400, 404, 413}
-FUZZ = settings(max_examples=120, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def check(live: Live, status: int, body: Any) -> None:
@@ -119,8 +124,13 @@ def test_random_send_tx_forms_never_produce_a_server_error(live: Live, data: st.
         form["tx_type"] = data.draw(tx_types)
     if data.draw(st.booleans()):
         form["tx_info"] = data.draw(tx_infos(live.template))
-    form.update(data.draw(st.dictionaries(st.text(KEY_CHARS, min_size=1, max_size=8),
-                                          st.text(max_size=20), max_size=2)))
+    form.update(
+        data.draw(
+            st.dictionaries(
+                st.text(KEY_CHARS, min_size=1, max_size=8), st.text(max_size=20), max_size=2
+            )
+        )
+    )
     if data.draw(st.booleans()):
         multipart = aiohttp.FormData()
         for k, v in form.items():
@@ -137,8 +147,9 @@ def test_random_json_bodies_never_produce_a_server_error(
     live: Live, body: Any, as_json: bool
 ) -> None:
     raw = json.dumps(body).encode() if as_json else json.dumps(body).encode()[::-1]
-    status, reply = live.post("/api/v1/sendTx", data=raw,
-                              headers={"Content-Type": "application/json"})
+    status, reply = live.post(
+        "/api/v1/sendTx", data=raw, headers={"Content-Type": "application/json"}
+    )
     check(live, status, reply)
 
 
@@ -153,10 +164,12 @@ def test_random_batches_never_produce_a_server_error(
     check(live, status, body)
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(messages=st.lists(json_values.map(json.dumps) | st.text(max_size=40), min_size=1,
-                         max_size=4))
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    messages=st.lists(json_values.map(json.dumps) | st.text(max_size=40), min_size=1, max_size=4)
+)
 def test_random_websocket_messages_get_an_answer_and_never_close_the_socket(
     live: Live, messages: list[str]
 ) -> None:

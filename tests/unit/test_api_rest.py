@@ -37,8 +37,13 @@ def run(coro: Awaitable[T], timeout: float = 30.0) -> T:
 class Rig:
     """One exchange, one replica behind a live server, a client session."""
 
-    def __init__(self, ex: LocalExchange, state: ReplicaState, server: TestServer,
-                 http: aiohttp.ClientSession) -> None:
+    def __init__(
+        self,
+        ex: LocalExchange,
+        state: ReplicaState,
+        server: TestServer,
+        http: aiohttp.ClientSession,
+    ) -> None:
         self.ex, self.state, self.server, self.http = ex, state, server, http
 
     def url(self, path: str) -> str:
@@ -53,14 +58,13 @@ class Rig:
             return r.status, await r.json()
 
     async def send(self, tx: Any) -> tuple[int, dict[str, Any]]:
-        return await self.post("/api/v1/sendTx", {"tx_type": str(tx_type_of(type(tx))),
-                                                  "tx_info": tx_to_json_str(tx)})
+        return await self.post(
+            "/api/v1/sendTx", {"tx_type": str(tx_type_of(type(tx))), "tx_info": tx_to_json_str(tx)}
+        )
 
 
 @asynccontextmanager
-async def rig(
-    traders: list[Trader], config: ApiConfig | None = None
-) -> AsyncIterator[Rig]:
+async def rig(traders: list[Trader], config: ApiConfig | None = None) -> AsyncIterator[Rig]:
     ex = new_exchange(traders)
     p = ex.producer
     state = ReplicaState.from_records(p.engine.records(), p.seq, p.height)
@@ -76,7 +80,8 @@ async def rig(
 
 
 def with_rig(
-    body: Callable[[Rig, list[Trader]], Awaitable[None]], n: int = 2,
+    body: Callable[[Rig, list[Trader]], Awaitable[None]],
+    n: int = 2,
     config: ApiConfig | None = None,
 ) -> None:
     traders = [Trader(10 + i) for i in range(n)]
@@ -130,8 +135,10 @@ def test_batch_sends_consecutive_nonces_in_one_block() -> None:
     async def body(r: Rig, ts: list[Trader]) -> None:
         a = ts[0]
         txs = [a.order(299_000 - i * 100, 100, 0) for i in range(3)]
-        form = {"tx_types": json.dumps([14] * 3),
-                "tx_infos": json.dumps([tx_to_json_str(t) for t in txs])}
+        form = {
+            "tx_types": json.dumps([14] * 3),
+            "tx_infos": json.dumps([tx_to_json_str(t) for t in txs]),
+        }
         status, reply = await r.post("/api/v1/sendTxBatch", form)
         assert status == 200 and reply["code"] == 200 and len(reply["tx_hash"]) == 3
         assert len(r.state.books[0].bids) == 3
@@ -160,25 +167,31 @@ def test_bad_requests_get_their_code_and_change_nothing() -> None:
             ({"tx_type": "14", "tx_info": json.dumps(forged)}, ResultCode.INVALID_SIGNATURE),
             ({"tx_type": "14", "tx_info": tx_to_json_str(wrong_nonce)}, ResultCode.INVALID_NONCE),
             ({"tx_info": tx_to_json_str(good)}, ResultCode.INVALID_TX_TYPE),
-            ({"tx_type": "1", "tx_info": '{"AccountIndex":10,"USDCAmount":5}'},
-             ResultCode.OPERATOR_ONLY),
+            (
+                {"tx_type": "1", "tx_info": '{"AccountIndex":10,"USDCAmount":5}'},
+                ResultCode.OPERATOR_ONLY,
+            ),
         ]
         for form, code in cases:
             status, reply = await r.post("/api/v1/sendTx", form)
             assert (status, reply["code"]) == (400, code), form
             assert reply["message"]
-        status, reply = await r.post("/api/v1/sendTx", b"{oops", headers={
-            "Content-Type": "application/json"})
+        status, reply = await r.post(
+            "/api/v1/sendTx", b"{oops", headers={"Content-Type": "application/json"}
+        )
         assert (status, reply["code"]) == (400, ResultCode.INVALID_PARAM)
         status, reply = await r.post("/api/v1/sendTx", {"tx_type": "14", "tx_info": "x" * 40_000})
         assert (status, reply["code"]) == (413, ResultCode.BODY_TOO_LARGE)
         infos = [tx_to_json_str(good)] * 51
-        status, reply = await r.post("/api/v1/sendTxBatch", {
-            "tx_types": json.dumps([14] * 51), "tx_infos": json.dumps(infos)})
+        status, reply = await r.post(
+            "/api/v1/sendTxBatch",
+            {"tx_types": json.dumps([14] * 51), "tx_infos": json.dumps(infos)},
+        )
         assert (status, reply["code"]) == (400, ResultCode.BATCH_TOO_LARGE)
         bad_batch = [tx_to_json_str(good), json.dumps(forged)]
-        status, reply = await r.post("/api/v1/sendTxBatch", {
-            "tx_types": "[14, 14]", "tx_infos": json.dumps(bad_batch)})
+        status, reply = await r.post(
+            "/api/v1/sendTxBatch", {"tx_types": "[14, 14]", "tx_infos": json.dumps(bad_batch)}
+        )
         assert (status, reply["code"]) == (400, ResultCode.INVALID_SIGNATURE)
         assert (r.state.state_hash(), r.ex.producer.seq, r.state.pending_count()) == before
         status, reply = await r.send(good)
@@ -193,10 +206,13 @@ def test_bad_query_parameters_and_unknown_things_get_clear_codes() -> None:
         checks = [
             ("/api/v1/orderBookOrders", {"market_id": "x"}, 400, ResultCode.INVALID_PARAM),
             ("/api/v1/orderBookOrders", {"market_id": "7"}, 404, ResultCode.MARKET_NOT_FOUND),
-            ("/api/v1/nextNonce", {"account_index": "999", "api_key_index": "0"}, 404,
-             ResultCode.API_KEY_NOT_FOUND),
-            ("/api/v1/account", {"by": "index", "value": "999"}, 404,
-             ResultCode.ACCOUNT_NOT_FOUND),
+            (
+                "/api/v1/nextNonce",
+                {"account_index": "999", "api_key_index": "0"},
+                404,
+                ResultCode.API_KEY_NOT_FOUND,
+            ),
+            ("/api/v1/account", {"by": "index", "value": "999"}, 404, ResultCode.ACCOUNT_NOT_FOUND),
             ("/api/v1/tx", {"by": "hash", "value": "zz"}, 400, ResultCode.INVALID_PARAM),
             ("/api/v1/tx", {"by": "hash", "value": "00" * 32}, 404, ResultCode.NOT_FOUND),
             ("/api/v1/nope", {}, 404, ResultCode.NOT_FOUND),
@@ -251,8 +267,10 @@ def test_every_rest_answer_is_accepted_by_the_lighter_sdk_models() -> None:
             assert status == 200, (path, reply)
             getattr(models, model).from_dict(reply)
         models.RespSendTx.from_dict(sent)
-        form = {"tx_types": "[14]", "tx_infos": json.dumps([tx_to_json_str(a.order(302_000, 10,
-                                                                                     1))])}
+        form = {
+            "tx_types": "[14]",
+            "tx_infos": json.dumps([tx_to_json_str(a.order(302_000, 10, 1))]),
+        }
         _, batch = await r.post("/api/v1/sendTxBatch", form)
         models.RespSendTxBatch.from_dict(batch)
 

@@ -34,8 +34,9 @@ def run(coro: Awaitable[T], timeout: float = 60.0) -> T:
 
 
 class Rig:
-    def __init__(self, ex: LocalExchange, state: ReplicaState, fanout: Fanout,
-                 server: TestServer) -> None:
+    def __init__(
+        self, ex: LocalExchange, state: ReplicaState, fanout: Fanout, server: TestServer
+    ) -> None:
         self.ex, self.state, self.fanout, self.server = ex, state, fanout, server
 
     @property
@@ -59,8 +60,9 @@ async def rig(traders: list[Trader], config: ApiConfig | None = None) -> AsyncIt
         await server.close()
 
 
-def with_rig(body: Callable[[Rig, list[Trader]], Awaitable[None]],
-             config: ApiConfig | None = None) -> None:
+def with_rig(
+    body: Callable[[Rig, list[Trader]], Awaitable[None]], config: ApiConfig | None = None
+) -> None:
     traders = [Trader(10 + i) for i in range(2)]
 
     async def main() -> None:
@@ -114,8 +116,7 @@ class BookFollower:
 
     def matches(self, state: ReplicaState, market: int = 0) -> bool:
         b = state.books[market]
-        return (self.nonce == b.nonce and self.bids == dict(b.bids)
-                and self.asks == dict(b.asks))
+        return self.nonce == b.nonce and self.bids == dict(b.bids) and self.asks == dict(b.asks)
 
 
 async def follow(ws: aiohttp.ClientWebSocketResponse, book: BookFollower) -> None:
@@ -147,8 +148,11 @@ async def subscribe(ws: aiohttp.ClientWebSocketResponse, channel: str) -> dict[s
 def test_an_order_sent_by_one_client_appears_on_another_clients_order_book() -> None:
     async def body(r: Rig, ts: list[Trader]) -> None:
         a, b = ts
-        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as sender, \
-                s.ws_connect(r.ws_url) as watcher:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.ws_connect(r.ws_url) as sender,
+            s.ws_connect(r.ws_url) as watcher,
+        ):
             assert (await recv(sender))["type"] == "connected"
             assert (await recv(watcher))["type"] == "connected"
             book = BookFollower()
@@ -157,8 +161,13 @@ def test_an_order_sent_by_one_client_appears_on_another_clients_order_book() -> 
             book.feed(snap)
             orders = [a.order(299_000, 100, 0), b.order(301_000, 70, 1), b.order(299_000, 40, 1)]
             for i, tx in enumerate(orders):
-                await sender.send_json({"type": "jsonapi/sendtx", "id": i,
-                                        "data": {"tx_type": 14, "tx_info": tx_to_json_str(tx)}})
+                await sender.send_json(
+                    {
+                        "type": "jsonapi/sendtx",
+                        "id": i,
+                        "data": {"tx_type": 14, "tx_info": tx_to_json_str(tx)},
+                    }
+                )
                 reply = await recv_type(sender, "jsonapi/sendtx")
                 assert (reply["code"], reply["id"]) == (200, i) and len(reply["tx_hash"]) == 64
                 book.feed(await recv_type(watcher, "update/order_book"))
@@ -182,7 +191,8 @@ def test_trade_account_and_height_channels_push_what_a_block_changed() -> None:
                 m = await recv(ws)
                 got[m["type"]] = m
             assert [(t["price"], t["size"]) for t in got["update/trade"]["trades"]] == [
-                ("3000.00", "0.0050")]
+                ("3000.00", "0.0050")
+            ]
             assert got["update/account_all"]["positions"]["0"]["position"] == "0.0050"
             assert got["update/height"]["height"] == r.state.height
 
@@ -197,9 +207,11 @@ def test_pings_limits_and_bad_messages_get_their_answers() -> None:
             assert (await recv(ws))["type"] == "pong"
             await ws.send_str("{nope")
             assert (await recv(ws))["code"] == ResultCode.WS_INVALID_MESSAGE
-            for channel, code in [("order_book/9", ResultCode.WS_INVALID_CHANNEL),
-                                  ("candles/0", ResultCode.WS_INVALID_CHANNEL),
-                                  ("account_all/12345", ResultCode.WS_INVALID_CHANNEL)]:
+            for channel, code in [
+                ("order_book/9", ResultCode.WS_INVALID_CHANNEL),
+                ("candles/0", ResultCode.WS_INVALID_CHANNEL),
+                ("account_all/12345", ResultCode.WS_INVALID_CHANNEL),
+            ]:
                 assert (await subscribe(ws, channel))["code"] == code
             await subscribe(ws, "order_book/0")
             assert (await subscribe(ws, "order_book/0"))["code"] == ResultCode.WS_ALREADY_SUBSCRIBED
@@ -210,12 +222,17 @@ def test_pings_limits_and_bad_messages_get_their_answers() -> None:
             before = r.state.state_hash()
             forged = json.loads(tx_to_json_str(ts[0].order(299_000, 10, 0)))
             forged["BaseAmount"] = 11
-            await ws.send_json({"type": "jsonapi/sendtx",
-                                "data": {"tx_type": 14, "tx_info": json.dumps(forged)}})
+            await ws.send_json(
+                {"type": "jsonapi/sendtx", "data": {"tx_type": 14, "tx_info": json.dumps(forged)}}
+            )
             reply = await recv_type(ws, "jsonapi/sendtx")
             assert reply["code"] == ResultCode.INVALID_SIGNATURE
-            await ws.send_json({"type": "jsonapi/sendtxbatch",
-                                "data": {"tx_types": "[14]", "tx_infos": "not json"}})
+            await ws.send_json(
+                {
+                    "type": "jsonapi/sendtxbatch",
+                    "data": {"tx_types": "[14]", "tx_infos": "not json"},
+                }
+            )
             assert (await recv_type(ws, "jsonapi/sendtxbatch"))["code"] == ResultCode.INVALID_PARAM
             assert r.state.state_hash() == before
             assert r.fanout.stats().subscriptions == 2
@@ -262,8 +279,12 @@ SLOW = ApiConfig(ws_queue_limit=4, ws_conflation_limit=10_000, ws_send_buffer_by
 def test_a_stalled_client_is_conflated_and_still_sees_an_unbroken_book() -> None:
     async def body(r: Rig, ts: list[Trader]) -> None:
         conn = aiohttp.TCPConnector(socket_factory=small_buffer_socket)
-        async with aiohttp.ClientSession() as s, aiohttp.ClientSession(connector=conn) as slow_s, \
-                s.ws_connect(r.ws_url) as fast_ws, slow_s.ws_connect(r.ws_url) as slow_ws:
+        async with (
+            aiohttp.ClientSession() as s,
+            aiohttp.ClientSession(connector=conn) as slow_s,
+            s.ws_connect(r.ws_url) as fast_ws,
+            slow_s.ws_connect(r.ws_url) as slow_ws,
+        ):
             fast, slow = BookFollower(), BookFollower()
             await fast_ws.send_json({"type": "subscribe", "channel": "order_book/0"})
             await slow_ws.send_json({"type": "subscribe", "channel": "order_book/0"})
@@ -286,8 +307,12 @@ def test_a_stalled_client_is_conflated_and_still_sees_an_unbroken_book() -> None
 def test_a_client_stalled_past_the_limit_is_disconnected_and_fast_clients_keep_going() -> None:
     async def body(r: Rig, ts: list[Trader]) -> None:
         conn = aiohttp.TCPConnector(socket_factory=small_buffer_socket)
-        async with aiohttp.ClientSession() as s, aiohttp.ClientSession(connector=conn) as slow_s, \
-                s.ws_connect(r.ws_url) as fast_ws, slow_s.ws_connect(r.ws_url) as slow_ws:
+        async with (
+            aiohttp.ClientSession() as s,
+            aiohttp.ClientSession(connector=conn) as slow_s,
+            s.ws_connect(r.ws_url) as fast_ws,
+            slow_s.ws_connect(r.ws_url) as slow_ws,
+        ):
             fast = BookFollower()
             await fast_ws.send_json({"type": "subscribe", "channel": "order_book/0"})
             await slow_ws.send_json({"type": "subscribe", "channel": "order_book/0"})
