@@ -1,10 +1,17 @@
-"""What every Ray actor shell of raydex does the same way: pin itself, say where it is."""
+"""What every Ray actor shell of raydex does the same way: pin itself, say where it is, export
+its metrics (GC and placement on top of the service's own; flushed every ``METRICS_INTERVAL_S``)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from raydex.observability.metrics import Recorder
+
+#: how often an actor's Recorder exports (Ray's agent scrapes workers every ~10 s anyway)
+METRICS_INTERVAL_S = 2.0
 
 
 def advertised_host() -> str:
@@ -41,16 +48,45 @@ class ActorRuntime:
         self.gc = GcPolicy(gc_spec)
         self.monitor = GcMonitor()
         self.placement: dict[str, Any] = {}
+        self.metrics: Recorder | None = None
         self._scheduled: asyncio.Task[None] | None = None
 
     def before_boot(self) -> None:
         self.monitor.install()
         self.gc.apply()
 
-    def after_boot(self) -> None:
+    def after_boot(self, metrics: Recorder | None = None) -> None:
         self.placement = pin_actor(self.bundle)
         self.gc.after_boot()
         self._scheduled = asyncio.get_running_loop().create_task(self.gc.run_scheduled())
+        if metrics is not None:
+            self.start_metrics(metrics)
+
+    def start_metrics(self, rec: Recorder) -> None:
+        """Add this process's GC and placement series to ``rec`` and start its flush task."""
+        self.metrics = rec
+        if self.bundle is not None:
+            rec.base["group"] = str(self.bundle.group)
+        mon = self.monitor
+        for g in range(3):
+            rec.histogram("raydex_gc_pause_seconds", mon.pauses[g], gen=str(g))
+            rec.counter_fn(
+                "raydex_gc_collections_total", lambda g=g: mon.collections[g], gen=str(g)
+            )
+        p = self.placement
+        rec.gauge(
+            "raydex_placement_info",
+            lambda: 1.0,
+            node=advertised_host(),
+            numa_node=str(p.get("numa_node", -1)),
+            cpus=",".join(str(c) for c in p.get("cpus", ())) or "any",
+            policy=str(p.get("policy", "unpinned")),
+        )
+        rec.start(METRICS_INTERVAL_S)
 
     def status(self) -> dict[str, Any]:
-        return {"placement": self.placement, "gc": self.monitor.summary()}
+        out = {"placement": self.placement, "gc": self.monitor.summary()}
+        if self.metrics is not None:
+            m = self.metrics
+            out["metrics"] = {"flushes": m.flushes, "dropped_samples": m.dropped}
+        return out

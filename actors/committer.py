@@ -175,11 +175,18 @@ class CommitterActor:
     def __init__(self, delta_target: str, holder_name: str, namespace: str) -> None:
         import asyncio
 
+        from raydex.observability.metrics import Recorder
+
+        from ._shell import ActorRuntime
+
         self.delta_target = delta_target
         self.holder_name = holder_name
         self.namespace = namespace
+        self.runtime = ActorRuntime()
         self.committer = Committer()
         self.resyncs = 0
+        self.metrics = Recorder("committer", "committer")
+        self.metrics.gauge("raydex_block_seq", lambda: self.committer.seq)
         self._task = asyncio.get_event_loop().create_task(self._follow())
 
     async def _rebuild(self) -> None:
@@ -198,6 +205,8 @@ class CommitterActor:
 
         from .transport import GrpcBlockSource, ResyncRequired, TransportUnavailable
 
+        self.runtime.before_boot()
+        self.runtime.after_boot(self.metrics)  # GC + placement series; starts the flush task
         source = GrpcBlockSource(self.delta_target, name="committer")
         while True:
             try:

@@ -23,6 +23,12 @@ Invariants:
 - ``submit`` returns only after the block holding the txs has been applied here, so a client that
   got its answer reads its own writes from this replica.
 
+Metrics (``ReplicaService.metrics``, observability/metrics.py; exported by the actor shell):
+apply time, engine -> send delay of book updates, tx lifecycle per tx type (submit -> sequenced
+-> confirmed here), dry-run time, cache hits/fallbacks, WS connections, queue depth, conflations,
+slow-consumer drops, seq and lag. Hot-path cost: a few ``Histogram.record`` per block and two per
+submitted tx.
+
 Knobs: ``max_batch_txs`` caps one micro-batch (larger: fewer round trips under load; a burst
 waits behind at most one batch).
 """
@@ -41,15 +47,17 @@ from typing import Any
 import pyarrow as pa
 from aiohttp import web
 
-from raydex.codecs import ResultCode
+from raydex.codecs import ResultCode, tx_type_of
 from raydex.codecs._arrow import tables_to_records
 from raydex.codecs._batch import decode_outcomes, encode_batch
+from raydex.codecs._enums import TxType
 from raydex.codecs._signing import DEFAULT_CHAIN_ID, Verifier
 from raydex.observability.hist import Histogram
+from raydex.observability.metrics import Recorder
 
 from ._api_config import ApiConfig
 from ._shell import ActorRuntime
-from .api import ApiError, CommitmentSource, build_app, fanout_of
+from .api import COUNTERS, ApiError, CommitmentSource, build_app, fanout_of
 from .producer import TxOutcome
 from .replica_state import GapError, ReplicaState
 from .transport import (
@@ -79,6 +87,9 @@ class ReplicaConfig:
     chain_id: int = DEFAULT_CHAIN_ID
     max_batch_txs: int = 500
     api: ApiConfig = field(default_factory=ApiConfig)
+    #: the replica group (a metrics label; A/B runs compare groups); "" = from ``name`` when it
+    #: follows deploy's ``raydex-replica-<group>-<i>``, else "replica"
+    group: str = ""
 
 
 class MicroBatcher:
@@ -166,6 +177,21 @@ class ReplicaService:
         #: hot-path apply per block: decode, cache update, fan-out (ns)
         self.apply_time = Histogram()
         self.blocks_applied = 0
+        #: newest seq known to exist (stream frames, the holder's catch-up answers)
+        self.seen_seq = 0
+        self.metrics = Recorder("replica", config.name, group=_group_of(config))
+        m = self.metrics
+        m.histogram("raydex_apply_seconds", self.apply_time)
+        m.counter_fn("raydex_blocks_total", lambda: self.blocks_applied)
+        m.gauge("raydex_block_seq", lambda: self.state.seq)
+        m.gauge("raydex_replica_lag_blocks", lambda: max(0, self.seen_seq - self.state.seq))
+        self.publish_delay = m.histogram("raydex_book_publish_delay_seconds")
+        self._sequenced = m.histogram_family(
+            "raydex_tx_lifecycle_seconds", "tx_type", stage="sequenced"
+        )
+        self._confirmed = m.histogram_family(
+            "raydex_tx_lifecycle_seconds", "tx_type", stage="confirmed"
+        )
 
     # ---- boot -----------------------------------------------------------------------------------
 
@@ -187,6 +213,7 @@ class ReplicaService:
                 self.state.reload(ReplicaState.from_records(records, seq, height, self.verifier))
                 self.resyncs += 1
                 continue
+            self.seen_seq = max(self.seen_seq, last)
             for _, frame in frames:
                 self._apply(frame)
             self.catch_ups += 1
@@ -199,6 +226,7 @@ class ReplicaService:
         loop = asyncio.get_running_loop()
         self._apply_task = loop.create_task(self._apply_loop())
         self.app = build_app(self.state, self.submit, self.config.api, self.commitments)
+        self._export_app(self.app)
         self.runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(
@@ -226,11 +254,25 @@ class ReplicaService:
 
     # ---- the hot path ---------------------------------------------------------------------------
 
+    def _export_app(self, app: web.Application) -> None:
+        m = self.metrics
+        counters = app[COUNTERS]
+        fan = fanout_of(app)
+        m.histogram("raydex_dry_run_seconds", counters.dry_run)
+        m.counter_fn("raydex_cache_hits_total", lambda: counters.cache_hits)
+        m.counter_fn("raydex_cache_fallbacks_total", lambda: counters.cache_fallbacks)
+        m.gauge("raydex_ws_connections", lambda: len(fan.clients))
+        m.gauge("raydex_ws_queue_depth_messages", lambda: fan.stats().max_queue_depth)
+        m.counter_fn("raydex_ws_conflations_total", lambda: fan.conflations)
+        m.counter_fn("raydex_ws_slow_disconnects_total", lambda: fan.disconnects)
+
     def _apply(self, frame: bytes) -> None:
         t0 = time.perf_counter_ns()
         applied = self.state.apply_block(frame)
         if self.app is not None and not applied.duplicate:
             fanout_of(self.app).publish(applied)
+            if applied.books:
+                self.publish_delay.record(time.time_ns() - applied.timestamp_ns)
         self.apply_time.record(time.perf_counter_ns() - t0)
         self.blocks_applied += 1
         seq = self.state.seq
@@ -243,7 +285,9 @@ class ReplicaService:
     async def _apply_loop(self) -> None:
         while True:
             try:
-                async for _, frame in self.source.subscribe(self.state.seq + 1):
+                async for seq, frame in self.source.subscribe(self.state.seq + 1):
+                    if seq > self.seen_seq:
+                        self.seen_seq = seq
                     self._apply(frame)
             except (ResyncRequired, GapError) as exc:
                 log.info(
@@ -266,9 +310,16 @@ class ReplicaService:
 
     async def submit(self, txs: list[Any]) -> list[TxOutcome]:
         """The app's ``submit``: micro-batched to the sequencer; returns once applied here."""
+        t0 = time.perf_counter_ns()
         outcomes = await self.batcher.submit(txs)
+        t1 = time.perf_counter_ns()
         top = max((o.seq for o in outcomes), default=0)
         await self._applied(top)
+        t2 = time.perf_counter_ns()
+        for tx in txs:
+            kind = _type_tag(tx)
+            self._sequenced.get(kind).record(t1 - t0)
+            self._confirmed.get(kind).record(t2 - t0)
         return outcomes
 
     # ---- control plane --------------------------------------------------------------------------
@@ -300,6 +351,28 @@ class ReplicaService:
                 "disconnects": fan.disconnects,
             },
         }
+
+
+def _group_of(config: ReplicaConfig) -> str:
+    if config.group:
+        return config.group
+    head, _, index = config.name.removeprefix("raydex-replica-").rpartition("-")
+    return head if head and index.isdigit() else "replica"
+
+
+_TYPE_TAGS: dict[type, str] = {}
+_TX_CODES = frozenset(int(t) for t in TxType)
+
+
+def _type_tag(tx: Any) -> str:
+    """``tx_type`` label of a tx: its TxType name in lower case (``create_order``)."""
+    cls = type(tx)
+    tag = _TYPE_TAGS.get(cls)
+    if tag is None:
+        code = tx_type_of(cls)
+        tag = TxType(code).name.lower() if code in _TX_CODES else str(code)
+        _TYPE_TAGS[cls] = tag
+    return tag
 
 
 def _bound_port(site: web.TCPSite) -> int:
@@ -373,7 +446,7 @@ class ReplicaActor:
             commitments=self if self.committer_name else None,
         )
         port = await self.service.start()
-        self.runtime.after_boot()
+        self.runtime.after_boot(self.service.metrics)
         return port
 
     async def start(self) -> dict[str, Any]:

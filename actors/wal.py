@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ from raydex.codecs import CodecError
 from raydex.codecs._hot import codec_of
 from raydex.codecs._txcodec import decode_tx, encode_tx
 from raydex.codecs._wal import WAL_MAGIC, WalRecordHeader
+from raydex.observability.hist import Histogram
 
 FsyncPolicy = Literal["block", "none"]
 
@@ -113,6 +115,8 @@ class Wal:
         self.fsync = fsync
         self.segment_bytes = segment_bytes
         self.last_seq = 0
+        #: fsync per appended block (ns); exported as ``raydex_wal_fsync_seconds``
+        self.fsync_time = Histogram()
         self._fd = -1
         self._size = 0
         self._recovered = self._recover()
@@ -175,7 +179,9 @@ class Wal:
             self._open(self.folder / _segment_name(seq))
         os.write(self._fd, record)
         if self.fsync == "block":
+            t0 = time.perf_counter_ns()
             os.fsync(self._fd)
+            self.fsync_time.record(time.perf_counter_ns() - t0)
         self._size += len(record)
         self.last_seq = seq
         return len(record)

@@ -1,0 +1,179 @@
+"""The deployed stack's metrics reach the node's Prometheus endpoint as ``ray_raydex_*`` series.
+
+Deploys sequencer, snapshot holder, committer and one replica (group ``metrics``, so its series
+are told apart from other tests' replicas) on the session's Ray, trades a little over real HTTP
+and WebSocket, then scrapes ``http://127.0.0.1:<MetricsExportPort>/metrics`` until every expected
+series is there (Recorders flush every 2 s; Ray's agent exports every ~10 s). The session's Ray
+runs without the dashboard: Ray 2.60 still starts the per-node metrics agent and exports."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import ray
+
+from raydex.actors._api_local import Trader
+from raydex.cluster import deploy as dep
+from raydex.cluster.spec import load_spec
+from raydex.cluster.topology import Topology
+from raydex.codecs import tx_to_json_str
+
+pytestmark = pytest.mark.integration
+
+NS = "raydex-metrics-it"
+WAIT = 30.0
+SCRAPE_S = 60.0
+GROUP = 'group="metrics"'
+
+_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
+
+
+def free_port(pair: bool = False) -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if not pair:
+            return port
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port pair")
+
+
+def spec_text(tmp: Path, http: int, grpc: int) -> str:
+    return f"""
+chain_id: 304
+ports: {{http: {http}, grpc: {grpc}}}
+sequencer: {{wal_dir: {tmp}/wal, block_interval_ms: 1.0, wal_fsync: block, cpus: 1}}
+snapshot: {{dir: {tmp}/snap, every_blocks: 5, every_seconds: 1.0, cpus: 1}}
+markets:
+  - {{market_index: 0, symbol: ETH, price_decimals: 2, size_decimals: 4, initial_mark: "3000.00",
+     taker_fee: 200, liquidation_fee: 5000, max_price_deviation: 5000}}
+replica_groups:
+  - {{name: metrics, replicas: 1, cpus_per_replica: 1}}
+"""
+
+
+@pytest.fixture(scope="module")
+def replica_port(
+    ray_session: None,
+    tmp_path_factory: pytest.TempPathFactory,
+    session_topology: Topology,
+    session_host: str,
+) -> Iterator[int]:
+    tmp = tmp_path_factory.mktemp("metrics")
+    spec = load_spec(spec_text(tmp, free_port(), free_port(pair=True)))
+    dep.deploy(spec, namespace=NS, topologies={session_host: session_topology})
+    try:
+        status = dep.status(NS)
+        yield int(status["raydex-replica-metrics-0"]["direct_port"])
+    finally:
+        dep.down(NS)
+
+
+def trade_a_little(port: int, traders: list[Trader]) -> None:
+    seq = ray.get_actor(dep.SEQUENCER, namespace=NS)
+    ops: list[Any] = [op for t in traders for op in t.setup(10**12)]
+    outs: list[Any] = ray.get(seq.operator.remote(ops), timeout=WAIT)
+    assert {o.code for o in outs} == {200}
+    base = f"http://127.0.0.1:{port}/api/v1"
+    alice, bob = traders
+
+    async def run() -> None:
+        async with aiohttp.ClientSession() as http:
+            ws = await http.ws_connect(f"http://127.0.0.1:{port}/stream")
+            await ws.send_json({"type": "subscribe", "channel": "order_book/0"})
+            for i in range(6):
+                t, side = (alice, 1) if i % 2 else (bob, 0)
+                tx = t.order(300_000 + 100 * (i % 3), 5, side)
+                form = {"tx_type": "14", "tx_info": tx_to_json_str(tx)}
+                async with http.post(f"{base}/sendTx", data=form) as r:
+                    body = await r.json()
+                    assert body["code"] == 200, body
+            for path in ("orderBooks", "orderBookOrders?market_id=0", "blocks"):
+                async with http.get(f"{base}/{path}") as r:
+                    assert r.status == 200, await r.text()
+            await ws.close()
+
+    asyncio.run(asyncio.wait_for(run(), WAIT))
+
+
+def scrape(port: int) -> list[tuple[str, str, float]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text: str = r.read().decode()
+    out = []
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if m and m["name"].startswith("ray_raydex_"):
+            out.append((m["name"], m["labels"] or "", float(m["value"])))
+    return out
+
+
+#: (series name, a label fragment it must carry, value must be > 0)
+EXPECTED: tuple[tuple[str, str, bool], ...] = (
+    ("ray_raydex_blocks_total", 'role="sequencer"', True),
+    ("ray_raydex_block_seconds_count", 'role="sequencer"', True),
+    ("ray_raydex_block_close_seconds_bucket", 'le="0.001"', False),
+    ("ray_raydex_block_size_txs_sum", 'role="sequencer"', True),
+    ("ray_raydex_wal_fsync_seconds_count", 'role="sequencer"', True),
+    ("ray_raydex_block_seq", 'role="sequencer"', True),
+    ("ray_raydex_block_seq", 'role="committer"', True),
+    ("ray_raydex_snapshot_build_seconds_count", 'role="snapshot"', True),
+    ("ray_raydex_apply_seconds_count", GROUP, True),
+    ("ray_raydex_blocks_total", GROUP, True),
+    ("ray_raydex_block_seq", GROUP, True),
+    ("ray_raydex_book_publish_delay_seconds_count", GROUP, True),
+    ("ray_raydex_dry_run_seconds_count", GROUP, True),
+    ("ray_raydex_tx_lifecycle_seconds_count", 'stage="sequenced",tx_type="create_order"', True),
+    ("ray_raydex_tx_lifecycle_seconds_count", 'stage="confirmed",tx_type="create_order"', True),
+    ("ray_raydex_cache_hits_total", GROUP, True),
+    ("ray_raydex_cache_fallbacks_total", GROUP, True),
+    ("ray_raydex_ws_connections", GROUP, False),
+    ("ray_raydex_ws_queue_depth_messages", GROUP, False),
+    ("ray_raydex_replica_lag_blocks", GROUP, False),
+    ("ray_raydex_gc_collections_total", 'gen="0"', True),
+    ("ray_raydex_gc_pause_seconds_count", 'gen="0"', True),
+    ("ray_raydex_placement_info", GROUP, True),
+    ("ray_raydex_placement_info", 'role="committer"', True),
+)
+
+
+def missing(series: list[tuple[str, str, float]]) -> list[str]:
+    out = []
+    for name, fragment, positive in EXPECTED:
+        values = [v for n, labels, v in series if n == name and fragment in labels]
+        if not values or (positive and sum(values) <= 0):
+            out.append(f"{name}{{{fragment}}}")
+    return out
+
+
+def test_the_stacks_metrics_appear_on_the_nodes_prometheus_endpoint(replica_port: int) -> None:
+    trade_a_little(replica_port, [Trader(1), Trader(2)])
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    (node,) = [n for n in nodes if n["Alive"]]
+    port = int(node["MetricsExportPort"])
+    deadline = time.monotonic() + SCRAPE_S
+    lacking: list[str] = ["(not scraped yet)"]
+    while time.monotonic() < deadline:
+        series = scrape(port)
+        lacking = missing(series)
+        if not lacking:
+            break
+        time.sleep(1.0)
+    assert not lacking, f"missing after {SCRAPE_S:.0f} s: {lacking}"
+    placement = [labels for n, labels, _ in series if n == "ray_raydex_placement_info"]
+    assert any('numa_node="' in p and 'policy="' in p for p in placement)
+    assert not any("account" in labels for _, labels, _ in series)

@@ -1,0 +1,362 @@
+"""The Recorder counts on the hot path and exports only deltas; outside Ray it is local-only.
+
+Every flush here goes to a ``LocalSink``, the backend the Recorder uses whenever the process is
+not connected to Ray (the integration test scrapes the Ray one)."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import gc
+import itertools
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from raydex.actors._api_local import Trader, new_exchange
+from raydex.actors._shell import ActorRuntime
+from raydex.actors.api import COUNTERS, build_app, fanout_of
+from raydex.actors.replica_state import ReplicaState
+from raydex.actors.sequencer import SequencerConfig, SequencerService
+from raydex.codecs import tx_to_json_str, tx_type_of
+from raydex.observability.hist import Histogram
+from raydex.observability.metrics import (
+    CATALOG,
+    COUNT_BUCKETS,
+    SECONDS_BUCKETS,
+    LocalSink,
+    Recorder,
+    default_sink,
+)
+
+
+def recorder(max_observations: int = 20_000) -> tuple[Recorder, LocalSink]:
+    sink = LocalSink()
+    return Recorder(
+        "replica", "r0", group="api", sink=sink, max_observations=max_observations
+    ), sink
+
+
+def ray_bucket(seconds: float) -> int:
+    """Index of the Prometheus bucket (``le`` inclusive) holding ``seconds``."""
+    return bisect.bisect_left(SECONDS_BUCKETS, seconds)
+
+
+# ---- counters and gauges -------------------------------------------------------------------------
+
+
+def test_a_count_is_exported_as_the_increments_since_the_previous_flush() -> None:
+    rec, sink = recorder()
+    hits = rec.count("raydex_cache_hits_total")
+    hits.n += 3
+    rec.flush()
+    assert sink.value("raydex_cache_hits_total") == 3
+    rec.flush()
+    assert sink.value("raydex_cache_hits_total") == 3
+    hits.n += 2
+    rec.flush()
+    assert sink.value("raydex_cache_hits_total") == 5
+
+
+def test_a_flush_with_nothing_new_makes_no_counter_calls() -> None:
+    rec, sink = recorder()
+    hits = rec.count("raydex_cache_hits_total")
+    hits.n += 1
+    rec.flush()
+    calls = sink.calls
+    rec.flush()
+    assert sink.calls == calls
+
+
+def test_a_running_total_that_restarts_from_zero_counts_from_its_new_value() -> None:
+    rec, sink = recorder()
+    total = [10]
+    rec.counter_fn("raydex_blocks_total", lambda: total[0])
+    rec.flush()
+    total[0] = 4  # the owner was rebuilt
+    rec.flush()
+    assert sink.value("raydex_blocks_total") == 14
+
+
+def test_every_series_carries_role_name_and_group() -> None:
+    rec, sink = recorder()
+    rec.count("raydex_cache_hits_total").n += 1
+    rec.flush()
+    assert sink.value("raydex_cache_hits_total", role="replica", name="r0", group="api") == 1
+    assert sink.value("raydex_cache_hits_total", group="other") == 0
+
+
+def test_a_gauge_is_sampled_at_every_flush() -> None:
+    rec, sink = recorder()
+    depth = [7]
+    rec.gauge("raydex_ws_queue_depth_messages", lambda: depth[0])
+    rec.flush()
+    assert sink.value("raydex_ws_queue_depth_messages") == 7
+    depth[0] = 2
+    rec.flush()
+    assert sink.value("raydex_ws_queue_depth_messages") == 2
+
+
+def test_a_source_that_raises_is_skipped_and_the_others_still_export() -> None:
+    rec, sink = recorder()
+
+    def broken() -> float:
+        raise RuntimeError("owner not built yet")
+
+    rec.gauge("raydex_ws_connections", broken)
+    rec.count("raydex_cache_hits_total").n += 1
+    rec.flush()
+    assert rec.source_errors == 1
+    assert sink.value("raydex_cache_hits_total") == 1
+
+
+def test_names_outside_the_catalog_or_with_the_wrong_kind_or_tags_are_refused() -> None:
+    rec, _ = recorder()
+    with pytest.raises(KeyError):
+        rec.count("raydex_not_a_metric_total")
+    with pytest.raises(ValueError, match="is a histogram"):
+        rec.count("raydex_apply_seconds")
+    with pytest.raises(ValueError, match="takes tags"):
+        rec.histogram("raydex_gc_pause_seconds")
+    with pytest.raises(ValueError, match="takes tags"):
+        rec.count("raydex_cache_hits_total", account="12")
+
+
+# ---- histograms ----------------------------------------------------------------------------------
+
+
+def test_histogram_samples_land_in_the_prometheus_bucket_of_their_value() -> None:
+    rec, sink = recorder()
+    h = rec.histogram("raydex_apply_seconds")
+    samples_ns = [12_000, 95_000, 95_000, 180_000, 2_500_000, 40_000_000_000]
+    for v in samples_ns:
+        h.record(v)
+    rec.flush()
+    got = sink.histogram("raydex_apply_seconds")
+    expected = [0] * (len(SECONDS_BUCKETS) + 1)
+    for v in samples_ns:
+        expected[ray_bucket(v / 1e9)] += 1
+    assert got.buckets == expected
+    assert got.count == len(samples_ns)
+    assert got.sum == pytest.approx(sum(samples_ns) / 1e9, rel=0.01)
+
+
+def test_a_cumulative_histogram_is_exported_once_per_sample() -> None:
+    rec, sink = recorder()
+    h = Histogram()  # owned by the service, also read by its status page
+    rec.histogram("raydex_block_seconds", h)
+    h.record(1_000_000)
+    rec.flush()
+    h.record(1_000_000)
+    h.record(3_000_000)
+    rec.flush()
+    rec.flush()
+    got = sink.histogram("raydex_block_seconds")
+    assert got.count == 3
+    assert got.sum == pytest.approx(0.005, rel=0.01)
+
+
+def test_a_histogram_reset_by_its_owner_exports_its_new_samples() -> None:
+    rec, sink = recorder()
+    h = rec.histogram("raydex_block_seconds")
+    h.record(1_000_000)
+    h.record(1_000_000)
+    rec.flush()
+    h.reset()
+    h.record(1_000_000)
+    rec.flush()
+    assert sink.histogram("raydex_block_seconds").count == 3
+
+
+def test_samples_at_a_bucket_boundary_stay_in_that_bucket() -> None:
+    rec, sink = recorder()
+    h = rec.histogram("raydex_block_size_txs")
+    sizes = (1, 2, 2, 5, 5, 5, 3, 100, 200, 20_000)  # exact in the local histogram below 256
+    for v in sizes:
+        h.record(v)
+    rec.flush()
+    got = sink.histogram("raydex_block_size_txs")
+    want = [0] * (len(COUNT_BUCKETS) + 1)
+    for v in sizes:
+        want[bisect.bisect_left(COUNT_BUCKETS, v)] += 1
+    assert got.buckets == want
+    assert got.sum == pytest.approx(sum(sizes), rel=0.01)
+
+
+def test_a_flush_over_budget_down_samples_every_bucket_alike_and_counts_the_rest() -> None:
+    rec, sink = recorder(max_observations=100)
+    fast = rec.histogram("raydex_dry_run_seconds")
+    slow = rec.histogram("raydex_apply_seconds")
+    for _ in range(300):
+        fast.record(20_000)  # 20 us
+    for _ in range(100):
+        slow.record(2_000_000)  # 2 ms
+    assert rec.flush() == 100
+    assert sink.histogram("raydex_dry_run_seconds").count == 75
+    assert sink.histogram("raydex_apply_seconds").count == 25
+    assert rec.dropped == 300
+    rec.flush()
+    assert sink.value("raydex_metric_samples_dropped_total") == 300
+
+
+def test_a_flush_within_budget_exports_every_sample() -> None:
+    rec, sink = recorder(max_observations=100)
+    h = rec.histogram("raydex_dry_run_seconds")
+    for i in range(100):
+        h.record(20_000 + 1000 * (i % 3))
+    rec.flush()
+    got = sink.histogram("raydex_dry_run_seconds")
+    assert got.count == 100 and rec.dropped == 0
+    assert got.sum == pytest.approx(sum(20_000 + 1000 * (i % 3) for i in range(100)) / 1e9, 0.01)
+
+
+def test_a_family_keeps_one_series_per_label_value() -> None:
+    rec, sink = recorder()
+    seq = rec.histogram_family("raydex_tx_lifecycle_seconds", "tx_type", stage="sequenced")
+    seq.get("create_order").record(2_000_000)
+    seq.get("create_order").record(2_000_000)
+    seq.get("cancel_order").record(1_000_000)
+    rec.flush()
+    assert sink.histogram("raydex_tx_lifecycle_seconds", tx_type="create_order").count == 2
+    assert sink.histogram("raydex_tx_lifecycle_seconds", tx_type="cancel_order").count == 1
+    assert sink.histogram("raydex_tx_lifecycle_seconds", stage="sequenced").count == 3
+
+
+def test_seconds_buckets_span_ten_microseconds_to_ten_seconds_finely() -> None:
+    b = SECONDS_BUCKETS
+    assert b[0] == pytest.approx(1e-5) and b[-1] == pytest.approx(10.0)
+    assert all(hi / lo <= 1.67 for lo, hi in itertools.pairwise(b))
+
+
+def test_every_catalog_name_follows_prometheus_conventions() -> None:
+    units = ("_seconds", "_total", "_txs", "_blocks", "_messages", "_info", "_seq", "_connections")
+    for name, d in CATALOG.items():
+        assert name.startswith("raydex_") and name.endswith(units), name
+        assert (d.kind == "counter") == name.endswith("_total"), name
+        assert "account" not in d.tags
+
+
+# ---- outside Ray ---------------------------------------------------------------------------------
+
+
+def test_importing_metrics_does_not_import_ray() -> None:
+    code = (
+        "import sys, raydex.observability.metrics as m; "
+        "assert 'ray' not in sys.modules; "
+        "r = m.Recorder('replica', 'x'); r.count('raydex_cache_hits_total').n += 1; r.flush(); "
+        "assert isinstance(r.sink, m.LocalSink) and 'ray' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_outside_a_connected_ray_the_default_sink_is_local() -> None:
+    assert isinstance(default_sink(), LocalSink)
+
+
+def test_the_flush_task_exports_periodically_and_once_more_when_stopped() -> None:
+    rec, sink = recorder()
+    hits = rec.count("raydex_cache_hits_total")
+
+    async def run() -> None:
+        rec.start(0.01)
+        hits.n += 1
+        for _ in range(200):
+            if rec.flushes >= 2:
+                break
+            await asyncio.sleep(0.01)
+        hits.n += 1
+        await rec.stop()
+
+    asyncio.run(run())
+    assert rec.flushes >= 3
+    assert sink.value("raydex_cache_hits_total") == 2
+
+
+# ---- wired into the services ---------------------------------------------------------------------
+
+
+def test_the_sequencer_service_registers_its_block_metrics(tmp_path: Path) -> None:
+    svc = SequencerService(SequencerConfig(str(tmp_path / "wal"), str(tmp_path / "snap")))
+    sink = LocalSink()
+    svc.metrics._sink = sink
+    svc.block_time.record(1_200_000)
+    svc.block_txs.record(40)
+    svc.blocks = 1
+    svc.metrics.flush()
+    assert sink.histogram("raydex_block_seconds", role="sequencer").count == 1
+    assert sink.histogram("raydex_block_size_txs").sum == pytest.approx(40)
+    assert sink.value("raydex_blocks_total") == 1
+    assert sink.value("raydex_block_seq") == 0
+
+
+def test_rest_reads_count_cache_hits_and_remote_reads_count_fallbacks() -> None:
+    trader = Trader(1)
+
+    async def run() -> tuple[int, int, int]:
+        ex = new_exchange([trader])
+        p = ex.producer
+        state = ReplicaState.from_records(p.engine.records(), p.seq, p.height)
+        app = build_app(state, ex.submit)
+        ex.attach(state, fanout_of(app))
+        server = TestServer(app, host="127.0.0.1", port=0)
+        await server.start_server()
+        try:
+            async with aiohttp.ClientSession() as http:
+                for path in ("orderBooks", "orderBookOrders?market_id=0", "blocks"):
+                    async with http.get(server.make_url(f"/api/v1/{path}")) as r:
+                        assert r.status == 200
+                tx = trader.order(price=300_000, size=10, is_ask=0)
+                form = {"tx_type": str(tx_type_of(type(tx))), "tx_info": tx_to_json_str(tx)}
+                async with http.post(server.make_url("/api/v1/sendTx"), data=form) as r:
+                    assert (await r.json())["code"] == 200
+        finally:
+            await server.close()
+        c = app[COUNTERS]
+        return c.cache_hits, c.cache_fallbacks, c.dry_run.total
+
+    hits, fallbacks, dry_runs = asyncio.run(asyncio.wait_for(run(), 30))
+    assert (hits, fallbacks, dry_runs) == (2, 1, 1)
+
+
+def test_an_actor_runtime_adds_gc_and_placement_series_and_starts_flushing() -> None:
+    rec, sink = recorder()
+    runtime = ActorRuntime()
+
+    async def run() -> None:
+        runtime.before_boot()
+        runtime.after_boot(rec)
+        gc.collect(0)
+        await rec.stop()
+        runtime.monitor.uninstall()
+
+    asyncio.run(run())
+    assert sink.value("raydex_placement_info", policy="unpinned", cpus="any") == 1
+    assert sink.value("raydex_gc_collections_total", gen="0") >= 1
+    assert sink.histogram("raydex_gc_pause_seconds", gen="0").count >= 1
+    assert runtime.status()["metrics"] == {"flushes": rec.flushes, "dropped_samples": 0}
+
+
+# ---- the Grafana dashboard -----------------------------------------------------------------------
+
+DASHBOARD = Path(__file__).parents[2] / "observability" / "grafana_dashboard.json"
+
+
+def test_the_grafana_dashboard_only_queries_metrics_of_the_catalog() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] if p["type"] != "row" for t in p["targets"]]
+    assert exprs and all(p.get("targets") for p in dash["panels"] if p["type"] != "row")
+    used = {
+        re.sub(r"_(bucket|sum|count)$", "", m).removeprefix("ray_")
+        for e in exprs
+        for m in re.findall(r"ray_raydex_\w+", e)
+    }
+    assert used <= set(CATALOG)
+    topics = ("book_publish_delay", "dry_run", "tx_lifecycle", "block_seconds", "apply")
+    for topic in (*topics, "ws_connections", "gc_pause", "block_seq"):
+        assert any(topic in name for name in used), topic
