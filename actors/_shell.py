@@ -56,7 +56,10 @@ class ActorRuntime:
         self.gc.apply()
 
     def after_boot(self, metrics: Recorder | None = None) -> None:
+        from raydex.cluster.pinning import renice_all_threads
+
         self.placement = pin_actor(self.bundle)
+        self.placement["nice"] = renice_all_threads(0)
         self.gc.after_boot()
         self._scheduled = asyncio.get_running_loop().create_task(self.gc.run_scheduled())
         if metrics is not None:

@@ -192,14 +192,17 @@ class BlockProducer:
             return _INVALID_SIGNATURE
         return _OK
 
-    def close_block(self) -> ClosedBlock | None:
-        """Make the open block durable and encode it; None when no tx is open."""
+    def close_block(self, write_wal: bool = True) -> ClosedBlock | None:
+        """Encode the open block and (``write_wal``) make it durable; None when no tx is open.
+
+        With ``write_wal=False`` the caller owns durability: it must write ``wal_record`` (e.g.
+        through the journal) before releasing any outcome of the block."""
         if not self._outcomes:
             return None
         seq = self.seq + 1
         frames, self._frames = self._frames, []
         record = encode_record(seq, self._ts_ns, frames)
-        if self.wal is not None:
+        if write_wal and self.wal is not None:
             self.wal.append_record(seq, record)
         outcomes, self._outcomes = self._outcomes, []
         events, self._events = self._events, []

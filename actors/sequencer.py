@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +47,12 @@ from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
 from ._shell import ActorRuntime, advertised_host
+from .journal import Journal
 from .producer import BlockProducer, ClosedBlock, TxOutcome
 from .transport import BlockHub, GrpcDataPlaneServer
 from .wal import FsyncPolicy, Wal
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,9 @@ class SequencerService:
         self.txlog_port = 0
         self.replayed = 0
         self._pending: asyncio.Future[ClosedBlock] | None = None
+        #: closed blocks whose WAL record the journal has not synced yet, in seq order
+        self._undurable: deque[tuple[ClosedBlock, asyncio.Future[ClosedBlock]]] = deque()
+        self.journal: Journal | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._oracle_task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -91,7 +99,7 @@ class SequencerService:
         self.txs = 0
         #: open (first tx in) -> durable and published, per block
         self.block_time = Histogram()
-        #: the close itself: WAL append (+fsync), encode, publish
+        #: the close itself on the loop: encode the block and queue its WAL record
         self.close_time = Histogram()
         self.block_txs = Histogram()
         self.metrics = Recorder("sequencer", "sequencer")
@@ -120,6 +128,8 @@ class SequencerService:
         self.txlog_server = GrpcDataPlaneServer(self.txlog, host=cfg.grpc_host, port=cfg.txlog_port)
         self.txlog_port = await self.txlog_server.start()
         loop = asyncio.get_running_loop()
+        self.journal = Journal(wal, loop, self._on_durable, self._on_journal_error)
+        self.journal.start()
         self._loop_task = loop.create_task(self._block_loop())
         if cfg.oracle_interval_ms > 0:
             self._oracle_task = loop.create_task(self._oracle_loop())
@@ -132,6 +142,10 @@ class SequencerService:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         self._close_block()
+        if self.journal is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.journal.close)
+            if self.producer is not None and self.producer.wal is not None:
+                self._on_durable(self.producer.wal.last_seq)
         for server in (self.server, self.txlog_server):
             if server is not None:
                 await server.stop()
@@ -164,24 +178,48 @@ class SequencerService:
         return [block.outcomes[i] for i in at]
 
     def _close_block(self) -> None:
+        """Close the open block and hand its WAL record to the journal; the block is published
+        and its outcomes released by :meth:`_on_durable` once the journal has synced it."""
         producer = self.producer
         fut, self._pending = self._pending, None
         if producer is None or fut is None:
             return
         t0 = time.perf_counter_ns()
-        block = producer.close_block()
+        block = producer.close_block(write_wal=False)
         if block is None:
             fut.cancel()
             return
-        assert self.hub is not None and self.txlog is not None
-        self.hub.publish_nowait(block.seq, block.frame)
-        self.txlog.publish_nowait(block.seq, block.wal_record)
-        self.blocks += 1
-        self.txs += block.tx_count
+        assert self.journal is not None
+        self._undurable.append((block, fut))
+        self.journal.submit(block.seq, block.wal_record)
         self.close_time.record(time.perf_counter_ns() - t0)
-        self.block_time.record(time.time_ns() - block.timestamp_ns)
-        self.block_txs.record(block.tx_count)
-        fut.set_result(block)
+
+    def _on_durable(self, seq: int, fsync_ns: int = 0) -> None:
+        """Blocks up to ``seq`` are on disk: publish them in order and release their outcomes."""
+        assert self.hub is not None and self.txlog is not None
+        if fsync_ns and self.producer is not None and self.producer.wal is not None:
+            self.producer.wal.fsync_time.record(fsync_ns)
+        waiting = self._undurable
+        while waiting and waiting[0][0].seq <= seq:
+            block, fut = waiting.popleft()
+            self.hub.publish_nowait(block.seq, block.frame)
+            self.txlog.publish_nowait(block.seq, block.wal_record)
+            self.blocks += 1
+            self.txs += block.tx_count
+            self.block_time.record(time.time_ns() - block.timestamp_ns)
+            self.block_txs.record(block.tx_count)
+            if not fut.done():
+                fut.set_result(block)
+
+    def _on_journal_error(self, exc: BaseException) -> None:
+        """The WAL failed: nothing more may be acknowledged. Fail what waits and stop taking txs
+        (Ray restarts the actor, which recovers from what did reach the disk)."""
+        self._stopping = True
+        log.error("WAL write failed, sequencer stops acknowledging: %r", exc)
+        while self._undurable:
+            _, fut = self._undurable.popleft()
+            if not fut.done():
+                fut.set_exception(RuntimeError(f"WAL write failed: {exc!r}"))
 
     async def _block_loop(self) -> None:
         interval = self.config.block_interval_ms / 1000.0

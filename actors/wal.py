@@ -172,19 +172,33 @@ class Wal:
         return self.append_record(seq, encode_record(seq, timestamp_ns, tx_frames))
 
     def append_record(self, seq: int, record: bytes) -> int:
-        """Append a record built by :func:`encode_record` for ``seq``."""
+        """Append a record built by :func:`encode_record` for ``seq``, then :meth:`sync`."""
+        n = self.write_record(seq, record)
+        self.fsync_time.record(self.sync())
+        return n
+
+    def write_record(self, seq: int, record: bytes) -> int:
+        """Write without syncing (group commit: several writes, then one :meth:`sync`)."""
         if seq <= self.last_seq:
             raise WalError(f"append seq {seq} <= last seq {self.last_seq}")
         if self._fd < 0 or self._size >= self.segment_bytes:
+            if self._fd >= 0:
+                self.sync()  # a segment is complete and durable before the next one starts
             self._open(self.folder / _segment_name(seq))
         os.write(self._fd, record)
-        if self.fsync == "block":
-            t0 = time.perf_counter_ns()
-            os.fsync(self._fd)
-            self.fsync_time.record(time.perf_counter_ns() - t0)
         self._size += len(record)
         self.last_seq = seq
         return len(record)
+
+    def sync(self) -> int:
+        """Make every written record durable (``fsync="block"``; a no-op with ``"none"``).
+        Returns the nanoseconds it took (the caller records them: this may run on another
+        thread than the one reading ``fsync_time``)."""
+        if self.fsync != "block" or self._fd < 0:
+            return 0
+        t0 = time.perf_counter_ns()
+        os.fsync(self._fd)
+        return time.perf_counter_ns() - t0
 
     def prune(self, snapshot_seq: int) -> list[Path]:
         """Delete segments whose records all have ``seq <= snapshot_seq``; return them."""

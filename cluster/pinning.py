@@ -135,3 +135,19 @@ def _warn_realtime_refused(priority: int) -> None:
         priority,
         current_policy(),
     )
+
+
+def renice_all_threads(nice: int = 0) -> int:
+    """Set the nice value of every thread of this process (niceness is per thread on Linux).
+
+    Ray starts worker processes at nice 15 (``worker_niceness``) so its own daemons win the CPU;
+    for the exchange's latency-critical actors that hands the CPU to anything else on the host,
+    the load generator included. Lowering niceness needs CAP_SYS_NICE (root has it); without it
+    the threads keep their niceness. Returns the niceness now in force for the calling thread.
+    """
+    for tid in thread_ids():
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except (PermissionError, ProcessLookupError):
+            continue
+    return os.getpriority(os.PRIO_PROCESS, 0)

@@ -147,3 +147,23 @@ def test_granted_realtime_puts_every_thread_on_sched_fifo() -> None:
 def test_an_out_of_range_realtime_priority_is_a_caller_error() -> None:
     with pytest.raises(ValueError, match=r"SCHED_FIFO priority must be in 1\.\.99"):
         try_realtime(0)
+
+
+def test_renice_sets_every_thread_of_the_process() -> None:
+    import os
+    import threading
+
+    from raydex.cluster.pinning import renice_all_threads, thread_ids
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    before = {tid: os.getpriority(os.PRIO_PROCESS, tid) for tid in thread_ids()}
+    try:
+        assert renice_all_threads(5) == 5
+        assert {os.getpriority(os.PRIO_PROCESS, tid) for tid in thread_ids()} == {5}
+    finally:
+        for tid, nice in before.items():
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        stop.set()
+        t.join()

@@ -1,0 +1,88 @@
+"""Group commit: the WAL's writes and fsyncs on their own thread, off the sequencer's loop.
+
+::
+
+    sequencer loop thread                      journal thread
+    close block N ─► submit(N, record) ──────► write N, N+1, ... (all queued) ─► one fsync
+    close block N+1 ─► submit(...)  (no wait)                                        │
+    on_durable(N+1) ◄──── call_soon_threadsafe ◄─────────────────────────────────────┘
+    publish N, N+1; release their outcomes
+
+An fsync costs milliseconds on ordinary disks (~4 ms on this machine's virtual disk): done on the
+loop, it stalls execution and fan-out for every block. Here the loop keeps executing and closing
+blocks while the disk works, and one fsync covers every record written since the last one, so
+throughput no longer depends on fsync latency; a tx's acknowledgment still waits for the fsync
+that covers its block (durability unchanged).
+
+Invariants: records are written in submit order (one writer thread); ``on_durable(seq, fsync_ns)``
+is called
+on the loop with non-decreasing seqs, and only after every record up to ``seq`` is written and (with
+``fsync="block"``) synced. A write or sync error stops the journal and is re-raised to the loop via
+``on_error``: the sequencer must not acknowledge anything after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+from .wal import Wal
+
+
+class Journal:
+    """Owns ``wal`` from :meth:`start` until :meth:`close` (see module docstring)."""
+
+    def __init__(
+        self,
+        wal: Wal,
+        loop: asyncio.AbstractEventLoop,
+        on_durable: Callable[[int, int], None],
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        self.wal = wal
+        self.loop = loop
+        self.on_durable = on_durable
+        self.on_error = on_error
+        self._queue: list[tuple[int, bytes]] = []
+        self._cv = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="raydex-journal", daemon=True)
+        self.syncs = 0
+        self.records = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, seq: int, record: bytes) -> None:
+        """Queue block ``seq``'s record (loop thread; never blocks on the disk)."""
+        with self._cv:
+            self._queue.append((seq, record))
+            self._cv.notify()
+
+    def _run(self) -> None:
+        wal = self.wal
+        while True:
+            with self._cv:
+                while not self._queue and not self._stop:
+                    self._cv.wait()
+                batch, self._queue = self._queue, []
+                if not batch and self._stop:
+                    return
+            try:
+                for seq, record in batch:
+                    wal.write_record(seq, record)
+                sync_ns = wal.sync()
+            except BaseException as exc:  # the loop decides; nothing is acknowledged after this
+                self.loop.call_soon_threadsafe(self.on_error, exc)
+                return
+            self.syncs += 1
+            self.records += len(batch)
+            self.loop.call_soon_threadsafe(self.on_durable, batch[-1][0], sync_ns)
+
+    def close(self) -> None:
+        """Drain what is queued (written and synced), then stop the thread."""
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        self._thread.join()
