@@ -167,6 +167,28 @@ class AccountCache:
     positions: dict[int, PositionRecord] = field(default_factory=dict)
     #: resting orders by exchange order index
     orders: dict[int, OrderRecord] = field(default_factory=dict)
+    #: market -> [bid lots, ask lots] of the resting non-reduce-only orders, kept in step with
+    #: ``orders`` so the dry-run's margin check is O(markets), not O(open orders)
+    open_lots: dict[int, list[int]] = field(default_factory=dict)
+    #: client order index -> resting orders carrying it (uniqueness check in O(1))
+    cois: dict[int, int] = field(default_factory=dict)
+
+    def index(self, r: OrderRecord, sign: int) -> None:
+        """Add (``sign=1``) or remove (``-1``) one resting order from the aggregates."""
+        if not r.reduce_only:
+            lots = self.open_lots.get(r.market_index)
+            if lots is None:
+                lots = self.open_lots[r.market_index] = [0, 0]
+            lots[r.is_ask] += sign * r.remaining_base_amount
+            if lots == [0, 0]:
+                del self.open_lots[r.market_index]
+        coi = r.client_order_index
+        if coi:
+            n = self.cois.get(coi, 0) + sign
+            if n:
+                self.cois[coi] = n
+            else:
+                del self.cois[coi]
 
 
 class ReplicaState:
@@ -249,15 +271,22 @@ class ReplicaState:
         return acct
 
     def _put_order(self, r: OrderRecord) -> None:
+        acct = self._account(r.account_index)
+        old = self.orders.get(r.order_index)
+        if old is not None:
+            acct.index(old, -1)
         self.orders[r.order_index] = r
         self.market_orders[r.market_index][r.order_index] = r
-        self._account(r.account_index).orders[r.order_index] = r
+        acct.orders[r.order_index] = r
+        acct.index(r, 1)
 
     def _drop_order(self, oi: int) -> None:
         r = self.orders.pop(oi, None)
         if r is not None:
             del self.market_orders[r.market_index][oi]
-            del self.accounts[r.account_index].orders[oi]
+            acct = self.accounts[r.account_index]
+            del acct.orders[oi]
+            acct.index(r, -1)
 
     def _rebuild(self, mi: int, nonce: int) -> None:
         bids = self._bids[mi]
@@ -507,7 +536,7 @@ class ReplicaState:
         if abs(tx.price - mark) * BPS > mark * m.max_price_deviation:
             return int(ResultCode.FAT_FINGER_PRICE)
         coi = tx.client_order_index
-        if coi and any(o.client_order_index == coi for o in acct.orders.values()):
+        if coi and coi in acct.cois:
             return int(ResultCode.CLIENT_ORDER_INDEX_EXISTS)
         pos = acct.positions.get(tx.market_index)
         size = pos.size if pos is not None else 0
@@ -523,12 +552,9 @@ class ReplicaState:
         return _OK
 
     def _open_lots(self, acct: AccountCache) -> dict[int, list[int]]:
-        """market -> [bid lots, ask lots] of the account's resting non-reduce-only orders."""
-        out: dict[int, list[int]] = {}
-        for o in acct.orders.values():
-            if not o.reduce_only:
-                out.setdefault(o.market_index, [0, 0])[o.is_ask] += o.remaining_base_amount
-        return out
+        """market -> [bid lots, ask lots] of the account's resting non-reduce-only orders
+        (maintained incrementally; read-only for callers)."""
+        return acct.open_lots
 
     def _margin_ok(self, acct: AccountCache, mi: int, is_ask: int, q: int, est: int) -> bool:
         """The engine's initial-margin rule (``Engine._order_margin_ok``: worst-case exposure
@@ -626,7 +652,8 @@ class ReplicaState:
         )
 
     def validate(self) -> None:
-        """Raise AssertionError if a book disagrees with the cached orders or its snapshot."""
+        """Raise AssertionError if a book disagrees with the cached orders or its snapshot, or an
+        account's order aggregates disagree with its orders."""
         for mi in self.markets:
             sums: tuple[dict[int, int], dict[int, int]] = ({}, {})
             for o in self.market_orders[mi].values():
@@ -637,3 +664,9 @@ class ReplicaState:
             b = self.books[mi]
             if dict(b.bids) != self._bids[mi] or dict(b.asks) != self._asks[mi]:
                 raise AssertionError(f"market {mi}: snapshot differs from the book")
+        for ai, acct in self.accounts.items():
+            fresh = AccountCache(acct.collateral)
+            for o in acct.orders.values():
+                fresh.index(o, 1)
+            if fresh.open_lots != acct.open_lots or fresh.cois != acct.cois:
+                raise AssertionError(f"account {ai}: order aggregates differ from its orders")
