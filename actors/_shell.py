@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -41,9 +42,13 @@ class ActorRuntime:
     """The per-process discipline every raydex actor applies around its boot: GC policy and
     monitor before it, pinning (all threads, once they exist) and the boot-heap freeze after it."""
 
-    def __init__(self, bundle: Any = None, gc_spec: Any = None) -> None:
+    def __init__(self, bundle: Any = None, gc_spec: Any = None, nice: int | None = 0) -> None:
+        """``nice``: the niceness for every thread after the boot. 0 for the hot path (Ray starts
+        workers at 15); None keeps Ray's, for background roles (snapshot holder, committer) that
+        should yield the CPU to the sequencer and the replicas when the host is saturated."""
         from raydex.observability.gcstats import GcMonitor, GcPolicy
 
+        self.nice = nice
         self.bundle = bundle
         self.gc = GcPolicy(gc_spec)
         self.monitor = GcMonitor()
@@ -59,7 +64,10 @@ class ActorRuntime:
         from raydex.cluster.pinning import renice_all_threads
 
         self.placement = pin_actor(self.bundle)
-        self.placement["nice"] = renice_all_threads(0)
+        if self.nice is not None:
+            self.placement["nice"] = renice_all_threads(self.nice)
+        else:
+            self.placement["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
         self.gc.after_boot()
         self._scheduled = asyncio.get_running_loop().create_task(self.gc.run_scheduled())
         if metrics is not None:

@@ -182,7 +182,7 @@ class CommitterActor:
         self.delta_target = delta_target
         self.holder_name = holder_name
         self.namespace = namespace
-        self.runtime = ActorRuntime()
+        self.runtime = ActorRuntime(nice=None)
         self.committer = Committer()
         self.resyncs = 0
         self.metrics = Recorder("committer", "committer")

@@ -216,7 +216,7 @@ class SnapshotActor:
     ) -> None:
         self.service = SnapshotService(config, on_tables=self._put)
         self._latest: tuple[int, int, dict[str, Any]] | None = None
-        self.runtime = ActorRuntime(bundle, gc_spec)
+        self.runtime = ActorRuntime(bundle, gc_spec, nice=None)
         # started from __init__, so a restarted holder resumes by itself
         self._started = asyncio.get_event_loop().create_task(
             self._start(delta_target, txlog_target)
