@@ -128,6 +128,10 @@ class BlockProducer:
         self.engine = engine
         self.wal = wal
         self.verifier = verifier
+        #: Re-verify user signatures here (defence in depth: a replica is then never trusted with
+        #: a forged tx). False trusts the replicas' dry-run, which verified every tx already:
+        #: ~70 µs of CPU less per tx on the sequencer; only for replicas in the same trust domain.
+        self.verify_signatures = True
         self.seq = seq
         self.height = height
         self._events: list[Any] = []
@@ -188,7 +192,7 @@ class BlockProducer:
         pk = self.engine.pub_key(tx.account_index, key_index)
         if pk is None:
             return _API_KEY_NOT_FOUND
-        if not self.verifier.verify(tx, pk):
+        if self.verify_signatures and not self.verifier.verify(tx, pk):
             return _INVALID_SIGNATURE
         return _OK
 

@@ -72,6 +72,8 @@ class SequencerConfig:
     #: interval: marks track the book closely (and liquidations trigger sooner), more commands.
     oracle_interval_ms: float = 0.0
     oracle_max_step_bps: int = 50
+    #: re-verify every user signature in the sequencer (see ``BlockProducer.verify_signatures``)
+    verify_signatures: bool = True
 
 
 class SequencerService:
@@ -118,6 +120,7 @@ class SequencerService:
         self.producer, self.replayed = BlockProducer.recover(
             Path(cfg.snapshot_dir), wal, Verifier(cfg.chain_id)
         )
+        self.producer.verify_signatures = cfg.verify_signatures
         self.metrics.histogram("raydex_wal_fsync_seconds", wal.fsync_time)
         self.hub = BlockHub(ring_size=cfg.ring_size, last_seq=self.producer.seq)
         self.server = GrpcDataPlaneServer(

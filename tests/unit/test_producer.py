@@ -121,3 +121,13 @@ def test_recovery_from_snapshot_and_wal_reproduces_the_state_hash(tmp_path: Path
     assert (again.engine.state_hash(), again.seq, again.height) == expected
     assert replayed == expected[1] - 14
     again.engine.validate_internal_state()
+
+
+def test_with_verification_off_the_producer_trusts_the_replicas_dry_run(tmp_path: Path) -> None:
+    p = producer(tmp_path)
+    setup(p, range(1, 2))
+    p.verify_signatures = False
+    forged = order(1, 0, 300_000, 0)._replace(sig=bytes(64))
+    p.submit([forged], NS + 1)
+    block = p.close_block()
+    assert block is not None and [o.code for o in block.outcomes] == [ResultCode.OK]
