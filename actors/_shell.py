@@ -20,7 +20,7 @@ def advertised_host() -> str:
     try:
         import ray
 
-        return str(ray.util.get_node_ip_address())
+        return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
     except Exception:  # outside a Ray worker: loopback
         return "127.0.0.1"
 

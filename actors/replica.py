@@ -435,6 +435,7 @@ class ReplicaActor:
     def _committer(self) -> Any:
         import ray
 
+        assert self.committer_name is not None, "no committer configured"
         return ray.get_actor(self.committer_name, namespace=self.namespace)
 
     async def _start(self) -> int:

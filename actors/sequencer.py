@@ -159,11 +159,14 @@ class SequencerService:
 
     async def handle_batch(self, frame: bytes) -> bytes:
         """Tx handler of the gRPC ``Txs`` stream: batch frame in, outcome frame out."""
+        reply: bytes
         try:
             txs = decode_batch(frame)
         except CodecError:
-            return encode_outcomes([(bytes(32), ResultCode.INVALID_TX_INFO, 0, 0)])
-        return encode_outcomes(await self.submit(txs, operator=False))
+            reply = encode_outcomes([(bytes(32), ResultCode.INVALID_TX_INFO, 0, 0)])
+            return reply
+        reply = encode_outcomes(await self.submit(txs, operator=False))
+        return reply
 
     async def submit(self, txs: Sequence[Any], operator: bool = False) -> list[TxOutcome]:
         """Execute ``txs`` in the open block; resolves when that block is durable."""

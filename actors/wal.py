@@ -59,7 +59,8 @@ def encode_record(seq: int, timestamp_ns: int, tx_frames: Sequence[bytes]) -> by
     body = b"".join(_LEN.pack(len(f)) + f for f in tx_frames)
     tail = _HEADER.struct.pack(WAL_MAGIC, len(body), 0, seq, timestamp_ns, len(tx_frames))
     crc = zlib.crc32(body, zlib.crc32(tail[_CRC_FROM:]))
-    return _HEADER.struct.pack(WAL_MAGIC, len(body), crc, seq, timestamp_ns, len(tx_frames)) + body
+    head: bytes = _HEADER.struct.pack(WAL_MAGIC, len(body), crc, seq, timestamp_ns, len(tx_frames))
+    return head + body
 
 
 def decode_record(record: bytes) -> WalBlock:

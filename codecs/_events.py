@@ -89,7 +89,7 @@ class BalanceChanged(NamedTuple):
 
 @wire(EVENT, EventTag.POSITION_CHANGED)
 class PositionChanged(NamedTuple):
-    """A position's full state. ``entry_quote`` is the signed cost basis in micro-USDC (long > 0)."""
+    """Full position state; ``entry_quote`` is the signed cost basis in micro-USDC (long > 0)."""
 
     account_index: Account
     market_index: Market

@@ -107,7 +107,8 @@ class CancelOrder(NamedTuple):
     account_index: Account
     api_key_index: ApiKey
     market_index: Market
-    index: Annotated[int, U64, Range(1, 2**63 - 1)]
+    # Lighter's field name; shadows tuple.index on purpose (read it as ``tx.index``)
+    index: Annotated[int, U64, Range(1, 2**63 - 1)]  # type: ignore[assignment]
     expired_at: Millis
     nonce: NonceF
     sig: Sig
@@ -131,7 +132,7 @@ class ModifyOrder(NamedTuple):
     account_index: Account
     api_key_index: ApiKey
     market_index: Market
-    index: Annotated[int, U64, Range(1, 2**63 - 1)]
+    index: Annotated[int, U64, Range(1, 2**63 - 1)]  # type: ignore[assignment]
     base_amount: Size
     price: Price
     trigger_price: Annotated[int, U32]
@@ -170,7 +171,6 @@ class RegisterApiKey(NamedTuple):
     account_index: Account
     api_key_index: ApiKey
     pub_key: PubKey
-
 
 
 @wire(TX, TxType.CREATE_MARKET)

@@ -22,4 +22,4 @@ class WalRecordHeader(NamedTuple):
     crc32: Annotated[int, U32]
     seq: Annotated[int, U64]
     timestamp_ns: Annotated[int, U64]
-    count: Annotated[int, U32]
+    count: Annotated[int, U32]  # type: ignore[assignment]  # shadows tuple.count

@@ -15,15 +15,16 @@ Field extras:
 - :class:`Range` ``(lo, hi)``: inclusive domain, checked when decoding untrusted input.
 - :class:`Json` ``("Name")``: the Lighter JSON key when it is not the PascalCase of the field name.
 
-NamedTuples are immutable and cheap to build (a tuple), and their field order is the wire order, so a
-hot decode is ``tuple.__new__(cls, struct.unpack_from(...))``.
+NamedTuples are immutable and cheap to build (a tuple), and their field order is the wire order, so
+a hot decode is ``tuple.__new__(cls, struct.unpack_from(...))``.
 """
 
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import construct as cs
 
@@ -100,7 +101,9 @@ def wire(family: str, tag: int) -> Callable[[type[T]], type[T]]:
         for name in cls._fields:  # type: ignore[attr-defined]
             hint = hints[name]
             if typing.get_origin(hint) is not typing.Annotated:
-                raise TypeError(f"{cls.__name__}.{name}: wire fields need Annotated[type, construct]")
+                raise TypeError(
+                    f"{cls.__name__}.{name}: wire fields need Annotated[type, construct]"
+                )
             py_type, con, *extras = typing.get_args(hint)
             base = getattr(py_type, "__supertype__", py_type)
             fields.append(FieldSpec(name, con, base, tuple(extras)))
