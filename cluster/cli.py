@@ -2,10 +2,15 @@
 
 Subcommands (every one of them works; nothing here is a placeholder):
 
-- ``raydex demo [--seconds S] [--traders N] [--replicas R] [--spec PATH] [--json]``: the whole
-  exchange on an embedded local Ray, a short signed REST + WebSocket load, and its report
-  (``observability.demo``). ``raydex demo --engine [--commands N]`` runs only the engine over the
+- ``raydex demo [--seconds S] [--tps T] [--traders N] [--replicas R] [--spec PATH] [--json]``:
+  the whole exchange on an embedded local Ray under a 20-second loadtest (open-loop signed REST +
+  WebSocket load) and its report (``observability.demo`` over ``observability.loadtest``).
+  ``raydex demo --engine [--commands N]`` runs only the engine over the
   generated workload (no Ray) and summarizes it.
+- ``raydex loadtest [--tps T] [--seconds S] [--accounts N] [--markets M] [--replicas R]
+  [--clients C] [--ab A=SETTINGS,B=SETTINGS] [--out DIR] [--json-out FILE] [--address ADDR]``:
+  an isolated instrumented deployment under open-loop signed load; Markdown, JSON and PNG
+  reports in one folder (``observability.loadtest``). Exit 2 on a bad ``--ab``.
 - ``raydex up [--spec raydex.yaml] [--address ADDR]``: start a local Ray head advertising this
   host (``ray start --head`` with ``raydex node-args``) unless ``--address`` names a cluster, then
   deploy. ``raydex deploy SPEC``: reconcile a running cluster with SPEC (scale replicas live).
@@ -32,6 +37,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = ["build_parser", "main"]
@@ -69,8 +75,68 @@ def _demo(args: argparse.Namespace) -> int:
         traders=args.traders,
         replicas=args.replicas,
         json_out=args.json,
+        tps=args.tps,
     )
     return 0 if result["replica_state_hashes_equal"] and result["nonce_gaps"] == 0 else 1
+
+
+def _loadtest(args: argparse.Namespace) -> int:
+    import json
+
+    from raydex.observability import loadtest
+
+    try:
+        ab = loadtest.parse_ab(args.ab) if args.ab else None
+    except loadtest.AbError as exc:
+        print(f"raydex loadtest: {exc}", file=sys.stderr)
+        return 2
+    opts = loadtest.LoadtestOptions(
+        tps=args.tps, seconds=args.seconds, accounts=args.accounts, markets=args.markets,
+        replicas=args.replicas, clients=args.clients, ab=ab, spec_path=args.spec,
+        out_dir=args.out, json_out=args.json_out, address=args.address,
+        sample_every=args.sample_every, seed=args.seed, quiet=args.quiet,
+    )  # fmt: skip
+    try:
+        report = loadtest.run(opts)
+    except loadtest.OptionError as exc:
+        print(f"raydex loadtest: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("raydex loadtest: interrupted; the deployment was torn down", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(report, default=str))
+    else:
+        print(Path(report["files"]["markdown"]).read_text())
+    return 0
+
+
+def _add_loadtest(sub: Any) -> None:
+    p = sub.add_parser(
+        "loadtest",
+        help="an isolated, instrumented deployment under open-loop signed load; reports",
+        description="Deploy an isolated stack (own Ray namespace and ports), sign the load up "
+        "front, drive it open-loop over REST and WebSocket, and write report.md, report.json "
+        "and PNG plots into --out. --ab runs two replica groups side by side.",
+    )
+    p.add_argument("--tps", type=float, default=300.0, help="planned signed tx/s (300)")
+    p.add_argument("--seconds", type=float, default=30.0, help="timed window (30)")
+    p.add_argument("--accounts", type=_positive, default=200, help="synthetic accounts (200)")
+    p.add_argument("--markets", type=_positive, default=4, help="markets from the spec (4)")
+    p.add_argument("--replicas", type=_positive, default=2, help="replicas per group (2)")
+    p.add_argument("--clients", type=_positive, default=8, help="client lanes, WS and REST (8)")
+    p.add_argument("--ab", nargs="+", default=None, metavar="NAME=SETTINGS",
+                   help="two groups, e.g. pinned=pin:on,unpinned=pin:off "
+                   "(settings: pin, gc, realtime, replicas, cpus; join with +)")  # fmt: skip
+    p.add_argument("--spec", default="raydex.yaml", help="base deploy spec (raydex.yaml)")
+    p.add_argument("--out", default=None, help="output folder (loadtest-out/<time>)")
+    p.add_argument("--json-out", default=None, help="also write the JSON report here")
+    p.add_argument("--address", default=None, help="a Ray cluster (default: embedded local Ray)")
+    p.add_argument("--sample-every", type=int, default=100, help="trace 1 in N requests (100)")
+    p.add_argument("--seed", type=int, default=1, help="workload seed (1)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    p.set_defaults(handler=_loadtest)
 
 
 def _connect(address: str | None) -> None:
@@ -177,12 +243,13 @@ def _bench_codecs(args: argparse.Namespace) -> int:
 def _add_demo(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
-        help="the whole exchange on an embedded Ray under a short signed load",
-        description="Deploy the stack on an embedded local Ray, drive signed REST and WebSocket "
-        "load, report, stop. --engine: only the engine over the generated workload (no Ray).",
+        help="the whole exchange on an embedded Ray under a 20-second loadtest",
+        description="Deploy the stack on an embedded local Ray, run a loadtest (signed REST and "
+        "WebSocket load), report, stop. --engine: only the engine over the generated workload.",
     )
     p.add_argument("--spec", default="raydex.yaml", help="deploy spec (raydex.yaml)")
-    p.add_argument("--seconds", type=float, default=10.0, help="load duration (10)")
+    p.add_argument("--seconds", type=float, default=20.0, help="loadtest duration (20)")
+    p.add_argument("--tps", type=float, default=300.0, help="planned tx/s (300)")
     p.add_argument("--traders", type=_positive, default=24, help="signing traders (24)")
     p.add_argument("--replicas", type=_positive, default=2, help="API replicas (2)")
     p.add_argument("--engine", action="store_true", help="engine only, no Ray")
@@ -221,9 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="raydex: a low-latency perpetual-futures exchange stack on Ray.",
     )
     sub = parser.add_subparsers(
-        dest="command", metavar="{demo,up,deploy,status,down,bench,node-args}", required=True
+        dest="command",
+        metavar="{demo,loadtest,up,deploy,status,down,bench,node-args}",
+        required=True,
     )
     _add_demo(sub)
+    _add_loadtest(sub)
     _add_ops(sub)
     _add_bench(sub)
     sub.add_parser("node-args", help="print the `ray start` flags for this host (NUMA, labels)")

@@ -109,6 +109,7 @@ def _spawn(
     bundle: BundlePlacement | None,
     args: tuple[Any, ...],
     num_cpus: float = 0.0,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> Any:
     import ray
 
@@ -124,7 +125,7 @@ def _spawn(
         opts.update(actor_options(bundle, _single_group(name, bundle), 0))
     else:
         opts["num_cpus"] = num_cpus
-    return ray.remote(cls).options(**opts).remote(*args)
+    return ray.remote(cls).options(**opts).remote(*args, **(kwargs or {}))
 
 
 def deploy(
@@ -135,9 +136,13 @@ def deploy(
     topologies: Mapping[str, Topology] | None = None,
     place: bool = True,
     timeout_s: float = 180.0,
+    replica_class: type | None = None,
+    replica_kwargs: Mapping[str, Any] | None = None,
 ) -> DeployResult:
     """Reconcile the cluster with ``spec`` (see module docstring). ``place=False`` skips
-    placement groups and pinning (a laptop, a test): actors then ask Ray for no CPU."""
+    placement groups and pinning (a laptop, a test): actors then ask Ray for no CPU.
+    ``replica_class`` (a ``ReplicaActor`` subclass taking ``replica_kwargs``) replaces the replica
+    actor, e.g. the loadtest's instrumented one (observability/instrument.py)."""
     import ray
 
     from raydex.actors.committer import CommitterActor
@@ -199,17 +204,21 @@ def deploy(
 
     desired: dict[str, BundlePlacement | None] = {}
     gc_of: dict[str, Any] = {}
+    port_of: dict[str, int] = {}
     for group in spec.replica_groups:
         g = plan.get(group.name)
+        port = group.http_port if group.http_port is not None else spec.ports.http
         if g is not None:
             for i, b in enumerate(g.bundles):
                 desired[replica_name(group.name, i)] = _reservable(b)
                 gc_of[replica_name(group.name, i)] = group.gc
+                port_of[replica_name(group.name, i)] = port
         else:
             count = group.replicas if group.replicas is not None else group.replicas_per_numa_node
             for i in range(count or 0):
                 desired[replica_name(group.name, i)] = None
                 gc_of[replica_name(group.name, i)] = group.gc
+                port_of[replica_name(group.name, i)] = port
     current = {n for n in existing if n.startswith(REPLICA_PREFIX)}
     starting = []
     for name in sorted(set(desired) - current):
@@ -217,12 +226,14 @@ def deploy(
             name=name,
             sequencer_target=delta_target,
             http_host=bind,
-            http_port=spec.ports.http,
+            http_port=port_of[name],
             chain_id=spec.chain_id,
         )
         b = desired[name]
         args_r = (cfg_r, SNAPSHOT, namespace, b, COMMITTER, gc_of[name])
-        actor = _spawn(ReplicaActor, name, namespace, b, args_r)
+        actor = _spawn(
+            replica_class or ReplicaActor, name, namespace, b, args_r, kwargs=replica_kwargs
+        )
         starting.append(actor.start.remote())
         created.append(name)
     ray.get(starting, timeout=timeout_s)

@@ -9,7 +9,7 @@ Shape (every key below is optional unless marked *required*; defaults are the da
     snapshot:  {every_blocks, every_seconds, dir*, host, numa_node, cpus, pin, realtime, gc}
     markets:   [{market_index*, symbol*, price_decimals*, size_decimals*, initial_mark*, ...}]
     replica_groups: [{name*, replicas_per_numa_node | replicas, numa_nodes, hosts,
-                      cpus_per_replica, pin, realtime, gc}]
+                      cpus_per_replica, pin, realtime, gc, http_port}]
 
 Semantics: a market mirrors the ``CreateMarket`` transaction (same field names and units: fees in
 ppm of notional, margin fractions in bps, amounts in lots / micro-USDC) except ``initial_mark``,
@@ -312,8 +312,13 @@ class ReplicaGroupSpec:
     pin: bool = True
     realtime: bool = False
     gc: GcSpec = GcSpec()
+    #: this group's own REST/WS port (absent: ``ports.http``, shared with the other groups); an
+    #: A/B loadtest gives each group its own so both can be driven and measured apart
+    http_port: int | None = None
 
     def _problems(self) -> _Problems:
+        if self.http_port is not None and not 1 <= self.http_port <= 65535:
+            yield "http_port", f"must be a port in 1..65535, got {self.http_port}"
         if not _NAME.fullmatch(self.name):
             yield "name", f"must match {_NAME.pattern} (a DNS label), got {self.name!r}"
         elif self.name in _RESERVED_GROUP_NAMES:

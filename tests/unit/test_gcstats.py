@@ -41,7 +41,10 @@ def test_scheduled_collections_run_when_gen2_is_disabled() -> None:
 
     async def run() -> None:
         task = asyncio.get_running_loop().create_task(policy.run_scheduled())
-        await asyncio.sleep(0.1)
+        for _ in range(1000):  # bounded: a full collection of a big test heap takes a while
+            if policy.scheduled >= 2:
+                break
+            await asyncio.sleep(0.01)
         task.cancel()
 
     try:

@@ -1,0 +1,59 @@
+"""`raydex loadtest` brings up its own isolated stack on its own embedded Ray, drives open-loop
+signed load, tears down, and leaves the three report forms in one folder; run as a user would, in
+a child process (it owns its Ray)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_a_short_loadtest_writes_markdown_json_and_plots(tmp_path: Path) -> None:
+    raydex = Path(sys.executable).with_name("raydex")
+    out = tmp_path / "report"
+    json_out = tmp_path / "loadtest.json"
+    proc = subprocess.run(
+        [str(raydex), "loadtest", "--seconds", "5", "--tps", "100", "--accounts", "40",
+         "--replicas", "1", "--clients", "2", "--out", str(out), "--json-out", str(json_out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "RAY_DEDUP_LOGS": "0"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "achieved" in proc.stdout or "# raydex loadtest report" in proc.stdout
+    assert "tx/s" in proc.stderr  # the progress lines
+    report = json.loads(json_out.read_text())
+    assert json.loads((out / "report.json").read_text())["achieved_tps"] == report["achieved_tps"]
+    assert (out / "report.md").read_text().startswith("# raydex loadtest report")
+    for png in ("latency_over_time.png", "cdf.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    assert report["achieved_tps"] > 0
+    assert isinstance(report["errors_by_code"], dict)
+    for key in ("freshness_engine_to_client_us", "apply_us", "dry_run_us"):
+        assert {"p50", "p99", "p999"} <= set(report[key]), key
+        assert report[key]["count"] > 0, key
+    assert {"CREATE_ORDER", "CANCEL_ORDER"} <= set(report["lifecycle_us"])
+    assert report["gc"] and set(report["groups"]) == {"main"}
+    assert set(report["apply_steps_us"]) == {"decode", "cache_update", "fanout"}
+    assert report["nonce_gaps"] == 0 and report["replica_state_hashes_equal"] is True
+    assert set(report["requests_by_path"]) == {"rest", "rest_batch", "ws"}
+    # OTel spans of sampled txs, from the client and from the replica that served them
+    spans = [
+        json.loads(line) for p in out.glob("spans-*.jsonl") for line in p.read_text().splitlines()
+    ]
+    names = {s["name"] for s in spans}
+    assert {"client.send", "replica.sendTx"} <= names or {
+        "client.send",
+        "replica.sendTxBatch",
+    } <= names
+    assert "Traceback" not in proc.stderr

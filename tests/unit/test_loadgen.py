@@ -1,0 +1,279 @@
+"""The open-loop load generator: planned times, latency from the planned time when the sender
+falls behind, lanes, the signed plan, and ``--ab`` parsing. No Ray: a tiny aiohttp server stands in
+for a replica where a server is needed (a real server, not a mock of the client)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
+
+from raydex.cluster.spec import GcSpec, ReplicaGroupSpec, load_spec
+from raydex.codecs import ResultCode, tx_from_json
+from raydex.codecs._signing import Verifier
+from raydex.codecs._txcodec import tx_type_of
+from raydex.observability.loadgen import (
+    CLIENT_ERROR,
+    NO_REPLY,
+    Item,
+    LaneSpec,
+    MarketInfo,
+    OpenLoopClock,
+    Recorder,
+    form_encode,
+    lane_specs,
+    plan_load,
+    planned_offsets_ns,
+    run_lanes,
+)
+from raydex.observability.loadtest import (
+    GC_PRESETS,
+    AbError,
+    LoadtestOptions,
+    OptionError,
+    build_spec,
+    check_options,
+    parse_ab,
+)
+
+# ---- the schedule ------------------------------------------------------------------------------
+
+
+def test_evenly_spaced_offsets_follow_the_rate() -> None:
+    assert planned_offsets_ns(4, 1000) == [0, 1_000_000, 2_000_000, 3_000_000]
+
+
+def test_poisson_offsets_keep_the_mean_rate_and_never_go_back() -> None:
+    offs = planned_offsets_ns(20_000, 1000, random.Random(1))
+    assert offs == sorted(offs)
+    mean_gap = offs[-1] / (len(offs) - 1)
+    assert 0.95e6 < mean_gap < 1.05e6
+
+
+def test_a_rate_of_zero_is_refused() -> None:
+    with pytest.raises(ValueError, match="tps"):
+        planned_offsets_ns(1, 0)
+
+
+def test_the_clock_gives_a_batch_the_room_of_its_transactions() -> None:
+    clock = OpenLoopClock(100)  # 10 ms per tx
+    assert [clock.take(1), clock.take(3), clock.take(1)] == [0, 10_000_000, 40_000_000]
+    assert clock.txs == 5
+
+
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=200), st.floats(1, 100_000))
+def test_planned_times_never_decrease_and_match_the_rate(sizes: list[int], tps: float) -> None:
+    clock = OpenLoopClock(tps)
+    times = [clock.take(k) for k in sizes]
+    assert times == sorted(times)
+    assert abs(clock.now_ns - sum(sizes) * 1e9 / tps) <= 1
+
+
+# ---- latency counts from the planned time ------------------------------------------------------
+
+
+def test_latency_counts_from_the_planned_time_not_from_the_late_send() -> None:
+    rec = Recorder()
+    t0 = 10_000_000_000
+    planned = t0 + 1_000_000_000
+    sent = planned + 40_000_000  # the sender fell 40 ms behind
+    done = sent + 2_000_000  # the server took 2 ms
+    rec.sent_at(planned, sent, 1)
+    rec.finished(planned, done, t0, ("CREATE_ORDER",), (200,))
+    assert rec.latency.percentile(1.0) == pytest.approx(42_000_000, rel=0.01)
+    assert rec.send_lag.percentile(1.0) == pytest.approx(40_000_000, rel=0.01)
+    assert rec.by_type["CREATE_ORDER"].total == 1
+    assert len(rec.per_second) == 2 and rec.per_second[1].total == 1
+
+
+def test_errors_split_into_intended_and_real() -> None:
+    rec = Recorder()
+    nonce, not_active = int(ResultCode.INVALID_NONCE), int(ResultCode.NOT_ACTIVE_LIMIT_ORDER)
+    rec.finished(0, 1, 0, ("A", "B", "C", "D"), (200, nonce, not_active, 200))
+    assert rec.errors(intended=False) == {"INVALID_NONCE": 1}
+    assert rec.errors(intended=True) == {"NOT_ACTIVE_LIMIT_ORDER": 1}
+    assert rec.errors() == {"INVALID_NONCE": 1, "NOT_ACTIVE_LIMIT_ORDER": 1}
+    assert rec.done == 4
+    rec.finished(0, 1, 0, ("E", "F"), (NO_REPLY, CLIENT_ERROR))
+    assert rec.errors(intended=False) == {"CLIENT_ERROR": 1, "INVALID_NONCE": 1, "NO_REPLY": 1}
+
+
+class _SlowReplica:
+    """A real HTTP server answering sendTx after ``delay_s``; remembers arrival order."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.arrivals: list[str] = []
+
+    async def send_tx(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        self.arrivals.append(str(form["tx_info"]))
+        await asyncio.sleep(self.delay_s)
+        return web.json_response({"code": 200})
+
+
+def _item(at_ns: int, account: int, tag: str) -> Item:
+    body = form_encode({"tx_type": 14, "tx_info": tag})
+    return Item(at_ns, 0, account, ("CREATE_ORDER",), "sendTx", body, "", False)
+
+
+def test_an_open_loop_lane_charges_queueing_to_the_request_when_the_server_is_slow() -> None:
+    """Four txs of one account planned 1 ms apart against a 50 ms server: each waits for the
+    previous (nonce order), so the last is answered ~200 ms after its planned time, and that is
+    what is recorded (a closed-loop client would report ~50 ms for every one)."""
+
+    async def main() -> tuple[Recorder, list[str]]:
+        srv = _SlowReplica(0.05)
+        app = web.Application()
+        app.router.add_post("/api/v1/sendTx", srv.send_tx)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        rec = Recorder("g")
+        items = [_item(i * 1_000_000, 7, f"tx{i}") for i in range(4)]
+        try:
+            await run_lanes([LaneSpec(0, "g", port, "rest")], items, {"g": rec},
+                            time.monotonic_ns(), asyncio.Event())  # fmt: skip
+        finally:
+            await runner.cleanup()
+        return rec, srv.arrivals
+
+    rec, arrivals = asyncio.run(main())
+    assert arrivals == ["tx0", "tx1", "tx2", "tx3"]  # one account's txs stay in nonce order
+    assert rec.done == 4 and rec.codes[200] == 4
+    assert rec.latency.max >= 190_000_000  # the 4th waited for three 50 ms answers
+    assert rec.latency.percentile(0.25) < 100_000_000
+
+
+# ---- lanes and the plan ------------------------------------------------------------------------
+
+
+def test_lanes_alternate_groups_and_give_every_group_a_ws_and_a_rest_lane() -> None:
+    lanes = lane_specs(4, [("a", 1), ("b", 2)])
+    assert [(ln.group, ln.kind) for ln in lanes] == [
+        ("a", "ws"), ("b", "ws"), ("a", "rest"), ("b", "rest")
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="--clients must be >= 4"):
+        lane_specs(3, [("a", 1), ("b", 2)])
+
+
+def test_form_encoding_equals_the_standard_library() -> None:
+    fields = {"tx_type": 14, "tx_info": '{"A":[1,-2],"s":"x y&z=+%/\\\\"}'}
+    assert form_encode(fields) == urllib.parse.urlencode(fields).encode()
+
+
+def test_the_plan_signs_every_tx_in_nonce_order_per_account_at_the_planned_rate() -> None:
+    spec = load_spec("raydex.yaml")
+    markets = [MarketInfo.of(m) for m in spec.markets]
+    lanes = lane_specs(4, [("a", 1), ("b", 2)])
+    plan = plan_load(markets, 40, tps=200, seconds=2, lanes=lanes, seed=3)
+    txs = 0
+    nonces: dict[int, int] = {}
+    verifier = Verifier()
+    keys = {t.account: t.pub for t in plan.traders}
+    lane_of: dict[int, int] = {}
+    for it in plan.items:
+        form = urllib.parse.parse_qs(it.rest_body.decode())
+        if "tx_info" in form:
+            pairs = [(int(form["tx_type"][0]), form["tx_info"][0])]
+        else:
+            pairs = list(zip(json.loads(form["tx_types"][0]), json.loads(form["tx_infos"][0]),
+                             strict=True))  # fmt: skip
+        for ttype, info in pairs:
+            tx = tx_from_json(ttype, info)
+            assert tx_type_of(type(tx)) == ttype
+            assert tx.nonce == nonces.get(tx.account_index, 0)
+            nonces[tx.account_index] = tx.nonce + 1
+            assert verifier.verify(tx, keys[tx.account_index])
+            txs += 1
+        assert lane_of.setdefault(it.account, it.lane) == it.lane  # an account keeps its lane
+    assert [it.at_ns for it in plan.items] == sorted(it.at_ns for it in plan.items)
+    assert 380 <= txs <= 420  # 200 tx/s for 2 s
+    assert plan.mix["requote"] > 0 and plan.mix["ioc"] > 0 and plan.mix["transfer"] > 0
+
+
+# ---- --ab --------------------------------------------------------------------------------------
+
+
+def test_ab_settings_parse_into_two_groups() -> None:
+    a, b = parse_ab("pinned=pin:on,unpinned=pin:off")
+    assert (a.name, a.pin, b.name, b.pin) == ("pinned", True, "unpinned", False)
+    a, b = parse_ab(["gc_tuned=gc:tuned+replicas:2", "gc_default=gc:default"])
+    assert (a.name, a.gc, a.replicas, b.gc) == ("gc-tuned", "tuned", 2, "default")
+
+
+def test_ab_settings_apply_onto_the_base_replica_group() -> None:
+    a, _ = parse_ab("fast=pin:off+gc:default+cpus:2,slow=pin:on")
+    group = a.apply(ReplicaGroupSpec("public", replicas=3, gc=GcSpec((1, 1, 1))), 1, 9000)
+    assert (group.name, group.pin, group.cpus_per_replica, group.http_port) == ("fast", False, 2,
+                                                                                9000)  # fmt: skip
+    assert group.gc == GC_PRESETS["default"] and group.replicas == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("pinned=pin:on", "exactly two groups"),
+        ("a=pin:on,b=pin:on", "same settings"),
+        ("a=pin:yes,b=pin:off", "pin must be on or off, got 'yes'"),
+        ("a=gc:fast,b=gc:default", "gc must be one of tuned, default, got 'fast'"),
+        ("a=color:red,b=pin:off", "unknown setting 'color'"),
+        ("a=replicas:0,b=pin:off", "replicas must be an integer >= 1"),
+        ("a=pin,b=pin:off", "expected key:value, got 'pin'"),
+        ("pin:on,b=pin:off", "expected NAME=SETTINGS"),
+        ("a=,b=pin:off", "group 'a' has no settings"),
+        ("a=pin:on,a=pin:off", "different names"),
+        ("a=pin:on+pin:off,b=gc:tuned", "'pin' given twice"),
+    ],
+)
+def test_bad_ab_settings_are_refused_with_a_clear_message(text: str, message: str) -> None:
+    with pytest.raises(AbError, match=message):
+        parse_ab(text)
+
+
+def test_an_ab_deployment_gets_its_own_ports_and_folders_per_group(tmp_path: Path) -> None:
+    base = load_spec("raydex.yaml")
+    ab = parse_ab("pinned=pin:on,unpinned=pin:off")
+    spec = build_spec(base, LoadtestOptions(markets=2, replicas=1, ab=ab), tmp_path)
+    a, b = spec.replica_groups
+    assert (a.name, a.pin, b.name, b.pin) == ("pinned", True, "unpinned", False)
+    ports = {a.http_port, b.http_port, spec.ports.http, spec.ports.grpc, spec.ports.grpc + 1}
+    assert len(ports) == 5 and base.ports.http not in ports
+    assert spec.sequencer.wal_dir.startswith(str(tmp_path))
+    assert spec.snapshot.dir.startswith(str(tmp_path))
+    assert [m.symbol for m in spec.markets] == [m.symbol for m in base.markets[:2]]
+    with pytest.raises(OptionError, match=r"--markets must be in 1\.\.4"):
+        build_spec(base, LoadtestOptions(markets=9), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("opts", "message"),
+    [
+        (LoadtestOptions(tps=0), "--tps and --seconds must be > 0"),
+        (LoadtestOptions(accounts=3), "--accounts must be >= 6"),
+        (LoadtestOptions(clients=1), "--clients must be >= 2"),
+        (LoadtestOptions(clients=3, ab=parse_ab("a=pin:on,b=pin:off")), "--clients must be >= 4"),
+    ],
+)
+def test_options_no_run_can_satisfy_are_refused_up_front(
+    opts: LoadtestOptions, message: str
+) -> None:
+    with pytest.raises(OptionError, match=message):
+        check_options(opts)
+
+
+def test_the_cli_exits_2_with_the_reason_on_a_bad_ab(capsys: pytest.CaptureFixture[str]) -> None:
+    from raydex.cluster.cli import main
+
+    assert main(["loadtest", "--ab", "a=pin:maybe,b=pin:off"]) == 2
+    assert "pin must be on or off, got 'maybe'" in capsys.readouterr().err

@@ -1,0 +1,158 @@
+"""The loadtest report: histogram merging, percent differences, the JSON keys, Markdown and plots,
+built from recorded values (no Ray)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raydex.observability.hist import Histogram
+from raydex.observability.loadgen import BookWatch, Recorder
+from raydex.observability.report import (
+    GroupData,
+    build_report,
+    hist_from,
+    pct_diff,
+    render_markdown,
+    span_breakdown,
+    write_report,
+)
+
+MS = 1_000_000
+
+
+def _hist(values: list[int]) -> Histogram:
+    h = Histogram()
+    h.record_many(values)
+    return h
+
+
+def _book(kind: str, begin: int, nonce: int) -> dict[str, Any]:
+    return {
+        "type": f"{kind}/order_book",
+        "channel": "order_book:0",
+        "order_book": {"begin_nonce": begin, "nonce": nonce},
+    }
+
+
+def _group(name: str, latency_ms: int, apply_us: int, codes: tuple[int, ...]) -> GroupData:
+    rec = Recorder(name)
+    t0 = 0
+    for i, code in enumerate(codes):
+        planned = t0 + i * 10 * MS
+        rec.sent_at(planned, planned, 1)
+        rec.finished(planned, planned + latency_ms * MS, t0, ("CREATE_ORDER",), (code,))
+    books = BookWatch()
+    last: dict[str, int] = {}
+    books.on_message(_book("subscribed", 0, 0), 0, 0, last)
+    for n in range(1, 11):
+        msg = _book("update", n - 1, n)
+        msg.update(engine_ts_us=1_000_000 - latency_ms * 1000, replica_ts_us=1_000_000 - 500)
+        books.on_message(msg, 1_000_000, 0, last)
+    replica = {
+        "hists": {
+            "apply": _hist([apply_us * 1000] * 10).snapshot(),
+            "decode": _hist([apply_us * 200] * 10).snapshot(),
+            "cache_update": _hist([apply_us * 500] * 10).snapshot(),
+            "fanout": _hist([apply_us * 300] * 10).snapshot(),
+            "dry_run": _hist([50_000] * 10).snapshot(),
+        },
+        "gc": {
+            "gen0": {"collections": 3},
+            "gen1": {"collections": 1},
+            "gen2": {"collections": 0},
+            "pause_hist": _hist([100_000] * 4).snapshot(),
+        },
+        "slow_events": 0,
+        "flight_dumps": [],
+    }
+    return GroupData(name, "pin:on", rec, books, {f"raydex-replica-{name}-0": replica}, 1.0)
+
+
+def test_histogram_snapshots_merge_even_after_a_json_round_trip() -> None:
+    a, b = _hist([1000] * 99), _hist([5_000_000])
+    snaps = [json.loads(json.dumps(a.snapshot())), b.snapshot()]
+    merged = hist_from(snaps)
+    assert merged.total == 100
+    assert merged.percentile(0.5) == pytest.approx(1000, rel=0.01)
+    assert merged.percentile(1.0) == pytest.approx(5_000_000, rel=0.01)
+
+
+def test_percent_difference_is_b_relative_to_a() -> None:
+    assert pct_diff(200.0, 150.0) == -25.0
+    assert pct_diff(100.0, 110.0) == 10.0
+    assert pct_diff(0.0, 5.0) is None
+
+
+def test_the_json_report_has_the_promised_keys_per_group_and_the_ab_difference() -> None:
+    a = _group("pinned", latency_ms=2, apply_us=100, codes=(200,) * 99 + (21104,))
+    b = _group("unpinned", latency_ms=3, apply_us=150, codes=(200,) * 100)
+    r = build_report([a, b], {"tps": 100, "seconds": 1}, {"block_time_us": {"p99": 900.0}})
+    for key in ("freshness_engine_to_client_us", "apply_us", "dry_run_us"):
+        assert {"p50", "p99", "p999"} <= set(r[key])
+    assert r["achieved_tps"] == 200.0
+    assert r["errors_by_code"] == {"INVALID_NONCE": 1}
+    assert r["error_rate_pct"] == 0.5
+    assert set(r["lifecycle_us"]) == {"CREATE_ORDER"}
+    assert set(r["groups"]) == {"pinned", "unpinned"}
+    assert r["groups"]["pinned"]["apply_us"]["p99"] == pytest.approx(100, rel=0.01)
+    assert r["ab_diff_pct"]["apply_us.p99"] == pytest.approx(50.0, abs=1.0)
+    assert r["ab_diff_pct"]["request_latency_us.p99"] == pytest.approx(50.0, abs=1.0)
+    assert r["gc_collections"] == 8 and r["groups"]["pinned"]["gc_collections"] == 4
+    assert "gc" in r and r["nonce_gaps"] == 0 and r["updates"] == 20
+    met = {t["metric"]: t["met"] for t in r["targets"]}
+    assert met["achieved_tps"] is False and met["apply_us.p99"] is True
+    assert met["nonce_gaps"] is True
+
+
+def test_a_broken_begin_nonce_chain_counts_a_gap() -> None:
+    books = BookWatch()
+    last: dict[str, int] = {}
+    books.on_message(_book("subscribed", 0, 0), 0, 0, last)
+    for begin, nonce in ((0, 1), (1, 2), (5, 6)):
+        books.on_message(_book("update", begin, nonce), 0, 0, last)
+    assert (books.updates, books.gaps) == (3, 1)
+
+
+def test_markdown_json_and_plots_land_in_one_folder(tmp_path: Path) -> None:
+    a = _group("a", 2, 100, (200,) * 50)
+    b = _group("b", 4, 300, (200,) * 50)
+    r = build_report([a, b], {"tps": 100, "seconds": 1, "cpus": 2}, {})
+    paths = write_report([a, b], r, tmp_path / "out", tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["achieved_tps"] == r["achieved_tps"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Targets" in md and "| apply per block |" in md and "ab.png" in md
+    for name in ("latency_over_time", "cdf", "ab"):
+        png = paths[name]
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert render_markdown(r).count("**no**") >= 1
+
+
+def _span(name: str, trace: str, start_us: int, end_us: int) -> str:
+    def iso(us: int) -> str:
+        return f"2026-12-02T15:00:{us // 1_000_000:02d}.{us % 1_000_000:06d}Z"
+
+    return json.dumps({"name": name, "context": {"trace_id": trace},
+                       "start_time": iso(start_us), "end_time": iso(end_us)})  # fmt: skip
+
+
+def test_the_span_breakdown_splits_a_traced_tx_into_its_stages(tmp_path: Path) -> None:
+    client = tmp_path / "spans-loadgen.jsonl"
+    replica = tmp_path / "spans-raydex-replica-a-0.jsonl"
+    client.write_text(_span("client.send", "t1", 0, 10_000) + "\n")
+    replica.write_text("\n".join([
+        _span("replica.sendTx", "t1", 1_000, 9_000),
+        _span("replica.dry_run", "t1", 1_100, 1_300),
+        _span("replica.submit", "t1", 1_400, 8_900),
+        _span("replica.dry_run", "orphan", 0, 5),
+    ]) + "\n")  # fmt: skip
+    b = span_breakdown([client, replica])
+    assert b["client_to_replica"]["p50"] == 1_000
+    assert b["dry_run"]["p50"] == 200
+    assert b["sequencer_and_apply"]["p50"] == 7_500
+    assert b["replica_handler"]["p50"] == 8_000
+    assert b["replica_to_client"]["p50"] == 1_000
+    assert b["client_total"]["count"] == 1 and b["client_total"]["p50"] == 10_000
