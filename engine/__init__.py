@@ -3,9 +3,22 @@
 ``Engine.execute(cmd, now_ms, out) -> ResultCode`` is the whole interface for the sequencer;
 ``records()`` / ``Engine.from_records`` / ``state_hash()`` are the snapshot API; ``BareBook`` is the
 matching-only floor used by the benchmark. See ``_engine`` for the semantics.
+
+``COMPILED`` is True when the engine runs as mypyc-compiled extensions (``RAYDEX_MYPYC=1``
+build, see ``setup.py``), False for the pure-Python default; both behave identically.
 """
 
+from . import _engine
 from ._bare_book import BareBook
 from ._engine import DEFAULT_ORDER_LIFETIME_MS, Engine, InvariantViolation, Result
 
-__all__ = ["DEFAULT_ORDER_LIFETIME_MS", "BareBook", "Engine", "InvariantViolation", "Result"]
+COMPILED: bool = not str(_engine.__file__).endswith((".py", ".pyc"))
+
+__all__ = [
+    "COMPILED",
+    "DEFAULT_ORDER_LIFETIME_MS",
+    "BareBook",
+    "Engine",
+    "InvariantViolation",
+    "Result",
+]

@@ -13,6 +13,7 @@ doubly linked lists for O(1) cancel), minus every exchange concern.
 from __future__ import annotations
 
 import heapq
+from heapq import heappop, heappush
 
 
 class _Order:
@@ -60,7 +61,7 @@ class _Side:
                 if p in levels:
                     self.best = p
                     return
-                heapq.heappop(heap)
+                heappop(heap)
                 self.in_heap.discard(p)
             self.best = 0
 
@@ -117,7 +118,7 @@ class BareBook:
             lvl = side.levels[price] = _Level(price)
             if price not in side.in_heap:
                 side.in_heap.add(price)
-                heapq.heappush(side.heap, price if is_ask else -price)
+                heappush(side.heap, price if is_ask else -price)
             best = side.best
             if best == 0 or (price < best if is_ask else price > best):
                 side.best = price

@@ -12,16 +12,21 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
 - ``Position.bid_open`` / ``ask_open`` are the lots of the account's resting non-reduce-only
   orders in that market; they feed the initial-margin requirement ("worst case" exposure).
 - ``Market.holders`` maps account index -> Position for every position with ``size != 0`` (the
-  funding index). ``long_triggers`` / ``short_triggers`` are the liquidation index: per holder a
-  mark price beyond which it *may* be under maintenance (see ``Engine._arm``), so a mark move
-  checks only the accounts whose trigger it crossed.
+  funding index); ``unarmed`` holds those of them whose account is unarmed (due an exact check
+  at the next mark move). ``long_triggers`` / ``short_triggers`` are the liquidation index: per
+  holder a mark price beyond which it *may* be under maintenance (see ``Engine._arm``), so a mark
+  move checks only the accounts whose trigger it crossed.
 - ``dirty`` flags mark objects already queued for this command's events; the engine clears them when
   it emits the events at the end of the command.
 """
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
+from typing import Final
+
+#: ``Market.next_expiry`` of a market without resting orders: later than any valid time.
+NO_EXPIRY: Final = 1 << 127
 
 
 class ApiKey:
@@ -183,7 +188,7 @@ class Side:
             self.levels[price] = lvl
             if price not in self.in_heap:
                 self.in_heap.add(price)
-                heapq.heappush(self.heap, price if self.is_ask else -price)
+                heappush(self.heap, price if self.is_ask else -price)
             best = self.best
             if best == 0 or (price < best if self.is_ask else price > best):
                 self.best = price
@@ -202,7 +207,7 @@ class Side:
                 if p in levels:
                     self.best = p
                     return
-                heapq.heappop(heap)
+                heappop(heap)
                 self.in_heap.discard(p)
             self.best = 0
 
@@ -256,6 +261,7 @@ class Market:
         "min_imf",
         "min_quote",
         "mult",
+        "next_expiry",
         "open_interest",
         "price_decimals",
         "short_triggers",
@@ -263,6 +269,7 @@ class Market:
         "status",
         "symbol",
         "taker_fee",
+        "unarmed",
     )
 
     def __init__(self, index: int, symbol: str, price_decimals: int, size_decimals: int) -> None:
@@ -291,12 +298,18 @@ class Market:
         self.bids = Side(index, 0)
         self.asks = Side(index, 1)
         self.holders: dict[int, Position] = {}
+        #: The holders (non-zero position here) that are in the engine's unarmed set: checked
+        #: exactly and re-armed at this market's next mark move.
+        self.unarmed: dict[Account, None] = {}
         #: Liquidation index: (-trigger, account, version) for longs (check when mark <= trigger)
         #: and (trigger, account, version) for shorts (check when mark >= trigger).
         self.long_triggers: list[tuple[int, int, int]] = []
         self.short_triggers: list[tuple[int, int, int]] = []
-        #: Heap of (expiry_ms, order_index) for resting orders; stale entries are skipped.
-        self.expiries: list[tuple[int, int]] = []
+        #: Heap of ``(expiry_ms << 64) + order_index`` for resting orders (one int orders like the
+        #: pair); stale entries are skipped. ``next_expiry``: the expiry at its top (NO_EXPIRY
+        #: when empty), so "anything expired?" is one comparison.
+        self.expiries: list[int] = []
+        self.next_expiry = NO_EXPIRY
         #: Rebuild ``expiries`` without stale entries when it grows past this length.
         self.compact_at = 1024
         self.dirty = False

@@ -5,7 +5,7 @@ Checked, first failure raises ``InvariantViolation``:
 - conservation: ``sum(collateral - entry_quote) + fee_pool + insurance_fund``
   ``== deposits - withdrawals``;
 - per market: positions net to zero, open interest == sum of long sizes, ``holders`` == positions
-  with non-zero size;
+  with non-zero size, ``unarmed`` == the unarmed accounts among them;
 - per book side: every level non-empty, its size == sum of its orders' remaining, prev/next links
   consistent, orders on the right side/price/market, ``best`` is the best price, every live price in
   the heap, no crossed book;
@@ -65,6 +65,8 @@ def validate(eng: Engine) -> None:
             fail(f"market {mi}: open interest {m.open_interest} != longs {longs}")
         if holders != set(m.holders):
             fail(f"market {mi}: holders index out of date")
+        if {a.index for a in m.unarmed} != {a.index for a in eng._unarmed} & holders:
+            fail(f"market {mi}: unarmed index out of date")
         for side in (m.bids, m.asks):
             _check_side(eng, side, mi, seen_orders, open_lots)
         if m.bids.best and m.asks.best and m.bids.best >= m.asks.best:

@@ -73,7 +73,7 @@ def test_a_normal_wheel_install_imports_every_raydex_subpackage(tmp_path: Path) 
     """Build + install offline into a temp venv (about 15-40 s here, mostly importing ray)."""
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "setup.py"):
         shutil.copy2(ROOT / name, src / name)
     folders = [p.removeprefix("raydex.") for p in _subpackages()]
     for folder in folders:
