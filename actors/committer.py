@@ -213,7 +213,10 @@ class CommitterActor:
                 async for _seq, frame in source.subscribe(self.committer.seq + 1):
                     self.committer.apply(frame)
             except (ResyncRequired, GapError):
+                before = self.committer.seq
                 await self._rebuild()
+                if self.committer.seq == before:
+                    await asyncio.sleep(0.2)  # the holder has nothing newer yet: don't spin
             except TransportUnavailable:
                 await asyncio.sleep(0.5)
 

@@ -14,7 +14,8 @@ Invariants:
   signature, changed nothing and is not).
 - All txs of one block execute with the same ``now_ms`` (the block's timestamp), which is stored in
   the WAL record, so replay is exact.
-- Block ``seq`` is contiguous from 1; ``height`` is the number of txs sequenced so far.
+- Block ``seq`` is contiguous from 1; ``height`` is the number of txs the engine executed so far
+  (the logged ones), so a block rebuilt from the WAL carries the same height.
 
 Cost: per tx one dict lookup for the key, one Ed25519 verify (~70 µs, cached key objects) for user
 txs, the engine's execute, one sha256 for the tx hash; per block one WAL write (+fsync), one
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -50,7 +52,7 @@ from raydex.codecs._signing import Verifier
 from raydex.codecs._txcodec import encode_tx, is_signed_type, tx_hash, tx_type_of
 from raydex.engine import Engine
 
-from .wal import Wal, WalBlock, encode_record
+from .wal import Wal, WalBlock, WalError, encode_record
 
 _OK = int(ResultCode.OK)
 _OPERATOR_ONLY = int(ResultCode.OPERATOR_ONLY)
@@ -139,16 +141,21 @@ class BlockProducer:
         self._outcomes: list[TxOutcome] = []
         self._ts_ns = 0
         self._scratch: list[Any] = []
+        #: blocks rebuilt by :meth:`recover` for re-serving (empty otherwise)
+        self.recovered_blocks: deque[ClosedBlock] = deque()
 
     @property
     def open_txs(self) -> int:
         return len(self._outcomes)
 
-    def submit(self, txs: Iterable[Any], now_ns: int, operator: bool = False) -> range:
+    def submit(
+        self, txs: Iterable[Any], now_ns: int, operator: bool = False, replay: bool = False
+    ) -> range:
         """Execute ``txs`` into the open block (opening it at ``now_ns`` if none is open).
 
         Returns the positions of their outcomes in the block being built; they are valid once
-        :meth:`close_block` returns that block.
+        :meth:`close_block` returns that block. ``replay``: txs read back from the WAL, which
+        were authorized when they were logged (no operator or signature check again).
         """
         if not self._outcomes:
             self._ts_ns = now_ns
@@ -162,7 +169,7 @@ class BlockProducer:
             frame = encode_tx(tx)
             h = tx_hash(tx)
             ttype = tx_type_of(type(tx))
-            code = self._authorize(tx, ttype, operator)
+            code = _OK if replay else self._authorize(tx, ttype, operator)
             order_index = 0
             if code == _OK:
                 scratch.clear()
@@ -210,7 +217,7 @@ class BlockProducer:
             self.wal.append_record(seq, record)
         outcomes, self._outcomes = self._outcomes, []
         events, self._events = self._events, []
-        height = self.height + len(outcomes)
+        height = self.height + len(frames)  # txs the engine executed (= logged)
         frame = encode_block(seq, height, self._ts_ns, events)
         self.seq = seq
         self.height = height
@@ -221,18 +228,40 @@ class BlockProducer:
     # ---- recovery -------------------------------------------------------------------------------
 
     @classmethod
-    def recover(cls, snapshot_dir: Path, wal: Wal, verifier: Verifier) -> tuple[BlockProducer, int]:
+    def recover(
+        cls, snapshot_dir: Path, wal: Wal, verifier: Verifier, keep_blocks: int = 0
+    ) -> tuple[BlockProducer, int]:
         """Newest snapshot + every WAL block after it -> the state the sequencer had before it
-        stopped. Returns the producer and the number of blocks replayed."""
+        stopped. Returns the producer and the number of blocks replayed.
+
+        The WAL blocks are re-executed through :meth:`submit` / :meth:`close_block`, so each one's
+        delta frame and WAL record are rebuilt exactly as they were first published (except the
+        ``TxExecuted`` of txs refused before the engine, which were never logged); the last
+        ``keep_blocks`` of them are left in ``recovered_blocks`` for the caller to re-serve:
+        followers that were behind the crash catch up from them instead of finding a gap."""
         engine, seq, height = load_engine_snapshot(snapshot_dir)
+        producer = cls(engine, wal, verifier, seq=seq, height=height)
+        kept: deque[ClosedBlock] = deque(maxlen=max(keep_blocks, 0))
         replayed = 0
         for block in wal.replay(after_seq=seq):
-            replay_block(engine, block)
-            seq = block.seq
-            height += len(block.txs)
+            if block.seq != producer.seq + 1:
+                raise WalError(f"WAL block {block.seq} does not follow {producer.seq}")
+            producer.submit(block.txs, block.timestamp_ns, replay=True)
+            closed = producer.close_block(write_wal=False)
+            if closed is None:  # its txs were all refused before the engine: an empty block
+                producer.seq = block.seq
+                ts = block.timestamp_ns
+                h = producer.height
+                frame = encode_block(block.seq, h, ts, [])
+                closed = ClosedBlock(
+                    block.seq, h, ts, frame, [], encode_record(block.seq, ts, []), [], 0, 0
+                )
+            if keep_blocks:
+                kept.append(closed)
             replayed += 1
         wal.release_recovered()
-        return cls(engine, wal, verifier, seq=seq, height=height), replayed
+        producer.recovered_blocks = kept
+        return producer, replayed
 
 
 def replay_block(engine: Engine, block: WalBlock) -> None:

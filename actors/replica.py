@@ -293,7 +293,12 @@ class ReplicaService:
                 log.info(
                     "replica %s: %s; catching up from the snapshot holder", self.config.name, exc
                 )
+                before = self.state.seq
                 await self._catch_up()
+                if self.state.seq == before:
+                    # Neither the sequencer's ring nor the holder has our next block yet (e.g. the
+                    # holder is itself catching up after a sequencer restart): wait, don't spin.
+                    await asyncio.sleep(0.2)
             except TransportUnavailable as exc:
                 log.warning(
                     "replica %s: sequencer unreachable (%s); retrying", self.config.name, exc

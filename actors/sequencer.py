@@ -118,16 +118,24 @@ class SequencerService:
         cfg = self.config
         wal = Wal(cfg.wal_dir, fsync=cfg.wal_fsync)
         self.producer, self.replayed = BlockProducer.recover(
-            Path(cfg.snapshot_dir), wal, Verifier(cfg.chain_id)
+            Path(cfg.snapshot_dir), wal, Verifier(cfg.chain_id), keep_blocks=cfg.ring_size
         )
         self.producer.verify_signatures = cfg.verify_signatures
         self.metrics.histogram("raydex_wal_fsync_seconds", wal.fsync_time)
-        self.hub = BlockHub(ring_size=cfg.ring_size, last_seq=self.producer.seq)
+        # Re-serve the blocks rebuilt from the WAL: a follower behind the crash (the snapshot
+        # holder, a replica) resumes from them instead of finding its seq below the ring.
+        rebuilt = self.producer.recovered_blocks
+        first = rebuilt[0].seq - 1 if rebuilt else self.producer.seq
+        self.hub = BlockHub(ring_size=cfg.ring_size, last_seq=first)
         self.server = GrpcDataPlaneServer(
             self.hub, self.handle_batch, host=cfg.grpc_host, port=cfg.grpc_port
         )
         self.port = await self.server.start()
-        self.txlog = BlockHub(ring_size=cfg.ring_size, last_seq=self.producer.seq)
+        self.txlog = BlockHub(ring_size=cfg.ring_size, last_seq=first)
+        for block in rebuilt:
+            self.hub.publish_nowait(block.seq, block.frame)
+            self.txlog.publish_nowait(block.seq, block.wal_record)
+        rebuilt.clear()
         self.txlog_server = GrpcDataPlaneServer(self.txlog, host=cfg.grpc_host, port=cfg.txlog_port)
         self.txlog_port = await self.txlog_server.start()
         loop = asyncio.get_running_loop()

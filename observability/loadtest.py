@@ -311,6 +311,8 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
     check_options(opts)
     out = Path(opts.out_dir or f"loadtest-out/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
+    # The deployment is isolated: never resume a WAL or snapshots left by an earlier run here.
+    shutil.rmtree(out / "state", ignore_errors=True)
     spec = build_spec(load_spec(opts.spec_path), opts, out / "state")
     namespace = f"raydex-loadtest-{os.getpid()}"
     group_ports = [(g.name, g.http_port or spec.ports.http) for g in spec.replica_groups]

@@ -131,3 +131,36 @@ def test_with_verification_off_the_producer_trusts_the_replicas_dry_run(tmp_path
     p.submit([forged], NS + 1)
     block = p.close_block()
     assert block is not None and [o.code for o in block.outcomes] == [ResultCode.OK]
+
+
+def test_recovery_rebuilds_the_published_blocks_for_followers_behind_the_crash(
+    tmp_path: Path,
+) -> None:
+    p = producer(tmp_path)
+    setup(p, range(1, 3))
+    published = {}
+    for step in range(6):
+        forged = order(1, 99, 300_000, 0)._replace(price=7)  # refused before the engine
+        txs = (
+            [forged]
+            if step == 2
+            else [order(1, step, 300_000 + step, 1), order(2, step, 299_000, 0)]
+        )
+        p.submit(txs, NS + step)
+        block = p.close_block()
+        assert block is not None
+        published[block.seq] = block
+    assert p.wal is not None
+    p.wal.close()
+
+    again, replayed = BlockProducer.recover(
+        tmp_path / "snap", Wal(tmp_path / "wal"), Verifier(), keep_blocks=4
+    )
+    assert replayed == 7 and again.engine.state_hash() == p.engine.state_hash()
+    rebuilt = list(again.recovered_blocks)
+    assert [b.seq for b in rebuilt] == [4, 5, 6, 7]
+    for b in rebuilt:
+        assert b.wal_record == published[b.seq].wal_record
+        if b.seq != 4:  # seq 4 held only a refused tx: its TxExecuted was never logged
+            assert b.frame == published[b.seq].frame
+    assert decode_block(rebuilt[0].frame).events == []
