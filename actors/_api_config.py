@@ -16,6 +16,9 @@ class ApiConfig:
     max_batch: int = 50
     #: Largest WS message a client may send (aiohttp closes the socket with 1009 beyond).
     ws_max_message_bytes: int = 256 * 1024
+    #: Txs one WS connection may have in flight (sent, not yet answered); 21506 beyond. More
+    #: lets a client pipeline deeper; each in-flight tx holds a task and its pending nonce.
+    ws_max_inflight_txs: int = 256
     #: Subscriptions per WS connection (WIRE.md: 100; code 30004 beyond).
     max_subscriptions: int = 100
     #: Messages a connection's send queue holds before order-book updates are conflated. Larger

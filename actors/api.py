@@ -29,6 +29,7 @@ was applied to ``state`` (so ``nextNonce`` is current when the client gets its a
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -424,19 +425,20 @@ class _Api:
         fanout = self.fanout
         c = fanout.connect(ws, request.transport)
         fanout.send(c, {"type": "connected", "seq": self.state.seq})
+        inflight: set[asyncio.Task[None]] = set()
         try:
             async for msg in ws:
                 if msg.type != WSMsgType.TEXT:
                     fanout.send(c, _ws_error(ResultCode.WS_INVALID_MESSAGE, "text frames only"))
                     continue
-                await self._on_message(c, msg.data)
+                await self._on_message(c, msg.data, inflight)
                 if c.closed:
                     break
         finally:
             fanout.disconnect(c)
         return ws
 
-    async def _on_message(self, c: Client, text: str) -> None:
+    async def _on_message(self, c: Client, text: str, inflight: set[asyncio.Task[None]]) -> None:
         fanout = self.fanout
         try:
             obj = _decode(text)
@@ -452,9 +454,20 @@ class _Api:
             if code != _OK:
                 fanout.send(c, _ws_error(code, message))
         elif kind in ("jsonapi/sendtx", "jsonapi/sendtxbatch"):
-            fanout.send(c, await self._ws_tx(kind, obj))
+            # Pipelined: the tx's dry-run (which advances the pending nonce) runs now, in arrival
+            # order, before the task's first await; the reply goes out when its block lands, so
+            # one connection can have many txs in flight instead of one per block.
+            if len(inflight) >= self.config.ws_max_inflight_txs:
+                fanout.send(c, _ws_error(ResultCode.TOO_MANY_PENDING_TXS, "too many txs in flight"))
+                return
+            task = asyncio.get_running_loop().create_task(self._ws_tx_reply(c, kind, obj))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
         else:
             fanout.send(c, _ws_error(ResultCode.WS_INVALID_MESSAGE, f"unknown type {kind!r}"))
+
+    async def _ws_tx_reply(self, c: Client, kind: str, obj: dict[str, Any]) -> None:
+        self.fanout.send(c, await self._ws_tx(kind, obj))
 
     async def _ws_tx(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         data = obj.get("data")

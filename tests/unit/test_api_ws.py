@@ -177,6 +177,24 @@ def test_an_order_sent_by_one_client_appears_on_another_clients_order_book() -> 
     with_rig(body)
 
 
+def test_one_connection_pipelines_txs_without_waiting_for_each_answer() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a = ts[0]
+        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as ws:
+            await recv(ws)
+            for i in range(5):  # all sent before any answer is read
+                tx = a.order(299_000 - i, 10, 0)
+                msg = {"type": "jsonapi/sendtx", "id": i, "data": {"tx_type": 14,
+                       "tx_info": tx_to_json_str(tx)}}  # fmt: skip
+                await ws.send_json(msg)
+            replies = [await recv_type(ws, "jsonapi/sendtx") for _ in range(5)]
+        assert sorted(m["id"] for m in replies) == list(range(5))
+        assert {m["code"] for m in replies} == {200}
+        assert r.state.next_nonce(a.account, 0) == 5
+
+    with_rig(body)
+
+
 def test_trade_account_and_height_channels_push_what_a_block_changed() -> None:
     async def body(r: Rig, ts: list[Trader]) -> None:
         a, b = ts
