@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,6 +52,25 @@ SEQUENCER = "raydex-sequencer"
 SNAPSHOT = "raydex-snapshot"
 COMMITTER = "raydex-committer"
 REPLICA_PREFIX = "raydex-replica-"
+
+
+def free_port(pair: bool = False) -> int:
+    """A free TCP port on 127.0.0.1 (``pair``: one whose successor is free too, for the
+    sequencer's blocks + tx-log ports). Racy by nature: a port free now may be taken before it
+    is bound; callers bind soon after and tests retry with another."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if not pair:
+            return port
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port")
 
 
 def replica_name(group: str, index: int) -> str:

@@ -32,7 +32,6 @@ import dataclasses
 import os
 import shutil
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +39,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from raydex.cluster.deploy import free_port
 from raydex.cluster.spec import DeploySpec, GcSpec, ReplicaGroupSpec
 
 from .loadgen import (
@@ -173,22 +173,6 @@ class LoadtestOptions:
     quiet: bool = False
 
 
-def _free_port(pair: bool = False) -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if not pair:
-            return port
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port")
-
-
 def check_options(opts: LoadtestOptions) -> None:
     """Raise OptionError for options no run can satisfy (before signing or starting Ray)."""
     groups = 1 if opts.ab is None else 2
@@ -212,13 +196,13 @@ def build_spec(base: DeploySpec, opts: LoadtestOptions, work: Path) -> DeploySpe
         settings: Sequence[GroupSettings] = [GroupSettings("main")]
     else:
         settings = opts.ab
-    groups = tuple(s.apply(template, opts.replicas, _free_port()) for s in settings)
+    groups = tuple(s.apply(template, opts.replicas, free_port()) for s in settings)
     return dataclasses.replace(
         base,
         markets=base.markets[: opts.markets],
         sequencer=dataclasses.replace(base.sequencer, wal_dir=str(work / "wal")),
         snapshot=dataclasses.replace(base.snapshot, dir=str(work / "snapshots")),
-        ports=dataclasses.replace(base.ports, http=_free_port(), grpc=_free_port(pair=True)),
+        ports=dataclasses.replace(base.ports, http=free_port(), grpc=free_port(pair=True)),
         replica_groups=groups,
     )
 

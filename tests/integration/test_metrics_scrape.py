@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -37,22 +36,6 @@ GROUP = 'group="metrics"'
 _LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
 
 
-def free_port(pair: bool = False) -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if not pair:
-            return port
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port pair")
-
-
 def spec_text(tmp: Path, http: int, grpc: int) -> str:
     return f"""
 chain_id: 304
@@ -75,7 +58,7 @@ def replica_port(
     session_host: str,
 ) -> Iterator[int]:
     tmp = tmp_path_factory.mktemp("metrics")
-    spec = load_spec(spec_text(tmp, free_port(), free_port(pair=True)))
+    spec = load_spec(spec_text(tmp, dep.free_port(), dep.free_port(pair=True)))
     dep.deploy(spec, namespace=NS, topologies={session_host: session_topology})
     try:
         status = dep.status(NS)

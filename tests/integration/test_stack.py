@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,22 +24,6 @@ NS = "raydex-it"
 WAIT = 30.0
 
 
-def free_port(pair: bool = False) -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if not pair:
-            return port
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port pair")
-
-
 def spec_text(tmp: Path, replicas: int, http: int, grpc: int) -> str:
     return f"""
 chain_id: 304
@@ -58,8 +41,8 @@ replica_groups:
 class Exchange:
     def __init__(self, tmp: Path, topology: Topology, host: str) -> None:
         self.tmp = tmp
-        self.http = free_port()
-        self.grpc = free_port(pair=True)
+        self.http = dep.free_port()
+        self.grpc = dep.free_port(pair=True)
         self.tops = {host: topology}
         self.traders = [Trader(i) for i in range(1, 5)]
 
