@@ -12,6 +12,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wire_strategies import blocks, family_values
 
 from raydex.codecs import (
     BY_CLASS,
@@ -26,7 +27,6 @@ from raydex.codecs import (
     tx_to_json,
     tx_type_of,
 )
-from raydex.codecs.strategies import blocks, family_values
 
 FUZZ = settings(max_examples=300, deadline=None)
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wire_strategies import blocks, field_values, wire_values
 
 from raydex.codecs import (
     BLOCK_CONSTRUCT,
@@ -26,7 +27,6 @@ from raydex.codecs import (
     spec_of,
 )
 from raydex.codecs._txcodec import is_signed_type
-from raydex.codecs.strategies import blocks, field_values, wire_values
 
 ALL_TYPES = sorted(BY_CLASS, key=lambda c: (spec_of(c).family, int(spec_of(c).tag)))
 TX_TYPES = [s.cls for s in REGISTRY["tx"].values()]

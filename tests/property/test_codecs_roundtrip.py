@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wire_strategies import family_values, wire_values
 
 from raydex.codecs import (
     REGISTRY,
@@ -26,7 +27,6 @@ from raydex.codecs import (
     write_snapshot_ipc,
 )
 from raydex.codecs._txcodec import is_signed_type
-from raydex.codecs.strategies import family_values, wire_values
 
 TX_TYPES = [s.cls for s in REGISTRY["tx"].values()]
 SIGNED = [c for c in TX_TYPES if is_signed_type(c)]

@@ -15,9 +15,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from . import _events, _records, _tx  # noqa: F401  (registers every layout)
-from ._hot import field_format, int_bounds
-from ._wire import BY_CLASS, REGISTRY, FieldSpec
+from raydex.codecs import _events, _records, _tx  # noqa: F401  (registers every layout)
+from raydex.codecs._hot import field_format, int_bounds
+from raydex.codecs._wire import BY_CLASS, REGISTRY, FieldSpec
 
 _SYMBOL_CHARS = st.characters(min_codepoint=1, max_codepoint=127)
 
