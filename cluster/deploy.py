@@ -196,12 +196,12 @@ def deploy(
             grpc_port=grpc_port,
             txlog_port=grpc_port + 1,
         )
-        _spawn(
-            SequencerActor, SEQUENCER, namespace, bundle("sequencer"), (cfg, bundle("sequencer"))
-        )
+        args_q = (cfg, bundle("sequencer"), spec.sequencer.gc)
+        _spawn(SequencerActor, SEQUENCER, namespace, bundle("sequencer"), args_q)
         created.append(SEQUENCER)
     sequencer = ray.get_actor(SEQUENCER, namespace=namespace)
-    status = ray.get(sequencer.start.remote(), timeout=timeout_s)
+    started: Any = ray.get(sequencer.start.remote(), timeout=timeout_s)
+    status: dict[str, Any] = started
     host = status["address"] if bind == "0.0.0.0" else bind
     delta_target = f"{host}:{status['grpc_port']}"
     txlog_target = f"{host}:{status['txlog_port']}"
