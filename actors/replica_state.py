@@ -63,6 +63,7 @@ from raydex.codecs._block import Block, decode_block
 from raydex.codecs._enums import BPS, OPERATOR_TX_TYPES, PPM, OrderStatus, OrderType, TimeInForce
 from raydex.codecs._signing import Verifier
 from raydex.codecs._txcodec import is_signed_type, tx_type_of
+from raydex.engine import exposure
 
 _OK = int(ResultCode.OK)
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
@@ -559,20 +560,15 @@ class ReplicaState:
     def _margin_ok(self, acct: AccountCache, mi: int, is_ask: int, q: int, est: int) -> bool:
         """The engine's initial-margin rule (``Engine._order_margin_ok``: worst-case exposure
         including resting orders, adverse fill against the mark, taker fee), from cached values.
-        The engine keeps that rule on its mutable model objects, so it is restated here."""
+        The exposure rule is the engine's own function; the sums come from the caches."""
         opens = self._open_lots(acct)
         m = self.markets[mi]
         mult = 10 ** (6 - m.price_decimals - m.size_decimals)
         pos = acct.positions.get(mi)
         s = pos.size if pos is not None else 0
         bo, ao = opens.get(mi, (0, 0))
-        a, b = s + bo, ao - s
-        before = max(a, -a, b, -b)
-        if is_ask:
-            b += q
-        else:
-            a += q
-        after = max(a, -a, b, -b)
+        before = exposure(s, bo, ao)
+        after = exposure(s, bo, ao + q) if is_ask else exposure(s, bo + q, ao)
         if after <= before:
             return True
         equity, num = self._equity_imr(acct, opens)
@@ -601,7 +597,7 @@ class ReplicaState:
             bo, ao = opens.get(mi, (0, 0))
             if s and pos is not None:
                 equity += s * mq - pos.entry_quote
-            num += max(abs(s + bo), abs(ao - s)) * mq * imf
+            num += exposure(s, bo, ao) * mq * imf
         return equity, num
 
     def available_balance(self, account: int) -> int:

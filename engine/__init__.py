@@ -10,7 +10,7 @@ build, see ``setup.py``), False for the pure-Python default; both behave identic
 
 from . import _engine
 from ._bare_book import BareBook
-from ._engine import DEFAULT_ORDER_LIFETIME_MS, Engine, InvariantViolation, Result
+from ._engine import DEFAULT_ORDER_LIFETIME_MS, Engine, InvariantViolation, Result, exposure
 
 COMPILED: bool = not str(_engine.__file__).endswith((".py", ".pyc"))
 
@@ -21,4 +21,5 @@ __all__ = [
     "Engine",
     "InvariantViolation",
     "Result",
+    "exposure",
 ]

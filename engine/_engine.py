@@ -211,6 +211,18 @@ def _is_int(x: object) -> bool:
     return type(x) is int or isinstance(x, int)
 
 
+def exposure(size: int, bid_open: int, ask_open: int) -> int:
+    """Lots of worst-case position if every resting order of one side fills: the larger of
+    ``|size + bid_open|`` and ``|ask_open - size|``. Initial margin is charged on it."""
+    a = size + bid_open
+    b = ask_open - size
+    if a < 0:
+        a = -a
+    if b < 0:
+        b = -b
+    return a if a > b else b
+
+
 class Engine:
     """The exchange state machine. See the module docstring for the semantics.
 
@@ -615,30 +627,7 @@ class Engine:
         if o.client_index:
             acct.coi[o.client_index] = o
         if not o.reduce_only:
-            bo = pos.bid_open
-            ao = pos.ask_open
-            if is_ask:
-                pos.ask_open = nao = ao + rem
-                nbo = bo
-            else:
-                pos.bid_open = nbo = bo + rem
-                nao = ao
-            if acct.c_epoch == self._epoch:
-                s = pos.size
-                a = s + bo
-                b = ao - s
-                if a < 0:
-                    a = -a
-                if b < 0:
-                    b = -b
-                before = a if a > b else b
-                a = s + nbo
-                b = nao - s
-                if a < 0:
-                    a = -a
-                if b < 0:
-                    b = -b
-                acct.c_im += ((a if a > b else b) - before) * m.mark_q * pos.imf
+            self._open(pos, is_ask, rem)
         heap = m.expiries
         exp = o.expiry
         heappush(heap, (exp << EXPIRY_SHIFT) + idx)
@@ -822,20 +811,7 @@ class Engine:
             acct.c_mm += (a_ns - a_s) * mq * m.maintenance_mf
             bo = pos.bid_open
             ao = pos.ask_open
-            a = s + bo
-            b = ao - s
-            if a < 0:
-                a = -a
-            if b < 0:
-                b = -b
-            before = a if a > b else b
-            a = ns + bo
-            b = ao - ns
-            if a < 0:
-                a = -a
-            if b < 0:
-                b = -b
-            acct.c_im += ((a if a > b else b) - before) * mq * pos.imf
+            acct.c_im += (exposure(ns, bo, ao) - exposure(s, bo, ao)) * mq * pos.imf
         if not pos.dirty:
             pos.dirty = True
             self._dirty_positions.append(pos)
@@ -854,20 +830,8 @@ class Engine:
         acct = pos.account
         if acct.c_epoch == self._epoch:
             s = pos.size
-            a = s + bo
-            b = ao - s
-            if a < 0:
-                a = -a
-            if b < 0:
-                b = -b
-            before = a if a > b else b
-            a = s + nbo
-            b = nao - s
-            if a < 0:
-                a = -a
-            if b < 0:
-                b = -b
-            acct.c_im += ((a if a > b else b) - before) * pos.market.mark_q * pos.imf
+            grow = exposure(s, nbo, nao) - exposure(s, bo, ao)
+            acct.c_im += grow * pos.market.mark_q * pos.imf
 
     def _remove_resting(self, o: Order, status: int, out: list[Any]) -> None:
         """Take a resting order off the book and its account, and report it with ``status``.
@@ -906,31 +870,7 @@ class Engine:
         if coi:
             del acct.coi[coi]
         if rem and not o.reduce_only:
-            pos = acct.positions[m.index]
-            bo = pos.bid_open
-            ao = pos.ask_open
-            if is_ask:
-                pos.ask_open = nao = ao - rem
-                nbo = bo
-            else:
-                pos.bid_open = nbo = bo - rem
-                nao = ao
-            if acct.c_epoch == self._epoch:
-                s = pos.size
-                a = s + bo
-                b = ao - s
-                if a < 0:
-                    a = -a
-                if b < 0:
-                    b = -b
-                before = a if a > b else b
-                a = s + nbo
-                b = nao - s
-                if a < 0:
-                    a = -a
-                if b < 0:
-                    b = -b
-                acct.c_im += ((a if a > b else b) - before) * m.mark_q * pos.imf
+            self._open(acct.positions[m.index], is_ask, -rem)
         out.append(
             _new(
                 OrderUpdated,
@@ -1136,13 +1076,7 @@ class Engine:
                 if s:
                     upnl += s * mq - p.entry_quote
                     mm += (s if s > 0 else -s) * mq * m.maintenance_mf
-                a = s + bo
-                b = ao - s
-                if a < 0:
-                    a = -a
-                if b < 0:
-                    b = -b
-                im += (a if a > b else b) * mq * p.imf
+                im += exposure(s, bo, ao) * mq * p.imf
         acct.c_upnl = upnl
         acct.c_mm = mm
         acct.c_im = im
@@ -1165,22 +1099,10 @@ class Engine:
     ) -> bool:
         """Pre-trade check for ``q`` more lots on one side (see the module docstring)."""
         s = pos.size
-        a = s + pos.bid_open
-        b = pos.ask_open - s
-        if a < 0:
-            a = -a
-        if b < 0:
-            b = -b
-        before = a if a > b else b
-        if is_ask:
-            b += q
-        else:
-            a += q
-        if a < 0:
-            a = -a
-        if b < 0:
-            b = -b
-        after = a if a > b else b
+        bo = pos.bid_open
+        ao = pos.ask_open
+        before = exposure(s, bo, ao)
+        after = exposure(s, bo, ao + q) if is_ask else exposure(s, bo + q, ao)
         if after <= before:
             return True
         return self._margin_after(acct, m, pos, is_ask, q, est, after - before)
