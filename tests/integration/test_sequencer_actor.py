@@ -7,18 +7,13 @@ from pathlib import Path
 
 import ray
 
+from raydex.actors._api_local import eth_market
 from raydex.actors.sequencer import SequencerActor, SequencerConfig
-from raydex.codecs import CreateMarket, Deposit, RegisterApiKey, ResultCode, SetMarkPrice
+from raydex.codecs import Deposit, RegisterApiKey, ResultCode, SetMarkPrice
 from raydex.codecs._signing import generate_key
 
 _, PUB = generate_key()
-ETH = CreateMarket(
-    market_index=0, symbol="ETH", price_decimals=2, size_decimals=4, min_base_amount=1,
-    min_quote_amount=0, maker_fee=0, taker_fee=200, liquidation_fee=5_000,
-    default_initial_margin_fraction=500, min_initial_margin_fraction=200,
-    maintenance_margin_fraction=120, closeout_margin_fraction=80, max_price_deviation=5_000,
-    mark_price=300_000, status=1,
-)  # fmt: skip
+ETH = eth_market()  # ETH-PERP: 2 price / 4 size decimals, mark 3000.00
 
 
 def test_a_killed_sequencer_is_restarted_by_ray_and_recovers_its_state_hash(

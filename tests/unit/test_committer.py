@@ -6,21 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from raydex.actors._api_local import eth_market
 from raydex.actors.committer import Committer, GapError
 from raydex.actors.producer import BlockProducer
-from raydex.codecs import CreateMarket, CreateOrder, Deposit, RegisterApiKey
+from raydex.codecs import CreateOrder, Deposit, RegisterApiKey
 from raydex.codecs._signing import Verifier, generate_key, sign_tx
 from raydex.engine import Engine
 
 SEED, PUB = generate_key()
 FAR = 4_000_000_000_000
-ETH = CreateMarket(
-    market_index=0, symbol="ETH", price_decimals=2, size_decimals=4, min_base_amount=1,
-    min_quote_amount=0, maker_fee=0, taker_fee=200, liquidation_fee=5_000,
-    default_initial_margin_fraction=500, min_initial_margin_fraction=200,
-    maintenance_margin_fraction=120, closeout_margin_fraction=80, max_price_deviation=5_000,
-    mark_price=300_000, status=1,
-)  # fmt: skip
+ETH = eth_market()  # ETH-PERP: 2 price / 4 size decimals, mark 3000.00
 
 
 def frames(tmp: Path, blocks: int) -> tuple[list[bytes], list[list[object]]]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from raydex.actors._api_local import eth_market
 from raydex.actors.producer import BlockProducer, newest_snapshot, write_snapshot
 from raydex.actors.wal import Wal
 from raydex.codecs import (
-    CreateMarket,
     CreateOrder,
     Deposit,
     OrderUpdated,
@@ -24,24 +24,7 @@ from raydex.engine import Engine
 NS = 1_700_000_000_000_000_000
 FAR = 2_000_000_000_000
 SEED, PUB = generate_key()
-ETH = CreateMarket(
-    market_index=0,
-    symbol="ETH",
-    price_decimals=2,
-    size_decimals=4,
-    min_base_amount=1,
-    min_quote_amount=0,
-    maker_fee=0,
-    taker_fee=200,
-    liquidation_fee=5_000,
-    default_initial_margin_fraction=500,
-    min_initial_margin_fraction=200,
-    maintenance_margin_fraction=120,
-    closeout_margin_fraction=80,
-    max_price_deviation=5_000,
-    mark_price=300_000,
-    status=1,
-)
+ETH = eth_market()  # ETH-PERP: 2 price / 4 size decimals, mark 3000.00
 
 
 def producer(tmp: Path) -> BlockProducer:

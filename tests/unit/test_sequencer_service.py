@@ -6,22 +6,17 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from raydex.actors._api_local import eth_market
 from raydex.actors.sequencer import SequencerConfig, SequencerService
 from raydex.actors.transport import GrpcBlockSource, GrpcTxChannel
-from raydex.codecs import CreateMarket, CreateOrder, Deposit, RegisterApiKey, ResultCode
+from raydex.codecs import CreateOrder, Deposit, RegisterApiKey, ResultCode
 from raydex.codecs._batch import decode_outcomes, encode_batch
 from raydex.codecs._block import decode_block
 from raydex.codecs._signing import generate_key, sign_tx
 
 SEED, PUB = generate_key()
 FAR = 4_000_000_000_000
-ETH = CreateMarket(
-    market_index=0, symbol="ETH", price_decimals=2, size_decimals=4, min_base_amount=1,
-    min_quote_amount=0, maker_fee=0, taker_fee=200, liquidation_fee=5_000,
-    default_initial_margin_fraction=500, min_initial_margin_fraction=200,
-    maintenance_margin_fraction=120, closeout_margin_fraction=80, max_price_deviation=5_000,
-    mark_price=300_000, status=1,
-)  # fmt: skip
+ETH = eth_market()  # ETH-PERP: 2 price / 4 size decimals, mark 3000.00
 
 
 def config(tmp: Path) -> SequencerConfig:
