@@ -26,8 +26,8 @@ from raydex.codecs import (
     PositionChanged,
     PositionRecord,
     TxExecuted,
+    decode_block,
 )
-from raydex.codecs._block import decode_block
 
 _EMPTY = bytes(32)
 _ACCOUNT = struct.Struct("<Qq")
@@ -177,7 +177,7 @@ class CommitterActor:
 
         from raydex.observability.metrics import Recorder
 
-        from ._shell import ActorRuntime
+        from .runtime import ActorRuntime
 
         self.delta_target = delta_target
         self.holder_name = holder_name
@@ -192,7 +192,7 @@ class CommitterActor:
     async def _rebuild(self) -> None:
         import ray
 
-        from raydex.codecs._arrow import tables_to_records
+        from raydex.codecs import tables_to_records
 
         holder = ray.get_actor(self.holder_name, namespace=self.namespace)
         seq, _height, refs = await holder.latest_snapshot.remote()

@@ -4,6 +4,15 @@ schemas, Lighter JSON and Ed25519 signing. See ``_wire`` for how one declaration
 from typing import TYPE_CHECKING
 
 from . import _enums, _events, _records, _tx
+from ._batch import (
+    MAX_BATCH_TXS,
+    TxOutcome,
+    decode_batch,
+    decode_outcomes,
+    encode_batch,
+    encode_batch_frames,
+    encode_outcomes,
+)
 from ._block import (
     BLOCK_CONSTRUCT,
     BLOCK_HEADER_CONSTRUCT,
@@ -20,7 +29,7 @@ from ._block import (
 from ._enums import *  # noqa: F403
 from ._errors import CodecError
 from ._events import *  # noqa: F403
-from ._hot import HOT, HotCodec, codec_of
+from ._hot import HOT, HotCodec, codec_of, field_format, int_bounds
 from ._json import (
     lots_to_str,
     str_to_lots,
@@ -36,6 +45,8 @@ from ._records import *  # noqa: F403
 from ._signing import DEFAULT_CHAIN_ID, Verifier, generate_key, public_key_of, sign_tx, verify_tx
 from ._tx import *  # noqa: F403
 from ._txcodec import decode_tx, encode_tx, is_signed_type, signing_bytes, tx_hash, tx_type_of
+from ._txlist import decode_tx_list, encode_tx_list
+from ._walcodec import WalBlock, decode_wal_record, encode_wal_record, read_wal_records
 from ._wire import BY_CLASS, REGISTRY, FieldSpec, Json, Range, WireSpec, spec_of, wire
 
 if TYPE_CHECKING:
@@ -95,6 +106,21 @@ __all__ = [
     "spec_of",
     "wire",
     "CodecError",
+    "MAX_BATCH_TXS",
+    "TxOutcome",
+    "decode_batch",
+    "decode_outcomes",
+    "encode_batch",
+    "encode_batch_frames",
+    "encode_outcomes",
+    "decode_tx_list",
+    "encode_tx_list",
+    "WalBlock",
+    "decode_wal_record",
+    "encode_wal_record",
+    "read_wal_records",
+    "field_format",
+    "int_bounds",
     "HOT",
     "HotCodec",
     "codec_of",

@@ -1,7 +1,7 @@
 """Tx batches up (replica -> sequencer) and their outcomes down: the data-plane frames.
 
 Batch frame: ``uint32 count`` then ``count`` x (``uint16 length``, tagged tx bytes from
-``encode_tx``). Outcome frame: ``uint32 count`` then ``count`` x :class:`TxOutcomeRecord`, in the
+``encode_tx``). Outcome frame: ``uint32 count`` then ``count`` x :class:`TxOutcome`, in the
 batch's order. Decoding a batch is an untrusted decode (``decode_tx`` checks every tx); outcomes
 come from our own sequencer.
 """
@@ -14,17 +14,20 @@ from typing import Annotated, Any, NamedTuple
 
 from ._errors import CodecError
 from ._hot import Buffer, codec_of
-from ._txcodec import decode_tx, encode_tx
+from ._txcodec import encode_tx
+from ._txlist import decode_tx_list, encode_tx_list
 from ._wire import U32, U64, Bytes32, wire
 
 BATCH = "batch"
 MAX_BATCH_TXS = 4096
 _COUNT = struct.Struct("<I")
-_LEN = struct.Struct("<H")
 
 
 @wire(BATCH, 1)
-class TxOutcomeRecord(NamedTuple):
+class TxOutcome(NamedTuple):
+    """What a submitter learns about one tx once its block is durable: the tx's hash, its result
+    code, the exchange order index a CreateOrder placed (0 if none) and the block's seq."""
+
     tx_hash: Annotated[bytes, Bytes32]
     code: Annotated[int, U32]
     order_index: Annotated[int, U64]
@@ -32,7 +35,7 @@ class TxOutcomeRecord(NamedTuple):
 
 
 def encode_batch_frames(tx_frames: Sequence[bytes]) -> bytes:
-    return _COUNT.pack(len(tx_frames)) + b"".join(_LEN.pack(len(f)) + f for f in tx_frames)
+    return _COUNT.pack(len(tx_frames)) + encode_tx_list(tx_frames)
 
 
 def encode_batch(txs: Sequence[Any]) -> bytes:
@@ -43,24 +46,14 @@ def decode_batch(buf: Buffer) -> list[Any]:
     """Decode an untrusted batch; CodecError on any malformed input."""
     try:
         (count,) = _COUNT.unpack_from(buf, 0)
-        if count > MAX_BATCH_TXS:
-            raise CodecError(f"batch of {count} txs exceeds {MAX_BATCH_TXS}", type_name="TxBatch")
-        txs: list[Any] = []
-        off = 4
-        for _ in range(count):
-            (n,) = _LEN.unpack_from(buf, off)
-            if off + 2 + n > len(buf):
-                raise CodecError(f"tx {len(txs)} truncated", type_name="TxBatch")
-            txs.append(decode_tx(buf[off + 2 : off + 2 + n]))
-            off += 2 + n
     except struct.error:
         raise CodecError("truncated batch", type_name="TxBatch") from None
-    if off != len(buf):
-        raise CodecError(f"{len(buf) - off} trailing bytes", type_name="TxBatch")
-    return txs
+    if count > MAX_BATCH_TXS:
+        raise CodecError(f"batch of {count} txs exceeds {MAX_BATCH_TXS}", type_name="TxBatch")
+    return decode_tx_list(buf, count, 4)
 
 
-_OUT = codec_of(TxOutcomeRecord)
+_OUT = codec_of(TxOutcome)
 
 
 def encode_outcomes(outcomes: Sequence[Sequence[Any]]) -> bytes:
@@ -68,7 +61,7 @@ def encode_outcomes(outcomes: Sequence[Sequence[Any]]) -> bytes:
     return _COUNT.pack(len(outcomes)) + b"".join(pack(*o) for o in outcomes)
 
 
-def decode_outcomes(buf: Buffer) -> list[TxOutcomeRecord]:
+def decode_outcomes(buf: Buffer) -> list[TxOutcome]:
     try:
         (count,) = _COUNT.unpack_from(buf, 0)
         size = _OUT.size
@@ -76,6 +69,6 @@ def decode_outcomes(buf: Buffer) -> list[TxOutcomeRecord]:
             raise CodecError(f"{count} outcomes need {4 + count * size} bytes, got {len(buf)}")
         unpack = _OUT.struct.unpack_from
         new = tuple.__new__
-        return [new(TxOutcomeRecord, unpack(buf, 4 + i * size)) for i in range(count)]
+        return [new(TxOutcome, unpack(buf, 4 + i * size)) for i in range(count)]
     except struct.error:
         raise CodecError("truncated outcomes", type_name="TxOutcomes") from None

@@ -1,4 +1,4 @@
-"""Write-ahead log record layout.
+"""Write-ahead log record layout (codec: ``_walcodec``; files: ``actors/sequencer/wal.py``).
 
 One record per block: a fixed header, then ``count`` transactions, each as a ``uint16`` length and
 its tagged wire form (``encode_tx``). ``crc32`` covers everything after the crc field (the rest of

@@ -30,11 +30,11 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pytest
 
-from raydex.actors._api_local import Trader, eth_market
 from raydex.actors.committer import Committer, _as_json
-from raydex.actors.replica import ReplicaConfig, ReplicaService
-from raydex.actors.sequencer import SequencerConfig, SequencerService
-from raydex.actors.snapshot import SnapshotConfig, SnapshotService
+from raydex.actors.local import Trader, eth_market
+from raydex.actors.replica.service import ReplicaConfig, ReplicaService
+from raydex.actors.sequencer.service import SequencerConfig, SequencerService
+from raydex.actors.snapshot.holder import SnapshotConfig, SnapshotService
 from raydex.codecs import ResultCode
 
 T = TypeVar("T")

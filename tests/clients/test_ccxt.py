@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from raydex.actors._api_local import Trader
+from raydex.actors.local import Trader
 from raydex.codecs import TxType, tx_to_json_str
 
 if TYPE_CHECKING:

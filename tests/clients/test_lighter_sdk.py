@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from raydex.actors._api_local import Trader
-from raydex.codecs import ResultCode, TxType, tx_to_json_str
-from raydex.codecs._json import usdc_to_str
+from raydex.actors.local import Trader
+from raydex.codecs import ResultCode, TxType, tx_to_json_str, usdc_to_str
 
 if TYPE_CHECKING:
     from conftest import Exchange

@@ -16,9 +16,9 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raydex.actors._api_local import Trader, new_exchange
-from raydex.actors.api import ApiConfig, build_app, fanout_of
-from raydex.actors.replica_state import ReplicaState
+from raydex.actors.local import Trader, new_exchange
+from raydex.actors.replica.app import ApiConfig, build_app, fanout_of
+from raydex.actors.replica.state import ReplicaState
 from raydex.codecs import tx_to_json
 
 

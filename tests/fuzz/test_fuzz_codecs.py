@@ -12,7 +12,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wire_strategies import blocks, family_values
+from kit.wire_strategies import blocks, family_values
 
 from raydex.codecs import (
     BY_CLASS,

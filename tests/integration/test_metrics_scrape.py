@@ -20,9 +20,9 @@ import aiohttp
 import pytest
 import ray
 
-from raydex.actors._api_local import Trader
-from raydex.cluster import deploy as dep
-from raydex.cluster.spec import load_spec
+from raydex.actors.local import Trader
+from raydex.cluster.control import deploy as dep
+from raydex.cluster.control.spec import load_spec
 from raydex.cluster.topology import Topology
 from raydex.codecs import tx_to_json_str
 

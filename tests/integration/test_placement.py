@@ -34,8 +34,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raydex.cluster.pinning import PinReport, thread_ids
-from raydex.cluster.placement import (
+from raydex.cluster.control.placement import (
     BundlePlacement,
     GroupPlacement,
     PlacementError,
@@ -46,7 +45,8 @@ from raydex.cluster.placement import (
     placement_for,
     remove_placement_groups,
 )
-from raydex.cluster.spec import DeploySpec, load_spec
+from raydex.cluster.control.spec import DeploySpec, load_spec
+from raydex.cluster.pinning import PinReport, thread_ids
 from raydex.cluster.topology import HOST_LABEL, ROLE_LABEL, NumaNode, Topology, read_topology
 
 if __name__ != "__main__":

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import ray
 
-from raydex.actors._api_local import eth_market
-from raydex.actors.sequencer import SequencerActor, SequencerConfig
-from raydex.codecs import Deposit, RegisterApiKey, ResultCode, SetMarkPrice
-from raydex.codecs._signing import generate_key
+from raydex.actors.local import eth_market
+from raydex.actors.sequencer.service import SequencerActor, SequencerConfig
+from raydex.codecs import Deposit, RegisterApiKey, ResultCode, SetMarkPrice, generate_key
 
 _, PUB = generate_key()
 ETH = eth_market()  # ETH-PERP: 2 price / 4 size decimals, mark 3000.00

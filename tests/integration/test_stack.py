@@ -14,12 +14,11 @@ import aiohttp
 import pytest
 import ray
 
-from raydex.actors._api_local import Trader
-from raydex.cluster import deploy as dep
-from raydex.cluster.spec import DeploySpec, load_spec
+from raydex.actors.local import Trader
+from raydex.cluster.control import deploy as dep
+from raydex.cluster.control.spec import DeploySpec, load_spec
 from raydex.cluster.topology import Topology
-from raydex.codecs import ResultCode, tx_to_json_str
-from raydex.codecs._txcodec import tx_hash
+from raydex.codecs import ResultCode, tx_hash, tx_to_json_str
 
 NS = "raydex-it"
 WAIT = 30.0

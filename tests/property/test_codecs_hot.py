@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wire_strategies import blocks, field_values, wire_values
+from kit.wire_strategies import blocks, field_values, wire_values
 
 from raydex.codecs import (
     BLOCK_CONSTRUCT,
@@ -22,11 +22,11 @@ from raydex.codecs import (
     encode_block,
     encode_block_reference,
     encode_tx,
+    is_signed_type,
     peek_block_header,
     signing_bytes,
     spec_of,
 )
-from raydex.codecs._txcodec import is_signed_type
 
 ALL_TYPES = sorted(BY_CLASS, key=lambda c: (spec_of(c).family, int(spec_of(c).tag)))
 TX_TYPES = [s.cls for s in REGISTRY["tx"].values()]

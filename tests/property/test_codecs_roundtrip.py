@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wire_strategies import family_values, wire_values
+from kit.wire_strategies import family_values, wire_values
 
 from raydex.codecs import (
     REGISTRY,
     generate_key,
+    is_signed_type,
     read_snapshot_ipc,
     records_to_tables,
     sign_tx,
@@ -26,7 +27,6 @@ from raydex.codecs import (
     verify_tx,
     write_snapshot_ipc,
 )
-from raydex.codecs._txcodec import is_signed_type
 
 TX_TYPES = [s.cls for s in REGISTRY["tx"].values()]
 SIGNED = [c for c in TX_TYPES if is_signed_type(c)]

@@ -10,12 +10,18 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raydex.codecs import CreateMarket, CreateOrder, Deposit, RegisterApiKey, ResultCode
-from raydex.codecs import _tx as tx
+from raydex.codecs import (
+    CreateMarket,
+    CreateOrder,
+    Deposit,
+    RegisterApiKey,
+    ResultCode,
+    Transaction,
+)
 from raydex.engine import Engine
 
 NOW = 1_700_000_000_000
-TX_CLASSES = typing.get_args(tx.Transaction)
+TX_CLASSES = typing.get_args(Transaction)
 CODES = {int(c) for c in ResultCode}
 
 INTS = st.one_of(

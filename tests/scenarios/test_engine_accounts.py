@@ -3,7 +3,7 @@ transfers and withdrawals."""
 
 from __future__ import annotations
 
-from engine_kit import IOC, KEY, NOW, SIG, Desk, Step, market, play
+from kit.engine import IOC, KEY, NOW, SIG, Desk, Step, market, play
 
 from raydex.codecs import CreateOrder, Deposit, RegisterApiKey, ResultCode
 

@@ -4,7 +4,7 @@ modify priority, cancels and client order indexes. One row = one command and wha
 from __future__ import annotations
 
 import pytest
-from engine_kit import IOC, MARKET, POST_ONLY, Desk, Step, play
+from kit.engine import IOC, MARKET, POST_ONLY, Desk, Step, play
 
 POST_ONLY_WOULD_CROSS = 21807
 NOT_ACTIVE = 21600
@@ -148,7 +148,7 @@ def test_each_touched_level_is_reported_once_with_its_final_size() -> None:
 
 
 def test_fees_go_to_the_fee_pool_and_cash_is_conserved() -> None:
-    from engine_kit import market
+    from kit.engine import market
 
     d = Desk(markets=(market(maker_fee=100, taker_fee=500),))
     assert d.sell(1, 10, 10_000) == 200

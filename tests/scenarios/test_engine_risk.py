@@ -6,7 +6,7 @@ Account 1 holds $10 and buys 100 lots at 10_000 (exactly its initial margin)."""
 
 from __future__ import annotations
 
-from engine_kit import Desk, market
+from kit.engine import Desk, market
 
 DOLLAR = 1_000_000
 

@@ -17,11 +17,10 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from raydex.actors._api_local import LocalExchange, Trader, new_exchange
-from raydex.actors.api import ApiConfig, build_app, fanout_of
-from raydex.actors.replica_state import ReplicaState
-from raydex.codecs import ResultCode, tx_to_json_str, tx_type_of
-from raydex.codecs._signing import sign_tx
+from raydex.actors.local import LocalExchange, Trader, new_exchange
+from raydex.actors.replica.app import ApiConfig, build_app, fanout_of
+from raydex.actors.replica.state import ReplicaState
+from raydex.codecs import ResultCode, sign_tx, tx_to_json_str, tx_type_of
 
 T = TypeVar("T")
 LSDK = Path("/tmp/lsdk/x/lighter/models")

@@ -15,12 +15,11 @@ from typing import Any, TypeVar
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from raydex.actors._api_fanout import Fanout
-from raydex.actors._api_local import LocalExchange, Trader, new_exchange
-from raydex.actors.api import ApiConfig, build_app, fanout_of
-from raydex.actors.replica_state import ReplicaState
-from raydex.codecs import ResultCode, tx_to_json_str
-from raydex.codecs._json import str_to_lots, str_to_ticks
+from raydex.actors.local import LocalExchange, Trader, new_exchange
+from raydex.actors.replica.app import ApiConfig, build_app, fanout_of
+from raydex.actors.replica.fanout import Fanout
+from raydex.actors.replica.state import ReplicaState
+from raydex.codecs import ResultCode, str_to_lots, str_to_ticks, tx_to_json_str
 
 T = TypeVar("T")
 WAIT = 10.0

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from raydex.codecs import CancelOrder, CodecError, Deposit
-from raydex.codecs._batch import (
-    TxOutcomeRecord,
+from raydex.codecs import (
+    CancelOrder,
+    CodecError,
+    Deposit,
+    TxOutcome,
     decode_batch,
     decode_outcomes,
     encode_batch,
@@ -22,8 +24,8 @@ def test_a_batch_round_trips() -> None:
 
 def test_outcomes_round_trip() -> None:
     outs = [
-        TxOutcomeRecord(bytes(range(32)), 200, 1 << 48, 7),
-        TxOutcomeRecord(bytes(32), 21104, 0, 7),
+        TxOutcome(bytes(range(32)), 200, 1 << 48, 7),
+        TxOutcome(bytes(32), 21104, 0, 7),
     ]
     assert decode_outcomes(encode_outcomes(outs)) == outs
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from raydex.cluster.cli import build_parser, main
+from raydex.cluster.cli.commands import build_parser, main
 
 ENGINE_KEYS = {
     "commands_per_s",
@@ -39,7 +39,7 @@ def test_bench_engine_json_through_the_console_entry_point_prints_one_object_wit
         [
             sys.executable,
             "-m",
-            "raydex.cluster.cli",
+            "raydex.cluster.cli.commands",
             "bench",
             "engine",
             "--json",

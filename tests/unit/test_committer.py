@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from raydex.actors._api_local import eth_market
 from raydex.actors.committer import Committer, GapError
-from raydex.actors.producer import BlockProducer
-from raydex.codecs import CreateOrder, Deposit, RegisterApiKey
-from raydex.codecs._signing import Verifier, generate_key, sign_tx
+from raydex.actors.local import eth_market
+from raydex.actors.sequencer import BlockProducer
+from raydex.codecs import CreateOrder, Deposit, RegisterApiKey, Verifier, generate_key, sign_tx
 from raydex.engine import Engine
 
 SEED, PUB = generate_key()

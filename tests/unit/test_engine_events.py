@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.workload import Workload
+
 from raydex.codecs import (
     AccountRecord,
     ApiKeyRecord,
@@ -15,7 +17,6 @@ from raydex.codecs import (
     PositionRecord,
 )
 from raydex.engine import Engine
-from raydex.engine._workload import Workload
 
 ACTIVE_LIMIT = 2
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.workload import Workload
+
 from raydex.codecs import (
     CancelOrder,
     CreateMarket,
@@ -14,7 +16,6 @@ from raydex.codecs import (
     SetMarkPrice,
 )
 from raydex.engine import Engine
-from raydex.engine._workload import Workload
 
 NOW = 1_700_000_000_000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from raydex.cluster.spec import GcSpec
+from raydex.cluster.control.spec import GcSpec
 from raydex.observability.gcstats import GcMonitor, GcPolicy
 
 

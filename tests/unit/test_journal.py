@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from raydex.actors.journal import Journal
-from raydex.actors.wal import Wal, encode_record
-from raydex.codecs import Deposit, encode_tx
+from raydex.actors.sequencer import Wal
+from raydex.actors.sequencer.journal import Journal
+from raydex.codecs import Deposit, encode_tx, encode_wal_record
 
 
 def record(seq: int) -> bytes:
-    return encode_record(seq, seq * 1000, [encode_tx(Deposit(seq, 1))])
+    return encode_wal_record(seq, seq * 1000, [encode_tx(Deposit(seq, 1))])
 
 
 def test_blocks_become_durable_in_order_with_fewer_syncs_than_blocks(tmp_path: Path) -> None:

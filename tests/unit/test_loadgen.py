@@ -16,11 +16,9 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raydex.cluster.spec import GcSpec, ReplicaGroupSpec, load_spec
-from raydex.codecs import ResultCode, tx_from_json
-from raydex.codecs._signing import Verifier
-from raydex.codecs._txcodec import tx_type_of
-from raydex.observability.loadgen import (
+from raydex.cluster.control.spec import GcSpec, ReplicaGroupSpec, load_spec
+from raydex.codecs import ResultCode, Verifier, tx_from_json, tx_type_of
+from raydex.observability.loadtest.loadgen import (
     CLIENT_ERROR,
     NO_REPLY,
     Item,
@@ -34,7 +32,7 @@ from raydex.observability.loadgen import (
     planned_offsets_ns,
     run_lanes,
 )
-from raydex.observability.loadtest import (
+from raydex.observability.loadtest.run import (
     GC_PRESETS,
     AbError,
     LoadtestOptions,
@@ -273,7 +271,7 @@ def test_options_no_run_can_satisfy_are_refused_up_front(
 
 
 def test_the_cli_exits_2_with_the_reason_on_a_bad_ab(capsys: pytest.CaptureFixture[str]) -> None:
-    from raydex.cluster.cli import main
+    from raydex.cluster.cli.commands import main
 
     assert main(["loadtest", "--ab", "a=pin:maybe,b=pin:off"]) == 2
     assert "pin must be on or off, got 'maybe'" in capsys.readouterr().err

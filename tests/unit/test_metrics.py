@@ -19,11 +19,11 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from raydex.actors._api_local import Trader, new_exchange
-from raydex.actors._shell import ActorRuntime
-from raydex.actors.api import COUNTERS, build_app, fanout_of
-from raydex.actors.replica_state import ReplicaState
-from raydex.actors.sequencer import SequencerConfig, SequencerService
+from raydex.actors.local import Trader, new_exchange
+from raydex.actors.replica.app import COUNTERS, build_app, fanout_of
+from raydex.actors.replica.state import ReplicaState
+from raydex.actors.runtime import ActorRuntime
+from raydex.actors.sequencer.service import SequencerConfig, SequencerService
 from raydex.codecs import tx_to_json_str, tx_type_of
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import (

@@ -47,10 +47,15 @@ def _run(python: Path | str, code: str, cwd: Path) -> str:
 def test_every_folder_is_declared_as_a_raydex_subpackage() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     package_dir = config["tool"]["setuptools"]["package-dir"]
-    assert set(_subpackages()) == set(package_dir)
+    declared = set(_subpackages())
+    found: set[str] = set()
     for name, folder in package_dir.items():
         assert name == f"raydex.{folder}"
         assert (ROOT / folder / "__init__.py").is_file()
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT).parts
+            found.add(".".join(("raydex", *rel)))
+    assert declared == found, "pyproject.toml [tool.setuptools] packages != the folders on disk"
 
 
 def test_stdlib_codecs_is_not_shadowed_and_raydex_codecs_is_ours() -> None:
@@ -75,8 +80,8 @@ def test_a_normal_wheel_install_imports_every_raydex_subpackage(tmp_path: Path) 
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "setup.py"):
         shutil.copy2(ROOT / name, src / name)
-    folders = [p.removeprefix("raydex.") for p in _subpackages()]
-    for folder in folders:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for folder in config["tool"]["setuptools"]["package-dir"].values():
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
 
     env_dir = tmp_path / "venv"

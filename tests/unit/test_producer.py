@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raydex.actors._api_local import eth_market
-from raydex.actors.producer import BlockProducer, newest_snapshot, write_snapshot
-from raydex.actors.wal import Wal
+from raydex.actors.local import eth_market
+from raydex.actors.sequencer import BlockProducer, Wal
+from raydex.actors.snapshot import newest_snapshot, write_snapshot
 from raydex.codecs import (
     CreateOrder,
     Deposit,
@@ -16,9 +16,11 @@ from raydex.codecs import (
     ResultCode,
     SetMarkPrice,
     TxExecuted,
+    Verifier,
+    decode_block,
+    generate_key,
+    sign_tx,
 )
-from raydex.codecs._block import decode_block
-from raydex.codecs._signing import Verifier, generate_key, sign_tx
 from raydex.engine import Engine
 
 NS = 1_700_000_000_000_000_000

@@ -16,10 +16,10 @@ from typing import Any
 import aiohttp
 import pyarrow as pa
 
-from raydex.actors._api_local import Trader, eth_market
-from raydex.actors.replica import ReplicaConfig, ReplicaService
-from raydex.actors.sequencer import SequencerConfig, SequencerService
-from raydex.actors.snapshot import SnapshotConfig, SnapshotService
+from raydex.actors.local import Trader, eth_market
+from raydex.actors.replica.service import ReplicaConfig, ReplicaService
+from raydex.actors.sequencer.service import SequencerConfig, SequencerService
+from raydex.actors.snapshot.holder import SnapshotConfig, SnapshotService
 from raydex.codecs import ResultCode, tx_to_json_str
 
 WAIT = 15.0

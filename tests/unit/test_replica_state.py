@@ -8,10 +8,9 @@ import random
 
 import pytest
 
-from raydex.actors._api_local import FAR_MS, LocalExchange, Trader, new_exchange
-from raydex.actors.replica_state import GapError, ReplicaState
-from raydex.codecs import CreateOrder, ResultCode, SetMarkPrice
-from raydex.codecs._signing import sign_tx
+from raydex.actors.local import FAR_MS, LocalExchange, Trader, new_exchange
+from raydex.actors.replica.state import GapError, ReplicaState
+from raydex.codecs import CreateOrder, ResultCode, SetMarkPrice, sign_tx
 
 
 def replica_from_start(ex: LocalExchange) -> ReplicaState:

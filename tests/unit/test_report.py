@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from raydex.observability.hist import Histogram
-from raydex.observability.loadgen import BookWatch, Recorder
-from raydex.observability.report import (
+from raydex.observability.loadtest.loadgen import BookWatch, Recorder
+from raydex.observability.loadtest.report import (
     GroupData,
     build_report,
     hist_from,

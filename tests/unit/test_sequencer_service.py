@@ -6,13 +6,20 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from raydex.actors._api_local import eth_market
-from raydex.actors.sequencer import SequencerConfig, SequencerService
+from raydex.actors.local import eth_market
+from raydex.actors.sequencer.service import SequencerConfig, SequencerService
 from raydex.actors.transport import GrpcBlockSource, GrpcTxChannel
-from raydex.codecs import CreateOrder, Deposit, RegisterApiKey, ResultCode
-from raydex.codecs._batch import decode_outcomes, encode_batch
-from raydex.codecs._block import decode_block
-from raydex.codecs._signing import generate_key, sign_tx
+from raydex.codecs import (
+    CreateOrder,
+    Deposit,
+    RegisterApiKey,
+    ResultCode,
+    decode_block,
+    decode_outcomes,
+    encode_batch,
+    generate_key,
+    sign_tx,
+)
 
 SEED, PUB = generate_key()
 FAR = 4_000_000_000_000

@@ -8,13 +8,19 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from raydex.actors._api_local import eth_market
-from raydex.actors.producer import newest_snapshot, read_snapshot_meta
-from raydex.actors.sequencer import SequencerConfig, SequencerService
-from raydex.actors.snapshot import SnapshotConfig, SnapshotService
-from raydex.codecs import CreateOrder, Deposit, RegisterApiKey, ResultCode
-from raydex.codecs._block import decode_block
-from raydex.codecs._signing import generate_key, sign_tx
+from raydex.actors.local import eth_market
+from raydex.actors.sequencer.service import SequencerConfig, SequencerService
+from raydex.actors.snapshot import newest_snapshot, read_snapshot_meta
+from raydex.actors.snapshot.holder import SnapshotConfig, SnapshotService
+from raydex.codecs import (
+    CreateOrder,
+    Deposit,
+    RegisterApiKey,
+    ResultCode,
+    decode_block,
+    generate_key,
+    sign_tx,
+)
 
 SEED, PUB = generate_key()
 FAR = 4_000_000_000_000

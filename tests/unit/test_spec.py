@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raydex.cluster.spec import DeploySpec, GcSpec, SpecError, load_spec
+from raydex.cluster.control.spec import DeploySpec, GcSpec, SpecError, load_spec
 from raydex.codecs import CreateMarket, MarketStatus
 
 REPO = Path(__file__).resolve().parents[2]

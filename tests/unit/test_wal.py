@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from raydex.actors.wal import Wal, WalError
+from raydex.actors.sequencer import Wal, WalError
 from raydex.codecs import CancelOrder, CreateOrder, Deposit
 
 SIG = bytes(64)

@@ -31,7 +31,7 @@ from raydex.codecs import (
     Withdraw,
 )
 from raydex.engine import Engine
-from raydex.observability.workload import (
+from raydex.observability.loadtest.workload import (
     ADD,
     CANCEL,
     MARKETS,

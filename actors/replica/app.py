@@ -1,0 +1,570 @@
+"""The API replica's aiohttp app: Lighter's REST under ``/api/v1/`` and the ``/stream`` WebSocket.
+
+::
+
+    client ──HTTP/WS──► build_app(state, submit, config)
+                          │ reads: ReplicaState caches (BookSnapshot by reference, no copies)
+                          │ sendTx: tx_from_json ─► state.dry_run ─► note_sent ─► submit([...])
+                          ▼
+                       Fanout ◄── publish(Applied) ── apply loop (state.apply_block per block)
+
+Semantics:
+
+- Every JSON answer carries ``code`` (200 on success) and the ``seq`` of the block it reflects.
+  Errors are ``{"code": <ResultCode>, "message": ...}`` with HTTP 400 (bad request or rejected tx),
+  404 (unknown path, account, market or tx), 413 (body over ``max_body_bytes``). A rejected request
+  changes nothing: nothing is noted as pending and nothing reaches ``submit``.
+- ``sendTx``/``sendTxBatch`` take form fields (urlencoded or multipart) or a JSON object with the
+  same keys. A tx is decoded with ``tx_from_json`` and dry-run against the caches; only if every tx
+  of a batch passes are they submitted, in one ``submit`` call. The answer carries the sequencer's
+  code for the tx (200 when executed).
+- The app never awaits anything but ``submit`` and the client's own socket; the caches are only
+  written by the apply loop, which runs on the same event loop, so a handler sees one consistent
+  block between awaits.
+
+Caller duties: run the apply loop on the app's event loop (``state.apply_block`` then
+``fanout.publish``); ``submit`` must return one ``TxOutcome`` per tx, after the block holding them
+was applied to ``state`` (so ``nextNonce`` is current when the client gets its answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import msgspec
+from aiohttp import WSMsgType, web
+
+from raydex.codecs import (
+    ALL_API_KEYS,
+    MAX_48,
+    MAX_API_KEY_INDEX,
+    MAX_MARKET_INDEX,
+    CodecError,
+    ResultCode,
+    TxOutcome,
+    tx_from_json,
+)
+from raydex.observability.metrics import ApiCounters
+
+from . import views
+from .config import ApiConfig
+from .fanout import Client, Fanout, FanoutStats, split_channel
+from .state import ReplicaState
+
+__all__ = [
+    "COUNTERS",
+    "FANOUT",
+    "STATE",
+    "ApiConfig",
+    "ApiError",
+    "Fanout",
+    "FanoutStats",
+    "Submit",
+    "build_app",
+    "fanout_of",
+    "split_channel",
+]
+
+Submit = Callable[[list[Any]], Awaitable[list[TxOutcome]]]
+
+
+class CommitmentSource(Protocol):
+    """Where ``block``/``blocks`` read state commitments (the committer; off the hot path)."""
+
+    async def commitment(self, height: int) -> dict[str, Any] | None: ...
+
+    async def latest(self, limit: int) -> list[dict[str, Any]]: ...
+
+
+STATE: web.AppKey[ReplicaState] = web.AppKey("raydex_state", ReplicaState)
+FANOUT: web.AppKey[Fanout] = web.AppKey("raydex_fanout", Fanout)
+#: what the handlers count (cache hits/fallbacks, dry-run time); the replica exports it
+COUNTERS: web.AppKey[ApiCounters] = web.AppKey("raydex_counters", ApiCounters)
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+_OK = int(ResultCode.OK)
+_VOLUME_QUOTA = 1_000_000
+
+
+class ApiError(Exception):
+    """A request the caller got wrong: answered with ``code`` and HTTP ``status``."""
+
+    def __init__(self, code: int, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+def _json(body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(body=_encode(body), status=status, content_type="application/json")
+
+
+def _error(code: int, message: str, status: int) -> web.Response:
+    return _json({"code": code, "message": message}, status)
+
+
+@web.middleware
+async def _errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as e:
+        return _error(e.code, e.message, e.status)
+    except web.HTTPRequestEntityTooLarge:
+        return _error(int(ResultCode.BODY_TOO_LARGE), "request body too large", 413)
+    except web.HTTPNotFound:
+        return _error(int(ResultCode.NOT_FOUND), f"no such endpoint {request.path}", 404)
+    except web.HTTPMethodNotAllowed as e:
+        return _error(int(ResultCode.INVALID_PARAM), f"method {e.method} not allowed", 405)
+
+
+def _int(q: Mapping[str, Any], name: str, lo: int, hi: int, default: int | None = None) -> int:
+    raw = q.get(name)
+    if raw is None:
+        if default is None:
+            raise ApiError(int(ResultCode.INVALID_PARAM), f"missing parameter {name}")
+        return default
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        v = raw
+    elif (
+        isinstance(raw, str)
+        and raw.isascii()
+        and len(raw) < 20
+        and (raw[1:] if raw[:1] == "-" else raw).isdigit()
+    ):
+        v = int(raw)
+    else:
+        raise ApiError(int(ResultCode.INVALID_PARAM), f"{name} must be an integer")
+    if not lo <= v <= hi:
+        raise ApiError(int(ResultCode.INVALID_PARAM), f"{name} must be in [{lo}, {hi}]")
+    return v
+
+
+async def _fields(request: web.Request) -> Mapping[str, Any]:
+    """Form fields, or the keys of a JSON object body."""
+    if request.content_type == "application/json":
+        try:
+            obj = _decode(await request.read())
+        except msgspec.DecodeError:
+            raise ApiError(int(ResultCode.INVALID_PARAM), "body is not valid JSON") from None
+        if not isinstance(obj, dict):
+            raise ApiError(int(ResultCode.INVALID_PARAM), "body must be a JSON object")
+        return obj
+    try:
+        form = await request.post()
+    except ValueError as e:  # malformed multipart / urlencoded
+        raise ApiError(int(ResultCode.INVALID_PARAM), f"malformed form: {e}") from None
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+class _Api:
+    """The handlers; one instance per app."""
+
+    def __init__(
+        self,
+        state: ReplicaState,
+        submit: Submit,
+        config: ApiConfig,
+        commitments: CommitmentSource | None = None,
+    ) -> None:
+        self.state = state
+        self.submit = submit
+        self.config = config
+        self.commitments = commitments
+        self.fanout = Fanout(state, config)
+        self.counters = ApiCounters()
+
+    def _ok(self, body: dict[str, Any], cached: bool = True) -> web.Response:
+        """A success answer; ``cached``: it was read from the caches (counted as a hit)."""
+        if cached:
+            self.counters.cache_hits += 1
+        body["code"] = _OK
+        body["seq"] = self.state.seq
+        return _json(body)
+
+    def _market(self, q: Mapping[str, Any]) -> int:
+        mi = _int(q, "market_id", 0, MAX_MARKET_INDEX)
+        if mi not in self.state.markets:
+            raise ApiError(int(ResultCode.MARKET_NOT_FOUND), f"market {mi} not found", 404)
+        return mi
+
+    def _markets(self, q: Mapping[str, Any]) -> list[int]:
+        mi = _int(q, "market_id", 0, 255, default=255)
+        if mi == 255:
+            return sorted(self.state.markets)
+        return [self._market(q)]
+
+    def _limit(self, q: Mapping[str, Any]) -> int:
+        return _int(q, "limit", 1, self.config.max_list_limit, default=self.config.max_list_limit)
+
+    # ---- REST reads -----------------------------------------------------------------------------
+
+    async def info(self, request: web.Request) -> web.Response:
+        """``Status`` (``GET /``) and ``ZkLighterInfo`` (``GET /info``) in one body. Lighter
+        answers ``status: 200`` and the time in seconds (ccxt's ``fetch_status`` checks 200)."""
+        return self._ok(
+            {
+                "status": 200,
+                "contract_address": "",
+                "network_id": self.config.network_id,
+                "timestamp": int(time.time()),
+                "height": self.state.height,
+            }
+        )
+
+    async def order_books(self, request: web.Request) -> web.Response:
+        st = self.state
+        books = [views.market_summary(st.markets[mi]) for mi in self._markets(request.query)]
+        return self._ok({"order_books": books})
+
+    async def order_book_details(self, request: web.Request) -> web.Response:
+        st = self.state
+        details = [
+            views.market_detail(st.markets[mi], st.stats[mi]) for mi in self._markets(request.query)
+        ]
+        return self._ok({"order_book_details": details, "spot_order_book_details": []})
+
+    async def order_book_orders(self, request: web.Request) -> web.Response:
+        st = self.state
+        mi = self._market(request.query)
+        limit = self._limit(request.query)
+        m = st.markets[mi]
+        ts = st.timestamp_ns // 1_000_000
+        orders = st.market_orders[mi].values()
+        asks = sorted((o for o in orders if o.is_ask), key=lambda o: (o.price, o.order_index))
+        bids = sorted((o for o in orders if not o.is_ask), key=lambda o: (-o.price, o.order_index))
+        return self._ok(
+            {
+                "total_asks": len(asks),
+                "asks": [views.simple_order(o, m, ts) for o in asks[:limit]],
+                "total_bids": len(bids),
+                "bids": [views.simple_order(o, m, ts) for o in bids[:limit]],
+            }
+        )
+
+    async def asset_details(self, request: web.Request) -> web.Response:
+        """USDC only (ccxt's ``load_markets`` reads it); ``asset_id`` 0 or absent means all."""
+        aid = _int(request.query, "asset_id", 0, 2**31 - 1, default=0)
+        if aid not in (0, views.USDC_ASSET_ID):
+            raise ApiError(int(ResultCode.NOT_FOUND), f"asset {aid} not found", 404)
+        return self._ok({"asset_details": [views.usdc_asset_detail()]})
+
+    async def recent_trades(self, request: web.Request) -> web.Response:
+        st = self.state
+        mi = self._market(request.query)
+        limit = self._limit(request.query)
+        m = st.markets[mi]
+        rows = list(st.trades[mi])[-limit:]
+        rows.reverse()
+        return self._ok({"trades": [views.trade(r, m) for r in rows]})
+
+    async def account(self, request: web.Request) -> web.Response:
+        q = request.query
+        if q.get("by", "index") != "index":
+            raise ApiError(int(ResultCode.INVALID_PARAM), "only by=index is supported")
+        ai = _int(q, "value", 0, MAX_48)
+        acct = self.state.accounts.get(ai)
+        if acct is None:
+            raise ApiError(int(ResultCode.ACCOUNT_NOT_FOUND), f"account {ai} not found", 404)
+        return self._ok(
+            {"total": 1, "accounts": [views.account(self.state, ai, acct)], "next_cursor": ""}
+        )
+
+    async def api_keys(self, request: web.Request) -> web.Response:
+        q = request.query
+        ai = _int(q, "account_index", 0, MAX_48)
+        ki = _int(q, "api_key_index", 0, ALL_API_KEYS, default=ALL_API_KEYS)
+        if ai not in self.state.accounts:
+            raise ApiError(int(ResultCode.ACCOUNT_NOT_FOUND), f"account {ai} not found", 404)
+        ts = self.state.timestamp_ns // 1_000_000
+        keys = [
+            {
+                "account_index": ai,
+                "api_key_index": k,
+                "nonce": int(r.nonce),
+                "public_key": bytes(r.pub_key).hex(),
+                "transaction_time": ts,
+            }
+            for (a, k), r in sorted(self.state.api_keys.items())
+            if a == ai and (ki == ALL_API_KEYS or k == ki)
+        ]
+        return self._ok({"api_keys": keys})
+
+    async def next_nonce(self, request: web.Request) -> web.Response:
+        q = request.query
+        ai = _int(q, "account_index", 0, MAX_48)
+        ki = _int(q, "api_key_index", 0, MAX_API_KEY_INDEX)
+        nonce = self.state.next_nonce(ai, ki)
+        if nonce is None:
+            raise ApiError(int(ResultCode.API_KEY_NOT_FOUND), "api key not found", 404)
+        return self._ok({"nonce": nonce})
+
+    async def tx(self, request: web.Request) -> web.Response:
+        q = request.query
+        if q.get("by", "hash") != "hash":
+            raise ApiError(int(ResultCode.INVALID_PARAM), "only by=hash is supported")
+        value = q.get("value", "")
+        try:
+            h = bytes.fromhex(value.removeprefix("0x"))
+        except ValueError:
+            raise ApiError(int(ResultCode.INVALID_PARAM), "value must be a hex hash") from None
+        rec = self.state.txs.get(h)
+        if rec is None:
+            raise ApiError(int(ResultCode.NOT_FOUND), "tx not found", 404)
+        body = views.tx_record(rec)
+        return self._ok(body)
+
+    async def current_height(self, request: web.Request) -> web.Response:
+        return self._ok({"height": self.state.seq})
+
+    async def block(self, request: web.Request) -> web.Response:
+        q = request.query
+        if q.get("by", "height") != "height":
+            raise ApiError(int(ResultCode.INVALID_PARAM), "only by=height is supported")
+        height = _int(q, "value", 1, 2**63 - 1)
+        self.counters.cache_fallbacks += 1
+        found = None if self.commitments is None else await self.commitments.commitment(height)
+        if found is None:
+            raise ApiError(int(ResultCode.NOT_FOUND), "no commitment for that height (yet)", 404)
+        return self._ok({"total": 1, "blocks": [found]}, cached=False)
+
+    async def blocks(self, request: web.Request) -> web.Response:
+        limit = _int(request.query, "limit", 1, 100, 10)
+        self.counters.cache_fallbacks += 1
+        found = [] if self.commitments is None else await self.commitments.latest(limit)
+        return self._ok({"total": len(found), "blocks": found}, cached=False)
+
+    # ---- transactions ---------------------------------------------------------------------------
+
+    def _decode_tx(self, tx_type: Any, tx_info: Any) -> Any:
+        if isinstance(tx_type, str):
+            if not (tx_type.isascii() and tx_type.isdigit() and len(tx_type) < 6):
+                raise ApiError(int(ResultCode.INVALID_TX_TYPE), "tx_type must be an integer")
+            tx_type = int(tx_type)
+        if not isinstance(tx_type, int) or isinstance(tx_type, bool):
+            raise ApiError(int(ResultCode.INVALID_TX_TYPE), "tx_type must be an integer")
+        if not isinstance(tx_info, str):
+            raise ApiError(int(ResultCode.INVALID_TX_INFO), "tx_info must be a JSON string")
+        try:
+            return tx_from_json(tx_type, tx_info)
+        except CodecError as e:
+            raise ApiError(int(e.code), str(e)) from None
+
+    async def send_txs(self, txs: list[Any]) -> list[TxOutcome]:
+        """Dry-run every tx (pending nonces advance as it goes), then submit them together.
+
+        All or nothing before the sequencer: the first rejection releases the nonces noted so
+        far and raises ApiError with that tx's code."""
+        st = self.state
+        now_ms = time.time_ns() // 1_000_000
+        noted: list[Any] = []
+        dry_run_time = self.counters.dry_run
+        for i, tx in enumerate(txs):
+            t0 = time.perf_counter_ns()
+            code = st.dry_run(tx, now_ms)
+            dry_run_time.record(time.perf_counter_ns() - t0)
+            if code != _OK:
+                for n in noted:
+                    st.forget_sent(n)
+                where = f" (tx {i})" if len(txs) > 1 else ""
+                raise ApiError(code, f"rejected by dry-run: {_code_name(code)}{where}")
+            st.note_sent(tx)
+            noted.append(tx)
+        try:
+            outcomes = await self.submit(txs)
+        except BaseException:
+            for n in noted:
+                st.forget_sent(n)
+            raise
+        return outcomes
+
+    def _tx_reply(self, outcomes: list[TxOutcome], batch: bool) -> dict[str, Any]:
+        code = next((o.code for o in outcomes if o.code != _OK), _OK)
+        hashes = [o.tx_hash.hex() for o in outcomes]
+        return {
+            "code": code,
+            "message": "" if code == _OK else _code_name(code),
+            "tx_hash": hashes if batch else hashes[0],
+            "predicted_execution_time_ms": self.config.predicted_execution_time_ms,
+            "volume_quota_remaining": _VOLUME_QUOTA,
+            "codes": [o.code for o in outcomes] if batch else code,
+            "seq": self.state.seq,
+        }
+
+    async def send_tx(self, request: web.Request) -> web.Response:
+        f = await _fields(request)
+        tx = self._decode_tx(f.get("tx_type"), f.get("tx_info"))
+        reply = self._tx_reply(await self.send_txs([tx]), False)
+        return _json(reply, 200 if reply["code"] == _OK else 400)
+
+    def _batch(self, tx_types: Any, tx_infos: Any) -> list[Any]:
+        types = _json_list(tx_types, "tx_types")
+        infos = _json_list(tx_infos, "tx_infos")
+        if len(types) != len(infos):
+            raise ApiError(int(ResultCode.INVALID_PARAM), "tx_types and tx_infos differ in length")
+        if len(types) > self.config.max_batch:
+            raise ApiError(
+                int(ResultCode.BATCH_TOO_LARGE),
+                f"batch of {len(types)} txs is over {self.config.max_batch}",
+            )
+        if not types:
+            raise ApiError(int(ResultCode.INVALID_PARAM), "empty batch")
+        return [self._decode_tx(t, i) for t, i in zip(types, infos, strict=True)]
+
+    async def send_tx_batch(self, request: web.Request) -> web.Response:
+        f = await _fields(request)
+        txs = self._batch(f.get("tx_types"), f.get("tx_infos"))
+        reply = self._tx_reply(await self.send_txs(txs), True)
+        return _json(reply)
+
+    # ---- WebSocket ------------------------------------------------------------------------------
+
+    async def stream(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=self.config.ws_max_message_bytes)
+        await ws.prepare(request)
+        fanout = self.fanout
+        c = fanout.connect(ws, request.transport)
+        fanout.send(c, {"type": "connected", "seq": self.state.seq})
+        inflight: set[asyncio.Task[None]] = set()
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    fanout.send(c, _ws_error(ResultCode.WS_INVALID_MESSAGE, "text frames only"))
+                    continue
+                await self._on_message(c, msg.data, inflight)
+                if c.closed:
+                    break
+        finally:
+            fanout.disconnect(c)
+        return ws
+
+    async def _on_message(self, c: Client, text: str, inflight: set[asyncio.Task[None]]) -> None:
+        fanout = self.fanout
+        try:
+            obj = _decode(text)
+        except msgspec.DecodeError:
+            fanout.send(c, _ws_error(ResultCode.WS_INVALID_MESSAGE, "not valid JSON"))
+            return
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if kind == "ping":
+            fanout.send(c, {"type": "pong"})
+        elif kind in ("subscribe", "unsubscribe"):
+            op = fanout.subscribe if kind == "subscribe" else fanout.unsubscribe
+            code, message = op(c, obj.get("channel"))
+            if code != _OK:
+                fanout.send(c, _ws_error(code, message))
+        elif kind in ("jsonapi/sendtx", "jsonapi/sendtxbatch"):
+            # Pipelined: the tx's dry-run (which advances the pending nonce) runs now, in arrival
+            # order, before the task's first await; the reply goes out when its block lands, so
+            # one connection can have many txs in flight instead of one per block.
+            if len(inflight) >= self.config.ws_max_inflight_txs:
+                fanout.send(c, _ws_error(ResultCode.TOO_MANY_PENDING_TXS, "too many txs in flight"))
+                return
+            task = asyncio.get_running_loop().create_task(self._ws_tx_reply(c, kind, obj))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        else:
+            fanout.send(c, _ws_error(ResultCode.WS_INVALID_MESSAGE, f"unknown type {kind!r}"))
+
+    async def _ws_tx_reply(self, c: Client, kind: str, obj: dict[str, Any]) -> None:
+        self.fanout.send(c, await self._ws_tx(kind, obj))
+
+    async def _ws_tx(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        data = obj.get("data")
+        rid = obj.get("id")
+        batch = kind == "jsonapi/sendtxbatch"
+        try:
+            if not isinstance(data, dict):
+                raise ApiError(int(ResultCode.INVALID_PARAM), "data must be an object")
+            if batch:
+                txs = self._batch(data.get("tx_types"), data.get("tx_infos"))
+            else:
+                txs = [self._decode_tx(data.get("tx_type"), data.get("tx_info"))]
+            reply = self._tx_reply(await self.send_txs(txs), batch)
+        except ApiError as e:
+            reply = {"code": e.code, "message": e.message}
+        reply["type"] = kind
+        reply["id"] = rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
+        return reply
+
+
+_CODES = frozenset(int(c) for c in ResultCode)
+
+
+def _code_name(code: int) -> str:
+    return ResultCode(code).name if code in _CODES else str(code)
+
+
+def _ws_error(code: int, message: str) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "error": {"code": int(code), "message": message},
+        "code": int(code),
+        "message": message,
+    }
+
+
+def _json_list(raw: Any, name: str) -> list[Any]:
+    if isinstance(raw, str):
+        try:
+            raw = _decode(raw)
+        except msgspec.DecodeError:
+            raise ApiError(int(ResultCode.INVALID_PARAM), f"{name} is not valid JSON") from None
+    if not isinstance(raw, list):
+        raise ApiError(int(ResultCode.INVALID_PARAM), f"{name} must be a JSON list")
+    return raw
+
+
+def build_app(
+    state: ReplicaState,
+    submit: Submit,
+    config: ApiConfig | None = None,
+    commitments: CommitmentSource | None = None,
+) -> web.Application:
+    """The replica's aiohttp app; its :class:`Fanout` is ``app[FANOUT]`` (call ``publish`` on it
+    after each applied block). See the module docstring."""
+    cfg = config if config is not None else ApiConfig()
+    api = _Api(state, submit, cfg, commitments)
+    app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[_errors])
+    app[STATE] = state
+    app[FANOUT] = api.fanout
+    app[COUNTERS] = api.counters
+    r = app.router
+    r.add_get("/", api.info)
+    r.add_get("/info", api.info)
+    r.add_get("/stream", api.stream)
+    for path, handler in (
+        ("info", api.info),
+        ("orderBooks", api.order_books),
+        ("orderBookDetails", api.order_book_details),
+        ("orderBookOrders", api.order_book_orders),
+        ("recentTrades", api.recent_trades),
+        ("assetDetails", api.asset_details),
+        ("account", api.account),
+        ("apikeys", api.api_keys),
+        ("nextNonce", api.next_nonce),
+        ("tx", api.tx),
+        ("currentHeight", api.current_height),
+        ("block", api.block),
+        ("blocks", api.blocks),
+    ):
+        r.add_get(f"/api/v1/{path}", handler)
+    r.add_get("/api/v1/", api.info)
+    r.add_post("/api/v1/sendTx", api.send_tx)
+    r.add_post("/api/v1/sendTxBatch", api.send_tx_batch)
+
+    async def _shutdown(app: web.Application) -> None:
+        await api.fanout.close()
+
+    app.on_shutdown.append(_shutdown)
+    return app
+
+
+def fanout_of(app: web.Application) -> Fanout:
+    return app[FANOUT]

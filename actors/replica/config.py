@@ -1,0 +1,39 @@
+"""Tuning knobs of the API replica's aiohttp app; each says what it trades."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raydex.codecs import DEFAULT_CHAIN_ID
+
+
+@dataclass(frozen=True, slots=True)
+class ApiConfig:
+    #: Largest accepted request body (bytes); beyond it HTTP 413 / code 20004. Bigger admits larger
+    #: batches but lets one client make the replica buffer more.
+    max_body_bytes: int = 256 * 1024
+    #: Most txs in one ``sendTxBatch`` (Lighter: 50; code 21514 beyond).
+    max_batch: int = 50
+    #: Largest WS message a client may send (aiohttp closes the socket with 1009 beyond).
+    ws_max_message_bytes: int = 256 * 1024
+    #: Txs one WS connection may have in flight (sent, not yet answered); 21506 beyond. More
+    #: lets a client pipeline deeper; each in-flight tx holds a task and its pending nonce.
+    ws_max_inflight_txs: int = 256
+    #: Subscriptions per WS connection (WIRE.md: 100; code 30004 beyond).
+    max_subscriptions: int = 100
+    #: Messages a connection's send queue holds before order-book updates are conflated. Larger
+    #: rides out longer client stalls unconflated, at the cost of memory and staler data.
+    ws_queue_limit: int = 256
+    #: Conflations since the client last caught up after which it is disconnected (code 30006).
+    #: Larger tolerates slower clients, which then see ever coarser books.
+    ws_conflation_limit: int = 1024
+    #: Kernel send buffer per WS socket (SO_SNDBUF), None = system default. Smaller makes a slow
+    #: client show up in its queue sooner (less data parked in the kernel).
+    ws_send_buffer_bytes: int | None = None
+    #: Seconds a slow client's close handshake may take before its socket is aborted.
+    ws_close_timeout_s: float = 1.0
+    #: Most levels/orders/trades a REST list answer holds.
+    max_list_limit: int = 250
+    network_id: int = DEFAULT_CHAIN_ID
+    #: What ``sendTx`` tells clients about execution time (ms); the block cadence.
+    predicted_execution_time_ms: int = 1

@@ -1,0 +1,476 @@
+"""WebSocket fan-out: one serialization per market per block, bounded queues per connection.
+
+::
+
+    apply loop ──publish(Applied)──► Fanout ──bytes──► client queue (deque) ──► writer task ──► ws
+      (sync, never awaits a client)     │ one encode per market/channel per block
+                                        └─ full queue: conflate order_book per market, then
+                                           past ws_conflation_limit: disconnect (30006)
+
+Invariants:
+
+- :meth:`Fanout.publish` is synchronous: it encodes each message once and appends the same
+  ``bytes`` to every subscriber's queue. A client is never awaited on this path.
+- Per market a client receives ``order_book`` updates whose ``begin_nonce`` equals the previous
+  message's ``nonce`` (the ``subscribed`` snapshot's ``nonce`` first), also when conflated: a
+  conflated update merges the levels of the updates it replaces (latest size per price wins) and
+  keeps the earliest ``begin_nonce``. While a market has a conflated update pending, every newer
+  update of that market merges into it, and the writer sends the plain queue before pending merged
+  updates, so per-market order holds.
+- Backpressure policy (trio-style, named and counted): a queue at ``ws_queue_limit`` conflates
+  order-book updates; non-book messages still queue up to twice that; past that, or after
+  ``ws_conflation_limit`` conflations without the client catching up, the client is disconnected
+  with WS close code 1008 and reason ``30006``; both are counted in :meth:`Fanout.stats`.
+- One writer task per connection drains its queue; a connection that closes removes itself from
+  every channel.
+- Channels: ``order_book/{m}``, ``trade/{m}``, ``market_stats/{m|all}``, ``account_all/{a}``,
+  ``height``. ``market_stats`` is pushed for the markets that traded in the block (``all``: one
+  message holding every such market, keyed by market id as a string, as Lighter sends it).
+
+Cost per block: one ``msgspec`` encode per changed market with subscribers (O(levels changed)),
+one deque append per subscriber, plus one encode per slow client per conflated market.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from aiohttp import WSMsgType, web
+
+from raydex.codecs import ResultCode, usdc_to_str
+
+from . import views
+from .config import ApiConfig
+from .state import Applied, BookDelta, ReplicaState
+
+_encode = msgspec.json.Encoder().encode
+SLOW_CLOSE_CODE = 1008
+
+
+@dataclass(frozen=True, slots=True)
+class FanoutStats:
+    connections: int
+    subscriptions: int
+    queue_depths: tuple[int, ...]
+    max_queue_depth: int
+    messages: int
+    conflations: int
+    disconnects: int
+    offset: int
+
+
+@dataclass(slots=True)
+class _Msg:
+    data: bytes
+    #: market of an order_book update (conflatable), else -1
+    market: int = -1
+    delta: BookDelta | None = None
+    engine_us: int = 0
+
+
+@dataclass(slots=True)
+class _Merged:
+    bids: dict[int, int]
+    asks: dict[int, int]
+    begin_nonce: int
+    nonce: int
+    engine_us: int
+
+
+@dataclass(eq=False, slots=True)
+class Client:
+    """One WS connection's subscriptions, queue and writer; owned by the Fanout."""
+
+    ws: web.WebSocketResponse
+    transport: asyncio.BaseTransport | None
+    channels: set[str] = field(default_factory=set)
+    queue: deque[_Msg] = field(default_factory=deque)
+    pending: dict[int, _Merged] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    writer: asyncio.Task[None] | None = None
+    conflations: int = 0
+    closed: bool = False
+
+
+#: ``market_stats/all`` is parsed to this market argument (Lighter's "all markets" index)
+ALL_MARKETS = 255
+
+
+def split_channel(channel: object) -> tuple[str, int] | None:
+    """``"order_book/0"`` -> ``("order_book", 0)``; ``"height"`` -> ``("height", -1)``;
+    ``"market_stats/all"`` -> ``("market_stats", ALL_MARKETS)``."""
+    if not isinstance(channel, str) or len(channel) > 64:
+        return None
+    if channel == "height":
+        return ("height", -1)
+    kind, sep, arg = channel.partition("/")
+    if not sep or kind not in ("order_book", "trade", "account_all", "market_stats"):
+        return None
+    if kind == "market_stats" and arg == "all":
+        return (kind, ALL_MARKETS)
+    if not arg.isascii() or not arg.isdigit() or len(arg) > 15:
+        return None
+    return (kind, int(arg))
+
+
+def channel_key(kind: str, arg: int) -> str:
+    """The ``channel`` field of replies: ``order_book:0``, ``market_stats:all``, ``height``."""
+    if arg < 0:
+        return kind
+    if kind == "market_stats" and arg == ALL_MARKETS:
+        return "market_stats:all"
+    return f"{kind}:{arg}"
+
+
+class Fanout:
+    """Connections, channel subscriptions and the per-block publish; see the module docstring."""
+
+    def __init__(self, state: ReplicaState, config: ApiConfig) -> None:
+        self.state = state
+        self.config = config
+        self.clients: set[Client] = set()
+        self._subs: dict[str, set[Client]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.offset = 0
+        self.messages = 0
+        self.conflations = 0
+        self.disconnects = 0
+
+    # ---- connections ----------------------------------------------------------------------------
+
+    def connect(self, ws: web.WebSocketResponse, transport: asyncio.BaseTransport | None) -> Client:
+        c = Client(ws, transport)
+        if transport is not None and self.config.ws_send_buffer_bytes is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.ws_send_buffer_bytes
+                )
+        self.clients.add(c)
+        c.writer = asyncio.get_running_loop().create_task(self._write(c))
+        return c
+
+    def disconnect(self, c: Client) -> None:
+        """The connection ended (either side): forget it and stop its writer."""
+        self._forget(c)
+        if c.writer is not None and c.writer is not asyncio.current_task():
+            c.writer.cancel()
+
+    def _forget(self, c: Client) -> None:
+        c.closed = True
+        self.clients.discard(c)
+        for ch in c.channels:
+            subs = self._subs.get(ch)
+            if subs is not None:
+                subs.discard(c)
+        c.channels.clear()
+        c.queue.clear()
+        c.pending.clear()
+
+    def _drop_slow(self, c: Client) -> None:
+        self.disconnects += 1
+        self._forget(c)
+        task = asyncio.get_running_loop().create_task(self._close_slow(c))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _close_slow(self, c: Client) -> None:
+        if c.writer is not None:
+            c.writer.cancel()
+        reason = f"{int(ResultCode.WS_SLOW_CONSUMER)} slow consumer".encode()
+        try:
+            await asyncio.wait_for(
+                c.ws.close(code=SLOW_CLOSE_CODE, message=reason), self.config.ws_close_timeout_s
+            )
+        except (TimeoutError, ConnectionError):
+            if c.transport is not None:
+                c.transport.abort()  # type: ignore[attr-defined]
+
+    # ---- subscriptions --------------------------------------------------------------------------
+
+    def subscribe(self, c: Client, channel: object) -> tuple[int, str]:
+        """Subscribe and queue the channel's snapshot; returns ``(code, message)``."""
+        parsed = split_channel(channel)
+        if parsed is None:
+            return int(ResultCode.WS_INVALID_CHANNEL), f"invalid channel {channel!r}"
+        kind, arg = parsed
+        key = channel_key(kind, arg)
+        if key in c.channels:
+            return int(ResultCode.WS_ALREADY_SUBSCRIBED), f"already subscribed to {channel}"
+        if len(c.channels) >= self.config.max_subscriptions:
+            return int(ResultCode.WS_TOO_MANY_SUBSCRIPTIONS), "too many subscriptions"
+        snapshot = self._snapshot(kind, arg, key)
+        if snapshot is None:
+            return int(ResultCode.WS_INVALID_CHANNEL), f"unknown market or account in {channel}"
+        c.channels.add(key)
+        self._subs.setdefault(key, set()).add(c)
+        self._put(c, _Msg(_encode(snapshot)))
+        return int(ResultCode.OK), ""
+
+    def unsubscribe(self, c: Client, channel: object) -> tuple[int, str]:
+        parsed = split_channel(channel)
+        if parsed is None:
+            return int(ResultCode.WS_INVALID_CHANNEL), f"invalid channel {channel!r}"
+        kind, arg = parsed
+        key = channel_key(kind, arg)
+        if key not in c.channels:
+            return int(ResultCode.WS_NOT_SUBSCRIBED), f"not subscribed to {channel}"
+        c.channels.discard(key)
+        self._subs[key].discard(c)
+        if kind == "order_book":
+            c.pending.pop(arg, None)
+        self._put(c, _Msg(_encode({"type": "unsubscribed", "channel": key})))
+        return int(ResultCode.OK), ""
+
+    def _snapshot(self, kind: str, arg: int, key: str) -> dict[str, Any] | None:
+        st = self.state
+        ts_ms = time.time_ns() // 1_000_000
+        if kind == "height":
+            return {
+                "channel": key,
+                "height": st.height,
+                "seq": st.seq,
+                "timestamp": ts_ms,
+                "type": "subscribed/height",
+            }
+        if kind == "account_all":
+            acct = st.accounts.get(arg)
+            if acct is None:
+                return None
+            return self._account_body(arg, "subscribed/account_all", ts_ms)
+        if kind == "market_stats":
+            mids = sorted(st.markets) if arg == ALL_MARKETS else [arg]
+            if any(mi not in st.markets for mi in mids):
+                return None
+            return self._stats_body(key, mids, arg == ALL_MARKETS, "subscribed/market_stats")
+        m = st.markets.get(arg)
+        if m is None:
+            return None
+        if kind == "trade":
+            rows = [views.trade(r, m) for r in st.trades[arg]]
+            return {"channel": key, "trades": rows, "timestamp": ts_ms, "type": "subscribed/trade"}
+        book = st.books[arg]
+        return {
+            "channel": key,
+            "offset": self.offset,
+            "order_book": views.book_body(book, m, self.offset),
+            "timestamp": ts_ms,
+            "type": "subscribed/order_book",
+        }
+
+    def _account_body(self, ai: int, kind: str, ts_ms: int) -> dict[str, Any]:
+        st = self.state
+        acct = st.accounts[ai]
+        counts: dict[int, int] = {}
+        for o in acct.orders.values():
+            counts[o.market_index] = counts.get(o.market_index, 0) + 1
+        positions = {
+            str(mi): views.position(p, st.markets[mi], counts.get(mi, 0))
+            for mi, p in acct.positions.items()
+        }
+        return {
+            "channel": f"account_all:{ai}",
+            "account": ai,
+            "collateral": usdc_to_str(acct.collateral),
+            "available_balance": usdc_to_str(st.available_balance(ai)),
+            "positions": positions,
+            "total_order_count": len(acct.orders),
+            "seq": st.seq,
+            "timestamp": ts_ms,
+            "type": kind,
+        }
+
+    def _stats_body(self, key: str, mids: list[int], many: bool, kind: str) -> dict[str, Any]:
+        st = self.state
+        stats = {mi: views.market_stats(st.markets[mi], st.stats[mi]) for mi in mids}
+        return {
+            "channel": key,
+            "market_stats": {str(mi): v for mi, v in stats.items()} if many else stats[mids[0]],
+            "timestamp": time.time_ns() // 1_000_000,
+            "type": kind,
+        }
+
+    def send(self, c: Client, body: dict[str, Any]) -> None:
+        """Queue one message for one client (replies, errors); never conflated."""
+        self._put(c, _Msg(_encode(body)))
+
+    # ---- publish (apply loop) -------------------------------------------------------------------
+
+    def publish(self, applied: Applied) -> None:
+        """Queue this block's updates for every subscriber. Synchronous; never awaits a client."""
+        if applied.duplicate:
+            return
+        self.offset += 1
+        now_us = time.time_ns() // 1000
+        ts_ms = now_us // 1000
+        engine_us = applied.timestamp_ns // 1000
+        markets = self.state.markets
+        for mi, d in applied.books.items():
+            subs = self._subs.get(f"order_book:{mi}")
+            if subs:
+                body = self._book_update(mi, d.bids, d.asks, d.begin_nonce, d.nonce, engine_us)
+                msg = _Msg(_encode(body), mi, d, engine_us)
+                for c in tuple(subs):
+                    self._put(c, msg)
+        for mi, rows in applied.trades.items():
+            subs = self._subs.get(f"trade:{mi}")
+            if subs:
+                m = markets[mi]
+                data = _encode(
+                    {
+                        "channel": f"trade:{mi}",
+                        "trades": [views.trade(r, m) for r in rows],
+                        "timestamp": ts_ms,
+                        "type": "update/trade",
+                    }
+                )
+                self._put_all(subs, _Msg(data))
+        self._publish_stats(sorted(applied.trades))
+        for ai in applied.accounts:
+            subs = self._subs.get(f"account_all:{ai}")
+            if subs:
+                self._put_all(
+                    subs, _Msg(_encode(self._account_body(ai, "update/account_all", ts_ms)))
+                )
+        subs = self._subs.get("height")
+        if subs:
+            data = _encode(
+                {
+                    "channel": "height",
+                    "height": applied.height,
+                    "seq": applied.seq,
+                    "timestamp": ts_ms,
+                    "type": "update/height",
+                }
+            )
+            self._put_all(subs, _Msg(data))
+
+    def _publish_stats(self, mids: list[int]) -> None:
+        """``market_stats`` for the markets that traded in this block (their last price, volume
+        and daily range moved); a mark-only change shows with the market's next trade."""
+        if not mids:
+            return
+        for mi in mids:
+            subs = self._subs.get(f"market_stats:{mi}")
+            if subs:
+                key = f"market_stats:{mi}"
+                body = self._stats_body(key, [mi], False, "update/market_stats")
+                self._put_all(subs, _Msg(_encode(body)))
+        subs = self._subs.get("market_stats:all")
+        if subs:
+            body = self._stats_body("market_stats:all", mids, True, "update/market_stats")
+            self._put_all(subs, _Msg(_encode(body)))
+
+    def _book_update(
+        self, mi: int, bids: Any, asks: Any, begin: int, nonce: int, engine_us: int
+    ) -> dict[str, Any]:
+        m = self.state.markets[mi]
+        now_us = time.time_ns() // 1000
+        return {
+            "channel": f"order_book:{mi}",
+            "offset": self.offset,
+            "order_book": {
+                "code": 0,
+                "asks": views.levels(asks, m),
+                "bids": views.levels(bids, m),
+                "offset": self.offset,
+                "nonce": nonce,
+                "begin_nonce": begin,
+            },
+            "timestamp": now_us // 1000,
+            "engine_ts_us": engine_us,
+            "replica_ts_us": now_us,
+            "type": "update/order_book",
+        }
+
+    def _put_all(self, subs: set[Client], msg: _Msg) -> None:
+        for c in tuple(subs):
+            self._put(c, msg)
+
+    def _put(self, c: Client, msg: _Msg) -> None:
+        if c.closed:
+            return
+        limit = self.config.ws_queue_limit
+        mi = msg.market
+        if mi >= 0 and (mi in c.pending or len(c.queue) >= limit):
+            self._conflate(c, msg)
+            if c.conflations > self.config.ws_conflation_limit:
+                self._drop_slow(c)
+                return
+        elif len(c.queue) >= 2 * limit:
+            self._drop_slow(c)
+            return
+        else:
+            c.queue.append(msg)
+        self.messages += 1
+        c.wake.set()
+
+    def _conflate(self, c: Client, msg: _Msg) -> None:
+        d = msg.delta
+        assert d is not None
+        c.conflations += 1
+        self.conflations += 1
+        p = c.pending.get(d.market_index)
+        if p is None:
+            c.pending[d.market_index] = _Merged(
+                dict(d.bids), dict(d.asks), d.begin_nonce, d.nonce, msg.engine_us
+            )
+            return
+        p.bids.update(d.bids)
+        p.asks.update(d.asks)
+        p.nonce = d.nonce
+        p.engine_us = msg.engine_us
+
+    async def _write(self, c: Client) -> None:
+        ws = c.ws
+        with contextlib.suppress(ConnectionError):
+            while not c.closed:
+                await c.wake.wait()
+                c.wake.clear()
+                while c.queue or c.pending:
+                    if c.queue:
+                        data = c.queue.popleft().data
+                    else:
+                        mi, p = c.pending.popitem()
+                        body = self._book_update(
+                            mi,
+                            sorted(p.bids.items(), reverse=True),
+                            sorted(p.asks.items()),
+                            p.begin_nonce,
+                            p.nonce,
+                            p.engine_us,
+                        )
+                        data = _encode(body)
+                    await ws.send_frame(data, WSMsgType.TEXT)
+                c.conflations = 0
+
+    # ---- control plane --------------------------------------------------------------------------
+
+    def stats(self) -> FanoutStats:
+        depths = tuple(len(c.queue) + len(c.pending) for c in self.clients)
+        return FanoutStats(
+            connections=len(self.clients),
+            subscriptions=sum(len(c.channels) for c in self.clients),
+            queue_depths=depths,
+            max_queue_depth=max(depths, default=0),
+            messages=self.messages,
+            conflations=self.conflations,
+            disconnects=self.disconnects,
+            offset=self.offset,
+        )
+
+    async def close(self) -> None:
+        """Close every connection (server shutdown)."""
+        for c in tuple(self.clients):
+            self.disconnect(c)
+            with contextlib.suppress(ConnectionError):
+                await c.ws.close()
+        for t in tuple(self._tasks):
+            t.cancel()

@@ -1,0 +1,675 @@
+"""The API replica's caches: built from a snapshot, advanced by blocks, read by the REST/WS app.
+
+``ReplicaState`` is pure and synchronous (no asyncio, no Ray): the actor shell owns one, feeds it
+blocks in seq order through :meth:`ReplicaState.apply_block`, and hands it to ``api.build_app``.
+
+Invariants:
+
+- ``seq`` is the seq of the last applied block. ``apply_block`` of ``seq <= self.seq`` is a no-op
+  (returns ``Applied`` with ``duplicate=True``); ``seq != self.seq + 1`` raises :class:`GapError`
+  and changes nothing (the caller resyncs from the snapshot holder). Events carry absolute values,
+  so applying one is an assignment, never an increment.
+- Order books: per market and side a mutable ``dict[price, size]`` owned by the apply loop, plus an
+  immutable :class:`BookSnapshot` (levels best first) rebuilt once per block only for the markets
+  the block changed, and swapped by reference. Readers take ``state.books[m]`` and never copy it.
+- A book's ``nonce`` is the seq of the last block that changed it (the snapshot seq after a boot
+  from a snapshot); each :class:`BookDelta` has ``begin_nonce`` = the book's previous ``nonce``,
+  so a client that saw every update of a market sees an unbroken chain.
+- Pending nonces: txs this replica sent to the sequencer (:meth:`note_sent`) but has not yet seen in
+  a block. ``next_nonce`` = ``max(cached last nonce, highest pending) + 1``. A pending entry is
+  cleared when the block carrying the tx's ``TxExecuted`` arrives, whatever its code (the cache
+  nonce moves only with ``NonceUpdated``), or by :meth:`forget_sent` when submission failed.
+- ``validate()`` checks that every book level equals the sum of the cached resting orders at it and
+  that every snapshot equals its mutable book.
+
+Cost: ``apply_block`` is O(events) dict work plus, per changed market, one sort of its levels
+(O(L log L), L = levels on the book) to rebuild the snapshot. ``dry_run`` is one Ed25519 verify
+(~70 us) plus O(open orders + positions of the account) for the margin check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from raydex.codecs import (
+    BPS,
+    OPERATOR_TX_TYPES,
+    PPM,
+    ApiKeyChanged,
+    ApiKeyRecord,
+    BalanceChanged,
+    Block,
+    CancelOrder,
+    CreateOrder,
+    ExchangeBalancesChanged,
+    ExchangeRecord,
+    LevelChanged,
+    MarketChanged,
+    MarketRecord,
+    MarketStatsChanged,
+    ModifyOrder,
+    NonceUpdated,
+    OrderRecord,
+    OrderStatus,
+    OrderType,
+    OrderUpdated,
+    PositionChanged,
+    PositionRecord,
+    ResultCode,
+    TimeInForce,
+    TradeExecuted,
+    TxExecuted,
+    UpdateLeverage,
+    Verifier,
+    decode_block,
+    is_signed_type,
+    tx_type_of,
+)
+from raydex.codecs import AccountRecord as _AccountRecord
+from raydex.engine import exposure
+
+_OK = int(ResultCode.OK)
+_ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
+_LIMIT = int(OrderType.LIMIT)
+_MARKET = int(OrderType.MARKET)
+_IOC = int(TimeInForce.IMMEDIATE_OR_CANCEL)
+_TIFS = frozenset(int(t) for t in TimeInForce)
+#: Txs one (account, api key) may have in flight through this replica (21506 beyond).
+MAX_PENDING_PER_KEY = 64
+#: Trades kept per market for ``recentTrades`` / ``trade`` snapshots.
+RECENT_TRADES = 100
+#: Tx results kept for ``tx?by=hash`` (oldest dropped first).
+TX_RESULTS = 100_000
+_DAY_MS = 86_400_000
+
+Levels = tuple[tuple[int, int], ...]
+
+
+class GapError(Exception):
+    """A block arrived out of order: the replica must resync from a snapshot."""
+
+    def __init__(self, expected: int, got: int) -> None:
+        super().__init__(f"expected block seq {expected}, got {got}")
+        self.expected = expected
+        self.got = got
+
+
+@dataclass(frozen=True, slots=True)
+class BookSnapshot:
+    """One market's book at ``seq``: levels best first, ``(price ticks, size lots)``."""
+
+    market_index: int
+    bids: Levels
+    asks: Levels
+    nonce: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class BookDelta:
+    """The levels of one market a block changed (absolute sizes, 0 = removed)."""
+
+    market_index: int
+    bids: Levels
+    asks: Levels
+    nonce: int
+    begin_nonce: int
+
+
+class TradeRow(NamedTuple):
+    trade: TradeExecuted
+    tx_hash: bytes
+    block_height: int
+    timestamp_ms: int
+
+
+class TxRecord(NamedTuple):
+    tx_hash: bytes
+    tx_type: int
+    account_index: int
+    api_key_index: int
+    nonce: int
+    code: int
+    seq: int
+    #: the block height (= block seq) the tx was sequenced in, as Lighter's ``block_height``
+    block_height: int
+    timestamp_ms: int
+    #: position of the tx inside its block
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What one block changed, for the fan-out. Empty with ``duplicate=True`` for a replayed seq."""
+
+    seq: int
+    height: int
+    timestamp_ns: int
+    books: dict[int, BookDelta]
+    trades: dict[int, list[TradeRow]]
+    accounts: frozenset[int]
+    txs: tuple[TxRecord, ...]
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class MarketStats:
+    """Rolling per-UTC-day figures from the trades this replica saw (reset at the day boundary)."""
+
+    day: int = -1
+    trades: int = 0
+    base_volume: int = 0
+    quote_volume: int = 0
+    first_price: int = 0
+    high: int = 0
+    low: int = 0
+
+
+@dataclass(slots=True)
+class AccountCache:
+    collateral: int
+    positions: dict[int, PositionRecord] = field(default_factory=dict)
+    #: resting orders by exchange order index
+    orders: dict[int, OrderRecord] = field(default_factory=dict)
+    #: market -> [bid lots, ask lots] of the resting non-reduce-only orders, kept in step with
+    #: ``orders`` so the dry-run's margin check is O(markets), not O(open orders)
+    open_lots: dict[int, list[int]] = field(default_factory=dict)
+    #: client order index -> resting orders carrying it (uniqueness check in O(1))
+    cois: dict[int, int] = field(default_factory=dict)
+
+    def index(self, r: OrderRecord, sign: int) -> None:
+        """Add (``sign=1``) or remove (``-1``) one resting order from the aggregates."""
+        if not r.reduce_only:
+            lots = self.open_lots.get(r.market_index)
+            if lots is None:
+                lots = self.open_lots[r.market_index] = [0, 0]
+            lots[r.is_ask] += sign * r.remaining_base_amount
+            if lots == [0, 0]:
+                del self.open_lots[r.market_index]
+        coi = r.client_order_index
+        if coi:
+            n = self.cois.get(coi, 0) + sign
+            if n:
+                self.cois[coi] = n
+            else:
+                del self.cois[coi]
+
+
+class ReplicaState:
+    """Every cache the API serves from; see the module docstring for the invariants."""
+
+    def __init__(self, verifier: Verifier | None = None) -> None:
+        self.verifier = verifier if verifier is not None else Verifier()
+        self.seq = 0
+        self.height = 0
+        self.timestamp_ns = 0
+        self.markets: dict[int, MarketRecord] = {}
+        self.stats: dict[int, MarketStats] = {}
+        self.books: dict[int, BookSnapshot] = {}
+        self._bids: dict[int, dict[int, int]] = {}
+        self._asks: dict[int, dict[int, int]] = {}
+        self.orders: dict[int, OrderRecord] = {}
+        self.market_orders: dict[int, dict[int, OrderRecord]] = {}
+        self.accounts: dict[int, AccountCache] = {}
+        #: (account, api key) -> [last nonce, public key]
+        self.api_keys: dict[tuple[int, int], ApiKeyRecord] = {}
+        self.trades: dict[int, deque[TradeRow]] = {}
+        self.txs: OrderedDict[bytes, TxRecord] = OrderedDict()
+        self.fee_pool = 0
+        self.insurance_fund = 0
+        self._pending: dict[tuple[int, int], dict[int, int]] = {}
+
+    # ---- boot -----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_records(
+        cls, records: Iterable[Any], seq: int, height: int, verifier: Verifier | None = None
+    ) -> ReplicaState:
+        """Caches from snapshot records (``Engine.records()`` order) taken at block ``seq``."""
+        st = cls(verifier)
+        st.seq = seq
+        st.height = height
+        for r in records:
+            t = type(r)
+            if t is MarketRecord:
+                st._add_market(r)
+            elif t is _AccountRecord:
+                st.accounts[r.account_index] = AccountCache(r.collateral)
+            elif t is PositionRecord:
+                st._account(r.account_index).positions[r.market_index] = r
+            elif t is ApiKeyRecord:
+                st.api_keys[(r.account_index, r.api_key_index)] = r
+            elif t is OrderRecord:
+                st._put_order(r)
+                side = st._asks if r.is_ask else st._bids
+                book = side[r.market_index]
+                book[r.price] = book.get(r.price, 0) + r.remaining_base_amount
+            elif t is ExchangeRecord:
+                st.fee_pool, st.insurance_fund = r.fee_pool, r.insurance_fund
+            else:
+                raise TypeError(f"not a snapshot record: {t.__name__}")
+        for mi in st.markets:
+            st._rebuild(mi, seq)
+        return st
+
+    def reload(self, other: ReplicaState) -> None:
+        """Take over ``other``'s caches in place (after a resync from a snapshot), so every holder
+        of a reference to this state (the app, the fan-out) sees the new caches."""
+        self.__dict__.update(other.__dict__)
+
+    def _add_market(self, r: MarketRecord) -> None:
+        mi = r.market_index
+        self.markets[mi] = r
+        if mi not in self._bids:
+            self._bids[mi] = {}
+            self._asks[mi] = {}
+            self.market_orders[mi] = {}
+            self.trades[mi] = deque(maxlen=RECENT_TRADES)
+            self.stats[mi] = MarketStats()
+            self.books[mi] = BookSnapshot(mi, (), (), self.seq, self.seq)
+
+    def _account(self, ai: int) -> AccountCache:
+        acct = self.accounts.get(ai)
+        if acct is None:
+            acct = self.accounts[ai] = AccountCache(0)
+        return acct
+
+    def _put_order(self, r: OrderRecord) -> None:
+        acct = self._account(r.account_index)
+        old = self.orders.get(r.order_index)
+        if old is not None:
+            acct.index(old, -1)
+        self.orders[r.order_index] = r
+        self.market_orders[r.market_index][r.order_index] = r
+        acct.orders[r.order_index] = r
+        acct.index(r, 1)
+
+    def _drop_order(self, oi: int) -> None:
+        r = self.orders.pop(oi, None)
+        if r is not None:
+            del self.market_orders[r.market_index][oi]
+            acct = self.accounts[r.account_index]
+            del acct.orders[oi]
+            acct.index(r, -1)
+
+    def _rebuild(self, mi: int, nonce: int) -> None:
+        bids = self._bids[mi]
+        asks = self._asks[mi]
+        self.books[mi] = BookSnapshot(
+            mi,
+            tuple(sorted(bids.items(), reverse=True)),
+            tuple(sorted(asks.items())),
+            nonce,
+            self.seq,
+        )
+
+    # ---- blocks ---------------------------------------------------------------------------------
+
+    def apply_block(self, block: bytes | Block) -> Applied:
+        """Apply one block (encoded frame or decoded); see the module docstring for seq rules."""
+        blk = decode_block(block) if isinstance(block, bytes | bytearray | memoryview) else block
+        seq = blk.seq
+        if seq <= self.seq:
+            return Applied(seq, blk.height, blk.timestamp_ns, {}, {}, frozenset(), (), True)
+        if seq != self.seq + 1:
+            raise GapError(self.seq + 1, seq)
+        ts_ms = blk.timestamp_ns // 1_000_000
+        changed: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
+        trades: dict[int, list[TradeRow]] = {}
+        touched: set[int] = set()
+        txs: list[TxRecord] = []
+        tx_hash = b""
+        for ev in blk.events:
+            t = type(ev)
+            if t is LevelChanged:
+                mi, is_ask, price, size = ev
+                book = (self._asks if is_ask else self._bids)[mi]
+                if size:
+                    book[price] = size
+                else:
+                    book.pop(price, None)
+                d = changed.get(mi)
+                if d is None:
+                    d = changed[mi] = ({}, {})
+                d[is_ask][price] = size
+            elif t is OrderUpdated:
+                self._order_event(ev)
+                touched.add(ev.account_index)
+            elif t is TxExecuted:
+                tx_hash = ev.tx_hash
+                rec = TxRecord(
+                    ev.tx_hash,
+                    ev.tx_type,
+                    ev.account_index,
+                    ev.api_key_index,
+                    ev.nonce,
+                    ev.code,
+                    seq,
+                    seq,
+                    ts_ms,
+                    len(txs),
+                )
+                txs.append(rec)
+                self._remember_tx(rec)
+                self._clear_pending(ev.account_index, ev.api_key_index, ev.nonce)
+            elif t is TradeExecuted:
+                row = TradeRow(ev, tx_hash, seq, ts_ms)
+                self.trades[ev.market_index].append(row)
+                trades.setdefault(ev.market_index, []).append(row)
+                self._count_trade(ev, ts_ms)
+                touched.add(ev.taker_account_index)
+                touched.add(ev.maker_account_index)
+            elif t is BalanceChanged:
+                self._account(ev.account_index).collateral = ev.collateral
+                touched.add(ev.account_index)
+            elif t is PositionChanged:
+                self._account(ev.account_index).positions[ev.market_index] = PositionRecord(*ev)
+                touched.add(ev.account_index)
+            elif t is NonceUpdated:
+                self._set_nonce(ev.account_index, ev.api_key_index, ev.nonce)
+            elif t is ApiKeyChanged:
+                key = (ev.account_index, ev.api_key_index)
+                old = self.api_keys.get(key)
+                nonce = old.nonce if old is not None else -1
+                self.api_keys[key] = ApiKeyRecord(
+                    ev.account_index, ev.api_key_index, nonce, ev.pub_key
+                )
+                self._account(ev.account_index)
+            elif t is MarketChanged:
+                old_m = self.markets.get(ev.market_index)
+                ltp, oi = (old_m.last_trade_price, old_m.open_interest) if old_m else (0, 0)
+                self._add_market(MarketRecord(*ev, ltp, oi))
+            elif t is MarketStatsChanged:
+                m = self.markets[ev.market_index]
+                self.markets[ev.market_index] = m._replace(
+                    mark_price=ev.mark_price,
+                    last_trade_price=ev.last_trade_price,
+                    open_interest=ev.open_interest,
+                )
+            elif t is ExchangeBalancesChanged:
+                self.fee_pool, self.insurance_fund = ev.fee_pool, ev.insurance_fund
+            # PositionLiquidated / PositionDeleveraged are informational: their effects arrive as
+            # PositionChanged / BalanceChanged / LevelChanged events.
+        self.seq = seq
+        self.height = blk.height
+        self.timestamp_ns = blk.timestamp_ns
+        deltas: dict[int, BookDelta] = {}
+        for mi, (bids, asks) in changed.items():
+            begin = self.books[mi].nonce
+            self._rebuild(mi, seq)
+            deltas[mi] = BookDelta(
+                mi,
+                tuple(sorted(bids.items(), reverse=True)),
+                tuple(sorted(asks.items())),
+                seq,
+                begin,
+            )
+        return Applied(
+            seq, blk.height, blk.timestamp_ns, deltas, trades, frozenset(touched), tuple(txs)
+        )
+
+    def _order_event(self, ev: OrderUpdated) -> None:
+        oi = ev.order_index
+        if ev.status == _ACTIVE and ev.remaining_base_amount > 0:
+            old = self.orders.get(oi)
+            self._put_order(OrderRecord(*ev[:12], old.priority if old is not None else 0))
+        else:
+            self._drop_order(oi)
+
+    def _set_nonce(self, ai: int, ki: int, nonce: int) -> None:
+        key = self.api_keys.get((ai, ki))
+        if key is not None:
+            self.api_keys[(ai, ki)] = key._replace(nonce=nonce)
+
+    def _remember_tx(self, rec: TxRecord) -> None:
+        self.txs[rec.tx_hash] = rec
+        if len(self.txs) > TX_RESULTS:
+            self.txs.popitem(last=False)
+
+    def _count_trade(self, ev: TradeExecuted, ts_ms: int) -> None:
+        s = self.stats[ev.market_index]
+        day = ts_ms // _DAY_MS
+        if day != s.day:
+            s.day, s.trades, s.base_volume, s.quote_volume = day, 0, 0, 0
+            s.first_price = s.high = s.low = ev.price
+        s.trades += 1
+        s.base_volume += ev.size
+        s.quote_volume += ev.size * ev.price
+        s.high = max(s.high, ev.price)
+        s.low = min(s.low, ev.price)
+
+    # ---- pending nonces -------------------------------------------------------------------------
+
+    def next_nonce(self, account: int, api_key: int) -> int | None:
+        """The nonce the next tx of (account, api key) must carry, counting pending txs."""
+        key = self.api_keys.get((account, api_key))
+        if key is None:
+            return None
+        pending = self._pending.get((account, api_key))
+        last = max(key.nonce, max(pending)) if pending else key.nonce
+        return int(last) + 1
+
+    def note_sent(self, tx: Any) -> None:
+        """``tx`` (dry-run OK) was handed to the sequencer: its nonce is now pending."""
+        key = (tx.account_index, tx.api_key_index)
+        pending = self._pending.setdefault(key, {})
+        pending[tx.nonce] = pending.get(tx.nonce, 0) + 1
+
+    def forget_sent(self, tx: Any) -> None:
+        """Submission of ``tx`` failed before the sequencer saw it: release its nonce."""
+        self._clear_pending(tx.account_index, tx.api_key_index, tx.nonce)
+
+    def _clear_pending(self, ai: int, ki: int, nonce: int) -> None:
+        pending = self._pending.get((ai, ki))
+        if pending is None or nonce not in pending:
+            return
+        if pending[nonce] > 1:
+            pending[nonce] -= 1
+        else:
+            del pending[nonce]
+            if not pending:
+                del self._pending[(ai, ki)]
+
+    def pending_count(self) -> int:
+        return sum(sum(p.values()) for p in self._pending.values())
+
+    # ---- dry-run --------------------------------------------------------------------------------
+
+    def dry_run(self, tx: Any, now_ms: int) -> int:
+        """The ResultCode the sequencer would most likely answer, from the caches alone.
+
+        Checks, in order: operator-only / unsigned types, account, API key (21108), signature
+        (21120), nonce against the pending next nonce (21104), too many pending (21506), deadline
+        (21810), then per type: market, order fields, fat finger, reduce-only and initial margin
+        (21739). What needs the live book (post-only crossing, fills) is left to the engine.
+        """
+        ttype = tx_type_of(type(tx))
+        if ttype in OPERATOR_TX_TYPES:
+            return int(ResultCode.OPERATOR_ONLY)
+        if not is_signed_type(type(tx)):
+            return int(ResultCode.UNSUPPORTED_TX_TYPE)
+        acct = self.accounts.get(tx.account_index)
+        if acct is None:
+            return int(ResultCode.ACCOUNT_NOT_FOUND)
+        key = self.api_keys.get((tx.account_index, tx.api_key_index))
+        if key is None:
+            return int(ResultCode.API_KEY_NOT_FOUND)
+        if not self.verifier.verify(tx, key.pub_key):
+            return int(ResultCode.INVALID_SIGNATURE)
+        if tx.nonce != self.next_nonce(tx.account_index, tx.api_key_index):
+            return int(ResultCode.INVALID_NONCE)
+        pending = self._pending.get((tx.account_index, tx.api_key_index))
+        if pending is not None and len(pending) >= MAX_PENDING_PER_KEY:
+            return int(ResultCode.TOO_MANY_PENDING_TXS)
+        if tx.expired_at < now_ms:
+            return int(ResultCode.TX_EXPIRED)
+        t = type(tx)
+        if t is CreateOrder:
+            return self._check_order(tx, acct)
+        if t is CancelOrder or t is ModifyOrder or t is UpdateLeverage:
+            return self._check_market(tx.market_index)
+        return _OK
+
+    def _check_market(self, mi: int) -> int:
+        m = self.markets.get(mi)
+        if m is None:
+            return int(ResultCode.MARKET_NOT_FOUND)
+        if m.status != 1:
+            return int(ResultCode.MARKET_NOT_ACTIVE)
+        return _OK
+
+    def _check_order(self, tx: CreateOrder, acct: AccountCache) -> int:
+        code = self._check_market(tx.market_index)
+        if code != _OK:
+            return code
+        m = self.markets[tx.market_index]
+        if tx.order_type == _LIMIT:
+            if tx.time_in_force not in _TIFS:
+                return int(ResultCode.INVALID_TIME_IN_FORCE)
+        elif tx.order_type == _MARKET:
+            if tx.time_in_force != _IOC:
+                return int(ResultCode.INVALID_TIME_IN_FORCE)
+        else:
+            return int(ResultCode.INVALID_ORDER_TYPE)
+        mult = 10 ** (6 - m.price_decimals - m.size_decimals)
+        if tx.base_amount < m.min_base_amount or tx.price * tx.base_amount * mult < (
+            m.min_quote_amount
+        ):
+            return int(ResultCode.BELOW_MIN_AMOUNT)
+        mark = m.mark_price
+        if abs(tx.price - mark) * BPS > mark * m.max_price_deviation:
+            return int(ResultCode.FAT_FINGER_PRICE)
+        coi = tx.client_order_index
+        if coi and coi in acct.cois:
+            return int(ResultCode.CLIENT_ORDER_INDEX_EXISTS)
+        pos = acct.positions.get(tx.market_index)
+        size = pos.size if pos is not None else 0
+        if tx.reduce_only:
+            if (size <= 0) if tx.is_ask else (size >= 0):
+                return int(ResultCode.REDUCE_ONLY_INCREASES_POSITION)
+            return _OK
+        book = self.books[tx.market_index]
+        opp = book.bids if tx.is_ask else book.asks
+        est = opp[0][0] if tx.order_type == _MARKET and opp else tx.price
+        if not self._margin_ok(acct, tx.market_index, tx.is_ask, tx.base_amount, est):
+            return int(ResultCode.NOT_ENOUGH_MARGIN)
+        return _OK
+
+    def _open_lots(self, acct: AccountCache) -> dict[int, list[int]]:
+        """market -> [bid lots, ask lots] of the account's resting non-reduce-only orders
+        (maintained incrementally; read-only for callers)."""
+        return acct.open_lots
+
+    def _margin_ok(self, acct: AccountCache, mi: int, is_ask: int, q: int, est: int) -> bool:
+        """The engine's initial-margin rule (``Engine._order_margin_ok``: worst-case exposure
+        including resting orders, adverse fill against the mark, taker fee), from cached values.
+        The exposure rule is the engine's own function; the sums come from the caches."""
+        opens = self._open_lots(acct)
+        m = self.markets[mi]
+        mult = 10 ** (6 - m.price_decimals - m.size_decimals)
+        pos = acct.positions.get(mi)
+        s = pos.size if pos is not None else 0
+        bo, ao = opens.get(mi, (0, 0))
+        before = exposure(s, bo, ao)
+        after = exposure(s, bo, ao + q) if is_ask else exposure(s, bo + q, ao)
+        if after <= before:
+            return True
+        equity, num = self._equity_imr(acct, opens)
+        imf = pos.initial_margin_fraction if pos is not None else m.default_initial_margin_fraction
+        num += (after - before) * m.mark_price * mult * imf
+        adverse = (m.mark_price - est) * q * mult if is_ask else (est - m.mark_price) * q * mult
+        if adverse > 0:
+            equity -= adverse
+        equity -= -(-est * q * mult * m.taker_fee // PPM)
+        return bool(equity * BPS >= num)
+
+    def _equity_imr(self, acct: AccountCache, opens: dict[int, list[int]]) -> tuple[int, int]:
+        equity = acct.collateral
+        num = 0
+        markets = set(acct.positions) | set(opens)
+        for mi in markets:
+            pos = acct.positions.get(mi)
+            m = self.markets[mi]
+            mq = m.mark_price * 10 ** (6 - m.price_decimals - m.size_decimals)
+            s = pos.size if pos is not None else 0
+            imf = (
+                pos.initial_margin_fraction
+                if pos is not None
+                else (m.default_initial_margin_fraction)
+            )
+            bo, ao = opens.get(mi, (0, 0))
+            if s and pos is not None:
+                equity += s * mq - pos.entry_quote
+            num += exposure(s, bo, ao) * mq * imf
+        return equity, num
+
+    def available_balance(self, account: int) -> int:
+        """Equity minus the initial-margin requirement (micro-USDC), as ``Engine`` defines it."""
+        acct = self.accounts.get(account)
+        if acct is None:
+            return 0
+        equity, num = self._equity_imr(acct, self._open_lots(acct))
+        return int(equity - -(-num // BPS))
+
+    # ---- hash and self-check --------------------------------------------------------------------
+
+    def state_hash(self) -> bytes:
+        """sha256 of the book levels, resting orders, accounts, positions and API keys.
+
+        Positions still at their defaults (created by the engine when an order was placed, but
+        never reported) are skipped, as is order priority: neither is visible in the block stream,
+        so a replica booted from a snapshot and one that saw every block hash equal.
+        """
+        h = hashlib.sha256()
+        h.update(f"seq|{self.seq}|{self.height}\n".encode())
+        for mi in sorted(self.markets):
+            b = self.books[mi]
+            h.update(f"book|{mi}|{b.bids}|{b.asks}\n".encode())
+        for oi in sorted(self.orders):
+            h.update(f"order|{tuple(self.orders[oi][:12])}\n".encode())
+        for ai in sorted(self.accounts):
+            acct = self.accounts[ai]
+            h.update(f"account|{ai}|{acct.collateral}\n".encode())
+            for mi in sorted(acct.positions):
+                p = acct.positions[mi]
+                if self._is_default(p):
+                    continue
+                h.update(f"position|{tuple(p)}\n".encode())
+        for key in sorted(self.api_keys):
+            h.update(f"key|{tuple(self.api_keys[key])}\n".encode())
+        return h.digest()
+
+    def _is_default(self, p: PositionRecord) -> bool:
+        m = self.markets[p.market_index]
+        return bool(
+            p.size == 0
+            and p.entry_quote == 0
+            and p.realized_pnl == 0
+            and p.funding_paid == 0
+            and p.margin_mode == 0
+            and p.initial_margin_fraction == m.default_initial_margin_fraction
+        )
+
+    def validate(self) -> None:
+        """Raise AssertionError if a book disagrees with the cached orders or its snapshot, or an
+        account's order aggregates disagree with its orders."""
+        for mi in self.markets:
+            sums: tuple[dict[int, int], dict[int, int]] = ({}, {})
+            for o in self.market_orders[mi].values():
+                side = sums[o.is_ask]
+                side[o.price] = side.get(o.price, 0) + o.remaining_base_amount
+            if sums[0] != self._bids[mi] or sums[1] != self._asks[mi]:
+                raise AssertionError(f"market {mi}: book levels differ from the cached orders")
+            b = self.books[mi]
+            if dict(b.bids) != self._bids[mi] or dict(b.asks) != self._asks[mi]:
+                raise AssertionError(f"market {mi}: snapshot differs from the book")
+        for ai, acct in self.accounts.items():
+            fresh = AccountCache(acct.collateral)
+            for o in acct.orders.values():
+                fresh.index(o, 1)
+            if fresh.open_lots != acct.open_lots or fresh.cois != acct.cois:
+                raise AssertionError(f"account {ai}: order aggregates differ from its orders")

@@ -1,0 +1,405 @@
+"""Lighter JSON shapes built from the replica's caches (pure functions, no I/O).
+
+Every builder returns a plain ``dict`` that the ``lighter-sdk`` pydantic models accept: every
+required field present with its JSON type (decimal strings for prices, sizes and USDC; ints where
+the models say ``StrictInt``). Fields raydex has no notion of (pools, referral points, settlement,
+spot assets...) get neutral values (``0``, ``""``, ``false``, ``[]``); an account's one asset is
+its USDC collateral. Checked against the real clients in ``tests/clients`` (lighter-sdk, ccxt).
+
+Units: fees are fractions of notional as decimal strings (``taker_fee`` 200 ppm -> ``"0.000200"``);
+margin fractions stay integers in bps, as Lighter sends them. Daily figures are counted from the
+trades this replica saw since the start of the current UTC day (``MarketStats``); Lighter types
+them as JSON numbers, so they are the one place where a float is produced, at the very edge.
+
+Cost: O(size of the answer); nothing is cached (REST is not the hot path; the WS fan-out is).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raydex.codecs import (
+    USDC_DECIMALS,
+    MarketRecord,
+    OrderRecord,
+    PositionRecord,
+    lots_to_str,
+    ticks_to_str,
+    usdc_to_str,
+)
+
+from .state import (
+    AccountCache,
+    BookSnapshot,
+    MarketStats,
+    ReplicaState,
+    TradeRow,
+    TxRecord,
+)
+
+_PPM_DECIMALS = 6
+
+
+def _mult(m: MarketRecord) -> int:
+    return int(10 ** (USDC_DECIMALS - m.price_decimals - m.size_decimals))
+
+
+def _num(ticks: int, decimals: int) -> float:
+    return float(ticks / 10**decimals)
+
+
+def _daily(m: MarketRecord, s: MarketStats) -> dict[str, float]:
+    """The daily figures shared by ``orderBookDetails`` and the ``market_stats`` channel."""
+    pd, sd = m.price_decimals, m.size_decimals
+    change = (m.last_trade_price - s.first_price) / s.first_price if s.first_price else 0.0
+    return {
+        "daily_base_token_volume": _num(s.base_volume, sd),
+        "daily_quote_token_volume": _num(s.quote_volume, pd + sd),
+        "daily_price_low": _num(s.low, pd),
+        "daily_price_high": _num(s.high, pd),
+        "daily_price_change": change * 100,
+    }
+
+
+def market_summary(m: MarketRecord) -> dict[str, Any]:
+    """``OrderBook`` (the ``orderBooks`` entry)."""
+    return {
+        "symbol": m.symbol,
+        "market_id": int(m.market_index),
+        "market_type": "perp",
+        "base_asset_id": 0,
+        "quote_asset_id": 0,
+        "status": "active" if m.status == 1 else "inactive",
+        "taker_fee": ticks_to_str(m.taker_fee, _PPM_DECIMALS),
+        "maker_fee": ticks_to_str(m.maker_fee, _PPM_DECIMALS),
+        "liquidation_fee": ticks_to_str(m.liquidation_fee, _PPM_DECIMALS),
+        "min_base_amount": lots_to_str(m.min_base_amount, m.size_decimals),
+        "min_quote_amount": usdc_to_str(m.min_quote_amount),
+        "supported_size_decimals": int(m.size_decimals),
+        "supported_price_decimals": int(m.price_decimals),
+        "supported_quote_decimals": USDC_DECIMALS,
+        # Lighter sends "" when a market has no quote cap; ccxt reads "0" as "max cost 0".
+        "order_quote_limit": "",
+        "is_maker_fee_enabled": True,
+        "is_taker_fee_enabled": True,
+        "created_at": "",
+        "multiplier": "1",
+        "start_timestamp": 0,
+        "end_timestamp": 0,
+        "settlement_type": 0,
+        "settlement_price": 0,
+        "settlement_cap": 0,
+        "outcome": 0,
+        "default_price": 0,
+        "operator_account_index": 0,
+        "is_frozen": False,
+        "open_interest": lots_to_str(m.open_interest, m.size_decimals),
+    }
+
+
+def market_detail(m: MarketRecord, s: MarketStats) -> dict[str, Any]:
+    """``PerpsOrderBookDetail`` (the ``orderBookDetails`` entry)."""
+    pd, sd = m.price_decimals, m.size_decimals
+    out = market_summary(m)
+    out.update(
+        {
+            "size_decimals": int(sd),
+            "price_decimals": int(pd),
+            "quote_multiplier": _mult(m),
+            "default_initial_margin_fraction": int(m.default_initial_margin_fraction),
+            "min_initial_margin_fraction": int(m.min_initial_margin_fraction),
+            "maintenance_margin_fraction": int(m.maintenance_margin_fraction),
+            "closeout_margin_fraction": int(m.closeout_margin_fraction),
+            "last_trade_price": _num(m.last_trade_price, pd),
+            "daily_trades_count": s.trades,
+            **_daily(m, s),
+            "open_interest": _num(m.open_interest, sd),
+            "daily_chart": {},
+            "market_config": {
+                "market_margin_mode": 0,
+                "insurance_fund_account_index": 0,
+                "liquidation_mode": 0,
+                "force_reduce_only": False,
+                "trading_hours": "",
+                "hidden": False,
+                "rfq_enabled": False,
+            },
+            "strategy_index": 0,
+            "funding_clamp_small": "0",
+            "funding_clamp_big": "0",
+            "base_interest_rate": "0",
+            "mark_price": ticks_to_str(m.mark_price, pd),
+            "index_price": ticks_to_str(m.mark_price, pd),
+            "market_flags": 0,
+            "funding_premium_multiplier": 0,
+            "max_price_deviation": int(m.max_price_deviation),
+        }
+    )
+    return out
+
+
+def market_stats(m: MarketRecord, s: MarketStats) -> dict[str, Any]:
+    """The WS ``market_stats`` entry (what ccxt.pro's ``watch_ticker`` parses). Funding is not
+    modelled per market yet: rates are ``"0"``; the daily figures are ``market_detail``'s."""
+    pd, sd = m.price_decimals, m.size_decimals
+    return {
+        "market_id": int(m.market_index),
+        "index_price": ticks_to_str(m.mark_price, pd),
+        "mark_price": ticks_to_str(m.mark_price, pd),
+        "open_interest": lots_to_str(m.open_interest, sd),
+        "open_interest_limit": "",
+        "funding_clamp_small": "0",
+        "funding_clamp_big": "0",
+        "last_trade_price": ticks_to_str(m.last_trade_price, pd),
+        "current_funding_rate": "0",
+        "funding_rate": "0",
+        "funding_timestamp": 0,
+        **_daily(m, s),
+    }
+
+
+def simple_order(o: OrderRecord, m: MarketRecord, ts_ms: int) -> dict[str, Any]:
+    """``SimpleOrder`` (an ``orderBookOrders`` entry)."""
+    return {
+        "order_index": int(o.order_index),
+        "order_id": str(o.order_index),
+        "owner_account_index": int(o.account_index),
+        "initial_base_amount": lots_to_str(o.initial_base_amount, m.size_decimals),
+        "remaining_base_amount": lots_to_str(o.remaining_base_amount, m.size_decimals),
+        "price": ticks_to_str(o.price, m.price_decimals),
+        "order_expiry": int(o.order_expiry),
+        "transaction_time": ts_ms,
+    }
+
+
+def levels(levels: tuple[tuple[int, int], ...], m: MarketRecord) -> list[dict[str, str]]:
+    """``[{"price": "3327.46", "size": "29.0915"}, ...]`` for WS order-book messages."""
+    pd, sd = m.price_decimals, m.size_decimals
+    return [{"price": ticks_to_str(p, pd), "size": lots_to_str(q, sd)} for p, q in levels]
+
+
+def book_body(b: BookSnapshot, m: MarketRecord, offset: int) -> dict[str, Any]:
+    return {
+        "code": 0,
+        "asks": levels(b.asks, m),
+        "bids": levels(b.bids, m),
+        "offset": offset,
+        "nonce": b.nonce,
+        "begin_nonce": b.nonce,
+    }
+
+
+def trade(row: TradeRow, m: MarketRecord) -> dict[str, Any]:
+    """``Trade``: ask/bid sides resolved from the taker side."""
+    t = row.trade
+    pd, sd = m.price_decimals, m.size_decimals
+    if t.taker_is_ask:
+        ask_acct, bid_acct = t.taker_account_index, t.maker_account_index
+        ask_id, bid_id = t.taker_order_index, t.maker_order_index
+    else:
+        ask_acct, bid_acct = t.maker_account_index, t.taker_account_index
+        ask_id, bid_id = t.maker_order_index, t.taker_order_index
+    return {
+        "trade_id": int(t.trade_id),
+        "tx_hash": row.tx_hash.hex(),
+        "type": "trade",
+        "market_id": int(t.market_index),
+        "size": lots_to_str(t.size, sd),
+        "price": ticks_to_str(t.price, pd),
+        "usd_amount": usdc_to_str(t.price * t.size * _mult(m)),
+        "ask_id": int(ask_id),
+        "bid_id": int(bid_id),
+        "ask_account_id": int(ask_acct),
+        "bid_account_id": int(bid_acct),
+        "is_maker_ask": not t.taker_is_ask,
+        "block_height": row.block_height,
+        "timestamp": row.timestamp_ms,
+        "taker_fee": int(t.taker_fee),
+        "taker_position_size_before": "0",
+        "taker_entry_quote_before": "0",
+        "taker_initial_margin_fraction_before": 0,
+        "taker_position_sign_changed": False,
+        "maker_fee": int(t.maker_fee),
+        "maker_position_size_before": "0",
+        "maker_entry_quote_before": "0",
+        "maker_initial_margin_fraction_before": 0,
+        "maker_position_sign_changed": False,
+        "transaction_time": row.timestamp_ms,
+        "bid_account_pnl": "0",
+        "ask_account_pnl": "0",
+        "ask_client_id": 0,
+        "bid_client_id": 0,
+        "ask_client_id_str": "0",
+        "bid_client_id_str": "0",
+        "ask_id_str": str(ask_id),
+        "bid_id_str": str(bid_id),
+        "trade_id_str": str(t.trade_id),
+        "integrator_maker_fee": 0,
+        "integrator_maker_fee_collector_index": 0,
+        "integrator_taker_fee": 0,
+        "integrator_taker_fee_collector_index": 0,
+        "taker_allocated_margin_usdc_before": 0,
+        "taker_allocated_margin_usdc_after": 0,
+        "maker_allocated_margin_usdc_before": 0,
+        "maker_allocated_margin_usdc_after": 0,
+        "bid_order_version": 0,
+        "ask_order_version": 0,
+        "market_symbol": m.symbol,
+        "market_kind": "perps",
+    }
+
+
+def position(p: PositionRecord, m: MarketRecord, open_orders: int) -> dict[str, Any]:
+    """``AccountPosition``."""
+    pd, sd = m.price_decimals, m.size_decimals
+    mult = _mult(m)
+    size = int(p.size)
+    value = abs(size) * m.mark_price * mult
+    avg = abs(p.entry_quote) // (abs(size) * mult) if size else 0
+    return {
+        "market_id": int(m.market_index),
+        "symbol": m.symbol,
+        "initial_margin_fraction": ticks_to_str(p.initial_margin_fraction, 2),
+        "open_order_count": open_orders,
+        "pending_order_count": 0,
+        "position_tied_order_count": 0,
+        "sign": 1 if size >= 0 else -1,
+        "position": lots_to_str(abs(size), sd),
+        "avg_entry_price": ticks_to_str(avg, pd),
+        "position_value": usdc_to_str(value),
+        "unrealized_pnl": usdc_to_str(size * m.mark_price * mult - p.entry_quote),
+        "realized_pnl": usdc_to_str(p.realized_pnl),
+        "total_funding_paid_out": usdc_to_str(p.funding_paid),
+        "margin_mode": int(p.margin_mode),
+        "allocated_margin": "0.000000",
+        "total_discount": "0",
+        "margin_set_flag": 0,
+    }
+
+
+USDC_ASSET_ID = 3  # Lighter's asset id for USDC
+
+
+def usdc_asset(collateral: int, available: int) -> dict[str, Any]:
+    """``AccountAsset`` for the one asset raydex has: USDC collateral, with the part backing
+    margin (collateral minus available balance) as ``locked_balance``."""
+    balance = usdc_to_str(collateral)
+    return {
+        "symbol": "USDC",
+        "asset_id": USDC_ASSET_ID,
+        "balance": balance,
+        "locked_balance": usdc_to_str(max(collateral - available, 0)),
+        "margin_balance": balance,
+        "margin_mode": "enabled",
+        "multiplier": "1",
+    }
+
+
+def usdc_asset_detail() -> dict[str, Any]:
+    """``Asset`` (the ``assetDetails`` entry): USDC, the collateral of every perp market.
+    Lending and supply caps do not exist in raydex: neutral values."""
+    one = usdc_to_str(10**USDC_DECIMALS)
+    return {
+        "asset_id": USDC_ASSET_ID,
+        "symbol": "USDC",
+        "l1_decimals": USDC_DECIMALS,
+        "decimals": USDC_DECIMALS,
+        "min_transfer_amount": one,
+        "min_withdrawal_amount": one,
+        "margin_mode": "enabled",
+        "index_price": one,
+        "l1_address": "",
+        "global_supply_cap": "0",
+        "liquidation_fee": "0",
+        "liquidation_threshold": "0",
+        "loan_to_value": "0",
+        "price_decimals": USDC_DECIMALS,
+        "total_supplied": "0",
+        "user_supply_cap": "0",
+        "liquidation_factor": "0",
+        "multiplier": "1",
+    }
+
+
+def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
+    """``DetailedAccount``."""
+    ts_ms = state.timestamp_ns // 1_000_000
+    counts: dict[int, int] = {}
+    for o in acct.orders.values():
+        counts[o.market_index] = counts.get(o.market_index, 0) + 1
+    positions = [
+        position(p, state.markets[mi], counts.get(mi, 0))
+        for mi, p in sorted(acct.positions.items())
+    ]
+    collateral = usdc_to_str(acct.collateral)
+    available = state.available_balance(ai)
+    return {
+        "code": 200,
+        "account_type": 0,
+        "index": ai,
+        "l1_address": "",
+        "cancel_all_time": 0,
+        "total_order_count": len(acct.orders),
+        "total_isolated_order_count": 0,
+        "pending_order_count": 0,
+        "available_balance": usdc_to_str(available),
+        "status": 1,
+        "collateral": collateral,
+        "account_index": ai,
+        "name": "",
+        "description": "",
+        "can_invite": False,
+        "referral_points_percentage": "0",
+        "positions": positions,
+        "assets": [usdc_asset(acct.collateral, available)],
+        "total_asset_value": collateral,
+        "cross_asset_value": collateral,
+        "pool_info": {
+            "status": 0,
+            "operator_fee": "0",
+            "min_operator_share_rate": "0",
+            "total_shares": 0,
+            "operator_shares": 0,
+            "annual_percentage_yield": 0,
+            "daily_returns": [],
+            "share_prices": [],
+            "sharpe_ratio": 0,
+            "strategies": [],
+        },
+        "shares": [],
+        "created_at": 0,
+        "transaction_time": ts_ms,
+        "can_rfq": False,
+        "cross_initial_margin_requirement": "0",
+        "cross_maintenance_margin_requirement": "0",
+        "can_rfq_market_ids": [],
+        "metadata": {"color": ""},
+        "agent_enabled": False,
+    }
+
+
+def tx_record(r: TxRecord) -> dict[str, Any]:
+    """``EnrichedTx``: status 2 executed, 0 failed (the engine's code in ``event_info``)."""
+    return {
+        "code": 200,
+        "hash": r.tx_hash.hex(),
+        "type": r.tx_type,
+        "info": "",
+        "event_info": f'{{"code":{r.code}}}',
+        "status": 2 if r.code == 200 else 0,
+        "transaction_index": r.position,
+        "l1_address": "",
+        "account_index": r.account_index,
+        "nonce": r.nonce,
+        "expire_at": 0,
+        "block_height": r.block_height,
+        "queued_at": r.timestamp_ms,
+        "executed_at": r.timestamp_ms,
+        "sequence_index": r.seq,
+        "parent_hash": "",
+        "api_key_index": r.api_key_index,
+        "transaction_time": r.timestamp_ms,
+        "committed_at": r.timestamp_ms,
+        "verified_at": 0,
+        "result_code": r.code,
+    }

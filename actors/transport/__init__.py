@@ -1,0 +1,92 @@
+"""The data plane: blocks down, tx batches up, behind one small interface.
+
+::
+
+     replica actor                                   sequencer actor
+    ┌──────────────────────┐   Txs (batch id|frame)  ┌──────────────────────────────┐
+    │ TxChannel.submit ────┼────────────────────────►│ TxHandler(frame) -> result   │
+    │                      │◄────────────────────────┤                              │
+    │                      │   Blocks (seq|frame)    │ BlockHub: ring + per-        │
+    │ BlockSource          │◄────────────────────────┤ subscriber bounded queues    │
+    │  .subscribe(from_seq)│   one long-lived stream │  .publish(seq, frame)        │
+    └──────────────────────┘   per replica           └──────────────────────────────┘
+
+Two implementations with identical semantics, chosen by ``raydex bench transport``:
+
+- gRPC (``grpc.aio``, generic handlers, identity serializers, no protobuf):
+  :class:`GrpcDataPlaneServer` on the publisher, :class:`GrpcBlockSource` and
+  :class:`GrpcTxChannel` on each replica.
+- plain Ray actor calls: :class:`RayBlockFanout` on the publisher (``open_blocks`` /
+  ``submit`` methods), :class:`RayBlockSource` and :class:`RayTxChannel` on each replica
+  (``on_block`` / ``on_block_stream_closed`` methods).
+
+Guarantees of every :class:`BlockSource`: frames come in seq order from ``from_seq`` with no gap
+and no duplicate, across reconnects; when that cannot be kept (``from_seq`` older than the
+publisher's ring, or a gap), the iterator raises :class:`ResyncRequired` and the replica rebuilds
+from a snapshot, then subscribes again. The publisher never blocks on a subscriber: one that falls
+``queue_size`` frames behind is cut off and reconnects (replay from the ring, or resync).
+
+Tx batches are delivered at most once; a broken stream fails in-flight batches with
+:class:`TxStreamBroken` and the caller learns their outcome from the blocks. How many batches a
+replica keeps in flight is its own policy.
+"""
+
+from __future__ import annotations
+
+from .core import (
+    Backoff,
+    BlockHub,
+    BlockSink,
+    BlockSource,
+    EndReason,
+    Frame,
+    HubStats,
+    ResyncRequired,
+    Subscription,
+    TransportError,
+    TransportUnavailable,
+    TxChannel,
+    TxHandler,
+    TxStreamBroken,
+)
+from .grpc_plane import (
+    BLOCKS_METHOD,
+    SERVICE,
+    TXS_METHOD,
+    GrpcBlockSource,
+    GrpcDataPlaneServer,
+    GrpcTxChannel,
+)
+from .ray_plane import (
+    OpenReply,
+    RayBlockFanout,
+    RayBlockSource,
+    RayTxChannel,
+)
+
+__all__ = [
+    "BLOCKS_METHOD",
+    "SERVICE",
+    "TXS_METHOD",
+    "Backoff",
+    "BlockHub",
+    "BlockSink",
+    "BlockSource",
+    "EndReason",
+    "Frame",
+    "GrpcBlockSource",
+    "GrpcDataPlaneServer",
+    "GrpcTxChannel",
+    "HubStats",
+    "OpenReply",
+    "RayBlockFanout",
+    "RayBlockSource",
+    "RayTxChannel",
+    "ResyncRequired",
+    "Subscription",
+    "TransportError",
+    "TransportUnavailable",
+    "TxChannel",
+    "TxHandler",
+    "TxStreamBroken",
+]

@@ -1,0 +1,347 @@
+"""The gRPC data plane: ``grpc.aio`` generic handlers moving raw bytes, no protobuf.
+
+One server per publisher (the sequencer) hosts two methods of ``raydex.DataPlane``::
+
+    Blocks  unary -> stream   request  u64 from_seq | utf-8 subscriber name
+                              response u64 seq | frame            (one message per block)
+    Txs     stream <-> stream request  u64 batch id | tx batch frame
+                              response u64 batch id | result frame
+
+Integers are little-endian. (De)serializers are identity: a message is the ``bytes`` above, and
+the frame inside it is whatever the codecs produced (opaque here).
+
+Block stream status codes: ``OUT_OF_RANGE`` means "resync from a snapshot" (trailing metadata
+``raydex-floor`` carries the hub's floor); ``RESOURCE_EXHAUSTED`` means the subscriber was cut off
+for falling behind; anything else (``UNAVAILABLE``, ``CANCELLED``, a clean end when the server
+stops) is a broken stream. :class:`GrpcBlockSource` reconnects after a broken stream or a cut-off
+with bounded backoff, resumes from the last seq it yielded + 1 (the consumer applies a frame before
+asking for the next, so that is the last applied seq), drops duplicates by seq, and raises
+:class:`ResyncRequired` on ``OUT_OF_RANGE`` or on a gap.
+
+Txs: the server runs each batch through the handler as its own task, so several batches from one
+replica may be in flight and their results may come back out of order; the client matches them
+by batch id. "At most one batch in flight" is the caller's policy. A broken tx stream fails every
+pending ``submit`` with :class:`TxStreamBroken`; nothing is resent; the next ``submit`` opens a
+new stream.
+
+Cost: one copy of each frame per hop to prepend the 8-byte header; the rest is grpc's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, NamedTuple
+
+import grpc
+import grpc.aio
+
+from .core import (
+    DEFAULT_BACKOFF,
+    Backoff,
+    BlockHub,
+    EndReason,
+    Frame,
+    ResyncRequired,
+    Subscription,
+    TxHandler,
+    TxStreamBroken,
+)
+
+SERVICE = "raydex.DataPlane"
+BLOCKS_METHOD = f"/{SERVICE}/Blocks"
+TXS_METHOD = f"/{SERVICE}/Txs"
+FLOOR_KEY = "raydex-floor"
+
+_U64 = struct.Struct("<Q")
+_MAX_MESSAGE = 64 * 1024 * 1024
+
+#: Blocks are large and frequent: lift the 4 MB default and keep dead peers detectable.
+DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.max_send_message_length", _MAX_MESSAGE),
+    ("grpc.max_receive_message_length", _MAX_MESSAGE),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+#: Client only: grpc's own reconnect backoff starts at 1 s; ours (``Backoff``) drives retries.
+CLIENT_OPTIONS: tuple[tuple[str, Any], ...] = (
+    *DEFAULT_OPTIONS,
+    ("grpc.initial_reconnect_backoff_ms", 20),
+    ("grpc.min_reconnect_backoff_ms", 20),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+)
+#: Server only: never share a port by accident (tests restart servers on the same port).
+SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (*DEFAULT_OPTIONS, ("grpc.so_reuseport", 0))
+
+
+class GrpcDataPlaneServer:
+    """Serves a :class:`BlockHub` (``Blocks``) and a tx handler (``Txs``) on ``host:port``.
+
+    ``port=0`` picks a free port; :meth:`start` returns the bound one. :meth:`stop` ends every
+    open block stream (clients see a clean end and reconnect) and cancels the rest after ``grace``.
+    """
+
+    def __init__(
+        self,
+        hub: BlockHub,
+        tx_handler: TxHandler | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        options: Sequence[tuple[str, Any]] = SERVER_OPTIONS,
+    ) -> None:
+        self._hub = hub
+        self._tx_handler = tx_handler
+        self._host = host
+        self._port = port
+        self._options = tuple(options)
+        self._server: grpc.aio.Server | None = None
+        self._subs: set[Subscription] = set()
+
+    @property
+    def address(self) -> str:
+        return f"{self._host}:{self._port}"
+
+    async def start(self) -> int:
+        server = grpc.aio.server(options=self._options)
+        handlers: dict[str, grpc.RpcMethodHandler] = {
+            "Blocks": grpc.unary_stream_rpc_method_handler(self._blocks),
+        }
+        if self._tx_handler is not None:
+            handlers["Txs"] = grpc.stream_stream_rpc_method_handler(self._txs)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+        self._port = server.add_insecure_port(f"{self._host}:{self._port}")
+        await server.start()
+        self._server = server
+        return self._port
+
+    async def stop(self, grace: float = 0.5) -> None:
+        for sub in tuple(self._subs):
+            sub.close()
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+
+    async def _blocks(
+        self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> AsyncIterator[bytes]:
+        if len(request) < _U64.size:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request is u64 from_seq + name")
+        (from_seq,) = _U64.unpack_from(request)
+        name = request[_U64.size :].decode("utf-8", "replace")
+        try:
+            sub = self._hub.subscribe(from_seq, name)
+        except ResyncRequired as exc:
+            context.set_trailing_metadata(((FLOOR_KEY, str(exc.floor)),))
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
+        self._subs.add(sub)
+        pack = _U64.pack
+        try:
+            async for seq, frame in sub:
+                yield pack(seq) + frame
+        finally:
+            sub.close()
+            self._subs.discard(sub)
+        if sub.end_reason is EndReason.SLOW:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, "subscriber fell behind its queue; reconnect"
+            )
+
+    async def _txs(
+        self,
+        requests: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext[bytes, bytes],
+    ) -> AsyncIterator[bytes]:
+        assert self._tx_handler is not None
+        handler = self._tx_handler
+        out: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
+        pending: set[asyncio.Task[None]] = set()
+
+        async def serve(batch_id: bytes, frame: bytes) -> None:
+            try:
+                out.put_nowait(batch_id + await handler(frame))
+            except Exception as exc:  # re-raised by the writer below: it fails the stream
+                out.put_nowait(exc)
+
+        async def read_all() -> None:
+            try:
+                async for request in requests:
+                    if len(request) < _U64.size:
+                        raise ValueError("a Txs request is u64 batch id + frame")
+                    task = asyncio.create_task(serve(request[:8], request[8:]))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                if pending:
+                    await asyncio.wait(tuple(pending))
+            except Exception as exc:  # re-raised by the writer below: it fails the stream
+                out.put_nowait(exc)
+            out.put_nowait(None)
+
+        reader = asyncio.create_task(read_all())
+        try:
+            while (item := await out.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            reader.cancel()
+            for task in tuple(pending):
+                task.cancel()
+
+
+class GrpcBlockSource:
+    """Replica side of ``Blocks``: implements :class:`BlockSource` (see module docstring).
+
+    ``reconnects`` counts streams reopened, ``duplicates`` frames dropped by seq.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        name: str = "",
+        backoff: Backoff = DEFAULT_BACKOFF,
+        options: Sequence[tuple[str, Any]] = CLIENT_OPTIONS,
+    ) -> None:
+        self._target = target
+        self._name = name.encode()
+        self._backoff = backoff
+        self._options = tuple(options)
+        self._channel: grpc.aio.Channel | None = None
+        self.reconnects = 0
+        self.duplicates = 0
+
+    def subscribe(self, from_seq: int) -> AsyncIterator[Frame]:
+        return self._stream(from_seq)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    def _open(self, from_seq: int) -> grpc.aio.UnaryStreamCall[bytes, bytes]:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self._target, options=self._options)
+        method = self._channel.unary_stream(BLOCKS_METHOD)
+        return method(_U64.pack(from_seq) + self._name)  # type: ignore[no-any-return]
+
+    async def _stream(self, from_seq: int) -> AsyncIterator[Frame]:
+        next_seq = from_seq
+        attempt = 0
+        unpack = _U64.unpack_from
+        while True:
+            call = self._open(next_seq)
+            cause: object = "stream ended"
+            try:
+                async for message in call:
+                    (seq,) = unpack(message)
+                    if seq < next_seq:
+                        self.duplicates += 1
+                        continue
+                    if seq > next_seq:
+                        raise ResyncRequired(next_seq, seq - 1)
+                    attempt = 0
+                    next_seq = seq + 1
+                    yield seq, message[_U64.size :]
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.OUT_OF_RANGE:
+                    raise ResyncRequired(next_seq, _floor_of(exc)) from None
+                cause = exc.code()
+            finally:
+                call.cancel()
+            self._backoff.check(attempt, cause)
+            await asyncio.sleep(self._backoff.delay(attempt))
+            attempt += 1
+            self.reconnects += 1
+
+
+def _floor_of(exc: grpc.aio.AioRpcError) -> int:
+    for key, value in exc.trailing_metadata() or ():
+        if key == FLOOR_KEY:
+            return int(value)
+    return -1
+
+
+class GrpcTxChannel:
+    """Replica side of ``Txs``: implements :class:`TxChannel` (see module docstring)."""
+
+    def __init__(self, target: str, *, options: Sequence[tuple[str, Any]] = CLIENT_OPTIONS) -> None:
+        self._target = target
+        self._options = tuple(options)
+        self._channel: grpc.aio.Channel | None = None
+        self._stream: _TxStream | None = None
+        self._readers: set[asyncio.Task[None]] = set()
+        self._next_id = 0
+        self._write_lock = asyncio.Lock()
+
+    async def submit(self, frame: bytes) -> bytes:
+        async with self._write_lock:
+            stream = self._ensure_stream()
+            self._next_id += 1
+            batch_id = self._next_id
+            future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+            stream.pending[batch_id] = future
+            try:
+                await stream.call.write(_U64.pack(batch_id) + frame)
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
+                stream.pending.pop(batch_id, None)
+                raise TxStreamBroken(f"tx stream broke before batch {batch_id} was sent") from exc
+        return await future
+
+    async def close(self) -> None:
+        if self._stream is not None:
+            self._stream.call.cancel()
+            self._stream = None
+        await asyncio.gather(*self._readers, return_exceptions=True)
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    def _ensure_stream(self) -> _TxStream:
+        stream = self._stream
+        if stream is None or stream.call.done():
+            if self._channel is None:
+                self._channel = grpc.aio.insecure_channel(self._target, options=self._options)
+            call: grpc.aio.StreamStreamCall[bytes, bytes] = self._channel.stream_stream(
+                TXS_METHOD
+            )()
+            stream = self._stream = _TxStream(call, {})
+            reader = asyncio.create_task(self._read(stream))
+            self._readers.add(reader)
+            reader.add_done_callback(self._readers.discard)
+        return stream
+
+    async def _read(self, stream: _TxStream) -> None:
+        cause: object = "stream ended"
+        pending = stream.pending
+        try:
+            while (message := await stream.call.read()) is not grpc.aio.EOF:
+                assert isinstance(message, bytes)
+                (batch_id,) = _U64.unpack_from(message)
+                future = pending.pop(batch_id, None)
+                if future is not None and not future.done():
+                    future.set_result(message[_U64.size :])
+        except grpc.aio.AioRpcError as exc:
+            cause = exc.code()
+        except asyncio.CancelledError:
+            cause = "channel closed"
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+        finally:
+            if self._stream is stream:
+                self._stream = None
+            for batch_id, future in pending.items():
+                if not future.done():
+                    future.set_exception(
+                        TxStreamBroken(f"batch {batch_id}: tx stream broke ({cause})")
+                    )
+            pending.clear()
+
+
+class _TxStream(NamedTuple):
+    call: grpc.aio.StreamStreamCall[bytes, bytes]
+    pending: dict[int, asyncio.Future[bytes]]

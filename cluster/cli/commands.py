@@ -1,0 +1,321 @@
+"""The ``raydex`` command line (console script ``raydex = raydex.cluster.cli.commands:main``).
+
+Subcommands (every one of them works; nothing here is a placeholder):
+
+- ``raydex demo [--seconds S] [--tps T] [--traders N] [--replicas R] [--spec PATH] [--json]``:
+  the whole exchange on an embedded local Ray under a 20-second loadtest (open-loop signed REST +
+  WebSocket load) and its report (``observability.demo`` over ``observability.loadtest``).
+  ``raydex demo --engine [--commands N]`` runs only the engine over the
+  generated workload (no Ray) and summarizes it.
+- ``raydex loadtest [--tps T] [--seconds S] [--accounts N] [--markets M] [--replicas R]
+  [--clients C] [--ab A=SETTINGS,B=SETTINGS] [--out DIR] [--json-out FILE] [--address ADDR]``:
+  an isolated instrumented deployment under open-loop signed load; Markdown, JSON and PNG
+  reports in one folder (``observability.loadtest``). Exit 2 on a bad ``--ab``.
+- ``raydex up [--spec raydex.yaml] [--address ADDR]``: start a local Ray head advertising this
+  host (``ray start --head`` with ``raydex node-args``) unless ``--address`` names a cluster, then
+  deploy. ``raydex deploy SPEC``: reconcile a running cluster with SPEC (scale replicas live).
+  ``raydex status [--json]``: every actor's status and placement. ``raydex down [--stop-ray]``.
+- ``raydex bench engine [--commands N] [--seed S] [--json]``: the engine benchmark
+  (``observability.bench_engine``; 1,000,000 commands by default).
+- ``raydex bench codecs [--json]``: the codec benchmark (``observability.bench_codecs``).
+- ``raydex bench transport [--json]``: the data-plane benchmark (``observability.bench_transport``;
+  starts and stops a local Ray unless one is up). Delegated whole to that module's ``main``.
+- ``raydex node-args [--role R] [--root PATH] [--host H]``: the ``ray start`` flags for this host
+  (``cluster.topology``). Delegated whole to that module's ``main``.
+
+With ``--json`` a command prints exactly one JSON object on stdout (diagnostics go to stderr).
+Exit status: 0 on success, 1 when the engine's self-validation fails, 2 on bad arguments.
+
+Heavy modules are imported inside the handlers, so ``raydex --help`` stays fast. A new subcommand
+is one ``_add_*`` function registering its parser and handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+Handler = Callable[[argparse.Namespace], int]
+
+#: Subcommands whose module parses its own arguments: argv prefix -> module with ``main(argv)``.
+_DELEGATED: dict[tuple[str, ...], str] = {
+    ("node-args",): "raydex.cluster.topology",
+    ("bench", "transport"): "raydex.observability.bench.transport",
+}
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {value}")
+    return value
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.engine:
+        from raydex.observability.bench import engine as bench_engine
+
+        report = bench_engine.demo(commands=args.commands, seed=args.seed, json_out=args.json)
+        return 0 if report["valid"] else 1
+    from raydex.observability.loadtest import demo
+
+    result = demo.run(
+        spec_path=args.spec,
+        seconds=args.seconds,
+        traders=args.traders,
+        replicas=args.replicas,
+        json_out=args.json,
+        tps=args.tps,
+    )
+    return 0 if result["replica_state_hashes_equal"] and result["nonce_gaps"] == 0 else 1
+
+
+def _loadtest(args: argparse.Namespace) -> int:
+    import json
+
+    from raydex.observability.loadtest import run as loadtest
+
+    try:
+        ab = loadtest.parse_ab(args.ab) if args.ab else None
+    except loadtest.AbError as exc:
+        print(f"raydex loadtest: {exc}", file=sys.stderr)
+        return 2
+    opts = loadtest.LoadtestOptions(
+        tps=args.tps, seconds=args.seconds, accounts=args.accounts, markets=args.markets,
+        replicas=args.replicas, clients=args.clients, ab=ab, spec_path=args.spec,
+        out_dir=args.out, json_out=args.json_out, address=args.address,
+        sample_every=args.sample_every, seed=args.seed, quiet=args.quiet,
+    )  # fmt: skip
+    try:
+        report = loadtest.run(opts)
+    except loadtest.OptionError as exc:
+        print(f"raydex loadtest: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("raydex loadtest: interrupted; the deployment was torn down", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(report, default=str))
+    else:
+        print(Path(report["files"]["markdown"]).read_text())
+    return 0
+
+
+def _add_loadtest(sub: Any) -> None:
+    p = sub.add_parser(
+        "loadtest",
+        help="an isolated, instrumented deployment under open-loop signed load; reports",
+        description="Deploy an isolated stack (own Ray namespace and ports), sign the load up "
+        "front, drive it open-loop over REST and WebSocket, and write report.md, report.json "
+        "and PNG plots into --out. --ab runs two replica groups side by side.",
+    )
+    p.add_argument("--tps", type=float, default=300.0, help="planned signed tx/s (300)")
+    p.add_argument("--seconds", type=float, default=30.0, help="timed window (30)")
+    p.add_argument("--accounts", type=_positive, default=200, help="synthetic accounts (200)")
+    p.add_argument("--markets", type=_positive, default=4, help="markets from the spec (4)")
+    p.add_argument("--replicas", type=_positive, default=2, help="replicas per group (2)")
+    p.add_argument("--clients", type=_positive, default=8, help="client lanes, WS and REST (8)")
+    p.add_argument("--ab", nargs="+", default=None, metavar="NAME=SETTINGS",
+                   help="two groups, e.g. pinned=pin:on,unpinned=pin:off "
+                   "(settings: pin, gc, realtime, replicas, cpus; join with +)")  # fmt: skip
+    p.add_argument("--spec", default="raydex.yaml", help="base deploy spec (raydex.yaml)")
+    p.add_argument("--out", default=None, help="output folder (loadtest-out/<time>)")
+    p.add_argument("--json-out", default=None, help="also write the JSON report here")
+    p.add_argument("--address", default=None, help="a Ray cluster (default: embedded local Ray)")
+    p.add_argument("--sample-every", type=int, default=100, help="trace 1 in N requests (100)")
+    p.add_argument("--seed", type=int, default=1, help="workload seed (1)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    p.set_defaults(handler=_loadtest)
+
+
+def _connect(address: str | None) -> None:
+    import ray
+
+    ray.init(address=address or "auto", log_to_driver=False)
+
+
+def _up(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from ..control import deploy
+    from ..control.spec import load_spec
+    from ..topology import node_args, read_topology
+
+    spec = load_spec(args.spec)
+    if args.address is None:
+        flags = node_args(read_topology(), "head")
+        subprocess.run(["ray", "start", "--head", "--disable-usage-stats", *flags], check=True)
+    _connect(args.address)
+    result = deploy.deploy(spec, bind="127.0.0.1" if args.address is None else "0.0.0.0")
+    print(f"raydex is up: replicas {', '.join(result.replicas)} on port {result.http_port}; "
+          f"sequencer {result.sequencer_target}")  # fmt: skip
+    return 0
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from ..control import deploy
+    from ..control.spec import load_spec
+
+    spec = load_spec(args.spec)
+    _connect(args.address)
+    result = deploy.deploy(spec, bind=args.bind)
+    print(f"created: {list(result.created)}  removed: {list(result.removed)}  "
+          f"replicas: {list(result.replicas)}")  # fmt: skip
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    import json
+
+    from ..control import deploy
+
+    _connect(args.address)
+    st = deploy.status()
+    if args.json:
+        print(json.dumps(st, default=str))
+        return 0
+    for name, s in st.items():
+        keys = ("seq", "state_hash", "port", "placement", "error")
+        print(name, {k: s[k] for k in keys if k in s})
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from ..control import deploy
+
+    _connect(args.address)
+    print("stopped:", ", ".join(deploy.down()) or "nothing")
+    if args.stop_ray:
+        import ray
+
+        ray.shutdown()
+        subprocess.run(["ray", "stop"], check=False)
+    return 0
+
+
+def _add_ops(sub: Any) -> None:
+    up = sub.add_parser("up", help="start a local Ray head (or join --address) and deploy")
+    up.add_argument("--spec", default="raydex.yaml", help="deploy spec (raydex.yaml)")
+    up.add_argument("--address", default=None, help="an existing Ray cluster to deploy on")
+    up.set_defaults(handler=_up)
+    d = sub.add_parser("deploy", help="reconcile the running cluster with a deploy spec")
+    d.add_argument("spec", help="deploy spec, e.g. raydex.yaml")
+    d.add_argument("--address", default=None, help="Ray address (default: auto)")
+    d.add_argument("--bind", default="0.0.0.0", help="listen address of the servers (0.0.0.0)")
+    d.set_defaults(handler=_deploy)
+    st = sub.add_parser("status", help="status and placement of every raydex actor")
+    st.add_argument("--address", default=None, help="Ray address (default: auto)")
+    st.add_argument("--json", action="store_true", help="print one JSON object")
+    st.set_defaults(handler=_status)
+    dn = sub.add_parser("down", help="stop every raydex actor")
+    dn.add_argument("--address", default=None, help="Ray address (default: auto)")
+    dn.add_argument("--stop-ray", action="store_true", help="also `ray stop` this host")
+    dn.set_defaults(handler=_down)
+
+
+def _bench_engine(args: argparse.Namespace) -> int:
+    from raydex.observability.bench import engine as bench_engine
+
+    report = bench_engine.run(commands=args.commands, seed=args.seed, json_out=args.json)
+    return 0 if report["valid"] else 1
+
+
+def _bench_codecs(args: argparse.Namespace) -> int:
+    from raydex.observability.bench import codecs as bench_codecs
+
+    bench_codecs.run(json_out=args.json)
+    return 0
+
+
+def _add_demo(sub: Any) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the whole exchange on an embedded Ray under a 20-second loadtest",
+        description="Deploy the stack on an embedded local Ray, run a loadtest (signed REST and "
+        "WebSocket load), report, stop. --engine: only the engine over the generated workload.",
+    )
+    p.add_argument("--spec", default="raydex.yaml", help="deploy spec (raydex.yaml)")
+    p.add_argument("--seconds", type=float, default=20.0, help="loadtest duration (20)")
+    p.add_argument("--tps", type=float, default=300.0, help="planned tx/s (300)")
+    p.add_argument("--traders", type=_positive, default=24, help="signing traders (24)")
+    p.add_argument("--replicas", type=_positive, default=2, help="API replicas (2)")
+    p.add_argument("--engine", action="store_true", help="engine only, no Ray")
+    p.add_argument("--commands", type=_positive, default=200_000, help="--engine: stream size")
+    p.add_argument("--seed", type=int, default=1, help="--engine: workload seed (1)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=_demo)
+
+
+def _add_bench(sub: Any) -> None:
+    p = sub.add_parser("bench", help="benchmarks (engine, codecs, transport)")
+    bench = p.add_subparsers(dest="bench", metavar="{engine,codecs,transport}", required=True)
+    e = bench.add_parser(
+        "engine",
+        help="the engine over the realistic workload, beside a bare book",
+        description="Time the engine per command on one core over the generated workload, and "
+        "the same order stream through a bare price-time book.",
+    )
+    e.add_argument("--commands", type=_positive, default=1_000_000, help="stream size (1,000,000)")
+    e.add_argument("--seed", type=int, default=1, help="workload seed (1)")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(handler=_bench_engine)
+    c = bench.add_parser(
+        "codecs",
+        help="block encode/decode: construct, compiled, hot codec, struct floor, msgpack, pickle",
+    )
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.set_defaults(handler=_bench_codecs)
+    # Listed for --help; main() hands its arguments to the module before parsing.
+    bench.add_parser("transport", help="blocks actor to actor: gRPC vs Ray calls (starts Ray)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raydex",
+        description="raydex: a low-latency perpetual-futures exchange stack on Ray.",
+    )
+    sub = parser.add_subparsers(
+        dest="command",
+        metavar="{demo,loadtest,up,deploy,status,down,bench,node-args}",
+        required=True,
+    )
+    _add_demo(sub)
+    _add_loadtest(sub)
+    _add_ops(sub)
+    _add_bench(sub)
+    sub.add_parser("node-args", help="print the `ray start` flags for this host (NUMA, labels)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for prefix, module in _DELEGATED.items():
+        if tuple(argv[: len(prefix)]) == prefix:
+            delegate: Callable[[list[str]], int] = importlib.import_module(module).main
+            return delegate(argv[len(prefix) :])
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except BrokenPipeError:
+        # The reader went away (``raydex bench engine | head``): not a failure of ours. Point
+        # stdout at /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""Deploying raydex onto a Ray cluster and reconciling it live with ``raydex.yaml``.
+
+::
+
+    raydex deploy raydex.yaml
+       │  discover_topologies() ─► placement_for(spec) ─► one placement group per actor
+       ▼
+    ┌─────────────── Ray namespace "raydex" (detached, restartable named actors) ──────────┐
+    │ raydex-sequencer ──gRPC blocks/txlog──► raydex-snapshot    raydex-committer          │
+    │        ▲  ▲                                   │ Arrow snapshots (object store)       │
+    │        │  └──────── gRPC tx batches ──── raydex-replica-<group>-<i>  (per NUMA node)  │
+    └──────────────────────────────────────────────────────────────────────────────────────┘
+
+``deploy`` is idempotent: it creates what is missing and removes what the spec no longer asks
+for, and never touches a running sequencer. Scaling a replica group is editing its count and
+deploying again: new replicas boot hot from the snapshot and join the shared port; removed ones
+drain (their port closes, WS clients are told to reconnect, which lands them on a sibling).
+
+Placement groups are immutable in Ray, so each actor gets its own single-bundle group
+(``raydex-<actor name>``), planned per replica group by ``placement_for``; adding a replica never
+rebuilds its siblings' groups. A replica that keeps running keeps the cores it was given even if
+a new plan would shuffle them (a redeploy of that replica moves it).
+
+Ports: the sequencer serves blocks on ``ports.grpc`` and the tx log on ``ports.grpc + 1``;
+replicas share ``ports.http`` per host. ``bind`` is ``127.0.0.1`` for an embedded local Ray and
+``0.0.0.0`` on a cluster (the sequencer then advertises its node IP).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..topology import Topology
+from .placement import (
+    BundlePlacement,
+    GroupPlacement,
+    actor_options,
+    create_placement_groups,
+    discover_topologies,
+    placement_for,
+)
+from .spec import DeploySpec
+
+NAMESPACE = "raydex"
+SEQUENCER = "raydex-sequencer"
+SNAPSHOT = "raydex-snapshot"
+COMMITTER = "raydex-committer"
+REPLICA_PREFIX = "raydex-replica-"
+
+
+def free_port(pair: bool = False) -> int:
+    """A free TCP port on 127.0.0.1 (``pair``: one whose successor is free too, for the
+    sequencer's blocks + tx-log ports). Racy by nature: a port free now may be taken before it
+    is bound; callers bind soon after and tests retry with another."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if not pair:
+            return port
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port")
+
+
+def replica_name(group: str, index: int) -> str:
+    return f"{REPLICA_PREFIX}{group}-{index}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeployResult:
+    sequencer_target: str
+    created: tuple[str, ...]
+    removed: tuple[str, ...]
+    replicas: tuple[str, ...]
+    http_port: int
+
+
+#: What a bundle on an oversubscribed NUMA node reserves. Such bundles share cores anyway, and
+#: Ray cannot express sharing: reserving the planner's scaled-down share would leave nothing for
+#: a later scale-up (placement groups are immutable), so they reserve a token and keep the NUMA
+#: node's label/resource only for *where* they land.
+SHARED_REQUEST = 0.05
+
+
+def _reservable(b: BundlePlacement) -> BundlePlacement:
+    return dataclasses.replace(b, request=SHARED_REQUEST) if b.shared else b
+
+
+def _named(namespace: str) -> set[str]:
+    import ray
+
+    return {
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a.get("namespace") == namespace
+    }
+
+
+def _single_group(name: str, bundle: BundlePlacement) -> Any:
+    ((_, pg),) = create_placement_groups(
+        [GroupPlacement(name, (bundle,))], name_prefix="raydex", lifetime="detached"
+    )
+    return pg
+
+
+def _remove_group(name: str) -> None:
+    import ray
+    from ray.util import remove_placement_group
+
+    with contextlib.suppress(ValueError):  # never created (an unplanned actor)
+        remove_placement_group(ray.util.get_placement_group(f"raydex-{name}"))
+
+
+def _spawn(
+    cls: type,
+    name: str,
+    namespace: str,
+    bundle: BundlePlacement | None,
+    args: tuple[Any, ...],
+    num_cpus: float = 0.0,
+    kwargs: Mapping[str, Any] | None = None,
+) -> Any:
+    import ray
+
+    opts: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "lifetime": "detached",
+        "max_restarts": -1,
+        "max_task_retries": 0,
+        "max_concurrency": 1000,
+    }
+    if bundle is not None:
+        opts.update(actor_options(bundle, _single_group(name, bundle), 0))
+    else:
+        opts["num_cpus"] = num_cpus
+    return ray.remote(cls).options(**opts).remote(*args, **(kwargs or {}))
+
+
+def deploy(
+    spec: DeploySpec,
+    *,
+    namespace: str = NAMESPACE,
+    bind: str = "127.0.0.1",
+    topologies: Mapping[str, Topology] | None = None,
+    place: bool = True,
+    timeout_s: float = 180.0,
+    replica_class: type | None = None,
+    replica_kwargs: Mapping[str, Any] | None = None,
+) -> DeployResult:
+    """Reconcile the cluster with ``spec`` (see module docstring). ``place=False`` skips
+    placement groups and pinning (a laptop, a test): actors then ask Ray for no CPU.
+    ``replica_class`` (a ``ReplicaActor`` subclass taking ``replica_kwargs``) replaces the replica
+    actor, e.g. the loadtest's instrumented one (observability/instrument.py)."""
+    import ray
+
+    from raydex.actors.committer import CommitterActor
+    from raydex.actors.replica.service import ReplicaActor, ReplicaConfig
+    from raydex.actors.sequencer.service import SequencerActor, SequencerConfig
+    from raydex.actors.snapshot.holder import SnapshotActor, SnapshotConfig
+
+    plan: dict[str, GroupPlacement] = {}
+    if place:
+        tops = dict(topologies) if topologies is not None else discover_topologies()
+        plan = {g.name: g for g in placement_for(spec, tops)}
+
+    def bundle(group: str, index: int = 0) -> BundlePlacement | None:
+        g = plan.get(group)
+        return _reservable(g.bundles[index]) if g is not None else None
+
+    existing = _named(namespace)
+    created: list[str] = []
+    grpc_port = spec.ports.grpc
+    if SEQUENCER not in existing:
+        cfg = SequencerConfig(
+            wal_dir=spec.sequencer.wal_dir,
+            snapshot_dir=spec.snapshot.dir,
+            chain_id=spec.chain_id,
+            block_interval_ms=spec.sequencer.block_interval_ms,
+            block_max_txs=spec.sequencer.block_max_txs,
+            wal_fsync=spec.sequencer.wal_fsync,
+            oracle_interval_ms=spec.sequencer.oracle_interval_ms,
+            oracle_max_step_bps=spec.sequencer.oracle_max_step_bps,
+            grpc_host=bind,
+            grpc_port=grpc_port,
+            txlog_port=grpc_port + 1,
+        )
+        args_q = (cfg, bundle("sequencer"), spec.sequencer.gc)
+        _spawn(SequencerActor, SEQUENCER, namespace, bundle("sequencer"), args_q)
+        created.append(SEQUENCER)
+    sequencer = ray.get_actor(SEQUENCER, namespace=namespace)
+    started: Any = ray.get(sequencer.start.remote(), timeout=timeout_s)
+    status: dict[str, Any] = started
+    host = status["address"] if bind == "0.0.0.0" else bind
+    delta_target = f"{host}:{status['grpc_port']}"
+    txlog_target = f"{host}:{status['txlog_port']}"
+    # CreateMarket of an existing market is refused (MARKET_EXISTS) and changes nothing.
+    ray.get(sequencer.operator.remote([m.create_market() for m in spec.markets]), timeout=timeout_s)
+
+    if SNAPSHOT not in existing:
+        cfg_s = SnapshotConfig(
+            dir=spec.snapshot.dir,
+            every_blocks=spec.snapshot.every_blocks,
+            every_seconds=spec.snapshot.every_seconds,
+        )
+        args = (cfg_s, delta_target, txlog_target, bundle("snapshot"), spec.snapshot.gc)
+        _spawn(SnapshotActor, SNAPSHOT, namespace, bundle("snapshot"), args)
+        created.append(SNAPSHOT)
+    ray.get(ray.get_actor(SNAPSHOT, namespace=namespace).start.remote(), timeout=timeout_s)
+    if COMMITTER not in existing:
+        _spawn(CommitterActor, COMMITTER, namespace, None, (delta_target, SNAPSHOT, namespace))
+        created.append(COMMITTER)
+
+    desired: dict[str, BundlePlacement | None] = {}
+    gc_of: dict[str, Any] = {}
+    port_of: dict[str, int] = {}
+    for group in spec.replica_groups:
+        g = plan.get(group.name)
+        port = group.http_port if group.http_port is not None else spec.ports.http
+        if g is not None:
+            for i, b in enumerate(g.bundles):
+                desired[replica_name(group.name, i)] = _reservable(b)
+                gc_of[replica_name(group.name, i)] = group.gc
+                port_of[replica_name(group.name, i)] = port
+        else:
+            count = group.replicas if group.replicas is not None else group.replicas_per_numa_node
+            for i in range(count or 0):
+                desired[replica_name(group.name, i)] = None
+                gc_of[replica_name(group.name, i)] = group.gc
+                port_of[replica_name(group.name, i)] = port
+    current = {n for n in existing if n.startswith(REPLICA_PREFIX)}
+    starting = []
+    for name in sorted(set(desired) - current):
+        cfg_r = ReplicaConfig(
+            name=name,
+            sequencer_target=delta_target,
+            http_host=bind,
+            http_port=port_of[name],
+            chain_id=spec.chain_id,
+        )
+        b = desired[name]
+        args_r = (cfg_r, SNAPSHOT, namespace, b, COMMITTER, gc_of[name])
+        actor = _spawn(
+            replica_class or ReplicaActor, name, namespace, b, args_r, kwargs=replica_kwargs
+        )
+        starting.append(actor.start.remote())
+        created.append(name)
+    ray.get(starting, timeout=timeout_s)
+
+    removed = sorted(current - set(desired))
+    for name in removed:
+        actor = ray.get_actor(name, namespace=namespace)
+        try:
+            ray.get(actor.drain.remote(), timeout=30)
+        finally:
+            ray.kill(actor, no_restart=True)
+            _remove_group(name)
+    return DeployResult(
+        delta_target, tuple(created), tuple(removed), tuple(sorted(desired)), spec.ports.http
+    )
+
+
+def status(namespace: str = NAMESPACE, timeout_s: float = 30.0) -> dict[str, Any]:
+    """Every raydex actor's status (an unreachable one reports its error)."""
+    import ray
+
+    out: dict[str, Any] = {}
+    for name in sorted(_named(namespace)):
+        try:
+            out[name] = ray.get(
+                ray.get_actor(name, namespace=namespace).status.remote(), timeout=timeout_s
+            )
+        except Exception as exc:  # a status page must show a broken actor, not die on it
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return out
+
+
+def down(namespace: str = NAMESPACE) -> list[str]:
+    """Kill every raydex actor of ``namespace`` and remove their placement groups."""
+    import ray
+
+    names = sorted(_named(namespace))
+    for name in names:
+        ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+        _remove_group(name)
+    return names
+
+
+def wait_ready(namespace: str = NAMESPACE, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Poll ``status`` until every replica reports the sequencer's seq or newer (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = status(namespace)
+        seq = st.get(SEQUENCER, {}).get("seq", 0)
+        reps = [v for k, v in st.items() if k.startswith(REPLICA_PREFIX)]
+        if reps and all(r.get("seq", -1) >= seq for r in reps):
+            return st
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"replicas not caught up after {timeout_s}s: {st}")
+        time.sleep(0.2)

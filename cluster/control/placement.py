@@ -1,0 +1,313 @@
+"""Where every actor of a deploy spec runs: host, NUMA node, cores; and the Ray placement groups.
+
+::
+
+    replicas_per_numa_node: 2 on two hosts with NUMA nodes of 8 cores (0-7, 8-15); [n] = pinned core
+
+    host-a (head)                      host-b (worker)
+    ┌ numa0 ──────────┬ numa1 ───────┐ ┌ numa0 ─────────┬ numa1 ────────┐
+    │ sequencer  [7]  │ replica [8]  │ │ replica [0]    │ replica [8]   │   one placement group
+    │ snapshot   [6]  │ replica [9]  │ │ replica [1]    │ replica [9]   │   per replica group;
+    │ replica [0] [1] │              │ │                │               │   sequencer, snapshot:
+    └─────────────────┴──────────────┘ └────────────────┴───────────────┘   one each
+
+Two steps. ``placement_for(spec, topology_by_node)`` is pure: it decides every bundle's host, NUMA
+node and exact cores from the spec and each host's ``Topology`` (keys: host labels, as advertised
+by ``raydex node-args``; dict order matters: the first host is the default for the sequencer and the
+snapshot holder, so put the head first). ``create_placement_groups`` turns the plan into Ray
+placement groups: bundle ``{"CPU": r, "numa<N>": r}`` plus the label selector
+``{"raydex.io/host": host}``, so Ray reserves the bundle on that host and charges that NUMA node.
+
+Core assignment, per (host, NUMA node): the sequencer and the snapshot holder are served first,
+from the highest-numbered cores (CPU 0 usually takes housekeeping and interrupts); replicas then
+take the least-used cores, lowest first, avoiding the sequencer's and holder's cores while any
+other core is free. When the node has fewer cores than requested (a laptop, CI), bundles share
+cores (``shared=True``) and each bundle's Ray request ``r`` is scaled down by the node's
+oversubscription factor (rounded down to Ray's 1e-4 resource granularity) so the plan still fits;
+otherwise ``r`` is exactly the core count and no two bundles share a core.
+
+Invariants of a plan: every bundle's cores belong to its NUMA node on its host; if a NUMA node's
+requests fit, all its bundles' core sets are disjoint; per (host, NUMA node) the ``r`` of its
+bundles sum to at most its core count. ``PlacementError`` when the spec names a host, NUMA node or
+core count that no host has.
+
+The controller gets ``topology_by_node`` from a live cluster with ``discover_topologies()`` (one
+zero-CPU task per node reads that node's ``/sys``).
+
+Ray does not pin: each actor calls ``pin_bundle(bundle, node_id)`` once at start (and again after
+it starts threads) to pin all its threads to ``bundle.cpus``.
+
+Cost: ``placement_for`` is linear in bundles x cores, microseconds; ``create_placement_groups``
+waits for Ray (up to ``timeout_s`` per group).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ..bundle import BundlePlacement, Role, pin_bundle
+from ..topology import HOST_LABEL, ROLE_LABEL, Topology, numa_resource, read_topology
+from .spec import DeploySpec, ReplicaGroupSpec
+
+if TYPE_CHECKING:
+    from ray.util.placement_group import PlacementGroup
+
+__all__ = [
+    "BundlePlacement",
+    "GroupPlacement",
+    "PlacementError",
+    "actor_options",
+    "create_placement_groups",
+    "discover_topologies",
+    "pin_bundle",
+    "placement_for",
+    "remove_placement_groups",
+]
+
+_GRANULARITY = 10_000  # Ray keeps resource quantities to 1e-4
+
+
+class PlacementError(RuntimeError):
+    """The spec cannot be placed on these hosts (or Ray could not reserve a group in time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPlacement:
+    """The bundles of one placement group: a replica group, sequencer or snapshot holder."""
+
+    name: str
+    bundles: tuple[BundlePlacement, ...]
+
+
+def placement_for(
+    spec: DeploySpec, topology_by_node: Mapping[str, Topology]
+) -> list[GroupPlacement]:
+    """Plan every bundle of ``spec`` on the hosts of ``topology_by_node`` (pure; see module doc)."""
+    if not topology_by_node:
+        raise PlacementError("no hosts to place on")
+    planner = _Planner(topology_by_node)
+    head = next(iter(topology_by_node))
+    core: list[GroupPlacement] = []
+    for role in ("sequencer", "snapshot"):
+        part = spec.sequencer if role == "sequencer" else spec.snapshot
+        slot = (part.host or head, part.numa_node)
+        planner.check_slot(slot, part.cpus, role)
+        bundle = planner.take(role, role, 0, slot, part.cpus, part.pin, part.realtime)
+        core.append(GroupPlacement(role, (bundle,)))
+    groups = [
+        GroupPlacement(g.name, tuple(_replica_bundles(planner, g))) for g in spec.replica_groups
+    ]
+    return [_scaled(g, planner) for g in [*core, *groups]]
+
+
+def _replica_bundles(planner: _Planner, group: ReplicaGroupSpec) -> list[BundlePlacement]:
+    slots = planner.slots(group)
+    if group.replicas_per_numa_node is not None:
+        if group.replicas_per_numa_node and not slots:
+            raise PlacementError(f"replica group {group.name!r}: no host has its NUMA nodes")
+        targets = [s for s in slots for _ in range(group.replicas_per_numa_node)]
+    else:
+        count = group.replicas or 0
+        if count and not slots:
+            raise PlacementError(f"replica group {group.name!r}: no host has its NUMA nodes")
+        # spread across hosts first: (a,0), (b,0), (a,1), (b,1), ...
+        hosts = list(dict.fromkeys(h for h, _ in slots))
+        numas = sorted({n for _, n in slots})
+        spread = [(h, n) for n in numas for h in hosts if (h, n) in slots]
+        targets = [spread[i % len(spread)] for i in range(count)]
+    for slot in targets:
+        planner.check_slot(slot, group.cpus_per_replica, f"replica group {group.name!r}")
+    return [
+        planner.take(
+            "replica", group.name, i, slot, group.cpus_per_replica, group.pin, group.realtime
+        )
+        for i, slot in enumerate(targets)
+    ]
+
+
+class _Planner:
+    """Per (host, NUMA node) core usage while a plan is built."""
+
+    def __init__(self, topology_by_node: Mapping[str, Topology]) -> None:
+        self.topologies = topology_by_node
+        self.usage: dict[tuple[str, int], dict[int, int]] = {}
+        self.reserved: set[tuple[str, int]] = set()  # (host, cpu) of sequencer/snapshot
+        self.requested: dict[tuple[str, int], int] = {}
+
+    def cpus_of(self, slot: tuple[str, int]) -> tuple[int, ...]:
+        host, numa = slot
+        return self.topologies[host].node(numa).cpus
+
+    def check_slot(self, slot: tuple[str, int], cpus: int, what: str) -> None:
+        host, numa = slot
+        if host not in self.topologies:
+            raise PlacementError(f"{what}: unknown host {host!r} (have {list(self.topologies)})")
+        if numa not in self.topologies[host].node_ids:
+            raise PlacementError(f"{what}: host {host!r} has no NUMA node {numa}")
+        if cpus > len(self.cpus_of(slot)):
+            raise PlacementError(
+                f"{what}: {cpus} cpus requested, NUMA node {numa} of {host!r} has "
+                f"{len(self.cpus_of(slot))}"
+            )
+
+    def slots(self, group: ReplicaGroupSpec) -> list[tuple[str, int]]:
+        hosts = list(group.hosts) if group.hosts is not None else list(self.topologies)
+        for host in hosts:
+            if host not in self.topologies:
+                raise PlacementError(
+                    f"replica group {group.name!r}: unknown host {host!r} "
+                    f"(have {list(self.topologies)})"
+                )
+        wanted = group.numa_nodes
+        return [
+            (host, numa)
+            for host in hosts
+            for numa in self.topologies[host].node_ids
+            if wanted is None or numa in wanted
+        ]
+
+    def take(
+        self,
+        role: Role,
+        group: str,
+        index: int,
+        slot: tuple[str, int],
+        k: int,
+        pin: bool,
+        realtime: bool,
+    ) -> BundlePlacement:
+        host, numa = slot
+        usage = self.usage.setdefault(slot, dict.fromkeys(self.cpus_of(slot), 0))
+        if role == "replica":
+
+            def key(cpu: int) -> tuple[int, int, int]:
+                return (usage[cpu], (host, cpu) in self.reserved, cpu)
+        else:
+
+            def key(cpu: int) -> tuple[int, int, int]:
+                return (usage[cpu], 0, -cpu)
+
+        chosen = sorted(sorted(usage, key=key)[:k])
+        shared = any(usage[c] for c in chosen)
+        for c in chosen:
+            usage[c] += 1
+            if role != "replica":
+                self.reserved.add((host, c))
+        self.requested[slot] = self.requested.get(slot, 0) + k
+        return BundlePlacement(
+            role, group, index, host, numa, tuple(chosen), float(k), shared, pin, realtime
+        )
+
+
+def _scaled(group: GroupPlacement, planner: _Planner) -> GroupPlacement:
+    """Scale requests down on oversubscribed NUMA nodes and mark every bundle there shared."""
+    out = []
+    for b in group.bundles:
+        slot = (b.host, b.numa_node)
+        capacity = len(planner.cpus_of(slot))
+        demand = planner.requested[slot]
+        if demand > capacity:
+            r = math.floor(len(b.cpus) * capacity * _GRANULARITY / demand) / _GRANULARITY
+            b = replace(b, request=r, shared=True)
+        out.append(b)
+    return GroupPlacement(group.name, tuple(out))
+
+
+# --- Ray side ----------------------------------------------------------------------------------
+
+
+def create_placement_groups(
+    plan: Sequence[GroupPlacement],
+    *,
+    name_prefix: str = "raydex",
+    lifetime: str | None = None,
+    timeout_s: float = 60.0,
+) -> list[tuple[GroupPlacement, PlacementGroup]]:
+    """Create one placement group per planned group and wait until Ray has reserved them all.
+
+    Groups are named ``<name_prefix>-<group>`` (``lifetime="detached"`` to outlive the caller).
+    Placement groups are immutable: to scale a group live, create a group for the added bundles
+    (``GroupPlacement`` with just those) rather than replacing the old one, whose removal would kill
+    its actors. On timeout every group created by this call is removed and ``PlacementError``
+    names the group that did not fit.
+    """
+    from ray.util.placement_group import placement_group
+
+    created: list[tuple[GroupPlacement, PlacementGroup]] = []
+    for group in plan:
+        if not group.bundles:
+            continue
+        pg = placement_group(
+            bundles=[b.bundle() for b in group.bundles],
+            strategy="PACK",
+            name=f"{name_prefix}-{group.name}",
+            lifetime=lifetime,
+            bundle_label_selector=[b.label_selector() for b in group.bundles],
+        )
+        created.append((group, pg))
+    for group, pg in created:
+        if not pg.wait(timeout_seconds=timeout_s):
+            remove_placement_groups(pg for _, pg in created)
+            wanted = [(b.host, numa_resource(b.numa_node), b.request) for b in group.bundles]
+            raise PlacementError(
+                f"placement group {name_prefix}-{group.name} not placed within {timeout_s}s; "
+                f"bundles (host, resource, amount): {wanted}"
+            )
+    return created
+
+
+def discover_topologies(timeout_s: float = 60.0) -> dict[str, Topology]:
+    """Each live host's ``Topology``, read on that host by a zero-CPU task; keyed by host label.
+
+    Only nodes started with ``raydex node-args`` (they carry the ``raydex.io/host`` label) count.
+    Head first, then by host label: the order ``placement_for`` expects.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    probe = ray.remote(num_cpus=0)(_read_this_node)
+    refs = [
+        probe.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        ).remote()
+        for node in ray.nodes()  # type: ignore[no-untyped-call]
+        if node["Alive"]
+    ]
+    found = [r for r in ray.get(refs, timeout=timeout_s) if HOST_LABEL in r[0]]
+    found.sort(key=lambda r: (r[0].get(ROLE_LABEL) != "head", r[0][HOST_LABEL]))
+    return {labels[HOST_LABEL]: topology for labels, topology in found}
+
+
+def _read_this_node() -> tuple[dict[str, str], Topology]:
+    import ray
+
+    # Annotated Dict[str, List[str]] in Ray 2.60, but the values are the label strings.
+    labels: dict[str, Any] = dict(ray.get_runtime_context().get_node_labels())
+    return {k: str(v) for k, v in labels.items()}, read_topology()
+
+
+def remove_placement_groups(pgs: Any) -> None:
+    """Remove placement groups (and so kill the actors in them)."""
+    from ray.util import remove_placement_group
+
+    for pg in pgs:
+        remove_placement_group(pg)
+
+
+def actor_options(bundle: BundlePlacement, pg: PlacementGroup, index: int) -> dict[str, Any]:
+    """``.options(**...)`` for the actor filling bundle ``index`` of ``pg``, planned as ``bundle``.
+
+    The actor asks for the bundle's CPU and ``numa<N>`` amounts, so it can only run in that bundle.
+    """
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return {
+        "num_cpus": bundle.request,
+        "resources": {numa_resource(bundle.numa_node): bundle.request},
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            placement_group=pg, placement_group_bundle_index=index
+        ),
+    }

@@ -1,0 +1,1 @@
+"""Benchmarks: the engine, the codecs, the data-plane transports."""

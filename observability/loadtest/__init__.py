@@ -1,0 +1,1 @@
+"""The loadtest environment: workload, load generator, instrumentation, reports, the demo."""

@@ -1,0 +1,692 @@
+"""The open-loop load generator of ``raydex loadtest`` (and ``make demo``): plan, sign, send, watch.
+
+::
+
+    plan_load()  (before the timed window)          run_lanes()  (the timed window)
+      traders: makers, takers, levered accounts       lane 0 ─ WS  jsonapi/sendtx ──► group A port
+      a moving mid per market                         lane 1 ─ WS ──────────────────► group B port
+      every tx signed, its body pre-encoded,          lane 2 ─ REST sendTx/Batch ───► group A port
+      given a planned send time (tps spacing)         ...
+                                                      watch_books(): order_book freshness per group
+
+**Open loop.** Item ``i`` is planned at ``t0 + i / tps``; its latency is *reply - planned time*,
+never *reply - actual send*, so when the generator or the server falls behind the delay counts
+(no coordinated omission). The lateness of the send itself is recorded separately (``send_lag``).
+
+**Ordering.** An account's txs carry consecutive nonces, so each account is bound to one lane and
+a lane keeps its accounts' txs in order: a WS lane sends on one connection (the replica handles a
+connection's messages in order), a REST lane sends an account's next request only after that
+account's previous one was answered, on the same keep-alive connection, hence to the same replica
+(other accounts' requests overlap freely, up to ``rest_connections`` per lane).
+
+**Workload** (``plan_load``): market makers quote around a moving mid (a ~3 bp/s random walk, a
+4% drop halfway) and re-quote (cancel + create as one batch, or modify); takers cross with IOC
+market orders, rest passive GTT orders and cancel them later, and transfer USDC; levered accounts
+open near-maximum-leverage longs, so the drop and the sequencer's oracle (which walks the mark
+toward the book mid) liquidate some of them. Rejections the workload causes on purpose (cancel or
+modify of an order already filled, IOC without liquidity) are counted apart from real errors by
+``INTENDED_CODES``.
+
+**Cost.** Planning signs and encodes every tx (~170 µs each on this VM, before the window). In
+the window the generator does per tx: a timer check, one pre-encoded write, one reply parse
+(msgspec) and one histogram record; coroutines: one per lane, one per in-flight REST request, one
+per WS reader and per order_book watcher. REST lanes reuse keep-alive connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import random
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from raydex.actors.local import FAR_MS, Trader
+from raydex.codecs import (
+    CancelOrder,
+    CreateOrder,
+    ModifyOrder,
+    ResultCode,
+    Transfer,
+    TxType,
+    UpdateLeverage,
+    sign_tx,
+    tx_to_json_str,
+    tx_type_of,
+)
+
+from ..hist import Histogram
+
+__all__ = [
+    "CLIENT_ERROR",
+    "INTENDED_CODES",
+    "NO_REPLY",
+    "Item",
+    "LaneSpec",
+    "LoadPlan",
+    "MarketInfo",
+    "OpenLoopClock",
+    "Recorder",
+    "BookWatch",
+    "lane_specs",
+    "min_lots",
+    "plan_load",
+    "planned_offsets_ns",
+    "run_lanes",
+    "watch_books",
+]
+
+_decode = msgspec.json.Decoder().decode
+_FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+_OK = 200
+
+#: Codes the workload provokes by design (a market maker cancelling what was just filled, an IOC
+#: order meeting an empty side); they are reported but are not errors of the system under test.
+INTENDED_CODES: frozenset[int] = frozenset(
+    int(c)
+    for name in (
+        "NOT_ACTIVE_LIMIT_ORDER",
+        "ORDER_NOT_FOUND",
+        "NOT_ENOUGH_LIQUIDITY",
+        "NO_LIQUIDITY",
+        "NOT_ENOUGH_MARGIN",
+        "POSITION_NOT_ALLOWED",
+    )
+    if (c := getattr(ResultCode, name, None)) is not None
+)
+
+
+#: Client-side outcomes recorded as codes: no reply before the lane gave up waiting; the request
+#: failed in the client (connection reset, timeout, unparsable body).
+NO_REPLY = -1
+CLIENT_ERROR = -2
+_CLIENT_CODES = {NO_REPLY: "NO_REPLY", CLIENT_ERROR: "CLIENT_ERROR"}
+
+
+def code_name(code: int) -> str:
+    if code in _CLIENT_CODES:
+        return _CLIENT_CODES[code]
+    try:
+        return str(ResultCode(code).name)
+    except ValueError:
+        return str(code)
+
+
+# ---- the open-loop schedule --------------------------------------------------------------------
+
+
+def planned_offsets_ns(n: int, tps: float, jitter: random.Random | None = None) -> list[int]:
+    """Planned send times (ns after the start) of ``n`` items at ``tps``: evenly spaced, or
+    Poisson arrivals (exponential gaps, same mean rate) when ``jitter`` is given."""
+    if tps <= 0:
+        raise ValueError(f"tps must be > 0, got {tps}")
+    gap = 1e9 / tps
+    if jitter is None:
+        return [round(i * gap) for i in range(n)]
+    out: list[int] = []
+    t = 0.0
+    for _ in range(n):
+        out.append(round(t))
+        t += jitter.expovariate(1.0) * gap
+    return out
+
+
+class OpenLoopClock:
+    """Planned send times for a stream of requests at ``tps`` *transactions* per second: a request
+    of ``k`` txs is planned now and moves the clock ``k / tps`` seconds on (a batch takes the
+    room of its txs), so the planned rate in txs is exactly ``tps`` whatever the batching."""
+
+    def __init__(self, tps: float) -> None:
+        if tps <= 0:
+            raise ValueError(f"tps must be > 0, got {tps}")
+        self.gap_ns = 1e9 / tps
+        self.txs = 0
+
+    @property
+    def now_ns(self) -> int:
+        return round(self.txs * self.gap_ns)
+
+    def take(self, k: int) -> int:
+        """The planned time of the next request (``k`` txs); advances the clock."""
+        at = self.now_ns
+        self.txs += k
+        return at
+
+
+class Recorder:
+    """Outcomes of one group of lanes: latency from the planned time, per tx type and per second,
+    the send lag, codes. Thread-unsafe by design (one event loop)."""
+
+    def __init__(self, name: str = "all") -> None:
+        self.name = name
+        self.latency = Histogram()
+        self.send_lag = Histogram()
+        self.by_type: dict[str, Histogram] = {}
+        self.per_second: list[Histogram] = []
+        self.codes: Counter[int] = Counter()
+        self.by_path: Counter[str] = Counter()
+        self.sent = 0
+        self.done = 0
+
+    def sent_at(self, planned_ns: int, actual_ns: int, n: int) -> None:
+        self.send_lag.record(max(0, actual_ns - planned_ns))
+        self.sent += n
+
+    def finished(
+        self, planned_ns: int, done_ns: int, t0_ns: int, types: Sequence[str], codes: Sequence[int]
+    ) -> None:
+        """Record one answered item (``len(types)`` txs); latency counts from ``planned_ns``."""
+        lat = max(0, done_ns - planned_ns)
+        sec = max(0, (planned_ns - t0_ns) // 1_000_000_000)
+        while len(self.per_second) <= sec:
+            self.per_second.append(Histogram())
+        per = self.per_second[sec]
+        for name, code in zip(types, codes, strict=True):
+            self.latency.record(lat)
+            per.record(lat)
+            h = self.by_type.get(name)
+            if h is None:
+                h = self.by_type[name] = Histogram()
+            h.record(lat)
+            self.codes[code] += 1
+        self.done += len(types)
+
+    def errors(self, intended: bool | None = None) -> dict[str, int]:
+        """Non-200 codes by name; ``intended`` True/False keeps only those (not) in
+        INTENDED_CODES, None keeps all."""
+        return {
+            code_name(c): n
+            for c, n in sorted(self.codes.items())
+            if c != _OK and (intended is None or (c in INTENDED_CODES) == intended)
+        }
+
+
+# ---- the workload ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MarketInfo:
+    index: int
+    mark: int  # ticks
+    lot: int  # 25% over the smallest order meeting both minimums (room for the mid to fall)
+    min_imf_bps: int
+    mult: int  # micro-USDC per (tick x lot): 10 ** (6 - price_decimals - size_decimals)
+
+    @classmethod
+    def of(cls, m: Any) -> MarketInfo:
+        """From a ``MarketSpec`` (cluster/spec.py) or a ``CreateMarket``."""
+        return cls(
+            int(m.market_index), int(m.mark_price), min_lots(m) * 5 // 4 + 1,
+            int(m.min_initial_margin_fraction),
+            10 ** (6 - m.price_decimals - m.size_decimals),
+        )  # fmt: skip
+
+
+def min_lots(m: Any) -> int:
+    """The smallest order size (lots) meeting both of the market's minimums at its mark."""
+    mult = 10 ** (6 - m.price_decimals - m.size_decimals)
+    by_quote = -(-m.min_quote_amount // (m.mark_price * mult))
+    return int(max(m.min_base_amount, by_quote, 1))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Item:
+    """One planned request: its planned offset, lane, account (ordering key), tx types, and the
+    pre-encoded payloads (form body for REST, JSON text for WS)."""
+
+    at_ns: int
+    lane: int
+    account: int
+    types: tuple[str, ...]
+    rest_path: str
+    rest_body: bytes
+    ws_text: str
+    sampled: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LaneSpec:
+    index: int
+    group: str
+    port: int
+    kind: str  # "ws" or "rest"
+
+
+def lane_specs(clients: int, groups: Sequence[tuple[str, int]]) -> list[LaneSpec]:
+    """``clients`` lanes spread over the groups (name, port) round-robin; within a group, lanes
+    alternate WS and REST (the first lane of every group is WS)."""
+    if clients < 2 * len(groups):
+        raise ValueError(f"--clients must be >= {2 * len(groups)} (a WS and a REST lane per group)")
+    out = []
+    for i in range(clients):
+        name, port = groups[i % len(groups)]
+        kind = "ws" if (i // len(groups)) % 2 == 0 else "rest"
+        out.append(LaneSpec(i, name, port, kind))
+    return out
+
+
+@dataclasses.dataclass
+class LoadPlan:
+    items: list[Item]
+    traders: list[Trader]
+    setup_ops: list[Any]
+    mix: Counter[str]
+    sign_s: float
+    busiest_markets: list[int]
+
+
+#: collateral of a levered account (micro-USDC): small, so its position fits the book's depth
+LEVERED_USDC = 200 * 10**6
+
+_MIX = (("requote", 0.45), ("modify", 0.12), ("ioc", 0.16), ("rest", 0.08), ("tcancel", 0.08),
+        ("transfer", 0.05), ("levered", 0.04), ("idle_cancel", 0.02))  # fmt: skip
+
+
+def plan_load(
+    markets: Sequence[MarketInfo],
+    accounts: int,
+    tps: float,
+    seconds: float,
+    lanes: Sequence[LaneSpec],
+    seed: int = 1,
+    sample_every: int = 0,
+    first_account: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> LoadPlan:
+    """Sign the whole timed window's traffic now (see the module docstring)."""
+    rng = random.Random(seed)
+    if accounts < 4:
+        raise ValueError("--accounts must be >= 4")
+    t_sign = time.perf_counter()
+    n_makers = max(len(markets), accounts // 4)
+    n_lev = max(1, accounts // 20)
+    people = [Trader(first_account + i) for i in range(accounts)]
+    makers, levered, takers = (
+        people[:n_makers], people[n_makers : n_makers + n_lev], people[n_makers + n_lev :]
+    )  # fmt: skip
+    if not takers:
+        raise ValueError("--accounts too small: no takers left")
+    setup: list[Any] = []
+    for t in makers + takers:
+        setup += t.setup(10**13)  # $10M: margin never binds for them
+    for t in levered:
+        setup += t.setup(LEVERED_USDC)
+    by_market = {m.index: m for m in markets}
+    mids = {m.index: float(m.mark) for m in markets}
+    maker_market = {t.account: markets[i % len(markets)].index for i, t in enumerate(makers)}
+    live: dict[int, list[int]] = {t.account: [] for t in makers}
+    resting: list[tuple[Trader, int, int]] = []
+    coi = [0]
+    items: list[Item] = []
+    mix: Counter[str] = Counter()
+    per_market: Counter[int] = Counter()
+    clock = OpenLoopClock(tps)
+    end_ns = int(seconds * 1e9)
+    n = max(1, int(tps * seconds))  # txs; the loop stops at the end of the window
+    shock_at = end_ns // 2
+    shocked = False
+    lane_of = {t.account: lanes[t.account % len(lanes)].index for t in people}
+    kinds = [k for k, _ in _MIX]
+    weights = [w for _, w in _MIX]
+    # levered account -> 0: raise its leverage next, 1: open its position next (a request of its
+    # own, so the replica's dry-run sees the new leverage), absent: done
+    lev_stage = {t.account: 0 for t in levered}
+
+    def sign(t: Trader, tx: Any) -> Any:
+        tx = tx._replace(nonce=t.nonce)
+        t.nonce += 1
+        return sign_tx(tx, t.seed)
+
+    def next_coi() -> int:
+        coi[0] += 1
+        return coi[0]
+
+    def step(m: MarketInfo) -> int:
+        return max(1, m.mark // 10_000)
+
+    sigma = 0.0003 / math.sqrt(max(tps, 1.0))
+    i = 0
+    while clock.now_ns < end_ns:
+        at = clock.now_ns
+        for mi in mids:  # the mid walks ~3 bp/s; a 4% drop halfway through
+            mids[mi] *= 1.0 + rng.gauss(0.0, sigma)
+            if not shocked and at >= shock_at:
+                mids[mi] *= 0.96
+        shocked = shocked or at >= shock_at
+        kind = rng.choices(kinds, weights)[0]
+        txs: list[Any]
+        if kind in ("requote", "modify", "idle_cancel"):
+            t = makers[rng.randrange(len(makers))]
+            m = by_market[maker_market[t.account]]
+            mine = live[t.account]
+            is_ask = rng.randrange(2)
+            off = rng.randint(2, 20) * step(m) * (1 if is_ask else -1)
+            price = max(1, round(mids[m.index]) + off)
+            size = m.lot * rng.randint(5, 40)  # deep enough for the levered longs
+            if kind == "modify" and mine:
+                txs = [sign(t, ModifyOrder(t.account, 0, m.index, mine[0], size, price, 0,
+                                           FAR_MS, 0, bytes(64)))]  # fmt: skip
+            elif kind == "idle_cancel" and mine:
+                txs = [sign(t, CancelOrder(t.account, 0, m.index, mine.pop(0), FAR_MS, 0,
+                                           bytes(64)))]  # fmt: skip
+            else:
+                kind = "requote"
+                txs = []
+                if len(mine) >= 4:
+                    txs.append(sign(t, CancelOrder(t.account, 0, m.index, mine.pop(0), FAR_MS, 0,
+                                                   bytes(64))))  # fmt: skip
+                c = next_coi()
+                txs.append(sign(t, CreateOrder(t.account, 0, m.index, c, size, price, is_ask, 0,
+                                               1, 0, 0, -1, FAR_MS, 0, bytes(64))))  # fmt: skip
+                mine.append(c)
+        elif kind == "levered" and lev_stage:
+            t = next(x for x in levered if x.account in lev_stage)
+            m = markets[t.account % len(markets)]
+            imf = max(m.min_imf_bps, 1)
+            if lev_stage[t.account] == 0:
+                lev_stage[t.account] = 1
+                txs = [sign(t, UpdateLeverage(t.account, 0, m.index, imf, 0, FAR_MS, 0,
+                                              bytes(64)))]  # fmt: skip
+            else:
+                del lev_stage[t.account]
+                # A market buy at 80% of the maximum leverage: a fall of the mark by 1.3% (50x
+                # markets) to 3.3% (20x) liquidates it, so the 4% drop does.
+                notional = LEVERED_USDC * 10_000 // imf * 8 // 10
+                size = max(m.lot, notional // (m.mark * m.mult))
+                worst = round(mids[m.index] * 1.01)
+                txs = [sign(t, CreateOrder(t.account, 0, m.index, 0, size, worst, 0, 1, 0, 0, 0,
+                                           -1, FAR_MS, 0, bytes(64)))]  # fmt: skip
+        elif kind == "rest":
+            t = takers[rng.randrange(len(takers))]
+            m = markets[rng.randrange(len(markets))]
+            is_ask = rng.randrange(2)
+            away = 1.0 + (0.03 if is_ask else -0.03)
+            c = next_coi()
+            txs = [sign(t, CreateOrder(t.account, 0, m.index, c, m.lot, round(mids[m.index] * away),
+                                       is_ask, 0, 1, 0, 0, -1, FAR_MS, 0, bytes(64)))]  # fmt: skip
+            resting.append((t, m.index, c))
+        elif kind == "tcancel" and resting:
+            t, mi, c = resting.pop(rng.randrange(len(resting)))
+            txs = [sign(t, CancelOrder(t.account, 0, mi, c, FAR_MS, 0, bytes(64)))]
+        elif kind == "transfer":
+            t, u = rng.sample(takers, 2) if len(takers) > 1 else (takers[0], makers[0])
+            txs = [sign(t, Transfer(t.account, 0, u.account, 1_000_000, FAR_MS, 0, bytes(64)))]
+        else:
+            kind = "ioc"
+            t = takers[rng.randrange(len(takers))]
+            m = markets[min(len(markets) - 1, int(rng.paretovariate(1.5)) - 1)]
+            is_ask = rng.randrange(2)
+            worst = round(mids[m.index] * (0.99 if is_ask else 1.01))
+            txs = [sign(t, CreateOrder(t.account, 0, m.index, 0, m.lot * rng.randint(1, 3), worst,
+                                       is_ask, 1, 0, 0, 0, -1, FAR_MS, 0, bytes(64)))]  # fmt: skip
+        mix[kind] += 1
+        for tx in txs:
+            if hasattr(tx, "market_index"):
+                per_market[int(tx.market_index)] += 1
+        items.append(_encode(clock.take(len(txs)), lane_of[t.account], t.account, txs,
+                             sampled=sample_every > 0 and i % sample_every == 0))  # fmt: skip
+        i += 1
+        if progress is not None and i % 20_000 == 0:
+            progress(f"signed {i:,} requests (~{clock.txs:,}/{n:,} txs)")
+    busiest = [mi for mi, _ in per_market.most_common(2)] or [markets[0].index]
+    return LoadPlan(items, people, setup, mix, time.perf_counter() - t_sign, busiest)
+
+
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+#: ``str.translate`` table doing ``urllib.parse.quote_plus`` for ASCII text, in C (~20x faster).
+_QUOTE = {c: ("+" if c == 32 else f"%{c:02X}") for c in range(128) if c not in _SAFE}
+
+
+def form_encode(fields: dict[str, str | int]) -> bytes:
+    """``application/x-www-form-urlencoded`` body, equal to ``urllib.parse.urlencode``."""
+    parts = []
+    for k, v in fields.items():
+        text = str(v)
+        val = text.translate(_QUOTE) if text.isascii() else urllib.parse.quote_plus(text)
+        parts.append(f"{k}={val}")
+    return "&".join(parts).encode()
+
+
+def _encode(at: int, lane: int, account: int, txs: list[Any], sampled: bool) -> Item:
+    types = [int(tx_type_of(type(tx))) for tx in txs]
+    infos = [tx_to_json_str(tx) for tx in txs]
+    names = tuple(TxType(t).name for t in types)
+    if len(txs) == 1:
+        body = form_encode({"tx_type": types[0], "tx_info": infos[0]})
+        ws = {"type": "jsonapi/sendtx", "data": {"tx_type": types[0], "tx_info": infos[0]}}
+        path = "sendTx"
+    else:
+        form = {"tx_types": json.dumps(types), "tx_infos": json.dumps(infos)}
+        body = form_encode(dict(form))
+        ws = {"type": "jsonapi/sendtxbatch", "data": form}
+        path = "sendTxBatch"
+    # The WS id is filled per send (``%d`` slot) so the text stays pre-encoded.
+    text = json.dumps({**ws, "id": 0}).replace('"id": 0', '"id": %d')
+    return Item(at, lane, account, names, path, body, text, sampled)
+
+
+# ---- sending -----------------------------------------------------------------------------------
+
+SpanHook = Callable[[Item, int, int, int], dict[str, str]]
+
+
+async def _sleep_until(t_ns: int) -> None:
+    delay = (t_ns - time.monotonic_ns()) / 1e9
+    if delay > 0.0005:
+        await asyncio.sleep(delay)
+
+
+async def _rest_lane(
+    lane: LaneSpec,
+    items: list[Item],
+    t0: int,
+    rec: Recorder,
+    trace: SpanHook | None,
+    stop: asyncio.Event,
+    connections: int,
+) -> None:
+    base = f"http://127.0.0.1:{lane.port}/api/v1/"
+    prev: dict[int, asyncio.Task[None]] = {}
+    timeout = aiohttp.ClientTimeout(total=60)
+    # One keep-alive connection per session, an account always on the same one: its requests
+    # reach the same replica, whose nonce cache has applied the account's previous tx (replicas
+    # behind a shared port apply blocks at their own pace; another one may still be behind).
+    sessions = [
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), timeout=timeout)
+        for _ in range(connections)
+    ]
+
+    async def one(item: Item, before: asyncio.Task[None] | None) -> None:
+        http = sessions[item.account % connections]
+        if before is not None and not before.done():
+            await asyncio.wait([before])
+        sent = time.monotonic_ns()
+        rec.sent_at(t0 + item.at_ns, sent, len(item.types))
+        headers = _FORM
+        if trace is not None and item.sampled:
+            headers = {**_FORM, **trace(item, t0 + item.at_ns, sent, 0)}
+        try:
+            async with http.post(base + item.rest_path, data=item.rest_body, headers=headers) as r:
+                body = _decode(await r.read())
+            code = int(body.get("code", 0))
+        except (aiohttp.ClientError, msgspec.DecodeError, TimeoutError):
+            code = CLIENT_ERROR
+        done = time.monotonic_ns()
+        if trace is not None and item.sampled:
+            trace(item, t0 + item.at_ns, sent, done)
+        rec.by_path["rest_batch" if len(item.types) > 1 else "rest"] += 1
+        rec.finished(t0 + item.at_ns, done, t0, item.types, [code] * len(item.types))
+
+    try:
+        for item in items:
+            if stop.is_set():
+                break
+            await _sleep_until(t0 + item.at_ns)
+            prev[item.account] = asyncio.get_running_loop().create_task(
+                one(item, prev.get(item.account))
+            )
+        if prev:
+            await asyncio.wait(list(prev.values()))
+    finally:
+        for http in sessions:
+            await http.close()
+
+
+async def _ws_lane(
+    http: aiohttp.ClientSession,
+    lane: LaneSpec,
+    items: list[Item],
+    t0: int,
+    rec: Recorder,
+    stop: asyncio.Event,
+) -> None:
+    ws = await http.ws_connect(f"http://127.0.0.1:{lane.port}/stream", heartbeat=30)
+    await ws.receive(timeout=10)  # {"type": "connected"}
+    waiting: dict[int, Item] = {}
+    all_sent = asyncio.Event()
+
+    async def reader() -> None:
+        while waiting or not all_sent.is_set():
+            try:
+                msg = await ws.receive(timeout=1.0)
+            except TimeoutError:
+                if stop.is_set() and all_sent.is_set():
+                    break
+                continue
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            done = time.monotonic_ns()
+            reply = _decode(msg.data)
+            item = waiting.pop(reply.get("id", -1), None)
+            if item is None:
+                continue
+            rec.by_path["ws"] += 1
+            rec.finished(t0 + item.at_ns, done, t0, item.types,
+                         [int(reply.get("code", 0))] * len(item.types))  # fmt: skip
+
+    task = asyncio.get_running_loop().create_task(reader())
+    for k, item in enumerate(items):
+        if stop.is_set() or task.done():
+            break
+        await _sleep_until(t0 + item.at_ns)
+        waiting[k] = item
+        rec.sent_at(t0 + item.at_ns, time.monotonic_ns(), len(item.types))
+        await ws.send_str(item.ws_text % k)
+    all_sent.set()
+    try:
+        await asyncio.wait_for(task, timeout=30)
+    except TimeoutError:
+        task.cancel()
+    gave_up = time.monotonic_ns()
+    for item in waiting.values():
+        rec.finished(t0 + item.at_ns, gave_up, t0, item.types, [NO_REPLY] * len(item.types))
+    waiting.clear()
+    await ws.close()
+
+
+async def run_lanes(
+    lanes: Sequence[LaneSpec],
+    items: Sequence[Item],
+    recorders: dict[str, Recorder],
+    t0: int,
+    stop: asyncio.Event,
+    trace: SpanHook | None = None,
+    rest_connections: int = 8,
+) -> None:
+    """Drive every lane from ``t0`` (``time.monotonic_ns``); returns when all are answered (or
+    ``stop`` is set and the in-flight ones are). Recorders are keyed by lane group. A REST lane
+    keeps ``rest_connections`` keep-alive connections (its maximum concurrency)."""
+    by_lane: dict[int, list[Item]] = {ln.index: [] for ln in lanes}
+    for it in items:
+        by_lane[it.lane].append(it)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+        jobs = []
+        for ln in lanes:
+            rec = recorders[ln.group]
+            mine = by_lane[ln.index]
+            if ln.kind == "ws":
+                jobs.append(_ws_lane(http, ln, mine, t0, rec, stop))
+            else:
+                jobs.append(_rest_lane(ln, mine, t0, rec, trace, stop, rest_connections))
+        await asyncio.gather(*jobs)
+
+
+# ---- order_book freshness ----------------------------------------------------------------------
+
+
+class BookWatch:
+    """What one order_book subscriber saw: freshness engine→client and replica→client (ns in the
+    histograms), per second of the run, and the begin_nonce chain."""
+
+    def __init__(self) -> None:
+        self.engine = Histogram()
+        self.replica = Histogram()
+        self.engine_per_second: list[Histogram] = []
+        self.updates = 0
+        self.gaps = 0
+
+    def on_message(self, msg: dict[str, Any], now_us: int, t0_wall_us: int,
+                   last: dict[str, int]) -> None:  # fmt: skip
+        kind = msg.get("type", "")
+        if not kind.endswith("order_book"):
+            return
+        book = msg["order_book"]
+        ch = msg.get("channel", "")
+        if kind.startswith("update/"):
+            self.updates += 1
+            if last.get(ch) != book["begin_nonce"]:
+                self.gaps += 1
+            if "engine_ts_us" in msg:
+                e = max(0, now_us - msg["engine_ts_us"]) * 1000
+                self.engine.record(e)
+                self.replica.record(max(0, now_us - msg["replica_ts_us"]) * 1000)
+                sec = max(0, (now_us - t0_wall_us) // 1_000_000)
+                while len(self.engine_per_second) <= sec:
+                    self.engine_per_second.append(Histogram())
+                self.engine_per_second[sec].record(e)
+        last[ch] = book["nonce"]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "updates": self.updates,
+            "nonce_gaps": self.gaps,
+            "freshness_engine_to_client_us": self.engine.summary_us(),
+            "freshness_replica_to_client_us": self.replica.summary_us(),
+        }
+
+
+async def watch_books(
+    port: int,
+    markets: Sequence[int],
+    stop: asyncio.Event,
+    watch: BookWatch,
+    t0_wall_us: int,
+    ready: asyncio.Event | None = None,
+) -> BookWatch:
+    """Subscribe to ``markets``' order_book on ``port`` until ``stop``; fills ``watch``."""
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(f"http://127.0.0.1:{port}/stream")
+        await ws.receive(timeout=10)
+        for m in markets:
+            await ws.send_str(json.dumps({"type": "subscribe", "channel": f"order_book/{m}"}))
+        if ready is not None:
+            ready.set()
+        last: dict[str, int] = {}
+        while not stop.is_set():
+            try:
+                msg = await ws.receive(timeout=0.2)
+            except TimeoutError:
+                continue
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            watch.on_message(_decode(msg.data), time.time_ns() // 1000, t0_wall_us, last)
+        await ws.close()
+    return watch

@@ -1,0 +1,531 @@
+"""The loadtest's report: one JSON document, its Markdown rendering and PNG plots, in one folder.
+
+Inputs are what a run measured (``GroupData`` per replica group: the client's ``Recorder`` and
+``BookWatch``, the replicas' histogram snapshots) plus run facts; ``build_report`` turns them into
+plain data. JSON keys (the contract ``--json-out`` promises):
+
+- ``achieved_tps``, ``errors_by_code`` (name -> count, excluding what the workload provokes on
+  purpose, which is under ``intended_rejections_by_code``), ``error_rate``;
+- ``freshness_engine_to_client_us``, ``freshness_replica_to_client_us``, ``apply_us``,
+  ``dry_run_us``, ``request_latency_us``: each ``{count, p50, p90, p99, p999, max}`` in µs;
+- ``apply_steps_us``: ``{decode, cache_update, fanout}`` of the same shape;
+- ``lifecycle_us``: per tx type name, planned-send -> confirmed (the reply follows the block);
+- ``gc``: per replica, collections and pause percentiles per generation;
+- ``groups``: the same keys per replica group, and ``ab_diff_pct`` (B relative to A, in %) for
+  A/B runs; ``targets``: each issue target, the measured value and whether it is met.
+
+Percentiles come from merged HDR-style histograms (observability/hist.py), never from averaging
+percentiles. ``pct_diff(a, b)`` is ``(b - a) / a * 100`` (None when ``a`` is 0).
+
+Cost: building is milliseconds; the plots take ~1 s (matplotlib, Agg backend, no display).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..hist import Histogram
+from .loadgen import BookWatch, Recorder
+
+__all__ = [
+    "TARGETS",
+    "GroupData",
+    "build_report",
+    "hist_from",
+    "pct_diff",
+    "render_markdown",
+    "write_plots",
+    "write_report",
+]
+
+#: (key path, comparison, target, label): the issue's targets for this machine.
+TARGETS: tuple[tuple[str, str, float, str], ...] = (
+    ("achieved_tps", ">=", 5000.0, "sustained signed TPS end to end"),
+    ("error_rate_pct", "<", 0.1, "errors not caused by the workload (%)"),
+    ("apply_us.p99", "<=", 250.0, "hot-path apply per block p99 (µs)"),
+    ("freshness_engine_to_client_us.p99", "<=", 10_000.0, "freshness engine→client p99 (µs)"),
+    ("dry_run_us.p99", "<=", 1000.0, "dry-run p99 (µs)"),
+    ("nonce_gaps", "<=", 0.0, "gaps in the begin_nonce chain"),
+)
+
+STEPS = ("decode", "cache_update", "fanout")
+
+
+def hist_from(snapshots: Sequence[Mapping[Any, int]]) -> Histogram:
+    """Merge histogram snapshots (bucket -> count; keys may be strings after JSON/Ray)."""
+    h = Histogram()
+    for snap in snapshots:
+        fixed = {int(k): int(v) for k, v in snap.items()}
+        h.merge(fixed)
+        if fixed:
+            h.max = max(h.max, max(fixed))
+    return h
+
+
+def pct_diff(a: float, b: float) -> float | None:
+    """B relative to A in percent; None when A is 0."""
+    if not a:
+        return None
+    return round((b - a) / a * 100.0, 1)
+
+
+@dataclasses.dataclass
+class GroupData:
+    """One replica group's raw measurements."""
+
+    name: str
+    settings: str
+    recorder: Recorder
+    books: BookWatch
+    #: per replica: its ``loadtest_stats()`` (histogram snapshots, gc, flight dumps)
+    replicas: dict[str, dict[str, Any]]
+    elapsed_s: float
+
+    def hist(self, key: str) -> Histogram:
+        return hist_from([r.get("hists", {}).get(key, {}) for r in self.replicas.values()])
+
+
+def _group_report(g: GroupData) -> dict[str, Any]:
+    rec = g.recorder
+    real = rec.errors(intended=False)
+    n_real = sum(real.values())
+    return {
+        "settings": g.settings,
+        "sent": rec.sent,
+        "answered": rec.done,
+        "accepted": rec.codes.get(200, 0),
+        "achieved_tps": round(rec.done / g.elapsed_s, 1) if g.elapsed_s else 0.0,
+        "errors_by_code": real,
+        "intended_rejections_by_code": rec.errors(intended=True),
+        "error_rate_pct": round(100.0 * n_real / rec.done, 3) if rec.done else 0.0,
+        "requests_by_path": dict(rec.by_path),
+        "request_latency_us": rec.latency.summary_us(),
+        "send_lag_us": rec.send_lag.summary_us(),
+        "lifecycle_us": {k: h.summary_us() for k, h in sorted(rec.by_type.items())},
+        **g.books.summary(),
+        "apply_us": g.hist("apply").summary_us(),
+        "apply_steps_us": {s: g.hist(s).summary_us() for s in STEPS},
+        "dry_run_us": g.hist("dry_run").summary_us(),
+        "gc": {name: r.get("gc", {}) for name, r in g.replicas.items()},
+        "flight_dumps": [d for r in g.replicas.values() for d in r.get("flight_dumps", [])],
+        "slow_events": sum(int(r.get("slow_events", 0)) for r in g.replicas.values()),
+        # every replica applies every block: the group saw the most any of its replicas saw
+        "liquidations": max(
+            (int(r.get("liquidations", 0)) for r in g.replicas.values()), default=0
+        ),
+        "replicas": sorted(g.replicas),
+    }
+
+
+def _merged(groups: Sequence[GroupData]) -> dict[str, Any]:
+    rec = Recorder("all")
+    books = BookWatch()
+    for g in groups:
+        r = g.recorder
+        rec.latency.merge(r.latency)
+        rec.send_lag.merge(r.send_lag)
+        for k, h in r.by_type.items():
+            rec.by_type.setdefault(k, Histogram()).merge(h)
+        rec.codes.update(r.codes)
+        rec.by_path.update(r.by_path)
+        rec.sent += r.sent
+        rec.done += r.done
+        books.engine.merge(g.books.engine)
+        books.replica.merge(g.books.replica)
+        books.updates += g.books.updates
+        books.gaps += g.books.gaps
+    reps = {k: v for g in groups for k, v in g.replicas.items()}
+    elapsed = max((g.elapsed_s for g in groups), default=0.0)
+    return _group_report(GroupData("all", "", rec, books, reps, elapsed))
+
+
+def _get(d: Mapping[str, Any], path: str) -> Any:
+    cur: Any = d
+    for part in path.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+#: metrics compared between A/B groups (key path, lower is better?)
+AB_METRICS: tuple[tuple[str, bool], ...] = (
+    ("achieved_tps", False),
+    ("request_latency_us.p50", True),
+    ("request_latency_us.p99", True),
+    ("freshness_engine_to_client_us.p50", True),
+    ("freshness_engine_to_client_us.p99", True),
+    ("freshness_replica_to_client_us.p99", True),
+    ("apply_us.p50", True),
+    ("apply_us.p99", True),
+    ("dry_run_us.p99", True),
+    ("gc_collections", True),
+    ("gc_pause_us.p99", True),
+)
+
+
+def _gc_totals(rep: dict[str, Any]) -> tuple[int, dict[str, float]]:
+    total = 0
+    snaps = []
+    for g in rep.get("gc", {}).values():
+        for gen in ("gen0", "gen1", "gen2"):
+            total += int(g.get(gen, {}).get("collections", 0))
+        snaps.append(g.get("pause_hist", {}))
+    return total, hist_from(snaps).summary_us()
+
+
+def build_report(
+    groups: Sequence[GroupData], run: Mapping[str, Any], sequencer: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The JSON report (see the module docstring for its keys)."""
+    report: dict[str, Any] = {"run": dict(run)}
+    report.update(_merged(groups))
+    report["block_time_us"] = sequencer.get("block_time_us", {})
+    report["block_txs"] = sequencer.get("block_txs", {})
+    report["sequencer_seq"] = sequencer.get("seq")
+    per = {g.name: _group_report(g) for g in groups}
+    for rep in per.values():
+        rep["gc_collections"], rep["gc_pause_us"] = _gc_totals(rep)
+    report["gc_collections"], report["gc_pause_us"] = _gc_totals(report)
+    report["groups"] = per
+    if len(groups) == 2:
+        a, b = per[groups[0].name], per[groups[1].name]
+        report["ab_diff_pct"] = {
+            path: pct_diff(float(_get(a, path) or 0), float(_get(b, path) or 0))
+            for path, _ in AB_METRICS
+        }
+        report["ab"] = {"a": groups[0].name, "b": groups[1].name}
+    report["targets"] = [
+        {
+            "metric": path,
+            "label": label,
+            "target": f"{op} {target:g}",
+            "measured": _get(report, path),
+            "met": _met(_get(report, path), op, target),
+        }
+        for path, op, target, label in TARGETS
+    ]
+    report["timeline"] = {g.name: _timeline(g) for g in groups}
+    span_files = [Path(p) for p in run.get("spans_files", []) if Path(p).exists()]
+    report["span_breakdown_us"] = span_breakdown(span_files) if span_files else {}
+    return report
+
+
+#: Stages of a sampled tx's trace (client span -> replica handler -> dry-run, submit), in order.
+SPAN_STAGES = ("client_to_replica", "dry_run", "sequencer_and_apply", "replica_handler",
+               "replica_to_client", "client_total")  # fmt: skip
+
+
+def _ts_ns(text: str) -> int:
+    from datetime import datetime
+
+    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+
+
+def span_breakdown(paths: Sequence[Path]) -> dict[str, dict[str, float]]:
+    """Where a sampled tx's time goes, from the OTel span files (µs summaries per stage):
+    planned send -> replica handler start (generator lag, network, the replica's event loop),
+    dry-run, sequencer round trip + local apply (``replica.submit``), the whole handler, handler
+    end -> answer read by the client, and the client's whole span."""
+    traces: dict[str, list[dict[str, Any]]] = {}
+    for p in paths:
+        for line in Path(p).read_text().splitlines():
+            span = json.loads(line)
+            traces.setdefault(span["context"]["trace_id"], []).append(span)
+    hists = {k: Histogram() for k in SPAN_STAGES}
+    for spans in traces.values():
+        by = {s["name"]: s for s in spans}
+        client = by.get("client.send")
+        handler = next((s for s in spans if s["name"].startswith("replica.send")), None)
+        if client is None or handler is None:
+            continue
+        c0, c1 = _ts_ns(client["start_time"]), _ts_ns(client["end_time"])
+        h0, h1 = _ts_ns(handler["start_time"]), _ts_ns(handler["end_time"])
+        hists["client_to_replica"].record(max(0, h0 - c0))
+        hists["replica_handler"].record(max(0, h1 - h0))
+        hists["replica_to_client"].record(max(0, c1 - h1))
+        hists["client_total"].record(max(0, c1 - c0))
+        dry = [s for s in spans if s["name"] == "replica.dry_run"]
+        hists["dry_run"].record(sum(_ts_ns(s["end_time"]) - _ts_ns(s["start_time"]) for s in dry))
+        sub = by.get("replica.submit")
+        if sub is not None:
+            hists["sequencer_and_apply"].record(
+                max(0, _ts_ns(sub["end_time"]) - _ts_ns(sub["start_time"]))
+            )
+    return {k: h.summary_us() for k, h in hists.items()}
+
+
+def _met(value: Any, op: str, target: float) -> bool | None:
+    if not isinstance(value, int | float):
+        return None
+    return {">=": value >= target, "<=": value <= target, "<": value < target}[op]
+
+
+def _timeline(g: GroupData) -> list[dict[str, float]]:
+    out = []
+    for s, h in enumerate(g.recorder.per_second):
+        row: dict[str, float] = {"second": s, "n": h.total}
+        row.update({k: v for k, v in h.summary_us().items() if k in ("p50", "p99", "p999")})
+        if s < len(g.books.engine_per_second):
+            row["freshness_p99"] = g.books.engine_per_second[s].summary_us()["p99"]
+        out.append(row)
+    return out
+
+
+# ---- Markdown ----------------------------------------------------------------------------------
+
+
+def _q(h: Mapping[str, Any] | None) -> str:
+    if not h or not h.get("count"):
+        return "-"
+    return f"{h['p50']:,.0f} / {h['p99']:,.0f} / {h['p999']:,.0f}"
+
+
+def render_markdown(r: Mapping[str, Any]) -> str:
+    run = r["run"]
+    lines = [
+        "# raydex loadtest report",
+        "",
+        f"Target {run.get('tps')} tx/s for {run.get('seconds')} s, {run.get('accounts')} accounts, "
+        f"{run.get('markets')} markets, {run.get('clients')} client lanes, groups: "
+        + ", ".join(f"`{n}` ({g['settings'] or 'default'})" for n, g in r["groups"].items()),
+        "",
+        f"Boot {run.get('boot_s')} s; {run.get('planned_txs')} txs in {run.get('planned')} "
+        f"requests signed before the window in "
+        f"{run.get('sign_s')} s. Load generator CPU: {run.get('loadgen_cpu_pct_of_core')}% of one "
+        f"core ({run.get('loadgen_cpu_pct_of_machine')}% of the machine's "
+        f"{run.get('cpus')} cores).",
+        "",
+        "## Targets",
+        "",
+        "| target | wanted | measured | met |",
+        "|---|---|---|---|",
+    ]
+    for t in r["targets"]:
+        met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
+        lines.append(f"| {t['label']} | {t['target']} | {t['measured']} | {met} |")
+    names = list(r["groups"])
+    lines += ["", "## Per group (p50 / p99 / p99.9, µs)", "",
+              "| metric | " + " | ".join(names) + (" | Δ B vs A |" if len(names) == 2 else " |"),
+              "|---" * (len(names) + 1 + (len(names) == 2)) + "|"]  # fmt: skip
+    rows = [
+        ("achieved tx/s", "achieved_tps", False),
+        ("errors (not intended)", "error_rate_pct", False),
+        ("request latency from planned time", "request_latency_us", True),
+        ("freshness engine→client", "freshness_engine_to_client_us", True),
+        ("freshness replica→client", "freshness_replica_to_client_us", True),
+        ("apply per block", "apply_us", True),
+        ("  decode", "apply_steps_us.decode", True),
+        ("  cache update", "apply_steps_us.cache_update", True),
+        ("  fan-out", "apply_steps_us.fanout", True),
+        ("dry-run", "dry_run_us", True),
+        ("GC collections", "gc_collections", False),
+        ("GC pause", "gc_pause_us", True),
+        ("order_book updates / nonce gaps", "updates", False),
+    ]
+    diffs = r.get("ab_diff_pct", {})
+    for label, path, is_hist in rows:
+        cells = []
+        for n in names:
+            v = _get(r["groups"][n], path)
+            if path == "updates":
+                v = f"{v} / {r['groups'][n]['nonce_gaps']}"
+            cells.append(_q(v) if is_hist else str(v))
+        extra = ""
+        if len(names) == 2:
+            d = diffs.get(f"{path}.p99" if is_hist else path)
+            extra = f" | {d:+.1f}% |" if isinstance(d, float) else " | |"
+        lines.append(f"| {label} | " + " | ".join(cells) + (extra or " |"))
+    lines += ["", "## Lifecycle per tx type (planned send → confirmed; p50 / p99 / p99.9, µs)", ""]
+    for name, h in r["lifecycle_us"].items():
+        lines.append(f"- `{name}`: {_q(h)} (n={h['count']})")
+    lines += ["", "## Errors", "",
+              f"- not intended: {r['errors_by_code'] or 'none'}",
+              f"- provoked by the workload (cancel/modify of filled orders, IOC without liquidity,"
+              f" margin): {r['intended_rejections_by_code'] or 'none'}",
+              f"- requests by path: {r['requests_by_path']}",
+              f"- liquidations seen in the blocks: {r.get('liquidations', 0)}",
+              "", "## Sequencer", "",
+              f"- block time p50/p99/p99.9 µs: {_q(r.get('block_time_us'))}; txs per block p50 "
+              f"{r.get('block_txs', {}).get('p50')} p99 {r.get('block_txs', {}).get('p99')}",
+              "", "## Where the time goes", ""]  # fmt: skip
+    lines += _where(r)
+    spans = r.get("span_breakdown_us") or {}
+    if spans.get("client_total", {}).get("count"):
+        lines += ["", "Sampled txs, traced across the client and the replica (OpenTelemetry; "
+                  "p50 / p99 / p99.9 µs):", "", "| stage | µs |", "|---|---|"]  # fmt: skip
+        labels = {
+            "client_to_replica": "planned send → replica handler (generator lag, network, loop)",
+            "dry_run": "dry-run",
+            "sequencer_and_apply": "sequencer round trip + apply here",
+            "replica_handler": "whole replica handler",
+            "replica_to_client": "handler end → client has the answer",
+            "client_total": "planned send → answered",
+        }
+        for k in SPAN_STAGES:
+            lines.append(f"| {labels[k]} | {_q(spans.get(k))} |")
+    dumps = r.get("flight_dumps", [])
+    lines += ["", f"## Flight recorder ({r.get('slow_events', 0)} slow events, {len(dumps)} dumps)",
+              "", "Open a dump in https://ui.perfetto.dev (or chrome://tracing).", ""]  # fmt: skip
+    lines += [f"- `{d}`" for d in dumps[:20]]
+    if run.get("spans_files"):
+        lines += ["", "OpenTelemetry spans (sampled txs, JSON lines): "
+                  + ", ".join(f"`{p}`" for p in run["spans_files"])]  # fmt: skip
+    lines += ["", "## Plots", "", "![latency over time](latency_over_time.png)", "",
+              "![CDFs](cdf.png)", ""]  # fmt: skip
+    if len(names) == 2:
+        lines += ["![A/B](ab.png)", ""]
+    lines += ["## Closing note", "", *_closing(r)]
+    return "\n".join(lines) + "\n"
+
+
+def _where(r: Mapping[str, Any]) -> list[str]:
+    steps = r.get("apply_steps_us", {})
+    p99s = {s: (steps.get(s) or {}).get("p99", 0.0) for s in STEPS}
+    top = max(p99s, key=lambda s: p99s[s]) if any(p99s.values()) else None
+    out = [
+        f"- apply per block p99 {(r.get('apply_us') or {}).get('p99')} µs; by step p99: "
+        + ", ".join(f"{s} {v:,.0f} µs" for s, v in p99s.items())
+        + (f" (largest: {top})" if top else ""),
+        f"- request latency p99 {(r.get('request_latency_us') or {}).get('p99')} µs of which the "
+        f"generator's own send lag p99 is {(r.get('send_lag_us') or {}).get('p99')} µs",
+        f"- block time p99 {(r.get('block_time_us') or {}).get('p99')} µs (sequencer execute + "
+        "WAL + publish)",
+    ]
+    return out
+
+
+def _closing(r: Mapping[str, Any]) -> list[str]:
+    run = r["run"]
+    out = [
+        f"Achieved {r['achieved_tps']} tx/s of the {run.get('tps')} planned "
+        f"(target 5,000) with everything, load generator included, on {run.get('cpus')} cores."
+    ]
+    missed = [t for t in r["targets"] if t["met"] is False]
+    for t in missed:
+        out.append(f"- missed: {t['label']}: {t['measured']} (wanted {t['target']})")
+    if any(t["metric"] == "achieved_tps" for t in missed):
+        cpu = run.get("loadgen_cpu_pct_of_machine")
+        out.append(
+            f"  The generator itself used {cpu}% of the machine; the replicas, sequencer, snapshot "
+            "holder and committer share the rest. What would close it: more txs per Python "
+            "round trip (the replica handles a WebSocket's messages one at a time, so a WS "
+            "client waits a whole block per tx; larger batches per request and per block), a "
+            "cheaper dry-run and apply (see below), and the generator on another host."
+        )
+    spans = r.get("span_breakdown_us") or {}
+    # the stages that do not overlap (the handler contains dry-run and submit)
+    parts = ("client_to_replica", "dry_run", "sequencer_and_apply", "replica_to_client")
+    stages = {k: (spans.get(k) or {}).get("p50", 0.0) for k in parts}
+    if any(stages.values()):
+        top = max(stages, key=lambda k: stages[k])
+        total = spans["client_total"]["p50"]
+        out.append(
+            f"- sampled txs spend most of their median time in `{top}` "
+            f"({stages[top]:,.0f} µs of {total:,.0f} µs)."
+        )
+    if any(t["metric"].startswith("apply_us") for t in missed):
+        out.append(
+            "  Apply: see the per-step table; the largest step is where to cut first "
+            "(fan-out serializes per market per block; decode is the hot codec)."
+        )
+    if not missed:
+        out.append("Every target met.")
+    return out
+
+
+# ---- plots -------------------------------------------------------------------------------------
+
+
+def _cdf(h: Histogram) -> tuple[list[float], list[float]]:
+    xs: list[float] = []
+    ys: list[float] = []
+    acc = 0
+    for top in sorted(h.counts):
+        acc += h.counts[top]
+        xs.append(max(top, 1) / 1000.0)
+        ys.append(acc / h.total)
+    return xs, ys
+
+
+def write_plots(groups: Sequence[GroupData], report: Mapping[str, Any], out: Path) -> list[Path]:
+    """latency_over_time.png, cdf.png and (two groups) ab.png in ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for g in groups:
+        tl = report["timeline"][g.name]
+        secs = [row["second"] for row in tl]
+        for key, style in (("p50", ":"), ("p99", "-"), ("p999", "--")):
+            axes[0].plot(secs, [row.get(key, 0) / 1000 for row in tl], style,
+                         label=f"{g.name} {key}")  # fmt: skip
+        axes[1].plot(secs, [row["n"] for row in tl], label=g.name)
+    axes[0].set(title="request latency from planned time", xlabel="second of the run",
+                ylabel="ms", yscale="symlog")  # fmt: skip
+    axes[1].set(title="answered txs per second", xlabel="second of the run", ylabel="tx/s")
+    for ax in axes:
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    written.append(out / "latency_over_time.png")
+    fig.savefig(written[-1], dpi=90)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for g in groups:
+        for ax, h in zip(axes, (g.recorder.latency, g.books.engine, g.hist("apply")), strict=True):
+            if h.total:
+                ax.plot(*_cdf(h), label=g.name)
+    for ax, title in zip(axes, ("request latency", "freshness engine→client", "apply per block"),
+                         strict=True):  # fmt: skip
+        ax.set(title=title, xlabel="µs", ylabel="fraction ≤ x", xscale="log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(out / "cdf.png")
+    fig.savefig(written[-1], dpi=90)
+    plt.close(fig)
+
+    if len(groups) == 2:
+        metrics = [m for m, _ in AB_METRICS]
+        fig, axes = plt.subplots(2, (len(metrics) + 1) // 2, figsize=(18, 6))
+        for ax, path in zip(axes.flat, metrics, strict=False):
+            vals = [float(_get(report["groups"][g.name], path) or 0) for g in groups]
+            ax.bar([g.name for g in groups], vals, color=["tab:blue", "tab:orange"])
+            d = report.get("ab_diff_pct", {}).get(path)
+            ax.set_title(f"{path}\n{'' if d is None else f'{d:+.1f}%'}", fontsize=8)
+            ax.tick_params(labelsize=7)
+        for ax in list(axes.flat)[len(metrics) :]:
+            ax.axis("off")
+        fig.tight_layout()
+        written.append(out / "ab.png")
+        fig.savefig(written[-1], dpi=90)
+        plt.close(fig)
+    return written
+
+
+def write_report(
+    groups: Sequence[GroupData], report: dict[str, Any], out: Path, json_out: Path | None
+) -> dict[str, Path]:
+    """Write report.json, report.md and the plots into ``out`` (and ``json_out`` if given)."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "report.json", "markdown": out / "report.md"}
+    text = json.dumps(report, indent=1, default=str)
+    paths["json"].write_text(text)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(text)
+        paths["json_out"] = json_out
+    paths["markdown"].write_text(render_markdown(report))
+    for p in write_plots(groups, report, out):
+        paths[p.stem] = p
+    return paths

@@ -1,0 +1,443 @@
+"""``raydex loadtest``: an isolated, instrumented deployment under open-loop signed load, reported.
+
+::
+
+    plan_load (sign everything)  ─►  ray.init (embedded, or --address)  ─►  deploy(namespace
+    "raydex-loadtest-<pid>", free ports, InstrumentedReplicaActor)  ─►  operator: keys + deposits
+        │
+        ├── lanes (WS / REST) ──► group A port ─► replicas A ─┐
+        ├── lanes (WS / REST) ──► group B port ─► replicas B ─┴─► sequencer ─► blocks to all
+        ├── order_book watchers per group (busiest markets): freshness, begin_nonce chain
+        └── progress line every second (achieved tx/s, errors, p99 so far)
+    ─► loadtest_stats() per replica + sequencer status ─► report.json / report.md / *.png
+    ─► down(namespace), ray.shutdown()   (also on Ctrl-C / SIGTERM)
+
+A/B (``--ab NAME=SETTINGS,NAME=SETTINGS``): two replica groups, each on its own HTTP port, fed
+the same traffic mix (lanes alternate between the groups, so each group gets half the requests
+of every kind) at the same time; every metric is reported per group with B's difference from A
+in percent. SETTINGS is ``key:value`` joined by ``+``: ``pin:on|off``, ``gc:tuned|default``,
+``realtime:on|off``, ``replicas:N``, ``cpus:N``. ``parse_ab`` rejects anything else with a
+message naming the group and the setting.
+
+Isolation: its own Ray namespace, its own ports (free ones), its own WAL and snapshot folders
+under the output folder; nothing of a running ``raydex`` deployment is touched. With
+``--address`` the stack runs on that cluster, but the generator connects to 127.0.0.1: run the
+command on the node that hosts the replicas (the head, by default placement).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from raydex.cluster.control.deploy import free_port
+from raydex.cluster.control.spec import DeploySpec, GcSpec, ReplicaGroupSpec
+
+from .loadgen import (
+    BookWatch,
+    Item,
+    LaneSpec,
+    MarketInfo,
+    Recorder,
+    lane_specs,
+    plan_load,
+    run_lanes,
+    watch_books,
+)
+from .report import GroupData, build_report, write_report
+
+__all__ = [
+    "AbError",
+    "GroupSettings",
+    "LoadtestOptions",
+    "OptionError",
+    "build_spec",
+    "check_options",
+    "parse_ab",
+    "run",
+]
+
+#: GC presets of ``gc:``: tuned is raydex.yaml's replica policy, default is CPython's.
+GC_PRESETS: dict[str, GcSpec] = {
+    "tuned": GcSpec((50_000, 20, 100), True, True, 30.0),
+    "default": GcSpec(),
+}
+_ONOFF = {"on": True, "off": False, "true": True, "false": False}
+
+
+class AbError(ValueError):
+    """An ``--ab`` value that cannot be used; the message says which part and why."""
+
+
+class OptionError(ValueError):
+    """Options that cannot make a loadtest (checked before anything starts)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupSettings:
+    name: str
+    text: str = ""
+    pin: bool | None = None
+    gc: str | None = None
+    realtime: bool | None = None
+    replicas: int | None = None
+    cpus: int | None = None
+
+    def apply(self, base: ReplicaGroupSpec, replicas: int, port: int) -> ReplicaGroupSpec:
+        return dataclasses.replace(
+            base,
+            name=self.name,
+            replicas=self.replicas or replicas,
+            replicas_per_numa_node=None,
+            pin=base.pin if self.pin is None else self.pin,
+            realtime=base.realtime if self.realtime is None else self.realtime,
+            gc=base.gc if self.gc is None else GC_PRESETS[self.gc],
+            cpus_per_replica=self.cpus or base.cpus_per_replica,
+            http_port=port,
+        )
+
+
+def _parse_group(part: str) -> GroupSettings:
+    name, eq, settings = part.partition("=")
+    name = name.strip()
+    if not eq or not name:
+        raise AbError(f"--ab: expected NAME=SETTINGS, got {part!r}")
+    if not name.replace("-", "").replace("_", "").isalnum() or not name.isascii():
+        raise AbError(f"--ab: group name {name!r} must be letters, digits, '-' or '_'")
+    fields: dict[str, Any] = {}
+    for item in filter(None, (s.strip() for s in settings.split("+"))):
+        key, colon, value = item.partition(":")
+        if not colon:
+            raise AbError(f"--ab: group {name!r}: expected key:value, got {item!r}")
+        if key in fields:
+            raise AbError(f"--ab: group {name!r}: {key!r} given twice")
+        if key in ("pin", "realtime"):
+            if value not in _ONOFF:
+                raise AbError(f"--ab: group {name!r}: {key} must be on or off, got {value!r}")
+            fields[key] = _ONOFF[value]
+        elif key == "gc":
+            if value not in GC_PRESETS:
+                raise AbError(f"--ab: group {name!r}: gc must be one of "
+                              f"{', '.join(GC_PRESETS)}, got {value!r}")  # fmt: skip
+            fields[key] = value
+        elif key in ("replicas", "cpus"):
+            if not value.isdigit() or int(value) < 1:
+                raise AbError(f"--ab: group {name!r}: {key} must be an integer >= 1, got {value!r}")
+            fields[key] = int(value)
+        else:
+            raise AbError(f"--ab: group {name!r}: unknown setting {key!r} "
+                          "(known: pin, gc, realtime, replicas, cpus)")  # fmt: skip
+    if not fields:
+        raise AbError(f"--ab: group {name!r} has no settings (e.g. {name}=pin:on)")
+    return GroupSettings(name=name.lower().replace("_", "-"), text=settings.strip(), **fields)
+
+
+def parse_ab(text: str | Sequence[str]) -> tuple[GroupSettings, GroupSettings]:
+    """``"a=pin:on,b=pin:off"`` (or the two parts as a list) -> the two groups' settings."""
+    parts = [text] if isinstance(text, str) else list(text)
+    groups = [_parse_group(p) for chunk in parts for p in chunk.split(",") if p.strip()]
+    if len(groups) != 2:
+        raise AbError(f"--ab: expected exactly two groups, got {len(groups)}")
+    a, b = groups
+    if a.name == b.name:
+        raise AbError(f"--ab: the two groups need different names, both are {a.name!r}")
+    if dataclasses.replace(a, name="", text="") == dataclasses.replace(b, name="", text=""):
+        raise AbError(f"--ab: groups {a.name!r} and {b.name!r} have the same settings")
+    return a, b
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoadtestOptions:
+    tps: float = 300.0
+    seconds: float = 30.0
+    accounts: int = 200
+    markets: int = 4
+    replicas: int = 2
+    clients: int = 8
+    ab: tuple[GroupSettings, GroupSettings] | None = None
+    spec_path: str = "raydex.yaml"
+    out_dir: str | None = None
+    json_out: str | None = None
+    address: str | None = None
+    sample_every: int = 100
+    seed: int = 1
+    quiet: bool = False
+
+
+def check_options(opts: LoadtestOptions) -> None:
+    """Raise OptionError for options no run can satisfy (before signing or starting Ray)."""
+    groups = 1 if opts.ab is None else 2
+    if opts.tps <= 0 or opts.seconds <= 0:
+        raise OptionError("--tps and --seconds must be > 0")
+    if opts.accounts < 6:
+        raise OptionError("--accounts must be >= 6 (makers, levered accounts and takers)")
+    if opts.clients < 2 * groups:
+        raise OptionError(f"--clients must be >= {2 * groups} (a WS and a REST lane per group)")
+    if opts.sample_every < 0:
+        raise OptionError("--sample-every must be >= 0 (0: no spans)")
+
+
+def build_spec(base: DeploySpec, opts: LoadtestOptions, work: Path) -> DeploySpec:
+    """The isolated deployment: base spec's markets (first ``--markets``), free ports, WAL and
+    snapshots under ``work``, one group (or the two A/B groups) on their own ports."""
+    if not 1 <= opts.markets <= len(base.markets):
+        raise OptionError(f"--markets must be in 1..{len(base.markets)} (markets in the spec)")
+    template = base.replica_groups[0] if base.replica_groups else ReplicaGroupSpec("main")
+    if opts.ab is None:
+        settings: Sequence[GroupSettings] = [GroupSettings("main")]
+    else:
+        settings = opts.ab
+    groups = tuple(s.apply(template, opts.replicas, free_port()) for s in settings)
+    return dataclasses.replace(
+        base,
+        markets=base.markets[: opts.markets],
+        sequencer=dataclasses.replace(base.sequencer, wal_dir=str(work / "wal")),
+        snapshot=dataclasses.replace(base.snapshot, dir=str(work / "snapshots")),
+        ports=dataclasses.replace(base.ports, http=free_port(), grpc=free_port(pair=True)),
+        replica_groups=groups,
+    )
+
+
+class _Progress:
+    def __init__(self, recs: Sequence[Recorder], planned: int, quiet: bool) -> None:
+        self.recs = recs
+        self.planned = planned
+        self.quiet = quiet
+
+    async def run(self, t0: int, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(1.0)
+            self.line(t0)
+
+    def line(self, t0: int) -> None:
+        if self.quiet:
+            return
+        el = max(1e-9, (time.monotonic_ns() - t0) / 1e9)
+        done = sum(r.done for r in self.recs)
+        errs = sum(sum(r.errors(intended=False).values()) for r in self.recs)
+        p99 = max((r.latency.percentile(0.99) for r in self.recs), default=0) / 1e6
+        sent = sum(r.sent for r in self.recs)
+        print(f"[{el:5.1f}s] sent {sent:,}/{self.planned:,}  answered {done:,}  "
+              f"{done / el:,.0f} tx/s  errors {errs}  p99 {p99:,.1f} ms",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+
+class _ClientTracer:
+    """Client spans for sampled REST requests: from the planned time to the answer."""
+
+    def __init__(self, path: Path) -> None:
+        from ..tracing import file_tracer
+
+        self.tracer, self.provider = file_tracer(path, "raydex-loadgen")
+        self.open: dict[int, Any] = {}
+        self.mono_to_wall = time.time_ns() - time.monotonic_ns()
+
+    def hook(self, item: Item, planned: int, sent: int, done: int) -> dict[str, str]:
+        from ..tracing import inject_headers
+
+        if not done:
+            span = self.tracer.start_span("client.send", start_time=planned + self.mono_to_wall)
+            span.set_attribute("raydex.types", ",".join(item.types))
+            span.set_attribute("raydex.send_lag_us", (sent - planned) // 1000)
+            self.open[id(item)] = span
+            return inject_headers(span)
+        span = self.open.pop(id(item), None)
+        if span is not None:
+            span.end(end_time=done + self.mono_to_wall)
+        return {}
+
+
+def _nothing() -> None:
+    return None
+
+
+def _install_signals() -> Callable[[], None]:
+    """SIGINT (Ctrl-C) and SIGTERM raise KeyboardInterrupt, so the ``finally`` blocks tear the
+    deployment down. Installed after ``ray.init``, whose own SIGTERM handler would end the process
+    at once and leave the teardown undone."""
+
+    def _raise(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = {sig: signal.signal(sig, _raise) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+    return restore
+
+
+def _say(opts: LoadtestOptions, text: str) -> None:
+    if not opts.quiet:
+        print(text, file=sys.stderr, flush=True)
+
+
+def run(opts: LoadtestOptions) -> dict[str, Any]:
+    """Plan, deploy, drive, collect, report, tear down; returns the JSON report."""
+    import ray
+
+    from raydex.cluster.control import deploy as dep
+    from raydex.cluster.control.spec import load_spec
+    from raydex.cluster.topology import init_kwargs, read_topology
+
+    from .instrument import Instrumentation, InstrumentedReplicaActor
+
+    check_options(opts)
+    out = Path(opts.out_dir or f"loadtest-out/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    # The deployment is isolated: never resume a WAL or snapshots left by an earlier run here.
+    shutil.rmtree(out / "state", ignore_errors=True)
+    spec = build_spec(load_spec(opts.spec_path), opts, out / "state")
+    namespace = f"raydex-loadtest-{os.getpid()}"
+    group_ports = [(g.name, g.http_port or spec.ports.http) for g in spec.replica_groups]
+    lanes = lane_specs(opts.clients, group_ports)
+    markets = [MarketInfo.of(m) for m in spec.markets]
+    _say(opts, f"loadtest: signing {int(opts.tps * opts.seconds):,} txs before the window")
+    plan = plan_load(markets, opts.accounts, opts.tps, opts.seconds, lanes, seed=opts.seed,
+                     sample_every=opts.sample_every,
+                     progress=None if opts.quiet else lambda s: _say(opts, s))  # fmt: skip
+    started_ray = False
+    topology = read_topology()
+    t_boot = time.monotonic()
+    restore: Callable[[], None] = _nothing
+    try:
+        if opts.address is None:
+            ray.init(address="local", include_dashboard=False, log_to_driver=False,
+                     **init_kwargs(topology, host="loadtest-host"))  # fmt: skip
+            started_ray = True
+        else:
+            ray.init(address=opts.address, log_to_driver=False)
+        restore = _install_signals()
+        try:
+            dep.deploy(
+                spec,
+                namespace=namespace,
+                bind="127.0.0.1" if opts.address is None else "0.0.0.0",
+                topologies={"loadtest-host": topology} if opts.address is None else None,
+                replica_class=InstrumentedReplicaActor,
+                replica_kwargs={"instrumentation": Instrumentation(str(out))},
+            )
+            seq = ray.get_actor(dep.SEQUENCER, namespace=namespace)
+            for i in range(0, len(plan.setup_ops), 4000):
+                ray.get(seq.operator.remote(plan.setup_ops[i : i + 4000]), timeout=120)
+            dep.wait_ready(namespace, timeout_s=60)
+            boot_s = time.monotonic() - t_boot
+            _say(opts, f"loadtest: stack up in {boot_s:.1f} s (namespace {namespace}); "
+                       f"{len(lanes)} lanes, groups {[g for g, _ in group_ports]}")  # fmt: skip
+            reps = _replicas(namespace)
+            ray.get([a.loadtest_stats.remote(reset=True) for a in reps.values()], timeout=30)
+            result = _drive(opts, plan.items, lanes, group_ports, plan.busiest_markets, out)
+            stats = dict(zip(reps, ray.get([a.loadtest_stats.remote() for a in reps.values()],
+                                           timeout=60), strict=True))  # fmt: skip
+            try:
+                final = dep.wait_ready(namespace, timeout_s=30)
+            except TimeoutError:
+                final = dep.status(namespace)
+            seq_status = final.get(dep.SEQUENCER, {})
+            hashes = {k: v.get("state_hash") for k, v in final.items() if k in reps}
+        finally:
+            _say(opts, f"loadtest: tearing down namespace {namespace}")
+            try:
+                dep.down(namespace)
+            finally:
+                if started_ray:
+                    ray.shutdown()
+                shutil.rmtree(out / "state", ignore_errors=True)  # its WAL and snapshots
+    finally:
+        restore()
+    recs, books, elapsed, cpu_s = result
+    groups = []
+    for g in spec.replica_groups:
+        mine = {k: v for k, v in stats.items() if k.startswith(dep.replica_name(g.name, 0)[:-1])}
+        text = next((s.text for s in (opts.ab or ()) if s.name == g.name), "")
+        groups.append(GroupData(g.name, text, recs[g.name], books[g.name], mine, elapsed))
+    cpus = os.cpu_count() or 1
+    run_facts = {
+        "tps": opts.tps, "seconds": opts.seconds, "accounts": opts.accounts,
+        "markets": opts.markets, "replicas": opts.replicas, "clients": opts.clients,
+        "ab": None if opts.ab is None else [s.name + "=" + s.text for s in opts.ab],
+        "boot_s": round(boot_s, 1), "sign_s": round(plan.sign_s, 1),
+        "planned": len(plan.items), "planned_txs": sum(len(i.types) for i in plan.items),
+        "mix": dict(plan.mix), "elapsed_s": round(elapsed, 2),
+        "busiest_markets": plan.busiest_markets, "cpus": cpus,
+        "loadgen_cpu_pct_of_core": round(100 * cpu_s / elapsed, 1) if elapsed else 0.0,
+        "loadgen_cpu_pct_of_machine": round(100 * cpu_s / elapsed / cpus, 1) if elapsed else 0.0,
+        "spans_files": sorted(str(p) for p in out.glob("spans-*.jsonl")),
+        "out_dir": str(out),
+    }  # fmt: skip
+    report = build_report(groups, run_facts, seq_status)
+    report["replicas"] = sorted(hashes)
+    report["replica_state_hashes_equal"] = (
+        len(set(hashes.values())) == 1 and None not in hashes.values()
+    )
+    paths = write_report(groups, report, out, Path(opts.json_out) if opts.json_out else None)
+    report["files"] = {k: str(v) for k, v in paths.items()}
+    return report
+
+
+def _replicas(namespace: str) -> dict[str, Any]:
+    import ray
+
+    from raydex.cluster.control import deploy as dep
+
+    names = sorted(n for n in dep._named(namespace) if n.startswith(dep.REPLICA_PREFIX))
+    return {n: ray.get_actor(n, namespace=namespace) for n in names}
+
+
+def _drive(
+    opts: LoadtestOptions,
+    items: list[Item],
+    lanes: list[LaneSpec],
+    group_ports: list[tuple[str, int]],
+    busiest: list[int],
+    out: Path,
+) -> tuple[dict[str, Recorder], dict[str, BookWatch], float, float]:
+    recs = {g: Recorder(g) for g, _ in group_ports}
+    books = {g: BookWatch() for g, _ in group_ports}
+    tracer = _ClientTracer(out / "spans-loadgen.jsonl") if opts.sample_every > 0 else None
+
+    async def main() -> tuple[float, float]:
+        stop_watch = asyncio.Event()
+        stop_load = asyncio.Event()
+        readies = [asyncio.Event() for _ in group_ports]
+        t_wall_us = time.time_ns() // 1000 + 1_000_000
+        watchers = [
+            asyncio.ensure_future(watch_books(port, busiest, stop_watch, books[g], t_wall_us, r))
+            for (g, port), r in zip(group_ports, readies, strict=True)
+        ]
+        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), timeout=15)
+        t0 = time.monotonic_ns() + 500_000_000
+        planned = sum(len(it.types) for it in items)
+        progress = _Progress(list(recs.values()), planned, opts.quiet)
+        ticker = asyncio.ensure_future(progress.run(t0, stop_load))
+        cpu0 = time.process_time()
+        try:
+            await run_lanes(lanes, items, recs, t0, stop_load,
+                            tracer.hook if tracer is not None else None)  # fmt: skip
+        finally:
+            stop_load.set()
+        elapsed = (time.monotonic_ns() - t0) / 1e9
+        cpu = time.process_time() - cpu0
+        progress.line(t0)
+        ticker.cancel()
+        await asyncio.sleep(0.5)  # the last blocks reach the watchers
+        stop_watch.set()
+        await asyncio.gather(*watchers, return_exceptions=True)
+        return elapsed, cpu
+
+    try:
+        elapsed, cpu = asyncio.run(main())
+    finally:
+        if tracer is not None:
+            tracer.provider.shutdown()
+    return recs, books, elapsed, cpu

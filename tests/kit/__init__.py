@@ -1,0 +1,1 @@
+"""Test kits shared by the test folders (engine scenarios, workloads, wire strategies)."""
