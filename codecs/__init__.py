@@ -41,6 +41,7 @@ from ._json import (
     tx_to_json_str,
     usdc_to_str,
 )
+from ._market import MARKET_PARAMS
 from ._records import *  # noqa: F403
 from ._signing import DEFAULT_CHAIN_ID, Verifier, generate_key, public_key_of, sign_tx, verify_tx
 from ._tx import *  # noqa: F403
@@ -106,6 +107,7 @@ __all__ = [
     "spec_of",
     "wire",
     "CodecError",
+    "MARKET_PARAMS",
     "MAX_BATCH_TXS",
     "TxOutcome",
     "decode_batch",

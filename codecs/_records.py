@@ -12,7 +12,17 @@ from enum import IntEnum
 from typing import Annotated, NamedTuple
 
 from ._enums import AccountIndex, ApiKeyIndex, ClientOrderIndex, MarketIndex, Nonce, OrderIndex
-from ._wire import I64, U8, U16, U32, U64, Bytes32, Symbol, wire
+from ._market import (
+    Decimals,
+    FeePpm,
+    FractionBps,
+    MarketStatusFlag,
+    MarketSymbol,
+    MarkPrice,
+    MinBaseAmount,
+    MinQuoteAmount,
+)
+from ._wire import I64, U8, U16, U32, U64, Bytes32, wire
 
 RECORD = "record"
 
@@ -44,21 +54,21 @@ class ExchangeRecord(NamedTuple):
 @wire(RECORD, RecordTag.MARKET)
 class MarketRecord(NamedTuple):
     market_index: Market
-    symbol: Annotated[str, Symbol]
-    price_decimals: Annotated[int, U8]
-    size_decimals: Annotated[int, U8]
-    min_base_amount: Annotated[int, U64]
-    min_quote_amount: Annotated[int, U64]
-    maker_fee: Annotated[int, U32]
-    taker_fee: Annotated[int, U32]
-    liquidation_fee: Annotated[int, U32]
-    default_initial_margin_fraction: Annotated[int, U16]
-    min_initial_margin_fraction: Annotated[int, U16]
-    maintenance_margin_fraction: Annotated[int, U16]
-    closeout_margin_fraction: Annotated[int, U16]
-    max_price_deviation: Annotated[int, U16]
-    mark_price: Annotated[int, U32]
-    status: Annotated[int, U8]
+    symbol: MarketSymbol
+    price_decimals: Decimals
+    size_decimals: Decimals
+    min_base_amount: MinBaseAmount
+    min_quote_amount: MinQuoteAmount
+    maker_fee: FeePpm
+    taker_fee: FeePpm
+    liquidation_fee: FeePpm
+    default_initial_margin_fraction: FractionBps
+    min_initial_margin_fraction: FractionBps
+    maintenance_margin_fraction: FractionBps
+    closeout_margin_fraction: FractionBps
+    max_price_deviation: FractionBps
+    mark_price: MarkPrice
+    status: MarketStatusFlag
     last_trade_price: Annotated[int, U32]
     open_interest: Annotated[int, U64]
 

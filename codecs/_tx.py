@@ -25,7 +25,17 @@ from ._enums import (
     Nonce,
     TxType,
 )
-from ._wire import I32, I64, U8, U16, U32, U64, Bytes32, Bytes64, Json, Range, Symbol, wire
+from ._market import (
+    Decimals,
+    FeePpm,
+    FractionBps,
+    MarketStatusFlag,
+    MarketSymbol,
+    MarkPrice,
+    MinBaseAmount,
+    MinQuoteAmount,
+)
+from ._wire import I32, I64, U8, U16, U32, U64, Bytes32, Bytes64, Json, Range, wire
 
 TX = "tx"
 
@@ -40,8 +50,6 @@ NonceF = Annotated[Nonce, I64, Range(0, 2**63 - 1)]
 Usdc = Annotated[int, U64, Range(1, 2**63 - 1)]
 Sig = Annotated[bytes, Bytes64]
 PubKey = Annotated[bytes, Bytes32]
-Bps = Annotated[int, U16, Range(0, 10_000)]
-Ppm = Annotated[int, U32, Range(0, 1_000_000)]
 
 
 # ---- user transactions ------------------------------------------------------------------------
@@ -179,22 +187,22 @@ class CreateMarket(NamedTuple):
     notional in micro-USDC is ``price * size * 10**(6 - price_decimals - size_decimals)``."""
 
     market_index: Market
-    symbol: Annotated[str, Symbol]
-    price_decimals: Annotated[int, U8, Range(0, 6)]
-    size_decimals: Annotated[int, U8, Range(0, 6)]
-    min_base_amount: Annotated[int, U64, Range(1, MAX_48)]
-    min_quote_amount: Annotated[int, U64, Range(0, 2**63 - 1)]
-    maker_fee: Ppm
-    taker_fee: Ppm
-    liquidation_fee: Ppm
-    default_initial_margin_fraction: Bps
-    min_initial_margin_fraction: Bps
-    maintenance_margin_fraction: Bps
-    closeout_margin_fraction: Bps
+    symbol: MarketSymbol
+    price_decimals: Decimals
+    size_decimals: Decimals
+    min_base_amount: MinBaseAmount
+    min_quote_amount: MinQuoteAmount
+    maker_fee: FeePpm
+    taker_fee: FeePpm
+    liquidation_fee: FeePpm
+    default_initial_margin_fraction: FractionBps
+    min_initial_margin_fraction: FractionBps
+    maintenance_margin_fraction: FractionBps
+    closeout_margin_fraction: FractionBps
     #: Fat-finger band: a limit price further than this from the mark price is rejected (21733).
-    max_price_deviation: Bps
-    mark_price: Price
-    status: Annotated[int, U8, Range(0, 1)]
+    max_price_deviation: FractionBps
+    mark_price: MarkPrice
+    status: MarketStatusFlag
 
 
 @wire(TX, TxType.UPDATE_MARKET)
@@ -202,17 +210,17 @@ class UpdateMarket(NamedTuple):
     """Replace a market's mutable parameters (decimals and symbol are fixed at creation)."""
 
     market_index: Market
-    min_base_amount: Annotated[int, U64, Range(1, MAX_48)]
-    min_quote_amount: Annotated[int, U64, Range(0, 2**63 - 1)]
-    maker_fee: Ppm
-    taker_fee: Ppm
-    liquidation_fee: Ppm
-    default_initial_margin_fraction: Bps
-    min_initial_margin_fraction: Bps
-    maintenance_margin_fraction: Bps
-    closeout_margin_fraction: Bps
-    max_price_deviation: Bps
-    status: Annotated[int, U8, Range(0, 1)]
+    min_base_amount: MinBaseAmount
+    min_quote_amount: MinQuoteAmount
+    maker_fee: FeePpm
+    taker_fee: FeePpm
+    liquidation_fee: FeePpm
+    default_initial_margin_fraction: FractionBps
+    min_initial_margin_fraction: FractionBps
+    maintenance_margin_fraction: FractionBps
+    closeout_margin_fraction: FractionBps
+    max_price_deviation: FractionBps
+    status: MarketStatusFlag
 
 
 @wire(TX, TxType.SET_MARK_PRICE)
