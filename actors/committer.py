@@ -4,9 +4,10 @@ For every block it computes ``block_hash = sha256(frame)``, the Merkle root of a
 a hash chain ``chain[seq] = sha256(chain[seq-1] || block_hash || account_root)``. It follows the
 block stream like any replica; it may fall behind under load, and trading never waits for it.
 
-Account state leaves: one leaf per account, ``sha256(account_index, collateral, then each non-flat
-position (market, size, entry_quote) in market order)``, in a sparse Merkle tree keyed by account index, so
-a block costs ~48 hashes per touched account, not a rebuild, and the root depends on state only.
+Account state leaves: one leaf per account, ``sha256(account_index, collateral, then each
+non-flat position (market, size, entry_quote) in market order)``, in a sparse Merkle tree keyed by
+account index, so a block costs ~48 hashes per touched account, not a rebuild, and the root
+depends on state only.
 
 Invariants: commitments are computed in seq order with no gap (a gap means the caller must rebuild
 from a snapshot via :meth:`Committer.from_records`); applying an already-committed seq is a no-op.

@@ -193,8 +193,9 @@ def test_recovery_falls_back_to_an_older_snapshot_when_the_newest_is_corrupt(
     assert newest is not None and newest.name.endswith("7")
     seq, tables = read_snapshot_ipc(newest)  # a snapshot that decodes but is not that state
     col = tables["accounts"].column_names.index("collateral")
-    bumped = pa.array([c.as_py() + 1 for c in tables["accounts"].column(col)], pa.int64())
-    tables["accounts"] = tables["accounts"].set_column(col, "collateral", bumped)
+    field = tables["accounts"].schema.field(col)
+    bumped = pa.array([c.as_py() + 1 for c in tables["accounts"].column(col)], field.type)
+    tables["accounts"] = tables["accounts"].set_column(col, field, bumped)
     write_snapshot_ipc(newest, seq, tables)
     with caplog.at_level(logging.WARNING):
         again, replayed = BlockProducer.recover(
@@ -203,6 +204,7 @@ def test_recovery_falls_back_to_an_older_snapshot_when_the_newest_is_corrupt(
     assert again.engine.state_hash() == p.engine.state_hash() and again.seq == p.seq
     assert replayed == p.seq - 4  # from the snapshot at seq 4
     assert "snapshot rejected" in caplog.text and str(newest) in caplog.text
+    assert "is not meta.json's" in caplog.text  # it decoded: only the state hash told
     assert not newest.exists() and (newest.parent / f".corrupt-{newest.name}").is_dir()
 
 
