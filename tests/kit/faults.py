@@ -316,19 +316,18 @@ class SequencerProcess:
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
         log = open(self.log_path, "ab")  # noqa: SIM115  # the child owns it until it exits
 
-        def limits() -> None:  # in the child, before exec
-            if fsize_limit:
-                import resource
+        def limits() -> None:  # in the child, before exec (SIG_IGN survives the exec)
+            import resource
 
-                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_limit, fsize_limit))
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_limit, fsize_limit))
 
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kit.sequencer_proc", json.dumps(spec)],
             stdout=subprocess.PIPE,
             stderr=log,
             env=env,
-            preexec_fn=limits,
+            preexec_fn=limits if fsize_limit else None,
         )
         log.close()
         assert self.proc.stdout is not None
