@@ -4,20 +4,30 @@ For every block it computes ``block_hash = sha256(frame)``, the Merkle root of a
 a hash chain ``chain[seq] = sha256(chain[seq-1] || block_hash || account_root)``. It follows the
 block stream like any replica; it may fall behind under load, and trading never waits for it.
 
-Account state leaves: one leaf per account, ``sha256(account_index, collateral, then each position
-(market, size, entry_quote) in market order)``, in a sparse Merkle tree keyed by account index, so
-a block costs ~48 hashes per touched account, not a rebuild, and the root depends on state only.
+Account state leaves: one leaf per account, ``sha256(account_index, collateral, then each
+non-flat position (market, size, entry_quote) in market order)``, in a sparse Merkle tree keyed by
+account index, so a block costs ~48 hashes per touched account, not a rebuild, and the root
+depends on state only.
 
 Invariants: commitments are computed in seq order with no gap (a gap means the caller must rebuild
 from a snapshot via :meth:`Committer.from_records`); applying an already-committed seq is a no-op.
+
+Following (:class:`CommitterFollower`, a supervised loop): every (re)connect resumes *at* the
+committed seq and checks the sequencer's block there has the committed ``block_hash``
+(``actors/snapshot/follow.py``): a sequencer that lost published blocks and published different
+ones under their seqs makes the committer log the divergence, count it and rebuild from the
+snapshot holder's newest snapshot (itself checked against the sequencer's block at its seq, when
+the holder's delta ring holds it), never chain a commitment onto a history that was replaced.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import struct
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NamedTuple
 
 from raydex.codecs import (
@@ -28,6 +38,13 @@ from raydex.codecs import (
     TxExecuted,
     decode_block,
 )
+from raydex.observability.metrics import Recorder
+
+from .runtime import ActorRuntime, Supervisor, exit_process, log_fatal
+from .snapshot import Diverged, Reconnect, block_digest, follow
+from .transport import BlockSource, ResyncRequired, TransportError
+
+log = logging.getLogger(__name__)
 
 _EMPTY = bytes(32)
 _ACCOUNT = struct.Struct("<Qq")
@@ -103,13 +120,25 @@ class Committer:
         self._positions: dict[int, dict[int, tuple[int, int]]] = {}
         self.commitments: OrderedDict[int, Commitment] = OrderedDict()
         self.keep = keep
+        #: block hash of block ``seq`` when this committer started from a snapshot (if known)
+        self.anchor: bytes | None = None
+
+    @property
+    def last_hash(self) -> bytes | None:
+        """The block hash of block ``seq`` (None when not known: seq 0, or an unanchored start)."""
+        c = self.commitments.get(self.seq)
+        return c.block_hash if c is not None else self.anchor
 
     @classmethod
-    def from_records(cls, records: Iterable[Any], seq: int, chain: bytes = _EMPTY) -> Committer:
-        """Start at snapshot ``seq`` (the chain restarts from ``chain``, by default zeros)."""
+    def from_records(
+        cls, records: Iterable[Any], seq: int, chain: bytes = _EMPTY, anchor: bytes | None = None
+    ) -> Committer:
+        """Start at snapshot ``seq`` (the chain restarts from ``chain``, by default zeros);
+        ``anchor``: the block hash of block ``seq``, checked when following resumes."""
         c = cls()
         c.seq = seq
         c.chain = chain
+        c.anchor = anchor
         touched: set[int] = set()
         for r in records:
             if type(r) is AccountRecord:
@@ -127,7 +156,8 @@ class Committer:
     def _leaf(self, account: int) -> bytes:
         h = hashlib.sha256(_ACCOUNT.pack(account, self._collateral.get(account, 0)))
         for m, (size, quote) in sorted(self._positions.get(account, {}).items()):
-            h.update(_POSITION.pack(m, size, quote))
+            if size or quote:  # a flat position is no position (snapshots may hold flat ones)
+                h.update(_POSITION.pack(m, size, quote))
         return h.digest()
 
     def apply(self, frame: bytes) -> Commitment | None:
@@ -167,29 +197,92 @@ class Committer:
         return c
 
 
+#: ``() -> (seq, snapshot records, block hash of block seq or None)``: the holder's newest snapshot
+FetchSnapshot = Callable[[], Awaitable[tuple[int, Iterable[Any], bytes | None]]]
+
+
+class CommitterFollower:
+    """The committer's follower (Ray-free): applies the block stream to a :class:`Committer`,
+    checks every resume, rebuilds from a snapshot on a gap, a ring miss or a divergence."""
+
+    def __init__(
+        self,
+        source: BlockSource,
+        fetch_snapshot: FetchSnapshot,
+        metrics: Recorder | None = None,
+        on_fatal: Callable[[str], None] = log_fatal,
+        retry_s: float = 0.2,
+    ) -> None:
+        self.source = source
+        self.fetch_snapshot = fetch_snapshot
+        self.committer = Committer()
+        self.resyncs = 0
+        self.divergences = 0
+        self.retry_s = retry_s
+        self.supervisor = Supervisor(metrics, on_fatal)
+
+    def start(self) -> None:
+        self.supervisor.start("committer", self._follow)
+
+    async def stop(self) -> None:
+        await self.supervisor.stop()
+
+    async def rebuild(self) -> None:
+        seq, records, anchor = await self.fetch_snapshot()
+        self.committer = Committer.from_records(records, seq, anchor=anchor)
+        self.resyncs += 1
+
+    async def _follow(self) -> None:
+        retry = Reconnect("committer", self.retry_s)
+        while True:
+            c = self.committer
+            before = c.seq
+            try:
+                async for _seq, frame in follow(self.source, c.seq, c.last_hash, block_digest):
+                    c.apply(frame)
+            except (ResyncRequired, GapError) as exc:
+                log.info("committer: %s; rebuilding from the holder's snapshot", exc)
+                await self._rebuild_or_wait()
+            except Diverged as exc:
+                self.divergences += 1
+                log.error("committer: %s", exc)
+                await self._rebuild_or_wait()
+            except TransportError as exc:
+                if self.committer.seq != before:
+                    retry.progressed()
+                await retry.wait(exc)
+
+    async def _rebuild_or_wait(self) -> None:
+        before = (self.committer.seq, self.committer.last_hash)
+        await self.rebuild()
+        if (self.committer.seq, self.committer.last_hash) == before:
+            await asyncio.sleep(self.retry_s)  # the holder has nothing newer yet: don't spin
+
+
 class CommitterActor:
-    """Ray shell: follows the sequencer's block stream (gRPC) and commits each block; on a gap it
-    restarts its chain from the snapshot holder's newest snapshot. Off the hot path by design:
-    nobody waits for it."""
+    """Ray shell: follows the sequencer's block stream (gRPC) and commits each block; rebuilds
+    from the snapshot holder's newest snapshot when it must. Off the hot path by design: nobody
+    waits for it. A follower loop that keeps failing exits the process (Ray restarts it)."""
 
     def __init__(self, delta_target: str, holder_name: str, namespace: str) -> None:
-        import asyncio
-
-        from raydex.observability.metrics import Recorder
-
-        from .runtime import ActorRuntime
+        from .snapshot import ONE_ATTEMPT
+        from .transport import GrpcBlockSource
 
         self.delta_target = delta_target
         self.holder_name = holder_name
         self.namespace = namespace
         self.runtime = ActorRuntime(nice=None)
-        self.committer = Committer()
-        self.resyncs = 0
         self.metrics = Recorder("committer", "committer")
-        self.metrics.gauge("raydex_block_seq", lambda: self.committer.seq)
-        self._task = asyncio.get_event_loop().create_task(self._follow())
+        source = GrpcBlockSource(delta_target, name="committer", backoff=ONE_ATTEMPT)
+        self.follower = CommitterFollower(source, self._fetch, self.metrics, exit_process)
+        self.metrics.gauge("raydex_block_seq", lambda: self.follower.committer.seq)
+        self._task = asyncio.get_event_loop().create_task(self._start())
 
-    async def _rebuild(self) -> None:
+    @property
+    def committer(self) -> Committer:
+        return self.follower.committer
+
+    async def _fetch(self) -> tuple[int, Iterable[Any], bytes | None]:
         import ray
 
         from raydex.codecs import tables_to_records
@@ -197,28 +290,13 @@ class CommitterActor:
         holder = ray.get_actor(self.holder_name, namespace=self.namespace)
         seq, _height, refs = await holder.latest_snapshot.remote()
         tables = {name: await ref for name, ref in refs.items()}
-        self.committer = Committer.from_records(tables_to_records(tables), seq)
-        self.resyncs += 1
+        anchor: bytes | None = await holder.block_digest.remote(seq)
+        return seq, tables_to_records(tables), anchor
 
-    async def _follow(self) -> None:
-        import asyncio
-
-        from .transport import GrpcBlockSource, ResyncRequired, TransportUnavailable
-
+    async def _start(self) -> None:
         self.runtime.before_boot()
         self.runtime.after_boot(self.metrics)  # GC + placement series; starts the flush task
-        source = GrpcBlockSource(self.delta_target, name="committer")
-        while True:
-            try:
-                async for _seq, frame in source.subscribe(self.committer.seq + 1):
-                    self.committer.apply(frame)
-            except (ResyncRequired, GapError):
-                before = self.committer.seq
-                await self._rebuild()
-                if self.committer.seq == before:
-                    await asyncio.sleep(0.2)  # the holder has nothing newer yet: don't spin
-            except TransportUnavailable:
-                await asyncio.sleep(0.5)
+        self.follower.start()
 
     async def commitment(self, seq: int) -> dict[str, Any] | None:
         c = self.committer.commitments.get(seq)
@@ -229,10 +307,13 @@ class CommitterActor:
         return [_as_json(c) for c in reversed(items)]
 
     async def status(self) -> dict[str, Any]:
+        f = self.follower
         return {
             "seq": self.committer.seq,
             "chain": self.committer.chain.hex(),
-            "resyncs": self.resyncs,
+            "resyncs": f.resyncs,
+            "divergences": f.divergences,
+            "loop_restarts": f.supervisor.restarts("committer"),
         }
 
 

@@ -47,7 +47,22 @@ from ._signing import DEFAULT_CHAIN_ID, Verifier, generate_key, public_key_of, s
 from ._tx import *  # noqa: F403
 from ._txcodec import decode_tx, encode_tx, is_signed_type, signing_bytes, tx_hash, tx_type_of
 from ._txlist import decode_tx_list, encode_tx_list
-from ._walcodec import WalBlock, decode_wal_record, encode_wal_record, read_wal_records
+from ._walcodec import (
+    Refusal,
+    WalBlock,
+    WalReadReply,
+    WalRecordInfo,
+    decode_wal_read_reply,
+    decode_wal_read_request,
+    decode_wal_record,
+    encode_wal_read_reply,
+    encode_wal_read_request,
+    encode_wal_record,
+    find_wal_record,
+    peek_wal_record,
+    read_wal_records,
+    wal_record_crc,
+)
 from ._wire import BY_CLASS, REGISTRY, FieldSpec, Json, Range, WireSpec, spec_of, wire
 
 if TYPE_CHECKING:
@@ -117,9 +132,19 @@ __all__ = [
     "encode_outcomes",
     "decode_tx_list",
     "encode_tx_list",
+    "Refusal",
     "WalBlock",
+    "WalReadReply",
+    "WalRecordInfo",
+    "decode_wal_read_reply",
+    "decode_wal_read_request",
+    "encode_wal_read_reply",
+    "encode_wal_read_request",
     "decode_wal_record",
     "encode_wal_record",
+    "find_wal_record",
+    "peek_wal_record",
+    "wal_record_crc",
     "read_wal_records",
     "field_format",
     "int_bounds",

@@ -1,43 +1,81 @@
 """WAL records to and from bytes: the layout of ``_wal`` with the tx list of ``_txlist``.
 
-A record is ``WalRecordHeader`` + the tx list; ``crc32`` covers everything after the crc field,
-so a torn write is detected. :func:`read_wal_records` tells where the valid prefix of a byte
-string ends; what to do with the rest (a torn tail, or damage followed by valid records) is the
-log file's decision (``actors/sequencer/wal.py``).
+A record is ``WalRecordHeader`` + the tx list + the refusals; ``crc32`` covers everything after
+the crc field, so a torn or damaged write is detected. The readers here only *find* records:
+
+- :func:`peek_wal_record` says whether a complete, crc-valid record starts at an offset (header
+  and crc only, the body is not decoded: ~1 GB/s of crc, no allocation per tx);
+- :func:`find_wal_record` scans forward byte by byte for the next such record (used to tell a
+  torn tail, after which nothing valid follows, from damage followed by valid records);
+- :func:`read_wal_records` decodes consecutive records and says where the valid prefix ends;
+  records with ``seq <= after_seq`` are crc-checked but their bodies are not decoded (recovery
+  skips what a snapshot already holds).
+
+What to do with bytes that are not a valid record (truncate a torn tail, refuse to start on
+damage in the middle) is the log file's decision (``actors/sequencer/wal.py``). A record with the
+first layout's magic raises :class:`CodecError` (an old log, not damage).
 """
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from ._errors import CodecError
-from ._hot import codec_of
+from ._events import TxExecuted
+from ._hot import Buffer, codec_of
 from ._txlist import decode_tx_list, encode_tx_list
-from ._wal import WAL_MAGIC, WalRecordHeader
+from ._wal import WAL_MAGIC, WAL_MAGIC_V1, WalRecordHeader
+
+#: ``(position among the block's txs, the TxExecuted published for that refused tx)``
+Refusal = tuple[int, TxExecuted]
 
 
 class WalBlock(NamedTuple):
-    """One decoded WAL record: the txs the engine executed in block ``seq`` at ``timestamp_ns``."""
+    """One decoded WAL record: the txs the engine executed in block ``seq`` at ``timestamp_ns``,
+    and the txs refused before the engine (their position and published ``TxExecuted``)."""
 
     seq: int
     timestamp_ns: int
     txs: list[object]
+    refused: Sequence[Refusal] = ()
+
+
+class WalRecordInfo(NamedTuple):
+    """Where one valid record sits in a buffer: ``[offset, end)``; its seq and crc."""
+
+    offset: int
+    end: int
+    seq: int
+    timestamp_ns: int
+    crc32: int
 
 
 _HEADER = codec_of(WalRecordHeader)
 _HEADER_SIZE = _HEADER.size
 #: bytes of the header that the crc covers (everything after magic, body_len and crc32)
 _CRC_FROM = 12
+_MAGIC = struct.Struct("<I")
+_MAGIC_BYTES = _MAGIC.pack(WAL_MAGIC)
+_EXECUTED = codec_of(TxExecuted)
+_POSITION = struct.Struct("<I")
+_REFUSAL_SIZE = _POSITION.size + _EXECUTED.size
 
 
-def encode_wal_record(seq: int, timestamp_ns: int, tx_frames: Sequence[bytes]) -> bytes:
-    """One record: header (crc over the rest of the header and the body) + the tx list."""
+def encode_wal_record(
+    seq: int, timestamp_ns: int, tx_frames: Sequence[bytes], refused: Sequence[Refusal] = ()
+) -> bytes:
+    """One record: header (crc over the rest of the header and the body) + tx list + refusals."""
     body = encode_tx_list(tx_frames)
-    tail = _HEADER.struct.pack(WAL_MAGIC, len(body), 0, seq, timestamp_ns, len(tx_frames))
+    if refused:
+        pack, enc = _POSITION.pack, _EXECUTED.encode
+        body += b"".join(pack(pos) + enc(ev) for pos, ev in refused)
+    n, r = len(tx_frames), len(refused)
+    tail = _HEADER.struct.pack(WAL_MAGIC, len(body), 0, seq, timestamp_ns, n, r)
     crc = zlib.crc32(body, zlib.crc32(tail[_CRC_FROM:]))
-    head: bytes = _HEADER.struct.pack(WAL_MAGIC, len(body), crc, seq, timestamp_ns, len(tx_frames))
+    head: bytes = _HEADER.struct.pack(WAL_MAGIC, len(body), crc, seq, timestamp_ns, n, r)
     return head + body
 
 
@@ -49,27 +87,137 @@ def decode_wal_record(record: bytes) -> WalBlock:
     return blocks[0]
 
 
-def read_wal_records(data: bytes) -> tuple[list[WalBlock], int]:
-    """Parse consecutive records: the blocks and the offset of the first byte that does not start
-    a complete, crc-valid record (``len(data)`` if none). A record that passes its crc but does
-    not decode raises CodecError (that is not a torn write)."""
+def wal_record_crc(record: Buffer) -> int:
+    """The crc32 field of the record starting at ``record[0]``: the record's identity (it covers
+    seq, timestamp, txs and refusals). Not checked here; see :func:`peek_wal_record`."""
+    if len(record) < _HEADER_SIZE:
+        raise CodecError("shorter than a WAL record header", type_name="WalRecord")
+    crc: int = _HEADER.struct.unpack_from(record, 0)[2]
+    return crc
+
+
+def peek_wal_record(data: Buffer, off: int = 0) -> WalRecordInfo | None:
+    """The record at ``off`` if a complete, crc-valid one starts there, else None. Raises
+    CodecError for a record of the first layout (an old log is not damage)."""
+    if len(data) - off < _HEADER_SIZE:
+        return None
+    magic, body_len, crc, seq, ts, _count, _refused = _HEADER.struct.unpack_from(data, off)
+    if magic != WAL_MAGIC:
+        if magic == WAL_MAGIC_V1:
+            raise CodecError(
+                f"record at byte {off} has the first WAL layout (magic WXDR); this version reads "
+                "layout 2 only: recover it with the version that wrote it, or start from a "
+                "snapshot",
+                type_name="WalRecord",
+            )
+        return None
+    body_at = off + _HEADER_SIZE
+    end = body_at + body_len
+    if end > len(data):
+        return None
+    view = memoryview(data)
+    if zlib.crc32(view[body_at:end], zlib.crc32(view[off + _CRC_FROM : body_at])) != crc:
+        return None
+    return WalRecordInfo(off, end, seq, ts, crc)
+
+
+def find_wal_record(data: Buffer, start: int) -> WalRecordInfo | None:
+    """The first complete, crc-valid record starting at or after ``start`` (a byte-by-byte scan
+    for the magic; a false magic inside a tx fails its crc). Cost: O(len(data) - start)."""
+    raw = bytes(data) if not isinstance(data, bytes) else data
+    at = raw.find(_MAGIC_BYTES, start)
+    while at >= 0:
+        try:
+            found = peek_wal_record(raw, at)
+        except CodecError:
+            found = None
+        if found is not None:
+            return found
+        at = raw.find(_MAGIC_BYTES, at + 1)
+    return None
+
+
+def _decode_body(data: Buffer, info: WalRecordInfo) -> WalBlock:
+    _, _, _, seq, ts, count, refused = _HEADER.struct.unpack_from(data, info.offset)
+    body_at = info.offset + _HEADER_SIZE
+    list_end = info.end - refused * _REFUSAL_SIZE
+    if list_end < body_at:
+        raise CodecError(f"record seq {seq}: {refused} refusals do not fit", type_name="WalRecord")
+    try:
+        txs = decode_tx_list(memoryview(data)[body_at:list_end], count)
+        out: list[Refusal] = []
+        off = list_end
+        for _ in range(refused):
+            (pos,) = _POSITION.unpack_from(data, off)
+            out.append((pos, _EXECUTED.decode(data, off + _POSITION.size)))
+            off += _REFUSAL_SIZE
+    except (CodecError, struct.error) as exc:
+        raise CodecError(f"record seq {seq} passed its crc but does not decode: {exc}") from exc
+    return WalBlock(seq, ts, txs, out)
+
+
+def read_wal_records(data: Buffer, after_seq: int = 0) -> tuple[list[WalBlock], int]:
+    """Parse consecutive records: the blocks with ``seq > after_seq`` (the others are crc-checked,
+    not decoded) and the offset of the first byte that does not start a complete, crc-valid
+    record (``len(data)`` if none). A record that passes its crc but does not decode raises
+    CodecError (that is not a torn write)."""
     blocks: list[WalBlock] = []
     off = 0
     end = len(data)
     while off < end:
-        if end - off < _HEADER_SIZE:
+        info = peek_wal_record(data, off)
+        if info is None:
             return blocks, off
-        magic, body_len, crc, seq, ts, count = _HEADER.struct.unpack_from(data, off)
-        body_at = off + _HEADER_SIZE
-        if magic != WAL_MAGIC or body_at + body_len > end:
-            return blocks, off
-        body = data[body_at : body_at + body_len]
-        if zlib.crc32(body, zlib.crc32(data[off + _CRC_FROM : body_at])) != crc:
-            return blocks, off
-        try:
-            txs = decode_tx_list(body, count)
-        except CodecError as exc:
-            raise CodecError(f"record seq {seq} passed its crc but does not decode: {exc}") from exc
-        blocks.append(WalBlock(seq, ts, txs))
-        off = body_at + body_len
+        if info.seq > after_seq:
+            blocks.append(_decode_body(data, info))
+        off = info.end
     return blocks, off
+
+
+# ---- WAL range reads: how a follower behind the sequencer's ring catches up from its WAL --------
+
+_READ_REQUEST = struct.Struct("<QI")
+_READ_REPLY = struct.Struct("<QQ")
+
+
+class WalReadReply(NamedTuple):
+    """The answer to a WAL range read: the oldest seq the WAL holds, the newest durable seq, and
+    the records (raw, each a complete record) from the requested seq on, oldest first."""
+
+    first_held: int
+    last_seq: int
+    records: list[tuple[int, bytes]]
+
+
+def encode_wal_read_request(from_seq: int, max_records: int) -> bytes:
+    """``u64 from_seq | u32 max_records``: records with ``seq >= from_seq``, at most that many."""
+    return _READ_REQUEST.pack(from_seq, max_records)
+
+
+def decode_wal_read_request(frame: Buffer) -> tuple[int, int]:
+    if len(frame) != _READ_REQUEST.size:
+        raise CodecError(f"needs {_READ_REQUEST.size} bytes, got {len(frame)}", type_name="WalRead")
+    from_seq, max_records = _READ_REQUEST.unpack_from(frame)
+    return from_seq, max_records
+
+
+def encode_wal_read_reply(first_held: int, last_seq: int, records: Sequence[bytes]) -> bytes:
+    """``u64 first_held | u64 last_seq`` + the records back to back (they delimit themselves)."""
+    return _READ_REPLY.pack(first_held, last_seq) + b"".join(records)
+
+
+def decode_wal_read_reply(frame: Buffer) -> WalReadReply:
+    """Split a reply into its records (crc-checked, not decoded); CodecError if any is bad."""
+    if len(frame) < _READ_REPLY.size:
+        raise CodecError("shorter than its header", type_name="WalReadReply")
+    first_held, last_seq = _READ_REPLY.unpack_from(frame)
+    records: list[tuple[int, bytes]] = []
+    off = _READ_REPLY.size
+    data = bytes(frame)
+    while off < len(data):
+        info = peek_wal_record(data, off)
+        if info is None:
+            raise CodecError(f"bad record at byte {off}", type_name="WalReadReply")
+        records.append((info.seq, data[off : info.end]))
+        off = info.end
+    return WalReadReply(first_held, last_seq, records)

@@ -182,6 +182,12 @@ CATALOG: dict[str, MetricDef] = {
             "Newest block seq seen on the stream/catch-up minus the seq applied.",
         ),
         # every actor
+        MetricDef(
+            "raydex_loop_restarts_total",
+            "counter",
+            "Background loops (followers, oracle, maintenance) restarted after an exception.",
+            ("loop",),
+        ),
         _h("raydex_gc_pause_seconds", "CPython GC pause per collection.", ("gen",)),
         MetricDef("raydex_gc_collections_total", "counter", "CPython GC collections.", ("gen",)),
         MetricDef(

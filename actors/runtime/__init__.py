@@ -1,6 +1,18 @@
 """What every raydex actor shell does the same way (``shell``): pin itself to its bundle's cores,
-apply its role's GC policy, say where it runs, export its metrics. A leaf: it imports no role."""
+apply its role's GC policy, say where it runs, export its metrics; and (``supervise``) restart a
+background loop that failed, or exit the process so Ray restarts the actor. A leaf: it imports no
+role."""
 
 from .shell import METRICS_INTERVAL_S, ActorRuntime, advertised_host, pin_actor
+from .supervise import EXIT_STATUS, Supervisor, exit_process, log_fatal
 
-__all__ = ["METRICS_INTERVAL_S", "ActorRuntime", "advertised_host", "pin_actor"]
+__all__ = [
+    "EXIT_STATUS",
+    "METRICS_INTERVAL_S",
+    "ActorRuntime",
+    "Supervisor",
+    "advertised_host",
+    "exit_process",
+    "log_fatal",
+    "pin_actor",
+]

@@ -1,18 +1,20 @@
 """The sequencer: executes every transaction, closes blocks, logs them, fans them out.
 
 ==============  ==========================================================================
-``service``     ``SequencerService`` (asyncio core: block loop, batches in, blocks out) and
-                ``SequencerActor`` (the Ray shell: start, status, operator)
+``service``     ``SequencerService`` (asyncio core: block loop, batches in, blocks out, WAL
+                range reads, maintenance) and ``SequencerActor`` (the Ray shell: start,
+                status, state_hash, operator; exits its process when it cannot go on)
 ``producer``    ``BlockProducer``: execute txs into the open block, close it, recover
 ``journal``     group commit: WAL writes and fsyncs on their own thread
-``wal``         the write-ahead log files: segments, torn-tail handling, pruning
+``wal``         the write-ahead log files: segments, torn tail vs damage, index, pruning
 ``oracle``      the mark-price oracle that stamps marks toward each book's mid
 ==============  ==========================================================================
 """
 
 from .journal import Journal
+from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, ClosedBlock
-from .service import SequencerActor, SequencerConfig, SequencerService
+from .service import SequencerActor, SequencerConfig, SequencerService, SnapshotInfo
 from .wal import FsyncPolicy, Wal, WalError
 
 __all__ = [
@@ -20,9 +22,12 @@ __all__ = [
     "ClosedBlock",
     "FsyncPolicy",
     "Journal",
+    "Oracle",
     "SequencerActor",
     "SequencerConfig",
     "SequencerService",
+    "SnapshotInfo",
     "Wal",
     "WalError",
+    "oracle_commands",
 ]

@@ -15,10 +15,11 @@ throughput no longer depends on fsync latency; a tx's acknowledgment still waits
 that covers its block (durability unchanged).
 
 Invariants: records are written in submit order (one writer thread); ``on_durable(seq, fsync_ns)``
-is called
-on the loop with non-decreasing seqs, and only after every record up to ``seq`` is written and (with
-``fsync="block"``) synced. A write or sync error stops the journal and is re-raised to the loop via
-``on_error``: the sequencer must not acknowledge anything after that.
+is called on the loop with non-decreasing seqs, and only after every record up to ``seq`` is
+written and (with ``fsync="block"``) synced; ``durable_seq`` is the newest such seq. A write or
+sync error (ENOSPC, EIO, a failed fsync) stops the journal and is handed to the loop via
+``on_error``: nothing after ``durable_seq`` may ever be acknowledged (the WAL itself refuses
+further writes), and the sequencer must exit so that it restarts from what reached the disk.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ class Journal:
         self._thread = threading.Thread(target=self._run, name="raydex-journal", daemon=True)
         self.syncs = 0
         self.records = 0
+        #: newest seq written and synced (read on the loop after the thread stopped, or racy)
+        self.durable_seq = wal.last_seq
+        #: the write/sync error that stopped the journal, if any
+        self.error: BaseException | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -74,8 +79,12 @@ class Journal:
                     wal.write_record(seq, record)
                 sync_ns = wal.sync()
             except BaseException as exc:  # the loop decides; nothing is acknowledged after this
+                self.error = exc
+                with self._cv:
+                    self._queue = []
                 self.loop.call_soon_threadsafe(self.on_error, exc)
                 return
+            self.durable_seq = batch[-1][0]
             self.syncs += 1
             self.records += len(batch)
             self.loop.call_soon_threadsafe(self.on_durable, batch[-1][0], sync_ns)

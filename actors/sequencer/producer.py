@@ -16,6 +16,13 @@ Invariants:
   the WAL record, so replay is exact.
 - Block ``seq`` is contiguous from 1; ``height`` is the number of txs the engine executed so far
   (the logged ones), so a block rebuilt from the WAL carries the same height.
+- A block rebuilt from the WAL (:meth:`recover`) is byte-identical to the one first published,
+  frame and WAL record: the WAL logs the executed txs *and* the ``TxExecuted`` of each tx refused
+  before the engine, at its position. Followers rely on it ("same seq, same bytes",
+  ``follow.py``).
+- Recovery starts from the newest snapshot that verifies (state hash) and that the WAL continues
+  (``record_crc`` of the snapshot equals the WAL's record at its seq, and the WAL holds the next
+  block), else an older one, else seq 0 and the whole WAL; each skipped snapshot is logged.
 
 Cost: per tx one dict lookup for the key, one Ed25519 verify (~70 µs, cached key objects) for user
 txs, the engine's execute, one sha256 for the tx hash; per block one WAL write (+fsync), one
@@ -33,20 +40,23 @@ from raydex.codecs import (
     OPERATOR_TX_TYPES,
     CreateOrder,
     OrderUpdated,
+    Refusal,
     ResultCode,
     TxExecuted,
     TxOutcome,
     Verifier,
+    WalBlock,
     encode_block,
     encode_tx,
     encode_wal_record,
     is_signed_type,
     tx_hash,
     tx_type_of,
+    wal_record_crc,
 )
 from raydex.engine import Engine
 
-from ..snapshot.store import load_engine_snapshot
+from ..snapshot.store import LoadedSnapshot, load_newest_snapshot
 from .wal import Wal, WalError
 
 _OK = int(ResultCode.OK)
@@ -88,11 +98,14 @@ class BlockProducer:
         self.height = height
         self._events: list[Any] = []
         self._frames: list[bytes] = []
+        self._refused: list[Refusal] = []
         self._outcomes: list[TxOutcome] = []
         self._ts_ns = 0
         self._scratch: list[Any] = []
         #: blocks rebuilt by :meth:`recover` for re-serving (empty otherwise)
         self.recovered_blocks: deque[ClosedBlock] = deque()
+        #: the snapshot :meth:`recover` started from (None when built directly)
+        self.recovered_from: LoadedSnapshot | None = None
 
     @property
     def open_txs(self) -> int:
@@ -121,7 +134,8 @@ class BlockProducer:
             ttype = tx_type_of(type(tx))
             code = _OK if replay else self._authorize(tx, ttype, operator)
             order_index = 0
-            if code == _OK:
+            refused = code != _OK
+            if not refused:
                 scratch.clear()
                 code = engine.execute(tx, now_ms, scratch)
                 self._frames.append(frame)
@@ -133,7 +147,10 @@ class BlockProducer:
             account = getattr(tx, "account_index", 0)
             api_key = getattr(tx, "api_key_index", 0)
             nonce = getattr(tx, "nonce", 0)
-            events.append(TxExecuted(h, ttype, account, api_key, nonce, code))
+            executed = TxExecuted(h, ttype, account, api_key, nonce, code)
+            events.append(executed)
+            if refused:  # logged too, so the block rebuilt from the WAL is the same bytes
+                self._refused.append((len(self._outcomes), executed))
             if code == _OK or scratch:
                 events.extend(scratch)
             scratch.clear()
@@ -162,7 +179,8 @@ class BlockProducer:
             return None
         seq = self.seq + 1
         frames, self._frames = self._frames, []
-        record = encode_wal_record(seq, self._ts_ns, frames)
+        refused, self._refused = self._refused, []
+        record = encode_wal_record(seq, self._ts_ns, frames, refused)
         if write_wal and self.wal is not None:
             self.wal.append_record(seq, record)
         outcomes, self._outcomes = self._outcomes, []
@@ -175,40 +193,80 @@ class BlockProducer:
             seq, height, self._ts_ns, frame, frames, record, outcomes, len(outcomes), len(events)
         )
 
+    def replay(self, block: WalBlock) -> ClosedBlock:
+        """Rebuild logged block ``block`` (the next seq): its txs re-executed, its refusals
+        re-stamped at their positions; the result is the block as first published."""
+        if block.seq != self.seq + 1:
+            raise WalError(f"WAL block {block.seq} does not follow {self.seq}")
+        ts = block.timestamp_ns
+        if not block.refused:
+            self.submit(block.txs, ts, replay=True)
+        else:
+            refused = dict(block.refused)
+            txs = iter(block.txs)
+            for pos in range(len(block.txs) + len(refused)):
+                ev = refused.get(pos)
+                if ev is None:
+                    self.submit((next(txs),), ts, replay=True)
+                else:
+                    self._stamp_refused(ev, ts)
+        closed = self.close_block(write_wal=False)
+        if closed is None:  # an empty record (never written by this version): an empty block
+            self.seq = block.seq
+            h = self.height
+            frame = encode_block(block.seq, h, ts, [])
+            closed = ClosedBlock(
+                block.seq, h, ts, frame, [], encode_wal_record(block.seq, ts, []), [], 0, 0
+            )
+        return closed
+
+    def _stamp_refused(self, ev: TxExecuted, now_ns: int) -> None:
+        if not self._outcomes:
+            self._ts_ns = now_ns
+        self._refused.append((len(self._outcomes), ev))
+        self._events.append(ev)
+        self._outcomes.append(TxOutcome(ev.tx_hash, ev.code, 0, self.seq + 1))
+
     # ---- recovery -------------------------------------------------------------------------------
 
     @classmethod
     def recover(
         cls, snapshot_dir: Path, wal: Wal, verifier: Verifier, keep_blocks: int = 0
     ) -> tuple[BlockProducer, int]:
-        """Newest snapshot + every WAL block after it -> the state the sequencer had before it
-        stopped. Returns the producer and the number of blocks replayed.
+        """The newest usable snapshot + every WAL block after it -> the state the sequencer had
+        before it stopped. Returns the producer and the number of blocks replayed.
 
-        The WAL blocks are re-executed through :meth:`submit` / :meth:`close_block`, so each one's
-        delta frame and WAL record are rebuilt exactly as they were first published (except the
-        ``TxExecuted`` of txs refused before the engine, which were never logged); the last
-        ``keep_blocks`` of them are left in ``recovered_blocks`` for the caller to re-serve:
-        followers that were behind the crash catch up from them instead of finding a gap."""
-        engine, seq, height = load_engine_snapshot(snapshot_dir)
-        producer = cls(engine, wal, verifier, seq=seq, height=height)
+        The WAL blocks are rebuilt through :meth:`replay`, so each one's delta frame and WAL
+        record are exactly those first published; the last ``keep_blocks`` of them are left in
+        ``recovered_blocks`` for the caller to re-serve: followers that were behind the crash
+        catch up from them instead of finding a gap. Raises WalError when no snapshot (nor seq 0)
+        can be continued by the WAL."""
+        loaded = load_newest_snapshot(snapshot_dir, usable=lambda s, m: _wal_gap(wal, s, m))
+        if loaded.path is None and (reason := _wal_gap(wal, 0, {})) is not None:
+            raise WalError(f"no snapshot the WAL continues, and from seq 0: {reason}")
+        producer = cls(loaded.engine, wal, verifier, seq=loaded.seq, height=loaded.height)
         kept: deque[ClosedBlock] = deque(maxlen=max(keep_blocks, 0))
         replayed = 0
-        for block in wal.replay(after_seq=seq):
-            if block.seq != producer.seq + 1:
-                raise WalError(f"WAL block {block.seq} does not follow {producer.seq}")
-            producer.submit(block.txs, block.timestamp_ns, replay=True)
-            closed = producer.close_block(write_wal=False)
-            if closed is None:  # its txs were all refused before the engine: an empty block
-                producer.seq = block.seq
-                ts = block.timestamp_ns
-                h = producer.height
-                frame = encode_block(block.seq, h, ts, [])
-                closed = ClosedBlock(
-                    block.seq, h, ts, frame, [], encode_wal_record(block.seq, ts, []), [], 0, 0
-                )
+        for block in wal.replay(after_seq=loaded.seq):
+            closed = producer.replay(block)
             if keep_blocks:
                 kept.append(closed)
             replayed += 1
-        wal.release_recovered()
         producer.recovered_blocks = kept
+        producer.recovered_from = loaded
         return producer, replayed
+
+
+def _wal_gap(wal: Wal, seq: int, meta: dict[str, Any]) -> str | None:
+    """Why the WAL cannot continue a snapshot at ``seq`` (None: it can): it must hold block
+    ``seq + 1`` unless it ends at or before ``seq``, and its record at ``seq``, when held, must be
+    the one the snapshot was built from (``record_crc``)."""
+    first, last = wal.first_seq, wal.last_seq
+    if last > seq and (first == 0 or first > seq + 1):
+        return f"the WAL holds seqs {first}..{last}, not {seq + 1}"
+    want = meta.get("record_crc")
+    if want is not None and first <= seq <= last:
+        held = wal.read_records(seq, seq, 1, 1)
+        if held and held[0][0] == seq and wal_record_crc(held[0][1]) != int(want):
+            return f"the WAL's block {seq} is not the one the snapshot was built from"
+    return None

@@ -4,26 +4,52 @@
 
     replicas ──tx batches (gRPC Txs stream)──►┌───────────────────────────────┐
     operator ──Ray call: operator(txs)───────►│ SequencerService              │
-                                              │  BlockProducer (engine + WAL) │
+                                              │  BlockProducer (engine)       │
                                               │  block loop: every interval   │
-                                              │  or block_max_txs, close:     │
-                                              │  WAL append+fsync, publish    │
-    replicas, snapshot holder ◄──blocks───────┤  BlockHub ring (gRPC Blocks)  │
+                                              │  or block_max_txs, close ─────┼─► Journal thread:
+                                              │                               │   WAL write+fsync
+    replicas, committer ◄──blocks (gRPC)──────┤  BlockHub ring    ◄── durable ┼───┘
+    snapshot holder ◄──tx log (gRPC)──────────┤  BlockHub ring                │
+                    ──WAL range read (gRPC)──►│  read_txlog: older records    │
+                                              │  from the WAL files           │
+                                              │ supervised: oracle, maintenance (snapshot watch,
+                                              │  WAL pruning)                  │
                                               └───────────────────────────────┘
 
 ``SequencerService`` is the asyncio core (tested without Ray); ``SequencerActor`` is the Ray shell
 (detached, named) that owns one and exposes the control plane: ``start``, ``status``,
-``operator``. Data-plane traffic never goes through Ray calls when the gRPC transport is chosen.
+``state_hash``, ``operator``. Data-plane traffic never goes through Ray calls when the gRPC
+transport is chosen.
 
-Invariants: a submitter's future resolves only after its block's WAL record is durable; blocks are
-published in seq order, each exactly once; a batch whose frame does not decode is answered with
-``INVALID_TX_INFO`` for the whole batch and changes nothing.
+Invariants:
+- A submitter's future resolves only after its block's WAL record is durable; blocks are
+  published in seq order, each exactly once, and never replaced: blocks rebuilt from the WAL after
+  a restart are byte-identical to those first published (followers check it on every resume,
+  ``actors/snapshot/follow.py``).
+- A batch whose frame does not decode is answered with ``INVALID_TX_INFO`` for the whole batch and
+  changes nothing.
+- The sequencer is either serving or exiting: a start that fails (damaged WAL, no usable state),
+  a WAL write or sync that fails (ENOSPC, EIO), a block loop that dies, or a supervised loop that
+  keeps failing calls ``on_fatal`` (the actor shell: log, then exit the process so Ray restarts
+  it). Nothing after the last durable record was ever acknowledged.
+- Followers behind the ring catch up from the WAL: the tx-log server answers range reads
+  (``codecs.encode_wal_read_request``) with raw records up to the newest *published* seq,
+  bounded per call; followers that are further behind than the WAL holds boot from a snapshot.
+- The WAL is pruned behind the snapshots: after each new durable snapshot, segments whose blocks
+  are all at or before ``min(oldest snapshot on disk, newest snapshot - wal_keep_blocks)`` are
+  deleted, so every snapshot on disk can still be continued by the WAL.
 
-Knobs: ``block_interval_ms`` (longer = bigger blocks, fewer fsyncs, more latency per tx) and
-``block_max_txs`` (caps a block so one burst cannot delay everyone behind it).
+Control plane apart from the data plane: ``status()`` is O(1) (it reports the newest snapshot's
+state hash with the seq it reflects); the current ``state_hash()`` is O(state) and runs on the
+block loop, for tests and operators only.
+
+Knobs: ``block_interval_ms`` (longer = bigger blocks, fewer fsyncs, more latency per tx),
+``block_max_txs`` (caps a block so one burst cannot delay everyone behind it), the WAL knobs and
+the catch-up bounds on :class:`SequencerConfig`.
 
 Metrics (``SequencerService.metrics``, exported by the actor shell): block time, close time, block
-size, WAL fsync, blocks and txs totals, seq; they read the histograms ``status`` reports.
+size, WAL fsync, blocks and txs totals, seq, loop restarts; they read the histograms ``status``
+reports.
 """
 
 from __future__ import annotations
@@ -34,30 +60,31 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from raydex.codecs import (
-    BPS,
     DEFAULT_CHAIN_ID,
-    MAX_MARKET_INDEX,
     CodecError,
-    MarketIndex,
     ResultCode,
     SetMarkPrice,
     TxOutcome,
     Verifier,
     decode_batch,
+    decode_wal_read_request,
     encode_outcomes,
+    encode_wal_read_reply,
 )
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
-from ..runtime import ActorRuntime, advertised_host
+from ..runtime import ActorRuntime, Supervisor, advertised_host, exit_process, log_fatal
+from ..snapshot.store import read_snapshot_meta, snapshot_seq, snapshots
 from ..transport import BlockHub, GrpcDataPlaneServer
 from .journal import Journal
+from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, ClosedBlock
 from .wal import FsyncPolicy, Wal
 
@@ -83,13 +110,42 @@ class SequencerConfig:
     oracle_max_step_bps: int = 50
     #: re-verify every user signature in the sequencer (see ``BlockProducer.verify_signatures``)
     verify_signatures: bool = True
+    #: WAL segment size: smaller prunes more finely (less disk) with more files and more syncs of
+    #: the folder; larger makes fewer, bigger files
+    wal_segment_bytes: int = 64 << 20
+    #: WAL blocks kept behind the newest snapshot (pruning margin): more lets a follower that far
+    #: behind catch up from the WAL instead of rebooting from a snapshot, and costs disk (about
+    #: 80 KB per 1,000-tx block) and recovery reads; segments back to the oldest snapshot on disk
+    #: are kept anyway (so recovery can fall back to it)
+    wal_keep_blocks: int = 100_000
+    #: how often the maintenance loop looks for a new snapshot and prunes (a listdir each time)
+    maintenance_interval_s: float = 1.0
+    #: bounds of one WAL range read (catch-up): more records per call catch up in fewer round
+    #: trips, at a longer pause of the reader thread and larger messages (< 64 MB)
+    txlog_read_max_records: int = 2000
+    txlog_read_max_bytes: int = 16 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """The newest snapshot in the snapshot folder, as the sequencer last saw it."""
+
+    seq: int = -1
+    state_hash: str = ""
+    oldest_seq: int = -1
 
 
 class SequencerService:
-    """Asyncio core of the sequencer (see module docstring)."""
+    """Asyncio core of the sequencer (see module docstring).
 
-    def __init__(self, config: SequencerConfig) -> None:
+    ``on_fatal(reason)`` is called when the sequencer cannot go on (see the invariants); the
+    actor shell passes :func:`exit_process`. The default only logs (tests, embedded runs)."""
+
+    def __init__(
+        self, config: SequencerConfig, on_fatal: Callable[[str], None] = log_fatal
+    ) -> None:
         self.config = config
+        self.on_fatal = on_fatal
         self.producer: BlockProducer | None = None
         self.hub: BlockHub | None = None
         #: the tx-log stream (one WAL record per block) that the snapshot holder replays
@@ -99,15 +155,21 @@ class SequencerService:
         self.port = 0
         self.txlog_port = 0
         self.replayed = 0
+        #: why the sequencer stopped serving (None while it serves)
+        self.failed: str | None = None
         self._pending: asyncio.Future[ClosedBlock] | None = None
         #: closed blocks whose WAL record the journal has not synced yet, in seq order
         self._undurable: deque[tuple[ClosedBlock, asyncio.Future[ClosedBlock]]] = deque()
         self.journal: Journal | None = None
+        self.oracle: Oracle | None = None
         self._loop_task: asyncio.Task[None] | None = None
-        self._oracle_task: asyncio.Task[None] | None = None
         self._stopping = False
         self.blocks = 0
         self.txs = 0
+        self.snapshot = SnapshotInfo()
+        self.pruned_through = 0
+        self.pruned_segments = 0
+        self.txlog_reads = 0
         #: open (first tx in) -> durable and published, per block
         self.block_time = Histogram()
         #: the close itself on the loop: encode the block and queue its WAL record
@@ -121,56 +183,86 @@ class SequencerService:
         m.counter_fn("raydex_blocks_total", lambda: self.blocks)
         m.counter_fn("raydex_txs_total", lambda: self.txs)
         m.gauge("raydex_block_seq", lambda: self.producer.seq if self.producer else 0)
+        self.supervisor = Supervisor(m, self._fatal)
+
+    @property
+    def wal(self) -> Wal:
+        assert self.producer is not None and self.producer.wal is not None, "start() first"
+        return self.producer.wal
 
     async def start(self) -> int:
-        """Recover (newest snapshot + WAL), open the data plane, start the block loop; port."""
+        """Recover (newest usable snapshot + WAL), open the data plane, start the loops; the
+        blocks port. Raises (WalError, OSError, ...) when the sequencer cannot start."""
         cfg = self.config
-        wal = Wal(cfg.wal_dir, fsync=cfg.wal_fsync)
+        wal = Wal(cfg.wal_dir, fsync=cfg.wal_fsync, segment_bytes=cfg.wal_segment_bytes)
         self.producer, self.replayed = BlockProducer.recover(
             Path(cfg.snapshot_dir), wal, Verifier(cfg.chain_id), keep_blocks=cfg.ring_size
         )
         self.producer.verify_signatures = cfg.verify_signatures
         self.metrics.histogram("raydex_wal_fsync_seconds", wal.fsync_time)
+        log.info(
+            "sequencer recovered: snapshot seq %d (%s), %d WAL blocks replayed, now at seq %d",
+            self.producer.seq - self.replayed,
+            self.producer.recovered_from.path if self.producer.recovered_from else None,
+            self.replayed,
+            self.producer.seq,
+        )
         # Re-serve the blocks rebuilt from the WAL: a follower behind the crash (the snapshot
         # holder, a replica) resumes from them instead of finding its seq below the ring.
         rebuilt = self.producer.recovered_blocks
         first = rebuilt[0].seq - 1 if rebuilt else self.producer.seq
         self.hub = BlockHub(ring_size=cfg.ring_size, last_seq=first)
-        self.server = GrpcDataPlaneServer(
-            self.hub, self.handle_batch, host=cfg.grpc_host, port=cfg.grpc_port
-        )
-        self.port = await self.server.start()
         self.txlog = BlockHub(ring_size=cfg.ring_size, last_seq=first)
         for block in rebuilt:
             self.hub.publish_nowait(block.seq, block.frame)
             self.txlog.publish_nowait(block.seq, block.wal_record)
         rebuilt.clear()
-        self.txlog_server = GrpcDataPlaneServer(self.txlog, host=cfg.grpc_host, port=cfg.txlog_port)
+        self.server = GrpcDataPlaneServer(
+            self.hub, self.handle_batch, host=cfg.grpc_host, port=cfg.grpc_port
+        )
+        self.port = await self.server.start()
+        self.txlog_server = GrpcDataPlaneServer(
+            self.txlog, self.read_txlog, host=cfg.grpc_host, port=cfg.txlog_port
+        )
         self.txlog_port = await self.txlog_server.start()
         loop = asyncio.get_running_loop()
         self.journal = Journal(wal, loop, self._on_durable, self._on_journal_error)
         self.journal.start()
-        self._loop_task = loop.create_task(self._block_loop())
+        self._loop_task = loop.create_task(self._block_loop(), name="block-loop")
+        self._loop_task.add_done_callback(self._on_block_loop_end)
         if cfg.oracle_interval_ms > 0:
-            self._oracle_task = loop.create_task(self._oracle_loop())
+            self.oracle = Oracle(
+                self._engine,
+                lambda cmds: self.submit(cmds, operator=True),
+                cfg.oracle_interval_ms,
+                cfg.oracle_max_step_bps,
+            )
+            self.supervisor.start("oracle", self.oracle.run)
+        self.supervisor.start("maintenance", self._maintain)
         return self.port
 
     async def stop(self) -> None:
         self._stopping = True
-        for task in (self._oracle_task, self._loop_task):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._close_block()
+        await self.supervisor.stop()
+        if self._loop_task is not None:
+            self._loop_task.remove_done_callback(self._on_block_loop_end)
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
         if self.journal is not None:
+            if self.failed is None:
+                self._close_block()
             await asyncio.get_running_loop().run_in_executor(None, self.journal.close)
-            if self.producer is not None and self.producer.wal is not None:
-                self._on_durable(self.producer.wal.last_seq)
+            if self.journal.error is None:
+                self._on_durable(self.journal.durable_seq)
         for server in (self.server, self.txlog_server):
             if server is not None:
                 await server.stop()
         if self.producer is not None and self.producer.wal is not None:
             self.producer.wal.close()
+
+    def _engine(self) -> Any:
+        assert self.producer is not None
+        return self.producer.engine
 
     # ---- data plane -----------------------------------------------------------------------------
 
@@ -190,7 +282,7 @@ class SequencerService:
         producer = self.producer
         assert producer is not None, "start() first"
         if self._stopping:
-            raise RuntimeError("sequencer is stopping")
+            raise RuntimeError(f"sequencer is stopping ({self.failed or 'stop requested'})")
         at = producer.submit(txs, time.time_ns(), operator=operator)
         if self._pending is None:
             self._pending = asyncio.get_running_loop().create_future()
@@ -235,14 +327,33 @@ class SequencerService:
                 fut.set_result(block)
 
     def _on_journal_error(self, exc: BaseException) -> None:
-        """The WAL failed: nothing more may be acknowledged. Fail what waits and stop taking txs
-        (Ray restarts the actor, which recovers from what did reach the disk)."""
+        """The WAL failed: nothing more may be acknowledged. Fail what waits (those txs are
+        unacknowledged: their submitters learn the outcome after the restart), stop taking txs,
+        and exit (Ray restarts the actor, which recovers from what did reach the disk)."""
         self._stopping = True
-        log.error("WAL write failed, sequencer stops acknowledging: %r", exc)
+        durable = self.journal.durable_seq if self.journal is not None else 0
+        reason = f"WAL write failed after seq {durable}: {exc!r}"
+        self.failed = reason
+        log.error("%s; %d closed blocks not acknowledged", reason, len(self._undurable))
         while self._undurable:
             _, fut = self._undurable.popleft()
             if not fut.done():
-                fut.set_exception(RuntimeError(f"WAL write failed: {exc!r}"))
+                fut.set_exception(RuntimeError(reason))
+        if self._pending is not None and not self._pending.done():
+            self._pending.set_exception(RuntimeError(reason))
+        self._pending = None
+        self._fatal(reason)
+
+    def _fatal(self, reason: str) -> None:
+        self._stopping = True
+        if self.failed is None:
+            self.failed = reason
+        self.on_fatal(reason)
+
+    def _on_block_loop_end(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        self._fatal(f"the block loop ended: {task.exception()!r}")
 
     async def _block_loop(self) -> None:
         interval = self.config.block_interval_ms / 1000.0
@@ -251,49 +362,103 @@ class SequencerService:
             if self._pending is not None:
                 self._close_block()
 
+    # ---- catch-up from the WAL ------------------------------------------------------------------
+
+    async def read_txlog(self, frame: bytes) -> bytes:
+        """Handler of the tx-log server's request channel: a WAL range read (records with
+        ``seq >= from_seq``, up to the newest published seq, bounded by the config); the file
+        reads run on a worker thread."""
+        from_seq, max_records = decode_wal_read_request(frame)
+        assert self.hub is not None
+        cfg = self.config
+        wal = self.wal
+        through = self.hub.last_seq
+        n = max(1, min(max_records, cfg.txlog_read_max_records))
+        records = await asyncio.get_running_loop().run_in_executor(
+            None, wal.read_records, from_seq, through, n, cfg.txlog_read_max_bytes
+        )
+        self.txlog_reads += 1
+        reply: bytes = encode_wal_read_reply(wal.first_seq, through, [r for _, r in records])
+        return reply
+
     # ---- oracle ---------------------------------------------------------------------------------
 
     def oracle_commands(self) -> list[SetMarkPrice]:
         """SetMarkPrice per market whose book mid moved away from its mark (capped step)."""
-        assert self.producer is not None
-        engine = self.producer.engine
-        step_bps = self.config.oracle_max_step_bps
-        out: list[SetMarkPrice] = []
-        for i in range(MAX_MARKET_INDEX + 1):
-            m = engine.market(i)
-            if m is None:
-                continue
-            bid, ask = engine.book_levels(i, 0, 1), engine.book_levels(i, 1, 1)
-            if not bid or not ask:
-                continue
-            mid = (bid[0][0] + ask[0][0]) // 2
-            cap = max(1, m.mark_price * step_bps // BPS)
-            target = min(max(mid, m.mark_price - cap), m.mark_price + cap)
-            if target != m.mark_price:
-                out.append(SetMarkPrice(MarketIndex(i), target))
-        return out
+        return oracle_commands(self._engine(), self.config.oracle_max_step_bps)
 
-    async def _oracle_loop(self) -> None:
-        interval = self.config.oracle_interval_ms / 1000.0
+    # ---- maintenance: snapshot watch, WAL pruning -----------------------------------------------
+
+    async def _maintain(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(interval)
-            cmds = self.oracle_commands()
-            if cmds:
-                await self.submit(cmds, operator=True)
+            await loop.run_in_executor(None, self.maintain_once)
+            await asyncio.sleep(self.config.maintenance_interval_s)
+
+    def maintain_once(self) -> list[Path]:
+        """Look at the snapshot folder; after a new snapshot, prune the WAL behind it (see the
+        module docstring). Runs on a worker thread; returns the segments deleted."""
+        cfg = self.config
+        dirs = snapshots(Path(cfg.snapshot_dir))
+        if not dirs:
+            return []
+        newest, oldest = snapshot_seq(dirs[-1]), snapshot_seq(dirs[0])
+        if newest != self.snapshot.seq:
+            try:
+                state_hash = str(read_snapshot_meta(dirs[-1])["state_hash"])
+            except (OSError, ValueError, KeyError) as exc:  # being moved aside, or damaged
+                log.warning("snapshot %s has no readable meta.json: %r", dirs[-1], exc)
+                return []
+            self.snapshot = SnapshotInfo(newest, state_hash, oldest)
+        through = min(oldest, newest - cfg.wal_keep_blocks)
+        if through <= self.pruned_through:
+            return []
+        removed = self.wal.prune(through)
+        self.pruned_through = through
+        if removed:
+            self.pruned_segments += len(removed)
+            log.info(
+                "WAL pruned through seq %d (%d segments) behind snapshot seq %d",
+                through,
+                len(removed),
+                newest,
+            )
+        return removed
 
     # ---- control plane --------------------------------------------------------------------------
 
+    def state_hash(self) -> dict[str, Any]:
+        """The engine's current state hash and the seq it reflects. O(state), on the block loop:
+        for tests and operators, never for periodic polling (``status`` is O(1))."""
+        p = self.producer
+        return {
+            "seq": p.seq if p else 0,
+            "state_hash": p.engine.state_hash().hex() if p else "",
+        }
+
     def status(self) -> dict[str, Any]:
+        """O(1): counters, ports, and the newest snapshot's state hash with its seq."""
         p = self.producer
         return {
             "pid": os.getpid(),
             "seq": p.seq if p else 0,
             "height": p.height if p else 0,
-            "state_hash": p.engine.state_hash().hex() if p else "",
+            "state_hash": self.snapshot.state_hash,
+            "state_hash_seq": self.snapshot.seq,
+            "failed": self.failed,
             "grpc_port": self.port,
             "txlog_port": self.txlog_port,
             "replayed_blocks": self.replayed,
             "blocks": self.blocks,
+            "wal": {
+                "first_seq": p.wal.first_seq if p and p.wal else 0,
+                "last_seq": p.wal.last_seq if p and p.wal else 0,
+                "torn_bytes": p.wal.torn_bytes if p and p.wal else 0,
+                "pruned_through": self.pruned_through,
+                "pruned_segments": self.pruned_segments,
+                "txlog_reads": self.txlog_reads,
+            },
+            "loop_restarts": {n: self.supervisor.restarts(n) for n in self.supervisor.tasks},
             "block_time_us": self.block_time.summary_us(),
             "block_close_us": self.close_time.summary_us(),
             "block_txs": self.block_txs.summary_us(scale_ns=False),
@@ -305,18 +470,24 @@ class SequencerActor:
     """Ray shell around :class:`SequencerService` (wrap with ``ray.remote``; see ``deploy``).
 
     Starts as soon as it is created *and whenever Ray restarts it* (the start task is scheduled
-    from ``__init__``): it recovers from the newest snapshot plus the WAL, so a crash loses nothing
-    acknowledged, and reopens the data plane on its configured ports.
+    from ``__init__``): it recovers from the newest usable snapshot plus the WAL, so a crash loses
+    nothing acknowledged, and reopens the data plane on its configured ports. A start that fails,
+    or a fault that stops the sequencer later (a WAL write error), exits the process after logging
+    why, so Ray restarts it instead of keeping a live actor that answers nothing.
     """
 
     def __init__(self, config: SequencerConfig, bundle: Any = None, gc_spec: Any = None) -> None:
-        self.service = SequencerService(config)
+        self.service = SequencerService(config, on_fatal=exit_process)
         self.runtime = ActorRuntime(bundle, gc_spec)
         self._started = asyncio.get_event_loop().create_task(self._start())
 
     async def _start(self) -> int:
         self.runtime.before_boot()
-        port = await self.service.start()
+        try:
+            port = await self.service.start()
+        except Exception as exc:  # any failed start: exit so that Ray restarts (and retries) us
+            log.exception("sequencer start failed")
+            exit_process(f"sequencer start failed: {exc!r}")
         self.runtime.after_boot(self.service.metrics)
         return port
 
@@ -341,6 +512,11 @@ class SequencerActor:
     async def status(self) -> dict[str, Any]:
         svc = await self._ensure_started()
         return {**svc.status(), **self.runtime.status(), "address": advertised_host()}
+
+    async def state_hash(self) -> dict[str, Any]:
+        """The current state hash (O(state), pauses the block loop; see the service)."""
+        svc = await self._ensure_started()
+        return svc.state_hash()
 
     async def stop(self) -> None:
         await self._started

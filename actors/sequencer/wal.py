@@ -1,41 +1,98 @@
 """The sequencer's write-ahead log: one record per block, group-committed.
 
 Invariants:
-- A block is acknowledged to anyone only after :meth:`Wal.append` returned (and, with
-  ``fsync="block"``, after its bytes reached the disk). So an acknowledged tx is never lost.
+- A block is acknowledged to anyone only after its record was written and (``fsync="block"``)
+  synced: the journal (``journal.py``) releases outcomes only after the covering sync. So an
+  acknowledged tx is never lost.
 - Records are appended in strictly increasing ``seq``; recovery yields them in that order.
-- A torn tail (crash mid-write) is detected by length/magic/crc and cut off on open; anything before
-  it is intact. A bad record *before* the tail is corruption, not a torn write: recovery refuses it.
+- Every byte is checked on the way in (at open):
+
+  * a **torn tail** (the newest segment ends in bytes that are not a complete, crc-valid record,
+    and no valid record follows them) is the trace of a crash mid-write: it is cut off, with a
+    warning naming the file, the bytes cut and the seq the log now ends at;
+  * **damage followed by valid records** (anywhere), or any bad byte in an older segment, is not
+    a torn write: opening raises :class:`WalError` naming the file, the offset and the seqs on
+    either side. Nothing is truncated; an operator decides (the sequencer does not start).
+
+- After a failed write or sync the log refuses every later write (a partial record followed by
+  good ones would turn a torn tail into damage, and a failed fsync may have lost pages): the
+  sequencer must stop and recover from what reached the disk.
 
 Layout: segment files ``wal-<first seq:020d>.log`` in one folder; each record is
-``WalRecordHeader`` (codecs/_wal.py) + ``count`` x (uint16 length, tagged tx bytes). Segments roll
-over at ``segment_bytes``; :meth:`Wal.prune` drops whole segments covered by a snapshot.
+``WalRecordHeader`` (codecs/_wal.py) + the tx list + the refusals. Segments roll over at
+``segment_bytes``; a new segment's directory entry is synced before its first record counts as
+durable. :meth:`Wal.prune` drops whole segments covered by a snapshot.
 
-Cost: one ``write`` + (optionally) one ``fsync`` per block, never per tx. ``fsync="none"`` trades
-durability across power loss (the OS still has the bytes on a process crash) for latency.
+An in-memory index (seq and offset of every record, 16 bytes per record) is built at open and
+kept on append, so :meth:`Wal.read_records` serves any held range with one ``pread`` per segment
+(followers that fell behind the sequencer's ring catch up from it) and :meth:`Wal.replay` decodes
+only the records after a snapshot (the others are crc-checked at open, never decoded).
+
+Cost: one ``write`` + (optionally) one ``fsync`` per group of blocks, never per tx. Opening reads
+and crc-checks every held byte once (~1 GB/s); pruning keeps that bounded. ``fsync="none"``
+trades durability across power loss (the OS still has the bytes on a process crash) for latency.
 """
 
 from __future__ import annotations
 
-import itertools
+import bisect
+import logging
 import os
+import threading
 import time
+from array import array
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from raydex.codecs import CodecError, WalBlock, encode_tx, encode_wal_record, read_wal_records
+from raydex.codecs import (
+    CodecError,
+    Refusal,
+    WalBlock,
+    encode_tx,
+    encode_wal_record,
+    find_wal_record,
+    peek_wal_record,
+    read_wal_records,
+)
 from raydex.observability.hist import Histogram
+
+log = logging.getLogger(__name__)
 
 FsyncPolicy = Literal["block", "none"]
 
 
 class WalError(RuntimeError):
-    """The log is corrupt somewhere other than its tail."""
+    """The log cannot be used: damage that is not a torn tail, an out-of-order record, or a
+    write/sync that failed earlier."""
 
 
 def _segment_name(first_seq: int) -> str:
     return f"wal-{first_seq:020d}.log"
+
+
+def _first_seq_of(path: Path) -> int:
+    return int(path.stem.split("-")[1])
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make ``folder``'s entries (created, renamed or deleted files) durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class _Segment:
+    path: Path
+    first_seq: int
+    #: seq and start offset of every record, in file order (end = next offset or ``size``)
+    seqs: array[int] = field(default_factory=lambda: array("Q"))
+    offsets: array[int] = field(default_factory=lambda: array("Q"))
+    size: int = 0
 
 
 class Wal:
@@ -54,62 +111,165 @@ class Wal:
         self.last_seq = 0
         #: fsync per appended block (ns); exported as ``raydex_wal_fsync_seconds``
         self.fsync_time = Histogram()
+        #: bytes cut off as a torn tail at open (0 when the log was clean)
+        self.torn_bytes = 0
         self._fd = -1
-        self._size = 0
-        self._recovered = self._recover()
+        self._failed: BaseException | None = None
+        self._lock = threading.Lock()  # guards ``_segments`` (appender, pruner, readers)
+        self._segments: list[_Segment] = []
+        self._recover()
 
-    # ---- recovery -------------------------------------------------------------------------------
+    # ---- opening: check every byte --------------------------------------------------------------
 
     def segments(self) -> list[Path]:
         return sorted(self.folder.glob("wal-*.log"))
 
-    def _recover(self) -> list[WalBlock]:
-        blocks: list[WalBlock] = []
-        segs = self.segments()
-        for i, path in enumerate(segs):
-            data = path.read_bytes()
-            try:
-                got, good = read_wal_records(data)
-            except CodecError as exc:
-                raise WalError(f"{path}: {exc}") from exc
-            if good != len(data):
-                if i != len(segs) - 1:
-                    raise WalError(f"{path}: corrupt record at byte {good} (not the tail segment)")
-                with open(path, "r+b") as f:  # cut the torn tail so appends continue cleanly
-                    f.truncate(good)
-                    os.fsync(f.fileno())
-            for b in got:
-                if b.seq <= self.last_seq:
-                    raise WalError(f"{path}: seq {b.seq} after {self.last_seq}: out of order")
-                self.last_seq = b.seq
-            blocks.extend(got)
-        if segs:
-            self._open(segs[-1])
-        return blocks
+    def _recover(self) -> None:
+        paths = self.segments()
+        for i, path in enumerate(paths):
+            seg = self._scan(path, data := path.read_bytes(), last=i == len(paths) - 1)
+            if seg.size != len(data):
+                self._cut_torn_tail(seg, len(data))
+            self._segments.append(seg)
+        if self._segments:
+            self._open(self._segments[-1])
+
+    def _scan(self, path: Path, data: bytes, last: bool) -> _Segment:
+        """Index the valid records of one segment; raise WalError unless what follows them is a
+        torn tail of the newest segment."""
+        seg = _Segment(path, _first_seq_of(path))
+        off = 0
+        try:
+            while (info := peek_wal_record(data, off)) is not None:
+                if info.seq <= self.last_seq or (off == 0 and info.seq != seg.first_seq):
+                    raise WalError(
+                        f"{path}: record seq {info.seq} at byte {off} is out of order (after "
+                        f"seq {self.last_seq}, segment named for seq {seg.first_seq})"
+                    )
+                seg.seqs.append(info.seq)
+                seg.offsets.append(off)
+                self.last_seq = info.seq
+                off = info.end
+            if off != len(data):
+                after = find_wal_record(data, off + 1)
+                if after is not None or not last:
+                    nxt = (
+                        f"valid record seq {after.seq} at byte {after.offset}"
+                        if after
+                        else ("a newer segment")
+                    )
+                    raise WalError(
+                        f"{path}: damaged WAL at byte {off} (after seq {self.last_seq}), "
+                        f"followed by a {nxt}: this is not a torn tail; refusing to start. "
+                        "Restore the file, or move the damaged part aside knowing that the "
+                        "blocks in it were acknowledged"
+                    )
+        except CodecError as exc:
+            raise WalError(f"{path}: {exc}") from exc
+        seg.size = off
+        return seg
+
+    def _cut_torn_tail(self, seg: _Segment, file_size: int) -> None:
+        cut = file_size - seg.size
+        with open(seg.path, "r+b") as f:  # cut the torn tail so appends continue cleanly
+            f.truncate(seg.size)
+            os.fsync(f.fileno())
+        self.torn_bytes += cut
+        log.warning(
+            "WAL %s: torn tail of %d bytes at byte %d cut off (no valid record after it); "
+            "the log now ends at seq %d",
+            seg.path,
+            cut,
+            seg.size,
+            self.last_seq,
+        )
+
+    @property
+    def first_seq(self) -> int:
+        """Seq of the oldest record held (0 when the log is empty)."""
+        with self._lock:
+            for seg in self._segments:
+                if seg.seqs:
+                    return seg.seqs[0]
+        return 0
+
+    # ---- reading --------------------------------------------------------------------------------
 
     def replay(self, after_seq: int = 0) -> Iterator[WalBlock]:
-        """Blocks with ``seq > after_seq``, in order, as recovered when the log was opened."""
-        return (b for b in self._recovered if b.seq > after_seq)
+        """Blocks with ``seq > after_seq``, in order; segments and records at or before
+        ``after_seq`` are skipped without decoding. Call before appending starts."""
+        for seg in self._held_segments():
+            if not seg.seqs or seg.seqs[-1] <= after_seq:
+                continue
+            data = seg.path.read_bytes()[: seg.size]
+            try:
+                blocks, _ = read_wal_records(data, after_seq)
+            except CodecError as exc:
+                raise WalError(f"{seg.path}: {exc}") from exc
+            yield from blocks
 
-    def release_recovered(self) -> None:
-        """Drop the blocks read at open (after the caller replayed them)."""
-        self._recovered = []
+    def read_records(
+        self, from_seq: int, through_seq: int, max_records: int, max_bytes: int
+    ) -> list[tuple[int, bytes]]:
+        """Raw records with ``from_seq <= seq <= through_seq``, oldest first, at most
+        ``max_records`` and about ``max_bytes`` (always at least one when any is held). Safe to
+        call from any thread while the journal appends (``through_seq`` must be durable). A
+        segment pruned meanwhile ends the answer early."""
+        out: list[tuple[int, bytes]] = []
+        size = 0
+        for seg in self._held_segments():
+            n = len(seg.seqs)  # a snapshot of what the appender had indexed
+            if not n or seg.seqs[n - 1] < from_seq:
+                continue
+            i = bisect.bisect_left(seg.seqs, from_seq, 0, n)
+            j = i
+            while j < n and seg.seqs[j] <= through_seq and len(out) + j - i < max_records:
+                end = seg.offsets[j + 1] if j + 1 < n else seg.size
+                if j > i and size + end - seg.offsets[i] > max_bytes:
+                    break
+                j += 1
+            if j == i:
+                break
+            start = seg.offsets[i]
+            stop = seg.offsets[j] if j < n else seg.size
+            try:
+                with open(seg.path, "rb") as f:
+                    data = os.pread(f.fileno(), stop - start, start)
+            except FileNotFoundError:
+                break
+            for k in range(i, j):
+                a = seg.offsets[k] - start
+                b = (seg.offsets[k + 1] if k + 1 < n else seg.size) - start
+                out.append((seg.seqs[k], data[a:b]))
+            size += len(data)
+            if len(out) >= max_records or size >= max_bytes or seg.seqs[j - 1] >= through_seq:
+                break
+        return out
+
+    def _held_segments(self) -> list[_Segment]:
+        with self._lock:
+            return list(self._segments)
 
     # ---- appending ------------------------------------------------------------------------------
 
-    def _open(self, path: Path) -> None:
+    def _open(self, seg: _Segment) -> None:
         if self._fd >= 0:
             os.close(self._fd)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def append(self, seq: int, timestamp_ns: int, txs: Sequence[object]) -> int:
         """Write one block's txs; durable on return with ``fsync="block"``. Returns its size."""
         frames = [encode_tx(t) for t in txs]  # type: ignore[arg-type]
         return self.append_frames(seq, timestamp_ns, frames)
 
-    def append_frames(self, seq: int, timestamp_ns: int, tx_frames: Sequence[bytes]) -> int:
-        return self.append_record(seq, encode_wal_record(seq, timestamp_ns, tx_frames))
+    def append_frames(
+        self,
+        seq: int,
+        timestamp_ns: int,
+        tx_frames: Sequence[bytes],
+        refused: Sequence[Refusal] = (),
+    ) -> int:
+        return self.append_record(seq, encode_wal_record(seq, timestamp_ns, tx_frames, refused))
 
     def append_record(self, seq: int, record: bytes) -> int:
         """Append a record built by ``codecs.encode_wal_record`` for ``seq``, then :meth:`sync`."""
@@ -119,36 +279,79 @@ class Wal:
 
     def write_record(self, seq: int, record: bytes) -> int:
         """Write without syncing (group commit: several writes, then one :meth:`sync`)."""
+        if self._failed is not None:
+            raise WalError(f"the WAL failed earlier and takes no more writes: {self._failed!r}")
         if seq <= self.last_seq:
             raise WalError(f"append seq {seq} <= last seq {self.last_seq}")
-        if self._fd < 0 or self._size >= self.segment_bytes:
-            if self._fd >= 0:
-                self.sync()  # a segment is complete and durable before the next one starts
-            self._open(self.folder / _segment_name(seq))
-        os.write(self._fd, record)
-        self._size += len(record)
+        try:
+            seg = self._segments[-1] if self._segments else None
+            if seg is not None and not seg.seqs and seg.first_seq != seq:
+                self._drop_empty(seg)  # named for a seq that never came (recovery jumped ahead)
+                seg = None
+            if seg is None or self._fd < 0 or seg.size >= self.segment_bytes:
+                if seg is not None and self._fd >= 0:
+                    self.sync()  # a segment is complete and durable before the next one starts
+                seg = _Segment(self.folder / _segment_name(seq), seq)
+                self._open(seg)
+                if self.fsync == "block":
+                    fsync_dir(self.folder)  # the new file's entry survives a power loss
+                with self._lock:
+                    self._segments.append(seg)
+            view = memoryview(record)
+            written = 0
+            while written < len(record):  # os.write may write less (e.g. the disk filled up)
+                written += os.write(self._fd, view[written:])
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        seg.offsets.append(seg.size)
+        seg.seqs.append(seq)
+        seg.size += len(record)
         self.last_seq = seq
         return len(record)
+
+    def _drop_empty(self, seg: _Segment) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        with self._lock:
+            self._segments.remove(seg)
+        seg.path.unlink(missing_ok=True)
 
     def sync(self) -> int:
         """Make every written record durable (``fsync="block"``; a no-op with ``"none"``).
         Returns the nanoseconds it took (the caller records them: this may run on another
-        thread than the one reading ``fsync_time``)."""
+        thread than the one reading ``fsync_time``). A failed sync poisons the log."""
+        if self._failed is not None:
+            raise WalError(f"the WAL failed earlier and cannot sync: {self._failed!r}")
         if self.fsync != "block" or self._fd < 0:
             return 0
         t0 = time.perf_counter_ns()
-        os.fsync(self._fd)
+        try:
+            os.fsync(self._fd)
+        except BaseException as exc:
+            self._failed = exc
+            raise
         return time.perf_counter_ns() - t0
 
-    def prune(self, snapshot_seq: int) -> list[Path]:
-        """Delete segments whose records all have ``seq <= snapshot_seq``; return them."""
-        segs = self.segments()
+    def prune(self, through_seq: int) -> list[Path]:
+        """Delete the segments whose records all have ``seq <= through_seq`` (never the newest
+        one, which is being appended to); return them."""
         removed: list[Path] = []
-        for path, nxt in itertools.pairwise(segs):
-            next_first = int(nxt.stem.split("-")[1])
-            if next_first - 1 <= snapshot_seq:
-                path.unlink()
-                removed.append(path)
+        with self._lock:
+            keep: list[_Segment] = []
+            for i, seg in enumerate(self._segments):
+                is_last = i == len(self._segments) - 1
+                covered = not is_last and self._segments[i + 1].first_seq - 1 <= through_seq
+                if covered and not keep:
+                    removed.append(seg.path)
+                else:
+                    keep.append(seg)
+            self._segments = keep
+        for path in removed:
+            path.unlink(missing_ok=True)
+        if removed:
+            fsync_dir(self.folder)
         return removed
 
     def close(self) -> None:

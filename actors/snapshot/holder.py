@@ -3,22 +3,42 @@
 ::
 
     sequencer ──tx log (WAL records, gRPC)──► SnapshotService ── every K blocks or T s ──►
-              ──delta blocks (gRPC)─────────►  engine replica      snapshot-<seq>/ (Arrow IPC)
-                                               ring of deltas       ray.put(tables) (owned here)
+              ──WAL range reads (behind ring)─►  engine replica     snapshot-<seq>/ (Arrow IPC)
+              ──delta blocks (gRPC)──────────►  ring of deltas      ray.put(tables) (owned here)
     replicas ◄── latest_snapshot() / blocks_since(seq) (long poll) ──┘
 
 State is kept by *re-executing* the logged txs with the deterministic engine (state-machine
 replication), so a snapshot is exactly ``Engine.records()`` of the sequencer's state at that seq:
-the same tables the sequencer recovers from and replicas boot from. Its state hash is written in
-each snapshot's ``meta.json`` and can be compared with the sequencer's.
+the same tables the sequencer recovers from and replicas boot from. Its state hash and the crc of
+its last tx-log record (the identity of the history it belongs to) are written in each snapshot's
+``meta.json``. Applying one logged block is :meth:`SnapshotService.apply_record`, the one place
+to change when the holder applies block deltas instead (issue 9).
+
+Following (two supervised loops, ``txlog`` and ``deltas``; ``actors/runtime/supervise.py``):
+
+- Each stream resumes *at* the seq it has and checks the sequencer's block there is the one it
+  applied (``follow.py``); a different one (the sequencer lost published blocks) raises
+  ``Diverged``: the tx-log follower moves its snapshots from that seq on aside
+  (``.diverged-snapshot-<seq>``), rebuilds from the newest older snapshot and follows again (each
+  resume checks again, so it walks back to the common history); the delta follower drops its ring.
+- Behind the sequencer's ring (``ResyncRequired``), the tx-log follower catches up from the
+  sequencer's WAL through bounded range reads on the tx-log port, then streams again. The delta
+  follower restarts its ring where the sequencer's starts (replicas that need older deltas boot
+  from a snapshot instead).
+- An exception while applying a block leaves the engine between two blocks: the loop restarts
+  from the newest snapshot, never from the half-applied state.
 
 The delta ring lets a replica that booted from snapshot ``S`` fetch blocks ``S+1..`` even when the
 sequencer's own ring has moved past them. ``blocks_since(n)`` is long-poll style: answered at once
 when newer blocks exist, else when one arrives or the timeout passes; every answer says which seq
-it reflects.
+it reflects; a seq the ring no longer holds raises ``ResyncRequired`` (never an empty answer that
+would keep a caller waiting forever).
+
+Control plane: ``status()`` is O(1) (the last snapshot's state hash, with its seq); the current
+``state_hash()`` is O(state), for tests and operators.
 
 Cost: replaying costs what the sequencer's execution costs (minus signatures); a snapshot is
-``records()`` + Arrow conversion + IPC write, O(state), off the trading path.
+``records()`` + Arrow conversion + IPC write + fsyncs, O(state), off the trading path.
 """
 
 from __future__ import annotations
@@ -26,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections import deque
 from collections.abc import Callable
@@ -35,14 +56,34 @@ from typing import Any
 
 import pyarrow as pa
 
-from raydex.codecs import decode_wal_record
+from raydex.codecs import (
+    decode_wal_read_reply,
+    decode_wal_record,
+    encode_wal_read_request,
+    wal_record_crc,
+)
 from raydex.engine import Engine
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
-from ..runtime import ActorRuntime
-from ..transport import GrpcBlockSource, ResyncRequired, TransportUnavailable
-from .store import load_engine_snapshot, replay_block, write_snapshot
+from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal
+from ..transport import (
+    GrpcBlockSource,
+    GrpcTxChannel,
+    ResyncRequired,
+    TransportError,
+)
+from .follow import ONE_ATTEMPT, Diverged, Reconnect, block_digest, follow
+from .store import (
+    LoadedSnapshot,
+    load_newest_snapshot,
+    quarantine,
+    read_snapshot_meta,
+    replay_block,
+    snapshot_seq,
+    snapshots,
+    write_snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,88 +99,194 @@ class SnapshotConfig:
     every_seconds: float = 5.0
     #: how many recent delta blocks are kept for replicas catching up
     ring_size: int = 50_000
-    #: snapshot folders kept on disk (older ones are deleted)
+    #: snapshot folders kept on disk (older ones are deleted); the sequencer keeps its WAL back to
+    #: the oldest of them, so more means more disk for both
     keep: int = 3
+    #: records asked per WAL range read when behind the sequencer's ring (the sequencer caps it)
+    catch_up_records: int = 2000
+    #: pause before reconnecting a broken stream (short: resumes fast after a sequencer restart)
+    retry_s: float = 0.2
+    #: deadline of one WAL range read
+    read_timeout_s: float = 30.0
 
 
 class SnapshotService:
     """Asyncio core of the snapshot holder (see module docstring)."""
 
-    def __init__(self, config: SnapshotConfig, on_tables: TablesHook | None = None) -> None:
+    def __init__(
+        self,
+        config: SnapshotConfig,
+        on_tables: TablesHook | None = None,
+        on_fatal: Callable[[str], None] = log_fatal,
+    ) -> None:
         self.config = config
         self.on_tables = on_tables
         self.engine: Engine = Engine()
         self.seq = 0
         self.height = 0
+        #: crc of the tx-log record of block ``seq`` (None: unknown, e.g. seq 0)
+        self.record_crc: int | None = None
         self.snapshot_seq = -1
+        self.snapshot_hash = ""
         self.snapshots_written = 0
         self.last_snapshot_s = 0.0
         self.ring: deque[tuple[int, bytes]] = deque(maxlen=config.ring_size)
         self.delta_seq = 0
+        #: the delta frame of block ``delta_seq`` (None: not held)
+        self.last_frame: bytes | None = None
+        self.divergences = 0
+        self.wal_records_read = 0
+        self._applying = False
         self._new_delta = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
         self._sources: list[GrpcBlockSource] = []
+        self._reader: GrpcTxChannel | None = None
         self._last_snapshot_at = 0.0
         #: snapshot build (records, Arrow, IPC write, the ``on_tables`` put), ns
         self.build_time = Histogram()
         self.metrics = Recorder("snapshot", "snapshot")
         self.metrics.histogram("raydex_snapshot_build_seconds", self.build_time)
         self.metrics.gauge("raydex_block_seq", lambda: self.seq)
+        self.supervisor = Supervisor(self.metrics, on_fatal)
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.config.dir)
 
     async def start(self, delta_target: str, txlog_target: str) -> None:
-        folder = Path(self.config.dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        self.engine, self.seq, self.height = load_engine_snapshot(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._load(load_newest_snapshot(self.folder))
         self.delta_seq = self.seq
         self.snapshot()  # replicas can boot at once, even on a fresh exchange
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self._follow_txlog(txlog_target)),
-            loop.create_task(self._follow_deltas(delta_target)),
-        ]
+        txlog = GrpcBlockSource(txlog_target, name="snapshot-txlog", backoff=ONE_ATTEMPT)
+        deltas = GrpcBlockSource(delta_target, name="snapshot-deltas", backoff=ONE_ATTEMPT)
+        self._sources = [txlog, deltas]
+        self._reader = GrpcTxChannel(txlog_target)
+        self.supervisor.start("txlog", lambda: self._follow_txlog(txlog))
+        self.supervisor.start("deltas", lambda: self._follow_deltas(deltas))
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.supervisor.stop()
         for s in self._sources:
             await s.close()
+        if self._reader is not None:
+            await self._reader.close()
 
-    # ---- following the sequencer ----------------------------------------------------------------
+    def _load(self, loaded: LoadedSnapshot) -> None:
+        self.engine, self.seq, self.height = loaded.engine, loaded.seq, loaded.height
+        crc = loaded.meta.get("record_crc")
+        self.record_crc = int(crc) if crc is not None else None
+        self.snapshot_seq = -1  # the next snapshot() writes (and publishes) this state
 
-    async def _follow_txlog(self, target: str) -> None:
-        source = GrpcBlockSource(target, name="snapshot-txlog")
-        self._sources.append(source)
+    # ---- following the tx log -------------------------------------------------------------------
+
+    async def _follow_txlog(self, source: GrpcBlockSource) -> None:
+        if self._applying:  # a previous run died inside a block: never continue from there
+            log.error("tx log: the last block was not fully applied; reloading from a snapshot")
+            self._load(load_newest_snapshot(self.folder, max_seq=self.seq))
+            self._applying = False
+            self.snapshot()
+        retry = Reconnect("tx log", self.config.retry_s)
         while True:
+            before = self.seq
             try:
-                async for seq, record in source.subscribe(self.seq + 1):
-                    block = decode_wal_record(record)
-                    replay_block(self.engine, block)
-                    self.seq = seq
-                    self.height += len(block.txs)
-                    if self._due():
-                        self.snapshot()
-            except (TransportUnavailable, ResyncRequired) as exc:
-                # The sequencer is away, or its ring moved past us: retry (its WAL has it all).
-                log.warning("tx-log stream: %s; retrying", exc)
-                await asyncio.sleep(0.5)
+                async for seq, record in follow(source, self.seq, self.record_crc, wal_record_crc):
+                    self.apply_record(seq, record)
+            except ResyncRequired as exc:
+                log.info("tx log: %s; catching up from the sequencer's WAL", exc)
+                await self._catch_up_from_wal()
+            except Diverged as exc:
+                self._rewind(exc)
+            except TransportError as exc:
+                if self.seq != before:
+                    retry.progressed()
+                await retry.wait(exc)
 
-    async def _follow_deltas(self, target: str) -> None:
-        source = GrpcBlockSource(target, name="snapshot-deltas")
-        self._sources.append(source)
+    def apply_record(self, seq: int, record: bytes) -> None:
+        """Apply the tx-log record of block ``seq`` (the next one) and snapshot when due."""
+        if seq != self.seq + 1:
+            raise RuntimeError(f"tx log: block {seq} does not follow {self.seq}")
+        block = decode_wal_record(record)
+        self._applying = True
+        replay_block(self.engine, block)
+        self._applying = False
+        self.seq = seq
+        self.height += len(block.txs)
+        self.record_crc = wal_record_crc(record)
+        if self._due():
+            self.snapshot()
+
+    async def _catch_up_from_wal(self) -> None:
+        """Bounded WAL range reads until the holder reaches the sequencer's newest published
+        block (then the stream, whose ring holds what follows, takes over)."""
+        assert self._reader is not None
         while True:
+            request = encode_wal_read_request(self.seq, self.config.catch_up_records)
+            frame = await asyncio.wait_for(self._reader.submit(request), self.config.read_timeout_s)
+            reply = decode_wal_read_reply(frame)
+            records = reply.records
+            if records and records[0][0] == self.seq and self.seq > 0:
+                crc = wal_record_crc(records[0][1])
+                if self.record_crc is not None and crc != self.record_crc:
+                    raise Diverged(self.seq, " (read from its WAL)")
+                records = records[1:]
+            elif self.seq < reply.last_seq and (not records or records[0][0] != self.seq + 1):
+                raise RuntimeError(
+                    f"tx log: the sequencer's WAL holds seqs {reply.first_held}..{reply.last_seq},"
+                    f" not {self.seq + 1}: this holder is behind everything it can be served"
+                )
+            for seq, record in records:
+                self.apply_record(seq, record)
+            self.wal_records_read += len(records)
+            if self.seq >= reply.last_seq or not records:
+                log.info("tx log: caught up from the WAL to seq %d", self.seq)
+                return
+            await asyncio.sleep(0)  # let replicas' long polls and the delta follower run
+
+    def _rewind(self, exc: Diverged) -> None:
+        """The sequencer's block ``exc.seq`` is not ours: set our snapshots from it aside and
+        rebuild from the newest one before it."""
+        self.divergences += 1
+        log.error("tx log: %s", exc)
+        for path in snapshots(self.folder):
+            if snapshot_seq(path) >= exc.seq:
+                moved = quarantine(path, "diverged")
+                log.error("snapshot %s belongs to the diverged history: moved to %s", path, moved)
+        self._load(load_newest_snapshot(self.folder, max_seq=exc.seq - 1))
+        log.warning("tx log: rebuilt from snapshot seq %d; following again", self.seq)
+        self.snapshot()
+
+    # ---- following the deltas -------------------------------------------------------------------
+
+    async def _follow_deltas(self, source: GrpcBlockSource) -> None:
+        retry = Reconnect("delta stream", self.config.retry_s)
+        while True:
+            before = self.delta_seq
+            last = self.last_frame
+            digest = block_digest(last) if last is not None else None
             try:
-                async for seq, frame in source.subscribe(self.delta_seq + 1):
+                async for seq, frame in follow(source, self.delta_seq, digest, block_digest):
                     self.ring.append((seq, frame))
                     self.delta_seq = seq
+                    self.last_frame = frame
                     self._new_delta.set()
                     self._new_delta = asyncio.Event()
-            except (TransportUnavailable, ResyncRequired) as exc:
-                log.warning("delta stream: %s; retrying", exc)
-                if isinstance(exc, ResyncRequired):
-                    self.ring.clear()
-                    self.delta_seq = self.seq
-                await asyncio.sleep(0.5)
+            except ResyncRequired as exc:
+                floor = exc.floor if exc.floor >= 0 else self.seq
+                log.warning("delta stream: %s; the ring restarts after seq %d", exc, floor)
+                self._restart_ring(floor)
+            except Diverged as exc:
+                self.divergences += 1
+                log.error("delta stream: %s; dropping the delta ring", exc)
+                self._restart_ring(exc.seq - 1)
+            except TransportError as exc:
+                if self.delta_seq != before:
+                    retry.progressed()
+                await retry.wait(exc)
+
+    def _restart_ring(self, after_seq: int) -> None:
+        self.ring.clear()
+        self.delta_seq = after_seq
+        self.last_frame = None
 
     def _due(self) -> bool:
         cfg = self.config
@@ -154,16 +301,15 @@ class SnapshotService:
         if self.seq == self.snapshot_seq:
             return self.seq
         t0 = time.perf_counter_ns()
-        folder = Path(self.config.dir)
-        _, tables = write_snapshot(folder, self.engine, self.seq, self.height)
+        folder = self.folder
+        path, tables = write_snapshot(folder, self.engine, self.seq, self.height, self.record_crc)
         if self.on_tables is not None:
             self.on_tables(self.seq, self.height, tables)
-        for old in sorted(folder.glob("snapshot-*[0-9]"))[: -self.config.keep]:
-            for f in old.iterdir():
-                f.unlink()
+        for old in snapshots(folder)[: -self.config.keep]:
             with contextlib.suppress(OSError):
-                old.rmdir()
+                shutil.rmtree(old)
         self.snapshot_seq = self.seq
+        self.snapshot_hash = str(read_snapshot_meta(path)["state_hash"])
         self.snapshots_written += 1
         self._last_snapshot_at = time.monotonic()
         took = time.perf_counter_ns() - t0
@@ -180,16 +326,21 @@ class SnapshotService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._new_delta.wait(), timeout_s)
         ring = self.ring
-        if not ring or self.delta_seq <= seq:
+        if self.delta_seq <= seq:
             return self.delta_seq, []
-        first = ring[0][0]
+        first = ring[0][0] if ring else self.delta_seq + 1
         if seq + 1 < first:
             raise ResyncRequired(seq + 1, first - 1)
         start = seq + 1 - first
         out = [ring[i] for i in range(start, min(len(ring), start + max_blocks))]
         return self.delta_seq, out
 
+    def state_hash(self) -> dict[str, Any]:
+        """The current state hash and its seq: O(state), for tests and operators."""
+        return {"seq": self.seq, "state_hash": self.engine.state_hash().hex()}
+
     def status(self) -> dict[str, Any]:
+        """O(1): the last snapshot's state hash with its seq (``state_hash_seq``)."""
         return {
             "seq": self.seq,
             "height": self.height,
@@ -198,13 +349,18 @@ class SnapshotService:
             "snapshots_written": self.snapshots_written,
             "last_snapshot_s": self.last_snapshot_s,
             "ring": len(self.ring),
-            "state_hash": self.engine.state_hash().hex(),
+            "state_hash": self.snapshot_hash,
+            "state_hash_seq": self.snapshot_seq,
+            "divergences": self.divergences,
+            "wal_records_read": self.wal_records_read,
+            "loop_restarts": {n: self.supervisor.restarts(n) for n in self.supervisor.tasks},
         }
 
 
 class SnapshotActor:
     """Ray shell (wrap with ``ray.remote``): owns the Arrow snapshot objects in the object store,
-    so they live as long as this actor; replicas on the same node map them zero-copy."""
+    so they live as long as this actor; replicas on the same node map them zero-copy. A failed
+    start, or a loop that keeps failing, exits the process (Ray restarts the holder)."""
 
     def __init__(
         self,
@@ -214,7 +370,7 @@ class SnapshotActor:
         bundle: Any = None,
         gc_spec: Any = None,
     ) -> None:
-        self.service = SnapshotService(config, on_tables=self._put)
+        self.service = SnapshotService(config, on_tables=self._put, on_fatal=exit_process)
         self._latest: tuple[int, int, dict[str, Any]] | None = None
         self.runtime = ActorRuntime(bundle, gc_spec, nice=None)
         # started from __init__, so a restarted holder resumes by itself
@@ -224,7 +380,11 @@ class SnapshotActor:
 
     async def _start(self, delta_target: str, txlog_target: str) -> None:
         self.runtime.before_boot()
-        await self.service.start(delta_target, txlog_target)
+        try:
+            await self.service.start(delta_target, txlog_target)
+        except Exception as exc:  # any failed start: exit so that Ray restarts (and retries) us
+            log.exception("snapshot holder start failed")
+            exit_process(f"snapshot holder start failed: {exc!r}")
         self.runtime.after_boot(self.service.metrics)
 
     def _put(self, seq: int, height: int, tables: dict[str, pa.Table]) -> None:
@@ -247,6 +407,18 @@ class SnapshotActor:
         self, seq: int, max_blocks: int = 1000, timeout_s: float = 1.0
     ) -> tuple[int, list[tuple[int, bytes]]]:
         return await self.service.blocks_since(seq, max_blocks, timeout_s)
+
+    async def block_digest(self, seq: int) -> bytes | None:
+        """sha256 of the delta frame of block ``seq`` if the ring holds it (a follower that
+        rebuilt from the snapshot at ``seq`` checks its history with it)."""
+        ring = self.service.ring
+        if not ring or not ring[0][0] <= seq <= ring[-1][0]:
+            return None
+        return block_digest(ring[seq - ring[0][0]][1])
+
+    async def state_hash(self) -> dict[str, Any]:
+        await self._started
+        return self.service.state_hash()
 
     async def status(self) -> dict[str, Any]:
         await self._started

@@ -1,18 +1,35 @@
-"""The snapshot folder: Arrow IPC snapshots on disk, written atomically, read back into an engine.
+"""The snapshot folder: Arrow IPC snapshots on disk, written durably, verified on the way in.
 
 Layout: ``<folder>/snapshot-<seq:020d>/`` holds one Arrow IPC file per table
-(``codecs.write_snapshot_ipc``) and ``meta.json`` (seq, height, state hash). A snapshot is written
-into a hidden temporary folder and renamed into place, so a reader never sees half of one.
-Shared by the sequencer (recovery: newest snapshot + WAL) and the snapshot holder (writes them).
+(``codecs.write_snapshot_ipc``) and ``meta.json``: seq, height, the engine's state hash and, when
+the writer knew it, ``record_crc``: the crc32 of the tx-log (WAL) record of block ``seq``, the
+identity of the history the snapshot belongs to (``codecs.wal_record_crc``).
+
+Writing (:func:`write_snapshot`): every file into a hidden temporary folder, each file fsynced,
+then the temporary folder, then renamed into place and the parent folder fsynced. So a snapshot
+folder that exists under its final name is complete on disk, also after a power loss, and a
+reader never sees half of one.
+
+Reading (:func:`load_snapshot`, :func:`load_newest_snapshot`): a snapshot is used only if its
+tables decode, their seq matches ``meta.json``, and the engine built from them has the state hash
+``meta.json`` recorded. The newest snapshot that passes is used; one that fails is logged with the
+reason and moved aside to ``.corrupt-snapshot-<seq>`` (kept for inspection, never read again);
+with none left, the caller starts from an empty engine at seq 0 (and must replay the whole WAL).
+Shared by the sequencer (recovery: snapshot + WAL) and the snapshot holder (writes them).
+
+Cost: a write is ``records()`` + Arrow + IPC + one fsync per file; a verified load is the Arrow
+read (memory-mapped), ``Engine.from_records`` and one ``state_hash()``: O(state), at boot only.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -25,34 +42,76 @@ from raydex.codecs import (
 )
 from raydex.engine import Engine
 
+log = logging.getLogger(__name__)
+
+_PREFIX = "snapshot-"
+
+
+class SnapshotError(RuntimeError):
+    """A snapshot folder that cannot be used (unreadable, or not the state its meta claims)."""
+
+
+class LoadedSnapshot(NamedTuple):
+    engine: Engine
+    seq: int
+    height: int
+    #: ``meta.json`` of the snapshot ({} for the empty engine at seq 0)
+    meta: dict[str, Any]
+    #: the folder it came from (None: nothing usable, an empty engine at seq 0)
+    path: Path | None
+
+
+def snapshots(folder: Path) -> list[Path]:
+    """The complete snapshot folders under ``folder``, oldest first."""
+    return sorted(folder.glob(f"{_PREFIX}*[0-9]")) if folder.is_dir() else []
+
 
 def newest_snapshot(folder: Path) -> Path | None:
-    """The complete snapshot folder with the highest seq under ``folder``, if any."""
-    dirs = sorted(folder.glob("snapshot-*[0-9]")) if folder.is_dir() else []
+    """The complete snapshot folder with the highest seq under ``folder``, if any (unverified)."""
+    dirs = snapshots(folder)
     return dirs[-1] if dirs else None
 
 
 def snapshot_path(folder: Path, seq: int) -> Path:
-    return folder / f"snapshot-{seq:020d}"
+    return folder / f"{_PREFIX}{seq:020d}"
+
+
+def snapshot_seq(path: Path) -> int:
+    return int(path.name[len(_PREFIX) :])
+
+
+def _fsync_path(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_snapshot(
-    folder: Path, engine: Engine, seq: int, height: int
+    folder: Path, engine: Engine, seq: int, height: int, record_crc: int | None = None
 ) -> tuple[Path, dict[str, pa.Table]]:
-    """Write ``engine``'s state as an Arrow IPC snapshot folder, atomically (temporary folder, then
-    rename), with ``meta.json`` holding seq, height and the state hash. Returns the folder and the
-    tables (so a caller that also publishes them does not build them twice)."""
+    """Write ``engine``'s state as a snapshot folder, durably and atomically (see the module
+    docstring). Returns the folder and the tables (so a caller that also publishes them does not
+    build them twice)."""
+    folder.mkdir(parents=True, exist_ok=True)
     final = snapshot_path(folder, seq)
     tmp = folder / f".{final.name}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
     tables = records_to_tables(engine.records())
     write_snapshot_ipc(tmp, seq, tables)
-    meta = {"seq": seq, "height": height, "state_hash": engine.state_hash().hex()}
+    meta: dict[str, Any] = {"seq": seq, "height": height, "state_hash": engine.state_hash().hex()}
+    if record_crc is not None:
+        meta["record_crc"] = record_crc
     (tmp / "meta.json").write_text(json.dumps(meta))
+    for f in tmp.iterdir():
+        _fsync_path(f)
+    _fsync_path(tmp, directory=True)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
+    _fsync_path(folder, directory=True)
     return final, tables
 
 
@@ -62,7 +121,8 @@ def read_snapshot_meta(path: Path) -> dict[str, Any]:
 
 
 def replay_block(engine: Engine, block: WalBlock) -> None:
-    """Re-execute one logged block exactly as the sequencer did (same txs, same ``now_ms``)."""
+    """Re-execute one logged block exactly as the sequencer did (same txs, same ``now_ms``; its
+    refused txs changed nothing and are not executed)."""
     now_ms = block.timestamp_ns // 1_000_000
     out: list[Any] = []
     execute = engine.execute
@@ -71,12 +131,77 @@ def replay_block(engine: Engine, block: WalBlock) -> None:
         out.clear()
 
 
+def load_snapshot(path: Path) -> LoadedSnapshot:
+    """Load and verify one snapshot folder; SnapshotError with the reason when it is unusable."""
+    try:
+        meta = read_snapshot_meta(path)
+        seq, tables = read_snapshot_ipc(path)
+        engine = Engine.from_records(tables_to_records(tables))
+        height = int(meta["height"])
+        want = str(meta["state_hash"])
+    except Exception as exc:  # any way a file can be bad: the caller falls back to an older one
+        raise SnapshotError(f"{path}: unreadable: {exc!r}") from exc
+    if seq != int(meta["seq"]) or seq != snapshot_seq(path):
+        raise SnapshotError(f"{path}: tables say seq {seq}, meta.json says {meta['seq']}")
+    got = engine.state_hash().hex()
+    if got != want:
+        raise SnapshotError(f"{path}: state hash {got[:16]}.. is not meta.json's {want[:16]}..")
+    return LoadedSnapshot(engine, seq, height, meta, path)
+
+
+def quarantine(path: Path, why: str) -> Path | None:
+    """Move a snapshot folder aside as ``.<why>-<name>`` (kept for inspection, never loaded)."""
+    target = path.parent / f".{why}-{path.name}"
+    try:
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(path, target)
+        _fsync_path(path.parent, directory=True)
+    except FileNotFoundError:  # another process moved it first
+        return None
+    return target
+
+
+def load_newest_snapshot(
+    folder: Path,
+    max_seq: int | None = None,
+    usable: Callable[[int, dict[str, Any]], str | None] | None = None,
+) -> LoadedSnapshot:
+    """The newest snapshot under ``folder`` that verifies (and has ``seq <= max_seq``, and for
+    which ``usable(seq, meta)`` returns no reason to skip it, e.g. the WAL does not reach back to
+    it); corrupt ones are logged and quarantined. None usable: an empty engine at seq 0."""
+    skipped: list[str] = []
+    for path in reversed(snapshots(folder)):
+        seq = snapshot_seq(path)
+        if max_seq is not None and seq > max_seq:
+            continue
+        if usable is not None:
+            try:
+                reason = usable(seq, read_snapshot_meta(path))
+            except Exception as exc:  # unreadable meta: let load_snapshot say so
+                reason = None
+                log.debug("meta of %s unreadable (%r); verifying it", path, exc)
+            if reason is not None:
+                log.warning("snapshot %s not used: %s", path, reason)
+                skipped.append(f"seq {seq}: {reason}")
+                continue
+        try:
+            loaded = load_snapshot(path)
+        except SnapshotError as exc:
+            moved = quarantine(path, "corrupt")
+            log.error("snapshot rejected, trying an older one: %s (moved to %s)", exc, moved)
+            skipped.append(f"seq {seq}: {exc}")
+            continue
+        if skipped:
+            log.warning("recovering from snapshot seq %d after skipping %s", seq, skipped)
+        return loaded
+    if skipped:
+        log.warning("no usable snapshot (%s): starting from seq 0 and the whole WAL", skipped)
+    return LoadedSnapshot(Engine(), 0, 0, {}, None)
+
+
 def load_engine_snapshot(folder: Path) -> tuple[Engine, int, int]:
-    """Engine restored from the newest snapshot under ``folder`` (a fresh Engine when none), with
-    its seq and height."""
-    path = newest_snapshot(folder)
-    if path is None:
-        return Engine(), 0, 0
-    seq, tables = read_snapshot_ipc(path)
-    height = int(read_snapshot_meta(path)["height"])
-    return Engine.from_records(tables_to_records(tables)), seq, height
+    """Engine restored from the newest verified snapshot under ``folder`` (a fresh Engine when
+    none), with its seq and height."""
+    loaded = load_newest_snapshot(folder)
+    return loaded.engine, loaded.seq, loaded.height

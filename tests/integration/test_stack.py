@@ -209,14 +209,14 @@ def test_the_sequencer_killed_and_restarted_recovers_the_same_state_hash(
     exchange: Exchange,
 ) -> None:
     seq = ray.get_actor(dep.SEQUENCER, namespace=NS)
-    before = ray.get(seq.status.remote())
+    before = {**ray.get(seq.status.remote()), **ray.get(seq.state_hash.remote())}
     ray.kill(seq, no_restart=False)
 
     def restarted() -> dict[str, Any] | None:
         st = _try_status(seq)
         return st if st is not None and st["pid"] != before["pid"] else None
 
-    after = until(restarted, "sequencer restart")
+    after = {**until(restarted, "sequencer restart"), **ray.get(seq.state_hash.remote())}
     assert after["state_hash"] == before["state_hash"] and after["seq"] == before["seq"]
     # and trading continues through a replica that reconnects to the restarted sequencer. The
     # first tx may meet the replica's broken tx stream and get 21822 (outcome unknown): a client

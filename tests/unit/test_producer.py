@@ -3,7 +3,11 @@ from the newest snapshot plus the WAL to exactly the state it had."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pyarrow as pa
+import pytest
 
 from raydex.actors.local import eth_market
 from raydex.actors.sequencer import BlockProducer, Wal
@@ -19,7 +23,9 @@ from raydex.codecs import (
     Verifier,
     decode_block,
     generate_key,
+    read_snapshot_ipc,
     sign_tx,
+    write_snapshot_ipc,
 )
 from raydex.engine import Engine
 
@@ -144,8 +150,93 @@ def test_recovery_rebuilds_the_published_blocks_for_followers_behind_the_crash(
     assert replayed == 7 and again.engine.state_hash() == p.engine.state_hash()
     rebuilt = list(again.recovered_blocks)
     assert [b.seq for b in rebuilt] == [4, 5, 6, 7]
-    for b in rebuilt:
+    for b in rebuilt:  # byte for byte, also seq 4 which held only a tx refused before the engine
         assert b.wal_record == published[b.seq].wal_record
-        if b.seq != 4:  # seq 4 held only a refused tx: its TxExecuted was never logged
-            assert b.frame == published[b.seq].frame
-    assert decode_block(rebuilt[0].frame).events == []
+        assert b.frame == published[b.seq].frame
+        assert b.outcomes == published[b.seq].outcomes
+    refused = decode_block(rebuilt[0].frame).events
+    assert [(e.nonce, e.code) for e in refused] == [(99, ResultCode.INVALID_SIGNATURE)]
+
+
+def test_refused_txs_between_executed_ones_are_rebuilt_at_their_positions(tmp_path: Path) -> None:
+    p = producer(tmp_path)
+    setup(p, range(1, 3))
+    forged = order(1, 50, 300_000, 0)._replace(price=7)
+    txs = [order(1, 0, 300_100, 1), forged, Deposit(2, 5), order(2, 0, 300_100, 0)]
+    p.submit(txs, NS + 10)
+    block = p.close_block()
+    assert block is not None
+    assert [o.code for o in block.outcomes] == [200, 21120, ResultCode.OPERATOR_ONLY, 200]
+    assert p.wal is not None
+    p.wal.close()
+    again, _ = BlockProducer.recover(
+        tmp_path / "snap", Wal(tmp_path / "wal"), Verifier(), keep_blocks=1
+    )
+    (rebuilt,) = again.recovered_blocks
+    assert rebuilt.frame == block.frame and rebuilt.wal_record == block.wal_record
+    assert again.engine.state_hash() == p.engine.state_hash()
+
+
+def test_recovery_falls_back_to_an_older_snapshot_when_the_newest_is_corrupt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    p = producer(tmp_path)
+    setup(p, range(1, 3))
+    for step in range(8):
+        p.submit([order(1, step, 300_000 + step, 1), order(2, step, 299_000, 0)], NS + step)
+        p.close_block()
+        if step in (2, 5):
+            write_snapshot(tmp_path / "snap", p.engine, p.seq, p.height)
+    assert p.wal is not None
+    p.wal.close()
+    newest = newest_snapshot(tmp_path / "snap")
+    assert newest is not None and newest.name.endswith("7")
+    seq, tables = read_snapshot_ipc(newest)  # a snapshot that decodes but is not that state
+    col = tables["accounts"].column_names.index("collateral")
+    field = tables["accounts"].schema.field(col)
+    bumped = pa.array([c.as_py() + 1 for c in tables["accounts"].column(col)], field.type)
+    tables["accounts"] = tables["accounts"].set_column(col, field, bumped)
+    write_snapshot_ipc(newest, seq, tables)
+    with caplog.at_level(logging.WARNING):
+        again, replayed = BlockProducer.recover(
+            tmp_path / "snap", Wal(tmp_path / "wal"), Verifier()
+        )
+    assert again.engine.state_hash() == p.engine.state_hash() and again.seq == p.seq
+    assert replayed == p.seq - 4  # from the snapshot at seq 4
+    assert "snapshot rejected" in caplog.text and str(newest) in caplog.text
+    assert "is not meta.json's" in caplog.text  # it decoded: only the state hash told
+    assert not newest.exists() and (newest.parent / f".corrupt-{newest.name}").is_dir()
+
+
+def test_recovery_from_seq_zero_and_the_whole_wal_when_no_snapshot_is_usable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    p = producer(tmp_path)
+    setup(p, range(1, 3))
+    p.submit([order(1, 0, 300_000, 1)], NS + 1)
+    p.close_block()
+    path, _ = write_snapshot(tmp_path / "snap", p.engine, p.seq, p.height)
+    meta = path / "meta.json"
+    meta.write_text(meta.read_text().replace('"state_hash": "', '"state_hash": "00'))
+    assert p.wal is not None
+    p.wal.close()
+    with caplog.at_level(logging.WARNING):
+        again, replayed = BlockProducer.recover(
+            tmp_path / "snap", Wal(tmp_path / "wal"), Verifier()
+        )
+    assert replayed == 2 and again.engine.state_hash() == p.engine.state_hash()
+    assert "state hash" in caplog.text and "starting from seq 0 and the whole WAL" in caplog.text
+
+
+def test_a_snapshot_the_wal_does_not_continue_is_skipped(tmp_path: Path) -> None:
+    p = producer(tmp_path)
+    setup(p, range(1, 3))
+    for step in range(4):
+        p.submit([order(1, step, 300_000 + step, 1)], NS + step)
+        p.close_block()
+        if step == 1:
+            write_snapshot(tmp_path / "snap", p.engine, p.seq, p.height, record_crc=12345)
+    assert p.wal is not None
+    p.wal.close()
+    again, replayed = BlockProducer.recover(tmp_path / "snap", Wal(tmp_path / "wal"), Verifier())
+    assert replayed == p.seq and again.engine.state_hash() == p.engine.state_hash()

@@ -4,22 +4,35 @@ logged, publishes every block in order, and a restarted sequencer has the same s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import errno
+import logging
+import os
 from pathlib import Path
+
+import pytest
 
 from raydex.actors.local import eth_market
 from raydex.actors.sequencer.service import SequencerConfig, SequencerService
+from raydex.actors.snapshot import write_snapshot
 from raydex.actors.transport import GrpcBlockSource, GrpcTxChannel
 from raydex.codecs import (
     CreateOrder,
     Deposit,
     RegisterApiKey,
     ResultCode,
+    SetMarkPrice,
+    TxOutcome,
     decode_block,
     decode_outcomes,
+    decode_wal_read_reply,
+    decode_wal_record,
     encode_batch,
+    encode_wal_read_request,
     generate_key,
     sign_tx,
 )
+from raydex.observability.metrics import LocalSink, Recorder
 
 SEED, PUB = generate_key()
 FAR = 4_000_000_000_000
@@ -66,7 +79,7 @@ async def scenario(tmp: Path) -> tuple[dict[str, object], list[int]]:
     await asyncio.wait_for(follower, 10)
     await channel.close()
     await source.close()
-    status = svc.status()
+    status = {**svc.status(), **svc.state_hash()}
     await svc.stop()
     return status, seen
 
@@ -80,7 +93,7 @@ def test_batches_are_sequenced_published_in_order_and_survive_a_restart(tmp_path
         svc = SequencerService(config(tmp_path))
         await svc.start()
         try:
-            return svc.status()
+            return {**svc.status(), **svc.state_hash()}
         finally:
             await svc.stop()
 
@@ -95,9 +108,9 @@ def test_an_undecodable_batch_is_refused_whole(tmp_path: Path) -> None:
         svc = SequencerService(config(tmp_path))
         await svc.start()
         try:
-            before = svc.status()["state_hash"]
+            before = svc.state_hash()
             reply = decode_outcomes(await svc.handle_batch(b"\x01\x00"))
-            assert svc.status()["state_hash"] == before
+            assert svc.state_hash() == before
             return [r.code for r in reply]
         finally:
             await svc.stop()
@@ -131,3 +144,194 @@ def test_the_oracle_moves_marks_toward_the_book_mid_in_capped_steps(tmp_path: Pa
 
     # mid 300_900, mark 300_000, at most 10 bps (300 ticks) a step
     assert asyncio.run(run()) == [300_300, 300_600, 300_900]
+
+
+async def funded(svc: SequencerService) -> None:
+    setup: list[object] = [ETH]
+    for a in (1, 2):
+        setup += [RegisterApiKey(a, 0, PUB), Deposit(a, 10**12)]
+    assert {o.code for o in await svc.submit(setup, operator=True)} == {ResultCode.OK}
+
+
+def test_a_wal_write_error_fails_the_waiters_and_ends_the_sequencer_and_a_restart_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fatal: list[str] = []
+    acked: list[TxOutcome] = []
+
+    async def run() -> tuple[str | None, list[BaseException]]:
+        svc = SequencerService(config(tmp_path), on_fatal=fatal.append)
+        await svc.start()
+        await funded(svc)
+        acked.extend(await svc.submit([order(1, 0, 300_000, 1)]))
+        real = os.write
+
+        def disk_full(fd: int, data: bytes | memoryview) -> int:
+            if fd == svc.wal._fd:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(fd, data)
+
+        monkeypatch.setattr(os, "write", disk_full)
+        results = await asyncio.gather(
+            svc.submit([order(1, 1, 300_000, 1)]),
+            svc.submit([order(2, 0, 300_000, 0)]),
+            return_exceptions=True,
+        )
+        monkeypatch.undo()
+        with pytest.raises(RuntimeError, match="WAL write failed"):
+            await svc.submit([order(2, 1, 300_000, 0)])  # nothing is taken after the failure
+        failed = svc.status()["failed"]
+        await svc.stop()
+        return failed, [r for r in results if isinstance(r, BaseException)]
+
+    with caplog.at_level(logging.ERROR):
+        failed, errors = asyncio.run(run())
+    assert len(errors) == 2 and all("No space" in str(e) for e in errors)  # not acknowledged
+    assert fatal == [failed] and failed is not None and "after seq 2" in failed
+    assert "WAL write failed" in caplog.text
+
+    async def restart() -> dict[str, object]:
+        svc = SequencerService(config(tmp_path))
+        await svc.start()
+        try:
+            return {**svc.status(), **svc.state_hash()}
+        finally:
+            await svc.stop()
+
+    again = asyncio.run(restart())
+    assert again["seq"] == acked[0].seq == 2  # everything acknowledged, nothing else
+
+
+def test_status_never_hashes_the_state_on_the_block_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def run() -> dict[str, object]:
+        svc = SequencerService(config(tmp_path))
+        await svc.start()
+        try:
+            await funded(svc)
+            assert svc.producer is not None
+
+            def forbidden() -> bytes:
+                raise AssertionError("O(state) hash computed by status()")
+
+            monkeypatch.setattr(svc.producer.engine, "state_hash", forbidden)
+            return svc.status()
+        finally:
+            await svc.stop()
+
+    status = asyncio.run(run())
+    assert status["seq"] == 1 and status["state_hash_seq"] == -1  # no snapshot yet
+
+
+def test_records_older_than_the_ring_are_served_from_the_wal_in_bounded_reads(
+    tmp_path: Path,
+) -> None:
+    async def run() -> None:
+        cfg = dataclasses.replace(config(tmp_path), ring_size=4, txlog_read_max_records=5)
+        svc = SequencerService(cfg)
+        await svc.start()
+        reader = GrpcTxChannel(f"127.0.0.1:{svc.txlog_port}")
+        try:
+            await funded(svc)
+            for i in range(11):
+                await svc.submit([order(1, i, 300_000, 1)])
+            assert svc.hub is not None and svc.hub.statistics().floor == 8  # ring: 9..12
+            got: list[int] = []
+            seq = 1
+            while seq < 12:
+                reply = decode_wal_read_reply(
+                    await reader.submit(encode_wal_read_request(seq, 1000))
+                )
+                assert reply.first_held == 1 and reply.last_seq == 12
+                assert len(reply.records) <= 5  # the sequencer's bound wins
+                assert reply.records[0][0] == seq  # the record at seq first (for the check)
+                got += [s for s, _ in reply.records if s > seq]
+                seq = reply.records[-1][0]
+            assert got == list(range(2, 13))
+            assert all(decode_wal_record(r).seq == s for s, r in reply.records)
+        finally:
+            await reader.close()
+            await svc.stop()
+
+    asyncio.run(run())
+
+
+def test_the_wal_is_pruned_behind_durable_snapshots_and_recovery_skips_what_they_hold(
+    tmp_path: Path,
+) -> None:
+    cfg = dataclasses.replace(config(tmp_path), wal_segment_bytes=1, wal_keep_blocks=2)
+
+    async def run() -> tuple[list[Path], dict[str, object]]:
+        svc = SequencerService(cfg)
+        await svc.start()
+        try:
+            await funded(svc)
+            for i in range(8):
+                await svc.submit([order(1, i, 300_000, 1)])
+                assert svc.producer is not None
+                if svc.producer.seq in (4, 7):
+                    p = svc.producer
+                    write_snapshot(Path(cfg.snapshot_dir), p.engine, p.seq, p.height)
+            removed = svc.maintain_once()
+            return removed, {**svc.status(), **svc.state_hash()}
+        finally:
+            await svc.stop()
+
+    removed, status = asyncio.run(run())
+    # keep back to the oldest snapshot (4) and 2 blocks behind the newest (7): through seq 4
+    assert [p.name for p in removed] == [f"wal-{s:020d}.log" for s in (1, 2, 3, 4)]
+    assert status["state_hash_seq"] == 7 and status["wal"]["first_seq"] == 5  # type: ignore[index]
+
+    async def restart() -> dict[str, object]:
+        svc = SequencerService(cfg)
+        await svc.start()
+        try:
+            return {**svc.status(), **svc.state_hash()}
+        finally:
+            await svc.stop()
+
+    again = asyncio.run(restart())
+    assert again["state_hash"] == status["state_hash"] and again["replayed_blocks"] == 2
+
+
+def test_the_oracle_loop_survives_a_bad_iteration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = LocalSink()
+
+    async def run() -> tuple[int, int]:
+        cfg = dataclasses.replace(config(tmp_path), oracle_interval_ms=5, oracle_max_step_bps=10)
+        svc = SequencerService(cfg)
+        svc.metrics = svc.supervisor.metrics = Recorder("sequencer", "sequencer", sink=sink)
+        await svc.start()
+        try:
+            await funded(svc)
+            oracle = svc.oracle
+            assert oracle is not None
+            real = oracle.commands_now
+            calls = {"n": 0}
+
+            def flaky() -> list[SetMarkPrice]:
+                calls["n"] += 1
+                if calls["n"] == 1:
+                    raise ZeroDivisionError("a bad oracle input")
+                return real()
+
+            monkeypatch.setattr(oracle, "commands_now", flaky)
+            await svc.submit([order(1, 0, 301_000, 1), order(2, 0, 300_800, 0)])
+            for _ in range(500):  # bounded: the mark reaches the mid in 3 capped steps
+                await asyncio.sleep(0.01)
+                if svc._engine().market(0).mark_price == 300_900:
+                    break
+            svc.metrics.flush()
+            return svc._engine().market(0).mark_price, svc.supervisor.restarts("oracle")
+        finally:
+            await svc.stop()
+
+    with caplog.at_level(logging.ERROR):
+        mark, restarts = asyncio.run(run())
+    assert mark == 300_900 and restarts == 1
+    assert "loop 'oracle' failed" in caplog.text and "a bad oracle input" in caplog.text
+    assert sink.value("raydex_loop_restarts_total", role="sequencer", name="sequencer",
+                      group="sequencer", loop="oracle") == 1  # fmt: skip

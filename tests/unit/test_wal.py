@@ -1,13 +1,27 @@
-"""The write-ahead log keeps every appended block and survives a torn tail."""
+"""The write-ahead log keeps every appended block, cuts a torn tail with a warning, refuses to
+start on damage followed by valid records, and serves, skips and prunes by seq."""
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
+import struct
 from pathlib import Path
 
 import pytest
 
 from raydex.actors.sequencer import Wal, WalError
-from raydex.codecs import CancelOrder, CreateOrder, Deposit
+from raydex.codecs import (
+    CancelOrder,
+    CreateOrder,
+    Deposit,
+    TxExecuted,
+    decode_wal_record,
+    encode_tx,
+    encode_wal_record,
+    peek_wal_record,
+)
 
 SIG = bytes(64)
 
@@ -27,43 +41,107 @@ def blocks(n: int) -> list[tuple[int, int, list[object]]]:
     ]
 
 
-def test_appended_blocks_are_replayed_in_order_after_reopen(tmp_path: Path) -> None:
-    wal = Wal(tmp_path, fsync="block")
-    for seq, ts, txs in blocks(5):
+def written(tmp: Path, n: int, **kw: int) -> Wal:
+    wal = Wal(tmp, fsync="block", **kw)  # type: ignore[arg-type]
+    for seq, ts, txs in blocks(n):
         wal.append(seq, ts, txs)
     wal.close()
+    return wal
+
+
+def record_offsets(data: bytes) -> list[int]:
+    """Start of each record in an undamaged segment."""
+    out, off = [], 0
+    while (info := peek_wal_record(data, off)) is not None:
+        out.append(off)
+        off = info.end
+    return out
+
+
+def test_appended_blocks_are_replayed_in_order_after_reopen(tmp_path: Path) -> None:
+    written(tmp_path, 5)
     again = Wal(tmp_path)
     got = [(b.seq, b.timestamp_ns, b.txs) for b in again.replay()]
     assert got == blocks(5)
     assert [b.seq for b in again.replay(after_seq=3)] == [4, 5]
-    assert again.last_seq == 5
+    assert again.last_seq == 5 and again.first_seq == 1 and again.torn_bytes == 0
 
 
-def test_a_torn_tail_is_cut_and_appending_continues(tmp_path: Path) -> None:
-    wal = Wal(tmp_path)
-    for seq, ts, txs in blocks(3):
-        wal.append(seq, ts, txs)
-    wal.close()
+def test_a_torn_tail_is_cut_with_a_warning_and_appending_continues(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    wal = written(tmp_path, 3)
     seg = wal.segments()[-1]
     data = seg.read_bytes()
     seg.write_bytes(data[:-7])  # the last record lost its last bytes mid-write
-    again = Wal(tmp_path)
-    assert [b.seq for b in again.replay()] == [1, 2]
+    with caplog.at_level(logging.WARNING):
+        again = Wal(tmp_path)
+    cut = len(data) - 7 - record_offsets(data)[2]
+    assert [b.seq for b in again.replay()] == [1, 2] and again.torn_bytes == cut
+    assert f"torn tail of {cut} bytes" in caplog.text and "ends at seq 2" in caplog.text
+    assert str(seg) in caplog.text
     again.append(3, 3_000, [Deposit(1, 1)])
     again.close()
     assert [b.seq for b in Wal(tmp_path).replay()] == [1, 2, 3]
 
 
+def test_a_flipped_byte_in_the_last_record_is_a_torn_tail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    wal = written(tmp_path, 4)
+    seg = wal.segments()[-1]
+    data = bytearray(seg.read_bytes())
+    data[-3] ^= 0x01
+    seg.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        again = Wal(tmp_path)
+    assert again.last_seq == 3 and "torn tail" in caplog.text
+
+
+def test_zeros_after_the_last_record_are_a_torn_tail(tmp_path: Path) -> None:
+    wal = written(tmp_path, 2)
+    seg = wal.segments()[-1]
+    size = seg.stat().st_size
+    with open(seg, "ab") as f:
+        f.write(bytes(4096))  # preallocated, never written
+    again = Wal(tmp_path)
+    assert again.last_seq == 2 and seg.stat().st_size == size
+
+
+def test_damage_followed_by_valid_records_refuses_to_start_naming_file_offset_and_seqs(
+    tmp_path: Path,
+) -> None:
+    wal = written(tmp_path, 5)
+    seg = wal.segments()[-1]
+    data = bytearray(seg.read_bytes())
+    at = record_offsets(bytes(data))[2]  # block 3
+    data[at + 50] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    with pytest.raises(WalError) as err:
+        Wal(tmp_path)
+    msg = str(err.value)
+    assert str(seg) in msg and f"at byte {at}" in msg
+    assert "after seq 2" in msg and "valid record seq 4" in msg and "refusing to start" in msg
+    assert seg.read_bytes() == bytes(data)  # nothing was truncated
+
+
 def test_corruption_before_the_tail_segment_is_refused(tmp_path: Path) -> None:
-    wal = Wal(tmp_path, segment_bytes=1)  # every block starts a new segment
-    for seq, ts, txs in blocks(3):
-        wal.append(seq, ts, txs)
-    wal.close()
+    wal = written(tmp_path, 3, segment_bytes=1)  # every block starts a new segment
     first = wal.segments()[0]
     data = bytearray(first.read_bytes())
     data[-1] ^= 0xFF
     first.write_bytes(bytes(data))
-    with pytest.raises(WalError, match="corrupt"):
+    with pytest.raises(WalError, match=r"damaged WAL at byte 0 .* newer segment"):
+        Wal(tmp_path)
+
+
+def test_a_log_of_the_first_layout_is_refused_by_name_not_cut(tmp_path: Path) -> None:
+    wal = written(tmp_path, 2)
+    seg = wal.segments()[-1]
+    data = bytearray(seg.read_bytes())
+    data[0:4] = struct.pack("<I", 0x52445857)
+    seg.write_bytes(bytes(data))
+    with pytest.raises(WalError, match="first WAL layout"):
         Wal(tmp_path)
 
 
@@ -74,14 +152,102 @@ def test_appending_an_old_seq_is_an_error(tmp_path: Path) -> None:
         wal.append(1, 0, [])
 
 
+def test_short_writes_are_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.write
+
+    def dribble(fd: int, data: bytes | memoryview) -> int:
+        return real(fd, bytes(data[:7]))  # the kernel may write less than asked
+
+    monkeypatch.setattr(os, "write", dribble)
+    written(tmp_path, 3)
+    monkeypatch.undo()
+    assert [b.seq for b in Wal(tmp_path).replay()] == [1, 2, 3]
+
+
+def test_a_failed_write_poisons_the_log_and_reopening_cuts_the_partial_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = written(tmp_path, 2)
+    wal = Wal(tmp_path)
+    real = os.write
+    calls = {"n": 0}
+
+    def disk_full(fd: int, data: bytes | memoryview) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return real(fd, bytes(data[:10]))  # part of the record reached the file
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        wal.append(3, 3_000, [Deposit(1, 1)])
+    monkeypatch.undo()
+    with pytest.raises(WalError, match="failed earlier"):
+        wal.append(4, 4_000, [Deposit(1, 1)])  # never after a partial record
+    with pytest.raises(WalError, match="failed earlier"):
+        wal.sync()
+    wal.close()
+    again = Wal(tmp_path)
+    assert again.last_seq == 2 and again.torn_bytes == 10
+
+
+def test_replay_after_a_seq_does_not_decode_what_comes_before(tmp_path: Path) -> None:
+    wal = Wal(tmp_path)
+    wal.append_record(1, encode_wal_record(1, 1, [b"\xff\x00"]))  # valid crc, undecodable tx
+    wal.append(2, 2, [Deposit(1, 1)])
+    wal.close()
+    again = Wal(tmp_path)  # opening checks crcs only
+    assert [b.seq for b in again.replay(after_seq=1)] == [2]
+    with pytest.raises(WalError, match="does not decode"):
+        list(again.replay())
+
+
+def test_refusals_are_logged_at_their_positions(tmp_path: Path) -> None:
+    refused = [(1, TxExecuted(b"h" * 32, 14, 7, 0, 3, 21120))]
+    frames = [encode_tx(Deposit(1, 1)), encode_tx(Deposit(2, 2))]
+    record = encode_wal_record(1, 5, frames, refused)
+    block = decode_wal_record(record)
+    assert block.txs == [Deposit(1, 1), Deposit(2, 2)] and list(block.refused) == refused
+    wal = Wal(tmp_path)
+    wal.append_record(1, record)
+    wal.close()
+    assert next(Wal(tmp_path).replay()).refused == refused
+
+
+def test_read_records_serves_ranges_bounded_by_count_bytes_and_the_durable_seq(
+    tmp_path: Path,
+) -> None:
+    wal = written(tmp_path, 9, segment_bytes=600)  # a few records per segment
+    assert len(wal.segments()) > 2
+    again = Wal(tmp_path)
+    got = again.read_records(2, 9, 100, 1 << 20)
+    assert [s for s, _ in got] == list(range(2, 10))
+    assert all(decode_wal_record(r).seq == s for s, r in got)
+    assert [s for s, _ in again.read_records(2, 6, 100, 1 << 20)] == [2, 3, 4, 5, 6]
+    assert [s for s, _ in again.read_records(3, 9, 2, 1 << 20)] == [3, 4]
+    assert [s for s, _ in again.read_records(3, 9, 100, 1)] == [3]  # at least one
+    assert again.read_records(10, 12, 100, 1 << 20) == []
+
+
 def test_prune_drops_only_segments_covered_by_the_snapshot(tmp_path: Path) -> None:
     wal = Wal(tmp_path, segment_bytes=1)
     for seq, ts, txs in blocks(4):
         wal.append(seq, ts, txs)
-    removed = wal.prune(snapshot_seq=2)
+    removed = wal.prune(2)
     assert [p.name for p in removed] == [
         "wal-00000000000000000001.log",
         "wal-00000000000000000002.log",
     ]
+    assert wal.first_seq == 3 and [s for s, _ in wal.read_records(1, 4, 10, 1 << 20)] == [3, 4]
+    assert wal.prune(10) == [tmp_path / "wal-00000000000000000003.log"]  # never the newest
     wal.close()
-    assert [b.seq for b in Wal(tmp_path).replay()] == [3, 4]
+    assert [b.seq for b in Wal(tmp_path).replay()] == [4]
+
+
+def test_an_empty_segment_named_for_a_seq_that_never_came_is_replaced(tmp_path: Path) -> None:
+    written(tmp_path, 2, segment_bytes=1)
+    (tmp_path / "wal-00000000000000000003.log").touch()  # created, then the process died
+    wal = Wal(tmp_path)
+    wal.append(7, 7, [Deposit(1, 1)])  # recovery jumped ahead (a newer snapshot)
+    wal.close()
+    assert [b.seq for b in Wal(tmp_path).replay()] == [1, 2, 7]
