@@ -18,8 +18,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
-from raydex.actors.replica.app import ApiConfig, build_app, fanout_of
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica import ApiConfig, ReplicaState
 from raydex.codecs import ResultCode, sign_tx, tx_to_json_str, tx_type_of
 
 T = TypeVar("T")
@@ -65,15 +64,12 @@ class Rig:
 @asynccontextmanager
 async def rig(traders: list[Trader], config: ApiConfig | None = None) -> AsyncIterator[Rig]:
     ex = new_exchange(traders)
-    p = ex.producer
-    state = ReplicaState.from_records(p.engine.records(), p.seq, p.height)
-    app = build_app(state, ex.submit, config)
-    ex.attach(state, fanout_of(app))
-    server = TestServer(app, host="127.0.0.1", port=0)
+    replica = ex.serve(config)
+    server = TestServer(replica.app, host="127.0.0.1", port=0)
     await server.start_server()
     try:
         async with aiohttp.ClientSession() as http:
-            yield Rig(ex, state, server, http)
+            yield Rig(ex, replica.state, server, http)
     finally:
         await server.close()
 

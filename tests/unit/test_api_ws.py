@@ -16,9 +16,7 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
-from raydex.actors.replica.app import ApiConfig, build_app, fanout_of
-from raydex.actors.replica.fanout import Fanout
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica import ApiConfig, Fanout, ReplicaState
 from raydex.codecs import ResultCode, str_to_lots, str_to_ticks, tx_to_json_str
 
 T = TypeVar("T")
@@ -46,15 +44,11 @@ class Rig:
 @asynccontextmanager
 async def rig(traders: list[Trader], config: ApiConfig | None = None) -> AsyncIterator[Rig]:
     ex = new_exchange(traders)
-    p = ex.producer
-    state = ReplicaState.from_records(p.engine.records(), p.seq, p.height)
-    app = build_app(state, ex.submit, config)
-    fanout = fanout_of(app)
-    ex.attach(state, fanout)
-    server = TestServer(app, host="127.0.0.1", port=0)
+    replica = ex.serve(config)
+    server = TestServer(replica.app, host="127.0.0.1", port=0)
     await server.start_server()
     try:
-        yield Rig(ex, state, fanout, server)
+        yield Rig(ex, replica.state, replica.fanout, server)
     finally:
         await server.close()
 

@@ -134,7 +134,7 @@ def test_a_late_replica_boots_from_the_snapshot_and_serves_the_same_state(tmp_pa
             early = await s.replica("early")
             try:
                 for i in range(6):
-                    outs = await early.submit(
+                    outs = await early.execute_txs(
                         [alice.order(300_000 + i, 10, 1), bob.order(299_000 - i, 10, 0)]
                     )
                     assert [o.code for o in outs] == [200, 200]
