@@ -196,6 +196,88 @@ def test_bad_requests_get_their_code_and_change_nothing() -> None:
     with_rig(body, config=ApiConfig(max_body_bytes=32 * 1024))
 
 
+DEEP = 5_000  # nesting levels: past the JSON decoders' recursion limit
+
+
+def deep_list(levels: int = DEEP) -> str:
+    return "[" * levels + "]" * levels
+
+
+def deep_object(levels: int = DEEP) -> str:
+    return '{"a":' * levels + "1" + "}" * levels
+
+
+def test_deeply_nested_json_and_unknown_charsets_get_20001_or_20003_never_a_500() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        good = tx_to_json_str(ts[0].order(299_000, 100, 0))
+        before = (r.state.state_hash(), r.ex.producer.seq, r.state.pending_count())
+        json_body = {"headers": {"Content-Type": "application/json"}}
+        cases: list[tuple[str, Any, dict[str, Any], int]] = [
+            ("/api/v1/sendTx", deep_object(), json_body, ResultCode.INVALID_PARAM),
+            ("/api/v1/sendTx", deep_list(), json_body, ResultCode.INVALID_PARAM),
+            (
+                "/api/v1/sendTx",
+                {"tx_type": "14", "tx_info": deep_object()},
+                {},
+                ResultCode.INVALID_TX_INFO,
+            ),
+            (
+                "/api/v1/sendTx",
+                json.dumps({"tx_type": 14, "tx_info": deep_list()}),
+                json_body,
+                ResultCode.INVALID_TX_INFO,
+            ),
+            (
+                "/api/v1/sendTxBatch",
+                {"tx_types": deep_list(), "tx_infos": json.dumps([good])},
+                {},
+                ResultCode.INVALID_PARAM,
+            ),
+            (
+                "/api/v1/sendTxBatch",
+                {"tx_types": "[14]", "tx_infos": deep_list()},
+                {},
+                ResultCode.INVALID_PARAM,
+            ),
+            (
+                "/api/v1/sendTxBatch",
+                {"tx_types": "[14]", "tx_infos": json.dumps([deep_object()])},
+                {},
+                ResultCode.INVALID_TX_INFO,
+            ),
+            (
+                "/api/v1/sendTx",
+                f"tx_type=14&tx_info={good}",
+                {
+                    "headers": {
+                        "Content-Type": "application/x-www-form-urlencoded; charset=no-such-charset"
+                    }
+                },
+                ResultCode.INVALID_PARAM,
+            ),
+        ]
+        for path, data, kw, code in cases:
+            status, reply = await r.post(path, data, **kw)
+            assert (status, reply["code"]) == (400, code), (path, str(data)[:60], reply)
+            assert reply["message"]
+        multipart = (  # built by hand: aiohttp's client refuses to encode an unknown charset
+            '--b\r\nContent-Disposition: form-data; name="tx_type"\r\n\r\n14\r\n'
+            '--b\r\nContent-Disposition: form-data; name="tx_info"\r\n'
+            f"Content-Type: text/plain; charset=no-such-charset\r\n\r\n{good}\r\n--b--\r\n"
+        ).encode()
+        status, reply = await r.post(
+            "/api/v1/sendTx",
+            multipart,
+            headers={"Content-Type": "multipart/form-data; boundary=b"},
+        )
+        assert (status, reply["code"]) == (400, ResultCode.INVALID_PARAM), reply
+        assert (r.state.state_hash(), r.ex.producer.seq, r.state.pending_count()) == before
+        status, reply = await r.post("/api/v1/sendTx", {"tx_type": "14", "tx_info": good})
+        assert (status, reply["code"]) == (200, 200), reply
+
+    with_rig(body)
+
+
 def test_bad_query_parameters_and_unknown_things_get_clear_codes() -> None:
     async def body(r: Rig, ts: list[Trader]) -> None:
         checks = [

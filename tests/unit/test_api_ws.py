@@ -251,6 +251,40 @@ def test_pings_limits_and_bad_messages_get_their_answers() -> None:
     with_rig(body, ApiConfig(max_subscriptions=2))
 
 
+def test_deeply_nested_json_gets_an_error_frame_and_the_connection_stays_open() -> None:
+    deep_list = "[" * 5_000 + "]" * 5_000
+    deep_object = '{"a":' * 5_000 + "1" + "}" * 5_000
+
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        good = tx_to_json_str(ts[0].order(299_000, 10, 0))
+        before = (r.state.state_hash(), r.ex.producer.seq, r.state.pending_count())
+        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as ws:
+            await recv(ws)
+            await ws.send_str(deep_list)  # the frame itself: like any frame that is not JSON
+            reply = await recv(ws)
+            assert (reply["type"], reply["code"]) == ("error", ResultCode.WS_INVALID_MESSAGE)
+            assert "nested" in reply["message"]
+            tx = {"tx_type": 14, "tx_info": deep_object}
+            await ws.send_json({"type": "jsonapi/sendtx", "id": 1, "data": tx})
+            reply = await recv_type(ws, "jsonapi/sendtx")
+            assert (reply["id"], reply["code"]) == (1, ResultCode.INVALID_TX_INFO)
+            assert reply["message"]
+            for types, infos, code in [
+                (deep_list, json.dumps([good]), ResultCode.INVALID_PARAM),
+                ("[14]", deep_list, ResultCode.INVALID_PARAM),
+                ("[14]", json.dumps([deep_object]), ResultCode.INVALID_TX_INFO),
+            ]:
+                data = {"tx_types": types, "tx_infos": infos}
+                await ws.send_json({"type": "jsonapi/sendtxbatch", "id": 2, "data": data})
+                reply = await recv_type(ws, "jsonapi/sendtxbatch")
+                assert (reply["id"], reply["code"]) == (2, code), reply
+            assert (r.state.state_hash(), r.ex.producer.seq, r.state.pending_count()) == before
+            await ws.send_json({"type": "ping"})
+            assert (await recv(ws))["type"] == "pong"
+
+    with_rig(body)
+
+
 # ---- slow consumers -----------------------------------------------------------------------------
 
 
