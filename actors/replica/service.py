@@ -248,7 +248,9 @@ class ReplicaService:
         self.port_joins = 0
         self.port_leaves = 0
         self.direct_port = 0
-        self._booted = False
+        #: event-loop time the block stream was last (re)opened, None while it is not open (a
+        #: stream that has stayed open a check interval has not told us we are behind)
+        self._stream_since: float | None = None
         self._apply_task: asyncio.Task[None] | None = None
         self._port_task: asyncio.Task[None] | None = None
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -322,7 +324,6 @@ class ReplicaService:
         """Boot from the snapshot and catch up, start the apply loop, open the direct port, and
         join the shared port once caught up (at once if the boot left it within the lag)."""
         await self._boot()
-        self._booted = True
         loop = asyncio.get_running_loop()
         self._apply_task = loop.create_task(self._apply_loop())
         self.app = build_app(
@@ -341,6 +342,9 @@ class ReplicaService:
         direct = web.TCPSite(self.runner, self.config.http_host, 0)
         await direct.start()
         self.direct_port = _bound_port(direct)
+        # The first decision waits one check interval, so a block stream that cannot serve our
+        # next seq (the publisher's ring moved past a stale snapshot) has told us so by then.
+        await asyncio.sleep(self.config.api.port_check_interval_s)
         await self._update_port()
         self._port_task = loop.create_task(self._port_loop())
         return self.port
@@ -371,14 +375,26 @@ class ReplicaService:
             if self._shared is not None and self.lag() > self.config.api.leave_lag_blocks:
                 await self._update_port()
 
+    def _caught_up(self) -> bool:
+        """Within ``join_lag_blocks`` of the newest seq we know of, following a block stream that
+        has been open a whole check interval without telling us we are behind."""
+        api = self.config.api
+        since = self._stream_since
+        return (
+            self.runner is not None
+            and since is not None
+            and asyncio.get_running_loop().time() - since >= api.port_check_interval_s
+            and self.lag() <= api.join_lag_blocks
+        )
+
     async def _update_port(self) -> None:
-        """Join the shared port when booted and within ``join_lag_blocks``; leave it beyond
+        """Join the shared port when caught up (``_caught_up``); leave it beyond
         ``leave_lag_blocks`` (connections already accepted stay; the direct port stays)."""
         api = self.config.api
         lag = self.lag()
         site = self._shared
         if site is None:
-            if self._booted and self.runner is not None and lag <= api.join_lag_blocks:
+            if self.runner is not None and self._caught_up():
                 site = web.TCPSite(
                     self.runner,
                     self.config.http_host,
@@ -433,13 +449,16 @@ class ReplicaService:
             probe.on_apply(block, applied, t1 - t0, t2 - t1, t3 - t2)
 
     async def _apply_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             try:
+                self._stream_since = loop.time()
                 async for seq, frame in self.source.subscribe(self.state.seq + 1):
                     if seq > self.seen_seq:
                         self.seen_seq = seq
                     self._apply(frame)
             except (ResyncRequired, GapError) as exc:
+                self._stream_since = None
                 log.info(
                     "replica %s: %s; catching up from the snapshot holder", self.config.name, exc
                 )
@@ -452,6 +471,7 @@ class ReplicaService:
                     # holder is itself catching up after a sequencer restart): wait, don't spin.
                     await asyncio.sleep(0.2)
             except TransportUnavailable as exc:
+                self._stream_since = None
                 log.warning(
                     "replica %s: sequencer unreachable (%s); retrying", self.config.name, exc
                 )
