@@ -52,6 +52,7 @@ from raydex.codecs import (
     MAX_API_KEY_INDEX,
     MAX_MARKET_INDEX,
     CodecError,
+    OrderRecord,
     ResultCode,
     TxOutcome,
     tx_from_json,
@@ -62,7 +63,7 @@ from . import views
 from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
 from .hooks import ReplicaHooks, StepProbe
-from .state import ReplicaState
+from .state import LevelOrders, Levels, ReplicaState
 
 __all__ = [
     "ApiConfig",
@@ -272,15 +273,14 @@ class _Api:
         limit = self._limit(request.query)
         m = st.markets[mi]
         ts = st.timestamp_ns // 1_000_000
-        orders = st.market_orders[mi].values()
-        asks = sorted((o for o in orders if o.is_ask), key=lambda o: (o.price, o.order_index))
-        bids = sorted((o for o in orders if not o.is_ask), key=lambda o: (-o.price, o.order_index))
+        book = st.books[mi]
+        bid_orders, ask_orders = st.level_orders[mi]
         return self._ok(
             {
-                "total_asks": len(asks),
-                "asks": [views.simple_order(o, m, ts) for o in asks[:limit]],
-                "total_bids": len(bids),
-                "bids": [views.simple_order(o, m, ts) for o in bids[:limit]],
+                "total_asks": sum(map(len, ask_orders.values())),
+                "asks": [views.simple_order(o, m, ts) for o in _best(book.asks, ask_orders, limit)],
+                "total_bids": sum(map(len, bid_orders.values())),
+                "bids": [views.simple_order(o, m, ts) for o in _best(book.bids, bid_orders, limit)],
             }
         )
 
@@ -318,7 +318,11 @@ class _Api:
         ki = _int(q, "api_key_index", 0, ALL_API_KEYS, default=ALL_API_KEYS)
         if ai not in self.state.accounts:
             raise ApiError(int(ResultCode.ACCOUNT_NOT_FOUND), f"account {ai} not found", 404)
-        ts = self.state.timestamp_ns // 1_000_000
+        st = self.state
+        ts = st.timestamp_ns // 1_000_000
+        indexes = st.account_keys.get(ai, set())
+        if ki != ALL_API_KEYS:
+            indexes = {ki} & indexes
         keys = [
             {
                 "account_index": ai,
@@ -327,8 +331,8 @@ class _Api:
                 "public_key": bytes(r.pub_key).hex(),
                 "transaction_time": ts,
             }
-            for (a, k), r in sorted(self.state.api_keys.items())
-            if a == ai and (ki == ALL_API_KEYS or k == ki)
+            for k in sorted(indexes)
+            for r in (st.api_keys[(ai, k)],)
         ]
         return self._ok({"api_keys": keys})
 
@@ -543,6 +547,20 @@ class _Api:
 
 
 _CODES = frozenset(int(c) for c in ResultCode)
+
+
+def _best(levels: Levels, orders: LevelOrders, limit: int) -> list[OrderRecord]:
+    """The first ``limit`` resting orders of one side, best price first, by order index within a
+    level: a walk over the book's levels (already sorted) that stops at ``limit``. Cost:
+    O(levels visited + orders at them), not O(orders on the side)."""
+    out: list[OrderRecord] = []
+    for price, _ in levels:
+        level = orders.get(price)
+        if level:
+            out.extend(level[oi] for oi in sorted(level))
+            if len(out) >= limit:
+                return out[:limit]
+    return out
 
 
 def _code_name(code: int) -> str:

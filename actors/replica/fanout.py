@@ -268,9 +268,7 @@ class Fanout:
     def _account_body(self, ai: int, kind: str, ts_ms: int) -> dict[str, Any]:
         st = self.state
         acct = st.accounts[ai]
-        counts: dict[int, int] = {}
-        for o in acct.orders.values():
-            counts[o.market_index] = counts.get(o.market_index, 0) + 1
+        counts = acct.order_counts
         positions = {
             str(mi): views.position(p, st.markets[mi], counts.get(mi, 0))
             for mi, p in acct.positions.items()

@@ -324,9 +324,7 @@ def usdc_asset_detail() -> dict[str, Any]:
 def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
     """``DetailedAccount``."""
     ts_ms = state.timestamp_ns // 1_000_000
-    counts: dict[int, int] = {}
-    for o in acct.orders.values():
-        counts[o.market_index] = counts.get(o.market_index, 0) + 1
+    counts = acct.order_counts
     positions = [
         position(p, state.markets[mi], counts.get(mi, 0))
         for mi, p in sorted(acct.positions.items())

@@ -17,9 +17,16 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from raydex.actors.local import LocalExchange, Trader, new_exchange
+from raydex.actors.local import FAR_MS, LocalExchange, Trader, new_exchange
 from raydex.actors.replica import ApiConfig, ReplicaState
-from raydex.codecs import ResultCode, sign_tx, tx_to_json_str, tx_type_of
+from raydex.codecs import (
+    ModifyOrder,
+    RegisterApiKey,
+    ResultCode,
+    sign_tx,
+    tx_to_json_str,
+    tx_type_of,
+)
 
 T = TypeVar("T")
 LSDK = Path("/tmp/lsdk/x/lighter/models")
@@ -194,6 +201,61 @@ def test_bad_requests_get_their_code_and_change_nothing() -> None:
         del b
 
     with_rig(body, config=ApiConfig(max_body_bytes=32 * 1024))
+
+
+def test_indexed_reads_answer_what_a_full_walk_of_the_caches_answers() -> None:
+    """``apikeys``, ``orderBookOrders`` and ``account`` read per-account and per-level indexes
+    (issue 8, defect 7: no walk over every key or order); their answers equal a sort of the whole
+    cache, after orders rested, traded, moved price and were cancelled."""
+
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a, b, c = ts
+        r.ex.run([RegisterApiKey(a.account, 3, b.pub), RegisterApiKey(c.account, 7, a.pub)], True)
+        for i in range(6):
+            for t, side in ((a, 1), (b, 0), (c, 1)):
+                price = 300_500 + i * 10 if side else 299_500 - i * 10
+                assert (await r.send(t.order(price, 10 + i, side)))[1]["code"] == 200
+        assert (await r.send(b.order(300_510, 15, 0)))[1]["code"] == 200  # fills two levels
+        oi = next(o.order_index for o in r.state.orders.values() if o.account_index == c.account)
+        modify = sign_tx(
+            ModifyOrder(c.account, 0, 0, oi, 12, 300_530, 0, FAR_MS, c.nonce, bytes(64)), c.seed
+        )
+        c.nonce += 1
+        assert (await r.send(modify))[1]["code"] == 200  # the order moves to another level
+        other = max(o.order_index for o in r.state.orders.values() if o.account_index == c.account)
+        assert other != oi and (await r.send(c.cancel(other)))[1]["code"] == 200
+        moved = r.state.orders[oi]
+        assert moved.price == 300_530 and moved.remaining_base_amount < 12  # partly filled
+        r.state.validate()
+        orders = list(r.state.orders.values())
+        asks = sorted((o for o in orders if o.is_ask), key=lambda o: (o.price, o.order_index))
+        bids = sorted((o for o in orders if not o.is_ask), key=lambda o: (-o.price, o.order_index))
+        for limit in (1, 4, 250):
+            _, got = await r.get("/api/v1/orderBookOrders", market_id=0, limit=limit)
+            assert (got["total_asks"], got["total_bids"]) == (len(asks), len(bids))
+            assert [o["order_index"] for o in got["asks"]] == [o.order_index for o in asks][:limit]
+            assert [o["order_index"] for o in got["bids"]] == [o.order_index for o in bids][:limit]
+        for t in ts:
+            for ki in (255, 0, 3, 7, 9):
+                _, got = await r.get("/api/v1/apikeys", account_index=t.account, api_key_index=ki)
+                want = [
+                    (k, rec.nonce, bytes(rec.pub_key).hex())
+                    for (acct, k), rec in sorted(r.state.api_keys.items())
+                    if acct == t.account and ki in (255, k)
+                ]
+                assert [
+                    (k["api_key_index"], k["nonce"], k["public_key"]) for k in got["api_keys"]
+                ] == want
+            _, got = await r.get("/api/v1/account", by="index", value=t.account)
+            mine = [o for o in orders if o.account_index == t.account]
+            counts = {
+                p["market_id"]: p["open_order_count"] for p in got["accounts"][0]["positions"]
+            }
+            assert got["accounts"][0]["total_order_count"] == len(mine)
+            for mi, n in counts.items():
+                assert n == sum(o.market_index == mi for o in mine)
+
+    with_rig(body, n=3)
 
 
 DEEP = 5_000  # nesting levels: past the JSON decoders' recursion limit
