@@ -19,7 +19,8 @@ Semantics:
   same keys. A tx is decoded with ``tx_from_json`` and dry-run against the caches; only if every tx
   of a batch passes are they handed over, in one ``execute_txs`` call. The answer carries the
   sequencer's code for the tx (200 when executed).
-- Parsers never escape: malformed, undecodable (bad charset) or too deeply nested input is answered
+- Parsers never escape: malformed, undecodable (bad charset) or too deeply nested input
+  (``MAX_JSON_DEPTH``, checked before decoding) is answered
   with 20001 (``INVALID_PARAM``: the body, a form, ``tx_types``/``tx_infos``) or 20003
   (``INVALID_TX_INFO``: a ``tx_info``) and a message, on REST and on the WebSocket (where an
   unparseable frame as a whole is 30000, like any frame that is not JSON).
@@ -39,6 +40,7 @@ client gets its answer), or raise :class:`ApiError`.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -168,16 +170,47 @@ def _int(q: Mapping[str, Any], name: str, lo: int, hi: int, default: int | None 
     return v
 
 
+#: Deepest JSON nesting accepted from a client. Lighter's payloads nest at most 3 levels; the
+#: bound is checked before decoding because the decoders recurse on the C stack: past Python's
+#: recursion limit they raise RecursionError, and if some library raised that limit (py_ecc sets
+#: 100,000 on import) a 120,000-level body crashes the process.
+MAX_JSON_DEPTH = 32
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_JSON_TOKENS_B = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _too_deep(raw: str | bytes) -> bool:
+    """``raw`` nests arrays/objects deeper than ``MAX_JSON_DEPTH`` (brackets inside strings do
+    not count). Cost: two C-speed counts for any input with few brackets (every valid Lighter
+    payload); a regex walk over its strings and brackets otherwise."""
+    if isinstance(raw, str):
+        if raw.count("[") + raw.count("{") <= MAX_JSON_DEPTH:
+            return False
+        tokens = [m.group().encode() for m in _JSON_TOKENS.finditer(raw) if len(m.group()) == 1]
+    else:
+        if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+            return False
+        tokens = [m.group() for m in _JSON_TOKENS_B.finditer(raw) if len(m.group()) == 1]
+    depth = 0
+    for token in tokens:
+        if token in b"[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
 def _parse_json(raw: str | bytes, code: int, what: str) -> Any:
     """``raw`` decoded, or ApiError(``code``) saying why not: not JSON, not UTF-8, or nested
-    deeper than the decoder's recursion limit (a RecursionError is the decoder's answer to that
-    input, not a bug, so it is caught here and only here)."""
+    deeper than ``MAX_JSON_DEPTH``."""
+    if _too_deep(raw):
+        raise ApiError(code, f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         return _decode(raw)
     except (msgspec.DecodeError, UnicodeDecodeError):
         raise ApiError(code, f"{what} is not valid JSON") from None
-    except RecursionError:
-        raise ApiError(code, f"{what} is nested too deeply") from None
 
 
 async def _fields(request: web.Request) -> Mapping[str, Any]:
@@ -391,14 +424,15 @@ class _Api:
             raise ApiError(int(ResultCode.INVALID_TX_TYPE), "tx_type must be an integer")
         if not isinstance(tx_info, str):
             raise ApiError(int(ResultCode.INVALID_TX_INFO), "tx_info must be a JSON string")
+        if _too_deep(tx_info):
+            raise ApiError(
+                int(ResultCode.INVALID_TX_INFO),
+                f"tx_info is nested deeper than {MAX_JSON_DEPTH} levels",
+            )
         try:
             return tx_from_json(tx_type, tx_info)
         except CodecError as e:
             raise ApiError(int(e.code), str(e)) from None
-        except RecursionError:  # the JSON decoder's answer to very deep nesting
-            raise ApiError(
-                int(ResultCode.INVALID_TX_INFO), "tx_info is nested too deeply"
-            ) from None
 
     async def send_txs(self, txs: list[Any]) -> list[TxOutcome]:
         """Dry-run every tx (pending nonces advance as it goes), then execute them together.

@@ -48,6 +48,7 @@ from raydex.codecs import ResultCode, usdc_to_str
 
 from . import views
 from .config import ApiConfig
+from .margin import liquidation_prices
 from .state import Applied, BookDelta, ReplicaState
 
 _encode = msgspec.json.Encoder().encode
@@ -269,8 +270,9 @@ class Fanout:
         st = self.state
         acct = st.accounts[ai]
         counts = acct.order_counts
+        liq = liquidation_prices(st.markets, acct.collateral, acct.positions)
         positions = {
-            str(mi): views.position(p, st.markets[mi], counts.get(mi, 0))
+            str(mi): views.position(p, st.markets[mi], counts.get(mi, 0), liq[mi])
             for mi, p in acct.positions.items()
         }
         return {

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -260,10 +261,18 @@ def test_deeply_nested_json_gets_an_error_frame_and_the_connection_stays_open() 
         before = (r.state.state_hash(), r.ex.producer.seq, r.state.pending_count())
         async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as ws:
             await recv(ws)
-            await ws.send_str(deep_list)  # the frame itself: like any frame that is not JSON
-            reply = await recv(ws)
-            assert (reply["type"], reply["code"]) == ("error", ResultCode.WS_INVALID_MESSAGE)
-            assert "nested" in reply["message"]
+            for frame in (deep_list, "[" * 120_000 + "]" * 120_000):
+                # the frame itself: like any frame that is not JSON; the depth is bounded before
+                # decoding, so a raised recursion limit (py_ecc sets 100,000) cannot crash us
+                limit = sys.getrecursionlimit()
+                sys.setrecursionlimit(100_000)
+                try:
+                    await ws.send_str(frame)
+                    reply = await recv(ws)
+                finally:
+                    sys.setrecursionlimit(limit)
+                assert (reply["type"], reply["code"]) == ("error", ResultCode.WS_INVALID_MESSAGE)
+                assert "nested" in reply["message"]
             tx = {"tx_type": 14, "tx_info": deep_object}
             await ws.send_json({"type": "jsonapi/sendtx", "id": 1, "data": tx})
             reply = await recv_type(ws, "jsonapi/sendtx")
