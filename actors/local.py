@@ -1,16 +1,21 @@
 """An in-process exchange for the API app without Ray: a BlockProducer as the sequencer and any
 number of replicas (ReplicaState + optional Fanout) fed every closed block synchronously.
 
-``LocalExchange.submit`` has the ``Submit`` signature of ``api.build_app``: it executes the txs,
+``LocalExchange.execute`` has the ``ExecuteTxs`` signature of ``build_app``: it executes the txs,
 closes a block, applies it to every replica (and publishes it to their fan-outs), then returns the
-outcomes, so a client's answer follows its block exactly as with the real sequencer. Used by the
-tests and usable by a Ray-free demo. Cost: one block per ``submit`` call (no micro-batching).
+outcomes, so a client's answer follows its block exactly as with the real sequencer.
+``LocalExchange.serve`` builds one such replica with its fan-out and aiohttp app, the way
+``ReplicaService`` wires its own. Used by the tests and usable by a Ray-free demo. Cost: one block
+per ``execute`` call (no micro-batching).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
+
+from aiohttp import web
 
 from raydex.codecs import (
     CancelOrder,
@@ -24,10 +29,25 @@ from raydex.codecs import (
     sign_tx,
 )
 from raydex.engine import Engine
+from raydex.observability.metrics import ApiCounters
 
+from .replica.app import build_app
+from .replica.config import ApiConfig
 from .replica.fanout import Fanout
+from .replica.hooks import ReplicaHooks
 from .replica.state import Applied, ReplicaState
 from .sequencer import BlockProducer, ClosedBlock
+
+
+@dataclass(frozen=True, slots=True)
+class LocalReplica:
+    """One in-process replica of a :class:`LocalExchange`: its caches, fan-out, counters and app
+    (serve ``app`` with e.g. ``aiohttp.test_utils.TestServer``)."""
+
+    state: ReplicaState
+    fanout: Fanout
+    counters: ApiCounters
+    app: web.Application
 
 
 class LocalExchange:
@@ -58,8 +78,23 @@ class LocalExchange:
             out.append(applied)
         return out
 
-    async def submit(self, txs: list[Any]) -> list[TxOutcome]:
+    async def execute(self, txs: list[Any]) -> list[TxOutcome]:
+        """``ExecuteTxs`` for ``build_app``: one block with ``txs``, applied everywhere."""
         return self.run(txs).outcomes
+
+    def serve(
+        self, config: ApiConfig | None = None, hooks: ReplicaHooks | None = None
+    ) -> LocalReplica:
+        """A new replica booted from the engine's records at the current seq, attached (it gets
+        every later block), with its fan-out and its app executing txs through this exchange."""
+        p = self.producer
+        cfg = config if config is not None else ApiConfig()
+        state = ReplicaState.from_records(p.engine.records(), p.seq, p.height)
+        fanout = Fanout(state, cfg)
+        counters = ApiCounters()
+        app = build_app(state, self.execute, fanout, counters=counters, config=cfg, hooks=hooks)
+        self.attach(state, fanout)
+        return LocalReplica(state, fanout, counters, app)
 
 
 # ---- a small market and funded traders (tests, demo) --------------------------------------------

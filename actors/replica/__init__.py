@@ -1,19 +1,21 @@
 """The API replica: boots hot from a snapshot, applies the block stream, serves REST + WebSocket.
 
 ===========  =============================================================================
-``service``  ``ReplicaService`` (boot, apply loop, micro-batched submit; owns its fan-out) and
-             ``ReplicaActor`` (the Ray shell)
+``service``  ``ReplicaService`` (boot, apply loop, micro-batched ``execute_txs``, the shared
+             port; owns its fan-out and counters) and ``ReplicaActor`` (the Ray shell)
 ``state``    ``ReplicaState``: the caches (books, accounts, keys, trades), ``apply_block``, dry-run
 ``app``      the aiohttp app: Lighter REST under ``/api/v1/`` and the ``/stream`` WebSocket
 ``fanout``   WebSocket fan-out: one encode per market per block, bounded per-client queues
 ``views``    Lighter JSON shapes built from the caches
-``config``   ``ApiConfig``: the app's knobs (limits, queues), settable from ``raydex.yaml``
+``hooks``    ``ReplicaHooks``: a ``StepProbe`` and middlewares a measurement plugs in
+``config``   ``ApiConfig``: the replica's knobs (limits, queues, ports, deadlines)
 ===========  =============================================================================
 """
 
-from .app import ApiError, build_app
+from .app import ApiError, ExecuteTxs, OutcomePending, build_app
 from .config import ApiConfig
 from .fanout import Fanout
+from .hooks import Middleware, ReplicaHooks, StepProbe
 from .service import ReplicaActor, ReplicaConfig, ReplicaService
 from .state import Applied, GapError, ReplicaState
 
@@ -21,11 +23,16 @@ __all__ = [
     "ApiConfig",
     "ApiError",
     "Applied",
+    "ExecuteTxs",
     "Fanout",
     "GapError",
+    "Middleware",
+    "OutcomePending",
     "ReplicaActor",
     "ReplicaConfig",
+    "ReplicaHooks",
     "ReplicaService",
     "ReplicaState",
+    "StepProbe",
     "build_app",
 ]

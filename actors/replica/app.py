@@ -2,34 +2,45 @@
 
 ::
 
-    client ──HTTP/WS──► build_app(state, submit, config)
+    client ──HTTP/WS──► build_app(state, execute_txs, fanout, ...)
                           │ reads: ReplicaState caches (BookSnapshot by reference, no copies)
-                          │ sendTx: tx_from_json ─► state.dry_run ─► note_sent ─► submit([...])
+                          │ sendTx: tx_from_json ─► state.dry_run ─► note_sent ─► execute_txs([...])
+                          │ /stream: subscriptions and replies through the fanout it was given
                           ▼
-                       Fanout ◄── publish(Applied) ── apply loop (state.apply_block per block)
+    ReplicaService (owner) ── state.apply_block ─► fanout.publish(Applied) ─► subscribers
 
 Semantics:
 
 - Every JSON answer carries ``code`` (200 on success) and the ``seq`` of the block it reflects.
   Errors are ``{"code": <ResultCode>, "message": ...}`` with HTTP 400 (bad request or rejected tx),
   404 (unknown path, account, market or tx), 413 (body over ``max_body_bytes``). A rejected request
-  changes nothing: nothing is noted as pending and nothing reaches ``submit``.
+  changes nothing: nothing is noted as pending and nothing reaches ``execute_txs``.
 - ``sendTx``/``sendTxBatch`` take form fields (urlencoded or multipart) or a JSON object with the
   same keys. A tx is decoded with ``tx_from_json`` and dry-run against the caches; only if every tx
-  of a batch passes are they submitted, in one ``submit`` call. The answer carries the sequencer's
-  code for the tx (200 when executed).
-- The app never awaits anything but ``submit`` and the client's own socket; the caches are only
-  written by the apply loop, which runs on the same event loop, so a handler sees one consistent
-  block between awaits.
+  of a batch passes are they handed over, in one ``execute_txs`` call. The answer carries the
+  sequencer's code for the tx (200 when executed).
+- Parsers never escape: malformed, undecodable (bad charset) or too deeply nested input
+  (``MAX_JSON_DEPTH``, checked before decoding) is answered
+  with 20001 (``INVALID_PARAM``: the body, a form, ``tx_types``/``tx_infos``) or 20003
+  (``INVALID_TX_INFO``: a ``tx_info``) and a message, on REST and on the WebSocket (where an
+  unparseable frame as a whole is 30000, like any frame that is not JSON).
+- An outcome that does not come in time is answered with HTTP 503 and 21822
+  (``SEQUENCER_UNAVAILABLE``: the tx may still execute, look it up by hash; ``tx_hash`` is in the
+  answer when the sequencer already returned it); ``execute_txs`` owns that deadline.
+- The app never awaits anything but ``execute_txs``, a commitment read and the client's own
+  socket; the caches are only written by the apply loop, which runs on the same event loop, so a
+  handler sees one consistent block between awaits.
 
-Caller duties: run the apply loop on the app's event loop (``state.apply_block`` then
-``fanout.publish``); ``submit`` must return one ``TxOutcome`` per tx, after the block holding them
-was applied to ``state`` (so ``nextNonce`` is current when the client gets its answer).
+Caller duties: create the :class:`Fanout` and run the apply loop on the app's event loop
+(``state.apply_block`` then ``fanout.publish``); ``execute_txs`` must return one ``TxOutcome`` per
+tx, after the block holding them was applied to ``state`` (so ``nextNonce`` is current when the
+client gets its answer), or raise :class:`ApiError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -43,6 +54,7 @@ from raydex.codecs import (
     MAX_API_KEY_INDEX,
     MAX_MARKET_INDEX,
     CodecError,
+    OrderRecord,
     ResultCode,
     TxOutcome,
     tx_from_json,
@@ -52,23 +64,23 @@ from raydex.observability.metrics import ApiCounters
 from . import views
 from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
-from .state import ReplicaState
+from .hooks import ReplicaHooks, StepProbe
+from .state import LevelOrders, Levels, ReplicaState
 
 __all__ = [
-    "COUNTERS",
-    "FANOUT",
-    "STATE",
     "ApiConfig",
     "ApiError",
+    "CommitmentSource",
+    "ExecuteTxs",
     "Fanout",
     "FanoutStats",
-    "Submit",
+    "OutcomePending",
     "build_app",
-    "fanout_of",
     "split_channel",
 ]
 
-Submit = Callable[[list[Any]], Awaitable[list[TxOutcome]]]
+#: ``execute_txs(txs) -> one TxOutcome per tx``, returning once their block was applied here
+ExecuteTxs = Callable[[list[Any]], Awaitable[list[TxOutcome]]]
 
 
 class CommitmentSource(Protocol):
@@ -79,11 +91,6 @@ class CommitmentSource(Protocol):
     async def latest(self, limit: int) -> list[dict[str, Any]]: ...
 
 
-STATE: web.AppKey[ReplicaState] = web.AppKey("raydex_state", ReplicaState)
-FANOUT: web.AppKey[Fanout] = web.AppKey("raydex_fanout", Fanout)
-#: what the handlers count (cache hits/fallbacks, dry-run time); the replica exports it
-COUNTERS: web.AppKey[ApiCounters] = web.AppKey("raydex_counters", ApiCounters)
-
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 _OK = int(ResultCode.OK)
@@ -91,13 +98,30 @@ _VOLUME_QUOTA = 1_000_000
 
 
 class ApiError(Exception):
-    """A request the caller got wrong: answered with ``code`` and HTTP ``status``."""
+    """A request that cannot be answered with a result: answered with ``code`` and HTTP ``status``
+    (4xx: the caller's mistake; 503: the outcome is not known yet). ``tx_hashes``: the hashes of
+    txs that were handed to the sequencer (the caller can look them up), else None."""
 
-    def __init__(self, code: int, message: str, status: int = 400) -> None:
+    def __init__(
+        self, code: int, message: str, status: int = 400, tx_hashes: list[bytes] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status
+        self.tx_hashes = tx_hashes
+
+    def body(self, batch: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.tx_hashes is not None:
+            hashes = [h.hex() for h in self.tx_hashes]
+            out["tx_hash"] = hashes if batch else hashes[0]
+        return out
+
+
+class OutcomePending(ApiError):
+    """The sequencer executed the txs (``tx_hashes``), but their block has not been applied here
+    within the deadline: the outcome is in the block, readable by hash once it lands."""
 
 
 def _json(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -115,7 +139,7 @@ async def _errors(
     try:
         return await handler(request)
     except ApiError as e:
-        return _error(e.code, e.message, e.status)
+        return _json(e.body(request.path.endswith("Batch")), e.status)
     except web.HTTPRequestEntityTooLarge:
         return _error(int(ResultCode.BODY_TOO_LARGE), "request body too large", 413)
     except web.HTTPNotFound:
@@ -146,20 +170,62 @@ def _int(q: Mapping[str, Any], name: str, lo: int, hi: int, default: int | None 
     return v
 
 
+#: Deepest JSON nesting accepted from a client. Lighter's payloads nest at most 3 levels; the
+#: bound is checked before decoding because the decoders recurse on the C stack: past Python's
+#: recursion limit they raise RecursionError, and if some library raised that limit (py_ecc sets
+#: 100,000 on import) a 120,000-level body crashes the process.
+MAX_JSON_DEPTH = 32
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_JSON_TOKENS_B = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _too_deep(raw: str | bytes) -> bool:
+    """``raw`` nests arrays/objects deeper than ``MAX_JSON_DEPTH`` (brackets inside strings do
+    not count). Cost: two C-speed counts for any input with few brackets (every valid Lighter
+    payload); a regex walk over its strings and brackets otherwise."""
+    if isinstance(raw, str):
+        if raw.count("[") + raw.count("{") <= MAX_JSON_DEPTH:
+            return False
+        tokens = [m.group().encode() for m in _JSON_TOKENS.finditer(raw) if len(m.group()) == 1]
+    else:
+        if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+            return False
+        tokens = [m.group() for m in _JSON_TOKENS_B.finditer(raw) if len(m.group()) == 1]
+    depth = 0
+    for token in tokens:
+        if token in b"[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def _parse_json(raw: str | bytes, code: int, what: str) -> Any:
+    """``raw`` decoded, or ApiError(``code``) saying why not: not JSON, not UTF-8, or nested
+    deeper than ``MAX_JSON_DEPTH``."""
+    if _too_deep(raw):
+        raise ApiError(code, f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return _decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        raise ApiError(code, f"{what} is not valid JSON") from None
+
+
 async def _fields(request: web.Request) -> Mapping[str, Any]:
     """Form fields, or the keys of a JSON object body."""
     if request.content_type == "application/json":
-        try:
-            obj = _decode(await request.read())
-        except msgspec.DecodeError:
-            raise ApiError(int(ResultCode.INVALID_PARAM), "body is not valid JSON") from None
+        obj = _parse_json(await request.read(), int(ResultCode.INVALID_PARAM), "body")
         if not isinstance(obj, dict):
             raise ApiError(int(ResultCode.INVALID_PARAM), "body must be a JSON object")
         return obj
     try:
         form = await request.post()
-    except ValueError as e:  # malformed multipart / urlencoded
+    except ValueError as e:  # malformed multipart / urlencoded, or not in its declared charset
         raise ApiError(int(ResultCode.INVALID_PARAM), f"malformed form: {e}") from None
+    except LookupError as e:  # a charset Python does not know
+        raise ApiError(int(ResultCode.INVALID_PARAM), f"unknown charset: {e}") from None
     return {k: v for k, v in form.items() if isinstance(v, str)}
 
 
@@ -169,16 +235,20 @@ class _Api:
     def __init__(
         self,
         state: ReplicaState,
-        submit: Submit,
+        execute_txs: ExecuteTxs,
+        fanout: Fanout,
+        counters: ApiCounters,
         config: ApiConfig,
-        commitments: CommitmentSource | None = None,
+        commitments: CommitmentSource | None,
+        probe: StepProbe | None,
     ) -> None:
         self.state = state
-        self.submit = submit
+        self.execute_txs = execute_txs
+        self.fanout = fanout
+        self.counters = counters
         self.config = config
         self.commitments = commitments
-        self.fanout = Fanout(state, config)
-        self.counters = ApiCounters()
+        self.probe = probe
 
     def _ok(self, body: dict[str, Any], cached: bool = True) -> web.Response:
         """A success answer; ``cached``: it was read from the caches (counted as a hit)."""
@@ -236,15 +306,14 @@ class _Api:
         limit = self._limit(request.query)
         m = st.markets[mi]
         ts = st.timestamp_ns // 1_000_000
-        orders = st.market_orders[mi].values()
-        asks = sorted((o for o in orders if o.is_ask), key=lambda o: (o.price, o.order_index))
-        bids = sorted((o for o in orders if not o.is_ask), key=lambda o: (-o.price, o.order_index))
+        book = st.books[mi]
+        bid_orders, ask_orders = st.level_orders[mi]
         return self._ok(
             {
-                "total_asks": len(asks),
-                "asks": [views.simple_order(o, m, ts) for o in asks[:limit]],
-                "total_bids": len(bids),
-                "bids": [views.simple_order(o, m, ts) for o in bids[:limit]],
+                "total_asks": sum(map(len, ask_orders.values())),
+                "asks": [views.simple_order(o, m, ts) for o in _best(book.asks, ask_orders, limit)],
+                "total_bids": sum(map(len, bid_orders.values())),
+                "bids": [views.simple_order(o, m, ts) for o in _best(book.bids, bid_orders, limit)],
             }
         )
 
@@ -282,7 +351,11 @@ class _Api:
         ki = _int(q, "api_key_index", 0, ALL_API_KEYS, default=ALL_API_KEYS)
         if ai not in self.state.accounts:
             raise ApiError(int(ResultCode.ACCOUNT_NOT_FOUND), f"account {ai} not found", 404)
-        ts = self.state.timestamp_ns // 1_000_000
+        st = self.state
+        ts = st.timestamp_ns // 1_000_000
+        indexes = st.account_keys.get(ai, set())
+        if ki != ALL_API_KEYS:
+            indexes = {ki} & indexes
         keys = [
             {
                 "account_index": ai,
@@ -291,8 +364,8 @@ class _Api:
                 "public_key": bytes(r.pub_key).hex(),
                 "transaction_time": ts,
             }
-            for (a, k), r in sorted(self.state.api_keys.items())
-            if a == ai and (ki == ALL_API_KEYS or k == ki)
+            for k in sorted(indexes)
+            for r in (st.api_keys[(ai, k)],)
         ]
         return self._ok({"api_keys": keys})
 
@@ -351,24 +424,35 @@ class _Api:
             raise ApiError(int(ResultCode.INVALID_TX_TYPE), "tx_type must be an integer")
         if not isinstance(tx_info, str):
             raise ApiError(int(ResultCode.INVALID_TX_INFO), "tx_info must be a JSON string")
+        if _too_deep(tx_info):
+            raise ApiError(
+                int(ResultCode.INVALID_TX_INFO),
+                f"tx_info is nested deeper than {MAX_JSON_DEPTH} levels",
+            )
         try:
             return tx_from_json(tx_type, tx_info)
         except CodecError as e:
             raise ApiError(int(e.code), str(e)) from None
 
     async def send_txs(self, txs: list[Any]) -> list[TxOutcome]:
-        """Dry-run every tx (pending nonces advance as it goes), then submit them together.
+        """Dry-run every tx (pending nonces advance as it goes), then execute them together.
 
         All or nothing before the sequencer: the first rejection releases the nonces noted so
-        far and raises ApiError with that tx's code."""
+        far and raises ApiError with that tx's code. If ``execute_txs`` fails, the nonces are
+        released, unless it raised :class:`OutcomePending` (the txs are sequenced: their block
+        clears them when it is applied)."""
         st = self.state
         now_ms = time.time_ns() // 1_000_000
         noted: list[Any] = []
         dry_run_time = self.counters.dry_run
+        probe = self.probe
         for i, tx in enumerate(txs):
             t0 = time.perf_counter_ns()
             code = st.dry_run(tx, now_ms)
-            dry_run_time.record(time.perf_counter_ns() - t0)
+            dt = time.perf_counter_ns() - t0
+            dry_run_time.record(dt)
+            if probe is not None:
+                probe.on_dry_run(tx, code, dt)
             if code != _OK:
                 for n in noted:
                     st.forget_sent(n)
@@ -377,7 +461,9 @@ class _Api:
             st.note_sent(tx)
             noted.append(tx)
         try:
-            outcomes = await self.submit(txs)
+            outcomes = await self.execute_txs(txs)
+        except OutcomePending:
+            raise  # sequenced: their nonces stay pending until their block clears them
         except BaseException:
             for n in noted:
                 st.forget_sent(n)
@@ -447,9 +533,9 @@ class _Api:
     async def _on_message(self, c: Client, text: str, inflight: set[asyncio.Task[None]]) -> None:
         fanout = self.fanout
         try:
-            obj = _decode(text)
-        except msgspec.DecodeError:
-            fanout.send(c, _ws_error(ResultCode.WS_INVALID_MESSAGE, "not valid JSON"))
+            obj = _parse_json(text, int(ResultCode.WS_INVALID_MESSAGE), "the message")
+        except ApiError as e:
+            fanout.send(c, _ws_error(e.code, e.message))
             return
         kind = obj.get("type") if isinstance(obj, dict) else None
         if kind == "ping":
@@ -488,13 +574,27 @@ class _Api:
                 txs = [self._decode_tx(data.get("tx_type"), data.get("tx_info"))]
             reply = self._tx_reply(await self.send_txs(txs), batch)
         except ApiError as e:
-            reply = {"code": e.code, "message": e.message}
+            reply = e.body(batch)
         reply["type"] = kind
         reply["id"] = rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
         return reply
 
 
 _CODES = frozenset(int(c) for c in ResultCode)
+
+
+def _best(levels: Levels, orders: LevelOrders, limit: int) -> list[OrderRecord]:
+    """The first ``limit`` resting orders of one side, best price first, by order index within a
+    level: a walk over the book's levels (already sorted) that stops at ``limit``. Cost:
+    O(levels visited + orders at them), not O(orders on the side)."""
+    out: list[OrderRecord] = []
+    for price, _ in levels:
+        level = orders.get(price)
+        if level:
+            out.extend(level[oi] for oi in sorted(level))
+            if len(out) >= limit:
+                return out[:limit]
+    return out
 
 
 def _code_name(code: int) -> str:
@@ -512,10 +612,7 @@ def _ws_error(code: int, message: str) -> dict[str, Any]:
 
 def _json_list(raw: Any, name: str) -> list[Any]:
     if isinstance(raw, str):
-        try:
-            raw = _decode(raw)
-        except msgspec.DecodeError:
-            raise ApiError(int(ResultCode.INVALID_PARAM), f"{name} is not valid JSON") from None
+        raw = _parse_json(raw, int(ResultCode.INVALID_PARAM), name)
     if not isinstance(raw, list):
         raise ApiError(int(ResultCode.INVALID_PARAM), f"{name} must be a JSON list")
     return raw
@@ -523,18 +620,31 @@ def _json_list(raw: Any, name: str) -> list[Any]:
 
 def build_app(
     state: ReplicaState,
-    submit: Submit,
+    execute_txs: ExecuteTxs,
+    fanout: Fanout,
+    *,
+    counters: ApiCounters | None = None,
     config: ApiConfig | None = None,
     commitments: CommitmentSource | None = None,
+    hooks: ReplicaHooks | None = None,
 ) -> web.Application:
-    """The replica's aiohttp app; its :class:`Fanout` is ``app[FANOUT]`` (call ``publish`` on it
-    after each applied block). See the module docstring."""
+    """The replica's aiohttp app over ``state``; WebSocket clients are served through ``fanout``
+    (its owner publishes each applied block to it), handlers count into ``counters``. ``hooks``:
+    a probe told about each dry-run, middlewares around every handler. See the module docstring."""
     cfg = config if config is not None else ApiConfig()
-    api = _Api(state, submit, cfg, commitments)
-    app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[_errors])
-    app[STATE] = state
-    app[FANOUT] = api.fanout
-    app[COUNTERS] = api.counters
+    hk = hooks if hooks is not None else ReplicaHooks()
+    api = _Api(
+        state,
+        execute_txs,
+        fanout,
+        counters if counters is not None else ApiCounters(),
+        cfg,
+        commitments,
+        hk.probe,
+    )
+    app = web.Application(
+        client_max_size=cfg.max_body_bytes, middlewares=[_errors, *hk.middlewares]
+    )
     r = app.router
     r.add_get("/", api.info)
     r.add_get("/info", api.info)
@@ -560,11 +670,7 @@ def build_app(
     r.add_post("/api/v1/sendTxBatch", api.send_tx_batch)
 
     async def _shutdown(app: web.Application) -> None:
-        await api.fanout.close()
+        await fanout.close()  # the app's WebSocket connections end with the app
 
     app.on_shutdown.append(_shutdown)
     return app
-
-
-def fanout_of(app: web.Application) -> Fanout:
-    return app[FANOUT]

@@ -1,4 +1,5 @@
-"""Tuning knobs of the API replica's aiohttp app; each says what it trades."""
+"""Tuning knobs of the API replica (its app, fan-out, ports and deadlines); each says what it
+trades. Invalid combinations raise ``ValueError`` when the config is built."""
 
 from __future__ import annotations
 
@@ -37,3 +38,27 @@ class ApiConfig:
     network_id: int = DEFAULT_CHAIN_ID
     #: What ``sendTx`` tells clients about execution time (ms); the block cadence.
     predicted_execution_time_ms: int = 1
+    #: Longest a tx waits for its outcome (the sequencer's answer, then its block applied here)
+    #: before it is answered 21822 / HTTP 503 ("may still execute: look it up by hash"). Shorter
+    #: frees clients sooner when the sequencer or this replica's stream stalls; too short turns a
+    #: slow but healthy block (fsync under load) into an answer without a result.
+    outcome_timeout_s: float = 5.0
+    #: A replica joins the host's shared port once at most this many blocks behind the newest seq
+    #: it knows of (after the boot and catch-up). Smaller: clients only ever meet fresh data, but
+    #: a replica that trails by a few blocks under load waits longer before it takes traffic.
+    join_lag_blocks: int = 16
+    #: ... and leaves it when more than this many blocks behind (rejoining when caught up again).
+    #: Smaller: stale answers end sooner, at the price of more leave/join churn in bursts. Must be
+    #: at least ``join_lag_blocks`` (the gap between them damps flapping).
+    leave_lag_blocks: int = 256
+    #: How often the replica re-checks its lag to join the shared port (s); leaving is immediate.
+    #: Shorter: a caught-up replica takes traffic sooner, for a few more wake-ups per second.
+    port_check_interval_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.outcome_timeout_s <= 0:
+            raise ValueError("outcome_timeout_s must be > 0")
+        if not 0 <= self.join_lag_blocks <= self.leave_lag_blocks:
+            raise ValueError("need 0 <= join_lag_blocks <= leave_lag_blocks")
+        if self.port_check_interval_s <= 0:
+            raise ValueError("port_check_interval_s must be > 0")

@@ -48,6 +48,7 @@ from raydex.codecs import ResultCode, usdc_to_str
 
 from . import views
 from .config import ApiConfig
+from .margin import liquidation_prices
 from .state import Applied, BookDelta, ReplicaState
 
 _encode = msgspec.json.Encoder().encode
@@ -268,11 +269,10 @@ class Fanout:
     def _account_body(self, ai: int, kind: str, ts_ms: int) -> dict[str, Any]:
         st = self.state
         acct = st.accounts[ai]
-        counts: dict[int, int] = {}
-        for o in acct.orders.values():
-            counts[o.market_index] = counts.get(o.market_index, 0) + 1
+        counts = acct.order_counts
+        liq = liquidation_prices(st.markets, acct.collateral, acct.positions)
         positions = {
-            str(mi): views.position(p, st.markets[mi], counts.get(mi, 0))
+            str(mi): views.position(p, st.markets[mi], counts.get(mi, 0), liq[mi])
             for mi, p in acct.positions.items()
         }
         return {

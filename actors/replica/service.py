@@ -5,32 +5,47 @@
     snapshot holder ──latest_snapshot (Arrow, zero-copy on the node)──┐
                     ──blocks_since(seq) when the sequencer's ring     │ boot / resync
                       no longer holds what we need                    ▼
-    sequencer ──gRPC Blocks stream──► apply loop: ReplicaState.apply_block ─► Fanout (WS)
-              ◄──gRPC Txs stream──── MicroBatcher (one batch in flight) ◄── sendTx / WS txs
+    sequencer ──gRPC Blocks stream──► apply loop: decode ─► ReplicaState.apply_block
+              │                                          ─► Fanout.publish ─► WS subscribers
+              ◄──gRPC Txs stream──── MicroBatcher (one batch in flight) ◄── execute_txs
                                                     ▲
-    clients ──HTTP/WS (SO_REUSEPORT: replicas on one host share the port)──► aiohttp app
+    clients ──HTTP/WS──► aiohttp app (build_app: state, execute_txs, fanout, counters, hooks)
+             shared port (SO_REUSEPORT: the host's replicas, only those caught up)
+             direct port (this replica only, always)
 
 ``ReplicaService`` is the asyncio core (tested without Ray: it takes plain callables for the
-snapshot and catch-up reads); ``ReplicaActor`` is the Ray shell that wires those to the snapshot
-holder actor, pins the replica's threads to its bundle's cores and reports its placement.
+snapshot and catch-up reads). It owns everything on the data path: the caches, the fan-out, the
+app's counters, the micro-batcher and the ports; the app is handed what it serves from.
+``ReplicaActor`` is the Ray shell that wires the reads to the snapshot holder actor, pins the
+replica's threads to its bundle's cores and reports its placement.
 
 Invariants:
-- No request is served before the caches are complete: the HTTP site opens after the boot.
+- No request is served before the caches are complete: the direct port opens after the boot.
+- The shared port is only open while this replica is caught up: it joins once booted and within
+  ``api.join_lag_blocks`` of the newest seq it knows exists (``seen_seq``: stream frames, the
+  holder's answers, the floor of a ring that lost our next block), and leaves (closes that site;
+  the direct port stays) as soon as it is more than ``api.leave_lag_blocks`` behind; it rejoins
+  when caught up. Clients of the shared port are thus never served a stale replica's data.
 - The hot path never reads over the network: REST and WS answer from ``ReplicaState``; the only
   remote calls are the data-plane streams and, on a gap, the catch-up.
 - Blocks are applied in seq order exactly once (the source drops duplicates; ``apply_block``
   ignores replays and raises on a gap, which triggers a catch-up).
-- ``submit`` returns only after the block holding the txs has been applied here, so a client that
-  got its answer reads its own writes from this replica.
+- ``execute_txs`` returns only after the block holding the txs has been applied here, so a client
+  that got its answer reads its own writes from this replica; or, after ``api.outcome_timeout_s``
+  at the latest, raises ApiError 21822 (HTTP 503): never a hang.
+
+Measurement hooks (``ReplicaHooks``, hooks.py): a probe told about each apply step (decode, cache
+update, fan-out), each dry-run and each executed batch, and extra aiohttp middlewares. The
+loadtest plugs its instrumentation in here; production runs without (one ``is None`` test).
 
 Metrics (``ReplicaService.metrics``, observability/metrics.py; exported by the actor shell):
-apply time, engine -> send delay of book updates, tx lifecycle per tx type (submit -> sequenced
--> confirmed here), dry-run time, cache hits/fallbacks, WS connections, queue depth, conflations,
-slow-consumer drops, seq and lag. Hot-path cost: a few ``Histogram.record`` per block and two per
-submitted tx.
+apply time, engine -> send delay of book updates, tx lifecycle per tx type (execute_txs ->
+sequenced -> confirmed here), dry-run time, cache hits/fallbacks, WS connections, queue depth,
+conflations, slow-consumer drops, seq and lag. Hot-path cost: a few ``Histogram.record`` per block
+and two per executed tx.
 
 Knobs: ``max_batch_txs`` caps one micro-batch (larger: fewer round trips under load; a burst
-waits behind at most one batch).
+waits behind at most one batch); the port and deadline knobs are in ``ApiConfig``.
 """
 
 from __future__ import annotations
@@ -40,6 +55,7 @@ import heapq
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,13 +69,15 @@ from raydex.codecs import (
     TxOutcome,
     TxType,
     Verifier,
+    decode_block,
     decode_outcomes,
     encode_batch,
     tables_to_records,
+    tx_hash,
     tx_type_of,
 )
 from raydex.observability.hist import Histogram
-from raydex.observability.metrics import Recorder
+from raydex.observability.metrics import ApiCounters, Recorder
 
 from ..runtime import ActorRuntime
 from ..transport import (
@@ -70,8 +88,10 @@ from ..transport import (
     TransportUnavailable,
     TxChannel,
 )
-from .app import COUNTERS, ApiError, CommitmentSource, build_app, fanout_of
+from .app import ApiError, CommitmentSource, OutcomePending, build_app
 from .config import ApiConfig
+from .fanout import Fanout
+from .hooks import ReplicaHooks
 from .state import GapError, ReplicaState
 
 log = logging.getLogger(__name__)
@@ -97,56 +117,101 @@ class ReplicaConfig:
     group: str = ""
 
 
+class _Pending:
+    """One caller's txs waiting in the micro-batcher."""
+
+    __slots__ = ("fut", "sent", "txs")
+
+    def __init__(self, txs: list[Any], fut: asyncio.Future[list[TxOutcome]]) -> None:
+        self.txs = txs
+        self.fut = fut
+        #: taken into a batch (handed to the channel); before that a timed-out caller is dropped
+        self.sent = False
+
+
 class MicroBatcher:
-    """Coalesces concurrent submissions into batches, with at most one batch in flight: what
-    arrives while a batch is out rides the next one."""
+    """Coalesces concurrent callers' txs into batches, with at most one batch in flight: what
+    arrives while a batch is out rides the next one.
+
+    Every caller waits until its own deadline: a caller whose txs were not taken into a batch by
+    then is dropped from the queue (they are never sent); one whose batch is out gets 21822 (the
+    txs may still execute). A transport failure fails the whole batch with 21822."""
 
     def __init__(self, channel: TxChannel, max_batch_txs: int) -> None:
         self.channel = channel
         self.max_batch_txs = max_batch_txs
-        self._queue: list[tuple[list[Any], asyncio.Future[list[TxOutcome]]]] = []
+        self._queue: deque[_Pending] = deque()
         self._task: asyncio.Task[None] | None = None
         self.batches = 0
         self.txs = 0
+        #: callers answered 21822 because their deadline passed (sent or not)
+        self.timeouts = 0
 
-    async def submit(self, txs: list[Any]) -> list[TxOutcome]:
-        fut: asyncio.Future[list[TxOutcome]] = asyncio.get_running_loop().create_future()
-        self._queue.append((txs, fut))
+    async def enqueue(self, txs: list[Any], deadline: float) -> list[TxOutcome]:
+        """The sequencer's outcomes for ``txs`` (one per tx, in order), or ApiError 21822 by
+        ``deadline`` (event-loop time)."""
+        loop = asyncio.get_running_loop()
+        item = _Pending(txs, loop.create_future())
+        self._queue.append(item)
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
-        return await fut
+            self._task = loop.create_task(self._run())
+        try:
+            return await asyncio.wait_for(item.fut, max(deadline - loop.time(), 0.0))
+        except TimeoutError:
+            # wait_for cancelled ``item.fut``: _run skips it if still queued, ignores its reply
+            self.timeouts += 1
+            if not item.sent:
+                raise ApiError(
+                    int(ResultCode.SEQUENCER_UNAVAILABLE),
+                    "sequencer busy: the tx was not sent before its deadline; send it again",
+                    503,
+                ) from None
+            raise ApiError(
+                int(ResultCode.SEQUENCER_UNAVAILABLE),
+                "no answer from the sequencer before the deadline; the tx may still execute: "
+                "look it up by hash",
+                503,
+                [tx_hash(tx) for tx in txs],
+            ) from None
 
     async def _run(self) -> None:
-        while self._queue:
-            batch: list[tuple[list[Any], asyncio.Future[list[TxOutcome]]]] = []
+        queue = self._queue
+        while queue:
+            batch: list[_Pending] = []
             n = 0
-            while self._queue and (not batch or n + len(self._queue[0][0]) <= self.max_batch_txs):
-                item = self._queue.pop(0)
+            while queue and (not batch or n + len(queue[0].txs) <= self.max_batch_txs):
+                item = queue.popleft()
+                if item.fut.done():  # its caller gave up before it was sent
+                    continue
+                item.sent = True
                 batch.append(item)
-                n += len(item[0])
-            txs = [tx for part, _ in batch for tx in part]
+                n += len(item.txs)
+            if not batch:
+                continue
+            txs = [tx for item in batch for tx in item.txs]
             try:
                 reply = await self.channel.submit(encode_batch(txs))
                 outcomes = [TxOutcome._make(o) for o in decode_outcomes(reply)]
             except TransportError as exc:
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(
+                for item in batch:
+                    if not item.fut.done():
+                        item.fut.set_exception(
                             ApiError(
                                 int(ResultCode.SEQUENCER_UNAVAILABLE),
                                 f"sequencer unavailable ({type(exc).__name__}); the tx may "
                                 "still execute: look it up by hash",
                                 503,
+                                [tx_hash(tx) for tx in item.txs],
                             )
                         )
                 continue
             self.batches += 1
             self.txs += len(txs)
             at = 0
-            for part, fut in batch:
-                if not fut.done():
-                    fut.set_result(outcomes[at : at + len(part)])
-                at += len(part)
+            for item in batch:
+                if not item.fut.done():
+                    item.fut.set_result(outcomes[at : at + len(item.txs)])
+                at += len(item.txs)
 
 
 class ReplicaService:
@@ -159,37 +224,54 @@ class ReplicaService:
         fetch_blocks: FetchBlocks,
         channel: TxChannel | None = None,
         commitments: CommitmentSource | None = None,
+        hooks: ReplicaHooks | None = None,
     ) -> None:
         self.config = config
         self.commitments = commitments
+        self.hooks = hooks if hooks is not None else ReplicaHooks()
         self.fetch_snapshot = fetch_snapshot
         self.fetch_blocks = fetch_blocks
         self.verifier = Verifier(config.chain_id)
         self.state = ReplicaState(self.verifier)
+        #: WebSocket subscribers; the apply loop publishes every applied block here
+        self.fanout = Fanout(self.state, config.api)
+        #: what the app's handlers count (cache hits/fallbacks, dry-run time)
+        self.counters = ApiCounters()
         self.channel = channel or GrpcTxChannel(config.sequencer_target)
         self.batcher = MicroBatcher(self.channel, config.max_batch_txs)
         self.source = GrpcBlockSource(config.sequencer_target, name=config.name)
         self.app: web.Application | None = None
         self.runner: web.AppRunner | None = None
+        #: the shared (SO_REUSEPORT) port; its site is open only while caught up
         self.port = 0
+        self._shared: web.TCPSite | None = None
+        self.port_joins = 0
+        self.port_leaves = 0
         self.direct_port = 0
+        #: event-loop time the block stream was last (re)opened, None while it is not open (a
+        #: stream that has stayed open a check interval has not told us we are behind)
+        self._stream_since: float | None = None
         self._apply_task: asyncio.Task[None] | None = None
+        self._port_task: asyncio.Task[None] | None = None
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._waiter_id = 0
         self.boots = 0
         self.resyncs = 0
         self.catch_ups = 0
+        #: answers 21822 because the block of sequenced txs was not applied here in time
+        self.apply_timeouts = 0
         #: hot-path apply per block: decode, cache update, fan-out (ns)
         self.apply_time = Histogram()
         self.blocks_applied = 0
-        #: newest seq known to exist (stream frames, the holder's catch-up answers)
+        #: newest seq known to exist (stream frames, the holder's catch-up answers, the floor of
+        #: a publisher's ring that no longer holds our next block)
         self.seen_seq = 0
         self.metrics = Recorder("replica", config.name, group=_group_of(config))
         m = self.metrics
         m.histogram("raydex_apply_seconds", self.apply_time)
         m.counter_fn("raydex_blocks_total", lambda: self.blocks_applied)
         m.gauge("raydex_block_seq", lambda: self.state.seq)
-        m.gauge("raydex_replica_lag_blocks", lambda: max(0, self.seen_seq - self.state.seq))
+        m.gauge("raydex_replica_lag_blocks", self.lag)
         self.publish_delay = m.histogram("raydex_book_publish_delay_seconds")
         self._sequenced = m.histogram_family(
             "raydex_tx_lifecycle_seconds", "tx_type", stage="sequenced"
@@ -197,6 +279,18 @@ class ReplicaService:
         self._confirmed = m.histogram_family(
             "raydex_tx_lifecycle_seconds", "tx_type", stage="confirmed"
         )
+        counters, fan = self.counters, self.fanout
+        m.histogram("raydex_dry_run_seconds", counters.dry_run)
+        m.counter_fn("raydex_cache_hits_total", lambda: counters.cache_hits)
+        m.counter_fn("raydex_cache_fallbacks_total", lambda: counters.cache_fallbacks)
+        m.gauge("raydex_ws_connections", lambda: len(fan.clients))
+        m.gauge("raydex_ws_queue_depth_messages", lambda: fan.stats().max_queue_depth)
+        m.counter_fn("raydex_ws_conflations_total", lambda: fan.conflations)
+        m.counter_fn("raydex_ws_slow_disconnects_total", lambda: fan.disconnects)
+
+    def lag(self) -> int:
+        """Blocks between the newest seq known to exist and the one applied here."""
+        return max(0, self.seen_seq - self.state.seq)
 
     # ---- boot -----------------------------------------------------------------------------------
 
@@ -218,67 +312,131 @@ class ReplicaService:
                 self.state.reload(ReplicaState.from_records(records, seq, height, self.verifier))
                 self.resyncs += 1
                 continue
-            self.seen_seq = max(self.seen_seq, last)
+            await self._saw(last)
             for _, frame in frames:
                 self._apply(frame)
             self.catch_ups += 1
             if not frames or self.state.seq >= last:
                 return
+            await asyncio.sleep(0)  # let requests and the port check run between batches
 
     async def start(self) -> int:
-        """Boot from the snapshot, catch up, start the apply loop, then open the HTTP port."""
+        """Boot from the snapshot and catch up, start the apply loop, open the direct port, and
+        join the shared port once caught up (at once if the boot left it within the lag)."""
         await self._boot()
         loop = asyncio.get_running_loop()
         self._apply_task = loop.create_task(self._apply_loop())
-        self.app = build_app(self.state, self.submit, self.config.api, self.commitments)
-        self._export_app(self.app)
+        self.app = build_app(
+            self.state,
+            self.execute_txs,
+            self.fanout,
+            counters=self.counters,
+            config=self.config.api,
+            commitments=self.commitments,
+            hooks=self.hooks,
+        )
         self.runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
         await self.runner.setup()
-        site = web.TCPSite(
-            self.runner,
-            self.config.http_host,
-            self.config.http_port,
-            reuse_port=self.config.reuse_port,
-        )
-        await site.start()
-        self.port = _bound_port(site) or self.config.http_port
-        # A private port per replica, so an operator (or a test) can reach this very instance.
+        # A private port per replica, so an operator (or a test) can reach this very instance,
+        # also while it is off the shared port.
         direct = web.TCPSite(self.runner, self.config.http_host, 0)
         await direct.start()
         self.direct_port = _bound_port(direct)
+        # The first decision waits one check interval, so a block stream that cannot serve our
+        # next seq (the publisher's ring moved past a stale snapshot) has told us so by then.
+        await asyncio.sleep(self.config.api.port_check_interval_s)
+        await self._update_port()
+        self._port_task = loop.create_task(self._port_loop())
         return self.port
 
     async def stop(self) -> None:
-        if self._apply_task is not None:
-            self._apply_task.cancel()
-            await asyncio.gather(self._apply_task, return_exceptions=True)
+        for task in (self._port_task, self._apply_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.runner is not None:
             await self.runner.cleanup()
+        self._shared = None
         await self.source.close()
         await self.channel.close()
 
-    # ---- the hot path ---------------------------------------------------------------------------
+    # ---- the shared port ------------------------------------------------------------------------
 
-    def _export_app(self, app: web.Application) -> None:
-        m = self.metrics
-        counters = app[COUNTERS]
-        fan = fanout_of(app)
-        m.histogram("raydex_dry_run_seconds", counters.dry_run)
-        m.counter_fn("raydex_cache_hits_total", lambda: counters.cache_hits)
-        m.counter_fn("raydex_cache_fallbacks_total", lambda: counters.cache_fallbacks)
-        m.gauge("raydex_ws_connections", lambda: len(fan.clients))
-        m.gauge("raydex_ws_queue_depth_messages", lambda: fan.stats().max_queue_depth)
-        m.counter_fn("raydex_ws_conflations_total", lambda: fan.conflations)
-        m.counter_fn("raydex_ws_slow_disconnects_total", lambda: fan.disconnects)
+    @property
+    def serving(self) -> bool:
+        """On the shared port (new connections to it may land here)."""
+        return self._shared is not None
+
+    async def _saw(self, seq: int) -> None:
+        """``seq`` is known to exist: leave the shared port at once if that puts us too far
+        behind."""
+        if seq > self.seen_seq:
+            self.seen_seq = seq
+            if self._shared is not None and self.lag() > self.config.api.leave_lag_blocks:
+                await self._update_port()
+
+    def _caught_up(self) -> bool:
+        """Within ``join_lag_blocks`` of the newest seq we know of, following a block stream that
+        has been open a whole check interval without telling us we are behind."""
+        api = self.config.api
+        since = self._stream_since
+        return (
+            self.runner is not None
+            and since is not None
+            and asyncio.get_running_loop().time() - since >= api.port_check_interval_s
+            and self.lag() <= api.join_lag_blocks
+        )
+
+    async def _update_port(self) -> None:
+        """Join the shared port when caught up (``_caught_up``); leave it beyond
+        ``leave_lag_blocks`` (connections already accepted stay; the direct port stays)."""
+        api = self.config.api
+        lag = self.lag()
+        site = self._shared
+        if site is None:
+            if self.runner is not None and self._caught_up():
+                site = web.TCPSite(
+                    self.runner,
+                    self.config.http_host,
+                    self.port or self.config.http_port,
+                    reuse_port=self.config.reuse_port,
+                )
+                await site.start()
+                self._shared = site
+                self.port = _bound_port(site) or self.config.http_port
+                self.port_joins += 1
+                log.info("replica %s: on the shared port %d (lag %d)", self.config.name,
+                         self.port, lag)  # fmt: skip
+        elif lag > api.leave_lag_blocks:
+            self._shared = None
+            await site.stop()
+            self.port_leaves += 1
+            log.warning("replica %s: %d blocks behind; off the shared port until caught up",
+                        self.config.name, lag)  # fmt: skip
+
+    async def _port_loop(self) -> None:
+        """Control plane: re-check the shared port every ``port_check_interval_s``."""
+        while True:
+            await asyncio.sleep(self.config.api.port_check_interval_s)
+            try:
+                await self._update_port()
+            except OSError as exc:  # the port is taken by something else: keep trying
+                log.error("replica %s: cannot open the shared port: %s", self.config.name, exc)
+
+    # ---- the hot path ---------------------------------------------------------------------------
 
     def _apply(self, frame: bytes) -> None:
         t0 = time.perf_counter_ns()
-        applied = self.state.apply_block(frame)
-        if self.app is not None and not applied.duplicate:
-            fanout_of(self.app).publish(applied)
+        block = decode_block(frame)
+        t1 = time.perf_counter_ns()
+        applied = self.state.apply_block(block)
+        t2 = time.perf_counter_ns()
+        if not applied.duplicate:
+            self.fanout.publish(applied)
             if applied.books:
                 self.publish_delay.record(time.time_ns() - applied.timestamp_ns)
-        self.apply_time.record(time.perf_counter_ns() - t0)
+        t3 = time.perf_counter_ns()
+        self.apply_time.record(t3 - t0)
         self.blocks_applied += 1
         seq = self.state.seq
         waiters = self._waiters
@@ -286,18 +444,26 @@ class ReplicaService:
             _, _, fut = heapq.heappop(waiters)
             if not fut.done():
                 fut.set_result(None)
+        probe = self.hooks.probe
+        if probe is not None:
+            probe.on_apply(block, applied, t1 - t0, t2 - t1, t3 - t2)
 
     async def _apply_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             try:
+                self._stream_since = loop.time()
                 async for seq, frame in self.source.subscribe(self.state.seq + 1):
                     if seq > self.seen_seq:
                         self.seen_seq = seq
                     self._apply(frame)
             except (ResyncRequired, GapError) as exc:
+                self._stream_since = None
                 log.info(
                     "replica %s: %s; catching up from the snapshot holder", self.config.name, exc
                 )
+                # the publisher holds blocks after its ring's floor / sent a later block
+                await self._saw(exc.floor if isinstance(exc, ResyncRequired) else exc.got)
                 before = self.state.seq
                 await self._catch_up()
                 if self.state.seq == before:
@@ -305,44 +471,72 @@ class ReplicaService:
                     # holder is itself catching up after a sequencer restart): wait, don't spin.
                     await asyncio.sleep(0.2)
             except TransportUnavailable as exc:
+                self._stream_since = None
                 log.warning(
                     "replica %s: sequencer unreachable (%s); retrying", self.config.name, exc
                 )
                 await asyncio.sleep(0.5)
 
-    async def _applied(self, seq: int) -> None:
+    async def _applied(self, seq: int, deadline: float) -> bool:
+        """Wait until block ``seq`` is applied here; False if ``deadline`` (loop time) passed."""
         if self.state.seq >= seq:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            return True
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         self._waiter_id += 1
         heapq.heappush(self._waiters, (seq, self._waiter_id, fut))
-        await fut
+        try:
+            await asyncio.wait_for(fut, max(deadline - loop.time(), 0.0))
+        except TimeoutError:
+            return False  # the cancelled future stays in the heap until its seq is applied
+        return True
 
-    async def submit(self, txs: list[Any]) -> list[TxOutcome]:
-        """The app's ``submit``: micro-batched to the sequencer; returns once applied here."""
+    async def execute_txs(self, txs: list[Any]) -> list[TxOutcome]:
+        """The app's ``execute_txs``: micro-batched to the sequencer; returns once applied here.
+
+        Within ``api.outcome_timeout_s`` or ApiError 21822 (HTTP 503): from the batcher if the
+        sequencer did not answer, :class:`OutcomePending` (with the hashes) if it did but the
+        block has not been applied here yet."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.api.outcome_timeout_s
         t0 = time.perf_counter_ns()
-        outcomes = await self.batcher.submit(txs)
+        outcomes = await self.batcher.enqueue(txs, deadline)
         t1 = time.perf_counter_ns()
         top = max((o.seq for o in outcomes), default=0)
-        await self._applied(top)
+        if not await self._applied(top, deadline):
+            self.apply_timeouts += 1
+            raise OutcomePending(
+                int(ResultCode.SEQUENCER_UNAVAILABLE),
+                f"sequenced in block {top}, which this replica has not applied yet (at "
+                f"{self.state.seq}); look the tx up by hash",
+                503,
+                [o.tx_hash for o in outcomes],
+            )
         t2 = time.perf_counter_ns()
         for tx in txs:
             kind = _type_tag(tx)
             self._sequenced.get(kind).record(t1 - t0)
             self._confirmed.get(kind).record(t2 - t0)
+        probe = self.hooks.probe
+        if probe is not None:
+            probe.on_execute(txs, outcomes, t1 - t0, t2 - t0)
         return outcomes
 
     # ---- control plane --------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         st = self.state
-        fan = fanout_of(self.app).stats() if self.app is not None else None
+        fan = self.fanout.stats()
         return {
             "name": self.config.name,
             "pid": os.getpid(),
             "port": self.port,
             "direct_port": self.direct_port,
+            "serving": self.serving,
+            "port_joins": self.port_joins,
+            "port_leaves": self.port_leaves,
             "seq": st.seq,
+            "seen_seq": self.seen_seq,
             "height": st.height,
             "state_hash": st.state_hash().hex(),
             "boots": self.boots,
@@ -352,10 +546,9 @@ class ReplicaService:
             "apply_us": self.apply_time.summary_us(),
             "batches": self.batcher.batches,
             "batched_txs": self.batcher.txs,
+            "timeouts": {"sequencer": self.batcher.timeouts, "apply": self.apply_timeouts},
             "reconnects": self.source.reconnects,
-            "ws": None
-            if fan is None
-            else {
+            "ws": {
                 "connections": fan.connections,
                 "conflations": fan.conflations,
                 "disconnects": fan.disconnects,
@@ -386,8 +579,7 @@ def _type_tag(tx: Any) -> str:
 
 
 def _bound_port(site: web.TCPSite) -> int:
-    sockets = getattr(site._server, "sockets", None) or []
-    return int(sockets[0].getsockname()[1]) if sockets else 0
+    return int(site.port)
 
 
 class ReplicaActor:
@@ -448,6 +640,11 @@ class ReplicaActor:
         assert self.committer_name is not None, "no committer configured"
         return ray.get_actor(self.committer_name, namespace=self.namespace)
 
+    def hooks(self) -> ReplicaHooks:
+        """The measurement hooks the service runs with: none in production. A subclass (the
+        loadtest's instrumented replica) returns its probe and middlewares."""
+        return ReplicaHooks()
+
     async def _start(self) -> int:
         self.runtime.before_boot()
         self.service = ReplicaService(
@@ -455,6 +652,7 @@ class ReplicaActor:
             self._fetch_snapshot,
             self._fetch_blocks,
             commitments=self if self.committer_name else None,
+            hooks=self.hooks(),
         )
         port = await self.service.start()
         self.runtime.after_boot(self.service.metrics)

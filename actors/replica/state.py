@@ -19,11 +19,16 @@ Invariants:
   a block. ``next_nonce`` = ``max(cached last nonce, highest pending) + 1``. A pending entry is
   cleared when the block carrying the tx's ``TxExecuted`` arrives, whatever its code (the cache
   nonce moves only with ``NonceUpdated``), or by :meth:`forget_sent` when submission failed.
-- ``validate()`` checks that every book level equals the sum of the cached resting orders at it and
-  that every snapshot equals its mutable book.
+- Read indexes, kept in step by the same writes, so no REST or WS read walks the whole state:
+  ``level_orders`` (market -> side -> price -> resting orders), ``account_keys`` (account -> its
+  API key indexes), ``AccountCache.order_counts`` (market -> resting orders of the account).
+- ``validate()`` checks that every book level equals the sum of the cached resting orders at it,
+  that every snapshot equals its mutable book, and that every index agrees with what it indexes.
 
 Cost: ``apply_block`` is O(events) dict work plus, per changed market, one sort of its levels
-(O(L log L), L = levels on the book) to rebuild the snapshot. ``dry_run`` is one Ed25519 verify
+(O(L log L), L = levels on the book) to rebuild the snapshot. Reads: one account's keys
+O(its keys), the best ``n`` orders of a side O(levels walked + n), an account's view O(its
+positions). ``dry_run`` is one Ed25519 verify
 (~70 us) plus O(open orders + positions of the account) for the margin check.
 """
 
@@ -87,6 +92,8 @@ TX_RESULTS = 100_000
 _DAY_MS = 86_400_000
 
 Levels = tuple[tuple[int, int], ...]
+#: price -> {order index: resting order} for one side of one market
+LevelOrders = dict[int, dict[int, OrderRecord]]
 
 
 class GapError(Exception):
@@ -180,6 +187,8 @@ class AccountCache:
     open_lots: dict[int, list[int]] = field(default_factory=dict)
     #: client order index -> resting orders carrying it (uniqueness check in O(1))
     cois: dict[int, int] = field(default_factory=dict)
+    #: market -> resting orders there (``open_order_count`` of a position without a walk)
+    order_counts: dict[int, int] = field(default_factory=dict)
 
     def index(self, r: OrderRecord, sign: int) -> None:
         """Add (``sign=1``) or remove (``-1``) one resting order from the aggregates."""
@@ -213,10 +222,14 @@ class ReplicaState:
         self._bids: dict[int, dict[int, int]] = {}
         self._asks: dict[int, dict[int, int]] = {}
         self.orders: dict[int, OrderRecord] = {}
-        self.market_orders: dict[int, dict[int, OrderRecord]] = {}
+        #: market -> (bids, asks), each price -> {order index: resting order}: the orders of a
+        #: level without a walk over the market (``orderBookOrders`` reads them best level first)
+        self.level_orders: dict[int, tuple[LevelOrders, LevelOrders]] = {}
         self.accounts: dict[int, AccountCache] = {}
         #: (account, api key) -> [last nonce, public key]
         self.api_keys: dict[tuple[int, int], ApiKeyRecord] = {}
+        #: account -> its API key indexes (``apikeys`` reads one account's keys without a walk)
+        self.account_keys: dict[int, set[int]] = {}
         self.trades: dict[int, deque[TradeRow]] = {}
         self.txs: OrderedDict[bytes, TxRecord] = OrderedDict()
         self.fee_pool = 0
@@ -242,7 +255,7 @@ class ReplicaState:
             elif t is PositionRecord:
                 st._account(r.account_index).positions[r.market_index] = r
             elif t is ApiKeyRecord:
-                st.api_keys[(r.account_index, r.api_key_index)] = r
+                st._put_key(r)
             elif t is OrderRecord:
                 st._put_order(r)
                 side = st._asks if r.is_ask else st._bids
@@ -267,7 +280,7 @@ class ReplicaState:
         if mi not in self._bids:
             self._bids[mi] = {}
             self._asks[mi] = {}
-            self.market_orders[mi] = {}
+            self.level_orders[mi] = ({}, {})
             self.trades[mi] = deque(maxlen=RECENT_TRADES)
             self.stats[mi] = MarketStats()
             self.books[mi] = BookSnapshot(mi, (), (), self.seq, self.seq)
@@ -280,21 +293,51 @@ class ReplicaState:
 
     def _put_order(self, r: OrderRecord) -> None:
         acct = self._account(r.account_index)
-        old = self.orders.get(r.order_index)
-        if old is not None:
+        oi = r.order_index
+        old = self.orders.get(oi)
+        if old is None:
+            counts = acct.order_counts
+            counts[r.market_index] = counts.get(r.market_index, 0) + 1
+        else:
             acct.index(old, -1)
-        self.orders[r.order_index] = r
-        self.market_orders[r.market_index][r.order_index] = r
-        acct.orders[r.order_index] = r
+            if old.price != r.price or old.is_ask != r.is_ask:
+                self._unlevel(old)
+        self.orders[oi] = r
+        side = self.level_orders[r.market_index][r.is_ask]
+        level = side.get(r.price)
+        if level is None:
+            level = side[r.price] = {}
+        level[oi] = r
+        acct.orders[oi] = r
         acct.index(r, 1)
 
     def _drop_order(self, oi: int) -> None:
         r = self.orders.pop(oi, None)
         if r is not None:
-            del self.market_orders[r.market_index][oi]
+            self._unlevel(r)
             acct = self.accounts[r.account_index]
             del acct.orders[oi]
             acct.index(r, -1)
+            counts = acct.order_counts
+            n = counts[r.market_index] - 1
+            if n:
+                counts[r.market_index] = n
+            else:
+                del counts[r.market_index]
+
+    def _unlevel(self, r: OrderRecord) -> None:
+        side = self.level_orders[r.market_index][r.is_ask]
+        level = side[r.price]
+        del level[r.order_index]
+        if not level:
+            del side[r.price]
+
+    def _put_key(self, r: ApiKeyRecord) -> None:
+        self.api_keys[(r.account_index, r.api_key_index)] = r
+        keys = self.account_keys.get(r.account_index)
+        if keys is None:
+            keys = self.account_keys[r.account_index] = set()
+        keys.add(r.api_key_index)
 
     def _rebuild(self, mi: int, nonce: int) -> None:
         bids = self._bids[mi]
@@ -372,12 +415,9 @@ class ReplicaState:
             elif t is NonceUpdated:
                 self._set_nonce(ev.account_index, ev.api_key_index, ev.nonce)
             elif t is ApiKeyChanged:
-                key = (ev.account_index, ev.api_key_index)
-                old = self.api_keys.get(key)
+                old = self.api_keys.get((ev.account_index, ev.api_key_index))
                 nonce = old.nonce if old is not None else -1
-                self.api_keys[key] = ApiKeyRecord(
-                    ev.account_index, ev.api_key_index, nonce, ev.pub_key
-                )
+                self._put_key(ApiKeyRecord(ev.account_index, ev.api_key_index, nonce, ev.pub_key))
                 self._account(ev.account_index)
             elif t is MarketChanged:
                 old_m = self.markets.get(ev.market_index)
@@ -421,9 +461,10 @@ class ReplicaState:
             self._drop_order(oi)
 
     def _set_nonce(self, ai: int, ki: int, nonce: int) -> None:
-        key = self.api_keys.get((ai, ki))
-        if key is not None:
-            self.api_keys[(ai, ki)] = key._replace(nonce=nonce)
+        k = (ai, ki)
+        key = self.api_keys.get(k)
+        if key is not None:  # built directly: NamedTuple._replace costs ~3x as much, once per tx
+            self.api_keys[k] = ApiKeyRecord(ai, ki, nonce, key.pub_key)
 
     def _remember_tx(self, rec: TxRecord) -> None:
         self.txs[rec.tx_hash] = rec
@@ -659,11 +700,23 @@ class ReplicaState:
         account's order aggregates disagree with its orders."""
         for mi in self.markets:
             sums: tuple[dict[int, int], dict[int, int]] = ({}, {})
-            for o in self.market_orders[mi].values():
-                side = sums[o.is_ask]
-                side[o.price] = side.get(o.price, 0) + o.remaining_base_amount
+            for is_ask, side_orders in enumerate(self.level_orders[mi]):
+                for price, level in side_orders.items():
+                    for oi, o in level.items():
+                        where = (o.market_index, o.is_ask, o.price)
+                        if where != (mi, is_ask, price) or self.orders.get(oi) != o:
+                            raise AssertionError(f"order {oi}: indexed under the wrong level")
+                        side = sums[o.is_ask]
+                        side[o.price] = side.get(o.price, 0) + o.remaining_base_amount
             if sums[0] != self._bids[mi] or sums[1] != self._asks[mi]:
                 raise AssertionError(f"market {mi}: book levels differ from the cached orders")
+        indexed = sum(len(lv) for bids, asks in self.level_orders.values()
+                      for lv in (*bids.values(), *asks.values()))  # fmt: skip
+        if indexed != len(self.orders):
+            raise AssertionError("the level index and the orders differ in size")
+        keys = {(a, k) for a, ks in self.account_keys.items() for k in ks}
+        if keys != self.api_keys.keys():
+            raise AssertionError("the per-account key index differs from the keys")
             b = self.books[mi]
             if dict(b.bids) != self._bids[mi] or dict(b.asks) != self._asks[mi]:
                 raise AssertionError(f"market {mi}: snapshot differs from the book")
@@ -671,5 +724,10 @@ class ReplicaState:
             fresh = AccountCache(acct.collateral)
             for o in acct.orders.values():
                 fresh.index(o, 1)
-            if fresh.open_lots != acct.open_lots or fresh.cois != acct.cois:
+                fresh.order_counts[o.market_index] = fresh.order_counts.get(o.market_index, 0) + 1
+            if (fresh.open_lots, fresh.cois, fresh.order_counts) != (
+                acct.open_lots,
+                acct.cois,
+                acct.order_counts,
+            ):
                 raise AssertionError(f"account {ai}: order aggregates differ from its orders")

@@ -28,6 +28,7 @@ from raydex.codecs import (
     usdc_to_str,
 )
 
+from .margin import liquidation_prices, notional_multiplier
 from .state import (
     AccountCache,
     BookSnapshot,
@@ -41,7 +42,7 @@ _PPM_DECIMALS = 6
 
 
 def _mult(m: MarketRecord) -> int:
-    return int(10 ** (USDC_DECIMALS - m.price_decimals - m.size_decimals))
+    return notional_multiplier(m.price_decimals, m.size_decimals)
 
 
 def _num(ticks: int, decimals: int) -> float:
@@ -249,8 +250,11 @@ def trade(row: TradeRow, m: MarketRecord) -> dict[str, Any]:
     }
 
 
-def position(p: PositionRecord, m: MarketRecord, open_orders: int) -> dict[str, Any]:
-    """``AccountPosition``."""
+def position(
+    p: PositionRecord, m: MarketRecord, open_orders: int, liquidation_price: int
+) -> dict[str, Any]:
+    """``AccountPosition``; ``liquidation_price`` in ticks (``margin.liquidation_prices``), 0 =
+    none (sent as ``"0"``)."""
     pd, sd = m.price_decimals, m.size_decimals
     mult = _mult(m)
     size = int(p.size)
@@ -269,6 +273,7 @@ def position(p: PositionRecord, m: MarketRecord, open_orders: int) -> dict[str, 
         "position_value": usdc_to_str(value),
         "unrealized_pnl": usdc_to_str(size * m.mark_price * mult - p.entry_quote),
         "realized_pnl": usdc_to_str(p.realized_pnl),
+        "liquidation_price": ticks_to_str(liquidation_price, pd) if liquidation_price else "0",
         "total_funding_paid_out": usdc_to_str(p.funding_paid),
         "margin_mode": int(p.margin_mode),
         "allocated_margin": "0.000000",
@@ -324,11 +329,10 @@ def usdc_asset_detail() -> dict[str, Any]:
 def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
     """``DetailedAccount``."""
     ts_ms = state.timestamp_ns // 1_000_000
-    counts: dict[int, int] = {}
-    for o in acct.orders.values():
-        counts[o.market_index] = counts.get(o.market_index, 0) + 1
+    counts = acct.order_counts
+    liq = liquidation_prices(state.markets, acct.collateral, acct.positions)
     positions = [
-        position(p, state.markets[mi], counts.get(mi, 0))
+        position(p, state.markets[mi], counts.get(mi, 0), liq[mi])
         for mi, p in sorted(acct.positions.items())
     ]
     collateral = usdc_to_str(acct.collateral)

@@ -1,41 +1,39 @@
 """Loadtest-only instrumentation of an API replica, switched on by deploying this actor class.
 
-``InstrumentedReplicaActor`` is a ``ReplicaActor`` (same boot, same service) that, before the
-service starts, wraps three things on that one instance:
+``InstrumentedReplicaActor`` is a ``ReplicaActor`` (same boot, same service, same code on every
+path) that hands the service a probe and a middleware through ``ReplicaActor.hooks()``:
 
-- the apply step (``ReplicaService._apply``) split into ``decode`` (the hot codec),
-  ``cache_update`` (``ReplicaState.apply_block`` on the decoded block) and ``fanout``
-  (``Fanout.publish``); each step goes to a histogram and to the flight recorder;
-- ``ReplicaState.dry_run``: its duration, to a histogram and the flight recorder;
-- the app gets a middleware that opens an OpenTelemetry span for requests carrying a
-  ``traceparent`` header (sampled txs), with the dry-run and the sequencer round trip as children.
+- the probe (a ``StepProbe``) gets each applied block's step times as the service measured them:
+  ``decode`` (the hot codec), ``cache_update`` (``ReplicaState.apply_block``) and ``fanout``
+  (``Fanout.publish``), each to a histogram and to the flight recorder; each dry-run's time (a
+  histogram, the flight recorder, and a ``replica.dry_run`` span under a traced request); each
+  executed batch (a ``replica.submit`` span: sequencer round trip + local apply);
+- the middleware opens an OpenTelemetry span for requests carrying a ``traceparent`` header
+  (sampled txs), so the probe's spans become its children.
 
 When an apply or a dry-run exceeds its threshold, the flight recorder's last ``window_s`` seconds
 are written to ``<out_dir>/flight-<replica>-<n>.json`` (Chrome trace; rate-limited, capped).
 ``loadtest_stats()`` returns mergeable histogram snapshots, the GC figures and the dump paths.
 
-Invariant: the wrapped apply does exactly what ``ReplicaService._apply`` does (decode, apply,
-publish unless duplicate, record, release waiters), only timed in steps; a change to that method
-must be mirrored here (tests/integration/test_loadtest.py runs the whole stack through it).
-Cost per block: three ``perf_counter_ns`` pairs and three flight-recorder appends (~3 µs).
+Invariant: nothing here re-implements the replica; it only observes what the service reports
+(tests/integration/test_loadtest.py runs the whole stack through it).
+Cost per block: three histogram records, four flight-recorder appends and one ``time_ns`` (~3 µs),
+inside the apply loop but after the apply has been timed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import heapq
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from raydex.actors.replica import service as replica_mod
-from raydex.actors.replica.app import fanout_of
-from raydex.actors.replica.service import ReplicaActor, ReplicaService
-from raydex.codecs import PositionLiquidated, decode_block
+from raydex.actors.replica import Applied, ReplicaActor, ReplicaHooks
+from raydex.codecs import Block, PositionLiquidated, TxOutcome
 
 from ..flight import FlightRecorder, SlowTrigger
 from ..hist import Histogram
@@ -56,7 +54,8 @@ class Instrumentation:
 
 
 class _Probe:
-    """The per-replica timing state (histograms, flight recorder, trigger, tracer)."""
+    """The per-replica timing state (histograms, flight recorder, trigger, tracer); the replica's
+    ``StepProbe``."""
 
     def __init__(self, name: str, cfg: Instrumentation) -> None:
         self.name = name
@@ -85,88 +84,59 @@ class _Probe:
             self.flight.dump(path, self.name, f"{what} took {dur_ns / 1000:.0f} µs")
             self.dumps.append(str(path))
 
+    # ---- StepProbe ------------------------------------------------------------------------------
 
-def _timed_apply(svc: ReplicaService, probe: _Probe) -> Callable[[bytes], None]:
-    hists = probe.hists
-    h_apply, h_dec, h_cache, h_fan = (hists[k] for k in ("apply", "decode", "cache_update",
-                                                          "fanout"))  # fmt: skip
-    record = probe.flight.record
-
-    def _apply(frame: bytes) -> None:
-        w0 = time.time_ns()
-        t0 = time.perf_counter_ns()
-        blk = decode_block(frame)
-        t1 = time.perf_counter_ns()
-        applied = svc.state.apply_block(blk)
+    def on_apply(
+        self, block: Block, applied: Applied, decode_ns: int, cache_ns: int, fanout_ns: int
+    ) -> None:
+        total = decode_ns + cache_ns + fanout_ns
+        w0 = time.time_ns() - total  # the probe runs right after the last step
+        h = self.hists
+        h["apply"].record(total)
+        h["decode"].record(decode_ns)
+        h["cache_update"].record(cache_ns)
+        h["fanout"].record(fanout_ns)
         if not applied.duplicate:
-            probe.liquidations += sum(type(e) is PositionLiquidated for e in blk.events)
-        t2 = time.perf_counter_ns()
-        if svc.app is not None and not applied.duplicate:
-            fanout_of(svc.app).publish(applied)
-        t3 = time.perf_counter_ns()
-        svc.apply_time.record(t3 - t0)
-        svc.blocks_applied += 1
-        h_apply.record(t3 - t0)
-        h_dec.record(t1 - t0)
-        h_cache.record(t2 - t1)
-        h_fan.record(t3 - t2)
-        args = {"seq": applied.seq, "markets": len(applied.books)}
-        record("apply", w0, t3 - t0, "apply", args)
-        record("decode", w0, t1 - t0, "apply")
-        record("cache_update", w0 + (t1 - t0), t2 - t1, "apply")
-        record("fanout", w0 + (t2 - t0), t3 - t2, "apply")
-        seq = svc.state.seq
-        waiters = svc._waiters
-        while waiters and waiters[0][0] <= seq:
-            _, _, fut = heapq.heappop(waiters)
-            if not fut.done():
-                fut.set_result(None)
-        probe.slow("apply", t3 - t0)
+            self.liquidations += sum(type(e) is PositionLiquidated for e in block.events)
+        record = self.flight.record
+        record("apply", w0, total, "apply", {"seq": applied.seq, "markets": len(applied.books)})
+        record("decode", w0, decode_ns, "apply")
+        record("cache_update", w0 + decode_ns, cache_ns, "apply")
+        record("fanout", w0 + decode_ns + cache_ns, fanout_ns, "apply")
+        self.slow("apply", total)
 
-    return _apply
+    def on_dry_run(self, tx: Any, code: int, dur_ns: int) -> None:
+        w0 = time.time_ns() - dur_ns
+        self.hists["dry_run"].record(dur_ns)
+        self.flight.record(
+            "dry_run", w0, dur_ns, "requests", {"code": code, "type": type(tx).__name__}
+        )
+        self._child_span("replica.dry_run", w0, w0 + dur_ns, {"raydex.code": code})
+        self.slow("dry_run", dur_ns)
 
+    def on_execute(
+        self, txs: Sequence[Any], outcomes: Sequence[TxOutcome], sequenced_ns: int, total_ns: int
+    ) -> None:
+        end = time.time_ns()
+        top = max((o.seq for o in outcomes), default=0)
+        attrs = {
+            "raydex.txs": len(txs),
+            "raydex.seq": top,
+            "raydex.sequenced_us": sequenced_ns // 1000,
+        }
+        self._child_span("replica.submit", end - total_ns, end, attrs)
 
-def _timed_dry_run(svc: ReplicaService, probe: _Probe) -> Callable[[Any, int], int]:
-    inner = svc.state.dry_run
-    h = probe.hists["dry_run"]
-    record = probe.flight.record
-
-    def dry_run(tx: Any, now_ms: int) -> int:
-        w0 = time.time_ns()
-        t0 = time.perf_counter_ns()
-        code: int = inner(tx, now_ms)
-        dt = time.perf_counter_ns() - t0
-        h.record(dt)
-        record("dry_run", w0, dt, "requests", {"code": code, "type": type(tx).__name__})
-        if probe.tracer is not None:
-            from opentelemetry import trace
-
-            parent = trace.get_current_span()
-            if parent.is_recording():
-                span = probe.tracer.start_span("replica.dry_run", start_time=w0)
-                span.set_attribute("raydex.code", code)
-                span.end(end_time=w0 + dt)
-        probe.slow("dry_run", dt)
-        return code
-
-    return dry_run
-
-
-def _traced_submit(
-    inner: Callable[[list[Any]], Awaitable[Any]], probe: _Probe
-) -> Callable[[list[Any]], Awaitable[Any]]:
-    async def submit(txs: list[Any]) -> Any:
+    def _child_span(self, name: str, start: int, end: int, attrs: dict[str, Any]) -> None:
+        """A finished span under the current one, if a traced request is being served."""
+        if self.tracer is None:
+            return
         from opentelemetry import trace
 
-        if probe.tracer is None or not trace.get_current_span().is_recording():
-            return await inner(txs)
-        with probe.tracer.start_as_current_span("replica.submit") as span:
-            span.set_attribute("raydex.txs", len(txs))
-            outcomes = await inner(txs)
-            span.set_attribute("raydex.seq", max((o.seq for o in outcomes), default=0))
-            return outcomes
-
-    return submit
+        if trace.get_current_span().is_recording():
+            span = self.tracer.start_span(name, start_time=start)
+            for k, v in attrs.items():
+                span.set_attribute(k, v)
+            span.end(end_time=end)
 
 
 def _tracing_middleware(probe: _Probe) -> Any:
@@ -194,30 +164,8 @@ class InstrumentedReplicaActor(ReplicaActor):  # type: ignore[misc]
         self._gc_base: tuple[list[int], list[dict[int, int]]] | None = None
         super().__init__(*args)
 
-    async def _start(self) -> int:
-        self.runtime.before_boot()
-        self.service = svc = ReplicaService(
-            self.config,
-            self._fetch_snapshot,
-            self._fetch_blocks,
-            commitments=self if self.committer_name else None,
-        )
-        probe = self.probe
-        svc._apply = _timed_apply(svc, probe)  # type: ignore[method-assign]
-        svc.state.dry_run = _timed_dry_run(svc, probe)  # type: ignore[method-assign]
-        svc.submit = _traced_submit(svc.submit, probe)  # type: ignore[method-assign]
-        original = replica_mod.build_app
-
-        def build_app(*a: Any, **kw: Any) -> web.Application:
-            app: web.Application = original(*a, **kw)
-            app.middlewares.append(_tracing_middleware(probe))
-            return app
-
-        # This process hosts only this actor: the module-level swap reaches only its own app.
-        replica_mod.build_app = build_app  # type: ignore[assignment]
-        port: int = await svc.start()
-        self.runtime.after_boot()
-        return port
+    def hooks(self) -> ReplicaHooks:
+        return ReplicaHooks(self.probe, (_tracing_middleware(self.probe),))
 
     async def loadtest_stats(self, reset: bool = False) -> dict[str, Any]:
         """Histogram snapshots (ns buckets), GC figures, slow events and flight dumps, all since

@@ -17,8 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raydex.actors.local import Trader, new_exchange
-from raydex.actors.replica.app import ApiConfig, build_app, fanout_of
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica import ApiConfig
 from raydex.codecs import tx_to_json
 
 
@@ -27,11 +26,9 @@ class Live:
         self.loop = asyncio.new_event_loop()
         self.trader = Trader(10)
         ex = new_exchange([self.trader, Trader(11)])
-        p = ex.producer
-        self.state = ReplicaState.from_records(p.engine.records(), p.seq, p.height)
-        app = build_app(self.state, ex.submit, ApiConfig(max_body_bytes=16 * 1024))
-        ex.attach(self.state, fanout_of(app))
-        self.server = TestServer(app, host="127.0.0.1", port=0)
+        replica = ex.serve(ApiConfig(max_body_bytes=16 * 1024))
+        self.state = replica.state
+        self.server = TestServer(replica.app, host="127.0.0.1", port=0)
         self.loop.run_until_complete(self.server.start_server())
         self.http = self.loop.run_until_complete(self._session())
         self.template = tx_to_json(self.trader.order(299_000, 10, 0))

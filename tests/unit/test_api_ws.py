@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -16,9 +17,7 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
-from raydex.actors.replica.app import ApiConfig, build_app, fanout_of
-from raydex.actors.replica.fanout import Fanout
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica import ApiConfig, Fanout, ReplicaState
 from raydex.codecs import ResultCode, str_to_lots, str_to_ticks, tx_to_json_str
 
 T = TypeVar("T")
@@ -46,15 +45,11 @@ class Rig:
 @asynccontextmanager
 async def rig(traders: list[Trader], config: ApiConfig | None = None) -> AsyncIterator[Rig]:
     ex = new_exchange(traders)
-    p = ex.producer
-    state = ReplicaState.from_records(p.engine.records(), p.seq, p.height)
-    app = build_app(state, ex.submit, config)
-    fanout = fanout_of(app)
-    ex.attach(state, fanout)
-    server = TestServer(app, host="127.0.0.1", port=0)
+    replica = ex.serve(config)
+    server = TestServer(replica.app, host="127.0.0.1", port=0)
     await server.start_server()
     try:
-        yield Rig(ex, state, fanout, server)
+        yield Rig(ex, replica.state, replica.fanout, server)
     finally:
         await server.close()
 
@@ -255,6 +250,48 @@ def test_pings_limits_and_bad_messages_get_their_answers() -> None:
             assert r.fanout.stats().subscriptions == 2
 
     with_rig(body, ApiConfig(max_subscriptions=2))
+
+
+def test_deeply_nested_json_gets_an_error_frame_and_the_connection_stays_open() -> None:
+    deep_list = "[" * 5_000 + "]" * 5_000
+    deep_object = '{"a":' * 5_000 + "1" + "}" * 5_000
+
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        good = tx_to_json_str(ts[0].order(299_000, 10, 0))
+        before = (r.state.state_hash(), r.ex.producer.seq, r.state.pending_count())
+        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as ws:
+            await recv(ws)
+            for frame in (deep_list, "[" * 120_000 + "]" * 120_000):
+                # the frame itself: like any frame that is not JSON; the depth is bounded before
+                # decoding, so a raised recursion limit (py_ecc sets 100,000) cannot crash us
+                limit = sys.getrecursionlimit()
+                sys.setrecursionlimit(100_000)
+                try:
+                    await ws.send_str(frame)
+                    reply = await recv(ws)
+                finally:
+                    sys.setrecursionlimit(limit)
+                assert (reply["type"], reply["code"]) == ("error", ResultCode.WS_INVALID_MESSAGE)
+                assert "nested" in reply["message"]
+            tx = {"tx_type": 14, "tx_info": deep_object}
+            await ws.send_json({"type": "jsonapi/sendtx", "id": 1, "data": tx})
+            reply = await recv_type(ws, "jsonapi/sendtx")
+            assert (reply["id"], reply["code"]) == (1, ResultCode.INVALID_TX_INFO)
+            assert reply["message"]
+            for types, infos, code in [
+                (deep_list, json.dumps([good]), ResultCode.INVALID_PARAM),
+                ("[14]", deep_list, ResultCode.INVALID_PARAM),
+                ("[14]", json.dumps([deep_object]), ResultCode.INVALID_TX_INFO),
+            ]:
+                data = {"tx_types": types, "tx_infos": infos}
+                await ws.send_json({"type": "jsonapi/sendtxbatch", "id": 2, "data": data})
+                reply = await recv_type(ws, "jsonapi/sendtxbatch")
+                assert (reply["id"], reply["code"]) == (2, code), reply
+            assert (r.state.state_hash(), r.ex.producer.seq, r.state.pending_count()) == before
+            await ws.send_json({"type": "ping"})
+            assert (await recv(ws))["type"] == "pong"
+
+    with_rig(body)
 
 
 # ---- slow consumers -----------------------------------------------------------------------------

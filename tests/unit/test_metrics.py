@@ -20,8 +20,6 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from raydex.actors.local import Trader, new_exchange
-from raydex.actors.replica.app import COUNTERS, build_app, fanout_of
-from raydex.actors.replica.state import ReplicaState
 from raydex.actors.runtime import ActorRuntime
 from raydex.actors.sequencer.service import SequencerConfig, SequencerService
 from raydex.codecs import tx_to_json_str, tx_type_of
@@ -304,11 +302,8 @@ def test_rest_reads_count_cache_hits_and_remote_reads_count_fallbacks() -> None:
 
     async def run() -> tuple[int, int, int]:
         ex = new_exchange([trader])
-        p = ex.producer
-        state = ReplicaState.from_records(p.engine.records(), p.seq, p.height)
-        app = build_app(state, ex.submit)
-        ex.attach(state, fanout_of(app))
-        server = TestServer(app, host="127.0.0.1", port=0)
+        replica = ex.serve()
+        server = TestServer(replica.app, host="127.0.0.1", port=0)
         await server.start_server()
         try:
             async with aiohttp.ClientSession() as http:
@@ -321,7 +316,7 @@ def test_rest_reads_count_cache_hits_and_remote_reads_count_fallbacks() -> None:
                     assert (await r.json())["code"] == 200
         finally:
             await server.close()
-        c = app[COUNTERS]
+        c = replica.counters
         return c.cache_hits, c.cache_fallbacks, c.dry_run.total
 
     hits, fallbacks, dry_runs = asyncio.run(asyncio.wait_for(run(), 30))

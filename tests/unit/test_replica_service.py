@@ -1,6 +1,8 @@
 """The whole data path in one process, over real sockets: sequencer (gRPC), snapshot holder,
 replicas (HTTP + WebSocket). An order sent to one replica shows up on another replica's
-order_book with continuous nonces, and a replica started late serves the same state."""
+order_book with continuous nonces, and a replica started late serves the same state. A replica
+that is behind stays off (or leaves) the shared port until caught up, and every wait for an
+outcome ends by its deadline with 21822."""
 
 from __future__ import annotations
 
@@ -15,12 +17,21 @@ from typing import Any
 
 import aiohttp
 import pyarrow as pa
+import pytest
 
 from raydex.actors.local import Trader, eth_market
-from raydex.actors.replica.service import ReplicaConfig, ReplicaService
+from raydex.actors.replica import ApiConfig, ApiError
+from raydex.actors.replica.service import MicroBatcher, ReplicaConfig, ReplicaService
 from raydex.actors.sequencer.service import SequencerConfig, SequencerService
 from raydex.actors.snapshot.holder import SnapshotConfig, SnapshotService
-from raydex.codecs import ResultCode, tx_to_json_str
+from raydex.actors.transport import BlockHub, GrpcDataPlaneServer, GrpcTxChannel
+from raydex.codecs import (
+    ResultCode,
+    decode_batch,
+    encode_outcomes,
+    tx_hash,
+    tx_to_json_str,
+)
 
 WAIT = 15.0
 
@@ -45,12 +56,16 @@ class Stack:
 
 
 @asynccontextmanager
-async def stack(tmp: Path, traders: list[Trader]) -> AsyncIterator[Stack]:
-    seq = SequencerService(SequencerConfig(wal_dir=str(tmp / "wal"), snapshot_dir=str(tmp / "s")))
+async def stack(
+    tmp: Path, traders: list[Trader], ring_size: int = 4096, every_blocks: int = 2
+) -> AsyncIterator[Stack]:
+    seq = SequencerService(
+        SequencerConfig(wal_dir=str(tmp / "wal"), snapshot_dir=str(tmp / "s"), ring_size=ring_size)
+    )
     await seq.start()
     tables: dict[str, Any] = {}
     holder = SnapshotService(
-        SnapshotConfig(dir=str(tmp / "s"), every_blocks=2, every_seconds=60),
+        SnapshotConfig(dir=str(tmp / "s"), every_blocks=every_blocks, every_seconds=60),
         on_tables=lambda s, h, t: tables.__setitem__("latest", (s, h, t)),
     )
     await holder.start(f"127.0.0.1:{seq.port}", f"127.0.0.1:{seq.txlog_port}")
@@ -134,7 +149,7 @@ def test_a_late_replica_boots_from_the_snapshot_and_serves_the_same_state(tmp_pa
             early = await s.replica("early")
             try:
                 for i in range(6):
-                    outs = await early.submit(
+                    outs = await early.execute_txs(
                         [alice.order(300_000 + i, 10, 1), bob.order(299_000 - i, 10, 0)]
                     )
                     assert [o.code for o in outs] == [200, 200]
@@ -183,3 +198,247 @@ def test_two_replicas_share_one_port() -> None:
                 await b.stop()
 
     asyncio.run(asyncio.wait_for(run(), 60))
+
+
+# ---- lagging replicas: off the shared port, and every wait has a deadline ----------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def refused(port: int) -> bool:
+    """Nothing accepts connections on 127.0.0.1:``port``."""
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return True
+    writer.close()
+    await writer.wait_closed()
+    return False
+
+
+#: small lags and a short deadline, so the tests run in well under a second of waiting
+LAGGY = ApiConfig(
+    outcome_timeout_s=0.5, join_lag_blocks=1, leave_lag_blocks=4, port_check_interval_s=0.3
+)
+
+
+def test_a_replica_booted_behind_the_ring_stays_off_the_shared_port_and_answers_21822(
+    tmp_path: Path,
+) -> None:
+    """Issue 8, defect 2: a replica that boots from a snapshot the sequencer's ring has moved
+    past (and a holder that is no newer) must not take shared-port traffic, and a tx sent
+    through it must be answered 21822 / HTTP 503 with its hash instead of hanging."""
+    alice, carol = Trader(1), Trader(3)
+
+    async def run() -> None:
+        async with stack(tmp_path, [alice, carol], ring_size=8, every_blocks=1) as s:
+            await until(lambda: s.tables.get("latest", (0,))[0] >= 1, "the setup snapshot")
+            stale = s.tables["latest"]
+            await s.holder.stop()  # the holder is paused at the setup block
+            for i in range(20):  # the sequencer's ring (8) moves past it
+                outs = await s.seq.submit([alice.order(300_000 + i, 10, 1)])
+                assert [o.code for o in outs] == [200]
+            port = free_port()
+
+            async def fetch_snapshot() -> tuple[int, int, dict[str, pa.Table]]:
+                return stale
+
+            svc = ReplicaService(
+                ReplicaConfig(
+                    name="behind",
+                    sequencer_target=f"127.0.0.1:{s.seq.port}",
+                    http_port=port,
+                    api=LAGGY,
+                ),
+                fetch_snapshot,
+                lambda q: s.holder.blocks_since(q, timeout_s=0.01),
+            )
+            await svc.start()
+            try:
+                assert svc.lag() > LAGGY.leave_lag_blocks, svc.status()
+                assert not svc.serving and svc.port_joins == 0
+                assert await refused(port)
+                executed_before = s.seq.status()["seq"]
+                tx = carol.order(299_000, 10, 0)
+                async with aiohttp.ClientSession() as http:
+                    form = {"tx_type": "14", "tx_info": tx_to_json_str(tx)}
+                    url = f"http://127.0.0.1:{svc.direct_port}/api/v1/sendTx"
+                    async with http.post(url, data=form) as r:
+                        status, body = r.status, await r.json()
+                    assert (status, body["code"]) == (503, ResultCode.SEQUENCER_UNAVAILABLE), body
+                    assert body["tx_hash"] == tx_hash(tx).hex() and "hash" in body["message"]
+                    # sequenced: its nonce stays pending here until its block arrives
+                    assert svc.state.next_nonce(carol.account, 0) == 1
+                    ws = await http.ws_connect(f"http://127.0.0.1:{svc.direct_port}/stream")
+                    await ws.receive_json(timeout=WAIT)
+                    tx2 = carol.order(299_000, 10, 0)
+                    data = {"tx_type": 14, "tx_info": tx_to_json_str(tx2)}
+                    await ws.send_json({"type": "jsonapi/sendtx", "id": 7, "data": data})
+                    reply = await ws.receive_json(timeout=WAIT)
+                    assert (reply["id"], reply["code"]) == (7, ResultCode.SEQUENCER_UNAVAILABLE)
+                    assert reply["tx_hash"] == tx_hash(tx2).hex()
+                    await ws.close()
+                assert s.seq.status()["seq"] == executed_before + 2  # both executed meanwhile
+                assert svc.status()["timeouts"]["apply"] == 2
+                assert not svc.serving and await refused(port)
+            finally:
+                await svc.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 90))
+
+
+def test_a_replica_that_falls_behind_leaves_the_shared_port_and_rejoins_when_caught_up(
+    tmp_path: Path,
+) -> None:
+    """The sequencer moves on while this replica cannot follow it (it fails over: blocks are made
+    on another port, then it comes back where the replica looks, its ring no longer holding the
+    replica's next block): the replica leaves the shared port, catches up from the holder (which
+    followed), and rejoins. Its direct port answers throughout."""
+    alice = Trader(1)
+    wal, snaps = str(tmp_path / "wal"), str(tmp_path / "s")
+    tables: dict[str, Any] = {}
+
+    def holder_for() -> SnapshotService:
+        return SnapshotService(
+            SnapshotConfig(dir=snaps, every_blocks=1, every_seconds=60),
+            on_tables=lambda s, h, t: tables.__setitem__("latest", (s, h, t)),
+        )
+
+    alive: list[Any] = []  # services still running (stopped in reverse at the end)
+
+    async def stop(service: Any) -> None:
+        alive.remove(service)
+        await service.stop()
+
+    async def run() -> None:
+        s1 = SequencerService(SequencerConfig(wal_dir=wal, snapshot_dir=snaps, ring_size=8))
+        p = await s1.start()
+        alive.append(s1)
+        h1 = holder_for()
+        await h1.start(f"127.0.0.1:{p}", f"127.0.0.1:{s1.txlog_port}")
+        alive.append(h1)
+        holders = [h1]
+        ops: list[Any] = [eth_market(), *alice.setup(10**12)]
+        assert {o.code for o in await s1.submit(ops, operator=True)} == {ResultCode.OK}
+        port = free_port()
+        seen: list[tuple[bool, bool]] = []  # (serving, shared port refused) during catch-ups
+        svc: ReplicaService | None = None
+
+        async def fetch_snapshot() -> tuple[int, int, dict[str, pa.Table]]:
+            return tables["latest"]
+
+        async def fetch_blocks(q: int) -> tuple[int, list[tuple[int, bytes]]]:
+            if svc is not None and svc.port_joins:
+                seen.append((svc.serving, await refused(port)))
+            return await holders[-1].blocks_since(q, timeout_s=0.01)
+
+        await until(lambda: h1.snapshot_seq >= s1.status()["seq"], "the setup snapshot")
+        svc = ReplicaService(
+            ReplicaConfig(name="r", sequencer_target=f"127.0.0.1:{p}", http_port=port, api=LAGGY),
+            fetch_snapshot,
+            fetch_blocks,
+        )
+        try:
+            await svc.start()
+            alive.append(svc)
+            assert svc.serving and not await refused(port)
+            for i in range(3):  # the replica follows s1 and stays on the port
+                assert [o.code for o in await s1.submit([alice.order(300_000 + i, 1, 1)])] == [200]
+            await until(lambda: svc.state.seq == s1.status()["seq"], "the replica to follow s1")
+            await until(lambda: h1.snapshot_seq == svc.state.seq, "h1's snapshot")
+            await stop(h1)
+            await stop(s1)
+            s2 = SequencerService(SequencerConfig(wal_dir=wal, snapshot_dir=snaps, ring_size=8))
+            q = await s2.start()  # elsewhere: the replica cannot see it
+            alive.append(s2)
+            h2 = holder_for()
+            await h2.start(f"127.0.0.1:{q}", f"127.0.0.1:{s2.txlog_port}")
+            alive.append(h2)
+            holders.append(h2)
+            for i in range(16):
+                assert [o.code for o in await s2.submit([alice.order(301_000 + i, 1, 1)])] == [200]
+            last = s2.status()["seq"]
+            await until(lambda: h2.delta_seq == h2.snapshot_seq == last, "h2 to follow s2")
+            assert svc.state.seq == last - 16 and svc.serving  # it cannot know yet
+            await stop(s2)
+            cfg = SequencerConfig(
+                wal_dir=wal, snapshot_dir=snaps, ring_size=8, grpc_port=p, txlog_port=p + 1
+            )
+            s3 = SequencerService(cfg)  # back where the replica looks, its ring past the replica
+            assert await s3.start() == p
+            alive.append(s3)
+            await until(lambda: svc.port_leaves == 1, "the replica to leave the shared port")
+            await until(lambda: svc.port_joins == 2, "the replica to rejoin once caught up")
+            assert (False, True) in seen  # off the shared port while it caught up
+            assert svc.state.seq == last and svc.serving and svc.lag() == 0
+            svc.state.validate()
+            async with aiohttp.ClientSession() as http:
+                for at in (port, svc.direct_port):
+                    async with http.get(f"http://127.0.0.1:{at}/api/v1/currentHeight") as r:
+                        assert (await r.json())["height"] == last
+        finally:
+            for service in reversed(alive):
+                await service.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 90))
+
+
+def test_the_micro_batch_reply_has_a_deadline_and_a_caller_still_queued_is_never_sent() -> None:
+    """A sequencer that takes a batch and does not answer (real gRPC data plane, its tx handler
+    stalled): the caller whose batch is out gets 21822 / 503 with its hash; the caller queued
+    behind it (one batch in flight) gets 21822 saying it was not sent, and never is; once the
+    sequencer answers again, the batcher goes on."""
+    trader = Trader(1)
+
+    async def run() -> None:
+        release = asyncio.Event()
+        handled: list[int] = []
+
+        async def stalled_sequencer(frame: bytes) -> bytes:
+            await release.wait()
+            txs = decode_batch(frame)
+            handled.extend(t.nonce for t in txs)
+            return encode_outcomes([(tx_hash(t), 200, 0, 1) for t in txs])
+
+        server = GrpcDataPlaneServer(BlockHub(), stalled_sequencer)
+        port = await server.start()
+        channel = GrpcTxChannel(f"127.0.0.1:{port}")
+        batcher = MicroBatcher(channel, max_batch_txs=1)
+        loop = asyncio.get_running_loop()
+        try:
+            a, b, c = (trader.order(300_000, 1, 1) for _ in range(3))
+            first = loop.create_task(batcher.enqueue([a], loop.time() + 0.3))
+            second = loop.create_task(batcher.enqueue([b], loop.time() + 0.3))
+            errors = await asyncio.gather(first, second, return_exceptions=True)
+            for e in errors:
+                assert isinstance(e, ApiError), e
+                assert (e.code, e.status) == (ResultCode.SEQUENCER_UNAVAILABLE, 503)
+            sent, queued = errors
+            assert isinstance(sent, ApiError) and isinstance(queued, ApiError)
+            assert sent.tx_hashes == [tx_hash(a)] and "look it up by hash" in sent.message
+            assert queued.tx_hashes is None and "not sent" in queued.message
+            release.set()
+            outs = await batcher.enqueue([c], loop.time() + WAIT)
+            assert [o.tx_hash for o in outs] == [tx_hash(c)]
+            assert handled == [a.nonce, c.nonce] and batcher.timeouts == 2
+        finally:
+            await channel.close()
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_port_and_deadline_knobs_that_contradict_each_other_are_refused() -> None:
+    for bad in (
+        {"join_lag_blocks": 10, "leave_lag_blocks": 5},
+        {"join_lag_blocks": -1},
+        {"outcome_timeout_s": 0},
+        {"port_check_interval_s": 0},
+    ):
+        with pytest.raises(ValueError):
+            ApiConfig(**bad)
+    assert ApiConfig(join_lag_blocks=5, leave_lag_blocks=5).leave_lag_blocks == 5
