@@ -21,9 +21,20 @@ Placement groups are immutable in Ray, so each actor gets its own single-bundle 
 rebuilds its siblings' groups. A replica that keeps running keeps the cores it was given even if
 a new plan would shuffle them (a redeploy of that replica moves it).
 
+Configs: each actor gets the config dataclass the spec embeds (``spec.sequencer.config``,
+``spec.snapshot.config``, a group's ``replica``), with the spec-wide fields already wired by the
+spec and the deploy-time ones filled in here: the listen address, replica names, the
+sequencer's address. Nothing is copied field by field.
+
 Ports: the sequencer serves blocks on ``ports.grpc`` and the tx log on ``ports.grpc + 1``;
 replicas share ``ports.http`` per host. ``bind`` is ``127.0.0.1`` for an embedded local Ray and
-``0.0.0.0`` on a cluster (the sequencer then advertises its node IP).
+``0.0.0.0`` on a cluster; the others then reach the sequencer at the node IP it advertises
+(``sequencer_host``).
+
+Resources: a bundle on a NUMA node with room reserves exactly the cores its actor pins, so Ray
+never schedules other work onto them. On an oversubscribed node (the 2-core demo) bundles share
+cores and reserve only ``SHARED_REQUEST`` each (see there why); ``host_loads`` reports that per
+host and ``raydex status`` prints it, so the token reservation is never mistaken for the truth.
 """
 
 from __future__ import annotations

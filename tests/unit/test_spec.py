@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,19 @@ def test_the_repository_raydex_yaml_loads() -> None:
     assert group.replicas == 2
     assert spec.sequencer.config.wal_fsync in ("block", "none")
     assert spec.sequencer.config.oracle_interval_ms == 1000.0
+
+
+def test_the_knobs_raydex_yaml_shows_commented_out_are_valid_keys_when_uncommented() -> None:
+    text = (REPO / "raydex.yaml").read_text()
+    knobs = r"ring_size|max_batch_txs|api|max_batch|ws_queue_limit"
+    uncommented, n = re.subn(rf"^(\s*)# (\s*(?:{knobs}):)", r"\1\2", text, flags=re.M)
+    assert n == 5
+    spec = load_spec(uncommented)
+    (group,) = spec.replica_groups
+    assert (group.api.max_batch, group.api.ws_queue_limit, group.replica.max_batch_txs) == (
+        50, 256, 500
+    )  # fmt: skip
+    assert spec.sequencer.config.ring_size == 4096
 
 
 def test_a_path_given_as_a_string_is_read_as_a_file(tmp_path: Path) -> None:
