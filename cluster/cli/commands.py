@@ -11,10 +11,17 @@ Subcommands (every one of them works; nothing here is a placeholder):
   [--clients C] [--ab A=SETTINGS,B=SETTINGS] [--out DIR] [--json-out FILE] [--address ADDR]``:
   an isolated instrumented deployment under open-loop signed load; Markdown, JSON and PNG
   reports in one folder (``observability.loadtest``). Exit 2 on a bad ``--ab``.
-- ``raydex up [--spec raydex.yaml] [--address ADDR]``: start a local Ray head advertising this
-  host (``ray start --head`` with ``raydex node-args``) unless ``--address`` names a cluster, then
+- ``raydex up [--spec raydex.yaml] [--address ADDR] [--port P] [--temp-dir D] [--dashboard-port
+  P] [--no-dashboard] [-- RAY_START_FLAGS]``: start a local Ray head advertising this host
+  (``cluster.control.head``: ``ray start --head --block`` with ``raydex node-args``, from this
+  interpreter's environment, recorded in a state file) unless ``--address`` names a cluster, then
   deploy. ``raydex deploy SPEC``: reconcile a running cluster with SPEC (scale replicas live).
-  ``raydex status [--json]``: every actor's status and placement. ``raydex down [--stop-ray]``.
+  ``raydex status [--json]``: every actor's status and placement, and per host the cores pinned
+  against those Ray reserves (oversubscription said plainly). ``raydex down [--stop-ray]``:
+  stop every raydex actor; ``--stop-ray`` also stops the head ``raydex up`` recorded, never
+  another Ray (no ``ray stop``).
+- Control commands connect to ``--address``, else ``RAY_ADDRESS`` or Ray's ``auto`` lookup, unless
+  a head recorded by ``raydex up`` runs (then that one).
 - ``raydex bench engine [--commands N] [--seed S] [--json]``: the engine benchmark
   (``observability.bench_engine``; 1,000,000 commands by default).
 - ``raydex bench codecs [--json]``: the codec benchmark (``observability.bench_codecs``).
@@ -139,36 +146,92 @@ def _add_loadtest(sub: Any) -> None:
     p.set_defaults(handler=_loadtest)
 
 
-def _connect(address: str | None) -> None:
+def _resolve_address(address: str | None) -> str | None:
+    """Where the control commands connect: ``--address``; else ``RAY_ADDRESS`` or Ray's local
+    lookup (``auto``) ... unless a head started by ``raydex up`` runs, which is then used (with
+    its auth mode). Call before importing Ray: Ray reads ``RAY_AUTH_MODE`` when imported."""
+    from ..control.head import read_record, running
+
+    if address or os.environ.get("RAY_ADDRESS"):
+        return address
+    head = read_record()
+    if head is not None and running(head):
+        os.environ.setdefault("RAY_AUTH_MODE", head.auth_mode)
+        return head.address
+    return None
+
+
+def _connect(address: str | None) -> Any:
     import ray
 
-    ray.init(address=address or "auto", log_to_driver=False)
+    try:
+        return ray.init(address=address or "auto", log_to_driver=False)
+    except ConnectionError:
+        if "RAY_AUTH_MODE" not in os.environ:
+            print(
+                "raydex: could not connect; if the cluster uses Ray's token authentication "
+                "(the default for `ray start` when ~/.ray/auth_token exists), an explicit "
+                "address (--address, RAY_ADDRESS) needs RAY_AUTH_MODE=token",
+                file=sys.stderr,
+            )
+        raise
 
 
 def _up(args: argparse.Namespace) -> int:
-    import subprocess
+    from ..control import head as local_head
 
+    env = local_head.head_env(os.environ)
+    if args.address is None:  # our own head: the driver uses the head's auth mode
+        os.environ.setdefault("RAY_AUTH_MODE", env["RAY_AUTH_MODE"])
     from ..control import deploy
     from ..control.spec import load_spec
-    from ..topology import node_args, read_topology
 
-    spec = load_spec(args.spec)
-    if args.address is None:
-        flags = node_args(read_topology(), "head")
-        subprocess.run(["ray", "start", "--head", "--disable-usage-stats", *flags], check=True)
-    _connect(args.address)
-    result = deploy.deploy(spec, bind="127.0.0.1" if args.address is None else "0.0.0.0")
+    spec = load_spec(args.spec)  # a bad spec fails before anything starts
+    address = args.address
+    if address is None:
+        head = local_head.start_head(
+            port=args.port, temp_dir=args.temp_dir, dashboard=not args.no_dashboard,
+            dashboard_port=args.dashboard_port, dashboard_host=args.dashboard_host,
+            extra_args=args.ray_args, env=env,
+        )  # fmt: skip
+        address = head.address
+        print(f"raydex up: started a Ray head (pid {head.pid}, {head.address}; log {head.log}); "
+              f"`raydex down --stop-ray` stops it and only it")  # fmt: skip
+        _print_dashboard(head.dashboard_url, env)
+    _connect(address)
+    bind = args.bind or ("127.0.0.1" if args.address is None else "0.0.0.0")
+    try:
+        result = deploy.deploy(spec, bind=bind)
+    except Exception:
+        if args.address is None:
+            print("raydex up: deploy failed; the head keeps running "
+                  "(`raydex down --stop-ray` stops it)", file=sys.stderr)  # fmt: skip
+        raise
     print(f"raydex is up: replicas {', '.join(result.replicas)} on port {result.http_port}; "
           f"sequencer {result.sequencer_target}")  # fmt: skip
     return 0
 
 
+def _print_dashboard(url: str | None, env: dict[str, str]) -> None:
+    from ..control.head import PASSTHROUGH_ENV
+
+    if url is None:
+        print("raydex up: no dashboard (--no-dashboard)")
+        return
+    profiling = "on" if env.get("RAY_DASHBOARD_ENABLE_PROFILING") == "1" else "off"
+    given = [f"{k}={env[k]}" for k in PASSTHROUGH_ENV if env.get(k)]
+    unset = "RAY_PROMETHEUS_HOST/RAY_GRAFANA_HOST not set: its Metrics tab will ask for them"
+    metrics = ", ".join(given) if given else unset
+    print(f"raydex up: dashboard {url} (profiling {profiling}; {metrics})")
+
+
 def _deploy(args: argparse.Namespace) -> int:
+    address = _resolve_address(args.address)
     from ..control import deploy
     from ..control.spec import load_spec
 
     spec = load_spec(args.spec)
-    _connect(args.address)
+    _connect(address)
     result = deploy.deploy(spec, bind=args.bind)
     print(f"created: {list(result.created)}  removed: {list(result.removed)}  "
           f"replicas: {list(result.replicas)}")  # fmt: skip
@@ -176,53 +239,94 @@ def _deploy(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    import dataclasses
     import json
 
+    address = _resolve_address(args.address)
     from ..control import deploy
 
-    _connect(args.address)
+    _connect(address)
     st = deploy.status()
+    hosts = deploy.host_loads(st)
     if args.json:
-        print(json.dumps(st, default=str))
+        rows = [{**dataclasses.asdict(h), "oversubscribed": h.oversubscribed, "line": h.line()}
+                for h in hosts]  # fmt: skip
+        print(json.dumps({"actors": st, "hosts": rows}, default=str))
         return 0
     for name, s in st.items():
         keys = ("seq", "state_hash", "port", "placement", "error")
         print(name, {k: s[k] for k in keys if k in s})
+    for h in hosts:
+        print(h.line())
     return 0
 
 
 def _down(args: argparse.Namespace) -> int:
-    import subprocess
+    from ..control import head as local_head
 
+    address = _resolve_address(args.address)
     from ..control import deploy
 
-    _connect(args.address)
-    print("stopped:", ", ".join(deploy.down()) or "nothing")
-    if args.stop_ray:
+    try:
+        _connect(address)
+    except ConnectionError as exc:
+        if not args.stop_ray:
+            raise
+        print(f"raydex down: no cluster to stop actors on ({exc})", file=sys.stderr)
+    else:
+        print("stopped:", ", ".join(deploy.down()) or "nothing")
         import ray
 
         ray.shutdown()
-        subprocess.run(["ray", "stop"], check=False)
+    if args.stop_ray:
+        record = local_head.read_record()
+        if record is None:
+            print(f"raydex down: no Ray head started by `raydex up` is recorded "
+                  f"({local_head.record_path()}); no Ray stopped")  # fmt: skip
+            return 0
+        done = local_head.stop_head(record)
+        print(f"raydex down: stopped the Ray head `raydex up` started (pid {record.pid}, "
+              f"{record.address}): {len(done.terminated)} processes"
+              + (f", {len(done.killed)} needed SIGKILL" if done.killed else ""))  # fmt: skip
     return 0
 
 
 def _add_ops(sub: Any) -> None:
-    up = sub.add_parser("up", help="start a local Ray head (or join --address) and deploy")
+    up = sub.add_parser(
+        "up",
+        help="start a local Ray head (or join --address) and deploy",
+        description="Start a Ray head on this host (`ray start --head --block` with `raydex "
+        "node-args`, from this interpreter's environment, profiling on, RAY_PROMETHEUS_HOST/"
+        "RAY_GRAFANA_HOST/RAY_GRAFANA_IFRAME_HOST passed through) and record it so that "
+        "`raydex down --stop-ray` stops it and only it; or, with --address, use that cluster. "
+        "Then deploy the spec. Flags after -- go to `ray start`.",
+    )
     up.add_argument("--spec", default="raydex.yaml", help="deploy spec (raydex.yaml)")
     up.add_argument("--address", default=None, help="an existing Ray cluster to deploy on")
+    up.add_argument("--port", type=int, default=6379, help="the head's GCS port (6379)")
+    up.add_argument("--temp-dir", default=None, help="the head's Ray temp dir (Ray's default)")
+    up.add_argument("--dashboard-port", type=int, default=8265, help="dashboard port (8265)")
+    up.add_argument("--dashboard-host", default=None, help="dashboard listen address")
+    up.add_argument("--no-dashboard", action="store_true", help="start the head without it")
+    up.add_argument("--bind", default=None,
+                    help="servers' address (127.0.0.1 on our own head, else 0.0.0.0)")  # fmt: skip
+    up.add_argument("ray_args", nargs="*", metavar="-- RAY_START_FLAGS",
+                    help="more `ray start` flags, after --")  # fmt: skip
     up.set_defaults(handler=_up)
     d = sub.add_parser("deploy", help="reconcile the running cluster with a deploy spec")
     d.add_argument("spec", help="deploy spec, e.g. raydex.yaml")
-    d.add_argument("--address", default=None, help="Ray address (default: auto)")
+    d.add_argument("--address", default=None,
+                   help="Ray address (RAY_ADDRESS, the head of `raydex up`, or auto)")  # fmt: skip
     d.add_argument("--bind", default="0.0.0.0", help="listen address of the servers (0.0.0.0)")
     d.set_defaults(handler=_deploy)
-    st = sub.add_parser("status", help="status and placement of every raydex actor")
-    st.add_argument("--address", default=None, help="Ray address (default: auto)")
+    st = sub.add_parser("status", help="status and placement of every raydex actor, per host")
+    st.add_argument("--address", default=None, help="Ray address (as for deploy)")
     st.add_argument("--json", action="store_true", help="print one JSON object")
     st.set_defaults(handler=_status)
     dn = sub.add_parser("down", help="stop every raydex actor")
-    dn.add_argument("--address", default=None, help="Ray address (default: auto)")
-    dn.add_argument("--stop-ray", action="store_true", help="also `ray stop` this host")
+    dn.add_argument("--address", default=None, help="Ray address (as for deploy)")
+    dn.add_argument("--stop-ray", action="store_true",
+                    help="also stop the Ray head `raydex up` started (only that one)")  # fmt: skip
     dn.set_defaults(handler=_down)
 
 

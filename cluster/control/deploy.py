@@ -21,22 +21,34 @@ Placement groups are immutable in Ray, so each actor gets its own single-bundle 
 rebuilds its siblings' groups. A replica that keeps running keeps the cores it was given even if
 a new plan would shuffle them (a redeploy of that replica moves it).
 
+Configs: each actor gets the config dataclass the spec embeds (``spec.sequencer.config``,
+``spec.snapshot.config``, a group's ``replica``), with the spec-wide fields already wired by the
+spec and the deploy-time ones filled in here: the listen address, replica names, the
+sequencer's address. Nothing is copied field by field.
+
 Ports: the sequencer serves blocks on ``ports.grpc`` and the tx log on ``ports.grpc + 1``;
 replicas share ``ports.http`` per host. ``bind`` is ``127.0.0.1`` for an embedded local Ray and
-``0.0.0.0`` on a cluster (the sequencer then advertises its node IP).
+``0.0.0.0`` on a cluster; the others then reach the sequencer at the node IP it advertises
+(``sequencer_host``).
+
+Resources: a bundle on a NUMA node with room reserves exactly the cores its actor pins, so Ray
+never schedules other work onto them. On an oversubscribed node (the 2-core demo) bundles share
+cores and reserve only ``SHARED_REQUEST`` each (see there why); ``host_loads`` reports that per
+host and ``raydex status`` prints it, so the token reservation is never mistaken for the truth.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..topology import Topology
+from ..topology import HOST_LABEL, Topology
 from .placement import (
     BundlePlacement,
     GroupPlacement,
@@ -45,7 +57,7 @@ from .placement import (
     discover_topologies,
     placement_for,
 )
-from .spec import DeploySpec
+from .spec import DeploySpec, ReplicaGroupSpec
 
 NAMESPACE = "raydex"
 SEQUENCER = "raydex-sequencer"
@@ -95,6 +107,31 @@ SHARED_REQUEST = 0.05
 
 def _reservable(b: BundlePlacement) -> BundlePlacement:
     return dataclasses.replace(b, request=SHARED_REQUEST) if b.shared else b
+
+
+#: listen addresses that mean "every interface": the sequencer is then reached at its node's IP
+_ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
+
+
+def sequencer_host(
+    started: Mapping[str, Any], bind: str, status: Callable[[], Mapping[str, Any]]
+) -> str:
+    """The host other actors reach the sequencer's gRPC ports at.
+
+    A specific ``bind`` address is that address. On every interface (``0.0.0.0``, a cluster) it is
+    the node IP the sequencer advertises: ``started["address"]`` when its ``start()`` reports it,
+    else the ``address`` of its ``status()`` (which every sequencer reports), else an error
+    saying so rather than a ``KeyError``.
+    """
+    if bind not in _ANY_ADDRESS:
+        return bind
+    host = started.get("address") or status().get("address")
+    if not host:
+        raise RuntimeError(
+            "the sequencer listens on every interface but reports no advertised address "
+            "(neither start() nor status() has 'address'); deploy with --bind <its node IP>"
+        )
+    return str(host)
 
 
 def _named(namespace: str) -> set[str]:
@@ -166,9 +203,9 @@ def deploy(
     import ray
 
     from raydex.actors.committer import CommitterActor
-    from raydex.actors.replica.service import ReplicaActor, ReplicaConfig
-    from raydex.actors.sequencer.service import SequencerActor, SequencerConfig
-    from raydex.actors.snapshot.holder import SnapshotActor, SnapshotConfig
+    from raydex.actors.replica import ReplicaActor
+    from raydex.actors.sequencer import SequencerActor
+    from raydex.actors.snapshot import SnapshotActor
 
     plan: dict[str, GroupPlacement] = {}
     if place:
@@ -181,40 +218,29 @@ def deploy(
 
     existing = _named(namespace)
     created: list[str] = []
-    grpc_port = spec.ports.grpc
     if SEQUENCER not in existing:
-        cfg = SequencerConfig(
-            wal_dir=spec.sequencer.wal_dir,
-            snapshot_dir=spec.snapshot.dir,
-            chain_id=spec.chain_id,
-            block_interval_ms=spec.sequencer.block_interval_ms,
-            block_max_txs=spec.sequencer.block_max_txs,
-            wal_fsync=spec.sequencer.wal_fsync,
-            oracle_interval_ms=spec.sequencer.oracle_interval_ms,
-            oracle_max_step_bps=spec.sequencer.oracle_max_step_bps,
-            grpc_host=bind,
-            grpc_port=grpc_port,
-            txlog_port=grpc_port + 1,
-        )
+        cfg = dataclasses.replace(spec.sequencer.config, grpc_host=bind)
         args_q = (cfg, bundle("sequencer"), spec.sequencer.gc)
         _spawn(SequencerActor, SEQUENCER, namespace, bundle("sequencer"), args_q)
         created.append(SEQUENCER)
     sequencer = ray.get_actor(SEQUENCER, namespace=namespace)
     started: Any = ray.get(sequencer.start.remote(), timeout=timeout_s)
-    status: dict[str, Any] = started
-    host = status["address"] if bind == "0.0.0.0" else bind
-    delta_target = f"{host}:{status['grpc_port']}"
-    txlog_target = f"{host}:{status['txlog_port']}"
+    host = sequencer_host(
+        started, bind, lambda: ray.get(sequencer.status.remote(), timeout=timeout_s)
+    )
+    delta_target = f"{host}:{started['grpc_port']}"
+    txlog_target = f"{host}:{started['txlog_port']}"
     # CreateMarket of an existing market is refused (MARKET_EXISTS) and changes nothing.
-    ray.get(sequencer.operator.remote([m.create_market() for m in spec.markets]), timeout=timeout_s)
+    ray.get(sequencer.operator.remote(list(spec.markets)), timeout=timeout_s)
 
     if SNAPSHOT not in existing:
-        cfg_s = SnapshotConfig(
-            dir=spec.snapshot.dir,
-            every_blocks=spec.snapshot.every_blocks,
-            every_seconds=spec.snapshot.every_seconds,
+        args = (
+            spec.snapshot.config,
+            delta_target,
+            txlog_target,
+            bundle("snapshot"),
+            spec.snapshot.gc,
         )
-        args = (cfg_s, delta_target, txlog_target, bundle("snapshot"), spec.snapshot.gc)
         _spawn(SnapshotActor, SNAPSHOT, namespace, bundle("snapshot"), args)
         created.append(SNAPSHOT)
     ray.get(ray.get_actor(SNAPSHOT, namespace=namespace).start.remote(), timeout=timeout_s)
@@ -223,34 +249,26 @@ def deploy(
         created.append(COMMITTER)
 
     desired: dict[str, BundlePlacement | None] = {}
-    gc_of: dict[str, Any] = {}
-    port_of: dict[str, int] = {}
+    group_of: dict[str, ReplicaGroupSpec] = {}
     for group in spec.replica_groups:
         g = plan.get(group.name)
-        port = group.http_port if group.http_port is not None else spec.ports.http
         if g is not None:
-            for i, b in enumerate(g.bundles):
-                desired[replica_name(group.name, i)] = _reservable(b)
-                gc_of[replica_name(group.name, i)] = group.gc
-                port_of[replica_name(group.name, i)] = port
+            bundles: list[BundlePlacement | None] = [_reservable(b) for b in g.bundles]
         else:
             count = group.replicas if group.replicas is not None else group.replicas_per_numa_node
-            for i in range(count or 0):
-                desired[replica_name(group.name, i)] = None
-                gc_of[replica_name(group.name, i)] = group.gc
-                port_of[replica_name(group.name, i)] = port
+            bundles = [None] * (count or 0)
+        for i, b in enumerate(bundles):
+            desired[replica_name(group.name, i)] = b
+            group_of[replica_name(group.name, i)] = group
     current = {n for n in existing if n.startswith(REPLICA_PREFIX)}
     starting = []
     for name in sorted(set(desired) - current):
-        cfg_r = ReplicaConfig(
-            name=name,
-            sequencer_target=delta_target,
-            http_host=bind,
-            http_port=port_of[name],
-            chain_id=spec.chain_id,
+        group = group_of[name]
+        cfg_r = dataclasses.replace(
+            group.replica, name=name, sequencer_target=delta_target, http_host=bind
         )
         b = desired[name]
-        args_r = (cfg_r, SNAPSHOT, namespace, b, COMMITTER, gc_of[name])
+        args_r = (cfg_r, SNAPSHOT, namespace, b, COMMITTER, group.gc)
         actor = _spawn(
             replica_class or ReplicaActor, name, namespace, b, args_r, kwargs=replica_kwargs
         )
@@ -284,6 +302,90 @@ def status(namespace: str = NAMESPACE, timeout_s: float = 30.0) -> dict[str, Any
         except Exception as exc:  # a status page must show a broken actor, not die on it
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class HostLoad:
+    """What the placed raydex actors of one host pin, against what Ray reserves for them.
+
+    ``cores``: the host's cores as advertised to Ray (its ``numa<N>`` resources, ``raydex
+    node-args``; Ray's CPU count when it has none); ``pinned``: cores the actors pin, summed over
+    actors (a core pinned by two actors counts twice); ``reserved``: the distinct CPU amounts
+    their bundles reserve in Ray. Where ``pinned`` exceeds ``cores`` the actors share cores and
+    each bundle reserves only ``SHARED_REQUEST``, so Ray would schedule other work onto cores
+    that are in fact busy: ``line()`` says so.
+    """
+
+    host: str
+    cores: int
+    pinned: int
+    actors: tuple[str, ...]
+    reserved: tuple[float, ...]
+
+    @property
+    def oversubscribed(self) -> bool:
+        return self.pinned > self.cores
+
+    def line(self) -> str:
+        amounts = ", ".join(f"{r:g}" for r in self.reserved) or "nothing"
+        if self.oversubscribed:
+            return (
+                f"host {self.host}: {self.cores} cores, {self.pinned} pinned requests: "
+                f"oversubscribed, Ray reserves {amounts} CPU per actor "
+                f"({len(self.actors)} actors share the cores)"
+            )
+        return (
+            f"host {self.host}: {self.cores} cores, {self.pinned} pinned by "
+            f"{len(self.actors)} actors; Ray reserves {amounts} CPU per actor (the cores it pins)"
+        )
+
+
+def host_loads(statuses: Mapping[str, Mapping[str, Any]]) -> list[HostLoad]:
+    """Per host, the cores the placed actors of ``statuses`` (from ``status()``) pin and what
+    Ray reserves for them (their placement groups); actors without a placement are left out."""
+    import ray
+
+    nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
+    reserved: dict[str, list[tuple[str, float]]] = {}
+    for pg in ray.util.placement_group_table().values():
+        if pg.get("state") == "CREATED" and pg.get("bundles"):
+            node = pg.get("bundles_to_node_id", {}).get(0, "")
+            reserved.setdefault(pg["name"], []).append(
+                (node, float(pg["bundles"][0].get("CPU", 0)))
+            )
+    per_host: dict[str, list[tuple[str, int, float | None]]] = {}
+    for name, st in statuses.items():
+        placement = st.get("placement") or {}
+        node_id = placement.get("node_id")
+        if not node_id or node_id not in nodes:
+            continue
+        host = str(
+            nodes[node_id].get("Labels", {}).get(HOST_LABEL) or nodes[node_id]["NodeManagerAddress"]
+        )
+        amounts = [r for n, r in reserved.get(f"raydex-{name}", []) if n in ("", node_id)]
+        per_host.setdefault(host, []).append(
+            (name, len(placement.get("cpus") or ()), amounts[0] if amounts else None)
+        )
+    out = []
+    for host, actors in per_host.items():
+        node = next(
+            n
+            for n in nodes.values()
+            if str(n.get("Labels", {}).get(HOST_LABEL) or n["NodeManagerAddress"]) == host
+        )
+        res = node.get("Resources", {})
+        numa = sum(v for k, v in res.items() if re.fullmatch(r"numa\d+", k))
+        cores = int(numa or res.get("CPU", 0))
+        out.append(
+            HostLoad(
+                host,
+                cores,
+                sum(k for _, k, _ in actors),
+                tuple(sorted(n for n, _, _ in actors)),
+                tuple(sorted({r for _, _, r in actors if r is not None})),
+            )
+        )
+    return sorted(out, key=lambda h: h.host)
 
 
 def down(namespace: str = NAMESPACE) -> list[str]:

@@ -1,31 +1,51 @@
 """The deploy spec (``raydex.yaml``): what runs where, with which knobs. Validated on load.
 
-Shape (every key below is optional unless marked *required*; defaults are the dataclass defaults)::
+Shape (every key below is optional unless marked *required*)::
 
     chain_id: int                         # *required*; signed into every tx (WIRE.md)
     ports: {http: int, grpc: int}
-    sequencer: {block_interval_ms, block_max_txs, wal_dir*, wal_fsync: block|none,
+    sequencer: {<SequencerConfig knobs: wal_dir*, block_interval_ms, block_max_txs, wal_fsync,
+                oracle_interval_ms, oracle_max_step_bps, ring_size, ...>,
                 host, numa_node, cpus, pin, realtime, gc}
-    snapshot:  {every_blocks, every_seconds, dir*, host, numa_node, cpus, pin, realtime, gc}
-    markets:   [{market_index*, symbol*, price_decimals*, size_decimals*, initial_mark*, ...}]
+    snapshot:  {<SnapshotConfig knobs: dir*, every_blocks, every_seconds, ring_size, keep>,
+                host, numa_node, cpus, pin, realtime, gc}
+    markets:   [{<CreateMarket fields: market_index*, symbol*, price_decimals*, size_decimals*,
+                 min_base_amount, ..., max_price_deviation>, initial_mark*}]
     replica_groups: [{name*, replicas_per_numa_node | replicas, numa_nodes, hosts,
-                      cpus_per_replica, pin, realtime, gc, http_port}]
+                      cpus_per_replica, pin, realtime, gc, http_port,
+                      <ReplicaConfig knobs: max_batch_txs>, api: {<ApiConfig knobs>}}]
 
-Semantics: a market mirrors the ``CreateMarket`` transaction (same field names and units: fees in
-ppm of notional, margin fractions in bps, amounts in lots / micro-USDC) except ``initial_mark``,
-a decimal price (``"3300.25"``) converted exactly to integer ticks; ``MarketSpec.create_market()``
-builds the transaction the deployer submits. The integer domains are read from the wire
-declaration of ``CreateMarket`` (never written twice). A replica group sets exactly one of
-``replicas_per_numa_node`` (scale with the hardware) or ``replicas`` (a total, spread round-robin
-over the hosts' NUMA nodes); ``numa_nodes``/``hosts`` absent means all of them.
+Each knob is declared once, where it is used. The ``sequencer`` section embeds the actors'
+``SequencerConfig``, ``snapshot`` embeds ``SnapshotConfig``, each replica group embeds a
+``ReplicaConfig`` (its ``api:`` mapping is the replica's ``ApiConfig``): their fields, types and
+defaults are read from those dataclasses, so a knob added there is settable here with no change
+to this module. A market is the ``CreateMarket`` transaction itself (field names, integer
+domains and units read from its wire declaration: fees in ppm of notional, margin fractions in
+bps, amounts in lots / micro-USDC), written with ``initial_mark``, a decimal price
+(``"3300.25"``) converted exactly to integer ticks, instead of ``mark_price``; this module adds
+only the defaults of the optional market fields (``MARKET_DEFAULTS``).
+
+Wired fields: a config field that the deployment decides is not a key of the section. Those set
+from elsewhere in the spec are filled in when the ``DeploySpec`` is built (so the embedded configs
+tell the truth, and ``dataclasses.replace`` of a ``DeploySpec`` fills them again): the one
+``chain_id`` (the sequencer's, every replica's and the ``/info`` ``network_id``), the snapshot
+folder the sequencer recovers from (``snapshot.dir``), the gRPC ports (``ports.grpc`` and the next
+one), each replica's HTTP port (``http_port`` or ``ports.http``) and group. Those known only at
+deploy time (listen address, actor names, the sequencer's advertised address) are filled in by
+``deploy``. Writing a wired key is an error saying where it comes from.
+
+A replica group sets exactly one of ``replicas_per_numa_node`` (scale with the hardware) or
+``replicas`` (a total, spread round-robin over the hosts' NUMA nodes); ``numa_nodes``/``hosts``
+absent means all of them.
 
 Validation: ``load_spec`` raises ``SpecError`` for YAML syntax errors, unknown keys, missing
 required keys, wrong types (``true`` is not an int, ``1`` is not a bool; ints are accepted where a
 float is expected) and wrong values; the message starts with the key path, e.g.
 ``replica_groups[1].pin: expected bool, got 'yes'``. The first problem found is reported.
 
-Cost: one YAML parse and a walk of the tree, milliseconds; done by the CLI and the controller, never
-by a data-plane actor.
+Cost: one YAML parse and a walk of the tree, milliseconds (importing the actor config classes
+imports the actors' modules, ~1.5 s once); done by the CLI and the controller, never by a
+data-plane actor.
 """
 
 from __future__ import annotations
@@ -35,7 +55,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -43,12 +63,15 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
-from raydex.codecs import MAX_48, CreateMarket, MarketIndex, MarketStatus, Range, spec_of
+from raydex.actors.replica import ApiConfig, ReplicaConfig
+from raydex.actors.sequencer import SequencerConfig
+from raydex.actors.snapshot import SnapshotConfig
+from raydex.codecs import CreateMarket, MarketIndex, MarketStatus, spec_of
 
 __all__ = [
+    "MARKET_DEFAULTS",
     "DeploySpec",
     "GcSpec",
-    "MarketSpec",
     "PortsSpec",
     "ReplicaGroupSpec",
     "SequencerSpec",
@@ -69,6 +92,13 @@ class SpecError(ValueError):
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{path}: {message}" if path else message)
         self.path = path
+
+
+def _embed(wired: Mapping[str, str]) -> dict[str, Any]:
+    """Field metadata: this dataclass-typed field is written inline in its parent's mapping,
+    except the ``wired`` keys (dotted for nested ones), each mapped to where its value comes
+    from."""
+    return {"embed": dict(wired)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +131,8 @@ class GcSpec:
 
 @dataclass(frozen=True, slots=True)
 class PortsSpec:
-    """Ports on every host: REST/WebSocket (shared by its replicas) and the gRPC data plane."""
+    """Ports on every host: REST/WebSocket (shared by its replicas) and the gRPC data plane
+    (blocks and tx batches on ``grpc``, the snapshot holder's tx log on ``grpc + 1``)."""
 
     http: int = 8080
     grpc: int = 50051
@@ -110,8 +141,10 @@ class PortsSpec:
         for key in ("http", "grpc"):
             if not 1 <= getattr(self, key) <= 65535:
                 yield key, f"must be a port in 1..65535, got {getattr(self, key)}"
-        if self.http == self.grpc:
-            yield "grpc", f"must differ from http ({self.http})"
+        if self.grpc == 65535:
+            yield "grpc", "must leave grpc + 1 (the tx-log port) in range"
+        if self.http in (self.grpc, self.grpc + 1):
+            yield "grpc", f"must differ from http ({self.http}), as must grpc + 1"
 
 
 def _placement_problems(host: str | None, numa_node: int, cpus: int) -> _Problems:
@@ -123,26 +156,27 @@ def _placement_problems(host: str | None, numa_node: int, cpus: int) -> _Problem
         yield "cpus", f"must be >= 1, got {cpus}"
 
 
+_SEQUENCER_WIRED = {
+    "chain_id": "the top-level chain_id",
+    "snapshot_dir": "snapshot.dir",
+    "grpc_host": "`raydex deploy --bind`",
+    "grpc_port": "ports.grpc",
+    "txlog_port": "ports.grpc + 1",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class SequencerSpec:
-    """Block cadence, write-ahead log and placement of the sequencer.
+    """The sequencer's ``SequencerConfig`` (block cadence, WAL, oracle; see its fields for what
+    each knob trades) and where it runs.
 
-    A block closes after ``block_interval_ms`` or ``block_max_txs`` txs, whichever comes first:
-    a shorter interval lowers latency under light load, a larger cap raises throughput under heavy
-    load at the cost of a longer block (and of a larger fsync). ``wal_fsync: block`` fsyncs once per
-    block before acknowledging (durable, adds the fsync to block time); ``none`` leaves it to the
-    page cache (faster; a host crash loses the unsynced tail). ``host`` absent: the first host given
-    to placement (the head). ``oracle_interval_ms`` > 0 makes the sequencer stamp SetMarkPrice
-    commands that move each mark toward its book mid, at most ``oracle_max_step_bps`` per step
-    (0: marks change only by operator command).
+    ``host`` absent: the first host given to placement (the head). ``cpus``: cores it pins (kept
+    apart from the replicas where the host has them); ``pin`` keeps its caches warm and stops
+    migrations but the kernel can no longer balance it; ``realtime`` (SCHED_FIFO) cuts scheduling
+    jitter but can starve everything else on its cores.
     """
 
-    wal_dir: str
-    block_interval_ms: float = 1.0
-    block_max_txs: int = 1000
-    wal_fsync: Literal["block", "none"] = "block"
-    oracle_interval_ms: float = 0.0
-    oracle_max_step_bps: int = 50
+    config: SequencerConfig = field(metadata=_embed(_SEQUENCER_WIRED))
     host: str | None = None
     numa_node: int = 0
     cpus: int = 1
@@ -150,32 +184,33 @@ class SequencerSpec:
     realtime: bool = False
     gc: GcSpec = GcSpec()
 
+    @property
+    def wal_dir(self) -> str:
+        return str(self.config.wal_dir)
+
     def _problems(self) -> _Problems:
-        if not 0 < self.block_interval_ms <= 10_000:
-            yield "block_interval_ms", f"must be in (0, 10000], got {self.block_interval_ms}"
-        if not 1 <= self.block_max_txs <= 1_000_000:
-            yield "block_max_txs", f"must be in 1..1000000, got {self.block_max_txs}"
-        if not self.wal_dir:
+        c = self.config
+        if not 0 < c.block_interval_ms <= 10_000:
+            yield "block_interval_ms", f"must be in (0, 10000], got {c.block_interval_ms}"
+        if not 1 <= c.block_max_txs <= 1_000_000:
+            yield "block_max_txs", f"must be in 1..1000000, got {c.block_max_txs}"
+        if not c.wal_dir:
             yield "wal_dir", "must be a non-empty path"
-        if not 0 <= self.oracle_interval_ms <= 3_600_000:
-            yield "oracle_interval_ms", f"must be in 0..3600000, got {self.oracle_interval_ms}"
-        if not 1 <= self.oracle_max_step_bps <= 10_000:
-            yield "oracle_max_step_bps", f"must be in 1..10000, got {self.oracle_max_step_bps}"
+        if c.ring_size < 1:
+            yield "ring_size", f"must be >= 1, got {c.ring_size}"
+        if not 0 <= c.oracle_interval_ms <= 3_600_000:
+            yield "oracle_interval_ms", f"must be in 0..3600000, got {c.oracle_interval_ms}"
+        if not 1 <= c.oracle_max_step_bps <= 10_000:
+            yield "oracle_max_step_bps", f"must be in 1..10000, got {c.oracle_max_step_bps}"
         yield from _placement_problems(self.host, self.numa_node, self.cpus)
 
 
 @dataclass(frozen=True, slots=True)
 class SnapshotSpec:
-    """Snapshot cadence and placement of the snapshot holder.
+    """The snapshot holder's ``SnapshotConfig`` (cadence, folder, catch-up ring, folders kept;
+    see its fields for what each knob trades) and where it runs (as ``SequencerSpec``)."""
 
-    A snapshot is taken every ``every_blocks`` blocks or ``every_seconds`` seconds, whichever comes
-    first: more often means a faster replica boot and a shorter WAL replay, at the cost of more
-    Arrow materialization (CPU on the holder, object-store memory, disk writes).
-    """
-
-    dir: str
-    every_blocks: int = 1000
-    every_seconds: float = 5.0
+    config: SnapshotConfig = field(metadata=_embed({}))
     host: str | None = None
     numa_node: int = 0
     cpus: int = 1
@@ -183,17 +218,82 @@ class SnapshotSpec:
     realtime: bool = False
     gc: GcSpec = GcSpec()
 
+    @property
+    def dir(self) -> str:
+        return str(self.config.dir)
+
     def _problems(self) -> _Problems:
-        if self.every_blocks < 1:
-            yield "every_blocks", f"must be >= 1, got {self.every_blocks}"
-        if self.every_seconds <= 0:
-            yield "every_seconds", f"must be > 0, got {self.every_seconds}"
-        if not self.dir:
+        c = self.config
+        if c.every_blocks < 1:
+            yield "every_blocks", f"must be >= 1, got {c.every_blocks}"
+        if c.every_seconds <= 0:
+            yield "every_seconds", f"must be > 0, got {c.every_seconds}"
+        if not c.dir:
             yield "dir", "must be a non-empty path"
+        for key in ("ring_size", "keep"):
+            if getattr(c, key) < 1:
+                yield key, f"must be >= 1, got {getattr(c, key)}"
         yield from _placement_problems(self.host, self.numa_node, self.cpus)
 
 
-def _decimal_text(value: object, path: str) -> object:
+# --- markets: the CreateMarket transaction, read from its wire declaration -----------------------
+
+#: Values of the optional ``CreateMarket`` fields when a market leaves them out (the spec's
+#: choice, not a second declaration of the fields: names, types and domains come from the wire).
+MARKET_DEFAULTS: Mapping[str, int] = {
+    "min_base_amount": 1,
+    "min_quote_amount": 0,
+    "maker_fee": 0,
+    "taker_fee": 0,
+    "liquidation_fee": 0,
+    "default_initial_margin_fraction": 500,
+    "min_initial_margin_fraction": 200,
+    "maintenance_margin_fraction": 120,
+    "closeout_margin_fraction": 80,
+    "max_price_deviation": 1000,
+}
+_MARKET_WIRED = {
+    "mark_price": "initial_mark (a decimal price)",
+    "status": "the deployment (markets are created active)",
+}
+
+
+def _market_keys() -> list[str]:
+    names = [f.name for f in spec_of(CreateMarket).fields if f.name not in _MARKET_WIRED]
+    return [*names, "initial_mark"]
+
+
+def _build_market(value: object, path: str) -> CreateMarket:
+    """A ``markets[i]`` mapping -> the ``CreateMarket`` the deployer submits (active)."""
+    if not isinstance(value, Mapping):
+        raise SpecError(path, f"expected a mapping, got {_show(value)}")
+    known = _market_keys()
+    _check_keys(value, known, _MARKET_WIRED, path)
+    kwargs: dict[str, Any] = {}
+    for f in spec_of(CreateMarket).fields:
+        if f.name in _MARKET_WIRED:
+            continue
+        sub = _join(path, f.name)
+        if f.name in value:
+            kwargs[f.name] = _convert_scalar(value[f.name], f.py_type, sub)
+        elif f.name in MARKET_DEFAULTS:
+            kwargs[f.name] = MARKET_DEFAULTS[f.name]
+        else:
+            raise SpecError(sub, "required key missing")
+        rng = f.range
+        if rng is not None and not rng.lo <= kwargs[f.name] <= rng.hi:
+            raise SpecError(sub, f"must be in {rng.lo}..{rng.hi}, got {kwargs[f.name]}")
+    if "initial_mark" not in value:
+        raise SpecError(_join(path, "initial_mark"), "required key missing")
+    mark = _convert_scalar(_decimal_text(value["initial_mark"]), str, _join(path, "initial_mark"))
+    for key, message in _market_problems(kwargs, mark):
+        raise SpecError(_join(path, key), message)
+    kwargs["market_index"] = MarketIndex(kwargs["market_index"])
+    ticks = int(Decimal(mark).scaleb(kwargs["price_decimals"]))
+    return CreateMarket(**kwargs, mark_price=ticks, status=MarketStatus.ACTIVE)
+
+
+def _decimal_text(value: object) -> object:
     """``initial_mark`` may be written unquoted (a YAML number): keep the digits as typed."""
     if isinstance(value, float):
         return repr(value)
@@ -202,92 +302,67 @@ def _decimal_text(value: object, path: str) -> object:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class MarketSpec:
-    """One perpetual market, in ``CreateMarket``'s fields and units (see the module docstring)."""
-
-    market_index: int
-    symbol: str
-    price_decimals: int
-    size_decimals: int
-    initial_mark: str = field(metadata={"coerce": _decimal_text})
-    min_base_amount: int = 1
-    min_quote_amount: int = 0
-    maker_fee: int = 0
-    taker_fee: int = 0
-    liquidation_fee: int = 0
-    default_initial_margin_fraction: int = 500
-    min_initial_margin_fraction: int = 200
-    maintenance_margin_fraction: int = 120
-    closeout_margin_fraction: int = 80
-    max_price_deviation: int = 1000
-
-    @property
-    def mark_price(self) -> int:
-        """``initial_mark`` in integer ticks (exact; validated on load)."""
-        return int(Decimal(self.initial_mark).scaleb(self.price_decimals))
-
-    def create_market(self) -> CreateMarket:
-        """The operator transaction that creates this market, active."""
-        return CreateMarket(
-            market_index=MarketIndex(self.market_index),
-            symbol=self.symbol,
-            price_decimals=self.price_decimals,
-            size_decimals=self.size_decimals,
-            min_base_amount=self.min_base_amount,
-            min_quote_amount=self.min_quote_amount,
-            maker_fee=self.maker_fee,
-            taker_fee=self.taker_fee,
-            liquidation_fee=self.liquidation_fee,
-            default_initial_margin_fraction=self.default_initial_margin_fraction,
-            min_initial_margin_fraction=self.min_initial_margin_fraction,
-            maintenance_margin_fraction=self.maintenance_margin_fraction,
-            closeout_margin_fraction=self.closeout_margin_fraction,
-            max_price_deviation=self.max_price_deviation,
-            mark_price=self.mark_price,
-            status=MarketStatus.ACTIVE,
-        )
-
-    def _problems(self) -> _Problems:
-        own = {f.name for f in dataclasses.fields(self)}
-        for f in spec_of(CreateMarket).fields:
-            rng = f.range
-            if rng is not None and f.name in own:
-                yield from _range_problem(f.name, getattr(self, f.name), rng)
-        if not self.symbol or not self.symbol.isascii() or len(self.symbol) > 16:
-            yield "symbol", f"must be 1..16 ASCII characters, got {self.symbol!r}"
-        if self.price_decimals + self.size_decimals > 6:
-            yield "size_decimals", "price_decimals + size_decimals must be <= 6 (USDC decimals)"
-        yield from self._mark_problems()
-        yield from self._margin_problems()
-
-    def _mark_problems(self) -> _Problems:
-        try:
-            mark = Decimal(self.initial_mark)
-        except InvalidOperation:
-            yield "initial_mark", f"expected a decimal price, got {self.initial_mark!r}"
-            return
-        ticks = mark.scaleb(self.price_decimals)
-        if not mark.is_finite() or ticks != ticks.to_integral_value():
-            places = self.price_decimals
-            yield "initial_mark", f"{self.initial_mark!r} has more than {places} decimals"
-        elif not 1 <= int(ticks) <= 2**32 - 1:
-            yield "initial_mark", f"{self.initial_mark!r} is out of the uint32 tick range"
-
-    def _margin_problems(self) -> _Problems:
-        if self.min_initial_margin_fraction > self.default_initial_margin_fraction:
-            yield "min_initial_margin_fraction", "must be <= default_initial_margin_fraction"
-        if self.maintenance_margin_fraction >= self.min_initial_margin_fraction:
-            yield "maintenance_margin_fraction", "must be < min_initial_margin_fraction"
-        if self.closeout_margin_fraction >= self.maintenance_margin_fraction:
-            yield "closeout_margin_fraction", "must be < maintenance_margin_fraction"
-        if self.min_base_amount > MAX_48:
-            yield "min_base_amount", f"must be <= {MAX_48}"
+def _market_problems(m: Mapping[str, Any], initial_mark: str) -> _Problems:
+    symbol = m["symbol"]
+    if not symbol or not symbol.isascii() or len(symbol) > 16:
+        yield "symbol", f"must be 1..16 ASCII characters, got {symbol!r}"
+    if m["price_decimals"] + m["size_decimals"] > 6:
+        yield "size_decimals", "price_decimals + size_decimals must be <= 6 (USDC decimals)"
+    yield from _mark_problems(initial_mark, m["price_decimals"])
+    if m["min_initial_margin_fraction"] > m["default_initial_margin_fraction"]:
+        yield "min_initial_margin_fraction", "must be <= default_initial_margin_fraction"
+    if m["maintenance_margin_fraction"] >= m["min_initial_margin_fraction"]:
+        yield "maintenance_margin_fraction", "must be < min_initial_margin_fraction"
+    if m["closeout_margin_fraction"] >= m["maintenance_margin_fraction"]:
+        yield "closeout_margin_fraction", "must be < maintenance_margin_fraction"
 
 
-def _range_problem(key: str, value: int, rng: Range) -> _Problems:
-    if not rng.lo <= value <= rng.hi:
-        yield key, f"must be in {rng.lo}..{rng.hi}, got {value}"
+def _mark_problems(text: str, price_decimals: int) -> _Problems:
+    try:
+        mark = Decimal(text)
+    except InvalidOperation:
+        yield "initial_mark", f"expected a decimal price, got {text!r}"
+        return
+    if not mark.is_finite():
+        yield "initial_mark", f"expected a decimal price, got {text!r}"
+        return
+    ticks = mark.scaleb(price_decimals)
+    rng = next(f.range for f in spec_of(CreateMarket).fields if f.name == "mark_price")
+    if ticks != ticks.to_integral_value():
+        yield "initial_mark", f"{text!r} has more than {price_decimals} decimals"
+    elif rng is not None and not rng.lo <= int(ticks) <= rng.hi:
+        yield "initial_mark", f"{text!r} is out of the uint32 tick range"
+
+
+# --- replica groups -------------------------------------------------------------------------------
+
+_REPLICA_WIRED = {
+    "name": "the deployment (raydex-replica-<group>-<i>)",
+    "sequencer_target": "the sequencer's advertised address",
+    "http_host": "`raydex deploy --bind`",
+    "http_port": "the group's http_port or ports.http",
+    "reuse_port": "the deployment (replicas of a host share its port)",
+    "chain_id": "the top-level chain_id",
+    "group": "the group's name",
+    "api.network_id": "the top-level chain_id",
+}
+#: ApiConfig knobs that must be >= 1 (the others: >= 0); absent ones are skipped.
+_API_POSITIVE = (
+    "max_body_bytes",
+    "max_batch",
+    "ws_max_message_bytes",
+    "ws_max_inflight_txs",
+    "max_subscriptions",
+    "ws_queue_limit",
+    "ws_conflation_limit",
+    "ws_send_buffer_bytes",
+    "ws_close_timeout_s",
+    "max_list_limit",
+)
+
+
+def _replica_template() -> ReplicaConfig:
+    return ReplicaConfig(name="", sequencer_target="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +373,9 @@ class ReplicaGroupSpec:
     every block (CPU per replica is constant, not divided). ``cpus_per_replica`` > 1 leaves room for
     the replica's extra threads (gRPC, GC) on its own cores. ``pin`` keeps caches warm and avoids
     migrations (less jitter) but stops the kernel from balancing load; ``realtime`` (SCHED_FIFO)
-    cuts scheduling latency but can starve everything else on those cores.
+    cuts scheduling latency but can starve everything else on those cores. ``replica`` is the
+    ``ReplicaConfig`` every replica of the group starts from (its knobs and ``api:`` are written
+    inline in the group; the deployment fills in the wired fields).
     """
 
     name: str
@@ -313,6 +390,13 @@ class ReplicaGroupSpec:
     #: this group's own REST/WS port (absent: ``ports.http``, shared with the other groups); an
     #: A/B loadtest gives each group its own so both can be driven and measured apart
     http_port: int | None = None
+    replica: ReplicaConfig = field(
+        default_factory=_replica_template, metadata=_embed(_REPLICA_WIRED)
+    )
+
+    @property
+    def api(self) -> ApiConfig:
+        return self.replica.api
 
     def _problems(self) -> _Problems:
         if self.http_port is not None and not 1 <= self.http_port <= 65535:
@@ -336,18 +420,64 @@ class ReplicaGroupSpec:
             yield "hosts", f"must be non-empty host labels, got {list(self.hosts)}"
         if self.cpus_per_replica < 1:
             yield "cpus_per_replica", f"must be >= 1, got {self.cpus_per_replica}"
+        if self.replica.max_batch_txs < 1:
+            yield "max_batch_txs", f"must be >= 1, got {self.replica.max_batch_txs}"
+        yield from _api_problems(self.replica.api)
+
+
+def _api_problems(api: ApiConfig) -> _Problems:
+    for f in dataclasses.fields(api):
+        value = getattr(api, f.name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        low = 1 if f.name in _API_POSITIVE else 0
+        if value < low:
+            yield f"api.{f.name}", f"must be >= {low}, got {value}"
+
+
+# --- the whole deployment -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class DeploySpec:
-    """A whole deployment: chain, ports, sequencer, snapshot holder, markets, replica groups."""
+    """A whole deployment: chain, ports, sequencer, snapshot holder, markets, replica groups.
+
+    Building one fills the embedded configs' wired fields from ``chain_id``, ``ports`` and
+    ``snapshot`` (see the module docstring): ``spec.sequencer.config.chain_id == spec.chain_id``,
+    and so on, also after ``dataclasses.replace``.
+    """
 
     chain_id: int
     sequencer: SequencerSpec
     snapshot: SnapshotSpec
-    markets: tuple[MarketSpec, ...]
+    markets: tuple[CreateMarket, ...]
     replica_groups: tuple[ReplicaGroupSpec, ...] = ()
     ports: PortsSpec = PortsSpec()
+
+    def __post_init__(self) -> None:
+        seq = self.sequencer
+        seq_config = dataclasses.replace(
+            seq.config,
+            chain_id=self.chain_id,
+            snapshot_dir=self.snapshot.config.dir,
+            grpc_port=self.ports.grpc,
+            txlog_port=self.ports.grpc + 1,
+        )
+        object.__setattr__(self, "sequencer", dataclasses.replace(seq, config=seq_config))
+        groups = tuple(self._wired_group(g) for g in self.replica_groups)
+        object.__setattr__(self, "replica_groups", groups)
+
+    def _wired_group(self, group: ReplicaGroupSpec) -> ReplicaGroupSpec:
+        r = group.replica
+        replica = dataclasses.replace(
+            r,
+            chain_id=self.chain_id,
+            group=group.name,
+            http_port=group.http_port if group.http_port is not None else self.ports.http,
+            reuse_port=True,
+            api=dataclasses.replace(r.api, network_id=self.chain_id),
+        )
+        return dataclasses.replace(group, replica=replica)
 
     def replica_group(self, name: str) -> ReplicaGroupSpec:
         for group in self.replica_groups:
@@ -390,50 +520,92 @@ def load_spec(source: str | os.PathLike[str]) -> DeploySpec:
 
 
 # --- the generic, type-driven reader ------------------------------------------------------------
+#
+# A dataclass is read from a mapping of its field names. A field whose metadata has ``embed`` is
+# a dataclass written inline (its keys at the parent's level, minus the wired ones); ``wired``
+# (dotted paths below the dataclass being read) lists fields that are not keys at all: a required
+# wired field gets a zero placeholder, the others keep their defaults, until the owner fills them.
+
+_PLACEHOLDER: dict[Any, Any] = {str: "", int: 0, float: 0.0, bool: False}
+#: readers of field types that are not dataclasses or plain scalars
+_READERS: dict[Any, Callable[[object, str], Any]] = {CreateMarket: _build_market}
 
 
-def _build(cls: type[_D], value: object, path: str) -> _D:
+def _build(cls: type[_D], value: object, path: str, wired: Mapping[str, str] | None = None) -> _D:
     if not isinstance(value, Mapping):
         raise SpecError(path, f"expected a mapping, got {_show(value)}")
+    wired = wired or {}
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     hints = typing.get_type_hints(cls)
-    for key in value:
-        if key not in fields:
-            raise SpecError(_join(path, str(key)), f"unknown key (known: {', '.join(fields)})")
+    embeds = {n: f.metadata["embed"] for n, f in fields.items() if "embed" in f.metadata}
+    own = [n for n in fields if n not in embeds and n not in wired]
+    inline = {n: _keys_of(hints[n], embeds[n]) for n in embeds}
+    known = [*own, *(k for keys in inline.values() for k in keys)]
+    # a wired key of this dataclass or of an inline one is refused naming where it comes from
+    sources = {k: v for e in embeds.values() for k, v in e.items()}
+    _check_keys(value, known, {**sources, **wired}, path)
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         sub = _join(path, name)
-        if name not in value:
+        if name in embeds:
+            part = {k: v for k, v in value.items() if k in inline[name]}
+            kwargs[name] = _build(hints[name], part, path, embeds[name])
+        elif name in wired:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise SpecError(sub, "required key missing")
-            continue
-        raw = value[name]
-        coerce = f.metadata.get("coerce")
-        if coerce is not None:
-            raw = coerce(raw, sub)
-        kwargs[name] = _convert(raw, hints[name], sub)
+                kwargs[name] = _PLACEHOLDER[hints[name]]
+        elif name in value:
+            kwargs[name] = _convert(value[name], hints[name], sub, _below(wired, name))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise SpecError(sub, "required key missing")
     obj = cls(**kwargs)
-    for key, message in obj._problems():  # type: ignore[attr-defined]
+    problems = getattr(obj, "_problems", None)
+    for key, message in problems() if problems is not None else ():
         raise SpecError(_join(path, key), message)
     return obj
 
 
-def _convert(value: object, tp: Any, path: str) -> Any:
+def _keys_of(tp: Any, wired: Mapping[str, str]) -> list[str]:
+    return [f.name for f in dataclasses.fields(tp) if f.name not in wired]
+
+
+def _check_keys(
+    value: Mapping[Any, Any], known: list[str], wired: Mapping[str, str], path: str
+) -> None:
+    for key in value:
+        if key in known:
+            continue
+        if key in wired:
+            raise SpecError(_join(path, str(key)), f"not settable here: it is set by {wired[key]}")
+        raise SpecError(_join(path, str(key)), f"unknown key (known: {', '.join(known)})")
+
+
+def _below(wired: Mapping[str, str], name: str) -> dict[str, str]:
+    prefix = name + "."
+    return {k[len(prefix) :]: v for k, v in wired.items() if k.startswith(prefix)}
+
+
+def _is_dataclass(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _convert(value: object, tp: Any, path: str, wired: Mapping[str, str] | None = None) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         (inner,) = (a for a in args if a is not type(None))
-        return _convert(value, inner, path)
+        return _convert(value, inner, path, wired)
     if origin is Literal:
         if value not in args:
             raise SpecError(path, f"expected one of {list(args)}, got {_show(value)}")
         return value
     if origin is tuple:
         return _convert_tuple(value, args, path)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _build(tp, value, path)
+    if tp in _READERS:
+        return _READERS[tp](value, path)
+    if _is_dataclass(tp):
+        return _build(tp, value, path, wired)
     return _convert_scalar(value, tp, path)
 
 

@@ -197,11 +197,12 @@ def build_spec(base: DeploySpec, opts: LoadtestOptions, work: Path) -> DeploySpe
     else:
         settings = opts.ab
     groups = tuple(s.apply(template, opts.replicas, free_port()) for s in settings)
+    replace, seq, snap = dataclasses.replace, base.sequencer, base.snapshot
     return dataclasses.replace(
         base,
         markets=base.markets[: opts.markets],
-        sequencer=dataclasses.replace(base.sequencer, wal_dir=str(work / "wal")),
-        snapshot=dataclasses.replace(base.snapshot, dir=str(work / "snapshots")),
+        sequencer=replace(base.sequencer, config=replace(seq.config, wal_dir=str(work / "wal"))),
+        snapshot=replace(base.snapshot, config=replace(snap.config, dir=str(work / "snapshots"))),
         ports=dataclasses.replace(base.ports, http=free_port(), grpc=free_port(pair=True)),
         replica_groups=groups,
     )

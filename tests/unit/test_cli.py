@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,3 +122,40 @@ def test_node_args_prints_the_ray_start_flags_for_this_host(
     flags = capsys.readouterr().out.split()
     assert flags[0] == "--resources" and json.loads(flags[1])
     assert flags[2] == "--labels" and "box1" in flags[3] and "head" in flags[3]
+
+
+def test_up_refuses_a_bad_spec_before_starting_any_ray(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raydex.cluster.control.spec import SpecError
+
+    monkeypatch.setenv("RAYDEX_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # up sets it for its driver: keep it local
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("chain_id: 1\nsequencer: {wal_dir: /tmp/w, chain_id: 2}\n")
+    with pytest.raises(SpecError, match=r"sequencer\.chain_id: not settable here"):
+        main(["up", "--spec", str(bad), "--port", "1"])
+    assert not (tmp_path / "state").exists()  # no head started, nothing recorded
+
+
+def test_up_hands_the_flags_after_the_double_dash_to_ray_start() -> None:
+    args = build_parser().parse_args(
+        ["up", "--port", "7000", "--no-dashboard", "--", "--num-gpus=0", "--object-store-memory=1"]
+    )
+    assert (args.port, args.no_dashboard) == (7000, True)
+    assert args.ray_args == ["--num-gpus=0", "--object-store-memory=1"]
+
+
+def test_the_status_line_of_an_oversubscribed_host_says_so_and_what_ray_reserves() -> None:
+    from raydex.cluster.control.deploy import SHARED_REQUEST, HostLoad
+
+    names = ("raydex-replica-a-0", "raydex-replica-a-1", "raydex-sequencer", "raydex-snapshot")
+    crowded = HostLoad("demo", 2, 4, names, (SHARED_REQUEST,))
+    assert crowded.oversubscribed
+    assert crowded.line() == (
+        "host demo: 2 cores, 4 pinned requests: oversubscribed, Ray reserves 0.05 CPU per actor "
+        "(4 actors share the cores)"
+    )
+    roomy = HostLoad("big", 16, 4, names, (1.0,))
+    assert not roomy.oversubscribed
+    assert roomy.line().endswith("Ray reserves 1 CPU per actor (the cores it pins)")

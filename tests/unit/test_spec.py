@@ -1,8 +1,15 @@
-"""The deploy spec: raydex.yaml loads, and every wrong key or value is an error naming its path."""
+"""The deploy spec: raydex.yaml loads, and every wrong key or value is an error naming its path.
+
+The spec embeds the actors' own config dataclasses and the ``CreateMarket`` transaction: these
+tests also pin that each knob is declared once (a field of the actor config is a key of the spec
+with the actor's default) and that the one ``chain_id`` reaches every place that uses it.
+"""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +18,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raydex.cluster.control.spec import DeploySpec, GcSpec, SpecError, load_spec
-from raydex.codecs import CreateMarket, MarketStatus
+from raydex.actors.replica import ApiConfig, ReplicaConfig
+from raydex.actors.sequencer import SequencerConfig
+from raydex.actors.snapshot import SnapshotConfig
+from raydex.cluster.control.spec import MARKET_DEFAULTS, DeploySpec, GcSpec, SpecError, load_spec
+from raydex.codecs import CreateMarket, MarketStatus, spec_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +72,21 @@ def test_the_repository_raydex_yaml_loads() -> None:
     assert 3 <= len(spec.markets) <= 4
     (group,) = spec.replica_groups
     assert group.replicas == 2
-    assert spec.sequencer.wal_fsync in ("block", "none")
+    assert spec.sequencer.config.wal_fsync in ("block", "none")
+    assert spec.sequencer.config.oracle_interval_ms == 1000.0
+
+
+def test_the_knobs_raydex_yaml_shows_commented_out_are_valid_keys_when_uncommented() -> None:
+    text = (REPO / "raydex.yaml").read_text()
+    knobs = r"ring_size|max_batch_txs|api|max_batch|ws_queue_limit"
+    uncommented, n = re.subn(rf"^(\s*)# (\s*(?:{knobs}):)", r"\1\2", text, flags=re.M)
+    assert n == 5
+    spec = load_spec(uncommented)
+    (group,) = spec.replica_groups
+    assert (group.api.max_batch, group.api.ws_queue_limit, group.replica.max_batch_txs) == (
+        50, 256, 500
+    )  # fmt: skip
+    assert spec.sequencer.config.ring_size == 4096
 
 
 def test_a_path_given_as_a_string_is_read_as_a_file(tmp_path: Path) -> None:
@@ -74,18 +98,73 @@ def test_a_path_given_as_a_string_is_read_as_a_file(tmp_path: Path) -> None:
 def test_defaults_fill_every_optional_key() -> None:
     spec = load_spec(yaml.safe_dump(MINIMAL))
     assert spec.ports.http == 8080 and spec.ports.grpc == 50051
-    assert spec.sequencer.wal_fsync == "block" and spec.sequencer.block_interval_ms == 1.0
     assert spec.replica_groups[0].gc == GcSpec()
     assert spec.replica_groups[1].replicas_per_numa_node == 2
 
 
-def test_a_market_becomes_the_create_market_transaction_with_its_mark_in_ticks() -> None:
-    market = load_spec(yaml.safe_dump(MINIMAL)).markets[0]
-    tx = market.create_market()
+def test_an_embedded_config_takes_the_actors_own_defaults_for_every_unwritten_knob() -> None:
+    spec = load_spec(yaml.safe_dump(MINIMAL))
+    seq = SequencerConfig(wal_dir="/tmp/wal", snapshot_dir="/tmp/snap")
+    wired_seq = {"chain_id": 7, "grpc_port": 50051, "txlog_port": 50052}
+    assert spec.sequencer.config == dataclasses.replace(seq, **wired_seq)
+    assert spec.snapshot.config == SnapshotConfig(dir="/tmp/snap")
+    replica = spec.replica_groups[0].replica
+    template = ReplicaConfig(name="", sequencer_target="")
+    wired = {"chain_id": 7, "group": "a", "http_port": 8080, "api": ApiConfig(network_id=7)}
+    assert replica == dataclasses.replace(template, **wired)
+
+
+def test_every_actor_config_knob_is_a_spec_key_without_a_second_declaration() -> None:
+    text = with_change("sequencer.ring_size", 123)
+    tree = yaml.safe_load(text)
+    tree["snapshot"]["keep"] = 5
+    tree["replica_groups"][0]["max_batch_txs"] = 77
+    tree["replica_groups"][0]["api"] = {"max_batch": 9, "ws_send_buffer_bytes": 4096}
+    spec = load_spec(yaml.safe_dump(tree))
+    assert spec.sequencer.config.ring_size == 123
+    assert spec.snapshot.config.keep == 5
+    group = spec.replica_groups[0]
+    assert group.replica.max_batch_txs == 77
+    assert (group.api.max_batch, group.api.ws_send_buffer_bytes) == (9, 4096)
+    assert group.api.max_body_bytes == ApiConfig().max_body_bytes
+    assert spec.replica_groups[1].api == ApiConfig(network_id=7)  # the other group's own
+
+
+def test_the_one_chain_id_reaches_the_sequencer_every_replica_and_the_info_network_id() -> None:
+    spec = load_spec(with_change("chain_id", 4242))
+    assert spec.sequencer.config.chain_id == 4242
+    for group in spec.replica_groups:
+        assert group.replica.chain_id == 4242 and group.replica.api.network_id == 4242
+    # also after a replace: the wired fields follow the spec's own
+    moved = dataclasses.replace(spec, chain_id=5, ports=dataclasses.replace(spec.ports, grpc=6000))
+    assert moved.sequencer.config.chain_id == 5 and moved.replica_groups[1].api.network_id == 5
+    assert (moved.sequencer.config.grpc_port, moved.sequencer.config.txlog_port) == (6000, 6001)
+
+
+def test_ports_and_the_snapshot_folder_are_wired_into_the_configs_that_use_them() -> None:
+    tree = yaml.safe_load(with_change("ports", {"http": 9000, "grpc": 9100}))
+    tree["replica_groups"][1]["http_port"] = 9001
+    spec = load_spec(yaml.safe_dump(tree))
+    assert spec.sequencer.config.snapshot_dir == spec.snapshot.config.dir == "/tmp/snap"
+    assert [g.replica.http_port for g in spec.replica_groups] == [9000, 9001]
+    assert all(g.replica.reuse_port for g in spec.replica_groups)
+
+
+def test_a_market_is_the_create_market_transaction_with_its_mark_in_ticks() -> None:
+    tx = load_spec(yaml.safe_dump(MINIMAL)).markets[0]
     assert isinstance(tx, CreateMarket)
     assert tx.mark_price == 330025
     assert tx.symbol == "ETH" and tx.status == MarketStatus.ACTIVE
-    assert tx.default_initial_margin_fraction == market.default_initial_margin_fraction
+    assert tx.default_initial_margin_fraction == MARKET_DEFAULTS["default_initial_margin_fraction"]
+
+
+def test_market_keys_are_the_wire_fields_of_create_market_except_mark_and_status() -> None:
+    wire = [f.name for f in spec_of(CreateMarket).fields]
+    with pytest.raises(SpecError) as info:
+        load_spec(with_change("markets[0].leverage", 5))
+    known = str(info.value).split("(known: ")[1].rstrip(")").split(", ")
+    assert known == [*(n for n in wire if n not in ("mark_price", "status")), "initial_mark"]
+    assert set(MARKET_DEFAULTS) <= set(wire)
 
 
 def test_an_unquoted_numeric_mark_keeps_the_digits_as_written() -> None:
@@ -122,6 +201,21 @@ def test_an_unquoted_numeric_mark_keeps_the_digits_as_written() -> None:
             "markets[0].maintenance_margin_fraction: must be < min_initial",
         ),
         ("markets[0].leverage", 5, "markets[0].leverage: unknown key"),
+        ("markets[0].mark_price", 5, "markets[0].mark_price: not settable here: it is set by"),
+        ("markets[0].min_base_amount", 0, "markets[0].min_base_amount: must be in 1.."),
+        ("sequencer.chain_id", 5, "sequencer.chain_id: not settable here: it is set by the top"),
+        ("sequencer.grpc_port", 5, "sequencer.grpc_port: not settable here: it is set by ports"),
+        ("sequencer.snapshot_dir", "/x", "sequencer.snapshot_dir: not settable here"),
+        ("sequencer.ring_size", 0, "sequencer.ring_size: must be >= 1, got 0"),
+        ("sequencer.verify_signatures", 1, "sequencer.verify_signatures: expected bool"),
+        ("snapshot.keep", 0, "snapshot.keep: must be >= 1, got 0"),
+        ("replica_groups[0].max_batch_txs", 0, "replica_groups[0].max_batch_txs: must be >= 1"),
+        ("replica_groups[0].chain_id", 1, "replica_groups[0].chain_id: not settable here"),
+        ("replica_groups[0].api", {"network_id": 1}, "replica_groups[0].api.network_id: not set"),
+        ("replica_groups[0].api", {"max_batch": 0}, "replica_groups[0].api.max_batch: must be >="),
+        ("replica_groups[0].api", {"ws_close_timeout_s": "1s"}, "replica_groups[0].api.ws_close"),
+        ("replica_groups[0].api", {"colour": 1}, "replica_groups[0].api.colour: unknown key"),
+        ("replica_groups[0].api", [], "replica_groups[0].api: expected a mapping, got []"),
         ("replica_groups", {"name": "a"}, "replica_groups: expected a list, got {'name': 'a'}"),
         ("replica_groups[0].replicas_per_numa_node", 1, "replica_groups[0].replicas: set exactly"),
         ("replica_groups[0].replicas", ..., "replica_groups[0].replicas: set exactly one"),
