@@ -61,7 +61,8 @@ from raydex.codecs import (
 )
 from raydex.observability.metrics import ApiCounters
 
-from . import views
+from . import public_views, views
+from .candles import RESOLUTIONS
 from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
 from .hooks import ReplicaHooks, StepProbe
@@ -390,8 +391,55 @@ class _Api:
         rec = self.state.txs.get(h)
         if rec is None:
             raise ApiError(int(ResultCode.NOT_FOUND), "tx not found", 404)
-        body = views.tx_record(rec)
+        body = views.tx_record(rec, public_views.tx_info(self.state.history, rec))
         return self._ok(body)
+
+    async def txs(self, request: web.Request) -> web.Response:
+        """``Txs``: ``limit`` (1..100) txs in execution order, from ``sequence_index >= index``
+        when ``index`` is given, else the newest."""
+        q = request.query
+        limit = _int(q, "limit", 1, 100)
+        hist = self.state.history
+        top = public_views.MAX_LIGHTER_TX_TYPE
+        if q.get("index") is None:
+            rows = hist.latest(limit, top)
+        else:
+            rows = hist.since(_int(q, "index", 0, 2**63 - 1), limit, self.state.seq, top)
+        return self._ok({"txs": public_views.tx_list(hist, rows)})
+
+    async def block_txs(self, request: web.Request) -> web.Response:
+        """``Txs`` of one block, ``by=block_height`` (raydex's height of a block is its seq)."""
+        q = request.query
+        if q.get("by", "block_height") not in ("block_height", "height"):
+            raise ApiError(int(ResultCode.INVALID_PARAM), "only by=block_height is supported")
+        seq = _int(q, "value", 1, 2**63 - 1)
+        hist = self.state.history
+        rows = hist.block(seq)
+        if rows is None:
+            raise ApiError(int(ResultCode.NOT_FOUND), f"block {seq} not found", 404)
+        return self._ok({"txs": public_views.tx_list(hist, list(rows))})
+
+    async def exchange_stats(self, request: web.Request) -> web.Response:
+        return self._ok(public_views.exchange_stats(self.state))
+
+    async def announcement(self, request: web.Request) -> web.Response:
+        return self._ok({"announcements": []})
+
+    async def candles(self, request: web.Request) -> web.Response:
+        """``Candles`` of one market at one of Lighter's resolutions, ``t`` in
+        ``[start_timestamp, end_timestamp]`` (ms), at most 500 (``count_back`` > 0: that many)."""
+        q = request.query
+        mi = self._market(q)
+        res = q.get("resolution", "")
+        if res not in RESOLUTIONS:
+            raise ApiError(
+                int(ResultCode.INVALID_PARAM), f"resolution must be one of {', '.join(RESOLUTIONS)}"
+            )
+        start = _int(q, "start_timestamp", 0, 5_000_000_000_000)
+        end = _int(q, "end_timestamp", 0, 5_000_000_000_000)
+        count_back = _int(q, "count_back", 0, 2**31 - 1, default=0)
+        rows = self.state.history.candles.window(mi, res, start, end, count_back)
+        return self._ok(public_views.candles(res, rows, self.state.markets[mi]))
 
     async def current_height(self, request: web.Request) -> web.Response:
         return self._ok({"height": self.state.seq})
@@ -468,6 +516,9 @@ class _Api:
             for n in noted:
                 st.forget_sent(n)
             raise
+        hist = st.history
+        for tx, o in zip(txs, outcomes, strict=True):
+            hist.note_sent(o.tx_hash, tx)  # the body for ``tx``'s ``info``
         return outcomes
 
     def _tx_reply(self, outcomes: list[TxOutcome], batch: bool) -> dict[str, Any]:
@@ -663,6 +714,11 @@ def build_app(
         ("currentHeight", api.current_height),
         ("block", api.block),
         ("blocks", api.blocks),
+        ("txs", api.txs),
+        ("blockTxs", api.block_txs),
+        ("exchangeStats", api.exchange_stats),
+        ("announcement", api.announcement),
+        ("candles", api.candles),
     ):
         r.add_get(f"/api/v1/{path}", handler)
     r.add_get("/api/v1/", api.info)

@@ -77,6 +77,8 @@ from raydex.codecs import (
 from raydex.codecs import AccountRecord as _AccountRecord
 from raydex.engine import exposure
 
+from .history import History
+
 _OK = int(ResultCode.OK)
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
 _LIMIT = int(OrderType.LIMIT)
@@ -235,6 +237,8 @@ class ReplicaState:
         self.fee_pool = 0
         self.insurance_fund = 0
         self._pending: dict[tuple[int, int], dict[int, int]] = {}
+        #: txs per block, tx bodies sent through here, candles (history.py)
+        self.history = History(TX_RESULTS)
 
     # ---- boot -----------------------------------------------------------------------------------
 
@@ -448,9 +452,11 @@ class ReplicaState:
                 seq,
                 begin,
             )
-        return Applied(
+        applied = Applied(
             seq, blk.height, blk.timestamp_ns, deltas, trades, frozenset(touched), tuple(txs)
         )
+        self.history.add(applied)
+        return applied
 
     def _order_event(self, ev: OrderUpdated) -> None:
         oi = ev.order_index

@@ -28,6 +28,7 @@ from raydex.codecs import (
     usdc_to_str,
 )
 
+from .history import sequence_index
 from .margin import liquidation_prices, notional_multiplier
 from .state import (
     AccountCache,
@@ -382,13 +383,14 @@ def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
     }
 
 
-def tx_record(r: TxRecord) -> dict[str, Any]:
-    """``EnrichedTx``: status 2 executed, 0 failed (the engine's code in ``event_info``)."""
+def tx_record(r: TxRecord, info: str = "") -> dict[str, Any]:
+    """``EnrichedTx``: status 2 executed, 0 failed (the engine's code in ``event_info``);
+    ``info``: the tx's JSON when this replica knows its body (``History.body``), else ``""``."""
     return {
         "code": 200,
         "hash": r.tx_hash.hex(),
         "type": r.tx_type,
-        "info": "",
+        "info": info,
         "event_info": f'{{"code":{r.code}}}',
         "status": 2 if r.code == 200 else 0,
         "transaction_index": r.position,
@@ -399,7 +401,7 @@ def tx_record(r: TxRecord) -> dict[str, Any]:
         "block_height": r.block_height,
         "queued_at": r.timestamp_ms,
         "executed_at": r.timestamp_ms,
-        "sequence_index": r.seq,
+        "sequence_index": sequence_index(r),
         "parent_hash": "",
         "api_key_index": r.api_key_index,
         "transaction_time": r.timestamp_ms,

@@ -1,0 +1,71 @@
+"""Lighter JSON shapes for the public reads added with issue 11: tx lists, exchange stats,
+candles, announcements (pure functions over the replica's caches and history, no I/O).
+
+Every builder returns what the ``lighter-sdk`` pydantic model of that answer accepts with
+``model_validate(..., strict=True)`` (checked in ``tests/unit/test_api_public.py``).
+Daily figures are ``views``' (the trades this replica saw since the current UTC day began);
+``daily_usd_volume`` sums the markets' quote volumes (USDC is the quote of every market).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raydex.codecs import MarketRecord, tx_to_json_str
+
+from .candles import Candle, candle_json
+from .history import History
+from .state import MarketStats, ReplicaState, TxRecord
+from .views import tx_record
+
+#: Lighter's ``Tx.type`` is 1..64: raydex's own operator commands (SetMarkPrice 101,
+#: ApplyFunding 102, RegisterApiKey 103) are left out of tx lists, which clients validate.
+MAX_LIGHTER_TX_TYPE = 64
+
+
+def tx_info(history: History, r: TxRecord) -> str:
+    """The tx's ``tx_info`` JSON when it was submitted through this replica, else ``""``."""
+    body = history.body(r.tx_hash)
+    return "" if body is None else tx_to_json_str(body)
+
+
+def tx_list(history: History, records: list[TxRecord]) -> list[dict[str, Any]]:
+    """``Tx`` entries (``txs``, ``blockTxs``): ``EnrichedTx`` without the per-answer fields."""
+    out = []
+    for r in records:
+        if r.tx_type > MAX_LIGHTER_TX_TYPE:
+            continue
+        row = tx_record(r, tx_info(history, r))
+        for k in ("code", "committed_at", "verified_at"):
+            del row[k]
+        out.append(row)
+    return out
+
+
+def _stats(m: MarketRecord, s: MarketStats) -> dict[str, Any]:
+    pd, sd = m.price_decimals, m.size_decimals
+    change = (m.last_trade_price - s.first_price) / s.first_price if s.first_price else 0.0
+    return {
+        "symbol": m.symbol,
+        "last_trade_price": m.last_trade_price / 10**pd,
+        "daily_trades_count": s.trades,
+        "daily_base_token_volume": s.base_volume / 10**sd,
+        "daily_quote_token_volume": s.quote_volume / 10 ** (pd + sd),
+        "daily_price_change": change * 100,
+    }
+
+
+def exchange_stats(state: ReplicaState) -> dict[str, Any]:
+    """``ExchangeStats``: one ``OrderBookStats`` per market plus the exchange-wide sums."""
+    rows = [_stats(state.markets[mi], state.stats[mi]) for mi in sorted(state.markets)]
+    return {
+        "total": len(rows),
+        "order_book_stats": rows,
+        "daily_usd_volume": sum(r["daily_quote_token_volume"] for r in rows),
+        "daily_trades_count": sum(r["daily_trades_count"] for r in rows),
+    }
+
+
+def candles(resolution: str, rows: list[Candle], m: MarketRecord) -> dict[str, Any]:
+    """``Candles``: ``r`` the resolution, ``c`` the candles oldest first."""
+    return {"r": resolution, "c": [candle_json(c, m) for c in rows]}
