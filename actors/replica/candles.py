@@ -41,7 +41,16 @@ from raydex.codecs import MarketRecord
 if TYPE_CHECKING:
     from .state import TradeRow
 
-__all__ = ["KEEP", "MAX_ANSWER", "RESOLUTIONS", "Candle", "Candles", "candle_json"]
+__all__ = [
+    "KEEP",
+    "MAX_ANSWER",
+    "RESOLUTIONS",
+    "Candle",
+    "Candles",
+    "candle_channel",
+    "candle_json",
+    "parse_candle_channel",
+]
 
 _MIN = 60_000
 #: Lighter's candle resolutions -> bucket width in ms.
@@ -165,3 +174,20 @@ def candle_json(c: Candle, m: MarketRecord) -> dict[str, Any]:
         "V": c[_Q] / 10 ** (pd + sd),
         "i": c[_I],
     }
+
+
+def parse_candle_channel(channel: str) -> tuple[int, str] | None:
+    """``"candle/0/1m"`` -> ``(0, "1m")``; None when it is not a candle channel of a known
+    resolution."""
+    parts = channel.split("/")
+    if len(parts) != 3 or parts[0] != "candle" or parts[2] not in RESOLUTIONS:
+        return None
+    arg = parts[1]
+    if not arg.isascii() or not arg.isdigit() or len(arg) > 3:
+        return None
+    return int(arg), parts[2]
+
+
+def candle_channel(mi: int, res: str) -> str:
+    """The ``channel`` field of candle replies: ``candle:0:1m``."""
+    return f"candle:{mi}:{res}"

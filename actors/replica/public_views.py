@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from raydex.codecs import MarketRecord, tx_to_json_str
+from raydex.codecs import MarketRecord, lots_to_str, ticks_to_str, tx_to_json_str
 
 from .candles import Candle, candle_json
 from .history import History
-from .state import MarketStats, ReplicaState, TxRecord
+from .state import BookSnapshot, MarketStats, ReplicaState, TxRecord
 from .views import tx_record
 
 #: Lighter's ``Tx.type`` is 1..64: raydex's own operator commands (SetMarkPrice 101,
@@ -69,3 +69,24 @@ def exchange_stats(state: ReplicaState) -> dict[str, Any]:
 def candles(resolution: str, rows: list[Candle], m: MarketRecord) -> dict[str, Any]:
     """``Candles``: ``r`` the resolution, ``c`` the candles oldest first."""
     return {"r": resolution, "c": [candle_json(c, m) for c in rows]}
+
+
+def _top(levels: tuple[tuple[int, int], ...], m: MarketRecord) -> dict[str, str]:
+    if not levels:
+        return {"price": "0", "size": "0"}
+    price, size = levels[0]
+    return {
+        "price": ticks_to_str(price, m.price_decimals),
+        "size": lots_to_str(size, m.size_decimals),
+    }
+
+
+def ticker(b: BookSnapshot, m: MarketRecord) -> dict[str, Any]:
+    """Lighter's ``Ticker``: ``s`` the symbol, ``a``/``b`` the best ask/bid level (``"0"`` when
+    a side is empty)."""
+    return {"s": m.symbol, "a": _top(b.asks, m), "b": _top(b.bids, m)}
+
+
+def top_of_book(b: BookSnapshot) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """The best ask and bid levels (what a ``ticker`` update reports), for change detection."""
+    return (b.asks[0] if b.asks else None, b.bids[0] if b.bids else None)
