@@ -11,15 +11,19 @@ build, see ``setup.py``), False for the pure-Python default; both behave identic
 from . import _engine
 from ._bare_book import BareBook
 from ._engine import DEFAULT_ORDER_LIFETIME_MS, Engine, InvariantViolation, Result, exposure
+from ._funding import HOUR_MS as FUNDING_INTERVAL_MS
+from ._funding import funding_rate
 
 COMPILED: bool = not str(_engine.__file__).endswith((".py", ".pyc"))
 
 __all__ = [
     "COMPILED",
     "DEFAULT_ORDER_LIFETIME_MS",
+    "FUNDING_INTERVAL_MS",
     "BareBook",
     "Engine",
     "InvariantViolation",
     "Result",
     "exposure",
+    "funding_rate",
 ]

@@ -425,6 +425,31 @@ class _Api:
     async def announcement(self, request: web.Request) -> web.Response:
         return self._ok({"announcements": []})
 
+    async def funding_rates(self, request: web.Request) -> web.Response:
+        return self._ok({"funding_rates": public_views.funding_rates(self.state)})
+
+    async def fundings(self, request: web.Request) -> web.Response:
+        """``Fundings`` of one market: its hourly settlements (or their daily sums) with
+        ``start_timestamp <= time <= end_timestamp`` in seconds; ``count_back`` > 0: the newest
+        that many."""
+        q = request.query
+        mi = self._market(q)
+        res = q.get("resolution", "1h")
+        width = public_views.FUNDING_RESOLUTIONS.get(res)
+        if width is None:
+            raise ApiError(int(ResultCode.INVALID_PARAM), "resolution must be 1h or 1d")
+        start = _int(q, "start_timestamp", 0, 5_000_000_000_000)
+        end = _int(q, "end_timestamp", 0, 5_000_000_000_000)
+        count = _int(q, "count_back", 0, 2**31 - 1, default=0)
+        rows = list(self.state.history.settlements.get(mi, ()))
+        m = self.state.markets[mi]
+        return self._ok(
+            {
+                "resolution": res,
+                "fundings": public_views.fundings(rows, m, width, start, end, count),
+            }
+        )
+
     async def candles(self, request: web.Request) -> web.Response:
         """``Candles`` of one market at one of Lighter's resolutions, ``t`` in
         ``[start_timestamp, end_timestamp]`` (ms), at most 500 (``count_back`` > 0: that many)."""
@@ -719,6 +744,8 @@ def build_app(
         ("exchangeStats", api.exchange_stats),
         ("announcement", api.announcement),
         ("candles", api.candles),
+        ("funding-rates", api.funding_rates),
+        ("fundings", api.fundings),
     ):
         r.add_get(f"/api/v1/{path}", handler)
     r.add_get("/api/v1/", api.info)

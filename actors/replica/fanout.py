@@ -341,7 +341,10 @@ class Fanout:
 
     def _stats_body(self, key: str, mids: list[int], many: bool, kind: str) -> dict[str, Any]:
         st = self.state
-        stats = {mi: views.market_stats(st.markets[mi], st.stats[mi]) for mi in mids}
+        funding = st.history.funding
+        stats = {
+            mi: views.market_stats(st.markets[mi], st.stats[mi], funding.get(mi)) for mi in mids
+        }
         return {
             "channel": key,
             "market_stats": {str(mi): v for mi, v in stats.items()} if many else stats[mids[0]],

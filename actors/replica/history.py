@@ -24,15 +24,40 @@ Cost: ``add`` is O(txs in the block) plus the candle fold (candles.py); reads as
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from raydex.codecs import FundingChanged, FundingRecord
 
 from .candles import Candles
 
 if TYPE_CHECKING:
     from .state import Applied, TxRecord
 
-__all__ = ["POSITION_BITS", "History", "sequence_index"]
+__all__ = ["FUNDINGS_KEPT", "POSITION_BITS", "Funding", "History", "Settlement", "sequence_index"]
+
+#: Settlements kept per market for ``fundings`` (a month of hours).
+FUNDINGS_KEPT = 24 * 31
+
+
+class Funding(NamedTuple):
+    """A market's funding clock as the engine last reported it (``FundingChanged``)."""
+
+    samples: int
+    premium_sum: int
+    #: the last settled hourly rate (1e-8, > 0: longs paid) and its hour mark (ms)
+    last_rate: int
+    last_funding_ms: int
+
+
+class Settlement(NamedTuple):
+    """One hour's funding of a market: its hour mark (ms), rate (1e-8) and the mark it was
+    charged at (ticks)."""
+
+    time_ms: int
+    rate: int
+    mark: int
+
 
 #: Bits of ``sequence_index`` that hold the tx's position inside its block.
 POSITION_BITS = 20
@@ -52,6 +77,10 @@ class History:
         self._txs = 0
         self._bodies: OrderedDict[bytes, Any] = OrderedDict()
         self.candles = Candles()
+        #: market -> its funding clock (``market_stats``, ``funding-rates``)
+        self.funding: dict[int, Funding] = {}
+        #: market -> its settlements, oldest first (``fundings``)
+        self.settlements: dict[int, deque[Settlement]] = {}
 
     def add(self, applied: Applied) -> None:
         """One applied block (not a duplicate): its txs and trades."""
@@ -63,6 +92,26 @@ class History:
                 self._txs -= len(dropped)
         if applied.trades:
             self.candles.add(applied.trades)
+
+    # ---- funding --------------------------------------------------------------------------------
+
+    def funding_changed(self, ev: FundingChanged, mark: int) -> None:
+        """The engine ran a market's funding clock; a new ``last_funding_ms`` is a settlement,
+        charged at ``mark`` (the market's mark when the block was applied)."""
+        old = self.funding.get(ev.market_index)
+        new = Funding(ev.samples, ev.premium_sum, ev.last_rate, ev.last_funding_ms)
+        self.funding[ev.market_index] = new
+        if ev.last_funding_ms and (old is None or old.last_funding_ms != ev.last_funding_ms):
+            kept = self.settlements.get(ev.market_index)
+            if kept is None:
+                kept = self.settlements[ev.market_index] = deque(maxlen=FUNDINGS_KEPT)
+            kept.append(Settlement(ev.last_funding_ms, ev.last_rate, mark))
+
+    def restore_funding(self, r: FundingRecord) -> None:
+        """The clock from a snapshot (its settlements before the snapshot are not in it)."""
+        self.funding[r.market_index] = Funding(
+            r.samples, r.premium_sum, r.last_rate, r.last_funding_ms
+        )
 
     # ---- tx bodies ------------------------------------------------------------------------------
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from raydex.codecs import MarketRecord, lots_to_str, ticks_to_str, tx_to_json_str
+from raydex.engine import FUNDING_INTERVAL_MS, funding_rate
 
 from .candles import Candle, candle_json
-from .history import History
+from .history import History, Settlement
 from .state import BookSnapshot, MarketStats, ReplicaState, TxRecord
-from .views import tx_record
+from .views import funding_pct, tx_record
 
 #: Lighter's ``Tx.type`` is 1..64: raydex's own operator commands (SetMarkPrice 101,
 #: ApplyFunding 102, RegisterApiKey 103) are left out of tx lists, which clients validate.
@@ -90,3 +91,60 @@ def ticker(b: BookSnapshot, m: MarketRecord) -> dict[str, Any]:
 def top_of_book(b: BookSnapshot) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
     """The best ask and bid levels (what a ``ticker`` update reports), for change detection."""
     return (b.asks[0] if b.asks else None, b.bids[0] if b.bids else None)
+
+
+def funding_rates(state: ReplicaState) -> list[dict[str, Any]]:
+    """``FundingRate`` per market: the rate the running hour would settle at now, as a fraction
+    over 8 hours (how Lighter's ``funding-rates`` writes every venue's rate; ccxt reads it as is).
+    Only ``lighter``'s own rates: raydex knows no other venue."""
+    out = []
+    for mi in sorted(state.markets):
+        f = state.history.funding.get(mi)
+        rate = funding_rate(f.premium_sum, f.samples) if f else funding_rate(0, 0)
+        out.append(
+            {
+                "market_id": mi,
+                "exchange": "lighter",
+                "symbol": state.markets[mi].symbol,
+                "rate": rate * 8 / 100_000_000,
+            }
+        )
+    return out
+
+
+#: ``fundings`` resolutions -> the width of one row (ms)
+FUNDING_RESOLUTIONS = {"1h": FUNDING_INTERVAL_MS, "1d": 24 * FUNDING_INTERVAL_MS}
+
+
+def fundings(
+    rows: list[Settlement], m: MarketRecord, width_ms: int, start_s: int, end_s: int, count: int
+) -> list[dict[str, Any]]:
+    """``Funding`` rows, oldest first, for settlements with ``start_s <= time <= end_s``
+    (seconds, as Lighter's ``fundings`` takes and writes them), summed per ``width_ms``; the
+    newest ``count`` rows when ``count > 0``. ``rate``: percent of the notional, as a magnitude;
+    ``direction``: the side that paid (``long`` for a positive rate); ``value``: what one unit
+    of the base paid, in USDC."""
+    buckets: dict[int, list[int]] = {}
+    for r in rows:
+        if not start_s * 1000 <= r.time_ms <= end_s * 1000:
+            continue
+        key = r.time_ms - r.time_ms % width_ms
+        b = buckets.setdefault(key, [0, 0])
+        b[0] += r.rate
+        b[1] += r.rate * r.mark  # 1e-8 * ticks
+    keys = sorted(buckets)
+    if count > 0:
+        keys = keys[-count:]
+    out = []
+    scale = 10 ** (8 + m.price_decimals)
+    for k in keys:
+        rate, value = buckets[k]
+        out.append(
+            {
+                "timestamp": k // 1000,
+                "value": str(abs(value) / scale),
+                "rate": funding_pct(abs(rate)),
+                "direction": "long" if rate >= 0 else "short",
+            }
+        )
+    return out

@@ -52,6 +52,8 @@ from raydex.codecs import (
     CreateOrder,
     ExchangeBalancesChanged,
     ExchangeRecord,
+    FundingChanged,
+    FundingRecord,
     LevelChanged,
     MarketChanged,
     MarketRecord,
@@ -267,6 +269,8 @@ class ReplicaState:
                 book[r.price] = book.get(r.price, 0) + r.remaining_base_amount
             elif t is ExchangeRecord:
                 st.fee_pool, st.insurance_fund = r.fee_pool, r.insurance_fund
+            elif t is FundingRecord:
+                st.history.restore_funding(r)
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         for mi in st.markets:
@@ -436,6 +440,8 @@ class ReplicaState:
                 )
             elif t is ExchangeBalancesChanged:
                 self.fee_pool, self.insurance_fund = ev.fee_pool, ev.insurance_fund
+            elif t is FundingChanged:
+                self.history.funding_changed(ev, self.markets[ev.market_index].mark_price)
             # PositionLiquidated / PositionDeleveraged are informational: their effects arrive as
             # PositionChanged / BalanceChanged / LevelChanged events.
         self.seq = seq
