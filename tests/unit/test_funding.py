@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import warnings
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -21,6 +22,10 @@ from raydex.codecs import (
     PositionRecord,
     ResultCode,
     decode_block,
+    read_snapshot_ipc,
+    records_to_tables,
+    tables_to_records,
+    write_snapshot_ipc,
 )
 from raydex.engine import Engine, funding_rate
 
@@ -189,3 +194,25 @@ def test_the_replica_shows_funding_in_market_stats_funding_rates_and_fundings() 
             await server.close()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_funding_clocks_go_through_arrow_snapshots_and_boot_replicas(tmp_path: Path) -> None:
+    now = [T0 + 5]
+    ex, a, b = exchange(now)
+    ex.run([a.order(300_000, 10_000, 1), b.order(300_000, 10_000, 0)])
+    tick(ex)
+    now[0] = T0 + HOUR + 5
+    tick(ex)
+    eng = ex.producer.engine
+    clocks = [r for r in eng.records() if isinstance(r, FundingRecord)]
+    assert len(clocks) == 1 and clocks[0].last_funding_ms == T0 + HOUR
+    write_snapshot_ipc(tmp_path / "s", 7, records_to_tables(eng.records()))
+    seq, tables = read_snapshot_ipc(tmp_path / "s")
+    back = Engine.from_records(tables_to_records(tables))
+    assert seq == 7 and back.state_hash() == eng.state_hash()
+    booted = ex.serve()  # a replica booted from the records knows the clock
+    assert booted.state.history.funding[0].last_rate == clocks[0].last_rate
+    (tmp_path / "s" / "funding.arrow").unlink()  # a snapshot from before funding clocks
+    _, old = read_snapshot_ipc(tmp_path / "s")
+    assert old["funding"].num_rows == 0
+    assert not [r for r in tables_to_records(old) if isinstance(r, FundingRecord)]
