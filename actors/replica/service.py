@@ -266,6 +266,8 @@ class ReplicaService:
         #: newest seq known to exist (stream frames, the holder's catch-up answers, the floor of
         #: a publisher's ring that no longer holds our next block)
         self.seen_seq = 0
+        #: (seq, state hash hex) last computed (see ``state_hash``)
+        self._digest: tuple[int, str] = (-1, "")
         self.metrics = Recorder("replica", config.name, group=_group_of(config))
         m = self.metrics
         m.histogram("raydex_apply_seconds", self.apply_time)
@@ -524,9 +526,22 @@ class ReplicaService:
 
     # ---- control plane --------------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
+    def state_hash(self) -> dict[str, Any]:
+        """The state hash of the caches (the one every role reports) and the seq it reflects.
+        O(state) on the event loop the first time per seq, then cached: callers that poll
+        (``status(state_hash=False)``) get the cached one, labelled with its seq."""
+        seq = self.state.seq
+        if self._digest[0] != seq:
+            self._digest = (seq, self.state.state_hash().hex())
+        return {"seq": self._digest[0], "state_hash": self._digest[1]}
+
+    def status(self, state_hash: bool = True) -> dict[str, Any]:
+        """Counters, ports, seq and lag; the state hash at the current seq (``state_hash``), or
+        the last one computed (cheap, for pollers). ``state_hash_seq`` says which seq it is."""
         st = self.state
         fan = self.fanout.stats()
+        if state_hash:
+            self.state_hash()
         return {
             "name": self.config.name,
             "pid": os.getpid(),
@@ -537,8 +552,10 @@ class ReplicaService:
             "port_leaves": self.port_leaves,
             "seq": st.seq,
             "seen_seq": self.seen_seq,
+            "lag": self.lag(),
             "height": st.height,
-            "state_hash": st.state_hash().hex(),
+            "state_hash": self._digest[1],
+            "state_hash_seq": self._digest[0],
             "boots": self.boots,
             "resyncs": self.resyncs,
             "catch_ups": self.catch_ups,
@@ -663,10 +680,11 @@ class ReplicaActor:
         await self._started
         return await self.status()
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self, state_hash: bool = True) -> dict[str, Any]:
+        """The service's status (``state_hash=False``: the last computed hash, for pollers)."""
         if self.service is None:
             return {"name": self.config.name, "booting": True}
-        return {**self.service.status(), **self.runtime.status()}
+        return {**self.service.status(state_hash), **self.runtime.status()}
 
     async def drain(self) -> None:
         """Before removal: close the port (the host's other replicas keep serving it), tell WS

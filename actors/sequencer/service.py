@@ -77,6 +77,7 @@ from raydex.codecs import (
     encode_outcomes,
     encode_wal_read_reply,
 )
+from raydex.engine import state_digest
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
@@ -405,7 +406,7 @@ class SequencerService:
         newest, oldest = snapshot_seq(dirs[-1]), snapshot_seq(dirs[0])
         if newest != self.snapshot.seq:
             try:
-                state_hash = str(read_snapshot_meta(dirs[-1])["state_hash"])
+                state_hash = str(read_snapshot_meta(dirs[-1]).get("state_digest", ""))
             except (OSError, ValueError, KeyError) as exc:  # being moved aside, or damaged
                 log.warning("snapshot %s has no readable meta.json: %r", dirs[-1], exc)
                 return []
@@ -428,12 +429,13 @@ class SequencerService:
     # ---- control plane --------------------------------------------------------------------------
 
     def state_hash(self) -> dict[str, Any]:
-        """The engine's current state hash and the seq it reflects. O(state), on the block loop:
-        for tests and operators, never for periodic polling (``status`` is O(1))."""
+        """The current state hash (``raydex.engine.state_digest``, the one every role reports)
+        and the seq it reflects. O(state), on the block loop: for tests and operators, never for
+        periodic polling (``status`` is O(1): the newest snapshot's, with its seq)."""
         p = self.producer
         return {
             "seq": p.seq if p else 0,
-            "state_hash": p.engine.state_hash().hex() if p else "",
+            "state_hash": state_digest(p.engine.records()).hex() if p else "",
         }
 
     def status(self) -> dict[str, Any]:

@@ -16,8 +16,9 @@ Subcommands (every one of them works; nothing here is a placeholder):
   (``cluster.control.head``: ``ray start --head --block`` with ``raydex node-args``, from this
   interpreter's environment, recorded in a state file) unless ``--address`` names a cluster, then
   deploy. ``raydex deploy SPEC``: reconcile a running cluster with SPEC (scale replicas live).
-  ``raydex status [--json]``: every actor's status and placement, and per host the cores pinned
-  against those Ray reserves (oversubscription said plainly). ``raydex down [--stop-ray]``:
+  ``raydex status [--json]``: every actor's status and placement, whether the state hashes
+  agree at each seq where several actors hashed it, and per host the cores pinned against those
+  Ray reserves (oversubscription said plainly). ``raydex down [--stop-ray]``:
   stop every raydex actor; ``--stop-ray`` also stops the head ``raydex up`` recorded, never
   another Ray (no ``ray stop``).
 - Control commands connect to ``--address``, else ``RAY_ADDRESS`` or Ray's ``auto`` lookup, unless
@@ -31,7 +32,8 @@ Subcommands (every one of them works; nothing here is a placeholder):
   (``cluster.topology``). Delegated whole to that module's ``main``.
 
 With ``--json`` a command prints exactly one JSON object on stdout (diagnostics go to stderr).
-Exit status: 0 on success, 1 when the engine's self-validation fails, 2 on bad arguments.
+Exit status: 0 on success, 1 when the engine's self-validation fails, 2 on bad arguments, 3 when
+``raydex status`` finds two actors with different state hashes at the same seq (a divergence).
 
 Heavy modules are imported inside the handlers, so ``raydex --help`` stays fast. A new subcommand
 is one ``_add_*`` function registering its parser and handler.
@@ -248,17 +250,26 @@ def _status(args: argparse.Namespace) -> int:
     _connect(address)
     st = deploy.status()
     hosts = deploy.host_loads(st)
+    agree = deploy.state_agreement(st)
+    diverged = any(a.diverged for a in agree)
     if args.json:
         rows = [{**dataclasses.asdict(h), "oversubscribed": h.oversubscribed, "line": h.line()}
                 for h in hosts]  # fmt: skip
-        print(json.dumps({"actors": st, "hosts": rows}, default=str))
-        return 0
+        states = [{"seq": a.seq, "hashes": a.hashes, "diverged": a.diverged, "line": a.line()}
+                  for a in agree]  # fmt: skip
+        print(json.dumps({"actors": st, "hosts": rows, "state": states}, default=str))
+        return 3 if diverged else 0
     for name, s in st.items():
-        keys = ("seq", "state_hash", "port", "placement", "error")
-        print(name, {k: s[k] for k in keys if k in s})
+        print(s.get("repr") or name, {k: s[k] for k in _STATUS_KEYS if k in s})
+    for a in agree:
+        print(a.line())
     for h in hosts:
         print(h.line())
-    return 0
+    return 3 if diverged else 0
+
+
+#: what ``raydex status`` prints per actor besides its repr
+_STATUS_KEYS = ("seq", "lag", "state_hash_seq", "state_hash", "port", "placement", "error")
 
 
 def _down(args: argparse.Namespace) -> int:
