@@ -3,7 +3,14 @@ apply its role's GC policy, say where it runs, export its metrics; and (``superv
 background loop that failed, or exit the process so Ray restarts the actor. A leaf: it imports no
 role."""
 
-from .shell import METRICS_INTERVAL_S, ActorRuntime, advertised_host, pin_actor
+from .shell import (
+    METRICS_INTERVAL_S,
+    ActorRuntime,
+    advertised_host,
+    current_namespace,
+    pin_actor,
+    short_hash,
+)
 from .supervise import EXIT_STATUS, Supervisor, exit_process, log_fatal
 
 __all__ = [
@@ -12,7 +19,9 @@ __all__ = [
     "ActorRuntime",
     "Supervisor",
     "advertised_host",
+    "current_namespace",
     "exit_process",
     "log_fatal",
     "pin_actor",
+    "short_hash",
 ]

@@ -81,7 +81,14 @@ from raydex.engine import state_digest
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
-from ..runtime import ActorRuntime, Supervisor, advertised_host, exit_process, log_fatal
+from ..runtime import (
+    ActorRuntime,
+    Supervisor,
+    advertised_host,
+    exit_process,
+    log_fatal,
+    short_hash,
+)
 from ..snapshot.store import read_snapshot_meta, snapshot_seq, snapshots
 from ..transport import BlockHub, GrpcDataPlaneServer
 from .journal import Journal
@@ -513,7 +520,31 @@ class SequencerActor:
 
     async def status(self) -> dict[str, Any]:
         svc = await self._ensure_started()
-        return {**svc.status(), **self.runtime.status(), "address": advertised_host()}
+        return {
+            **svc.status(),
+            **self.runtime.status(),
+            "address": advertised_host(),
+            "repr": repr(self),
+        }
+
+    def __repr__(self) -> str:
+        """Role, deployment/name, state, seq, the newest snapshot's state hash (with its seq),
+        ports and placement (see ``actors/runtime/shell.py`` for what Ray shows of it)."""
+        svc = self.service
+        p = svc.producer
+        cfg = svc.config
+        snap = svc.snapshot
+        state = "failed" if svc.failed else "serving" if p is not None else "booting"
+        return self.runtime.describe(
+            "sequencer",
+            {
+                "state": state,
+                "seq": p.seq if p is not None else None,
+                "hash": short_hash(snap.state_hash, snap.seq),
+                "grpc": svc.port or cfg.grpc_port or None,
+                "txlog": svc.txlog_port or cfg.txlog_port or None,
+            },
+        )
 
     async def state_hash(self) -> dict[str, Any]:
         """The current state hash (O(state), pauses the block loop; see the service)."""

@@ -67,7 +67,7 @@ from raydex.engine import Engine, state_digest
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
-from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal
+from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal, short_hash
 from ..transport import (
     GrpcBlockSource,
     GrpcTxChannel,
@@ -432,7 +432,23 @@ class SnapshotActor:
 
     async def status(self) -> dict[str, Any]:
         await self._started
-        return {**self.service.status(), **self.runtime.status()}
+        return {**self.service.status(), **self.runtime.status(), "repr": repr(self)}
+
+    def __repr__(self) -> str:
+        """Role, deployment/name, seq, lag (delta blocks seen beyond the tx-log blocks applied),
+        the last state hash computed (with its seq), the newest snapshot and placement."""
+        svc = self.service
+        seq, digest = svc._digest
+        return self.runtime.describe(
+            "snapshot",
+            {
+                "state": "serving" if self._latest is not None else "booting",
+                "seq": svc.seq if self._latest is not None else None,
+                "lag": max(0, svc.delta_seq - svc.seq) if self._latest is not None else None,
+                "hash": short_hash(digest, seq),
+                "snapshot": svc.snapshot_seq if svc.snapshot_seq >= 0 else None,
+            },
+        )
 
     async def stop(self) -> None:
         await self.service.stop()
