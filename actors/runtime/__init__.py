@@ -4,6 +4,7 @@ background loop that failed, or exit the process so Ray restarts the actor. A le
 role."""
 
 from .shell import (
+    DEPLOYMENT_ENV,
     METRICS_INTERVAL_S,
     ActorRuntime,
     advertised_host,
@@ -14,6 +15,7 @@ from .shell import (
 from .supervise import EXIT_STATUS, Supervisor, exit_process, log_fatal
 
 __all__ = [
+    "DEPLOYMENT_ENV",
     "EXIT_STATUS",
     "METRICS_INTERVAL_S",
     "ActorRuntime",

@@ -37,8 +37,19 @@ def advertised_host() -> str:
         return "127.0.0.1"
 
 
+#: The environment variable deploy sets on every actor it creates (``runtime_env``): the Ray
+#: namespace the actor is named in, i.e. its deployment. Needed because inside an actor Ray's
+#: ``get_runtime_context().namespace`` is the namespace of the *job* that created it (an anonymous
+#: one for ``raydex deploy``), not the one the actor was named in.
+DEPLOYMENT_ENV = "RAYDEX_DEPLOYMENT"
+
+
 def current_namespace() -> str:
-    """The Ray namespace this actor runs in, its deployment ("" outside Ray)."""
+    """This actor's deployment: ``$RAYDEX_DEPLOYMENT`` (set by deploy), else the job's Ray
+    namespace, "" outside Ray."""
+    given = os.environ.get(DEPLOYMENT_ENV)
+    if given:
+        return given
     ray = _ray_worker()
     return str(ray.get_runtime_context().namespace or "") if ray is not None else ""
 
@@ -55,8 +66,7 @@ def _who() -> str:
     ray = _ray_worker()
     if ray is None:
         return ""
-    ctx = ray.get_runtime_context()
-    return f"{ctx.namespace}/{ctx.get_actor_name() or '?'}"
+    return f"{current_namespace()}/{ray.get_runtime_context().get_actor_name() or '?'}"
 
 
 def pin_actor(bundle: Any) -> dict[str, Any]:

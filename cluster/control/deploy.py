@@ -170,9 +170,13 @@ def _spawn(
 ) -> Any:
     import ray
 
+    from raydex.actors.runtime import DEPLOYMENT_ENV
+
     opts: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
+        # the actor's deployment, for its metrics labels and repr (see DEPLOYMENT_ENV)
+        "runtime_env": {"env_vars": {DEPLOYMENT_ENV: namespace}},
         "lifetime": "detached",
         "max_restarts": -1,
         "max_task_retries": 0,
