@@ -23,6 +23,8 @@ Subcommands (every one of them works; nothing here is a placeholder):
   another Ray (no ``ray stop``).
 - Control commands connect to ``--address``, else ``RAY_ADDRESS`` or Ray's ``auto`` lookup, unless
   a head recorded by ``raydex up`` runs (then that one).
+- ``raydex grafana install [--session-dir D]``: copy the raydex Grafana dashboard into the Grafana
+  provisioning Ray generated for the session (``observability.grafana``), beside Ray's own.
 - ``raydex bench engine [--commands N] [--seed S] [--json]``: the engine benchmark
   (``observability.bench_engine``; 1,000,000 commands by default).
 - ``raydex bench codecs [--json]``: the codec benchmark (``observability.bench_codecs``).
@@ -341,6 +343,41 @@ def _add_ops(sub: Any) -> None:
     dn.set_defaults(handler=_down)
 
 
+def _grafana_install(args: argparse.Namespace) -> int:
+    from raydex.observability import grafana
+
+    from ..control.head import read_record
+
+    if args.session_dir is not None:
+        session = Path(args.session_dir)
+    else:
+        head = read_record()  # the head `raydex up` started, with its --temp-dir
+        session = grafana.default_session_dir(head.temp_dir if head is not None else None)
+    try:
+        target = grafana.install(session)
+    except FileNotFoundError as exc:
+        print(f"raydex grafana install: {exc}", file=sys.stderr)
+        return 2
+    print(f"raydex grafana install: {target} (the 'raydex' dashboard in the 'Ray' folder of the "
+          f"Grafana run with {session.resolve() / 'metrics/grafana/grafana.ini'})")  # fmt: skip
+    return 0
+
+
+def _add_grafana(sub: Any) -> None:
+    p = sub.add_parser("grafana", help="the raydex Grafana dashboard beside Ray's")
+    g = p.add_subparsers(dest="grafana", metavar="{install}", required=True)
+    i = g.add_parser(
+        "install",
+        help="copy the raydex dashboard into the Grafana provisioning of the Ray session",
+        description="Copy observability/grafana_dashboard.json into <session>/metrics/grafana/"
+        "dashboards, which the Grafana Ray provisions for the session loads (next to Ray's own "
+        "dashboards). Default session: the newest one of the head `raydex up` started, else "
+        "/tmp/ray/session_latest.",
+    )
+    i.add_argument("--session-dir", default=None, help="a Ray session folder")
+    i.set_defaults(handler=_grafana_install)
+
+
 def _bench_engine(args: argparse.Namespace) -> int:
     from raydex.observability.bench import engine as bench_engine
 
@@ -404,12 +441,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(
         dest="command",
-        metavar="{demo,loadtest,up,deploy,status,down,bench,node-args}",
+        metavar="{demo,loadtest,up,deploy,status,down,grafana,bench,node-args}",
         required=True,
     )
     _add_demo(sub)
     _add_loadtest(sub)
     _add_ops(sub)
+    _add_grafana(sub)
     _add_bench(sub)
     sub.add_parser("node-args", help="print the `ray start` flags for this host (NUMA, labels)")
     return parser

@@ -231,3 +231,20 @@ def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
     assert f" seq={replica['seq']} lag=" in replica["repr"]
     assert f" hash={digest[:8]}@{seq} " in replica["repr"]
     assert " state=serving " in replica["repr"] and " direct=" in replica["repr"]
+
+
+def test_grafana_install_puts_the_dashboard_where_rays_grafana_provisioning_reads(
+    ray_session: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from raydex.cluster.cli.commands import main
+
+    node = ray._private.worker.global_worker.node
+    session = Path(node.get_session_dir_path())
+    provider = session / "metrics/grafana/provisioning/dashboards/default.yml"
+    folder = session / "metrics/grafana/dashboards"
+    assert f"path: {folder}" in provider.read_text()  # Ray's file provider reads this folder
+    assert main(["grafana", "install", "--session-dir", str(session)]) == 0
+    installed = folder / "raydex_grafana_dashboard.json"
+    assert json.loads(installed.read_text()) == json.loads(DASHBOARD.read_text())
+    assert str(installed) in capsys.readouterr().out
+    assert (folder / "default_grafana_dashboard.json").exists()  # beside Ray's own

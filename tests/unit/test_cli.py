@@ -186,3 +186,11 @@ def test_status_compares_state_hashes_only_at_equal_seq_and_names_a_divergence()
         "STATE DIVERGED at seq 57: raydex-replica-api-0=bbbbbbbbbbbb, "
         "raydex-replica-api-1=dddddddddddd, raydex-snapshot=bbbbbbbbbbbb"
     )
+
+
+def test_grafana_install_refuses_a_folder_that_is_no_ray_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["grafana", "install", "--session-dir", str(tmp_path)]) == 2
+    assert "has no Grafana provisioning" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
