@@ -314,7 +314,21 @@ class CommitterActor:
             "resyncs": f.resyncs,
             "divergences": f.divergences,
             "loop_restarts": f.supervisor.restarts("committer"),
+            **self.runtime.status(),
+            "repr": repr(self),
         }
+
+    def __repr__(self) -> str:
+        """Role, deployment/name, the committed seq, the head of the hash chain, placement."""
+        c = self.committer
+        return self.runtime.describe(
+            "committer",
+            {
+                "seq": c.seq,
+                "chain": c.chain.hex()[:8] if c.seq else None,
+                "follows": self.delta_target,
+            },
+        )
 
 
 def _as_json(c: Commitment) -> dict[str, Any]:

@@ -79,7 +79,7 @@ from raydex.codecs import (
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import ApiCounters, Recorder
 
-from ..runtime import ActorRuntime
+from ..runtime import ActorRuntime, short_hash
 from ..transport import (
     GrpcBlockSource,
     GrpcTxChannel,
@@ -266,6 +266,8 @@ class ReplicaService:
         #: newest seq known to exist (stream frames, the holder's catch-up answers, the floor of
         #: a publisher's ring that no longer holds our next block)
         self.seen_seq = 0
+        #: (seq, state hash hex) last computed (see ``state_hash``)
+        self._digest: tuple[int, str] = (-1, "")
         self.metrics = Recorder("replica", config.name, group=_group_of(config))
         m = self.metrics
         m.histogram("raydex_apply_seconds", self.apply_time)
@@ -289,7 +291,10 @@ class ReplicaService:
         m.counter_fn("raydex_ws_slow_disconnects_total", lambda: fan.disconnects)
 
     def lag(self) -> int:
-        """Blocks between the newest seq known to exist and the one applied here."""
+        """Blocks between the newest seq known to exist (``seen_seq``: stream frames, the
+        holder's answers, the seqs of the sequencer's outcomes to our own batches) and the one
+        applied here. Measured here, at the follower, so it is never negative and never mixes
+        two actors' clocks (``raydex_replica_lag_blocks``)."""
         return max(0, self.seen_seq - self.state.seq)
 
     # ---- boot -----------------------------------------------------------------------------------
@@ -503,6 +508,7 @@ class ReplicaService:
         outcomes = await self.batcher.enqueue(txs, deadline)
         t1 = time.perf_counter_ns()
         top = max((o.seq for o in outcomes), default=0)
+        await self._saw(top)  # the sequencer has closed block ``top``: lag counts from there
         if not await self._applied(top, deadline):
             self.apply_timeouts += 1
             raise OutcomePending(
@@ -524,9 +530,22 @@ class ReplicaService:
 
     # ---- control plane --------------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
+    def state_hash(self) -> dict[str, Any]:
+        """The state hash of the caches (the one every role reports) and the seq it reflects.
+        O(state) on the event loop the first time per seq, then cached: callers that poll
+        (``status(state_hash=False)``) get the cached one, labelled with its seq."""
+        seq = self.state.seq
+        if self._digest[0] != seq:
+            self._digest = (seq, self.state.state_hash().hex())
+        return {"seq": self._digest[0], "state_hash": self._digest[1]}
+
+    def status(self, state_hash: bool = True) -> dict[str, Any]:
+        """Counters, ports, seq and lag; the state hash at the current seq (``state_hash``), or
+        the last one computed (cheap, for pollers). ``state_hash_seq`` says which seq it is."""
         st = self.state
         fan = self.fanout.stats()
+        if state_hash:
+            self.state_hash()
         return {
             "name": self.config.name,
             "pid": os.getpid(),
@@ -537,8 +556,10 @@ class ReplicaService:
             "port_leaves": self.port_leaves,
             "seq": st.seq,
             "seen_seq": self.seen_seq,
+            "lag": self.lag(),
             "height": st.height,
-            "state_hash": st.state_hash().hex(),
+            "state_hash": self._digest[1],
+            "state_hash_seq": self._digest[0],
             "boots": self.boots,
             "resyncs": self.resyncs,
             "catch_ups": self.catch_ups,
@@ -663,10 +684,33 @@ class ReplicaActor:
         await self._started
         return await self.status()
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self, state_hash: bool = True) -> dict[str, Any]:
+        """The service's status (``state_hash=False``: the last computed hash, for pollers)."""
         if self.service is None:
-            return {"name": self.config.name, "booting": True}
-        return {**self.service.status(), **self.runtime.status()}
+            return {"name": self.config.name, "booting": True, "repr": repr(self)}
+        return {**self.service.status(state_hash), **self.runtime.status(), "repr": repr(self)}
+
+    def __repr__(self) -> str:
+        """Role, deployment/name, group, seq, lag (behind the newest seq seen), the last state
+        hash computed (with its seq), ports (shared: serving or off; direct) and placement."""
+        svc = self.service
+        cfg = self.config
+        group = svc.metrics.base["group"] if svc is not None else cfg.group or None
+        if svc is None or svc.runner is None:
+            facts: dict[str, Any] = {"group": group, "state": "booting",
+                                     "port": cfg.http_port or None}  # fmt: skip
+        else:
+            seq, digest = svc._digest
+            facts = {
+                "group": group,
+                "state": "serving" if svc.serving else "off-port",
+                "seq": svc.state.seq,
+                "lag": svc.lag(),
+                "hash": short_hash(digest, seq),
+                "port": svc.port or cfg.http_port or None,
+                "direct": svc.direct_port or None,
+            }
+        return self.runtime.describe("replica", facts)
 
     async def drain(self) -> None:
         """Before removal: close the port (the host's other replicas keep serving it), tell WS

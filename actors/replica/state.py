@@ -34,9 +34,8 @@ positions). ``dry_run`` is one Ed25519 verify
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -77,7 +76,7 @@ from raydex.codecs import (
     tx_type_of,
 )
 from raydex.codecs import AccountRecord as _AccountRecord
-from raydex.engine import exposure
+from raydex.engine import exposure, state_digest
 
 from .history import History
 
@@ -670,42 +669,24 @@ class ReplicaState:
 
     # ---- hash and self-check --------------------------------------------------------------------
 
+    def records(self) -> Iterator[Any]:
+        """The caches as snapshot records, for :func:`raydex.engine.state_digest`. What the block
+        stream does not carry is filled with zeros (the exchange's counters, order priority);
+        the digest leaves exactly those out."""
+        yield ExchangeRecord(self.fee_pool, self.insurance_fund, 0, 0, 0, 0, 0)
+        yield from self.markets.values()
+        for ai, acct in self.accounts.items():
+            yield _AccountRecord(ai, acct.collateral)
+            yield from acct.positions.values()
+        yield from self.api_keys.values()
+        yield from self.orders.values()
+
     def state_hash(self) -> bytes:
-        """sha256 of the book levels, resting orders, accounts, positions and API keys.
-
-        Positions still at their defaults (created by the engine when an order was placed, but
-        never reported) are skipped, as is order priority: neither is visible in the block stream,
-        so a replica booted from a snapshot and one that saw every block hash equal.
-        """
-        h = hashlib.sha256()
-        h.update(f"seq|{self.seq}|{self.height}\n".encode())
-        for mi in sorted(self.markets):
-            b = self.books[mi]
-            h.update(f"book|{mi}|{b.bids}|{b.asks}\n".encode())
-        for oi in sorted(self.orders):
-            h.update(f"order|{tuple(self.orders[oi][:12])}\n".encode())
-        for ai in sorted(self.accounts):
-            acct = self.accounts[ai]
-            h.update(f"account|{ai}|{acct.collateral}\n".encode())
-            for mi in sorted(acct.positions):
-                p = acct.positions[mi]
-                if self._is_default(p):
-                    continue
-                h.update(f"position|{tuple(p)}\n".encode())
-        for key in sorted(self.api_keys):
-            h.update(f"key|{tuple(self.api_keys[key])}\n".encode())
-        return h.digest()
-
-    def _is_default(self, p: PositionRecord) -> bool:
-        m = self.markets[p.market_index]
-        return bool(
-            p.size == 0
-            and p.entry_quote == 0
-            and p.realized_pnl == 0
-            and p.funding_paid == 0
-            and p.margin_mode == 0
-            and p.initial_margin_fraction == m.default_initial_margin_fraction
-        )
+        """The state hash every role reports (:func:`raydex.engine.state_digest` of
+        :meth:`records`): equal to the sequencer's and the holder's at the same seq. O(state):
+        callers cache it per seq."""
+        digest: bytes = state_digest(self.records())
+        return digest
 
     def validate(self) -> None:
         """Raise AssertionError if a book disagrees with the cached orders or its snapshot, or an

@@ -77,10 +77,18 @@ from raydex.codecs import (
     encode_outcomes,
     encode_wal_read_reply,
 )
+from raydex.engine import state_digest
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
-from ..runtime import ActorRuntime, Supervisor, advertised_host, exit_process, log_fatal
+from ..runtime import (
+    ActorRuntime,
+    Supervisor,
+    advertised_host,
+    exit_process,
+    log_fatal,
+    short_hash,
+)
 from ..snapshot.store import read_snapshot_meta, snapshot_seq, snapshots
 from ..transport import BlockHub, GrpcDataPlaneServer
 from .journal import Journal
@@ -405,7 +413,7 @@ class SequencerService:
         newest, oldest = snapshot_seq(dirs[-1]), snapshot_seq(dirs[0])
         if newest != self.snapshot.seq:
             try:
-                state_hash = str(read_snapshot_meta(dirs[-1])["state_hash"])
+                state_hash = str(read_snapshot_meta(dirs[-1]).get("state_digest", ""))
             except (OSError, ValueError, KeyError) as exc:  # being moved aside, or damaged
                 log.warning("snapshot %s has no readable meta.json: %r", dirs[-1], exc)
                 return []
@@ -428,12 +436,13 @@ class SequencerService:
     # ---- control plane --------------------------------------------------------------------------
 
     def state_hash(self) -> dict[str, Any]:
-        """The engine's current state hash and the seq it reflects. O(state), on the block loop:
-        for tests and operators, never for periodic polling (``status`` is O(1))."""
+        """The current state hash (``raydex.engine.state_digest``, the one every role reports)
+        and the seq it reflects. O(state), on the block loop: for tests and operators, never for
+        periodic polling (``status`` is O(1): the newest snapshot's, with its seq)."""
         p = self.producer
         return {
             "seq": p.seq if p else 0,
-            "state_hash": p.engine.state_hash().hex() if p else "",
+            "state_hash": state_digest(p.engine.records()).hex() if p else "",
         }
 
     def status(self) -> dict[str, Any]:
@@ -511,7 +520,31 @@ class SequencerActor:
 
     async def status(self) -> dict[str, Any]:
         svc = await self._ensure_started()
-        return {**svc.status(), **self.runtime.status(), "address": advertised_host()}
+        return {
+            **svc.status(),
+            **self.runtime.status(),
+            "address": advertised_host(),
+            "repr": repr(self),
+        }
+
+    def __repr__(self) -> str:
+        """Role, deployment/name, state, seq, the newest snapshot's state hash (with its seq),
+        ports and placement (see ``actors/runtime/shell.py`` for what Ray shows of it)."""
+        svc = self.service
+        p = svc.producer
+        cfg = svc.config
+        snap = svc.snapshot
+        state = "failed" if svc.failed else "serving" if p is not None else "booting"
+        return self.runtime.describe(
+            "sequencer",
+            {
+                "state": state,
+                "seq": p.seq if p is not None else None,
+                "hash": short_hash(snap.state_hash, snap.seq),
+                "grpc": svc.port or cfg.grpc_port or None,
+                "txlog": svc.txlog_port or cfg.txlog_port or None,
+            },
+        )
 
     async def state_hash(self) -> dict[str, Any]:
         """The current state hash (O(state), pauses the block loop; see the service)."""

@@ -16,12 +16,15 @@ Subcommands (every one of them works; nothing here is a placeholder):
   (``cluster.control.head``: ``ray start --head --block`` with ``raydex node-args``, from this
   interpreter's environment, recorded in a state file) unless ``--address`` names a cluster, then
   deploy. ``raydex deploy SPEC``: reconcile a running cluster with SPEC (scale replicas live).
-  ``raydex status [--json]``: every actor's status and placement, and per host the cores pinned
-  against those Ray reserves (oversubscription said plainly). ``raydex down [--stop-ray]``:
+  ``raydex status [--json]``: every actor's status and placement, whether the state hashes
+  agree at each seq where several actors hashed it, and per host the cores pinned against those
+  Ray reserves (oversubscription said plainly). ``raydex down [--stop-ray]``:
   stop every raydex actor; ``--stop-ray`` also stops the head ``raydex up`` recorded, never
   another Ray (no ``ray stop``).
 - Control commands connect to ``--address``, else ``RAY_ADDRESS`` or Ray's ``auto`` lookup, unless
   a head recorded by ``raydex up`` runs (then that one).
+- ``raydex grafana install [--session-dir D]``: copy the raydex Grafana dashboard into the Grafana
+  provisioning Ray generated for the session (``observability.grafana``), beside Ray's own.
 - ``raydex bench engine [--commands N] [--seed S] [--json]``: the engine benchmark
   (``observability.bench_engine``; 1,000,000 commands by default).
 - ``raydex bench codecs [--json]``: the codec benchmark (``observability.bench_codecs``).
@@ -31,7 +34,8 @@ Subcommands (every one of them works; nothing here is a placeholder):
   (``cluster.topology``). Delegated whole to that module's ``main``.
 
 With ``--json`` a command prints exactly one JSON object on stdout (diagnostics go to stderr).
-Exit status: 0 on success, 1 when the engine's self-validation fails, 2 on bad arguments.
+Exit status: 0 on success, 1 when the engine's self-validation fails, 2 on bad arguments, 3 when
+``raydex status`` finds two actors with different state hashes at the same seq (a divergence).
 
 Heavy modules are imported inside the handlers, so ``raydex --help`` stays fast. A new subcommand
 is one ``_add_*`` function registering its parser and handler.
@@ -248,17 +252,26 @@ def _status(args: argparse.Namespace) -> int:
     _connect(address)
     st = deploy.status()
     hosts = deploy.host_loads(st)
+    agree = deploy.state_agreement(st)
+    diverged = any(a.diverged for a in agree)
     if args.json:
         rows = [{**dataclasses.asdict(h), "oversubscribed": h.oversubscribed, "line": h.line()}
                 for h in hosts]  # fmt: skip
-        print(json.dumps({"actors": st, "hosts": rows}, default=str))
-        return 0
+        states = [{"seq": a.seq, "hashes": a.hashes, "diverged": a.diverged, "line": a.line()}
+                  for a in agree]  # fmt: skip
+        print(json.dumps({"actors": st, "hosts": rows, "state": states}, default=str))
+        return 3 if diverged else 0
     for name, s in st.items():
-        keys = ("seq", "state_hash", "port", "placement", "error")
-        print(name, {k: s[k] for k in keys if k in s})
+        print(s.get("repr") or name, {k: s[k] for k in _STATUS_KEYS if k in s})
+    for a in agree:
+        print(a.line())
     for h in hosts:
         print(h.line())
-    return 0
+    return 3 if diverged else 0
+
+
+#: what ``raydex status`` prints per actor besides its repr
+_STATUS_KEYS = ("seq", "lag", "state_hash_seq", "state_hash", "port", "placement", "error")
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -330,6 +343,41 @@ def _add_ops(sub: Any) -> None:
     dn.set_defaults(handler=_down)
 
 
+def _grafana_install(args: argparse.Namespace) -> int:
+    from raydex.observability import grafana
+
+    from ..control.head import read_record
+
+    if args.session_dir is not None:
+        session = Path(args.session_dir)
+    else:
+        head = read_record()  # the head `raydex up` started, with its --temp-dir
+        session = grafana.default_session_dir(head.temp_dir if head is not None else None)
+    try:
+        target = grafana.install(session)
+    except FileNotFoundError as exc:
+        print(f"raydex grafana install: {exc}", file=sys.stderr)
+        return 2
+    print(f"raydex grafana install: {target} (the 'raydex' dashboard in the 'Ray' folder of the "
+          f"Grafana run with {session.resolve() / 'metrics/grafana/grafana.ini'})")  # fmt: skip
+    return 0
+
+
+def _add_grafana(sub: Any) -> None:
+    p = sub.add_parser("grafana", help="the raydex Grafana dashboard beside Ray's")
+    g = p.add_subparsers(dest="grafana", metavar="{install}", required=True)
+    i = g.add_parser(
+        "install",
+        help="copy the raydex dashboard into the Grafana provisioning of the Ray session",
+        description="Copy observability/grafana_dashboard.json into <session>/metrics/grafana/"
+        "dashboards, which the Grafana Ray provisions for the session loads (next to Ray's own "
+        "dashboards). Default session: the newest one of the head `raydex up` started, else "
+        "/tmp/ray/session_latest.",
+    )
+    i.add_argument("--session-dir", default=None, help="a Ray session folder")
+    i.set_defaults(handler=_grafana_install)
+
+
 def _bench_engine(args: argparse.Namespace) -> int:
     from raydex.observability.bench import engine as bench_engine
 
@@ -393,12 +441,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(
         dest="command",
-        metavar="{demo,loadtest,up,deploy,status,down,bench,node-args}",
+        metavar="{demo,loadtest,up,deploy,status,down,grafana,bench,node-args}",
         required=True,
     )
     _add_demo(sub)
     _add_loadtest(sub)
     _add_ops(sub)
+    _add_grafana(sub)
     _add_bench(sub)
     sub.add_parser("node-args", help="print the `ray start` flags for this host (NUMA, labels)")
     return parser

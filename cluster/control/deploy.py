@@ -170,9 +170,13 @@ def _spawn(
 ) -> Any:
     import ray
 
+    from raydex.actors.runtime import DEPLOYMENT_ENV
+
     opts: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
+        # the actor's deployment, for its metrics labels and repr (see DEPLOYMENT_ENV)
+        "runtime_env": {"env_vars": {DEPLOYMENT_ENV: namespace}},
         "lifetime": "detached",
         "max_restarts": -1,
         "max_task_retries": 0,
@@ -289,19 +293,62 @@ def deploy(
     )
 
 
-def status(namespace: str = NAMESPACE, timeout_s: float = 30.0) -> dict[str, Any]:
-    """Every raydex actor's status (an unreachable one reports its error)."""
+def status(
+    namespace: str = NAMESPACE, timeout_s: float = 30.0, state_hash: bool = True
+) -> dict[str, Any]:
+    """Every raydex actor's status (an unreachable one reports its error). ``state_hash=False``
+    spares the replicas a state hash (O(state) on their event loop) when nothing compares it:
+    they then report the last one they computed, with its seq (``state_hash_seq``)."""
     import ray
 
     out: dict[str, Any] = {}
     for name in sorted(_named(namespace)):
         try:
-            out[name] = ray.get(
-                ray.get_actor(name, namespace=namespace).status.remote(), timeout=timeout_s
+            actor = ray.get_actor(name, namespace=namespace)
+            call: Any = (
+                actor.status.remote()
+                if state_hash or not name.startswith(REPLICA_PREFIX)
+                else actor.status.remote(state_hash=False)
             )
+            out[name] = ray.get(call, timeout=timeout_s)
         except Exception as exc:  # a status page must show a broken actor, not die on it
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """The actors that reported a state hash at one seq, and whether their hashes agree."""
+
+    seq: int
+    hashes: dict[str, str]
+
+    @property
+    def diverged(self) -> bool:
+        return len(set(self.hashes.values())) > 1
+
+    def line(self) -> str:
+        names = sorted(self.hashes)
+        if self.diverged:
+            each = ", ".join(f"{n}={self.hashes[n][:12]}" for n in names)
+            return f"STATE DIVERGED at seq {self.seq}: {each}"
+        if len(names) == 1:
+            return f"state at seq {self.seq}: {names[0]} alone (no other actor hashed this seq)"
+        h = self.hashes[names[0]][:12]
+        return f"state agrees at seq {self.seq} ({h}): {', '.join(names)}"
+
+
+def state_agreement(statuses: Mapping[str, Mapping[str, Any]]) -> list[Agreement]:
+    """Group the state hashes of ``statuses`` (from ``status()``) by the seq they reflect
+    (``state_hash_seq``; the sequencer's is its newest snapshot's). Hashes are comparable only at
+    equal seq: every role hashes the same state the same way (``raydex.engine.state_digest``), so
+    two different hashes at one seq are a real divergence."""
+    by_seq: dict[int, dict[str, str]] = {}
+    for name, st in statuses.items():
+        h, seq = st.get("state_hash"), st.get("state_hash_seq")
+        if h and isinstance(seq, int) and seq >= 0:
+            by_seq.setdefault(seq, {})[name] = str(h)
+    return [Agreement(seq, by_seq[seq]) for seq in sorted(by_seq)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,14 +447,15 @@ def down(namespace: str = NAMESPACE) -> list[str]:
 
 
 def wait_ready(namespace: str = NAMESPACE, timeout_s: float = 60.0) -> dict[str, Any]:
-    """Poll ``status`` until every replica reports the sequencer's seq or newer (bounded)."""
+    """Poll ``status`` until every replica reports the sequencer's seq or newer (bounded); the
+    statuses then, state hashes included."""
     deadline = time.monotonic() + timeout_s
     while True:
-        st = status(namespace)
+        st = status(namespace, state_hash=False)
         seq = st.get(SEQUENCER, {}).get("seq", 0)
         reps = [v for k, v in st.items() if k.startswith(REPLICA_PREFIX)]
         if reps and all(r.get("seq", -1) >= seq for r in reps):
-            return st
+            return status(namespace)
         if time.monotonic() > deadline:
             raise TimeoutError(f"replicas not caught up after {timeout_s}s: {st}")
         time.sleep(0.2)
