@@ -149,8 +149,11 @@ def test_an_open_loop_lane_charges_queueing_to_the_request_when_the_server_is_sl
     rec, arrivals = asyncio.run(main())
     assert arrivals == ["tx0", "tx1", "tx2", "tx3"]  # one account's txs stay in nonce order
     assert rec.done == 4 and rec.codes[200] == 4
-    assert rec.latency.max >= 190_000_000  # the 4th waited for three 50 ms answers
-    assert rec.latency.percentile(0.25) < 100_000_000
+    # Lower bounds only (the server's sleeps guarantee them; an upper bound would be a wall-clock
+    # bound on a shared machine): the 4th waited for the three answers before it, and the first for
+    # its own.
+    assert rec.latency.max >= 190_000_000
+    assert rec.latency.min >= 50_000_000
 
 
 # ---- lanes and the plan ------------------------------------------------------------------------
