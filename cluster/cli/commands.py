@@ -102,6 +102,7 @@ def _loadtest(args: argparse.Namespace) -> int:
         replicas=args.replicas, clients=args.clients, ab=ab, spec_path=args.spec,
         out_dir=args.out, json_out=args.json_out, address=args.address,
         sample_every=args.sample_every, seed=args.seed, quiet=args.quiet,
+        profile=args.profile, resync=not args.no_resync,
     )  # fmt: skip
     try:
         report = loadtest.run(opts)
@@ -143,6 +144,11 @@ def _add_loadtest(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=1, help="workload seed (1)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    p.add_argument("--profile", action="store_true",
+                   help="also record a py-spy profile per role (raydex[profile])")  # fmt: skip
+    p.add_argument("--no-resync", action="store_true",
+                   help="after a rejection keep sending the planned nonces (no nextNonce "
+                   "re-sync; the account's later txs then fail INVALID_NONCE)")  # fmt: skip
     p.set_defaults(handler=_loadtest)
 
 
