@@ -22,7 +22,10 @@ irq + softirq + steal, summed over cores) is the total. The roles, ``other proce
 ``unattributed`` sum to it exactly: ``unattributed`` is the remainder no live process accounts
 for (processes that exited inside the window, interrupt time not charged to a task, and the
 rounding of per-process ticks). It is reported, never hidden, and can be slightly negative when
-per-process and machine-wide counters round differently.
+per-process and machine-wide counters round differently. :class:`WindowSampler` keeps it small
+by walking ``/proc`` every second: a process that exits inside the window is charged what it had
+used when last seen (only the CPU of its last second, or of a process living under a second, is
+lost).
 
 **Per tx.** Every figure is divided by the txs committed in the window (sequenced into a block:
 accepted, or rejected by the engine), so a role's µs/tx is what one more tx costs it at this load.
@@ -49,6 +52,7 @@ __all__ = [
     "CpuSample",
     "Ledger",
     "ProcInfo",
+    "WindowSampler",
     "build_ledger",
     "classify_ray",
     "format_ledger",
@@ -156,6 +160,31 @@ def sample_cpu(proc: Path = Path("/proc")) -> CpuSample:
     busy1, total1 = machine_busy_ticks(proc)
     # the midpoint of the walk: processes were read between the two machine readings
     return CpuSample(at, (busy0 + busy1) // 2, (total0 + total1) // 2, procs)
+
+
+class WindowSampler:
+    """The window's two samples, plus what was seen in between: :meth:`tick` (every second or
+    so) remembers each process's latest ticks, so one that exits inside the window is charged
+    what it had used when last seen rather than falling into ``unattributed``. Cost: one
+    ``/proc`` walk per tick (~7 ms of CPU for ~100 processes here)."""
+
+    def __init__(self) -> None:
+        self.before: CpuSample | None = None
+        self.seen: dict[int, ProcInfo] = {}
+
+    def begin(self) -> None:
+        self.before = sample_cpu()
+
+    def tick(self) -> None:
+        self.seen.update(sample_cpu().procs)
+
+    def end(self) -> tuple[CpuSample, CpuSample]:
+        """(before, after): ``after`` holds the live processes and the last sight of the gone."""
+        if self.before is None:
+            raise RuntimeError("WindowSampler.end() before begin()")
+        after = sample_cpu()
+        procs = {**self.seen, **after.procs}
+        return self.before, dataclasses.replace(after, procs=procs)
 
 
 def classify_ray(cmdline: str) -> str:

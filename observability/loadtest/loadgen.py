@@ -77,6 +77,7 @@ __all__ = [
     "OpenLoopClock",
     "Recorder",
     "BookWatch",
+    "encode_item",
     "lane_specs",
     "min_lots",
     "plan_load",
@@ -481,7 +482,7 @@ def plan_load(
         for tx in txs:
             if hasattr(tx, "market_index"):
                 per_market[int(tx.market_index)] += 1
-        items.append(_encode(clock.take(len(txs)), lane_of[t.account], t.account, txs,
+        items.append(encode_item(clock.take(len(txs)), lane_of[t.account], t.account, txs,
                              sampled=sample_every > 0 and i % sample_every == 0))  # fmt: skip
         i += 1
         if progress is not None and i % 20_000 == 0:
@@ -505,7 +506,9 @@ def form_encode(fields: dict[str, str | int]) -> bytes:
     return "&".join(parts).encode()
 
 
-def _encode(at: int, lane: int, account: int, txs: list[Any], sampled: bool) -> Item:
+def encode_item(at: int, lane: int, account: int, txs: list[Any], sampled: bool = False) -> Item:
+    """One planned request of ``txs`` (signed; one tx: sendTx, more: sendTxBatch), pre-encoded
+    for REST and WS."""
     types = [int(tx_type_of(type(tx))) for tx in txs]
     infos = [tx_to_json_str(tx) for tx in txs]
     names = tuple(TxType(t).name for t in types)
@@ -633,7 +636,7 @@ class NonceKeeper:
         seed = self.seeds[item.account]
         txs = [sign_tx(tx._replace(nonce=tx.nonce + shift), seed) for tx in item.txs]
         rec.resigned += len(txs)
-        return _encode(item.at_ns, item.lane, item.account, txs, item.sampled)
+        return encode_item(item.at_ns, item.lane, item.account, txs, item.sampled)
 
 
 async def _rest_lane(
@@ -711,6 +714,7 @@ async def _ws_lane(
     stop: asyncio.Event,
     nonces: NonceKeeper | None,
     max_inflight: int,
+    reply_timeout_s: float,
 ) -> None:
     """One WebSocket: an account's txs are pipelined in plan order, at most ``max_inflight``
     unanswered on the connection (the server's ``ws_max_inflight_txs``: a polite client waits
@@ -806,7 +810,7 @@ async def _ws_lane(
         await asyncio.wait(list(fixers))
     all_sent.set()
     try:
-        await asyncio.wait_for(task, timeout=30)
+        await asyncio.wait_for(task, timeout=reply_timeout_s)
     except TimeoutError:
         task.cancel()
     gave_up = time.monotonic_ns()
@@ -826,11 +830,13 @@ async def run_lanes(
     rest_connections: int = 8,
     seeds: Mapping[int, bytes] | None = None,
     ws_max_inflight: int = 256,
+    reply_timeout_s: float = 30.0,
 ) -> None:
     """Drive every lane from ``t0`` (``time.monotonic_ns``); returns when all are answered (or
     ``stop`` is set and the in-flight ones are). Recorders are keyed by lane group. A REST lane
     keeps ``rest_connections`` keep-alive connections (its maximum concurrency), a WS lane at most
-    ``ws_max_inflight`` unanswered txs. With ``seeds``
+    ``ws_max_inflight`` unanswered txs and, once all is sent, waits ``reply_timeout_s`` for the
+    last answers (the rest are recorded NO_REPLY). With ``seeds``
     (account -> signing seed) a rejection re-syncs the account's nonce from the server
     (:class:`NonceKeeper`); without, the planned nonces are sent as they are."""
     by_lane: dict[int, list[Item]] = {ln.index: [] for ln in lanes}
@@ -843,7 +849,8 @@ async def run_lanes(
             rec = recorders[ln.group]
             mine = by_lane[ln.index]
             if ln.kind == "ws":
-                jobs.append(_ws_lane(http, ln, mine, t0, rec, stop, nonces, ws_max_inflight))
+                ws_args = (nonces, ws_max_inflight, reply_timeout_s)
+                jobs.append(_ws_lane(http, ln, mine, t0, rec, stop, *ws_args))
             else:
                 jobs.append(_rest_lane(ln, mine, t0, rec, trace, stop, rest_connections, nonces))
         await asyncio.gather(*jobs)

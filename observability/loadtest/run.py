@@ -42,7 +42,7 @@ from typing import Any
 from raydex.cluster.control.deploy import free_port
 from raydex.cluster.control.spec import DeploySpec, GcSpec, ReplicaGroupSpec
 
-from .ledger import CpuSample, build_ledger, ray_session_of, sample_cpu
+from .ledger import CpuSample, WindowSampler, build_ledger, ray_session_of
 from .loadgen import (
     BookWatch,
     Item,
@@ -504,6 +504,7 @@ def _drive(
         planned = sum(len(it.types) for it in items)
         progress = _Progress(list(recs.values()), planned, opts.quiet)
         ticker = asyncio.ensure_future(progress.run(t0, stop_load))
+        sampler = WindowSampler()
         spies = {}
         if opts.profile:
             spies = await start_profiles(roles, opts.seconds, out, find_py_spy())
@@ -515,10 +516,13 @@ def _drive(
         try:
             # the window opens at t0: the first planned send
             await asyncio.wait([lanes_done], timeout=max(0.0, (t0 - time.monotonic_ns()) / 1e9))
-            win.cpu_before = sample_cpu()
+            sampler.begin()
             cpu0 = time.process_time()
+            while not lanes_done.done():
+                await asyncio.wait([lanes_done], timeout=1.0)
+                sampler.tick()
             await lanes_done
-            win.cpu_after = sample_cpu()
+            win.cpu_before, win.cpu_after = sampler.end()
         finally:
             stop_load.set()
             if not lanes_done.done():

@@ -20,6 +20,7 @@ from raydex.observability.loadtest.ledger import (
     UNATTRIBUTED,
     CpuSample,
     ProcInfo,
+    WindowSampler,
     build_ledger,
     classify_ray,
     format_ledger,
@@ -244,3 +245,22 @@ def test_every_process_gets_the_role_its_place_in_the_tree_gives_it() -> None:
     table = "\n".join(format_ledger(led.as_json()))
     assert "| sequencer |" in table and "**total (machine busy)**" in table
     assert led.us_per_tx()["total"] == pytest.approx(120 / CLK_TCK * 1e6 / 100)
+
+
+def test_the_window_sampler_keeps_the_cpu_of_processes_that_exit_inside_the_window() -> None:
+    sampler = WindowSampler()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        sampler.begin()
+        burned = burn(parent)
+        sampler.tick()  # the child is alive (waiting for EOF) and has burned
+    finally:
+        assert parent.stdin is not None
+        parent.stdin.close()
+        parent.wait(timeout=60)
+    before, after = sampler.end()
+    assert parent.pid in after.procs  # gone, but remembered
+    led = build_ledger(before, after, {parent.pid: "parent role"}, 1)
+    assert led.by_role["parent role"] >= burned - 2 * TICK

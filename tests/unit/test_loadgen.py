@@ -92,6 +92,18 @@ def test_latency_counts_from_the_planned_time_not_from_the_late_send() -> None:
     assert len(rec.per_second) == 2 and rec.per_second[1].total == 1
 
 
+def test_answers_are_binned_by_the_second_they_were_answered_not_the_one_planned() -> None:
+    """A backlog answered late shows up in the seconds it was answered: three txs planned in
+    second 0, answered in seconds 0, 2 and 2 (the old report counted all three in second 0)."""
+    rec = Recorder()
+    t0, s = 5_000_000_000, 1_000_000_000
+    rec.finished(t0, t0 + s // 10, t0, ("A",), (200,))
+    rec.finished(t0 + s // 2, t0 + 2 * s + 1, t0, ("B", "C"), (200, int(ResultCode.INVALID_NONCE)))
+    assert [h.total for h in rec.per_second] == [1, 0, 2]
+    assert rec.ok_per_second == [1, 0, 1]
+    assert rec.per_second[2].max >= 1_500_000_000  # their latency still counts from the plan
+
+
 def test_errors_split_into_intended_and_real() -> None:
     rec = Recorder()
     nonce, not_active = int(ResultCode.INVALID_NONCE), int(ResultCode.NOT_ACTIVE_LIMIT_ORDER)
