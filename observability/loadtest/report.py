@@ -36,6 +36,7 @@ __all__ = [
     "TARGETS",
     "GroupData",
     "build_report",
+    "draw_ledger",
     "hist_from",
     "pct_diff",
     "render_markdown",
@@ -564,18 +565,14 @@ def write_plots(groups: Sequence[GroupData], report: Mapping[str, Any], out: Pat
 CPU_BUDGET_US = 400.0
 
 
-def write_ledger_plot(bars: Sequence[tuple[str, Mapping[str, float]]], path: Path) -> Path:
-    """Stacked bars of µs of CPU per committed tx by role (one bar per ``(label, us_per_tx)``),
-    with the 400 µs budget line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+def draw_ledger(ax: Any, bars: Sequence[tuple[str, Mapping[str, float]]]) -> None:
+    """Stacked bars of µs of CPU per committed tx by role on ``ax`` (one bar per ``(label,
+    us_per_tx)``), each topped by its total, with the 400 µs budget line."""
     import matplotlib.pyplot as plt
 
     roles: list[str] = []
     for _, led in bars:
         roles += [r for r in led if r != "total" and r not in roles]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(bars) + 4), 5))
     cmap = plt.get_cmap("tab20")
     bottoms = [0.0] * len(bars)
     labels = [label for label, _ in bars]
@@ -589,6 +586,17 @@ def write_ledger_plot(bars: Sequence[tuple[str, Mapping[str, float]]], path: Pat
     ax.set(title="CPU per committed tx by role", ylabel="µs of CPU per tx")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.grid(alpha=0.3, axis="y")
+
+
+def write_ledger_plot(bars: Sequence[tuple[str, Mapping[str, float]]], path: Path) -> Path:
+    """``draw_ledger`` as its own PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(bars) + 4), 5))
+    draw_ledger(ax, bars)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

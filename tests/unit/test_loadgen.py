@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import sys
 import time
 import urllib.parse
 from pathlib import Path
@@ -39,6 +40,7 @@ from raydex.observability.loadtest.run import (
     OptionError,
     build_spec,
     check_options,
+    find_py_spy,
     parse_ab,
 )
 
@@ -287,3 +289,18 @@ def test_the_cli_exits_2_with_the_reason_on_a_bad_ab(capsys: pytest.CaptureFixtu
 
     assert main(["loadtest", "--ab", "a=pin:maybe,b=pin:off"]) == 2
     assert "pin must be on or off, got 'maybe'" in capsys.readouterr().err
+
+
+def test_profile_without_py_spy_is_refused_with_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(OptionError, match=r"pip install 'raydex\[profile\]'"):
+        check_options(LoadtestOptions(profile=True))
+    check_options(LoadtestOptions(profile=False))  # nothing to find without --profile
+
+
+def test_profile_finds_py_spy_where_it_is_installed(tmp_path: Path) -> None:
+    exe = Path(find_py_spy())
+    assert exe.name == "py-spy" and exe.exists()
