@@ -17,7 +17,14 @@ never *reply - actual send*, so when the generator or the server falls behind th
 a lane keeps its accounts' txs in order: a WS lane sends on one connection (the replica handles a
 connection's messages in order), a REST lane sends an account's next request only after that
 account's previous one was answered, on the same keep-alive connection, hence to the same replica
-(other accounts' requests overlap freely, up to ``rest_connections`` per lane).
+(other accounts' requests overlap freely, up to ``rest_connections`` per lane). A WS lane keeps
+at most the replica's ``ws_max_inflight_txs`` txs unanswered (beyond, the replica would refuse).
+
+**After a rejection** (``NonceKeeper``): a rejection that did not consume its nonce makes the
+account's later planned nonces wrong; like lighter-sdk's nonce manager, the generator then asks
+the server (``nextNonce``) once the account's txs in flight are answered, and re-signs the
+account's later txs with the server's nonce. Errors are counted by cause: intended by the
+workload, root, or follow-on (an INVALID_NONCE pipelined behind an earlier rejection).
 
 **Workload** (``plan_load``): market makers quote around a moving mid (a ~3 bp/s random walk, a
 4% drop halfway) and re-quote (cancel + create as one batch, or modify); takers cross with IOC
@@ -30,7 +37,8 @@ modify of an order already filled, IOC without liquidity) are counted apart from
 **Cost.** Planning signs and encodes every tx (~170 µs each on this VM, before the window). In
 the window the generator does per tx: a timer check, one pre-encoded write, one reply parse
 (msgspec) and one histogram record; coroutines: one per lane, one per in-flight REST request, one
-per WS reader and per order_book watcher. REST lanes reuse keep-alive connections.
+per WS reader and per order_book watcher. REST lanes reuse keep-alive connections. After a
+rejection: one GET per episode and ~100 µs of signing per re-signed tx.
 """
 
 from __future__ import annotations
