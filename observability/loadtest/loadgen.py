@@ -205,6 +205,9 @@ class Recorder:
         #: nonce re-syncs from the server (nextNonce) and txs re-signed after them
         self.resyncs = 0
         self.resigned = 0
+        #: INVALID_NONCE from the engine (the replica's dry-run had passed the tx: its pending
+        #: nonces had run ahead of what the sequencer received)
+        self.nonce_at_engine = 0
 
     def sent_at(self, planned_ns: int, actual_ns: int, n: int) -> None:
         self.send_lag.record(max(0, actual_ns - planned_ns))
@@ -238,8 +241,11 @@ class Recorder:
             self.codes[code] += 1
             if code == _OK:
                 self.ok_per_second[sec] += 1
-            elif follow_on and code == _INVALID_NONCE:
-                self.follow_on[code] += 1
+            elif code == _INVALID_NONCE:
+                if follow_on:
+                    self.follow_on[code] += 1
+                if committed:
+                    self.nonce_at_engine += 1
         self.done += len(types)
         self.committed += committed
 

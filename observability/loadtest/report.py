@@ -107,6 +107,7 @@ def _group_report(g: GroupData) -> dict[str, Any]:
         "errors_by_cause": rec.errors_by_cause(),
         "committed_txs": rec.committed,
         "nonce_resyncs": rec.resyncs,
+        "invalid_nonce_at_engine": rec.nonce_at_engine,
         "resigned_txs": rec.resigned,
         "error_rate_pct": round(100.0 * n_real / rec.done, 3) if rec.done else 0.0,
         "requests_by_path": dict(rec.by_path),
@@ -145,6 +146,7 @@ def _merged(groups: Sequence[GroupData]) -> dict[str, Any]:
         rec.committed += r.committed
         rec.resyncs += r.resyncs
         rec.resigned += r.resigned
+        rec.nonce_at_engine += r.nonce_at_engine
         books.engine.merge(g.books.engine)
         books.replica.merge(g.books.replica)
         books.updates += g.books.updates
@@ -383,6 +385,8 @@ def render_markdown(r: Mapping[str, Any]) -> str:
               f"  - by cause: root {causes.get('root') or 'none'}; follow-on (an INVALID_NONCE "
               f"of a tx sent before its account's earlier rejection was known) "
               f"{causes.get('follow_on') or 'none'}",
+              f"- INVALID_NONCE answered by the engine (the replica's dry-run had passed the tx):"
+              f" {r.get('invalid_nonce_at_engine', 0)}",
               f"- nonce re-syncs from the server after a rejection: {r.get('nonce_resyncs', 0)}; "
               f"txs re-signed after them: {r.get('resigned_txs', 0)}",
               f"- provoked by the workload (cancel/modify of filled orders, IOC without liquidity,"

@@ -225,3 +225,56 @@ def test_a_websocket_tx_refused_for_too_many_in_flight_is_answered_with_its_id()
     refused = [r for r in replies if r.get("code") == int(ResultCode.TOO_MANY_PENDING_TXS)]
     assert len(refused) == 1
     assert refused[0].get("id") == 2 and refused[0].get("type") == "jsonapi/sendtx"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="server side (issue 9, owned by the replica): actors/replica/service.py, "
+    "MicroBatcher.enqueue drops a queued tx whose deadline passed before it was sent (21822 'not "
+    "sent'; _Api.send_txs in app.py then forget_sent()s its nonce) but MicroBatcher._run still "
+    "sends the same key's later txs queued behind it, whose nonces the dry-run had accepted "
+    "counting the dropped one as pending: the engine answers INVALID_NONCE for each, and the "
+    "replica's next_nonce (max pending + 1) keeps accepting txs beyond the hole",
+)
+def test_a_tx_queued_behind_a_dropped_tx_of_the_same_key_is_not_sent() -> None:
+    """A sequencer stalled on one batch (real gRPC data plane): tx 1 of the account times out
+    in the queue and is dropped unsent; tx 2, queued behind it with a later deadline, must not
+    reach the sequencer (its nonce can no longer be valid there)."""
+    from raydex.actors.replica.service import MicroBatcher
+    from raydex.actors.transport import BlockHub, GrpcDataPlaneServer, GrpcTxChannel
+    from raydex.codecs import decode_batch, encode_outcomes, tx_hash
+
+    t = Trader(1)
+
+    async def main() -> list[int]:
+        release = asyncio.Event()
+        handled: list[int] = []
+
+        async def stalled_sequencer(frame: bytes) -> bytes:
+            await release.wait()
+            txs = decode_batch(frame)
+            handled.extend(tx.nonce for tx in txs)
+            return encode_outcomes([(tx_hash(tx), 200, 0, 1) for tx in txs])
+
+        server = GrpcDataPlaneServer(BlockHub(), stalled_sequencer)
+        port = await server.start()
+        channel = GrpcTxChannel(f"127.0.0.1:{port}")
+        batcher = MicroBatcher(channel, max_batch_txs=1)
+        loop = asyncio.get_running_loop()
+        try:
+            a, b, c = (t.order(300_000, 1, 1) for _ in range(3))
+            first = loop.create_task(batcher.enqueue([a], loop.time() + 30))  # sent, stalls
+            second = loop.create_task(batcher.enqueue([b], loop.time() + 0.2))  # will drop
+            third = loop.create_task(batcher.enqueue([c], loop.time() + 30))
+            with pytest.raises(Exception, match="not sent"):
+                await second
+            release.set()
+            await first
+            await asyncio.gather(third, return_exceptions=True)
+        finally:
+            await channel.close()
+            await server.stop()
+        return handled
+
+    handled = run(main())
+    assert handled == [0]  # today [0, 2]: nonce 2 is sent after nonce 1 was dropped
