@@ -14,9 +14,9 @@ points that starts at the first one: past it the stack no longer absorbs the loa
 queue grows, latency explodes, or errors appear). ``None`` when even the first rate is past it.
 The sweep's capacity is the highest achieved rate of any point.
 
-Each point is an isolated loadtest (its own embedded Ray, deployment and signing); a sweep of N
-rates of S seconds costs N x (boot ~10 s + signing ~170 µs/tx + S + drain). Run on a quiet
-machine: the points are compared with each other.
+Each point is an isolated loadtest in a child process (its own embedded Ray, deployment and
+signing); a sweep of N rates of S seconds costs N x (boot ~10 s + signing ~170 µs/tx + S +
+drain). Run on a quiet machine: the points are compared with each other.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
     "SweepPoint",
     "find_knee",
     "knee_sentence",
+    "loadtest_argv",
     "parse_rates",
     "point_of",
     "render_sweep",
@@ -269,21 +270,52 @@ def run_sweep(
     return doc
 
 
+def loadtest_argv(opts: Any) -> list[str]:
+    """``raydex loadtest`` arguments that reproduce ``opts`` (a ``LoadtestOptions``, no A/B)."""
+    argv = ["loadtest", "--tps", f"{opts.tps:g}", "--seconds", f"{opts.seconds:g}",
+            "--accounts", str(opts.accounts), "--markets", str(opts.markets),
+            "--replicas", str(opts.replicas), "--clients", str(opts.clients),
+            "--spec", opts.spec_path, "--sample-every", str(opts.sample_every),
+            "--seed", str(opts.seed)]  # fmt: skip
+    for flag, value in (("--out", opts.out_dir), ("--json-out", opts.json_out),
+                        ("--address", opts.address)):  # fmt: skip
+        if value is not None:
+            argv += [flag, str(value)]
+    for flag, on in (("--quiet", opts.quiet), ("--profile", opts.profile),
+                     ("--no-resync", not opts.resync)):  # fmt: skip
+        if on:
+            argv.append(flag)
+    return argv
+
+
 def sweep(opts: Any, rates: Sequence[float]) -> dict[str, Any]:
-    """``raydex loadtest --sweep``: ``opts`` (a ``LoadtestOptions``) at every rate of ``rates``;
-    the points' reports go to ``<out>/tps-<rate>/``, the sweep's files to ``<out>``."""
+    """``raydex loadtest --sweep``: ``opts`` (a ``LoadtestOptions``) at every rate of ``rates``,
+    each point a ``raydex loadtest`` in a child process (its own embedded Ray: a second
+    ``ray.init`` in one process after a shutdown is not reliable); the points' reports go to
+    ``<out>/tps-<rate>/``, the sweep's files to ``<out>``."""
+    import subprocess
     import sys
 
-    from .run import OptionError, check_options, run
+    from .run import OptionError, check_options
 
     if opts.ab is not None:
         raise OptionError("--sweep and --ab do not combine (sweep one configuration at a time)")
     for rate in rates:
         check_options(dataclasses.replace(opts, tps=rate))
     out = Path(opts.out_dir or f"loadtest-out/sweep-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    entry = "import sys; from raydex.cluster.cli import main; sys.exit(main(sys.argv[1:]))"
 
     def one(rate: float, folder: Path) -> Mapping[str, Any]:
-        return run(dataclasses.replace(opts, tps=rate, out_dir=str(folder), json_out=None))
+        point = dataclasses.replace(
+            opts, tps=rate, out_dir=str(folder), json_out=str(folder / "report.json")
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", entry, *loadtest_argv(point)], stdout=subprocess.DEVNULL
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"the loadtest at {rate:g} tx/s failed (exit {done.returncode})")
+        loaded: dict[str, Any] = json.loads((folder / "report.json").read_text())
+        return loaded
 
     def say(text: str) -> None:
         if not opts.quiet:

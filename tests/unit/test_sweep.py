@@ -14,6 +14,7 @@ import pytest
 from raydex.observability.loadtest.sweep import (
     SweepPoint,
     find_knee,
+    loadtest_argv,
     parse_rates,
     point_of,
     run_sweep,
@@ -121,3 +122,23 @@ def test_the_cli_refuses_a_bad_sweep_with_exit_2(capsys: pytest.CaptureFixture[s
     assert "is not a number" in capsys.readouterr().err
     assert main(["loadtest", "--sweep", "1000,2000", "--ab", "a=pin:on,b=pin:off"]) == 2
     assert "--sweep and --ab do not combine" in capsys.readouterr().err
+
+
+def test_each_point_is_the_same_loadtest_command_at_its_own_rate(tmp_path: Path) -> None:
+    from raydex.cluster.cli.commands import build_parser
+    from raydex.observability.loadtest.run import LoadtestOptions
+
+    opts = LoadtestOptions(
+        tps=1500, seconds=10, accounts=40, replicas=1, clients=2, out_dir=str(tmp_path),
+        profile=True, resync=False, quiet=True,
+    )  # fmt: skip
+    args = build_parser().parse_args(loadtest_argv(opts))
+    assert (args.tps, args.seconds, args.accounts, args.replicas, args.clients) == (
+        1500,
+        10,
+        40,
+        1,
+        2,
+    )
+    assert args.profile and args.no_resync and args.quiet and args.out == str(tmp_path)
+    assert args.sweep is None and args.ab is None
