@@ -201,11 +201,23 @@ def _resolve_address(address: str | None) -> str | None:
     return None
 
 
+def job_metadata(**facts: str) -> dict[str, str]:
+    """What Ray's Jobs page shows of this driver (its metadata; ``job_name`` is the key Ray's own
+    job supervisor uses): the raydex command it ran, e.g. ``raydex deploy raydex.yaml``. Ray marks
+    every driver job SUCCEEDED once the driver disconnects, whatever its exit status (only jobs
+    submitted through the Jobs API can show FAILED), so the command's outcome is its exit status and
+    output, not this row."""
+    args = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))
+    return {"job_name": args or "raydex", "raydex_command": args, **facts}
+
+
 def _connect(address: str | None) -> Any:
     import ray
+    from ray.job_config import JobConfig
 
     try:
-        return ray.init(address=address or "auto", log_to_driver=False)
+        return ray.init(address=address or "auto", log_to_driver=False,
+                        job_config=JobConfig(metadata=job_metadata()))  # fmt: skip
     except ConnectionError:
         if "RAY_AUTH_MODE" not in os.environ:
             print(
