@@ -115,6 +115,8 @@ class ReplicaConfig:
     #: the replica group (a metrics label; A/B runs compare groups); "" = from ``name`` when it
     #: follows deploy's ``raydex-replica-<group>-<i>``, else "replica"
     group: str = ""
+    #: the deployment's data-plane secret (``raydex deploy``; never in raydex.yaml)
+    data_plane_secret: str = field(default="", repr=False)
 
 
 class _Pending:
@@ -205,6 +207,15 @@ class MicroBatcher:
                             )
                         )
                 continue
+            if len(outcomes) != len(txs):  # refused whole (undecodable, over the sequencer's cap)
+                code = outcomes[0].code if outcomes else int(ResultCode.SEQUENCER_UNAVAILABLE)
+                log.error("the sequencer refused a batch of %d txs whole: %d", len(txs), code)
+                for item in batch:
+                    if not item.fut.done():
+                        item.fut.set_exception(
+                            ApiError(code, f"the sequencer refused the batch ({code})", 503)
+                        )
+                continue
             self.batches += 1
             self.txs += len(txs)
             at = 0
@@ -237,9 +248,10 @@ class ReplicaService:
         self.fanout = Fanout(self.state, config.api)
         #: what the app's handlers count (cache hits/fallbacks, dry-run time)
         self.counters = ApiCounters()
-        self.channel = channel or GrpcTxChannel(config.sequencer_target)
+        secret = config.data_plane_secret
+        self.channel = channel or GrpcTxChannel(config.sequencer_target, secret=secret)
         self.batcher = MicroBatcher(self.channel, config.max_batch_txs)
-        self.source = GrpcBlockSource(config.sequencer_target, name=config.name)
+        self.source = GrpcBlockSource(config.sequencer_target, name=config.name, secret=secret)
         self.app: web.Application | None = None
         self.runner: web.AppRunner | None = None
         #: the shared (SO_REUSEPORT) port; its site is open only while caught up

@@ -41,6 +41,7 @@ from .core import (
     EndReason,
     Frame,
     HubStats,
+    NotAMember,
     ResyncRequired,
     Subscription,
     TransportError,
@@ -48,8 +49,10 @@ from .core import (
     TxChannel,
     TxHandler,
     TxStreamBroken,
+    new_secret,
 )
 from .grpc_plane import (
+    AUTH_KEY,
     BLOCKS_METHOD,
     SERVICE,
     TXS_METHOD,
@@ -65,6 +68,7 @@ from .ray_plane import (
 )
 
 __all__ = [
+    "AUTH_KEY",
     "BLOCKS_METHOD",
     "SERVICE",
     "TXS_METHOD",
@@ -78,6 +82,7 @@ __all__ = [
     "GrpcDataPlaneServer",
     "GrpcTxChannel",
     "HubStats",
+    "NotAMember",
     "OpenReply",
     "RayBlockFanout",
     "RayBlockSource",
@@ -89,4 +94,5 @@ __all__ = [
     "TxChannel",
     "TxHandler",
     "TxStreamBroken",
+    "new_secret",
 ]

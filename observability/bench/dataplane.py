@@ -72,10 +72,10 @@ def _pcts(xs: list[float]) -> dict[str, float]:
     }
 
 
-def _flood_batch(victim: Trader) -> bytes:
+def _flood_batch(victim: Trader, n: int) -> bytes:
     wrong_seed, _ = generate_key()
     txs = []
-    for i in range(FLOOD_TXS):
+    for i in range(n):
         tx = victim.order(290_000 - i % 500, 1, 0)
         txs.append(sign_tx(tx, wrong_seed))
     frame: bytes = encode_batch(txs)
@@ -134,10 +134,10 @@ async def _measure(target: str, honest: Trader, flood: bytes, auth: dict[str, An
     }
 
 
-def run(json_out: bool = False) -> dict[str, Any]:
+def run(json_out: bool = False, flood_txs: int = FLOOD_TXS) -> dict[str, Any]:
     honest, victim = Trader(1), Trader(2)
     setup = [eth_market(), *honest.setup(10**12), *victim.setup(10**12)]
-    flood = _flood_batch(victim)
+    flood = _flood_batch(victim, flood_txs)
     secret_kw: dict[str, Any] = {}
     fields = {f.name for f in dataclasses.fields(SequencerConfig)}
     if "data_plane_secret" in fields:
@@ -163,7 +163,7 @@ def run(json_out: bool = False) -> dict[str, Any]:
             child.kill()
             child.join(5)
     report["flood_streams"] = FLOOD_STREAMS
-    report["flood_txs_per_batch"] = FLOOD_TXS
+    report["flood_txs_per_batch"] = flood_txs
     if json_out:
         print(json.dumps(report))
     else:
@@ -175,8 +175,9 @@ def run(json_out: bool = False) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--flood-txs", type=int, default=FLOOD_TXS, help="txs per flood batch")
     args = p.parse_args(argv)
-    run(json_out=args.json)
+    run(json_out=args.json, flood_txs=args.flood_txs)
 
 
 if __name__ == "__main__":
