@@ -51,6 +51,7 @@ waits behind at most one batch); the port and deadline knobs are in ``ApiConfig`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import logging
 import os
@@ -88,7 +89,7 @@ from ..transport import (
     TransportUnavailable,
     TxChannel,
 )
-from .app import ApiError, CommitmentSource, OutcomePending, build_app
+from .app import LIMITS, ApiError, CommitmentSource, OutcomePending, build_app
 from .config import ApiConfig
 from .fanout import Fanout
 from .hooks import ReplicaHooks
@@ -560,6 +561,7 @@ class ReplicaService:
             "batched_txs": self.batcher.txs,
             "timeouts": {"sequencer": self.batcher.timeouts, "apply": self.apply_timeouts},
             "reconnects": self.source.reconnects,
+            "limits": dataclasses.asdict(self.app[LIMITS].stats()) if self.app else {},
             "ws": {
                 "connections": fan.connections,
                 "conflations": fan.conflations,

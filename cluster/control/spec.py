@@ -368,6 +368,9 @@ _API_POSITIVE = (
     "ws_send_buffer_bytes",
     "ws_close_timeout_s",
     "max_list_limit",
+    "ws_max_connections_per_ip",
+    "rate_limit_max_keys",
+    "rejection_cache_size",
 )
 
 
