@@ -80,7 +80,7 @@ from raydex.codecs import (
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import ApiCounters, Recorder
 
-from ..runtime import ActorRuntime
+from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal
 from ..transport import (
     GrpcBlockSource,
     GrpcTxChannel,
@@ -96,6 +96,9 @@ from .hooks import ReplicaHooks
 from .state import GapError, ReplicaState
 
 log = logging.getLogger(__name__)
+
+#: quiet time (no block applied) after which ``status`` recomputes the state hash (s)
+HASH_QUIET_S = 0.1
 
 #: ``() -> (seq, height, {table name: pa.Table})``: the newest snapshot
 FetchSnapshot = Callable[[], Awaitable[tuple[int, int, dict[str, pa.Table]]]]
@@ -237,6 +240,7 @@ class ReplicaService:
         channel: TxChannel | None = None,
         commitments: CommitmentSource | None = None,
         hooks: ReplicaHooks | None = None,
+        on_fatal: Callable[[str], None] = log_fatal,
     ) -> None:
         self.config = config
         self.commitments = commitments
@@ -264,8 +268,12 @@ class ReplicaService:
         #: event-loop time the block stream was last (re)opened, None while it is not open (a
         #: stream that has stayed open a check interval has not told us we are behind)
         self._stream_since: float | None = None
-        self._apply_task: asyncio.Task[None] | None = None
-        self._port_task: asyncio.Task[None] | None = None
+        #: apply-loop runs so far (a run after the first follows a failure: it resyncs first)
+        self._apply_runs = 0
+        #: event-loop time the last block was applied; the state hash in ``status`` (see there)
+        self._applied_at = 0.0
+        self._hash = ""
+        self._hash_seq = -1
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._waiter_id = 0
         self.boots = 0
@@ -300,6 +308,9 @@ class ReplicaService:
         m.gauge("raydex_ws_queue_depth_messages", lambda: fan.stats().max_queue_depth)
         m.counter_fn("raydex_ws_conflations_total", lambda: fan.conflations)
         m.counter_fn("raydex_ws_slow_disconnects_total", lambda: fan.disconnects)
+        #: the apply loop and the port loop; a failure is logged, counted
+        #: (``raydex_loop_restarts_total{loop}``) and the loop restarted; too many exit the actor
+        self.supervisor = Supervisor(m, on_fatal)
 
     def lag(self) -> int:
         """Blocks between the newest seq known to exist and the one applied here."""
@@ -337,8 +348,7 @@ class ReplicaService:
         """Boot from the snapshot and catch up, start the apply loop, open the direct port, and
         join the shared port once caught up (at once if the boot left it within the lag)."""
         await self._boot()
-        loop = asyncio.get_running_loop()
-        self._apply_task = loop.create_task(self._apply_loop())
+        self.supervisor.start("apply", self._apply_loop)
         self.app = build_app(
             self.state,
             self.execute_txs,
@@ -359,14 +369,11 @@ class ReplicaService:
         # next seq (the publisher's ring moved past a stale snapshot) has told us so by then.
         await asyncio.sleep(self.config.api.port_check_interval_s)
         await self._update_port()
-        self._port_task = loop.create_task(self._port_loop())
+        self.supervisor.start("port", self._port_loop)
         return self.port
 
     async def stop(self) -> None:
-        for task in (self._port_task, self._apply_task):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        await self.supervisor.stop()
         if self.runner is not None:
             await self.runner.cleanup()
         self._shared = None
@@ -451,6 +458,7 @@ class ReplicaService:
         t3 = time.perf_counter_ns()
         self.apply_time.record(t3 - t0)
         self.blocks_applied += 1
+        self._applied_at = asyncio.get_running_loop().time()
         seq = self.state.seq
         waiters = self._waiters
         while waiters and waiters[0][0] <= seq:
@@ -461,7 +469,25 @@ class ReplicaService:
         if probe is not None:
             probe.on_apply(block, applied, t1 - t0, t2 - t1, t3 - t2)
 
+    async def _resync(self) -> None:
+        """Rebuild the caches from the newest snapshot and catch up (after a failed apply: a
+        block may have been applied half-way, so the caches cannot be trusted)."""
+        self._stream_since = None
+        seq, height, tables = await self.fetch_snapshot()
+        fresh = ReplicaState.from_records(tables_to_records(tables), seq, height, self.verifier)
+        self.state.reload(fresh)
+        self.resyncs += 1
+        await self._catch_up()
+        log.warning("replica %s: resynced from the snapshot at seq %d; now at seq %d",
+                    self.config.name, seq, self.state.seq)  # fmt: skip
+
     async def _apply_loop(self) -> None:
+        """Follow the block stream (supervised: an unexpected exception is logged and counted by
+        the supervisor, which runs this again; a run after the first resyncs from a snapshot,
+        since ``apply_block`` is not atomic)."""
+        self._apply_runs += 1
+        if self._apply_runs > 1:
+            await self._resync()
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -537,9 +563,28 @@ class ReplicaService:
 
     # ---- control plane --------------------------------------------------------------------------
 
+    def state_hash(self) -> dict[str, Any]:
+        """The caches' current state hash and its seq: O(state), on the event loop (for tests
+        and operators; ``status`` is cheap)."""
+        self._hash, self._hash_seq = self.state.state_hash().hex(), self.state.seq
+        return {"seq": self._hash_seq, "state_hash": self._hash}
+
+    def _status_hash(self) -> tuple[str, int]:
+        """The state hash ``status`` reports, with the seq it is for (``state_hash_seq``): kept
+        from the last computation, and computed again only once the replica has been quiet
+        (no block applied) for ``HASH_QUIET_S``. Under load a status call therefore costs O(1)
+        (the hash is O(state): tens of ms with 10k accounts) and may name an older seq; a quiet
+        replica reports the hash of its current seq, once per seq."""
+        st = self.state
+        quiet = asyncio.get_running_loop().time() - self._applied_at >= HASH_QUIET_S
+        if self._hash_seq != st.seq and quiet:
+            self.state_hash()
+        return self._hash, self._hash_seq
+
     def status(self) -> dict[str, Any]:
         st = self.state
         fan = self.fanout.stats()
+        state_hash, state_hash_seq = self._status_hash()
         return {
             "name": self.config.name,
             "pid": os.getpid(),
@@ -551,7 +596,9 @@ class ReplicaService:
             "seq": st.seq,
             "seen_seq": self.seen_seq,
             "height": st.height,
-            "state_hash": st.state_hash().hex(),
+            "state_hash": state_hash,
+            "state_hash_seq": state_hash_seq,
+            "loop_restarts": {n: self.supervisor.restarts(n) for n in ("apply", "port")},
             "boots": self.boots,
             "resyncs": self.resyncs,
             "catch_ups": self.catch_ups,
@@ -667,6 +714,7 @@ class ReplicaActor:
             self._fetch_blocks,
             commitments=self if self.committer_name else None,
             hooks=self.hooks(),
+            on_fatal=exit_process,
         )
         port = await self.service.start()
         self.runtime.after_boot(self.service.metrics)
@@ -681,6 +729,12 @@ class ReplicaActor:
         if self.service is None:
             return {"name": self.config.name, "booting": True}
         return {**self.service.status(), **self.runtime.status()}
+
+    async def state_hash(self) -> dict[str, Any]:
+        """The current state hash (O(state), on the replica's loop; ``status`` is cheap)."""
+        await self._started
+        assert self.service is not None
+        return self.service.state_hash()
 
     async def drain(self) -> None:
         """Before removal: close the port (the host's other replicas keep serving it), tell WS

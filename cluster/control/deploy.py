@@ -420,13 +420,16 @@ def down(namespace: str = NAMESPACE) -> list[str]:
 
 
 def wait_ready(namespace: str = NAMESPACE, timeout_s: float = 60.0) -> dict[str, Any]:
-    """Poll ``status`` until every replica reports the sequencer's seq or newer (bounded)."""
+    """Poll ``status`` until every replica reports the sequencer's seq or newer, and the state
+    hash of its seq (a replica computes it once quiet: ``ReplicaService.status``) (bounded)."""
     deadline = time.monotonic() + timeout_s
     while True:
         st = status(namespace)
         seq = st.get(SEQUENCER, {}).get("seq", 0)
         reps = [v for k, v in st.items() if k.startswith(REPLICA_PREFIX)]
-        if reps and all(r.get("seq", -1) >= seq for r in reps):
+        if reps and all(
+            r.get("seq", -1) >= seq and r.get("state_hash_seq") == r.get("seq") for r in reps
+        ):
             return st
         if time.monotonic() > deadline:
             raise TimeoutError(f"replicas not caught up after {timeout_s}s: {st}")

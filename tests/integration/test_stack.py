@@ -103,8 +103,11 @@ def replicas_at(ex: Exchange, seq: int, count: int) -> dict[str, Any] | None:
 
 
 def replicas_at_one_seq(ex: Exchange) -> dict[str, Any] | None:
+    """Every replica at one seq, each reporting the state hash of that seq (``status`` hashes
+    once a replica is quiet)."""
     reps = ex.replicas()
-    return reps if len({v.get("seq") for v in reps.values()}) == 1 else None
+    hashed = all(v.get("state_hash_seq") == v.get("seq") for v in reps.values())
+    return reps if hashed and len({v.get("seq") for v in reps.values()}) == 1 else None
 
 
 def until(cond: Any, what: str, seconds: float = WAIT) -> Any:
