@@ -274,6 +274,8 @@ class ReplicaService:
         self._applied_at = 0.0
         self._hash = ""
         self._hash_seq = -1
+        #: quiet time after which ``status`` hashes again (s); see ``_status_hash``
+        self.hash_quiet_s = HASH_QUIET_S
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._waiter_id = 0
         self.boots = 0
@@ -572,11 +574,11 @@ class ReplicaService:
     def _status_hash(self) -> tuple[str, int]:
         """The state hash ``status`` reports, with the seq it is for (``state_hash_seq``): kept
         from the last computation, and computed again only once the replica has been quiet
-        (no block applied) for ``HASH_QUIET_S``. Under load a status call therefore costs O(1)
+        (no block applied) for ``hash_quiet_s``. Under load a status call therefore costs O(1)
         (the hash is O(state): tens of ms with 10k accounts) and may name an older seq; a quiet
         replica reports the hash of its current seq, once per seq."""
         st = self.state
-        quiet = asyncio.get_running_loop().time() - self._applied_at >= HASH_QUIET_S
+        quiet = asyncio.get_running_loop().time() - self._applied_at >= self.hash_quiet_s
         if self._hash_seq != st.seq and quiet:
             self.state_hash()
         return self._hash, self._hash_seq

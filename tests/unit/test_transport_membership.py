@@ -175,7 +175,9 @@ def test_batches_beyond_the_in_flight_bounds_wait_unread_and_all_are_answered() 
             a = GrpcTxChannel(server.address, secret=SECRET)
             b = GrpcTxChannel(server.address, secret=SECRET)
             sent = [asyncio.ensure_future(ch.submit(b"%d" % i)) for i in range(6) for ch in (a, b)]
-            await asyncio.sleep(0.3)
+            while running < 3:  # bounded by run()'s timeout
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)  # room for a fourth to start, were the bound not kept
             assert running == 3  # the server-wide bound; each stream holds at most 2
             gate.set()
             got = await asyncio.gather(*sent)
