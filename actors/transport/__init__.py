@@ -28,7 +28,12 @@ from a snapshot, then subscribes again. The publisher never blocks on a subscrib
 
 Tx batches are delivered at most once; a broken stream fails in-flight batches with
 :class:`TxStreamBroken` and the caller learns their outcome from the blocks. How many batches a
-replica keeps in flight is its own policy.
+replica keeps in flight is its own policy; the gRPC server bounds it anyway (per stream and in
+total) and caps a batch frame's size.
+
+Membership: a gRPC server with the deployment's secret (``new_secret``, made by ``raydex deploy``)
+serves only calls that carry it (``AUTH_KEY`` metadata); a client with a wrong one gets
+:class:`NotAMember`. Ray-call transports are authenticated by Ray itself (cluster membership).
 """
 
 from __future__ import annotations
