@@ -134,7 +134,9 @@ async def _measure(target: str, honest: Trader, flood: bytes, auth: dict[str, An
     }
 
 
-def run(json_out: bool = False, flood_txs: int = FLOOD_TXS) -> dict[str, Any]:
+def run(
+    json_out: bool = False, flood_txs: int = FLOOD_TXS, slice_ms: float | None = None
+) -> dict[str, Any]:
     honest, victim = Trader(1), Trader(2)
     setup = [eth_market(), *honest.setup(10**12), *victim.setup(10**12)]
     flood = _flood_batch(victim, flood_txs)
@@ -145,6 +147,8 @@ def run(json_out: bool = False, flood_txs: int = FLOOD_TXS) -> dict[str, Any]:
 
         secret = secrets.token_hex(32)
         secret_kw = {"data_plane_secret": secret}
+    if slice_ms is not None:
+        secret_kw["verify_slice_ms"] = slice_ms
     with tempfile.TemporaryDirectory(prefix="raydex-bench-dp-") as tmp:
         cfg = SequencerConfig(
             wal_dir=str(Path(tmp) / "wal"), snapshot_dir=str(Path(tmp) / "snap"), **secret_kw
@@ -156,6 +160,7 @@ def run(json_out: bool = False, flood_txs: int = FLOOD_TXS) -> dict[str, Any]:
         try:
             port = ready.get(timeout=TIMEOUT_S)
             auth = {"secret": secret_kw["data_plane_secret"]} if secret_kw else {}
+            secret_kw.pop("verify_slice_ms", None)
             report: dict[str, Any] = asyncio.run(
                 asyncio.wait_for(_measure(f"127.0.0.1:{port}", honest, flood, auth), TIMEOUT_S)
             )
@@ -164,6 +169,7 @@ def run(json_out: bool = False, flood_txs: int = FLOOD_TXS) -> dict[str, Any]:
             child.join(5)
     report["flood_streams"] = FLOOD_STREAMS
     report["flood_txs_per_batch"] = flood_txs
+    report["verify_slice_ms"] = slice_ms
     if json_out:
         print(json.dumps(report))
     else:
@@ -176,8 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     p.add_argument("--json", action="store_true")
     p.add_argument("--flood-txs", type=int, default=FLOOD_TXS, help="txs per flood batch")
+    p.add_argument("--slice-ms", type=float, default=None, help="the sequencer's verify_slice_ms")
     args = p.parse_args(argv)
-    run(json_out=args.json, flood_txs=args.flood_txs)
+    run(json_out=args.json, flood_txs=args.flood_txs, slice_ms=args.slice_ms)
 
 
 if __name__ == "__main__":
