@@ -578,7 +578,10 @@ def _build(cls: type[_D], value: object, path: str, wired: Mapping[str, str] | N
             kwargs[name] = _convert(value[name], hints[name], sub, _below(wired, name))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise SpecError(sub, "required key missing")
-    obj = cls(**kwargs)
+    try:
+        obj = cls(**kwargs)
+    except (ValueError, TypeError) as exc:  # a dataclass's own check (__post_init__), named here
+        raise SpecError(path, str(exc)) from None
     problems = getattr(obj, "_problems", None)
     for key, message in problems() if problems is not None else ():
         raise SpecError(_join(path, key), message)

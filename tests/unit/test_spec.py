@@ -281,3 +281,10 @@ def test_any_mark_with_at_most_price_decimals_is_exact_in_ticks(ticks: int, deci
         .replace("size_decimals: 4", "size_decimals: 0")
     )
     assert load_spec(spec_text).markets[0].mark_price == ticks
+
+
+def test_a_value_an_embedded_config_refuses_is_a_spec_error_naming_its_place() -> None:
+    """ApiConfig checks its own values in __post_init__; that ValueError reaches the user as a
+    SpecError with the path of the block it came from, not as a bare traceback."""
+    with pytest.raises(SpecError, match=r"replica_groups\[0\].*outcome_timeout_s must be > 0"):
+        load_spec(with_change("replica_groups[0].api", {"outcome_timeout_s": 0}))
