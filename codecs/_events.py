@@ -74,6 +74,9 @@ class OrderUpdated(NamedTuple):
     time_in_force: Annotated[int, U8]
     reduce_only: Annotated[int, U8]
     status: Annotated[int, U8]
+    #: time priority (FIFO within a level; a re-entered order gets a new one): with it the
+    #: snapshot holder rebuilds the full order record from deltas alone
+    priority: Annotated[int, U64]
 
 
 @wire(EVENT, EventTag.TRADE_EXECUTED)
@@ -184,8 +187,13 @@ class PositionDeleveraged(NamedTuple):
 
 @wire(EVENT, EventTag.EXCHANGE_BALANCES_CHANGED)
 class ExchangeBalancesChanged(NamedTuple):
+    """The exchange's own ledger after the command: fees, insurance, and the running totals of
+    deposits and withdrawals (so the snapshot holder rebuilds ``ExchangeRecord`` from deltas)."""
+
     fee_pool: Annotated[int, I64]
     insurance_fund: Annotated[int, I64]
+    total_deposits: Annotated[int, I64]
+    total_withdrawals: Annotated[int, I64]
 
 
 @wire(EVENT, EventTag.TX_EXECUTED)

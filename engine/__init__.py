@@ -10,7 +10,14 @@ build, see ``setup.py``), False for the pure-Python default; both behave identic
 
 from . import _engine
 from ._bare_book import BareBook
-from ._engine import DEFAULT_ORDER_LIFETIME_MS, Engine, InvariantViolation, Result, exposure
+from ._engine import (
+    DEFAULT_ORDER_LIFETIME_MS,
+    Engine,
+    InvariantViolation,
+    Result,
+    exposure,
+    records_hash,
+)
 
 COMPILED: bool = not str(_engine.__file__).endswith((".py", ".pyc"))
 
@@ -22,4 +29,5 @@ __all__ = [
     "InvariantViolation",
     "Result",
     "exposure",
+    "records_hash",
 ]

@@ -455,8 +455,7 @@ class ReplicaState:
     def _order_event(self, ev: OrderUpdated) -> None:
         oi = ev.order_index
         if ev.status == _ACTIVE and ev.remaining_base_amount > 0:
-            old = self.orders.get(oi)
-            self._put_order(OrderRecord(*ev[:12], old.priority if old is not None else 0))
+            self._put_order(OrderRecord(*ev[:12], ev.priority))
         else:
             self._drop_order(oi)
 

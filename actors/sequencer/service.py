@@ -9,7 +9,7 @@
                                               │  or block_max_txs, close ─────┼─► Journal thread:
                                               │                               │   WAL write+fsync
     replicas, committer ◄──blocks (gRPC)──────┤  BlockHub ring    ◄── durable ┼───┘
-    snapshot holder ◄──tx log (gRPC)──────────┤  BlockHub ring                │
+    snapshot holder ◄──stamped blocks (gRPC)──┤  BlockHub ring                │
                     ──WAL range read (gRPC)──►│  read_txlog: older records    │
                                               │  from the WAL files           │
                                               │ supervised: oracle, maintenance (snapshot watch,
@@ -76,6 +76,8 @@ from raydex.codecs import (
     decode_wal_read_request,
     encode_outcomes,
     encode_wal_read_reply,
+    stamp_block,
+    wal_record_crc,
 )
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
@@ -148,7 +150,9 @@ class SequencerService:
         self.on_fatal = on_fatal
         self.producer: BlockProducer | None = None
         self.hub: BlockHub | None = None
-        #: the tx-log stream (one WAL record per block) that the snapshot holder replays
+        #: the snapshot holder's stream: each block's delta frame stamped with the crc of its WAL
+        #: record (``codecs.stamp_block``); the holder applies the deltas and keeps the crc as the
+        #: identity of its history. WAL range reads (catch-up) are served on the same port.
         self.txlog: BlockHub | None = None
         self.server: GrpcDataPlaneServer | None = None
         self.txlog_server: GrpcDataPlaneServer | None = None
@@ -215,7 +219,7 @@ class SequencerService:
         self.txlog = BlockHub(ring_size=cfg.ring_size, last_seq=first)
         for block in rebuilt:
             self.hub.publish_nowait(block.seq, block.frame)
-            self.txlog.publish_nowait(block.seq, block.wal_record)
+            self.txlog.publish_nowait(block.seq, _stamped(block))
         rebuilt.clear()
         self.server = GrpcDataPlaneServer(
             self.hub, self.handle_batch, host=cfg.grpc_host, port=cfg.grpc_port
@@ -318,7 +322,7 @@ class SequencerService:
         while waiting and waiting[0][0].seq <= seq:
             block, fut = waiting.popleft()
             self.hub.publish_nowait(block.seq, block.frame)
-            self.txlog.publish_nowait(block.seq, block.wal_record)
+            self.txlog.publish_nowait(block.seq, _stamped(block))
             self.blocks += 1
             self.txs += block.tx_count
             self.block_time.record(time.time_ns() - block.timestamp_ns)
@@ -464,6 +468,12 @@ class SequencerService:
             "block_txs": self.block_txs.summary_us(scale_ns=False),
             "hub": dataclasses.asdict(self.hub.statistics()) if self.hub else {},
         }
+
+
+def _stamped(block: ClosedBlock) -> bytes:
+    """The holder's frame of ``block``: its deltas stamped with its WAL record's crc."""
+    frame: bytes = stamp_block(block.frame, wal_record_crc(block.wal_record))
+    return frame
 
 
 class SequencerActor:
