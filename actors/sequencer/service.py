@@ -5,8 +5,8 @@
     replicas ──tx batches (gRPC Txs stream)──►┌───────────────────────────────┐
     operator ──Ray call: operator(txs)───────►│ SequencerService              │
                                               │  BlockProducer (engine)       │
-                                              │  block loop: every interval   │
-                                              │  or block_max_txs, close ─────┼─► Journal thread:
+                                              │  close when the previous block│
+                                              │  is durable or block_max_txs ─┼─► Journal thread:
                                               │                               │   WAL write+fsync
     replicas, committer ◄──blocks (gRPC)──────┤  BlockHub ring    ◄── durable ┼───┘
     snapshot holder ◄──stamped blocks (gRPC)──┤  BlockHub ring                │
@@ -43,9 +43,21 @@ Control plane apart from the data plane: ``status()`` is O(1) (it reports the ne
 state hash with the seq it reflects); the current ``state_hash()`` is O(state) and runs on the
 block loop, for tests and operators only.
 
-Knobs: ``block_interval_ms`` (longer = bigger blocks, fewer fsyncs, more latency per tx),
-``block_max_txs`` (caps a block so one burst cannot delay everyone behind it), the WAL knobs and
-the catch-up bounds on :class:`SequencerConfig`.
+Block cadence (``block_close``):
+
+- ``"durable"`` (natural batching, the default): the open block closes as soon as the previous
+  one is durable (at once when none is in flight: in the same loop turn, after the batches that
+  were already ready), or when it reaches ``block_max_txs``. So at most one block waits for the
+  journal while the next one fills: blocks grow with the load (about what arrives during one
+  fsync) instead of a timer producing tiny blocks, and a quiet exchange closes each tx's block
+  without waiting for a tick. Acknowledgment still waits for the fsync covering the block.
+- ``"timer"``: a loop closes the open block every ``block_interval_ms`` (longer = bigger blocks,
+  fewer fsyncs, more latency per tx), or at ``block_max_txs``. Blocks queue for the journal,
+  which syncs whatever is queued at once.
+
+Knobs: ``block_close``, ``block_interval_ms`` (timer only), ``block_max_txs`` (caps a block so one
+burst cannot delay everyone behind it), the WAL knobs and the catch-up bounds on
+:class:`SequencerConfig`.
 
 Metrics (``SequencerService.metrics``, exported by the actor shell): block time, close time, block
 size, WAL fsync, blocks and txs totals, seq, loop restarts; they read the histograms ``status``
@@ -63,7 +75,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from raydex.codecs import (
     DEFAULT_CHAIN_ID,
@@ -92,12 +104,19 @@ from .wal import FsyncPolicy, Wal
 
 log = logging.getLogger(__name__)
 
+#: how a block closes (see the module docstring): when the previous one is durable, or on a timer
+BlockClose = Literal["durable", "timer"]
+
 
 @dataclass(frozen=True, slots=True)
 class SequencerConfig:
     wal_dir: str
     snapshot_dir: str
     chain_id: int = DEFAULT_CHAIN_ID
+    #: "durable": a block closes when the previous one is durable (blocks grow with the load,
+    #: one fsync per block, no idle tick); "timer": every ``block_interval_ms``
+    block_close: BlockClose = "durable"
+    #: the timer's period (``block_close="timer"`` only)
     block_interval_ms: float = 1.0
     block_max_txs: int = 1000
     wal_fsync: FsyncPolicy = "block"
@@ -162,6 +181,8 @@ class SequencerService:
         #: why the sequencer stopped serving (None while it serves)
         self.failed: str | None = None
         self._pending: asyncio.Future[ClosedBlock] | None = None
+        #: a close is scheduled for this loop turn (natural batching)
+        self._close_soon = False
         #: closed blocks whose WAL record the journal has not synced yet, in seq order
         self._undurable: deque[tuple[ClosedBlock, asyncio.Future[ClosedBlock]]] = deque()
         self.journal: Journal | None = None
@@ -232,8 +253,9 @@ class SequencerService:
         loop = asyncio.get_running_loop()
         self.journal = Journal(wal, loop, self._on_durable, self._on_journal_error)
         self.journal.start()
-        self._loop_task = loop.create_task(self._block_loop(), name="block-loop")
-        self._loop_task.add_done_callback(self._on_block_loop_end)
+        if cfg.block_close == "timer":
+            self._loop_task = loop.create_task(self._block_loop(), name="block-loop")
+            self._loop_task.add_done_callback(self._on_block_loop_end)
         if cfg.oracle_interval_ms > 0:
             self.oracle = Oracle(
                 self._engine,
@@ -293,8 +315,21 @@ class SequencerService:
         fut = self._pending
         if producer.open_txs >= self.config.block_max_txs:
             self._close_block()
+        elif self.config.block_close == "durable" and not self._undurable:
+            self._schedule_close()
         block = await fut
         return [block.outcomes[i] for i in at]
+
+    def _schedule_close(self) -> None:
+        """Close the open block later in this loop turn: batches already ready join it."""
+        if not self._close_soon:
+            self._close_soon = True
+            asyncio.get_running_loop().call_soon(self._close_now)
+
+    def _close_now(self) -> None:
+        self._close_soon = False
+        if self._pending is not None and not self._undurable and not self._stopping:
+            self._close_block()
 
     def _close_block(self) -> None:
         """Close the open block and hand its WAL record to the journal; the block is published
@@ -329,6 +364,13 @@ class SequencerService:
             self.block_txs.record(block.tx_count)
             if not fut.done():
                 fut.set_result(block)
+        if (
+            self.config.block_close == "durable"
+            and self._pending is not None
+            and not self._undurable
+            and not self._stopping
+        ):
+            self._close_block()  # natural batching: what arrived during the fsync is the next block
 
     def _on_journal_error(self, exc: BaseException) -> None:
         """The WAL failed: nothing more may be acknowledged. Fail what waits (those txs are
