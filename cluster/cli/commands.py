@@ -25,6 +25,9 @@ Subcommands (every one of them works; nothing here is a placeholder):
 - ``raydex bench engine [--commands N] [--seed S] [--json]``: the engine benchmark
   (``observability.bench_engine``; 1,000,000 commands by default).
 - ``raydex bench codecs [--json]``: the codec benchmark (``observability.bench_codecs``).
+- ``raydex bench apply [--commands N] [--block-txs N] [--json]``: the replica's apply path
+  (decode, cache update, fan-out encode) on a realistic block stream, ``ns_per_delta``
+  (``observability.bench.apply``). Delegated whole to that module's ``main``.
 - ``raydex bench transport [--json]``: the data-plane benchmark (``observability.bench_transport``;
   starts and stops a local Ray unless one is up). Delegated whole to that module's ``main``.
 - ``raydex node-args [--role R] [--root PATH] [--host H]``: the ``ray start`` flags for this host
@@ -55,6 +58,7 @@ Handler = Callable[[argparse.Namespace], int]
 _DELEGATED: dict[tuple[str, ...], str] = {
     ("node-args",): "raydex.cluster.topology",
     ("bench", "transport"): "raydex.observability.bench.transport",
+    ("bench", "apply"): "raydex.observability.bench.apply",
 }
 
 
@@ -364,8 +368,8 @@ def _add_demo(sub: Any) -> None:
 
 
 def _add_bench(sub: Any) -> None:
-    p = sub.add_parser("bench", help="benchmarks (engine, codecs, transport)")
-    bench = p.add_subparsers(dest="bench", metavar="{engine,codecs,transport}", required=True)
+    p = sub.add_parser("bench", help="benchmarks (engine, codecs, apply, transport)")
+    bench = p.add_subparsers(dest="bench", metavar="{engine,codecs,apply,transport}", required=True)
     e = bench.add_parser(
         "engine",
         help="the engine over the realistic workload, beside a bare book",
@@ -382,7 +386,10 @@ def _add_bench(sub: Any) -> None:
     )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(handler=_bench_codecs)
-    # Listed for --help; main() hands its arguments to the module before parsing.
+    # Listed for --help; main() hands their arguments to the module before parsing.
+    bench.add_parser(
+        "apply", help="the replica's apply path (decode, cache update, fan-out): ns per delta"
+    )
     bench.add_parser("transport", help="blocks actor to actor: gRPC vs Ray calls (starts Ray)")
 
 
