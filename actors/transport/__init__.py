@@ -11,11 +11,13 @@
     │  .subscribe(from_seq)│   one long-lived stream │  .publish(seq, frame)        │
     └──────────────────────┘   per replica           └──────────────────────────────┘
 
-Two implementations with identical semantics, chosen by ``raydex bench transport``:
+Three implementations with identical semantics, chosen by ``raydex bench transport``:
 
 - gRPC (``grpc.aio``, generic handlers, identity serializers, no protobuf):
   :class:`GrpcDataPlaneServer` on the publisher, :class:`GrpcBlockSource` and
   :class:`GrpcTxChannel` on each replica.
+- plain TCP (``asyncio`` streams, length-prefixed frames, no HTTP/2): :class:`TcpDataPlaneServer`
+  on the publisher, :class:`TcpBlockSource` and :class:`TcpTxChannel` on each replica.
 - plain Ray actor calls: :class:`RayBlockFanout` on the publisher (``open_blocks`` /
   ``submit`` methods), :class:`RayBlockSource` and :class:`RayTxChannel` on each replica
   (``on_block`` / ``on_block_stream_closed`` methods).
@@ -63,6 +65,7 @@ from .ray_plane import (
     RayBlockSource,
     RayTxChannel,
 )
+from .tcp_plane import TcpBlockSource, TcpDataPlaneServer, TcpTxChannel
 
 __all__ = [
     "BLOCKS_METHOD",
@@ -84,6 +87,9 @@ __all__ = [
     "RayTxChannel",
     "ResyncRequired",
     "Subscription",
+    "TcpBlockSource",
+    "TcpDataPlaneServer",
+    "TcpTxChannel",
     "TransportError",
     "TransportUnavailable",
     "TxChannel",
