@@ -266,14 +266,14 @@ class CommitterActor:
 
     def __init__(self, delta_target: str, holder_name: str, namespace: str) -> None:
         from .snapshot import ONE_ATTEMPT
-        from .transport import GrpcBlockSource
+        from .transport import block_source
 
         self.delta_target = delta_target
         self.holder_name = holder_name
         self.namespace = namespace
         self.runtime = ActorRuntime(nice=None)
         self.metrics = Recorder("committer", "committer")
-        source = GrpcBlockSource(delta_target, name="committer", backoff=ONE_ATTEMPT)
+        source = block_source(delta_target, name="committer", backoff=ONE_ATTEMPT)
         self.follower = CommitterFollower(source, self._fetch, self.metrics, exit_process)
         self.metrics.gauge("raydex_block_seq", lambda: self.follower.committer.seq)
         self._task = asyncio.get_event_loop().create_task(self._start())

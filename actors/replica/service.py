@@ -81,12 +81,12 @@ from raydex.observability.metrics import ApiCounters, Recorder
 
 from ..runtime import ActorRuntime
 from ..transport import (
-    GrpcBlockSource,
-    GrpcTxChannel,
     ResyncRequired,
     TransportError,
     TransportUnavailable,
     TxChannel,
+    block_source,
+    tx_channel,
 )
 from .app import ApiError, CommitmentSource, OutcomePending, build_app
 from .config import ApiConfig
@@ -237,9 +237,9 @@ class ReplicaService:
         self.fanout = Fanout(self.state, config.api)
         #: what the app's handlers count (cache hits/fallbacks, dry-run time)
         self.counters = ApiCounters()
-        self.channel = channel or GrpcTxChannel(config.sequencer_target)
+        self.channel = channel or tx_channel(config.sequencer_target)
         self.batcher = MicroBatcher(self.channel, config.max_batch_txs)
-        self.source = GrpcBlockSource(config.sequencer_target, name=config.name)
+        self.source = block_source(config.sequencer_target, name=config.name)
         self.app: web.Application | None = None
         self.runner: web.AppRunner | None = None
         #: the shared (SO_REUSEPORT) port; its site is open only while caught up

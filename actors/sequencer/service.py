@@ -96,7 +96,7 @@ from raydex.observability.metrics import Recorder
 
 from ..runtime import ActorRuntime, Supervisor, advertised_host, exit_process, log_fatal
 from ..snapshot.store import read_snapshot_meta, snapshot_seq, snapshots
-from ..transport import BlockHub, GrpcDataPlaneServer
+from ..transport import BlockHub, DataPlane, data_plane_server
 from .journal import Journal
 from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, ClosedBlock
@@ -120,6 +120,9 @@ class SequencerConfig:
     block_interval_ms: float = 1.0
     block_max_txs: int = 1000
     wal_fsync: FsyncPolicy = "block"
+    #: the data plane its streams are served on: "grpc" (HTTP/2) or "tcp" (plain asyncio
+    #: streams, less CPU per message; see ``actors/transport/planes.py``)
+    data_plane: DataPlane = "grpc"
     grpc_host: str = "127.0.0.1"
     grpc_port: int = 0
     txlog_port: int = 0
@@ -173,8 +176,8 @@ class SequencerService:
         #: record (``codecs.stamp_block``); the holder applies the deltas and keeps the crc as the
         #: identity of its history. WAL range reads (catch-up) are served on the same port.
         self.txlog: BlockHub | None = None
-        self.server: GrpcDataPlaneServer | None = None
-        self.txlog_server: GrpcDataPlaneServer | None = None
+        self.server: Any = None
+        self.txlog_server: Any = None
         self.port = 0
         self.txlog_port = 0
         self.replayed = 0
@@ -242,12 +245,12 @@ class SequencerService:
             self.hub.publish_nowait(block.seq, block.frame)
             self.txlog.publish_nowait(block.seq, _stamped(block))
         rebuilt.clear()
-        self.server = GrpcDataPlaneServer(
-            self.hub, self.handle_batch, host=cfg.grpc_host, port=cfg.grpc_port
+        self.server = data_plane_server(
+            cfg.data_plane, self.hub, self.handle_batch, host=cfg.grpc_host, port=cfg.grpc_port
         )
         self.port = await self.server.start()
-        self.txlog_server = GrpcDataPlaneServer(
-            self.txlog, self.read_txlog, host=cfg.grpc_host, port=cfg.txlog_port
+        self.txlog_server = data_plane_server(
+            cfg.data_plane, self.txlog, self.read_txlog, host=cfg.grpc_host, port=cfg.txlog_port
         )
         self.txlog_port = await self.txlog_server.start()
         loop = asyncio.get_running_loop()
@@ -492,6 +495,7 @@ class SequencerService:
             "state_hash": self.snapshot.state_hash,
             "state_hash_seq": self.snapshot.seq,
             "failed": self.failed,
+            "data_plane": self.config.data_plane,
             "grpc_port": self.port,
             "txlog_port": self.txlog_port,
             "replayed_blocks": self.replayed,

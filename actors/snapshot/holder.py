@@ -77,12 +77,7 @@ from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
 from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal
-from ..transport import (
-    GrpcBlockSource,
-    GrpcTxChannel,
-    ResyncRequired,
-    TransportError,
-)
+from ..transport import ResyncRequired, TransportError, block_source, tx_channel
 from .deltas import DeltaState
 from .follow import ONE_ATTEMPT, Diverged, Reconnect, block_digest, follow
 from .store import (
@@ -151,8 +146,8 @@ class SnapshotService:
         self.wal_records_read = 0
         self._applying = False
         self._new_delta = asyncio.Event()
-        self._sources: list[GrpcBlockSource] = []
-        self._reader: GrpcTxChannel | None = None
+        self._sources: list[Any] = []
+        self._reader: Any = None
         self._last_snapshot_at = 0.0
         #: snapshot build (records, Arrow, IPC write, the ``on_tables`` put), ns
         self.build_time = Histogram()
@@ -173,9 +168,9 @@ class SnapshotService:
         self._load(load_newest_snapshot(self.folder))
         self.delta_seq = self.seq
         self.snapshot()  # replicas can boot at once, even on a fresh exchange
-        txlog = GrpcBlockSource(txlog_target, name="snapshot-txlog", backoff=ONE_ATTEMPT)
+        txlog = block_source(txlog_target, name="snapshot-txlog", backoff=ONE_ATTEMPT)
         self._sources = [txlog]
-        self._reader = GrpcTxChannel(txlog_target)
+        self._reader = tx_channel(txlog_target)
         self.supervisor.start("txlog", lambda: self._follow_txlog(txlog))
 
     async def stop(self) -> None:
@@ -194,7 +189,7 @@ class SnapshotService:
 
     # ---- following the stamped blocks -----------------------------------------------------------
 
-    async def _follow_txlog(self, source: GrpcBlockSource) -> None:
+    async def _follow_txlog(self, source: Any) -> None:
         if self._applying:  # a previous run died inside a block: never continue from there
             log.error("tx log: the last block was not fully applied; reloading from a snapshot")
             self._load(load_newest_snapshot(self.folder, max_seq=self.seq))

@@ -22,6 +22,10 @@ Three implementations with identical semantics, chosen by ``raydex bench transpo
   ``submit`` methods), :class:`RayBlockSource` and :class:`RayTxChannel` on each replica
   (``on_block`` / ``on_block_stream_closed`` methods).
 
+Which plane a deployment uses is one knob, ``SequencerConfig.data_plane`` (``planes.py``): the
+sequencer serves on it and hands out ``tcp://host:port`` or ``host:port`` targets, from which
+every follower builds its source and channel (:func:`block_source`, :func:`tx_channel`).
+
 Guarantees of every :class:`BlockSource`: frames come in seq order from ``from_seq`` with no gap
 and no duplicate, across reconnects; when that cannot be kept (``from_seq`` older than the
 publisher's ring, or a gap), the iterator raises :class:`ResyncRequired` and the replica rebuilds
@@ -59,6 +63,14 @@ from .grpc_plane import (
     GrpcDataPlaneServer,
     GrpcTxChannel,
 )
+from .planes import (
+    TCP_SCHEME,
+    DataPlane,
+    block_source,
+    data_plane_server,
+    target_of,
+    tx_channel,
+)
 from .ray_plane import (
     OpenReply,
     RayBlockFanout,
@@ -70,11 +82,13 @@ from .tcp_plane import TcpBlockSource, TcpDataPlaneServer, TcpTxChannel
 __all__ = [
     "BLOCKS_METHOD",
     "SERVICE",
+    "TCP_SCHEME",
     "TXS_METHOD",
     "Backoff",
     "BlockHub",
     "BlockSink",
     "BlockSource",
+    "DataPlane",
     "EndReason",
     "Frame",
     "GrpcBlockSource",
@@ -95,4 +109,8 @@ __all__ = [
     "TxChannel",
     "TxHandler",
     "TxStreamBroken",
+    "block_source",
+    "data_plane_server",
+    "target_of",
+    "tx_channel",
 ]

@@ -117,7 +117,8 @@ class TcpDataPlaneServer:
         self._port = int(self._server.sockets[0].getsockname()[1])
         return self._port
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 0.0) -> None:
+        """``grace`` is accepted for the gRPC server's signature; TCP streams close at once."""
         for sub in tuple(self._subs):
             sub.close()
         for w in tuple(self._writers):

@@ -217,3 +217,72 @@ def test_a_malformed_message_closes_only_its_own_connection() -> None:
             await channel.close()
 
     run(scenario())
+
+
+def test_a_sequencer_on_the_tcp_plane_serves_batches_and_a_holder_built_from_its_targets(
+    tmp_path: Any,
+) -> None:
+    """One knob (``data_plane="tcp"``): the sequencer serves on TCP, and followers built from the
+    ``tcp://`` targets alone (as the deployment hands them out) reach its state."""
+    from raydex.actors.local import eth_market
+    from raydex.actors.sequencer import SequencerConfig, SequencerService
+    from raydex.actors.snapshot import SnapshotConfig, SnapshotService
+    from raydex.actors.transport import block_source, target_of, tx_channel
+    from raydex.codecs import (
+        CreateOrder,
+        Deposit,
+        RegisterApiKey,
+        decode_block,
+        decode_outcomes,
+        encode_batch,
+        generate_key,
+        sign_tx,
+    )
+
+    seed, pub = generate_key()
+
+    def order(account: int, nonce: int, is_ask: int) -> CreateOrder:
+        tx = CreateOrder(account, 0, 0, nonce + 1, 100, 300_000, is_ask, 0, 1, 0, 0, -1,
+                         4_000_000_000_000, nonce, bytes(64))  # fmt: skip
+        return sign_tx(tx, seed)
+
+    async def scenario() -> tuple[str, str, list[int]]:
+        cfg = SequencerConfig(
+            wal_dir=str(tmp_path / "wal"), snapshot_dir=str(tmp_path / "snap"), data_plane="tcp"
+        )
+        svc = SequencerService(cfg)
+        await svc.start()
+        blocks = target_of("tcp", "127.0.0.1", svc.port)
+        txlog = target_of("tcp", "127.0.0.1", svc.txlog_port)
+        assert blocks.startswith("tcp://") and svc.status()["data_plane"] == "tcp"
+        holder = SnapshotService(SnapshotConfig(dir=str(tmp_path / "snap")))
+        await holder.start(blocks, txlog)
+        channel, source = tx_channel(blocks), block_source(blocks, name="t", backoff=FAST)
+        assert isinstance(channel, TcpTxChannel) and isinstance(source, TcpBlockSource)
+        try:
+            setup: list[object] = [eth_market()]
+            for a in (1, 2):
+                setup += [RegisterApiKey(a, 0, pub), Deposit(a, 10**12)]
+            await svc.submit(setup, operator=True)
+            codes = []
+            for i in range(4):
+                reply = await channel.submit(encode_batch([order(1, i, 1), order(2, i, 0)]))
+                codes += [o.code for o in decode_outcomes(reply)]
+            stream = source.subscribe(1)
+            seqs = [decode_block(f).seq for _, f in await take(stream, 5)]
+            await stream.aclose()  # type: ignore[attr-defined]
+            final = svc.state_hash()
+            for _ in range(500):
+                if holder.seq == final["seq"]:
+                    break
+                await asyncio.sleep(0.02)
+            assert seqs == [1, 2, 3, 4, 5]
+            return str(final["state_hash"]), str(holder.state_hash()["state_hash"]), codes
+        finally:
+            await channel.close()
+            await source.close()
+            await holder.stop()
+            await svc.stop()
+
+    want, got, codes = run(scenario())
+    assert got == want and codes == [200] * 8
