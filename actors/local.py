@@ -12,6 +12,7 @@ per ``execute`` call (no micro-batching).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,13 +57,15 @@ class LocalExchange:
         self.replicas: list[tuple[ReplicaState, Fanout | None]] = []
         #: every closed block, in seq order (for late replicas and replays)
         self.frames: list[bytes] = []
+        #: the sequencer's clock (ns) stamped on each block; tests set it to drive time
+        self.clock: Callable[[], int] = time.time_ns
 
     def attach(self, state: ReplicaState, fanout: Fanout | None = None) -> None:
         self.replicas.append((state, fanout))
 
     def run(self, txs: list[Any], operator: bool = False) -> ClosedBlock:
         """Execute ``txs`` as one block and deliver it to every replica."""
-        self.producer.submit(txs, time.time_ns(), operator=operator)
+        self.producer.submit(txs, self.clock(), operator=operator)
         block = self.producer.close_block()
         assert block is not None, "a block with txs always closes"
         self.frames.append(block.frame)

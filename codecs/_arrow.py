@@ -36,6 +36,7 @@ from ._records import (
     AccountRecord,
     ApiKeyRecord,
     ExchangeRecord,
+    FundingRecord,
     MarketRecord,
     OrderRecord,
     PositionRecord,
@@ -50,7 +51,10 @@ TABLES: dict[str, type] = {
     "positions": PositionRecord,
     "api_keys": ApiKeyRecord,
     "orders": OrderRecord,
+    "funding": FundingRecord,
 }
+#: Tables added after the first snapshot format: a snapshot written before them reads as empty.
+OPTIONAL_TABLES = frozenset({"funding"})
 _TABLE_OF: dict[type, str] = {cls: name for name, cls in TABLES.items()}
 SEQ_KEY = b"raydex.seq"
 TABLE_KEY = b"raydex.table"
@@ -86,7 +90,7 @@ _SCHEMAS: dict[str, pa.Schema] = {name: arrow_schema(cls) for name, cls in TABLE
 
 
 def records_to_tables(records: Iterable[Any]) -> dict[str, pa.Table]:
-    """Group snapshot records by type into the six tables (every one present, maybe empty)."""
+    """Group snapshot records by type into the tables (every one present, maybe empty)."""
     rows: dict[str, list[Any]] = {name: [] for name in TABLES}
     table_of = _TABLE_OF
     try:
@@ -142,6 +146,9 @@ def read_snapshot_ipc(path: str | os.PathLike[str]) -> tuple[int, dict[str, pa.T
     tables: dict[str, pa.Table] = {}
     for name, schema in _SCHEMAS.items():
         file = root / f"{name}.arrow"
+        if name in OPTIONAL_TABLES and not file.exists():
+            tables[name] = schema.empty_table()
+            continue
         try:
             with pa.memory_map(str(file), "r") as source:
                 table = pa.ipc.open_file(source).read_all()

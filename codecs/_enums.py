@@ -59,6 +59,7 @@ class TxType(IntEnum):
     SET_MARK_PRICE = 101
     APPLY_FUNDING = 102
     REGISTER_API_KEY = 103
+    FUNDING_TICK = 104
 
 
 #: Transactions a user signs and a replica accepts over the public API.
@@ -83,6 +84,7 @@ OPERATOR_TX_TYPES = frozenset(
         TxType.SET_MARK_PRICE,
         TxType.APPLY_FUNDING,
         TxType.REGISTER_API_KEY,
+        TxType.FUNDING_TICK,
     }
 )
 

@@ -22,7 +22,7 @@ from ._market import (
     MinBaseAmount,
     MinQuoteAmount,
 )
-from ._wire import I64, U8, U16, U32, U64, Bytes32, wire
+from ._wire import I32, I64, U8, U16, U32, U64, Bytes32, wire
 
 EVENT = "event"
 
@@ -41,6 +41,7 @@ class EventTag(IntEnum):
     POSITION_DELEVERAGED = 11
     EXCHANGE_BALANCES_CHANGED = 12
     TX_EXECUTED = 13
+    FUNDING_CHANGED = 14
 
 
 Account = Annotated[AccountIndex, U64]
@@ -196,6 +197,22 @@ class ExchangeBalancesChanged(NamedTuple):
     total_withdrawals: Annotated[int, I64]
 
 
+@wire(EVENT, EventTag.FUNDING_CHANGED)
+class FundingChanged(NamedTuple):
+    """A market's funding clock (absolute values): the premium samples of the running hour and the
+    last settled rate (1e-8 per hour, > 0: longs paid) with the time of its hour mark (ms), and
+    the hour being sampled and its last sampled minute (so the clock's ``FundingRecord`` is a fold
+    of these events: the snapshot holder rebuilds it without executing)."""
+
+    market_index: Market
+    samples: Annotated[int, U32]
+    premium_sum: Annotated[int, I64]
+    last_rate: Annotated[int, I32]
+    last_funding_ms: Annotated[int, I64]
+    hour: Annotated[int, I64]
+    last_minute: Annotated[int, I64]
+
+
 @wire(EVENT, EventTag.TX_EXECUTED)
 class TxExecuted(NamedTuple):
     """Per-tx outcome, added by the sequencer (the engine does not hash): the events that follow,
@@ -223,4 +240,5 @@ Event = (
     | PositionDeleveraged
     | ExchangeBalancesChanged
     | TxExecuted
+    | FundingChanged
 )

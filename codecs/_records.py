@@ -22,7 +22,7 @@ from ._market import (
     MinBaseAmount,
     MinQuoteAmount,
 )
-from ._wire import I64, U8, U16, U32, U64, Bytes32, wire
+from ._wire import I32, I64, U8, U16, U32, U64, Bytes32, wire
 
 RECORD = "record"
 
@@ -34,6 +34,7 @@ class RecordTag(IntEnum):
     POSITION = 4
     API_KEY = 5
     ORDER = 6
+    FUNDING = 7
 
 
 Account = Annotated[AccountIndex, U64]
@@ -114,3 +115,18 @@ class OrderRecord(NamedTuple):
     time_in_force: Annotated[int, U8]
     reduce_only: Annotated[int, U8]
     priority: Annotated[int, U64]
+
+
+@wire(RECORD, RecordTag.FUNDING)
+class FundingRecord(NamedTuple):
+    """One market's funding clock (engine ``_funding``): the hour being sampled (``hour`` =
+    ms // 3_600_000), the last sampled minute, the samples so far and their sum (1e-8), and the
+    last settled rate (1e-8 per hour) with its hour mark (ms)."""
+
+    market_index: Market
+    hour: Annotated[int, I64]
+    last_minute: Annotated[int, I64]
+    samples: Annotated[int, U32]
+    premium_sum: Annotated[int, I64]
+    last_rate: Annotated[int, I32]
+    last_funding_ms: Annotated[int, I64]

@@ -240,6 +240,15 @@ class ApplyFunding(NamedTuple):
     funding_rate: Annotated[int, I32]
 
 
+@wire(TX, TxType.FUNDING_TICK)
+class FundingTick(NamedTuple):
+    """Let the engine run one market's funding clock at the block's time: sample the premium
+    (at most once a minute) and settle the hour that ended (at most once an hour), as Lighter does
+    (engine ``_funding``). Issued by the sequencer's funding loop; idempotent within a minute."""
+
+    market_index: Market
+
+
 Transaction = (
     ChangePubKey
     | Transfer
@@ -255,6 +264,7 @@ Transaction = (
     | UpdateMarket
     | SetMarkPrice
     | ApplyFunding
+    | FundingTick
 )
 UserTransaction = (
     ChangePubKey

@@ -1,8 +1,9 @@
 """raydex.engine: the deterministic perpetual-futures state machine (pure Python, no I/O).
 
 ``Engine.execute(cmd, now_ms, out) -> ResultCode`` is the whole interface for the sequencer;
-``records()`` / ``Engine.from_records`` / ``state_hash()`` are the snapshot API; ``BareBook`` is the
-matching-only floor used by the benchmark. See ``_engine`` for the semantics.
+``records()`` / ``Engine.from_records`` / ``state_hash()`` are the snapshot API;
+``state_digest(records)`` is the state hash every role reports (engine or replica caches);
+``BareBook`` is the matching-only floor used by the benchmark. See ``_engine`` for the semantics.
 
 ``COMPILED`` is True when the engine runs as mypyc-compiled extensions (``RAYDEX_MYPYC=1``
 build, see ``setup.py``), False for the pure-Python default; both behave identically.
@@ -10,6 +11,7 @@ build, see ``setup.py``), False for the pure-Python default; both behave identic
 
 from . import _engine
 from ._bare_book import BareBook
+from ._digest import state_digest
 from ._engine import (
     DEFAULT_ORDER_LIFETIME_MS,
     Engine,
@@ -18,16 +20,21 @@ from ._engine import (
     exposure,
     records_hash,
 )
+from ._funding import HOUR_MS as FUNDING_INTERVAL_MS
+from ._funding import funding_rate
 
 COMPILED: bool = not str(_engine.__file__).endswith((".py", ".pyc"))
 
 __all__ = [
     "COMPILED",
     "DEFAULT_ORDER_LIFETIME_MS",
+    "FUNDING_INTERVAL_MS",
     "BareBook",
     "Engine",
     "InvariantViolation",
     "Result",
     "exposure",
+    "funding_rate",
+    "state_digest",
     "records_hash",
 ]

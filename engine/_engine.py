@@ -64,7 +64,8 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   so a mypyc build (``RAYDEX_MYPYC=1``, see ``setup.py``) inlines them; the pure-Python module
   is the default and the reference, and both produce the same events and state hash.
 - Funding: ``size * mark * mult * rate / 1e8``; payers round up, receivers down; the residue goes
-  to the insurance fund.
+  to the insurance fund. ``ApplyFunding`` charges a given rate; ``FundingTick`` runs a market's
+  funding clock (``_funding``: premium sampled each minute, the hour's rate charged on the hour).
 - Events: LevelChanged once per touched level per command with its final size, OrderUpdated per
   order state change, TradeExecuted per fill, BalanceChanged / PositionChanged once per touched
   account / position per command (final values), MarketStatsChanged once per touched market,
@@ -101,6 +102,8 @@ from raydex.codecs import (
     Deposit,
     ExchangeBalancesChanged,
     ExchangeRecord,
+    FundingRecord,
+    FundingTick,
     LevelChanged,
     MarketChanged,
     MarketRecord,
@@ -122,6 +125,7 @@ from raydex.codecs import (
     Withdraw,
 )
 
+from ._funding import FundingClock
 from ._model import NO_EXPIRY, Account, ApiKey, Level, Market, Order, Position, Side
 
 # Final: a compiled (mypyc) build binds these once instead of looking them up per use.
@@ -206,7 +210,13 @@ class Result(NamedTuple):
 
 
 Record: TypeAlias = (
-    ExchangeRecord | MarketRecord | _AccountRecord | PositionRecord | ApiKeyRecord | OrderRecord
+    ExchangeRecord
+    | MarketRecord
+    | _AccountRecord
+    | PositionRecord
+    | ApiKeyRecord
+    | OrderRecord
+    | FundingRecord
 )
 
 
@@ -262,6 +272,8 @@ class Engine:
         #: Bumped whenever marks or margin fractions change: accounts' cached risk sums are valid
         #: only when their ``c_epoch`` equals it.
         self._epoch = 0
+        #: every market's funding clock (``_funding``): premium samples, hourly settlement
+        self.funding = FundingClock()
         self._handlers: dict[type, Callable[[Any, int, list[Any]], int]] = {
             CreateOrder: self._create_order,
             CancelOrder: self._cancel_order,
@@ -277,6 +289,7 @@ class Engine:
             UpdateMarket: self._update_market,
             SetMarkPrice: self._set_mark_price,
             ApplyFunding: self._apply_funding,
+            FundingTick: self._funding_tick,
         }
 
     # ---- public API -----------------------------------------------------------------------------
@@ -1372,6 +1385,9 @@ class Engine:
         self._check_accounts(payers, now, out)
         return OK
 
+    def _funding_tick(self, c: FundingTick, now: int, out: list[Any]) -> int:
+        return self.funding.tick(self, c, now, out)
+
     # ---- liquidation ----------------------------------------------------------------------------
 
     def _liquidate_holders(self, m: Market, now: int, out: list[Any]) -> None:
@@ -1692,6 +1708,7 @@ class Engine:
         for mi in sorted(markets):
             for o in _iter_market_orders(markets[mi]):
                 yield _order_record(o)
+        yield from self.funding.records()
 
     @classmethod
     def from_records(cls, records: Iterable[Any]) -> Engine:
@@ -1748,6 +1765,8 @@ class Engine:
                 )
                 o.remaining = r.remaining_base_amount
                 eng._rest(m, o, acct, _position_for(acct, m))
+            elif isinstance(r, FundingRecord):
+                eng.funding.restore(r)
             else:
                 raise TypeError(f"not a snapshot record: {type(r).__name__}")
         for lvl in eng._dirty_levels:

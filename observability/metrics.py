@@ -10,10 +10,11 @@
 
 Names follow Prometheus conventions, ``raydex_<what>_<unit>``, counters end in ``_total``, base
 units (seconds). Ray prefixes ``ray_`` on export, so ``raydex_apply_seconds`` is scraped as
-``ray_raydex_apply_seconds_bucket/_sum/_count``. Every series carries ``role`` (sequencer,
-snapshot, committer, replica), ``name`` (the actor) and ``group`` (the replica group; the role for
-the core actors); some add a low-cardinality label from :data:`CATALOG` (``stage``, ``tx_type``,
-``gen``, placement fields). Never an account: labels multiply series.
+``ray_raydex_apply_seconds_bucket/_sum/_count``. Every series carries ``deployment`` (the Ray
+namespace, so a loadtest on the same cluster never mixes into production series), ``role``
+(sequencer, snapshot, committer, replica), ``name`` (the actor) and ``group`` (the replica group;
+the role for the core actors); some add a low-cardinality label from :data:`CATALOG` (``stage``,
+``tx_type``, ``gen``, placement fields). Never an account: labels multiply series.
 
 Semantics:
 
@@ -35,6 +36,8 @@ Semantics:
   out are counted in ``raydex_metric_samples_dropped_total``. Exact rates come from the counters
   (``raydex_txs_total``, ``raydex_blocks_total``), which are never sampled.
 - Gauges are sampled at flush time from a callable (cost paid by the flush, not the hot path).
+- Every counter exists from the start: :meth:`Recorder.start` exports each one at 0 (and so does
+  a registration after it), so a rate panel reads 0, not "no data", until the first event.
 
 Cost: hot path one int add (``count.n += 1``) or one ``Histogram.record`` (~0.2 µs); a family
 member lookup adds one dict get. A flush costs O(local buckets touched) plus at most
@@ -79,8 +82,10 @@ log = logging.getLogger(__name__)
 
 Kind = Literal["counter", "gauge", "histogram"]
 
-#: Tags on every raydex series.
-BASE_TAGS: tuple[str, ...] = ("role", "name", "group")
+#: Tags on every raydex series: the deployment (the Ray namespace: ``raydex`` in production,
+#: ``raydex-loadtest-<pid>`` for a loadtest on the same cluster), the role, the actor's name, the
+#: replica group (the role for the other actors).
+BASE_TAGS: tuple[str, ...] = ("deployment", "role", "name", "group")
 
 
 def _series(lo_exp: int, hi_exp: int, steps: tuple[float, ...]) -> tuple[float, ...]:
@@ -298,7 +303,15 @@ class RaySink:
         return m
 
     def inc(self, d: MetricDef, tags: Mapping[str, str], value: float) -> None:
-        self._metric(d).inc(value, dict(tags))
+        metric = self._metric(d)
+        if value > 0:
+            metric.inc(value, dict(tags))
+            return
+        # ``Counter.inc`` refuses 0; recording 0 creates the series at 0 (checked on Ray 2.60's
+        # endpoint: ``ray_<name>{...} 0.0``), which is what announcing a counter needs.
+        record = getattr(metric, "_record", None)
+        if record is not None:
+            record(0.0, tags=dict(tags))
 
     def set(self, d: MetricDef, tags: Mapping[str, str], value: float) -> None:
         self._metric(d).set(value, dict(tags))
@@ -391,9 +404,10 @@ class _Sampled:
 class Recorder:
     """One actor's metrics: registered sources and their flush (see the module docstring).
 
-    ``role``/``name``/``group`` become the base tags of every series (``group`` defaults to the
-    role; set it before the first flush). ``max_observations`` bounds the Ray calls one flush makes
-    for histograms: more keeps ``_count`` exact at higher rates, at more CPU per flush.
+    ``deployment``/``role``/``name``/``group`` become the base tags of every series (``group``
+    defaults to the role; set them before :meth:`start`). ``max_observations`` bounds the Ray
+    calls one flush makes for histograms: more keeps ``_count`` exact at higher rates, at more
+    CPU per flush.
     """
 
     def __init__(
@@ -403,8 +417,14 @@ class Recorder:
         group: str | None = None,
         sink: Sink | None = None,
         max_observations: int = 4_000,
+        deployment: str = "",
     ) -> None:
-        self.base = {"role": role, "name": name, "group": group if group is not None else role}
+        self.base = {
+            "deployment": deployment,
+            "role": role,
+            "name": name,
+            "group": group if group is not None else role,
+        }
         self._sink = sink
         self.max_observations = max_observations
         self._hists: list[_HistState] = []
@@ -413,6 +433,7 @@ class Recorder:
         self.flushes = 0
         self.source_errors = 0
         self._task: asyncio.Task[None] | None = None
+        self._announced = False
         self._dropped = self.count("raydex_metric_samples_dropped_total")
 
     @property
@@ -440,7 +461,10 @@ class Recorder:
     def counter_fn(self, name: str, read: Callable[[], int], **tags: str) -> None:
         """Export the running total ``read()`` (an int its owner already keeps) as a counter."""
         d = self._def(name, "counter", tags)
-        self._cumulative.append(_Cumulative(d, dict(tags), read))
+        c = _Cumulative(d, dict(tags), read)
+        self._cumulative.append(c)
+        if self._announced:
+            self.sink.inc(d, {**self.base, **c.tags}, 0.0)
 
     def gauge(self, name: str, read: Callable[[], float], **tags: str) -> None:
         """Export ``read()``, sampled at every flush, as a gauge."""
@@ -523,8 +547,19 @@ class Recorder:
             except Exception:
                 log.exception("metrics flush failed (%s)", self.base)
 
+    def announce(self) -> None:
+        """Export every counter at 0 (once), so each series exists before its first event;
+        counters registered later are exported at 0 when registered."""
+        if self._announced:
+            return
+        self._announced = True
+        for c in self._cumulative:
+            self.sink.inc(c.d, {**self.base, **c.tags}, 0.0)
+
     def start(self, interval_s: float = 2.0) -> asyncio.Task[None]:
-        """Start :meth:`run_flush` on the running loop (once); the task."""
+        """Export every counter at 0 (:meth:`announce`), then start :meth:`run_flush` on the
+        running loop (once); the task."""
+        self.announce()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self.run_flush(interval_s))
         return self._task

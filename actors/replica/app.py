@@ -24,6 +24,11 @@ Semantics:
   with 20001 (``INVALID_PARAM``: the body, a form, ``tx_types``/``tx_infos``) or 20003
   (``INVALID_TX_INFO``: a ``tx_info``) and a message, on REST and on the WebSocket (where an
   unparseable frame as a whole is 30000, like any frame that is not JSON).
+- Budgets (limits.py): every request is charged its weight to its IP's bucket, each
+  ``jsonapi/sendtx*`` frame as a ``sendTx``; a tx's account is charged once its dry-run passed;
+  beyond, HTTP 429 (``Retry-After``) / WS reply with 23000 (``RATE_LIMITED``). A WebSocket beyond
+  the per-IP connection cap gets error 30005 (``WS_TOO_MANY_CONNECTIONS``) and is closed (1008).
+  A tx request refused for its signature and replayed byte for byte is answered from memory.
 - An outcome that does not come in time is answered with HTTP 503 and 21822
   (``SEQUENCER_UNAVAILABLE``: the tx may still execute, look it up by hash; ``tx_hash`` is in the
   answer when the sequencer already returned it); ``execute_txs`` owns that deadline.
@@ -46,7 +51,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import msgspec
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from raydex.codecs import (
     ALL_API_KEYS,
@@ -61,16 +66,19 @@ from raydex.codecs import (
 )
 from raydex.observability.metrics import ApiCounters
 
-from . import views
+from . import public_views, views
+from .candles import RESOLUTIONS
 from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
 from .hooks import ReplicaHooks, StepProbe
+from .limits import WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
 from .state import LevelOrders, Levels, ReplicaState
 
 __all__ = [
     "ApiConfig",
     "ApiError",
     "CommitmentSource",
+    "LIMITS",
     "ExecuteTxs",
     "Fanout",
     "FanoutStats",
@@ -119,6 +127,20 @@ class ApiError(Exception):
         return out
 
 
+class RateLimited(ApiError):
+    """Over a budget (limits.py): HTTP 429, code 23000, and when to come back."""
+
+    def __init__(self, wait_s: float, what: str) -> None:
+        super().__init__(
+            int(ResultCode.RATE_LIMITED), f"rate limited ({what}); retry in {wait_s:.1f} s", 429
+        )
+        self.retry_after = max(1, int(wait_s + 0.999))
+
+
+#: the app's :class:`Limits` (its owner reports ``stats()``)
+LIMITS = web.AppKey("limits", Limits)
+
+
 class OutcomePending(ApiError):
     """The sequencer executed the txs (``tx_hashes``), but their block has not been applied here
     within the deadline: the outcome is in the block, readable by hash once it lands."""
@@ -138,6 +160,10 @@ async def _errors(
 ) -> web.StreamResponse:
     try:
         return await handler(request)
+    except RateLimited as e:
+        resp = _json(e.body(False), e.status)
+        resp.headers["Retry-After"] = str(e.retry_after)
+        return resp
     except ApiError as e:
         return _json(e.body(request.path.endswith("Batch")), e.status)
     except web.HTTPRequestEntityTooLarge:
@@ -241,7 +267,9 @@ class _Api:
         config: ApiConfig,
         commitments: CommitmentSource | None,
         probe: StepProbe | None,
+        limits: Limits,
     ) -> None:
+        self.limits = limits
         self.state = state
         self.execute_txs = execute_txs
         self.fanout = fanout
@@ -390,8 +418,80 @@ class _Api:
         rec = self.state.txs.get(h)
         if rec is None:
             raise ApiError(int(ResultCode.NOT_FOUND), "tx not found", 404)
-        body = views.tx_record(rec)
+        body = views.tx_record(rec, public_views.tx_info(self.state.history, rec))
         return self._ok(body)
+
+    async def txs(self, request: web.Request) -> web.Response:
+        """``Txs``: ``limit`` (1..100) txs in execution order, from ``sequence_index >= index``
+        when ``index`` is given, else the newest."""
+        q = request.query
+        limit = _int(q, "limit", 1, 100)
+        hist = self.state.history
+        top = public_views.MAX_LIGHTER_TX_TYPE
+        if q.get("index") is None:
+            rows = hist.latest(limit, top)
+        else:
+            rows = hist.since(_int(q, "index", 0, 2**63 - 1), limit, self.state.seq, top)
+        return self._ok({"txs": public_views.tx_list(hist, rows)})
+
+    async def block_txs(self, request: web.Request) -> web.Response:
+        """``Txs`` of one block, ``by=block_height`` (raydex's height of a block is its seq)."""
+        q = request.query
+        if q.get("by", "block_height") not in ("block_height", "height"):
+            raise ApiError(int(ResultCode.INVALID_PARAM), "only by=block_height is supported")
+        seq = _int(q, "value", 1, 2**63 - 1)
+        hist = self.state.history
+        rows = hist.block(seq)
+        if rows is None:
+            raise ApiError(int(ResultCode.NOT_FOUND), f"block {seq} not found", 404)
+        return self._ok({"txs": public_views.tx_list(hist, list(rows))})
+
+    async def exchange_stats(self, request: web.Request) -> web.Response:
+        return self._ok(public_views.exchange_stats(self.state))
+
+    async def announcement(self, request: web.Request) -> web.Response:
+        return self._ok({"announcements": []})
+
+    async def funding_rates(self, request: web.Request) -> web.Response:
+        return self._ok({"funding_rates": public_views.funding_rates(self.state)})
+
+    async def fundings(self, request: web.Request) -> web.Response:
+        """``Fundings`` of one market: its hourly settlements (or their daily sums) with
+        ``start_timestamp <= time <= end_timestamp`` in seconds; ``count_back`` > 0: the newest
+        that many."""
+        q = request.query
+        mi = self._market(q)
+        res = q.get("resolution", "1h")
+        width = public_views.FUNDING_RESOLUTIONS.get(res)
+        if width is None:
+            raise ApiError(int(ResultCode.INVALID_PARAM), "resolution must be 1h or 1d")
+        start = _int(q, "start_timestamp", 0, 5_000_000_000_000)
+        end = _int(q, "end_timestamp", 0, 5_000_000_000_000)
+        count = _int(q, "count_back", 0, 2**31 - 1, default=0)
+        rows = list(self.state.history.settlements.get(mi, ()))
+        m = self.state.markets[mi]
+        return self._ok(
+            {
+                "resolution": res,
+                "fundings": public_views.fundings(rows, m, width, start, end, count),
+            }
+        )
+
+    async def candles(self, request: web.Request) -> web.Response:
+        """``Candles`` of one market at one of Lighter's resolutions, ``t`` in
+        ``[start_timestamp, end_timestamp]`` (ms), at most 500 (``count_back`` > 0: that many)."""
+        q = request.query
+        mi = self._market(q)
+        res = q.get("resolution", "")
+        if res not in RESOLUTIONS:
+            raise ApiError(
+                int(ResultCode.INVALID_PARAM), f"resolution must be one of {', '.join(RESOLUTIONS)}"
+            )
+        start = _int(q, "start_timestamp", 0, 5_000_000_000_000)
+        end = _int(q, "end_timestamp", 0, 5_000_000_000_000)
+        count_back = _int(q, "count_back", 0, 2**31 - 1, default=0)
+        rows = self.state.history.candles.window(mi, res, start, end, count_back)
+        return self._ok(public_views.candles(res, rows, self.state.markets[mi]))
 
     async def current_height(self, request: web.Request) -> web.Response:
         return self._ok({"height": self.state.seq})
@@ -434,13 +534,21 @@ class _Api:
         except CodecError as e:
             raise ApiError(int(e.code), str(e)) from None
 
-    async def send_txs(self, txs: list[Any]) -> list[TxOutcome]:
+    async def send_txs(self, txs: list[Any], ip: str | None = None) -> list[TxOutcome]:
         """Dry-run every tx (pending nonces advance as it goes), then execute them together.
 
-        All or nothing before the sequencer: the first rejection releases the nonces noted so
-        far and raises ApiError with that tx's code. If ``execute_txs`` fails, the nonces are
-        released, unless it raised :class:`OutcomePending` (the txs are sequenced: their block
-        clears them when it is applied)."""
+        All or nothing before the sequencer: an account out of budget refuses the lot (429)
+        before any check; the first rejection releases the nonces noted so far and raises
+        ApiError with that tx's code; once all passed, their accounts are charged. If
+        ``execute_txs`` fails, the nonces are released, unless it raised
+        :class:`OutcomePending` (the txs are sequenced: their block clears them when applied)."""
+        counts: dict[int, int] = {}
+        for tx in txs:
+            a = getattr(tx, "account_index", -1)
+            counts[a] = counts.get(a, 0) + 1
+        wait = self.limits.account_wait(ip, counts)
+        if wait:
+            raise RateLimited(wait, "txs of this account")
         st = self.state
         now_ms = time.time_ns() // 1_000_000
         noted: list[Any] = []
@@ -460,6 +568,7 @@ class _Api:
                 raise ApiError(code, f"rejected by dry-run: {_code_name(code)}{where}")
             st.note_sent(tx)
             noted.append(tx)
+        self.limits.charge_accounts(ip, counts)
         try:
             outcomes = await self.execute_txs(txs)
         except OutcomePending:
@@ -468,6 +577,9 @@ class _Api:
             for n in noted:
                 st.forget_sent(n)
             raise
+        hist = st.history
+        for tx, o in zip(txs, outcomes, strict=True):
+            hist.note_sent(o.tx_hash, tx)  # the body for ``tx``'s ``info``
         return outcomes
 
     def _tx_reply(self, outcomes: list[TxOutcome], batch: bool) -> dict[str, Any]:
@@ -483,10 +595,25 @@ class _Api:
             "seq": self.state.seq,
         }
 
+    async def _send(self, ip: str | None, batch: bool, types: Any, infos: Any) -> dict[str, Any]:
+        """Decode, dry-run and execute a sendTx (``types``/``infos``: ``tx_type``/``tx_info``)
+        or sendTxBatch request; a signature rejection is remembered by the request's bytes and
+        a byte-for-byte replay answered from memory (limits.py)."""
+        key = RejectionCache.key(batch, types, infos)
+        hit = self.limits.replayed(key)
+        if hit is not None:
+            raise ApiError(hit[0], hit[1])
+        txs = self._batch(types, infos) if batch else [self._decode_tx(types, infos)]
+        try:
+            outcomes = await self.send_txs(txs, ip)
+        except ApiError as e:
+            self.limits.remember(key, e.code, e.message)
+            raise
+        return self._tx_reply(outcomes, batch)
+
     async def send_tx(self, request: web.Request) -> web.Response:
         f = await _fields(request)
-        tx = self._decode_tx(f.get("tx_type"), f.get("tx_info"))
-        reply = self._tx_reply(await self.send_txs([tx]), False)
+        reply = await self._send(request.remote, False, f.get("tx_type"), f.get("tx_info"))
         return _json(reply, 200 if reply["code"] == _OK else 400)
 
     def _batch(self, tx_types: Any, tx_infos: Any) -> list[Any]:
@@ -505,8 +632,7 @@ class _Api:
 
     async def send_tx_batch(self, request: web.Request) -> web.Response:
         f = await _fields(request)
-        txs = self._batch(f.get("tx_types"), f.get("tx_infos"))
-        reply = self._tx_reply(await self.send_txs(txs), True)
+        reply = await self._send(request.remote, True, f.get("tx_types"), f.get("tx_infos"))
         return _json(reply)
 
     # ---- WebSocket ------------------------------------------------------------------------------
@@ -514,6 +640,13 @@ class _Api:
     async def stream(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=self.config.ws_max_message_bytes)
         await ws.prepare(request)
+        ip = request.remote
+        if not self.limits.ws_open(ip):
+            cap = self.config.ws_max_connections_per_ip
+            error = _ws_error(ResultCode.WS_TOO_MANY_CONNECTIONS, f"at most {cap} per IP")
+            await ws.send_str(_encode(error).decode())
+            await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"too many connections")
+            return ws
         fanout = self.fanout
         c = fanout.connect(ws, request.transport)
         fanout.send(c, {"type": "connected", "seq": self.state.seq})
@@ -523,14 +656,17 @@ class _Api:
                 if msg.type != WSMsgType.TEXT:
                     fanout.send(c, _ws_error(ResultCode.WS_INVALID_MESSAGE, "text frames only"))
                     continue
-                await self._on_message(c, msg.data, inflight)
+                await self._on_message(c, msg.data, inflight, ip)
                 if c.closed:
                     break
         finally:
             fanout.disconnect(c)
+            self.limits.ws_closed(ip)
         return ws
 
-    async def _on_message(self, c: Client, text: str, inflight: set[asyncio.Task[None]]) -> None:
+    async def _on_message(
+        self, c: Client, text: str, inflight: set[asyncio.Task[None]], ip: str | None = None
+    ) -> None:
         fanout = self.fanout
         try:
             obj = _parse_json(text, int(ResultCode.WS_INVALID_MESSAGE), "the message")
@@ -552,31 +688,36 @@ class _Api:
             if len(inflight) >= self.config.ws_max_inflight_txs:
                 fanout.send(c, _ws_error(ResultCode.TOO_MANY_PENDING_TXS, "too many txs in flight"))
                 return
-            task = asyncio.get_running_loop().create_task(self._ws_tx_reply(c, kind, obj))
+            wait = self.limits.charge_ip(ip, WS_TX_WEIGHT)
+            if wait:
+                reply = RateLimited(wait, "requests from this IP").body(False)
+                fanout.send(c, {**reply, "type": kind, "id": _reply_id(obj)})
+                return
+            task = asyncio.get_running_loop().create_task(self._ws_tx_reply(c, kind, obj, ip))
             inflight.add(task)
             task.add_done_callback(inflight.discard)
         else:
             fanout.send(c, _ws_error(ResultCode.WS_INVALID_MESSAGE, f"unknown type {kind!r}"))
 
-    async def _ws_tx_reply(self, c: Client, kind: str, obj: dict[str, Any]) -> None:
-        self.fanout.send(c, await self._ws_tx(kind, obj))
+    async def _ws_tx_reply(
+        self, c: Client, kind: str, obj: dict[str, Any], ip: str | None = None
+    ) -> None:
+        self.fanout.send(c, await self._ws_tx(kind, obj, ip))
 
-    async def _ws_tx(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    async def _ws_tx(self, kind: str, obj: dict[str, Any], ip: str | None = None) -> dict[str, Any]:
         data = obj.get("data")
-        rid = obj.get("id")
         batch = kind == "jsonapi/sendtxbatch"
         try:
             if not isinstance(data, dict):
                 raise ApiError(int(ResultCode.INVALID_PARAM), "data must be an object")
             if batch:
-                txs = self._batch(data.get("tx_types"), data.get("tx_infos"))
+                reply = await self._send(ip, True, data.get("tx_types"), data.get("tx_infos"))
             else:
-                txs = [self._decode_tx(data.get("tx_type"), data.get("tx_info"))]
-            reply = self._tx_reply(await self.send_txs(txs), batch)
+                reply = await self._send(ip, False, data.get("tx_type"), data.get("tx_info"))
         except ApiError as e:
             reply = e.body(batch)
         reply["type"] = kind
-        reply["id"] = rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
+        reply["id"] = _reply_id(obj)
         return reply
 
 
@@ -599,6 +740,11 @@ def _best(levels: Levels, orders: LevelOrders, limit: int) -> list[OrderRecord]:
 
 def _code_name(code: int) -> str:
     return ResultCode(code).name if code in _CODES else str(code)
+
+
+def _reply_id(obj: dict[str, Any]) -> str | int | None:
+    rid = obj.get("id")
+    return rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
 
 
 def _ws_error(code: int, message: str) -> dict[str, Any]:
@@ -633,6 +779,7 @@ def build_app(
     a probe told about each dry-run, middlewares around every handler. See the module docstring."""
     cfg = config if config is not None else ApiConfig()
     hk = hooks if hooks is not None else ReplicaHooks()
+    limits = Limits(cfg)
     api = _Api(
         state,
         execute_txs,
@@ -641,10 +788,22 @@ def build_app(
         cfg,
         commitments,
         hk.probe,
+        limits,
     )
+
+    @web.middleware
+    async def _budget(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        wait = limits.charge_ip(request.remote, rest_weight(request.path))
+        if wait:
+            raise RateLimited(wait, "requests from this IP")
+        return await handler(request)
+
     app = web.Application(
-        client_max_size=cfg.max_body_bytes, middlewares=[_errors, *hk.middlewares]
+        client_max_size=cfg.max_body_bytes, middlewares=[_errors, _budget, *hk.middlewares]
     )
+    app[LIMITS] = limits
     r = app.router
     r.add_get("/", api.info)
     r.add_get("/info", api.info)
@@ -663,6 +822,13 @@ def build_app(
         ("currentHeight", api.current_height),
         ("block", api.block),
         ("blocks", api.blocks),
+        ("txs", api.txs),
+        ("blockTxs", api.block_txs),
+        ("exchangeStats", api.exchange_stats),
+        ("announcement", api.announcement),
+        ("candles", api.candles),
+        ("funding-rates", api.funding_rates),
+        ("fundings", api.fundings),
     ):
         r.add_get(f"/api/v1/{path}", handler)
     r.add_get("/api/v1/", api.info)

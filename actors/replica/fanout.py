@@ -24,8 +24,11 @@ Invariants:
 - One writer task per connection drains its queue; a connection that closes removes itself from
   every channel.
 - Channels: ``order_book/{m}``, ``trade/{m}``, ``market_stats/{m|all}``, ``account_all/{a}``,
-  ``height``. ``market_stats`` is pushed for the markets that traded in the block (``all``: one
-  message holding every such market, keyed by market id as a string, as Lighter sends it).
+  ``height``, ``ticker/{m}``, ``candle/{m}/{resolution}``. ``market_stats`` is pushed for the
+  markets that traded in the block (``all``: one message holding every such market, keyed by market
+  id as a string, as Lighter sends it). ``ticker`` (best ask and bid, Lighter's ``Ticker``) is
+  pushed when a block moved a market's best level; ``candle`` (the open candle at that resolution,
+  Lighter's ``Candle``; candles.py) when a block traded in the market.
 
 Cost per block: one ``msgspec`` encode per changed market with subscribers (O(levels changed)),
 one deque append per subscriber, plus one encode per slow client per conflated market.
@@ -46,7 +49,14 @@ from aiohttp import WSMsgType, web
 
 from raydex.codecs import ResultCode, usdc_to_str
 
-from . import views
+from . import public_views, views
+from .candles import (
+    MAX_ANSWER,
+    RESOLUTIONS,
+    candle_channel,
+    candle_json,
+    parse_candle_channel,
+)
 from .config import ApiConfig
 from .margin import liquidation_prices
 from .state import Applied, BookDelta, ReplicaState
@@ -112,13 +122,20 @@ def split_channel(channel: object) -> tuple[str, int] | None:
     if channel == "height":
         return ("height", -1)
     kind, sep, arg = channel.partition("/")
-    if not sep or kind not in ("order_book", "trade", "account_all", "market_stats"):
+    if not sep or kind not in ("order_book", "trade", "account_all", "market_stats", "ticker"):
         return None
     if kind == "market_stats" and arg == "all":
         return (kind, ALL_MARKETS)
     if not arg.isascii() or not arg.isdigit() or len(arg) > 15:
         return None
     return (kind, int(arg))
+
+
+def _candle(channel: object) -> tuple[int, str] | None:
+    """``candle/{market}/{resolution}`` parsed, else None (then it is some other channel)."""
+    if not isinstance(channel, str) or len(channel) > 64 or not channel.startswith("candle/"):
+        return None
+    return parse_candle_channel(channel)
 
 
 def channel_key(kind: str, arg: int) -> str:
@@ -143,6 +160,8 @@ class Fanout:
         self.messages = 0
         self.conflations = 0
         self.disconnects = 0
+        #: market -> the best (ask, bid) last sent on ``ticker`` (change detection)
+        self._tops: dict[int, tuple[Any, Any]] = {}
 
     # ---- connections ----------------------------------------------------------------------------
 
@@ -198,16 +217,20 @@ class Fanout:
 
     def subscribe(self, c: Client, channel: object) -> tuple[int, str]:
         """Subscribe and queue the channel's snapshot; returns ``(code, message)``."""
-        parsed = split_channel(channel)
+        candle = _candle(channel)
+        parsed = split_channel(channel) if candle is None else ("candle", candle[0])
         if parsed is None:
             return int(ResultCode.WS_INVALID_CHANNEL), f"invalid channel {channel!r}"
         kind, arg = parsed
-        key = channel_key(kind, arg)
+        key = channel_key(kind, arg) if candle is None else candle_channel(*candle)
         if key in c.channels:
             return int(ResultCode.WS_ALREADY_SUBSCRIBED), f"already subscribed to {channel}"
         if len(c.channels) >= self.config.max_subscriptions:
             return int(ResultCode.WS_TOO_MANY_SUBSCRIPTIONS), "too many subscriptions"
-        snapshot = self._snapshot(kind, arg, key)
+        if candle is None:
+            snapshot = self._snapshot(kind, arg, key)
+        else:
+            snapshot = self._candle_snapshot(candle[0], candle[1], key)
         if snapshot is None:
             return int(ResultCode.WS_INVALID_CHANNEL), f"unknown market or account in {channel}"
         c.channels.add(key)
@@ -216,11 +239,12 @@ class Fanout:
         return int(ResultCode.OK), ""
 
     def unsubscribe(self, c: Client, channel: object) -> tuple[int, str]:
-        parsed = split_channel(channel)
+        candle = _candle(channel)
+        parsed = split_channel(channel) if candle is None else ("candle", candle[0])
         if parsed is None:
             return int(ResultCode.WS_INVALID_CHANNEL), f"invalid channel {channel!r}"
         kind, arg = parsed
-        key = channel_key(kind, arg)
+        key = channel_key(kind, arg) if candle is None else candle_channel(*candle)
         if key not in c.channels:
             return int(ResultCode.WS_NOT_SUBSCRIBED), f"not subscribed to {channel}"
         c.channels.discard(key)
@@ -257,6 +281,10 @@ class Fanout:
         if kind == "trade":
             rows = [views.trade(r, m) for r in st.trades[arg]]
             return {"channel": key, "trades": rows, "timestamp": ts_ms, "type": "subscribed/trade"}
+        if kind == "ticker":
+            book = st.books[arg]
+            self._tops[arg] = public_views.top_of_book(book)
+            return self._ticker_body(arg, "subscribed/ticker", ts_ms)
         book = st.books[arg]
         return {
             "channel": key,
@@ -264,6 +292,30 @@ class Fanout:
             "order_book": views.book_body(book, m, self.offset),
             "timestamp": ts_ms,
             "type": "subscribed/order_book",
+        }
+
+    def _ticker_body(self, mi: int, kind: str, ts_ms: int) -> dict[str, Any]:
+        book = self.state.books[mi]
+        return {
+            "channel": f"ticker:{mi}",
+            "nonce": book.nonce,
+            "ticker": public_views.ticker(book, self.state.markets[mi]),
+            "timestamp": ts_ms,
+            "type": kind,
+        }
+
+    def _candle_snapshot(self, mi: int, res: str, key: str) -> dict[str, Any] | None:
+        """``subscribed/candle``: the newest candles (up to ``MAX_ANSWER``), oldest first."""
+        m = self.state.markets.get(mi)
+        if m is None:
+            return None
+        rows = self.state.history.candles.window(mi, res, 0, 2**62, MAX_ANSWER)
+        return {
+            "channel": key,
+            "r": res,
+            "c": [candle_json(r, m) for r in rows],
+            "timestamp": time.time_ns() // 1_000_000,
+            "type": "subscribed/candle",
         }
 
     def _account_body(self, ai: int, kind: str, ts_ms: int) -> dict[str, Any]:
@@ -289,7 +341,10 @@ class Fanout:
 
     def _stats_body(self, key: str, mids: list[int], many: bool, kind: str) -> dict[str, Any]:
         st = self.state
-        stats = {mi: views.market_stats(st.markets[mi], st.stats[mi]) for mi in mids}
+        funding = st.history.funding
+        stats = {
+            mi: views.market_stats(st.markets[mi], st.stats[mi], funding.get(mi)) for mi in mids
+        }
         return {
             "channel": key,
             "market_stats": {str(mi): v for mi, v in stats.items()} if many else stats[mids[0]],
@@ -333,6 +388,8 @@ class Fanout:
                 )
                 self._put_all(subs, _Msg(data))
         self._publish_stats(sorted(applied.trades))
+        self._publish_tickers(applied, ts_ms)
+        self._publish_candles(applied, ts_ms)
         for ai in applied.accounts:
             subs = self._subs.get(f"account_all:{ai}")
             if subs:
@@ -367,6 +424,41 @@ class Fanout:
         if subs:
             body = self._stats_body("market_stats:all", mids, True, "update/market_stats")
             self._put_all(subs, _Msg(_encode(body)))
+
+    def _publish_tickers(self, applied: Applied, ts_ms: int) -> None:
+        """``ticker`` for the markets whose best ask or bid this block moved: one encode each."""
+        for mi in applied.books:
+            subs = self._subs.get(f"ticker:{mi}")
+            if not subs:
+                continue
+            top = public_views.top_of_book(self.state.books[mi])
+            if self._tops.get(mi) == top:
+                continue
+            self._tops[mi] = top
+            self._put_all(subs, _Msg(_encode(self._ticker_body(mi, "update/ticker", ts_ms))))
+
+    def _publish_candles(self, applied: Applied, ts_ms: int) -> None:
+        """``candle`` for the markets that traded in this block: the open candle of each
+        subscribed resolution, one encode each."""
+        candles = self.state.history.candles
+        for mi in applied.trades:
+            m = self.state.markets[mi]
+            for res in RESOLUTIONS:
+                key = candle_channel(mi, res)
+                subs = self._subs.get(key)
+                if not subs:
+                    continue
+                last = candles.last(mi, res)
+                if last is None:
+                    continue
+                body = {
+                    "channel": key,
+                    "r": res,
+                    "candle": candle_json(last, m),
+                    "timestamp": ts_ms,
+                    "type": "update/candle",
+                }
+                self._put_all(subs, _Msg(_encode(body)))
 
     def _book_update(
         self, mi: int, bids: Any, asks: Any, begin: int, nonce: int, engine_us: int

@@ -40,7 +40,6 @@ positions). ``dry_run`` is one Ed25519 verify
 
 from __future__ import annotations
 
-import hashlib
 from bisect import bisect_left, insort
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -59,6 +58,8 @@ from raydex.codecs import (
     CreateOrder,
     ExchangeBalancesChanged,
     ExchangeRecord,
+    FundingChanged,
+    FundingRecord,
     LevelChanged,
     MarketChanged,
     MarketRecord,
@@ -82,7 +83,9 @@ from raydex.codecs import (
     tx_type_of,
 )
 from raydex.codecs import AccountRecord as _AccountRecord
-from raydex.engine import exposure
+from raydex.engine import exposure, state_digest
+
+from .history import History
 
 _OK = int(ResultCode.OK)
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
@@ -298,6 +301,8 @@ class ReplicaState:
         self.fee_pool = 0
         self.insurance_fund = 0
         self._pending: dict[tuple[int, int], dict[int, int]] = {}
+        #: txs per block, tx bodies sent through here, candles (history.py)
+        self.history = History(TX_RESULTS)
 
     # ---- boot -----------------------------------------------------------------------------------
 
@@ -326,6 +331,8 @@ class ReplicaState:
                 book[r.price] = book.get(r.price, 0) + r.remaining_base_amount
             elif t is ExchangeRecord:
                 st.fee_pool, st.insurance_fund = r.fee_pool, r.insurance_fund
+            elif t is FundingRecord:
+                st.history.restore_funding(r)
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         for mi in st.markets:
@@ -511,6 +518,8 @@ class ReplicaState:
                 old_m = self.markets.get(ev.market_index)
                 ltp, oi = (old_m.last_trade_price, old_m.open_interest) if old_m else (0, 0)
                 self._add_market(MarketRecord(*ev, ltp, oi))
+            elif t is FundingChanged:
+                self.history.funding_changed(ev, self.markets[ev.market_index].mark_price)
             # PositionLiquidated / PositionDeleveraged are informational: their effects arrive as
             # PositionChanged / BalanceChanged / LevelChanged events.
         self.seq = seq
@@ -530,9 +539,11 @@ class ReplicaState:
                 seq,
                 begin,
             )
-        return Applied(
+        applied = Applied(
             seq, blk.height, blk.timestamp_ns, deltas, trades, frozenset(touched), tuple(txs)
         )
+        self.history.add(applied)
+        return applied
 
     def _order_event(self, ev: OrderUpdated) -> None:
         oi = ev.order_index
@@ -736,42 +747,24 @@ class ReplicaState:
 
     # ---- hash and self-check --------------------------------------------------------------------
 
+    def records(self) -> Iterator[Any]:
+        """The caches as snapshot records, for :func:`raydex.engine.state_digest`. What the block
+        stream does not carry is filled with zeros (the exchange's counters, order priority);
+        the digest leaves exactly those out."""
+        yield ExchangeRecord(self.fee_pool, self.insurance_fund, 0, 0, 0, 0, 0)
+        yield from self.markets.values()
+        for ai, acct in self.accounts.items():
+            yield _AccountRecord(ai, acct.collateral)
+            yield from acct.positions.values()
+        yield from self.api_keys.values()
+        yield from self.orders.values()
+
     def state_hash(self) -> bytes:
-        """sha256 of the book levels, resting orders, accounts, positions and API keys.
-
-        Positions still at their defaults (created by the engine when an order was placed, but
-        never reported) are skipped, as is order priority: neither is visible in the block stream,
-        so a replica booted from a snapshot and one that saw every block hash equal.
-        """
-        h = hashlib.sha256()
-        h.update(f"seq|{self.seq}|{self.height}\n".encode())
-        for mi in sorted(self.markets):
-            b = self.books[mi]
-            h.update(f"book|{mi}|{b.bids}|{b.asks}\n".encode())
-        for oi in sorted(self.orders):
-            h.update(f"order|{tuple(self.orders[oi][:12])}\n".encode())
-        for ai in sorted(self.accounts):
-            acct = self.accounts[ai]
-            h.update(f"account|{ai}|{acct.collateral}\n".encode())
-            for mi in sorted(acct.positions):
-                p = acct.positions[mi]
-                if self._is_default(p):
-                    continue
-                h.update(f"position|{tuple(p)}\n".encode())
-        for key in sorted(self.api_keys):
-            h.update(f"key|{tuple(self.api_keys[key])}\n".encode())
-        return h.digest()
-
-    def _is_default(self, p: PositionRecord) -> bool:
-        m = self.markets[p.market_index]
-        return bool(
-            p.size == 0
-            and p.entry_quote == 0
-            and p.realized_pnl == 0
-            and p.funding_paid == 0
-            and p.margin_mode == 0
-            and p.initial_margin_fraction == m.default_initial_margin_fraction
-        )
+        """The state hash every role reports (:func:`raydex.engine.state_digest` of
+        :meth:`records`): equal to the sequencer's and the holder's at the same seq. O(state):
+        callers cache it per seq."""
+        digest: bytes = state_digest(self.records())
+        return digest
 
     def validate(self) -> None:
         """Raise AssertionError if a book disagrees with the cached orders or its snapshot, or an

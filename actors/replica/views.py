@@ -27,7 +27,9 @@ from raydex.codecs import (
     ticks_to_str,
     usdc_to_str,
 )
+from raydex.engine import funding_rate
 
+from .history import Funding, sequence_index
 from .margin import liquidation_prices, notional_multiplier
 from .state import (
     AccountCache,
@@ -139,10 +141,18 @@ def market_detail(m: MarketRecord, s: MarketStats) -> dict[str, Any]:
     return out
 
 
-def market_stats(m: MarketRecord, s: MarketStats) -> dict[str, Any]:
-    """The WS ``market_stats`` entry (what ccxt.pro's ``watch_ticker`` parses). Funding is not
-    modelled per market yet: rates are ``"0"``; the daily figures are ``market_detail``'s."""
+def funding_pct(rate: int) -> str:
+    """An hourly rate in 1e-8 as Lighter writes funding rates: percent, ``"0.001250"``."""
+    return str(ticks_to_str(rate, 6))
+
+
+def market_stats(m: MarketRecord, s: MarketStats, funding: Funding | None = None) -> dict[str, Any]:
+    """The WS ``market_stats`` entry (what ccxt.pro's ``watch_ticker`` parses). Funding, in
+    percent per hour: ``current_funding_rate`` the rate the running hour would settle at now,
+    ``funding_rate`` the last settled one, ``funding_timestamp`` its hour mark (ms); the daily
+    figures are ``market_detail``'s."""
     pd, sd = m.price_decimals, m.size_decimals
+    current = funding_rate(funding.premium_sum, funding.samples) if funding else 0
     return {
         "market_id": int(m.market_index),
         "index_price": ticks_to_str(m.mark_price, pd),
@@ -152,9 +162,9 @@ def market_stats(m: MarketRecord, s: MarketStats) -> dict[str, Any]:
         "funding_clamp_small": "0",
         "funding_clamp_big": "0",
         "last_trade_price": ticks_to_str(m.last_trade_price, pd),
-        "current_funding_rate": "0",
-        "funding_rate": "0",
-        "funding_timestamp": 0,
+        "current_funding_rate": funding_pct(current),
+        "funding_rate": funding_pct(funding.last_rate if funding else 0),
+        "funding_timestamp": funding.last_funding_ms if funding else 0,
         **_daily(m, s),
     }
 
@@ -382,13 +392,14 @@ def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
     }
 
 
-def tx_record(r: TxRecord) -> dict[str, Any]:
-    """``EnrichedTx``: status 2 executed, 0 failed (the engine's code in ``event_info``)."""
+def tx_record(r: TxRecord, info: str = "") -> dict[str, Any]:
+    """``EnrichedTx``: status 2 executed, 0 failed (the engine's code in ``event_info``);
+    ``info``: the tx's JSON when this replica knows its body (``History.body``), else ``""``."""
     return {
         "code": 200,
         "hash": r.tx_hash.hex(),
         "type": r.tx_type,
-        "info": "",
+        "info": info,
         "event_info": f'{{"code":{r.code}}}',
         "status": 2 if r.code == 200 else 0,
         "transaction_index": r.position,
@@ -399,7 +410,7 @@ def tx_record(r: TxRecord) -> dict[str, Any]:
         "block_height": r.block_height,
         "queued_at": r.timestamp_ms,
         "executed_at": r.timestamp_ms,
-        "sequence_index": r.seq,
+        "sequence_index": sequence_index(r),
         "parent_hash": "",
         "api_key_index": r.api_key_index,
         "transaction_time": r.timestamp_ms,

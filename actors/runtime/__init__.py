@@ -3,16 +3,27 @@ apply its role's GC policy, say where it runs, export its metrics; and (``superv
 background loop that failed, or exit the process so Ray restarts the actor. A leaf: it imports no
 role."""
 
-from .shell import METRICS_INTERVAL_S, ActorRuntime, advertised_host, pin_actor
+from .shell import (
+    DEPLOYMENT_ENV,
+    METRICS_INTERVAL_S,
+    ActorRuntime,
+    advertised_host,
+    current_namespace,
+    pin_actor,
+    short_hash,
+)
 from .supervise import EXIT_STATUS, Supervisor, exit_process, log_fatal
 
 __all__ = [
+    "DEPLOYMENT_ENV",
     "EXIT_STATUS",
     "METRICS_INTERVAL_S",
     "ActorRuntime",
     "Supervisor",
     "advertised_host",
+    "current_namespace",
     "exit_process",
     "log_fatal",
     "pin_actor",
+    "short_hash",
 ]

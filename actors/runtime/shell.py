@@ -1,11 +1,23 @@
 """What every Ray actor shell of raydex does the same way: pin itself, say where it is, export
-its metrics (GC and placement on top of the service's own; flushed every ``METRICS_INTERVAL_S``)."""
+its metrics (GC and placement on top of the service's own; flushed every ``METRICS_INTERVAL_S``),
+and describe itself in one line (``ActorRuntime.describe``, each shell's ``__repr__``).
+
+The repr and Ray: Ray 2.60 records an actor's ``repr()`` once, when its ``__init__`` returns (the
+actor-creation branch of ``execute_task``), and shows that string in the dashboard's Actors page
+and as ``repr_name`` in ``ray.util.state.list_actors``; it never asks again (not on state-API
+calls, not on later tasks), except when Ray restarts the actor. So what the Actors page shows is
+what ``__init__`` knows: role, deployment (namespace), name, group, configured ports, and the
+planned node/NUMA node/cores/scheduling policy (the bundle the actor was created for). The same
+``__repr__`` called later (``raydex status``, the actor's ``describe()``, logs) gives the live
+line: seq, lag, short state hash with its seq, bound ports, the placement in force.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,6 +35,38 @@ def advertised_host() -> str:
         return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
     except Exception:  # outside a Ray worker: loopback
         return "127.0.0.1"
+
+
+#: The environment variable deploy sets on every actor it creates (``runtime_env``): the Ray
+#: namespace the actor is named in, i.e. its deployment. Needed because inside an actor Ray's
+#: ``get_runtime_context().namespace`` is the namespace of the *job* that created it (an anonymous
+#: one for ``raydex deploy``), not the one the actor was named in.
+DEPLOYMENT_ENV = "RAYDEX_DEPLOYMENT"
+
+
+def current_namespace() -> str:
+    """This actor's deployment: ``$RAYDEX_DEPLOYMENT`` (set by deploy), else the job's Ray
+    namespace, "" outside Ray."""
+    given = os.environ.get(DEPLOYMENT_ENV)
+    if given:
+        return given
+    ray = _ray_worker()
+    return str(ray.get_runtime_context().namespace or "") if ray is not None else ""
+
+
+def _ray_worker() -> Any:
+    """The ``ray`` module when this process is connected to Ray, else None (never imports or
+    starts Ray: ``get_runtime_context`` outside Ray would start a local instance)."""
+    ray = sys.modules.get("ray")
+    return ray if ray is not None and ray.is_initialized() else None
+
+
+def _who() -> str:
+    """``<namespace>/<actor name>`` inside a Ray actor, "" outside."""
+    ray = _ray_worker()
+    if ray is None:
+        return ""
+    return f"{current_namespace()}/{ray.get_runtime_context().get_actor_name() or '?'}"
 
 
 def pin_actor(bundle: Any) -> dict[str, Any]:
@@ -78,6 +122,11 @@ class ActorRuntime:
         self.metrics = rec
         if self.bundle is not None:
             rec.base["group"] = str(self.bundle.group)
+        # the deployment and the actor's Ray name label every series (inside Ray)
+        rec.base["deployment"] = rec.base["deployment"] or current_namespace() or "local"
+        ray = _ray_worker()
+        if ray is not None:
+            rec.base["name"] = ray.get_runtime_context().get_actor_name() or rec.base["name"]
         mon = self.monitor
         for g in range(3):
             rec.histogram("raydex_gc_pause_seconds", mon.pauses[g], gen=str(g))
@@ -95,9 +144,46 @@ class ActorRuntime:
         )
         rec.start(METRICS_INTERVAL_S)
 
+    def where(self) -> str:
+        """``node=<ip> numa=<n> cpus=<list>|any policy=<policy>``: the placement in force after
+        the boot, the planned one (``bundle``) before it."""
+        p = self.placement
+        b = self.bundle
+        if p.get("node_id") or p.get("cpus") or p.get("policy"):
+            numa, cpus, policy = p.get("numa_node", -1), tuple(p.get("cpus", ())), p.get("policy")
+        elif b is not None:
+            numa = b.numa_node
+            cpus = tuple(b.cpus) if b.pin else ()
+            policy = "SCHED_FIFO(planned)" if b.realtime else None
+        else:
+            numa, cpus, policy = -1, (), None
+        parts = [f"node={advertised_host()}"]
+        if b is not None:
+            parts.append(f"host={b.host}")
+        parts.append(f"numa={numa}" if numa is not None and numa >= 0 else "numa=any")
+        parts.append("cpus=" + (",".join(map(str, cpus)) if cpus else "any"))
+        parts.append(f"policy={policy or ('SCHED_OTHER' if cpus else 'unpinned')}")
+        return " ".join(parts)
+
+    def describe(self, role: str, facts: dict[str, Any]) -> str:
+        """One line naming the actor and what matters live (see the module docstring): role,
+        ``deployment/name``, the ``facts`` given (None values left out), then :meth:`where`.
+        Never raises (Ray calls ``__repr__`` while creating the actor)."""
+        try:
+            live = " ".join(f"{k}={v}" for k, v in facts.items() if v is not None)
+            where = self.where()
+        except Exception as exc:  # a repr must not fail the actor's creation
+            live, where = "", f"(placement unknown: {exc!r})"
+        return " ".join(x for x in (role, _who(), live, where) if x)
+
     def status(self) -> dict[str, Any]:
         out = {"placement": self.placement, "gc": self.monitor.summary()}
         if self.metrics is not None:
             m = self.metrics
             out["metrics"] = {"flushes": m.flushes, "dropped_samples": m.dropped}
         return out
+
+
+def short_hash(state_hash: str, seq: int) -> str | None:
+    """``<first 8 hex>@<seq>`` of a state hash, None when none was computed yet."""
+    return f"{state_hash[:8]}@{seq}" if state_hash and seq >= 0 else None

@@ -12,6 +12,11 @@ Supervision: :meth:`Oracle.run` is one loop iteration after another; the sequenc
 ``Supervisor``, so an iteration that raises is logged, counted
 (``raydex_loop_restarts_total{loop="oracle"}``) and the loop goes on.
 
+Funding rides the same loop: at the first round of each wall-clock minute it also stamps one
+``FundingTick`` per market, on which the engine samples the premium (at most once a minute) and
+settles each hour on its first tick after the hour mark (engine ``_funding``). So funding runs
+wherever the oracle runs; with the oracle off, nothing samples or settles funding.
+
 Knobs: ``interval_ms`` (shorter: marks track the book closely and liquidations trigger sooner, at
 one command per moved market per interval); ``max_step_bps`` (larger: marks catch a real move
 faster, and a manipulated book moves them further).
@@ -20,10 +25,11 @@ faster, and a manipulated book moves them further).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raydex.codecs import BPS, MAX_MARKET_INDEX, MarketIndex, SetMarkPrice
+from raydex.codecs import BPS, MAX_MARKET_INDEX, FundingTick, MarketIndex, SetMarkPrice
 from raydex.engine import Engine
 
 
@@ -45,6 +51,15 @@ def oracle_commands(engine: Engine, max_step_bps: int) -> list[SetMarkPrice]:
     return out
 
 
+def funding_ticks(engine: Engine) -> list[FundingTick]:
+    """One FundingTick per market (the engine decides whether to sample or settle)."""
+    return [
+        FundingTick(MarketIndex(i))
+        for i in range(MAX_MARKET_INDEX + 1)
+        if engine.market(i) is not None
+    ]
+
+
 class Oracle:
     """Stamps the oracle's commands every ``interval_ms`` through ``submit`` (operator)."""
 
@@ -61,6 +76,7 @@ class Oracle:
         self.max_step_bps = max_step_bps
         self.rounds = 0
         self.commands = 0
+        self._minute = -1
 
     def commands_now(self) -> list[SetMarkPrice]:
         return oracle_commands(self._engine(), self.max_step_bps)
@@ -69,7 +85,11 @@ class Oracle:
         """Forever: sleep, compute, submit (and wait until they are sequenced)."""
         while True:
             await asyncio.sleep(self.interval_s)
-            cmds = self.commands_now()
+            cmds: list[Any] = list(self.commands_now())
+            minute = time.time_ns() // 60_000_000_000
+            if minute != self._minute:
+                self._minute = minute
+                cmds += funding_ticks(self._engine())
             if cmds:
                 await self._submit(cmds)
                 self.commands += len(cmds)

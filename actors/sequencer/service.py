@@ -73,7 +73,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,15 +91,23 @@ from raydex.codecs import (
     stamp_block,
     wal_record_crc,
 )
+from raydex.engine import state_digest
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
-from ..runtime import ActorRuntime, Supervisor, advertised_host, exit_process, log_fatal
+from ..runtime import (
+    ActorRuntime,
+    Supervisor,
+    advertised_host,
+    exit_process,
+    log_fatal,
+    short_hash,
+)
 from ..snapshot.store import read_snapshot_meta, snapshot_seq, snapshots
 from ..transport import BlockHub, DataPlane, data_plane_server
 from .journal import Journal
 from .oracle import Oracle, oracle_commands
-from .producer import BlockProducer, ClosedBlock
+from .producer import BlockProducer, Checked, ClosedBlock
 from .wal import FsyncPolicy, Wal
 
 log = logging.getLogger(__name__)
@@ -148,6 +156,20 @@ class SequencerConfig:
     #: trips, at a longer pause of the reader thread and larger messages (< 64 MB)
     txlog_read_max_records: int = 2000
     txlog_read_max_bytes: int = 16 << 20
+    #: Data plane bounds (``GrpcDataPlaneServer``). Most txs in one batch from a replica; a bigger
+    #: batch is refused whole with ``BATCH_TOO_LARGE`` (21514). Must be at least every replica
+    #: group's ``max_batch_txs`` (the spec checks it); larger lets one batch hold the block longer.
+    max_batch_txs: int = 1000
+    #: Tx batches being executed at once over all streams (a batch beyond waits, unread): bounds
+    #: the work members can queue; more than the replica count lets each pipeline.
+    max_inflight_batches: int = 64
+    #: Longest the loop checks a batch's signatures before it yields (ms; batches are checked
+    #: before they execute, slice by slice): shorter keeps block closes and other batches flowing
+    #: under a flood of signed txs, at a little more overhead per batch.
+    verify_slice_ms: float = 2.0
+    #: The deployment's data-plane secret (``raydex deploy`` makes one; never in raydex.yaml):
+    #: every gRPC call must carry it. Empty: no check, loopback only (tests, embedded runs).
+    data_plane_secret: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +220,8 @@ class SequencerService:
         self.pruned_through = 0
         self.pruned_segments = 0
         self.txlog_reads = 0
+        #: tx batches refused whole (undecodable, or over ``max_batch_txs``)
+        self.batches_refused = 0
         #: open (first tx in) -> durable and published, per block
         self.block_time = Histogram()
         #: the close itself on the loop: encode the block and queue its WAL record
@@ -246,11 +270,22 @@ class SequencerService:
             self.txlog.publish_nowait(block.seq, _stamped(block))
         rebuilt.clear()
         self.server = data_plane_server(
-            cfg.data_plane, self.hub, self.handle_batch, host=cfg.grpc_host, port=cfg.grpc_port
+            cfg.data_plane,
+            self.hub,
+            self.handle_batch,
+            host=cfg.grpc_host,
+            port=cfg.grpc_port,
+            secret=cfg.data_plane_secret,
+            max_inflight=cfg.max_inflight_batches,
         )
         self.port = await self.server.start()
         self.txlog_server = data_plane_server(
-            cfg.data_plane, self.txlog, self.read_txlog, host=cfg.grpc_host, port=cfg.txlog_port
+            cfg.data_plane,
+            self.txlog,
+            self.read_txlog,
+            host=cfg.grpc_host,
+            port=cfg.txlog_port,
+            secret=cfg.data_plane_secret,
         )
         self.txlog_port = await self.txlog_server.start()
         loop = asyncio.get_running_loop()
@@ -296,23 +331,58 @@ class SequencerService:
     # ---- data plane -----------------------------------------------------------------------------
 
     async def handle_batch(self, frame: bytes) -> bytes:
-        """Tx handler of the gRPC ``Txs`` stream: batch frame in, outcome frame out."""
+        """Tx handler of the gRPC ``Txs`` stream: batch frame in, outcome frame out.
+
+        An undecodable batch is answered ``INVALID_TX_INFO``, one over ``max_batch_txs``
+        ``BATCH_TOO_LARGE`` (one outcome for the whole batch, zero hash, seq 0); an empty batch
+        at once with no outcome. Signatures are checked slice by slice before the batch executes
+        (:meth:`check_signatures`), so a flood of signed txs never holds the loop for long."""
         reply: bytes
         try:
-            txs = decode_batch(frame)
-        except CodecError:
-            reply = encode_outcomes([(bytes(32), ResultCode.INVALID_TX_INFO, 0, 0)])
+            txs = decode_batch(frame, self.config.max_batch_txs)
+        except CodecError as exc:
+            self.batches_refused += 1
+            too_large = exc.code == ResultCode.BATCH_TOO_LARGE
+            code = ResultCode.BATCH_TOO_LARGE if too_large else ResultCode.INVALID_TX_INFO
+            reply = encode_outcomes([(bytes(32), code, 0, 0)])
             return reply
-        reply = encode_outcomes(await self.submit(txs, operator=False))
+        if not txs:
+            reply = encode_outcomes([])
+            return reply
+        checked = await self.check_signatures(txs)
+        reply = encode_outcomes(await self.submit(txs, operator=False, checked=checked))
         return reply
 
-    async def submit(self, txs: Sequence[Any], operator: bool = False) -> list[TxOutcome]:
-        """Execute ``txs`` in the open block; resolves when that block is durable."""
+    async def check_signatures(self, txs: Sequence[Any]) -> list[Checked] | None:
+        """Each user tx's signature checked against its key as it is now, yielding to the loop
+        every ``verify_slice_ms`` (None when the sequencer does not verify). The producer trusts
+        a result only if the key is unchanged when the tx executes."""
+        producer = self.producer
+        assert producer is not None, "start() first"
+        if not producer.verify_signatures:
+            return None
+        budget = int(self.config.verify_slice_ms * 1e6)
+        clock = time.perf_counter_ns
+        check = producer.check_signature
+        out: list[Checked] = []
+        until = clock() + budget
+        for tx in txs:
+            out.append(check(tx))
+            if clock() >= until:
+                await asyncio.sleep(0)
+                until = clock() + budget
+        return out
+
+    async def submit(
+        self, txs: Sequence[Any], operator: bool = False, checked: Sequence[Checked] | None = None
+    ) -> list[TxOutcome]:
+        """Execute ``txs`` in the open block; resolves when that block is durable. ``checked``:
+        :meth:`check_signatures` of ``txs``."""
         producer = self.producer
         assert producer is not None, "start() first"
         if self._stopping:
             raise RuntimeError(f"sequencer is stopping ({self.failed or 'stop requested'})")
-        at = producer.submit(txs, time.time_ns(), operator=operator)
+        at = producer.submit(txs, time.time_ns(), operator=operator, checked=checked)
         if self._pending is None:
             self._pending = asyncio.get_running_loop().create_future()
         fut = self._pending
@@ -454,7 +524,7 @@ class SequencerService:
         newest, oldest = snapshot_seq(dirs[-1]), snapshot_seq(dirs[0])
         if newest != self.snapshot.seq:
             try:
-                state_hash = str(read_snapshot_meta(dirs[-1])["state_hash"])
+                state_hash = str(read_snapshot_meta(dirs[-1]).get("state_digest", ""))
             except (OSError, ValueError, KeyError) as exc:  # being moved aside, or damaged
                 log.warning("snapshot %s has no readable meta.json: %r", dirs[-1], exc)
                 return []
@@ -477,12 +547,13 @@ class SequencerService:
     # ---- control plane --------------------------------------------------------------------------
 
     def state_hash(self) -> dict[str, Any]:
-        """The engine's current state hash and the seq it reflects. O(state), on the block loop:
-        for tests and operators, never for periodic polling (``status`` is O(1))."""
+        """The current state hash (``raydex.engine.state_digest``, the one every role reports)
+        and the seq it reflects. O(state), on the block loop: for tests and operators, never for
+        periodic polling (``status`` is O(1): the newest snapshot's, with its seq)."""
         p = self.producer
         return {
             "seq": p.seq if p else 0,
-            "state_hash": p.engine.state_hash().hex() if p else "",
+            "state_hash": state_digest(p.engine.records()).hex() if p else "",
         }
 
     def status(self) -> dict[str, Any]:
@@ -495,9 +566,16 @@ class SequencerService:
             "state_hash": self.snapshot.state_hash,
             "state_hash_seq": self.snapshot.seq,
             "failed": self.failed,
-            "data_plane": self.config.data_plane,
             "grpc_port": self.port,
             "txlog_port": self.txlog_port,
+            "data_plane": {
+                "plane": self.config.data_plane,
+                "authenticated": bool(self.config.data_plane_secret),
+                "refused_calls": sum(
+                    srv.refused for srv in (self.server, self.txlog_server) if srv is not None
+                ),
+                "batches_refused": self.batches_refused,
+            },
             "replayed_blocks": self.replayed,
             "blocks": self.blocks,
             "wal": {
@@ -567,7 +645,36 @@ class SequencerActor:
 
     async def status(self) -> dict[str, Any]:
         svc = await self._ensure_started()
-        return {**svc.status(), **self.runtime.status(), "address": advertised_host()}
+        return {
+            **svc.status(),
+            **self.runtime.status(),
+            "address": advertised_host(),
+            "repr": repr(self),
+        }
+
+    def __repr__(self) -> str:
+        """Role, deployment/name, state, seq, the newest snapshot's state hash (with its seq),
+        ports and placement (see ``actors/runtime/shell.py`` for what Ray shows of it)."""
+        svc = self.service
+        p = svc.producer
+        cfg = svc.config
+        snap = svc.snapshot
+        state = "failed" if svc.failed else "serving" if p is not None else "booting"
+        return self.runtime.describe(
+            "sequencer",
+            {
+                "state": state,
+                "seq": p.seq if p is not None else None,
+                "hash": short_hash(snap.state_hash, snap.seq),
+                "grpc": svc.port or cfg.grpc_port or None,
+                "txlog": svc.txlog_port or cfg.txlog_port or None,
+            },
+        )
+
+    async def data_plane_secret(self) -> str:
+        """The deployment's data-plane secret, for ``raydex deploy`` to hand to new followers.
+        A Ray call: only members of the Ray cluster (Ray's own token auth) can make it."""
+        return self.service.config.data_plane_secret
 
     async def state_hash(self) -> dict[str, Any]:
         """The current state hash (O(state), pauses the block loop; see the service)."""

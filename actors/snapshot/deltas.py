@@ -22,6 +22,7 @@ records             events
                     in creates the engine's empty position there (imf = the market's default)
 ``ApiKeyRecord``    ``NonceUpdated`` (a new key reports nonce -1 first), ``ApiKeyChanged``
 ``OrderRecord``     ``OrderUpdated``: resting while ``status`` is active with lots remaining
+``FundingRecord``   ``FundingChanged`` (every field of the clock, absolute)
 ==================  ==========================================================================
 
 ``LevelChanged`` (derived from the orders), ``TradeExecuted``'s fills, ``PositionLiquidated``,
@@ -52,6 +53,8 @@ from raydex.codecs import (
     Event,
     ExchangeBalancesChanged,
     ExchangeRecord,
+    FundingChanged,
+    FundingRecord,
     MarketChanged,
     MarketRecord,
     MarketStatsChanged,
@@ -75,6 +78,7 @@ class DeltaState:
     __slots__ = (
         "accounts",
         "fee_pool",
+        "funding",
         "insurance_fund",
         "keys",
         "markets",
@@ -102,6 +106,8 @@ class DeltaState:
         self.keys: dict[tuple[int, int], list[Any]] = {}
         #: resting orders by order index
         self.orders: dict[int, OrderRecord] = {}
+        #: funding clocks by market
+        self.funding: dict[int, FundingRecord] = {}
 
     # ---- records in, records out -----------------------------------------------------------------
 
@@ -131,6 +137,8 @@ class DeltaState:
                 st.keys[(r.account_index, r.api_key_index)] = [r.nonce, r.pub_key]
             elif t is OrderRecord:
                 st.orders[r.order_index] = r
+            elif t is FundingRecord:
+                st.funding[r.market_index] = r
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         return st
@@ -160,6 +168,9 @@ class DeltaState:
             nonce, pub = keys[(ai, ki)]
             yield _new(ApiKeyRecord, (ai, ki, nonce, pub))
         yield from sorted(self.orders.values(), key=_book_order)
+        funding = self.funding
+        for mi in sorted(funding):
+            yield funding[mi]
 
     def state_hash(self) -> bytes:
         """The engine's state hash of the same state (``raydex.engine.records_hash``)."""
@@ -221,6 +232,12 @@ class DeltaState:
                 old = self.markets.get(ev[0])
                 ltp, oi_ = (old.last_trade_price, old.open_interest) if old else (0, 0)
                 self.markets[ev[0]] = _new(MarketRecord, (*ev, ltp, oi_))
+            elif t is FundingChanged:
+                mi, samples, premium_sum, last_rate, last_funding_ms, hour, last_minute = ev
+                self.funding[mi] = _new(
+                    FundingRecord,
+                    (mi, hour, last_minute, samples, premium_sum, last_rate, last_funding_ms),
+                )
             # LevelChanged, TxExecuted, PositionLiquidated, PositionDeleveraged: nothing to keep
 
 

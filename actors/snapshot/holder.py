@@ -40,8 +40,9 @@ when newer blocks exist, else when one arrives or the timeout passes; every answ
 it reflects; a seq the ring no longer holds raises ``ResyncRequired`` (never an empty answer that
 would keep a caller waiting forever).
 
-Control plane: ``status()`` is O(1) (the last snapshot's state hash, with its seq); the current
-``state_hash()`` is O(state), for tests and operators.
+Control plane: ``status()`` reports the current state hash (``raydex.engine.state_digest``, the
+one every role reports) with the seq it reflects: O(state) the first time per seq, then cached;
+the holder's loop is off the trading path.
 
 Cost: per block one gRPC message, one ``decode_block`` and one dict update per event (the
 previous design re-executed every tx: the engine's cost per tx, plus a second stream carrying the
@@ -58,7 +59,7 @@ import shutil
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +73,11 @@ from raydex.codecs import (
     unstamp_block,
     wal_record_crc,
 )
-from raydex.engine import Engine
+from raydex.engine import Engine, state_digest
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
-from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal
+from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal, short_hash
 from ..transport import ResyncRequired, TransportError, block_source, tx_channel
 from .deltas import DeltaState
 from .follow import ONE_ATTEMPT, Diverged, Reconnect, block_digest, follow
@@ -114,6 +115,8 @@ class SnapshotConfig:
     retry_s: float = 0.2
     #: deadline of one WAL range read
     read_timeout_s: float = 30.0
+    #: the deployment's data-plane secret (``raydex deploy``; never in raydex.yaml)
+    data_plane_secret: str = field(default="", repr=False)
 
 
 class SnapshotService:
@@ -135,7 +138,10 @@ class SnapshotService:
         #: crc of the tx-log record of block ``seq`` (None: unknown, e.g. seq 0)
         self.record_crc: int | None = None
         self.snapshot_seq = -1
+        #: state_digest of the last snapshot
         self.snapshot_hash = ""
+        #: (seq, state_digest hex) of the state last hashed
+        self._digest: tuple[int, str] = (-1, "")
         self.snapshots_written = 0
         self.last_snapshot_s = 0.0
         self.ring: deque[tuple[int, bytes]] = deque(maxlen=config.ring_size)
@@ -168,9 +174,12 @@ class SnapshotService:
         self._load(load_newest_snapshot(self.folder))
         self.delta_seq = self.seq
         self.snapshot()  # replicas can boot at once, even on a fresh exchange
-        txlog = block_source(txlog_target, name="snapshot-txlog", backoff=ONE_ATTEMPT)
+        secret = self.config.data_plane_secret
+        txlog = block_source(
+            txlog_target, name="snapshot-txlog", secret=secret, backoff=ONE_ATTEMPT
+        )
         self._sources = [txlog]
-        self._reader = tx_channel(txlog_target)
+        self._reader = tx_channel(txlog_target, secret=secret)
         self.supervisor.start("txlog", lambda: self._follow_txlog(txlog))
 
     async def stop(self) -> None:
@@ -339,7 +348,7 @@ class SnapshotService:
             with contextlib.suppress(OSError):
                 shutil.rmtree(old)
         self.snapshot_seq = self.seq
-        self.snapshot_hash = str(read_snapshot_meta(path)["state_hash"])
+        self.snapshot_hash = str(read_snapshot_meta(path)["state_digest"])
         self.snapshots_written += 1
         self._last_snapshot_at = time.monotonic()
         took = time.perf_counter_ns() - t0
@@ -366,12 +375,17 @@ class SnapshotService:
         return self.delta_seq, out
 
     def state_hash(self) -> dict[str, Any]:
-        """The current state hash and its seq: O(state), for tests and operators."""
-        model = self._replaying if self._replaying is not None else self.state
-        return {"seq": self.seq, "state_hash": model.state_hash().hex()}
+        """The current state hash (``raydex.engine.state_digest``, the one every role reports)
+        and its seq: O(state) once per seq (cached), for ``status``, tests and operators."""
+        if self._digest[0] != self.seq:
+            model = self._replaying if self._replaying is not None else self.state
+            self._digest = (self.seq, state_digest(model.records()).hex())
+        return {"seq": self._digest[0], "state_hash": self._digest[1]}
 
     def status(self) -> dict[str, Any]:
-        """O(1): the last snapshot's state hash with its seq (``state_hash_seq``)."""
+        """The current state hash with its seq (``state_hash_seq``; O(state) once per seq, off
+        the trading path) and the last snapshot's (``snapshot_hash``, ``snapshot_seq``)."""
+        current = self.state_hash()
         return {
             "seq": self.seq,
             "height": self.height,
@@ -380,8 +394,9 @@ class SnapshotService:
             "snapshots_written": self.snapshots_written,
             "last_snapshot_s": self.last_snapshot_s,
             "ring": len(self.ring),
-            "state_hash": self.snapshot_hash,
-            "state_hash_seq": self.snapshot_seq,
+            "snapshot_hash": self.snapshot_hash,
+            "state_hash": current["state_hash"],
+            "state_hash_seq": current["seq"],
             "divergences": self.divergences,
             "wal_records_read": self.wal_records_read,
             "loop_restarts": {n: self.supervisor.restarts(n) for n in self.supervisor.tasks},
@@ -459,7 +474,23 @@ class SnapshotActor:
 
     async def status(self) -> dict[str, Any]:
         await self._started
-        return {**self.service.status(), **self.runtime.status()}
+        return {**self.service.status(), **self.runtime.status(), "repr": repr(self)}
+
+    def __repr__(self) -> str:
+        """Role, deployment/name, seq, lag (delta blocks seen beyond the tx-log blocks applied),
+        the last state hash computed (with its seq), the newest snapshot and placement."""
+        svc = self.service
+        seq, digest = svc._digest
+        return self.runtime.describe(
+            "snapshot",
+            {
+                "state": "serving" if self._latest is not None else "booting",
+                "seq": svc.seq if self._latest is not None else None,
+                "lag": max(0, svc.delta_seq - svc.seq) if self._latest is not None else None,
+                "hash": short_hash(digest, seq),
+                "snapshot": svc.snapshot_seq if svc.snapshot_seq >= 0 else None,
+            },
+        )
 
     async def stop(self) -> None:
         await self.service.stop()

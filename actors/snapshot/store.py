@@ -1,7 +1,9 @@
 """The snapshot folder: Arrow IPC snapshots on disk, written durably, verified on the way in.
 
 Layout: ``<folder>/snapshot-<seq:020d>/`` holds one Arrow IPC file per table
-(``codecs.write_snapshot_ipc``) and ``meta.json``: seq, height, the engine's state hash and, when
+(``codecs.write_snapshot_ipc``) and ``meta.json``: seq, height, the engine's full state hash
+(``state_hash``, checked on load), the state hash every role reports (``state_digest``,
+``raydex.engine.state_digest``, shown by ``raydex status``) and, when
 the writer knew it, ``record_crc``: the crc32 of the tx-log (WAL) record of block ``seq``, the
 identity of the history the snapshot belongs to (``codecs.wal_record_crc``).
 
@@ -40,7 +42,7 @@ from raydex.codecs import (
     tables_to_records,
     write_snapshot_ipc,
 )
-from raydex.engine import Engine
+from raydex.engine import Engine, state_digest
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +109,15 @@ def write_snapshot(
     tmp = folder / f".{final.name}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
-    tables = records_to_tables(engine.records())
+    records = list(engine.records())
+    tables = records_to_tables(records)
     write_snapshot_ipc(tmp, seq, tables)
-    meta: dict[str, Any] = {"seq": seq, "height": height, "state_hash": engine.state_hash().hex()}
+    meta: dict[str, Any] = {
+        "seq": seq,
+        "height": height,
+        "state_hash": engine.state_hash().hex(),
+        "state_digest": state_digest(records).hex(),
+    }
     if record_crc is not None:
         meta["record_crc"] = record_crc
     (tmp / "meta.json").write_text(json.dumps(meta))

@@ -37,27 +37,42 @@ def _split(target: str) -> tuple[bool, str]:
 
 
 def block_source(
-    target: str, *, name: str = "", backoff: Backoff = DEFAULT_BACKOFF
+    target: str, *, name: str = "", secret: str = "", backoff: Backoff = DEFAULT_BACKOFF
 ) -> BlockSourceImpl:
-    """The block source for ``target`` (``tcp://host:port`` or ``host:port`` for gRPC)."""
+    """The block source for ``target`` (``tcp://host:port`` or ``host:port`` for gRPC), carrying
+    the deployment's data-plane ``secret`` (empty: none)."""
     tcp, address = _split(target)
     if tcp:
-        return TcpBlockSource(address, name=name, backoff=backoff)
-    return GrpcBlockSource(address, name=name, backoff=backoff)
+        return TcpBlockSource(address, name=name, secret=secret, backoff=backoff)
+    return GrpcBlockSource(address, name=name, secret=secret, backoff=backoff)
 
 
-def tx_channel(target: str) -> TxChannelImpl:
+def tx_channel(target: str, *, secret: str = "") -> TxChannelImpl:
     """The tx channel for ``target`` (as :func:`block_source`)."""
     tcp, address = _split(target)
-    return TcpTxChannel(address) if tcp else GrpcTxChannel(address)
+    if tcp:
+        return TcpTxChannel(address, secret=secret)
+    return GrpcTxChannel(address, secret=secret)
 
 
 def data_plane_server(
-    plane: str, hub: BlockHub, tx_handler: TxHandler | None, *, host: str, port: int
+    plane: str,
+    hub: BlockHub,
+    tx_handler: TxHandler | None,
+    *,
+    host: str,
+    port: int,
+    secret: str = "",
+    max_inflight: int = 64,
 ) -> DataPlaneServer:
-    """The publisher's server on ``plane`` ("grpc" or "tcp")."""
+    """The publisher's server on ``plane`` ("grpc" or "tcp"): both serve only callers that carry
+    ``secret`` (when set) and run at most ``max_inflight`` tx batches at once."""
     if plane == "tcp":
-        return TcpDataPlaneServer(hub, tx_handler, host=host, port=port)
+        return TcpDataPlaneServer(
+            hub, tx_handler, host=host, port=port, secret=secret, max_inflight=max_inflight
+        )
     if plane != "grpc":
         raise ValueError(f"unknown data plane {plane!r} (grpc or tcp)")
-    return GrpcDataPlaneServer(hub, tx_handler, host=host, port=port)
+    return GrpcDataPlaneServer(
+        hub, tx_handler, host=host, port=port, secret=secret, max_inflight=max_inflight
+    )

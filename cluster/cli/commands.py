@@ -8,20 +8,25 @@ Subcommands (every one of them works; nothing here is a placeholder):
   ``raydex demo --engine [--commands N]`` runs only the engine over the
   generated workload (no Ray) and summarizes it.
 - ``raydex loadtest [--tps T] [--seconds S] [--accounts N] [--markets M] [--replicas R]
-  [--clients C] [--ab A=SETTINGS,B=SETTINGS] [--out DIR] [--json-out FILE] [--address ADDR]``:
-  an isolated instrumented deployment under open-loop signed load; Markdown, JSON and PNG
-  reports in one folder (``observability.loadtest``). Exit 2 on a bad ``--ab``.
+  [--clients C] [--ab A=SETTINGS,B=SETTINGS] [--out DIR] [--json-out FILE] [--address ADDR]
+  [--profile] [--no-resync] [--sweep RATES]``: an isolated instrumented deployment under
+  open-loop signed load; Markdown, JSON and PNG reports (with the CPU ledger) in one folder
+  (``observability.loadtest``); ``--sweep`` runs one per rate and adds sweep.md/json/png.
+  Exit 2 on a bad ``--ab`` or ``--sweep``, or ``--profile`` without py-spy.
 - ``raydex up [--spec raydex.yaml] [--address ADDR] [--port P] [--temp-dir D] [--dashboard-port
   P] [--no-dashboard] [-- RAY_START_FLAGS]``: start a local Ray head advertising this host
   (``cluster.control.head``: ``ray start --head --block`` with ``raydex node-args``, from this
   interpreter's environment, recorded in a state file) unless ``--address`` names a cluster, then
   deploy. ``raydex deploy SPEC``: reconcile a running cluster with SPEC (scale replicas live).
-  ``raydex status [--json]``: every actor's status and placement, and per host the cores pinned
-  against those Ray reserves (oversubscription said plainly). ``raydex down [--stop-ray]``:
+  ``raydex status [--json]``: every actor's status and placement, whether the state hashes
+  agree at each seq where several actors hashed it, and per host the cores pinned against those
+  Ray reserves (oversubscription said plainly). ``raydex down [--stop-ray]``:
   stop every raydex actor; ``--stop-ray`` also stops the head ``raydex up`` recorded, never
   another Ray (no ``ray stop``).
 - Control commands connect to ``--address``, else ``RAY_ADDRESS`` or Ray's ``auto`` lookup, unless
   a head recorded by ``raydex up`` runs (then that one).
+- ``raydex grafana install [--session-dir D]``: copy the raydex Grafana dashboard into the Grafana
+  provisioning Ray generated for the session (``observability.grafana``), beside Ray's own.
 - ``raydex bench engine [--commands N] [--seed S] [--json]``: the engine benchmark
   (``observability.bench_engine``; 1,000,000 commands by default).
 - ``raydex bench codecs [--json]``: the codec benchmark (``observability.bench_codecs``).
@@ -30,11 +35,14 @@ Subcommands (every one of them works; nothing here is a placeholder):
   (``observability.bench.apply``). Delegated whole to that module's ``main``.
 - ``raydex bench transport [--json]``: the data-plane benchmark (``observability.bench_transport``;
   starts and stops a local Ray unless one is up). Delegated whole to that module's ``main``.
+- ``raydex bench dataplane [--flood-txs N] [--json]``: book-update latency while 8 streams flood
+  the sequencer with badly signed batches (``observability.bench.dataplane``). Delegated.
 - ``raydex node-args [--role R] [--root PATH] [--host H]``: the ``ray start`` flags for this host
   (``cluster.topology``). Delegated whole to that module's ``main``.
 
 With ``--json`` a command prints exactly one JSON object on stdout (diagnostics go to stderr).
-Exit status: 0 on success, 1 when the engine's self-validation fails, 2 on bad arguments.
+Exit status: 0 on success, 1 when the engine's self-validation fails, 2 on bad arguments, 3 when
+``raydex status`` finds two actors with different state hashes at the same seq (a divergence).
 
 Heavy modules are imported inside the handlers, so ``raydex --help`` stays fast. A new subcommand
 is one ``_add_*`` function registering its parser and handler.
@@ -59,6 +67,7 @@ _DELEGATED: dict[tuple[str, ...], str] = {
     ("node-args",): "raydex.cluster.topology",
     ("bench", "transport"): "raydex.observability.bench.transport",
     ("bench", "apply"): "raydex.observability.bench.apply",
+    ("bench", "dataplane"): "raydex.observability.bench.dataplane",
 }
 
 
@@ -106,7 +115,10 @@ def _loadtest(args: argparse.Namespace) -> int:
         replicas=args.replicas, clients=args.clients, ab=ab, spec_path=args.spec,
         out_dir=args.out, json_out=args.json_out, address=args.address,
         sample_every=args.sample_every, seed=args.seed, quiet=args.quiet,
+        profile=args.profile, resync=not args.no_resync,
     )  # fmt: skip
+    if args.sweep is not None:
+        return _sweep(args, opts)
     try:
         report = loadtest.run(opts)
     except loadtest.OptionError as exc:
@@ -119,6 +131,28 @@ def _loadtest(args: argparse.Namespace) -> int:
         print(json.dumps(report, default=str))
     else:
         print(Path(report["files"]["markdown"]).read_text())
+    return 0
+
+
+def _sweep(args: argparse.Namespace, opts: Any) -> int:
+    import json
+
+    from raydex.observability.loadtest import run as loadtest
+    from raydex.observability.loadtest import sweep
+
+    try:
+        rates = sweep.parse_rates(args.sweep)
+        doc = sweep.sweep(opts, rates)
+    except (ValueError, loadtest.OptionError) as exc:
+        print(f"raydex loadtest: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("raydex loadtest: interrupted; the deployment was torn down", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(doc, default=str))
+    else:
+        print(Path(doc["files"]["markdown"]).read_text())
     return 0
 
 
@@ -147,6 +181,15 @@ def _add_loadtest(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=1, help="workload seed (1)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    p.add_argument("--profile", action="store_true",
+                   help="also record a py-spy profile per role (raydex[profile])")  # fmt: skip
+    p.add_argument("--sweep", default=None, metavar="RATES",
+                   help="a capacity sweep instead of one run: one loadtest per offered rate, "
+                   "e.g. 1000,2000,3000 or 1000:5000:1000 (start:stop:step); sweep.md/json/png "
+                   "in --out")  # fmt: skip
+    p.add_argument("--no-resync", action="store_true",
+                   help="after a rejection keep sending the planned nonces (no nextNonce "
+                   "re-sync; the account's later txs then fail INVALID_NONCE)")  # fmt: skip
     p.set_defaults(handler=_loadtest)
 
 
@@ -165,11 +208,23 @@ def _resolve_address(address: str | None) -> str | None:
     return None
 
 
+def job_metadata(**facts: str) -> dict[str, str]:
+    """What Ray's Jobs page shows of this driver (its metadata; ``job_name`` is the key Ray's own
+    job supervisor uses): the raydex command it ran, e.g. ``raydex deploy raydex.yaml``. Ray marks
+    every driver job SUCCEEDED once the driver disconnects, whatever its exit status (only jobs
+    submitted through the Jobs API can show FAILED), so the command's outcome is its exit status and
+    output, not this row."""
+    args = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))
+    return {"job_name": args or "raydex", "raydex_command": args, **facts}
+
+
 def _connect(address: str | None) -> Any:
     import ray
+    from ray.job_config import JobConfig
 
     try:
-        return ray.init(address=address or "auto", log_to_driver=False)
+        return ray.init(address=address or "auto", log_to_driver=False,
+                        job_config=JobConfig(metadata=job_metadata()))  # fmt: skip
     except ConnectionError:
         if "RAY_AUTH_MODE" not in os.environ:
             print(
@@ -252,17 +307,26 @@ def _status(args: argparse.Namespace) -> int:
     _connect(address)
     st = deploy.status()
     hosts = deploy.host_loads(st)
+    agree = deploy.state_agreement(st)
+    diverged = any(a.diverged for a in agree)
     if args.json:
         rows = [{**dataclasses.asdict(h), "oversubscribed": h.oversubscribed, "line": h.line()}
                 for h in hosts]  # fmt: skip
-        print(json.dumps({"actors": st, "hosts": rows}, default=str))
-        return 0
+        states = [{"seq": a.seq, "hashes": a.hashes, "diverged": a.diverged, "line": a.line()}
+                  for a in agree]  # fmt: skip
+        print(json.dumps({"actors": st, "hosts": rows, "state": states}, default=str))
+        return 3 if diverged else 0
     for name, s in st.items():
-        keys = ("seq", "state_hash", "port", "placement", "error")
-        print(name, {k: s[k] for k in keys if k in s})
+        print(s.get("repr") or name, {k: s[k] for k in _STATUS_KEYS if k in s})
+    for a in agree:
+        print(a.line())
     for h in hosts:
         print(h.line())
-    return 0
+    return 3 if diverged else 0
+
+
+#: what ``raydex status`` prints per actor besides its repr
+_STATUS_KEYS = ("seq", "lag", "state_hash_seq", "state_hash", "port", "placement", "error")
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -334,6 +398,41 @@ def _add_ops(sub: Any) -> None:
     dn.set_defaults(handler=_down)
 
 
+def _grafana_install(args: argparse.Namespace) -> int:
+    from raydex.observability import grafana
+
+    from ..control.head import read_record
+
+    if args.session_dir is not None:
+        session = Path(args.session_dir)
+    else:
+        head = read_record()  # the head `raydex up` started, with its --temp-dir
+        session = grafana.default_session_dir(head.temp_dir if head is not None else None)
+    try:
+        target = grafana.install(session)
+    except FileNotFoundError as exc:
+        print(f"raydex grafana install: {exc}", file=sys.stderr)
+        return 2
+    print(f"raydex grafana install: {target} (the 'raydex' dashboard in the 'Ray' folder of the "
+          f"Grafana run with {session.resolve() / 'metrics/grafana/grafana.ini'})")  # fmt: skip
+    return 0
+
+
+def _add_grafana(sub: Any) -> None:
+    p = sub.add_parser("grafana", help="the raydex Grafana dashboard beside Ray's")
+    g = p.add_subparsers(dest="grafana", metavar="{install}", required=True)
+    i = g.add_parser(
+        "install",
+        help="copy the raydex dashboard into the Grafana provisioning of the Ray session",
+        description="Copy observability/grafana_dashboard.json into <session>/metrics/grafana/"
+        "dashboards, which the Grafana Ray provisions for the session loads (next to Ray's own "
+        "dashboards). Default session: the newest one of the head `raydex up` started, else "
+        "/tmp/ray/session_latest.",
+    )
+    i.add_argument("--session-dir", default=None, help="a Ray session folder")
+    i.set_defaults(handler=_grafana_install)
+
+
 def _bench_engine(args: argparse.Namespace) -> int:
     from raydex.observability.bench import engine as bench_engine
 
@@ -368,8 +467,10 @@ def _add_demo(sub: Any) -> None:
 
 
 def _add_bench(sub: Any) -> None:
-    p = sub.add_parser("bench", help="benchmarks (engine, codecs, apply, transport)")
-    bench = p.add_subparsers(dest="bench", metavar="{engine,codecs,apply,transport}", required=True)
+    p = sub.add_parser("bench", help="benchmarks (engine, codecs, apply, transport, dataplane)")
+    bench = p.add_subparsers(
+        dest="bench", metavar="{engine,codecs,apply,transport,dataplane}", required=True
+    )
     e = bench.add_parser(
         "engine",
         help="the engine over the realistic workload, beside a bare book",
@@ -391,6 +492,7 @@ def _add_bench(sub: Any) -> None:
         "apply", help="the replica's apply path (decode, cache update, fan-out): ns per delta"
     )
     bench.add_parser("transport", help="blocks actor to actor: gRPC vs Ray calls (starts Ray)")
+    bench.add_parser("dataplane", help="book-update latency under a flood of badly signed batches")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -400,12 +502,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(
         dest="command",
-        metavar="{demo,loadtest,up,deploy,status,down,bench,node-args}",
+        metavar="{demo,loadtest,up,deploy,status,down,grafana,bench,node-args}",
         required=True,
     )
     _add_demo(sub)
     _add_loadtest(sub)
     _add_ops(sub)
+    _add_grafana(sub)
     _add_bench(sub)
     sub.add_parser("node-args", help="print the `ray start` flags for this host (NUMA, labels)")
     return parser

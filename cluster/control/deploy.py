@@ -24,7 +24,14 @@ a new plan would shuffle them (a redeploy of that replica moves it).
 Configs: each actor gets the config dataclass the spec embeds (``spec.sequencer.config``,
 ``spec.snapshot.config``, a group's ``replica``), with the spec-wide fields already wired by the
 spec and the deploy-time ones filled in here: the listen address, replica names, the
-sequencer's address. Nothing is copied field by field.
+sequencer's address, the data-plane secret. Nothing is copied field by field.
+
+Data-plane secret: the deploy that creates the sequencer makes a fresh one (``new_secret``) and
+passes it in the sequencer's config; every later deploy asks the sequencer for it (a Ray call:
+only members of the Ray cluster can make it) and passes it to the holder, the committer and each
+new replica. It travels only inside Ray (actor creation arguments, which Ray keeps to restart an
+actor), never through raydex.yaml or a file; a new deployment (after ``raydex down``) gets a new
+one. Every gRPC call to the sequencer must carry it (``actors/transport/grpc_plane.py``).
 
 Ports: the sequencer serves blocks on ``ports.grpc`` and the tx log on ``ports.grpc + 1``;
 replicas share ``ports.http`` per host. ``bind`` is ``127.0.0.1`` for an embedded local Ray and
@@ -47,6 +54,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from raydex.actors.transport import new_secret
 
 from ..topology import HOST_LABEL, Topology
 from .placement import (
@@ -170,9 +179,13 @@ def _spawn(
 ) -> Any:
     import ray
 
+    from raydex.actors.runtime import DEPLOYMENT_ENV
+
     opts: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
+        # the actor's deployment, for its metrics labels and repr (see DEPLOYMENT_ENV)
+        "runtime_env": {"env_vars": {DEPLOYMENT_ENV: namespace}},
         "lifetime": "detached",
         "max_restarts": -1,
         "max_task_retries": 0,
@@ -220,7 +233,12 @@ def deploy(
     existing = _named(namespace)
     created: list[str] = []
     if SEQUENCER not in existing:
-        cfg = dataclasses.replace(spec.sequencer.config, grpc_host=bind)
+        # The deployment's data-plane secret is born with its sequencer and lives in the actors'
+        # creation arguments (Ray hands them to restarted actors too); later deploys ask the
+        # sequencer for it. It is never written to raydex.yaml or any other file.
+        cfg = dataclasses.replace(
+            spec.sequencer.config, grpc_host=bind, data_plane_secret=new_secret()
+        )
         args_q = (cfg, bundle("sequencer"), spec.sequencer.gc)
         _spawn(SequencerActor, SEQUENCER, namespace, bundle("sequencer"), args_q)
         created.append(SEQUENCER)
@@ -229,15 +247,16 @@ def deploy(
     host = sequencer_host(
         started, bind, lambda: ray.get(sequencer.status.remote(), timeout=timeout_s)
     )
-    plane = started.get("data_plane", "grpc")
+    plane = started["data_plane"]["plane"]
     delta_target = target_of(plane, host, started["grpc_port"])
     txlog_target = target_of(plane, host, started["txlog_port"])
+    secret: str = ray.get(sequencer.data_plane_secret.remote(), timeout=timeout_s)
     # CreateMarket of an existing market is refused (MARKET_EXISTS) and changes nothing.
     ray.get(sequencer.operator.remote(list(spec.markets)), timeout=timeout_s)
 
     if SNAPSHOT not in existing:
         args = (
-            spec.snapshot.config,
+            dataclasses.replace(spec.snapshot.config, data_plane_secret=secret),
             delta_target,
             txlog_target,
             bundle("snapshot"),
@@ -247,7 +266,8 @@ def deploy(
         created.append(SNAPSHOT)
     ray.get(ray.get_actor(SNAPSHOT, namespace=namespace).start.remote(), timeout=timeout_s)
     if COMMITTER not in existing:
-        _spawn(CommitterActor, COMMITTER, namespace, None, (delta_target, SNAPSHOT, namespace))
+        args_c = (delta_target, SNAPSHOT, namespace, secret)
+        _spawn(CommitterActor, COMMITTER, namespace, None, args_c)
         created.append(COMMITTER)
 
     desired: dict[str, BundlePlacement | None] = {}
@@ -267,7 +287,11 @@ def deploy(
     for name in sorted(set(desired) - current):
         group = group_of[name]
         cfg_r = dataclasses.replace(
-            group.replica, name=name, sequencer_target=delta_target, http_host=bind
+            group.replica,
+            name=name,
+            sequencer_target=delta_target,
+            http_host=bind,
+            data_plane_secret=secret,
         )
         b = desired[name]
         args_r = (cfg_r, SNAPSHOT, namespace, b, COMMITTER, group.gc)
@@ -291,19 +315,62 @@ def deploy(
     )
 
 
-def status(namespace: str = NAMESPACE, timeout_s: float = 30.0) -> dict[str, Any]:
-    """Every raydex actor's status (an unreachable one reports its error)."""
+def status(
+    namespace: str = NAMESPACE, timeout_s: float = 30.0, state_hash: bool = True
+) -> dict[str, Any]:
+    """Every raydex actor's status (an unreachable one reports its error). ``state_hash=False``
+    spares the replicas a state hash (O(state) on their event loop) when nothing compares it:
+    they then report the last one they computed, with its seq (``state_hash_seq``)."""
     import ray
 
     out: dict[str, Any] = {}
     for name in sorted(_named(namespace)):
         try:
-            out[name] = ray.get(
-                ray.get_actor(name, namespace=namespace).status.remote(), timeout=timeout_s
+            actor = ray.get_actor(name, namespace=namespace)
+            call: Any = (
+                actor.status.remote()
+                if state_hash or not name.startswith(REPLICA_PREFIX)
+                else actor.status.remote(state_hash=False)
             )
+            out[name] = ray.get(call, timeout=timeout_s)
         except Exception as exc:  # a status page must show a broken actor, not die on it
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """The actors that reported a state hash at one seq, and whether their hashes agree."""
+
+    seq: int
+    hashes: dict[str, str]
+
+    @property
+    def diverged(self) -> bool:
+        return len(set(self.hashes.values())) > 1
+
+    def line(self) -> str:
+        names = sorted(self.hashes)
+        if self.diverged:
+            each = ", ".join(f"{n}={self.hashes[n][:12]}" for n in names)
+            return f"STATE DIVERGED at seq {self.seq}: {each}"
+        if len(names) == 1:
+            return f"state at seq {self.seq}: {names[0]} alone (no other actor hashed this seq)"
+        h = self.hashes[names[0]][:12]
+        return f"state agrees at seq {self.seq} ({h}): {', '.join(names)}"
+
+
+def state_agreement(statuses: Mapping[str, Mapping[str, Any]]) -> list[Agreement]:
+    """Group the state hashes of ``statuses`` (from ``status()``) by the seq they reflect
+    (``state_hash_seq``; the sequencer's is its newest snapshot's). Hashes are comparable only at
+    equal seq: every role hashes the same state the same way (``raydex.engine.state_digest``), so
+    two different hashes at one seq are a real divergence."""
+    by_seq: dict[int, dict[str, str]] = {}
+    for name, st in statuses.items():
+        h, seq = st.get("state_hash"), st.get("state_hash_seq")
+        if h and isinstance(seq, int) and seq >= 0:
+            by_seq.setdefault(seq, {})[name] = str(h)
+    return [Agreement(seq, by_seq[seq]) for seq in sorted(by_seq)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,13 +469,16 @@ def down(namespace: str = NAMESPACE) -> list[str]:
 
 
 def wait_ready(namespace: str = NAMESPACE, timeout_s: float = 60.0) -> dict[str, Any]:
-    """Poll ``status`` until every replica reports the sequencer's seq or newer (bounded)."""
+    """Poll ``status`` until every replica reports the sequencer's seq or newer, and the state
+    hash of its seq (a replica computes it once quiet: ``ReplicaService.status``) (bounded)."""
     deadline = time.monotonic() + timeout_s
     while True:
         st = status(namespace)
         seq = st.get(SEQUENCER, {}).get("seq", 0)
         reps = [v for k, v in st.items() if k.startswith(REPLICA_PREFIX)]
-        if reps and all(r.get("seq", -1) >= seq for r in reps):
+        if reps and all(
+            r.get("seq", -1) >= seq and r.get("state_hash_seq") == r.get("seq") for r in reps
+        ):
             return st
         if time.monotonic() > deadline:
             raise TimeoutError(f"replicas not caught up after {timeout_s}s: {st}")

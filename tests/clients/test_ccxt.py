@@ -231,3 +231,35 @@ def test_ccxt_pro_watches_the_ticker_move_when_a_market_trades(exchange: Exchang
             await ex.close()
 
     asyncio.run(asyncio.wait_for(run(), WAIT_S * 3))
+
+
+def test_ccxt_fetches_ohlcv_built_from_our_trades_and_the_funding_rates(
+    exchange: Exchange, ccxt_lighter: Any
+) -> None:
+    ex = ccxt_lighter
+    bob, carol = exchange.traders[2], exchange.traders[3]
+    _sync_nonce(ex, bob)
+    _sync_nonce(ex, carol)
+    assert (
+        _send(ex, carol, carol.order(302_700, 30, 1, market=1, coi=exchange.next_coi()))["code"]
+        == 200
+    )
+    taker = _send(ex, bob, bob.order(302_700, 30, 0, market=1, coi=exchange.next_coi()))
+    assert taker["code"] == 200
+    candles = ex.fetch_ohlcv(BTC, "1m", limit=5)
+    assert candles, "a minute with our trade has a candle"
+    t, _o, h, low, _c, v = candles[-1]
+    assert t % 60_000 == 0 and low <= 3027.0 <= h and v >= 0.003
+    hourly = ex.fetch_ohlcv(BTC, "1h", limit=2)
+    assert hourly[-1][5] >= v
+    with pytest.raises(ccxt.ExchangeError) as err:
+        ex.publicGetCandles(
+            {"market_id": 1, "resolution": "2m", "start_timestamp": 0, "end_timestamp": 1,
+             "count_back": 0}
+        )  # fmt: skip
+    assert '"code":20001' in str(err.value)  # INVALID_PARAM: not one of Lighter's resolutions
+    rates = ex.fetch_funding_rates([ETH, BTC])
+    assert sorted(rates) == [BTC, ETH]
+    raw = {r["market_id"]: r["rate"] for r in ex.publicGetFundingRates()["funding_rates"]}
+    assert rates[BTC]["fundingRate"] == raw[1] and rates[ETH]["fundingRate"] == raw[0]
+    assert all(abs(r) <= 0.04 for r in raw.values())  # capped at 0.5 % an hour (x 8)

@@ -327,3 +327,51 @@ def test_the_sdk_reads_block_commitments_up_to_the_current_height(exchange: Exch
         assert heights[0] >= height
 
     run(exchange, body)
+
+
+def test_the_sdk_reads_candles_funding_stats_txs_and_announcements(exchange: Exchange) -> None:
+    """``CandlestickApi`` (candles, fundings), ``FundingApi``, ``OrderApi.exchange_stats``,
+    ``TransactionApi`` (txs, blockTxs, tx with its info), ``AnnouncementApi``: each parses our
+    answer into its pydantic model."""
+    bob, carol = exchange.traders[2], exchange.traders[3]
+
+    async def body(api: Sdk) -> None:
+        client = api.order.api_client
+        candles_api = lighter.CandlestickApi(client)
+        await api.sync_nonce(bob)
+        await api.sync_nonce(carol)
+        order = carol.order(302_200, 20, is_ask=1, market=1, coi=exchange.next_coi())
+        await api.send(order)
+        taker = await api.send(bob.order(302_200, 20, is_ask=0, market=1, coi=exchange.next_coi()))
+        assert taker.code == 200
+        trade = next(t for t in (await api.order.recent_trades(market_id=1, limit=20)).trades
+                 if t.tx_hash == taker.tx_hash)  # fmt: skip
+        now = trade.timestamp
+        got = await candles_api.candles(
+            market_id=1, resolution="1m", start_timestamp=now - 60_000, end_timestamp=now,
+            count_back=0,
+        )  # fmt: skip
+        assert got.r == "1m"
+        candle = got.c[-1]
+        assert candle.t == now - now % 60_000 and candle.l <= 3022.0 <= candle.h
+        fundings = await candles_api.fundings(
+            market_id=1, resolution="1h", start_timestamp=0, end_timestamp=now // 1000,
+            count_back=10,
+        )  # fmt: skip
+        assert fundings.resolution == "1h"
+        rates = await lighter.FundingApi(client).funding_rates()
+        assert {(r.market_id, r.exchange) for r in rates.funding_rates} == {
+            (0, "lighter"),
+            (1, "lighter"),
+        }
+        stats = await api.order.exchange_stats()
+        assert stats.total == 2 and stats.daily_trades_count >= 1
+        tx = await api.tx.tx(by="hash", value=taker.tx_hash)
+        assert json.loads(tx.info)["Price"] == 302_200
+        block = await api.tx.block_txs(by="block_height", value=str(tx.block_height))
+        assert taker.tx_hash in [t.hash for t in block.txs]
+        recent = await api.tx.txs(limit=100)
+        assert recent.txs and all(1 <= t.type <= 64 for t in recent.txs)
+        assert (await lighter.AnnouncementApi(client).announcement()).announcements == []
+
+    run(exchange, body)

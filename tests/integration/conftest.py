@@ -5,7 +5,8 @@ this machine the way ``raydex node-args`` advertises a cluster host: one ``numa<
 NUMA node (counted in CPUs) and the labels ``raydex.io/host=SESSION_HOST``,
 ``raydex.io/role=head``, so placement plans for ``{SESSION_HOST: read_topology()}`` can be reserved
 on it. ``num_cpus=4`` on a 2-core machine: actors are mostly idle in tests, and oversubscribing
-Ray's CPU count lets several of them coexist.
+Ray's CPU count lets several of them coexist. The dashboard is on: Ray's state API
+(``ray.util.state.list_actors``, the actors' ``repr_name``) and the Jobs API are served by it.
 
 Multi-node tests (``ray.cluster_utils.Cluster``) cannot share a process with this ``ray.init``: they
 run their cluster in a child process (see ``test_placement.py``), so fixture order never matters.
@@ -43,7 +44,7 @@ def ray_session(session_topology: Topology) -> Iterator[None]:
         address="local",
         num_cpus=4,
         **init_kwargs(session_topology, "head", SESSION_HOST),
-        include_dashboard=False,
+        include_dashboard=True,
         log_to_driver=False,
     )
     try:

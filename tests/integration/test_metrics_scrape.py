@@ -4,11 +4,16 @@ Deploys sequencer, snapshot holder, committer and one replica (group ``metrics``
 are told apart from other tests' replicas) on the session's Ray, trades a little over real HTTP
 and WebSocket, then scrapes ``http://127.0.0.1:<MetricsExportPort>/metrics`` until every expected
 series is there (Recorders flush every 2 s; Ray's agent exports every ~10 s). The session's Ray
-runs without the dashboard: Ray 2.60 still starts the per-node metrics agent and exports."""
+runs with the dashboard, for the state API: each actor's repr as Ray recorded it is checked there.
+
+Also: every series carries the deployment (the Ray namespace), every counter exists from the start,
+and every metric a query of ``observability/grafana_dashboard.json`` reads is one the endpoint
+exports (both parsed)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 import urllib.request
@@ -143,6 +148,26 @@ def missing(series: list[tuple[str, str, float]]) -> list[str]:
     return out
 
 
+DASHBOARD = Path(__file__).parents[2] / "observability" / "grafana_dashboard.json"
+#: counters that stay 0 in a calm run: they must be exported anyway (a panel shows 0, not no data)
+ZERO_COUNTERS = (
+    "ray_raydex_ws_conflations_total",
+    "ray_raydex_ws_slow_disconnects_total",
+    "ray_raydex_metric_samples_dropped_total",
+    "ray_raydex_loop_restarts_total",
+)
+
+
+def grafana_metric_names() -> set[str]:
+    board = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    for v in board["templating"]["list"]:
+        if isinstance(v.get("query"), dict):
+            exprs.append(v["query"]["query"])
+    assert exprs
+    return {n for e in exprs for n in re.findall(r"\bray_raydex_[a-z_]+", e)}
+
+
 def test_the_stacks_metrics_appear_on_the_nodes_prometheus_endpoint(replica_port: int) -> None:
     trade_a_little(replica_port, [Trader(1), Trader(2)])
     nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
@@ -152,7 +177,9 @@ def test_the_stacks_metrics_appear_on_the_nodes_prometheus_endpoint(replica_port
     lacking: list[str] = ["(not scraped yet)"]
     while time.monotonic() < deadline:
         series = scrape(port)
-        lacking = missing(series)
+        names = {n for n, _, _ in series}
+        lacking = missing(series) + [z for z in ZERO_COUNTERS if z not in names]
+        lacking += sorted(grafana_metric_names() - names)
         if not lacking:
             break
         time.sleep(1.0)
@@ -160,3 +187,64 @@ def test_the_stacks_metrics_appear_on_the_nodes_prometheus_endpoint(replica_port
     placement = [labels for n, labels, _ in series if n == "ray_raydex_placement_info"]
     assert any('numa_node="' in p and 'policy="' in p for p in placement)
     assert not any("account" in labels for _, labels, _ in series)
+    ours = [(n, labels) for n, labels, _ in series if f'deployment="{NS}"' in labels]
+    assert {n for n, _ in ours} >= {n for n, _, _ in EXPECTED}, [
+        x for x in series if "block_seq" in x[0]
+    ]
+    assert not [x for x in series if 'deployment="' not in x[1]], "a series without deployment"
+    # actors are named by their Ray names, whatever the role
+    assert {'name="raydex-sequencer"', 'name="raydex-snapshot"', 'name="raydex-committer"'} <= {
+        f'name="{m}"' for _, labels in ours for m in re.findall(r'name="([^"]+)"', labels)
+    }
+
+
+def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
+    replica_port: int,
+) -> None:
+    """Ray records ``repr()`` when ``__init__`` returns: role, deployment/name, configured ports
+    and the planned placement. ``status()["repr"]`` is the same ``__repr__`` now: seq, lag, hash."""
+    from ray.util.state import list_actors
+
+    found = {
+        a.name: a.repr_name
+        for a in list_actors(filters=[("ray_namespace", "=", NS)], detail=True, limit=1000)
+        if a.state == "ALIVE"
+    }
+    roles = {
+        dep.SEQUENCER: "sequencer",
+        dep.SNAPSHOT: "snapshot",
+        dep.COMMITTER: "committer",
+        "raydex-replica-metrics-0": "replica",
+    }
+    for name, role in roles.items():
+        text = found[name]
+        assert text.startswith(f"{role} {NS}/{name} "), text
+        assert re.search(r" node=\S+ ", text) and " cpus=" in text and " policy=" in text, text
+    assert re.search(r" numa=\d+ cpus=\d", found[dep.SEQUENCER]), found[dep.SEQUENCER]
+    assert " grpc=" in found[dep.SEQUENCER] and " port=" in found["raydex-replica-metrics-0"]
+    assert " group=metrics " in found["raydex-replica-metrics-0"]
+    live = dep.status(NS)
+    for name in roles:
+        assert live[name]["repr"].startswith(f"{roles[name]} {NS}/{name} ")
+    replica = live["raydex-replica-metrics-0"]
+    seq, digest = replica["state_hash_seq"], replica["state_hash"]
+    assert f" seq={replica['seq']} lag=" in replica["repr"]
+    assert f" hash={digest[:8]}@{seq} " in replica["repr"]
+    assert " state=serving " in replica["repr"] and " direct=" in replica["repr"]
+
+
+def test_grafana_install_puts_the_dashboard_where_rays_grafana_provisioning_reads(
+    ray_session: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from raydex.cluster.cli.commands import main
+
+    node = ray._private.worker.global_worker.node
+    session = Path(node.get_session_dir_path())
+    provider = session / "metrics/grafana/provisioning/dashboards/default.yml"
+    folder = session / "metrics/grafana/dashboards"
+    assert f"path: {folder}" in provider.read_text()  # Ray's file provider reads this folder
+    assert main(["grafana", "install", "--session-dir", str(session)]) == 0
+    installed = folder / "raydex_grafana_dashboard.json"
+    assert json.loads(installed.read_text()) == json.loads(DASHBOARD.read_text())
+    assert str(installed) in capsys.readouterr().out
+    assert (folder / "default_grafana_dashboard.json").exists()  # beside Ray's own

@@ -52,6 +52,7 @@ from raydex.codecs import (
     sign_tx,
     tx_hash,
 )
+from raydex.engine import state_digest
 
 SEED, PUB = generate_key()
 FAR = 4_000_000_000_000
@@ -240,7 +241,8 @@ def audit(wal_dir: Path, scratch: Path, snapshot_dir: Path | None = None) -> Aud
     engine = producer.engine
     nonces = {(a, 0): engine.next_nonce(a, 0) or 0 for a in range(1, 65)}
     wal.close()
-    return Audit(producer.seq, engine.state_hash().hex(), outcomes, start, nonces)
+    digest = state_digest(engine.records()).hex()
+    return Audit(producer.seq, digest, outcomes, start, nonces)
 
 
 def check_acks(load: Load, found: Audit) -> list[TxOutcome]:

@@ -171,3 +171,38 @@ def test_the_status_line_of_an_oversubscribed_host_says_so_and_what_ray_reserves
     roomy = HostLoad("big", 16, 4, names, (1.0,))
     assert not roomy.oversubscribed
     assert roomy.line().endswith("Ray reserves 1 CPU per actor (the cores it pins)")
+
+
+def test_status_compares_state_hashes_only_at_equal_seq_and_names_a_divergence() -> None:
+    from raydex.cluster.control.deploy import state_agreement
+
+    agreeing = {
+        "raydex-sequencer": {"state_hash": "aa" * 32, "state_hash_seq": 40},
+        "raydex-snapshot": {"state_hash": "bb" * 32, "state_hash_seq": 57},
+        "raydex-replica-api-0": {"state_hash": "bb" * 32, "state_hash_seq": 57},
+        "raydex-replica-api-1": {"state_hash": "bb" * 32, "state_hash_seq": 57},
+        "raydex-committer": {"seq": 57, "chain": "cc" * 32},
+        "raydex-replica-api-2": {"error": "RayActorError: dead"},
+    }
+    found = state_agreement(agreeing)
+    assert [(a.seq, a.diverged) for a in found] == [(40, False), (57, False)]
+    assert found[0].line().startswith("state at seq 40: raydex-sequencer alone")
+    assert found[1].line() == (
+        "state agrees at seq 57 (bbbbbbbbbbbb): raydex-replica-api-0, raydex-replica-api-1, "
+        "raydex-snapshot"
+    )
+    split = {**agreeing, "raydex-replica-api-1": {"state_hash": "dd" * 32, "state_hash_seq": 57}}
+    (_, bad) = state_agreement(split)
+    assert bad.diverged
+    assert bad.line() == (
+        "STATE DIVERGED at seq 57: raydex-replica-api-0=bbbbbbbbbbbb, "
+        "raydex-replica-api-1=dddddddddddd, raydex-snapshot=bbbbbbbbbbbb"
+    )
+
+
+def test_grafana_install_refuses_a_folder_that_is_no_ray_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["grafana", "install", "--session-dir", str(tmp_path)]) == 2
+    assert "has no Grafana provisioning" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

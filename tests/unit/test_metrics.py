@@ -359,3 +359,26 @@ def test_the_grafana_dashboard_only_queries_metrics_of_the_catalog() -> None:
     topics = ("book_publish_delay", "dry_run", "tx_lifecycle", "block_seconds", "apply")
     for topic in (*topics, "ws_connections", "gc_pause", "block_seq"):
         assert any(topic in name for name in used), topic
+
+
+def test_every_counter_exists_at_zero_from_the_start_with_the_deployment_label() -> None:
+    sink = LocalSink()
+    rec = Recorder("replica", "r0", group="api", sink=sink, deployment="prod")
+    rec.counter_fn("raydex_ws_conflations_total", lambda: 0)
+    rec.count("raydex_ws_slow_disconnects_total")
+
+    async def run() -> None:
+        rec.start(3600.0)  # announces; the first flush would come an hour later
+        rec.count("raydex_loop_restarts_total", loop="late")  # registered after the start
+        await rec.stop()
+
+    asyncio.run(run())
+    names = {name for name, _ in sink.counters}
+    assert names == {
+        "raydex_ws_conflations_total",
+        "raydex_ws_slow_disconnects_total",
+        "raydex_metric_samples_dropped_total",
+        "raydex_loop_restarts_total",
+    }
+    assert all(dict(kv)["deployment"] == "prod" for _, kv in sink.counters)
+    assert all(v == 0 for v in sink.counters.values())

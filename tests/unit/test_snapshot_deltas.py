@@ -9,7 +9,7 @@ from kit.engine import IOC, POST_ONLY, Desk, market
 from kit.workload import Workload
 
 from raydex.actors.snapshot.deltas import DeltaState
-from raydex.codecs import decode_block, encode_block
+from raydex.codecs import FundingRecord, FundingTick, decode_block, encode_block
 from raydex.engine import Engine
 
 
@@ -66,6 +66,23 @@ def test_every_kind_of_state_change_reaches_the_deltas() -> None:
     check(desk.funding(30_000))
     check(desk.cancel_all(1))
     assert list(st.records()) == list(desk.eng.records())
+
+
+def test_funding_clocks_are_folded_from_the_events_across_minutes_and_an_hour_mark() -> None:
+    desk = Desk(accounts=(1, 2, 3), markets=(market(0),))
+    check_from = DeltaState.from_records(desk.eng.records())
+    for place in (lambda: desk.sell(1, 10, 10_100), lambda: desk.buy(3, 2, 10_000)):
+        assert place() == 200  # a book on both sides: a premium to sample
+        check_from.apply(desk.events)
+    start = desk.now
+    for t in (0, 10, 60_000, 61_000, 3_600_000, 3_660_000, 7_300_000):
+        desk.now = start + t
+        assert desk.run(FundingTick(0)) == 200
+        check_from.apply(decode_block(encode_block(1, 1, 0, desk.events)).events)
+        assert check_from.state_hash() == desk.eng.state_hash(), f"after the tick at +{t} ms"
+    clocks = [r for r in check_from.records() if type(r) is FundingRecord]
+    assert len(clocks) == 1 and clocks[0].last_funding_ms > 0 and clocks[0].samples == 1
+    assert list(check_from.records()) == list(desk.eng.records())
 
 
 def test_a_state_loaded_from_records_gives_back_the_same_records() -> None:

@@ -15,6 +15,7 @@ from raydex.actors.transport import (
     BlockHub,
     BlockSource,
     Frame,
+    NotAMember,
     ResyncRequired,
     TcpBlockSource,
     TcpDataPlaneServer,
@@ -23,10 +24,13 @@ from raydex.actors.transport import (
     TxChannel,
     TxHandler,
     TxStreamBroken,
+    new_secret,
 )
+from raydex.actors.transport.tcp_plane import BATCH, BLOCKS, HELLO, REFUSED, TXS
 
 T = TypeVar("T")
 FAST = Backoff(initial_s=0.01, max_s=0.1, max_attempts=50)
+SECRET = new_secret()
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
@@ -48,9 +52,9 @@ async def take(stream: AsyncIterator[Frame], n: int) -> list[Frame]:
 
 @asynccontextmanager
 async def serving(
-    hub: BlockHub, tx_handler: TxHandler | None = None, port: int = 0
+    hub: BlockHub, tx_handler: TxHandler | None = None, port: int = 0, **kw: Any
 ) -> AsyncIterator[TcpDataPlaneServer]:
-    server = TcpDataPlaneServer(hub, tx_handler, port=port)
+    server = TcpDataPlaneServer(hub, tx_handler, port=port, **kw)
     await server.start()
     try:
         yield server
@@ -219,6 +223,125 @@ def test_a_malformed_message_closes_only_its_own_connection() -> None:
     run(scenario())
 
 
+def _msg(kind: int, body: bytes = b"") -> bytes:
+    return (1 + len(body)).to_bytes(4, "little") + bytes([kind]) + body
+
+
+async def stranger(address: str, hello: bytes | None, then: bytes) -> bytes:
+    """A raw TCP client that knows the framing but maybe not the secret: all it is sent."""
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    if hello is not None:
+        writer.write(_msg(HELLO, hello))
+    writer.write(then)
+    got = await reader.read()  # until the server closes
+    writer.close()
+    return got
+
+
+def test_a_tcp_client_without_the_secret_reads_no_block_and_submits_no_batch() -> None:
+    handled: list[bytes] = []
+
+    async def handler(frame: bytes) -> bytes:
+        handled.append(frame)
+        return frame
+
+    async def scenario() -> None:
+        hub = BlockHub()
+        publish_range(hub, 1, 5)
+        async with serving(hub, handler, secret=SECRET) as server:
+            blocks = _msg(BLOCKS, (1).to_bytes(8, "little") + b"stranger")
+            batch = _msg(TXS) + _msg(BATCH, (1).to_bytes(8, "little") + b"a batch")
+            refused = _msg(REFUSED)
+            assert await stranger(server.address, b"", blocks) == refused
+            assert await stranger(server.address, new_secret().encode(), blocks) == refused
+            assert await stranger(server.address, SECRET[:-1].encode(), batch) == refused
+            assert await stranger(server.address, None, blocks) == b""  # no HELLO: closed
+            assert server.refused == 3
+            # our own clients with a wrong secret: told they are not members / batch fails
+            source = TcpBlockSource(server.address, secret=new_secret(), backoff=FAST)
+            with pytest.raises(NotAMember):
+                await anext(source.subscribe(1))
+            await source.close()
+            channel = TcpTxChannel(server.address, secret=new_secret())
+            with pytest.raises(TxStreamBroken, match="not a member"):
+                await channel.submit(b"batch")
+            await channel.close()
+            # members get both
+            member = TcpBlockSource(server.address, secret=SECRET, backoff=FAST)
+            stream = member.subscribe(1)
+            assert [seq for seq, _ in await take(stream, 5)] == [1, 2, 3, 4, 5]
+            await stream.aclose()  # type: ignore[attr-defined]
+            await member.close()
+            ok = TcpTxChannel(server.address, secret=SECRET)
+            assert await ok.submit(b"mine") == b"mine"
+            await ok.close()
+            assert server.refused == 5
+
+    run(scenario())
+    assert handled == [b"mine"]
+
+
+def test_a_tcp_server_off_loopback_refuses_to_start_without_a_secret() -> None:
+    async def scenario() -> None:
+        server = TcpDataPlaneServer(BlockHub(), host="0.0.0.0")
+        with pytest.raises(ValueError, match="without a secret"):
+            await server.start()
+        async with serving(BlockHub(), host="0.0.0.0", secret=SECRET) as ok:
+            assert ok.address.startswith("0.0.0.0:")
+
+    run(scenario())
+
+
+def test_tcp_batches_beyond_the_in_flight_bounds_wait_unread_and_all_are_answered() -> None:
+    running = 0
+    most = 0
+    gate = asyncio.Event()
+
+    async def slow(frame: bytes) -> bytes:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await gate.wait()
+        running -= 1
+        return frame
+
+    async def scenario() -> None:
+        async with serving(
+            BlockHub(), slow, max_inflight_per_stream=2, max_inflight=3, secret=SECRET
+        ) as server:
+            a = TcpTxChannel(server.address, secret=SECRET)
+            b = TcpTxChannel(server.address, secret=SECRET)
+            sent = [asyncio.ensure_future(ch.submit(b"%d" % i)) for i in range(6) for ch in (a, b)]
+            while running < 3:  # bounded by run()'s timeout
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)  # room for a fourth to start, were the bound not kept
+            assert running == 3  # the server-wide bound; each connection holds at most 2
+            gate.set()
+            got = await asyncio.gather(*sent)
+            assert sorted(got) == sorted(b"%d" % i for i in range(6) for _ in (a, b))
+            await a.close()
+            await b.close()
+
+    run(scenario())
+    assert most == 3
+
+
+def test_a_tcp_batch_over_the_size_bound_closes_only_its_own_connection() -> None:
+    async def echo(frame: bytes) -> bytes:
+        return frame
+
+    async def scenario() -> None:
+        async with serving(BlockHub(), echo, max_request_bytes=1024) as server:
+            channel = TcpTxChannel(server.address)
+            with pytest.raises(TxStreamBroken):
+                await channel.submit(b"x" * 4096)
+            assert await channel.submit(b"small") == b"small"
+            await channel.close()
+
+    run(scenario())
+
+
 def test_a_sequencer_on_the_tcp_plane_serves_batches_and_a_holder_built_from_its_targets(
     tmp_path: Any,
 ) -> None:
@@ -248,16 +371,22 @@ def test_a_sequencer_on_the_tcp_plane_serves_batches_and_a_holder_built_from_its
 
     async def scenario() -> tuple[str, str, list[int]]:
         cfg = SequencerConfig(
-            wal_dir=str(tmp_path / "wal"), snapshot_dir=str(tmp_path / "snap"), data_plane="tcp"
+            wal_dir=str(tmp_path / "wal"),
+            snapshot_dir=str(tmp_path / "snap"),
+            data_plane="tcp",
+            data_plane_secret=SECRET,
         )
         svc = SequencerService(cfg)
         await svc.start()
         blocks = target_of("tcp", "127.0.0.1", svc.port)
         txlog = target_of("tcp", "127.0.0.1", svc.txlog_port)
-        assert blocks.startswith("tcp://") and svc.status()["data_plane"] == "tcp"
-        holder = SnapshotService(SnapshotConfig(dir=str(tmp_path / "snap")))
+        assert blocks.startswith("tcp://") and svc.status()["data_plane"]["plane"] == "tcp"
+        holder = SnapshotService(
+            SnapshotConfig(dir=str(tmp_path / "snap"), data_plane_secret=SECRET)
+        )
         await holder.start(blocks, txlog)
-        channel, source = tx_channel(blocks), block_source(blocks, name="t", backoff=FAST)
+        channel = tx_channel(blocks, secret=SECRET)
+        source = block_source(blocks, name="t", secret=SECRET, backoff=FAST)
         assert isinstance(channel, TcpTxChannel) and isinstance(source, TcpBlockSource)
         try:
             setup: list[object] = [eth_market()]

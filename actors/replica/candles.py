@@ -1,0 +1,193 @@
+"""Candles (OHLCV) per market and resolution, built from the trade stream the replica applies.
+
+::
+
+    apply_block ─► Applied.trades {market: [TradeRow]} ─► Candles.add ─► per (market, resolution):
+                                                         the open candle updated in place,
+                                                         a new one appended at each bucket change
+    REST ``candles`` / WS ``candle/{m}/{res}`` ◄── Candles.window / Candles.last
+
+Semantics:
+
+- Resolutions are Lighter's (``RESOLUTIONS``: 1m 5m 15m 30m 1h 4h 12h 1d 1w, the set lighter-sdk's
+  ``CandlestickApi.candles`` and ccxt's ``lighter`` timeframes name). A candle's ``t`` is the start
+  of its bucket in ms, buckets aligned on the Unix epoch (``t = ts - ts % width``; weeks therefore
+  start on Thursdays 00:00 UTC).
+- ``o h l c`` are trade prices, ``v`` the base volume, ``V`` the quote volume (sum of price * size),
+  ``i`` the id of the bucket's last trade, all kept as integers (ticks, lots, ticks * lots) and
+  turned into JSON numbers only when an answer is built (Lighter types them as numbers).
+- A bucket with no trade has no candle (Lighter omits them too); the trade stream is the only
+  input, so a replica that booted from a snapshot has candles from its boot on (the same holds
+  for ``recentTrades`` and the daily figures).
+- Trades arrive in block order, so timestamps never go back; a trade stamped before the open
+  candle (impossible from one sequencer) is folded into the open candle rather than reordering.
+
+Limits: ``KEEP`` candles per (market, resolution), oldest dropped first (500 is what one Lighter
+call answers at most: ``MAX_ANSWER``).
+
+Cost: ``add`` is O(trades) plus O(resolutions) per market and minute a block touched; ``window``
+is O(candles kept for that resolution) at worst (a scan back from the newest), answers at most
+``MAX_ANSWER``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from raydex.codecs import MarketRecord
+
+if TYPE_CHECKING:
+    from .state import TradeRow
+
+__all__ = [
+    "KEEP",
+    "MAX_ANSWER",
+    "RESOLUTIONS",
+    "Candle",
+    "Candles",
+    "candle_channel",
+    "candle_json",
+    "parse_candle_channel",
+]
+
+_MIN = 60_000
+#: Lighter's candle resolutions -> bucket width in ms.
+RESOLUTIONS: dict[str, int] = {
+    "1m": _MIN,
+    "5m": 5 * _MIN,
+    "15m": 15 * _MIN,
+    "30m": 30 * _MIN,
+    "1h": 60 * _MIN,
+    "4h": 240 * _MIN,
+    "12h": 720 * _MIN,
+    "1d": 1_440 * _MIN,
+    "1w": 10_080 * _MIN,
+}
+#: Candles kept per market and resolution.
+KEEP = 1_000
+#: Most candles one ``candles`` answer holds (Lighter's limit per call).
+MAX_ANSWER = 500
+
+# One candle: [t, open, high, low, close, base volume, quote volume, last trade id]
+Candle = list[int]
+_T, _O, _H, _L, _C, _V, _Q, _I = range(8)
+
+
+class Candles:
+    """Every market's candles at every resolution; fed once per block by the replica."""
+
+    def __init__(self) -> None:
+        #: (market, resolution) -> candles, oldest first; the last one is the open candle
+        self._series: dict[tuple[int, str], deque[Candle]] = {}
+
+    def add(self, trades: Mapping[int, Iterable[TradeRow]]) -> None:
+        """Fold one block's trades (``Applied.trades``) into every resolution: the trades of a
+        market are first summed per minute (a block's trades almost always share one), then each
+        minute's sum is folded into each resolution, since every width is a whole number of
+        minutes."""
+        for mi, rows in trades.items():
+            part: Candle | None = None
+            for row in rows:
+                t = row.trade
+                price, size, ts = t.price, t.size, row.timestamp_ms
+                start = ts - ts % _MIN
+                if part is None or start > part[_T]:
+                    if part is not None:
+                        self._fold(mi, part)
+                    part = [start, price, price, price, price, size, price * size, t.trade_id]
+                    continue
+                if price > part[_H]:
+                    part[_H] = price
+                if price < part[_L]:
+                    part[_L] = price
+                part[_C] = price
+                part[_V] += size
+                part[_Q] += price * size
+                part[_I] = t.trade_id
+            if part is not None:
+                self._fold(mi, part)
+
+    def _fold(self, mi: int, part: Candle) -> None:
+        """Merge one minute's sum into the open candle of every resolution (or start one)."""
+        series = self._series
+        ts = part[_T]
+        for res, width in RESOLUTIONS.items():
+            key = (mi, res)
+            candles = series.get(key)
+            if candles is None:
+                candles = series[key] = deque(maxlen=KEEP)
+            start = ts - ts % width
+            last = candles[-1] if candles else None
+            if last is None or start > last[_T]:
+                c = part.copy()
+                c[_T] = start
+                candles.append(c)
+                continue
+            if part[_H] > last[_H]:
+                last[_H] = part[_H]
+            if part[_L] < last[_L]:
+                last[_L] = part[_L]
+            last[_C] = part[_C]
+            last[_V] += part[_V]
+            last[_Q] += part[_Q]
+            last[_I] = part[_I]
+
+    def last(self, mi: int, res: str) -> Candle | None:
+        """The newest candle of ``mi`` at ``res`` (the one a trade just moved), or None."""
+        candles = self._series.get((mi, res))
+        return candles[-1] if candles else None
+
+    def window(
+        self, mi: int, res: str, start_ms: int, end_ms: int, count_back: int
+    ) -> list[Candle]:
+        """Candles with ``start_ms <= t <= end_ms``, oldest first: the newest ``count_back`` of
+        them when ``count_back > 0``, else the newest ``MAX_ANSWER``."""
+        candles = self._series.get((mi, res))
+        if not candles or end_ms < start_ms:
+            return []
+        want = min(count_back, MAX_ANSWER) if count_back > 0 else MAX_ANSWER
+        out: list[Candle] = []
+        for c in reversed(candles):
+            t = c[_T]
+            if t > end_ms:
+                continue
+            if t < start_ms or len(out) >= want:
+                break
+            out.append(c)
+        out.reverse()
+        return out
+
+
+def candle_json(c: Candle, m: MarketRecord) -> dict[str, Any]:
+    """Lighter's abbreviated ``Candle``: ``t o h l c v V i`` as JSON numbers."""
+    pd, sd = m.price_decimals, m.size_decimals
+    p = 10**pd
+    return {
+        "t": c[_T],
+        "o": c[_O] / p,
+        "h": c[_H] / p,
+        "l": c[_L] / p,
+        "c": c[_C] / p,
+        "v": c[_V] / 10**sd,
+        "V": c[_Q] / 10 ** (pd + sd),
+        "i": c[_I],
+    }
+
+
+def parse_candle_channel(channel: str) -> tuple[int, str] | None:
+    """``"candle/0/1m"`` -> ``(0, "1m")``; None when it is not a candle channel of a known
+    resolution."""
+    parts = channel.split("/")
+    if len(parts) != 3 or parts[0] != "candle" or parts[2] not in RESOLUTIONS:
+        return None
+    arg = parts[1]
+    if not arg.isascii() or not arg.isdigit() or len(arg) > 3:
+        return None
+    return int(arg), parts[2]
+
+
+def candle_channel(mi: int, res: str) -> str:
+    """The ``channel`` field of candle replies: ``candle:0:1m``."""
+    return f"candle:{mi}:{res}"
