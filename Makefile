@@ -38,6 +38,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/raydex bench engine
 	$(BIN)/raydex bench codecs
+	$(BIN)/raydex bench apply
 	$(BIN)/raydex bench transport
 
 lint: $(STAMP)

@@ -268,14 +268,14 @@ class CommitterActor:
         self, delta_target: str, holder_name: str, namespace: str, data_plane_secret: str = ""
     ) -> None:
         from .snapshot import ONE_ATTEMPT
-        from .transport import GrpcBlockSource
+        from .transport import block_source
 
         self.delta_target = delta_target
         self.holder_name = holder_name
         self.namespace = namespace
         self.runtime = ActorRuntime(nice=None)
         self.metrics = Recorder("committer", "committer")
-        source = GrpcBlockSource(
+        source = block_source(
             delta_target, name="committer", secret=data_plane_secret, backoff=ONE_ATTEMPT
         )
         self.follower = CommitterFollower(source, self._fetch, self.metrics, exit_process)

@@ -25,6 +25,8 @@ from ._block import (
     encode_block,
     encode_block_reference,
     peek_block_header,
+    stamp_block,
+    unstamp_block,
 )
 from ._enums import *  # noqa: F403
 from ._errors import CodecError
@@ -168,6 +170,8 @@ __all__ = [
     "encode_block",
     "encode_block_reference",
     "peek_block_header",
+    "stamp_block",
+    "unstamp_block",
     "lots_to_str",
     "str_to_lots",
     "str_to_ticks",

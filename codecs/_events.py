@@ -75,6 +75,9 @@ class OrderUpdated(NamedTuple):
     time_in_force: Annotated[int, U8]
     reduce_only: Annotated[int, U8]
     status: Annotated[int, U8]
+    #: time priority (FIFO within a level; a re-entered order gets a new one): with it the
+    #: snapshot holder rebuilds the full order record from deltas alone
+    priority: Annotated[int, U64]
 
 
 @wire(EVENT, EventTag.TRADE_EXECUTED)
@@ -185,20 +188,29 @@ class PositionDeleveraged(NamedTuple):
 
 @wire(EVENT, EventTag.EXCHANGE_BALANCES_CHANGED)
 class ExchangeBalancesChanged(NamedTuple):
+    """The exchange's own ledger after the command: fees, insurance, and the running totals of
+    deposits and withdrawals (so the snapshot holder rebuilds ``ExchangeRecord`` from deltas)."""
+
     fee_pool: Annotated[int, I64]
     insurance_fund: Annotated[int, I64]
+    total_deposits: Annotated[int, I64]
+    total_withdrawals: Annotated[int, I64]
 
 
 @wire(EVENT, EventTag.FUNDING_CHANGED)
 class FundingChanged(NamedTuple):
     """A market's funding clock (absolute values): the premium samples of the running hour and the
-    last settled rate (1e-8 per hour, > 0: longs paid) with the time of its hour mark (ms)."""
+    last settled rate (1e-8 per hour, > 0: longs paid) with the time of its hour mark (ms), and
+    the hour being sampled and its last sampled minute (so the clock's ``FundingRecord`` is a fold
+    of these events: the snapshot holder rebuilds it without executing)."""
 
     market_index: Market
     samples: Annotated[int, U32]
     premium_sum: Annotated[int, I64]
     last_rate: Annotated[int, I32]
     last_funding_ms: Annotated[int, I64]
+    hour: Annotated[int, I64]
+    last_minute: Annotated[int, I64]
 
 
 @wire(EVENT, EventTag.TX_EXECUTED)

@@ -12,7 +12,14 @@ build, see ``setup.py``), False for the pure-Python default; both behave identic
 from . import _engine
 from ._bare_book import BareBook
 from ._digest import state_digest
-from ._engine import DEFAULT_ORDER_LIFETIME_MS, Engine, InvariantViolation, Result, exposure
+from ._engine import (
+    DEFAULT_ORDER_LIFETIME_MS,
+    Engine,
+    InvariantViolation,
+    Result,
+    exposure,
+    records_hash,
+)
 from ._funding import HOUR_MS as FUNDING_INTERVAL_MS
 from ._funding import funding_rate
 
@@ -29,4 +36,5 @@ __all__ = [
     "exposure",
     "funding_rate",
     "state_digest",
+    "records_hash",
 ]

@@ -10,9 +10,10 @@ What it covers is the state every role holds: the exchange's fee pool and insura
 market's parameters and stats, every account's collateral, every position not at its defaults,
 every API key (public key and nonce), every resting order. Left out, because the block stream
 never carries them: order priority (the order of a level is covered by the orders themselves),
-the engine's id counters and deposit/withdrawal totals, and positions still at their defaults
-(size, entry, pnl and funding 0, the market's default margin fraction: the engine creates them when
-an order is placed, a replica only when one is reported).
+the engine's id counters and deposit/withdrawal totals, the markets' funding clocks
+(``FundingRecord``: a replica keeps only what its public endpoints show of them), and positions
+still at their defaults (size, entry, pnl and funding 0, the market's default margin fraction: the
+engine creates them when an order is placed, a replica only when one is reported).
 
 ``Engine.state_hash()`` remains the full-state integrity hash written into each snapshot's
 ``meta.json`` (it covers priority and counters too); this digest is what actors report.
@@ -32,6 +33,7 @@ from raydex.codecs import (
     AccountRecord,
     ApiKeyRecord,
     ExchangeRecord,
+    FundingRecord,
     MarketRecord,
     OrderRecord,
     PositionRecord,
@@ -62,6 +64,8 @@ def state_digest(records: Iterable[Any]) -> bytes:
             markets[r.market_index] = r
         elif t is ExchangeRecord:
             exchange = (r.fee_pool, r.insurance_fund)
+        elif t is FundingRecord:
+            continue  # funding clocks: see the module docstring
         else:
             raise TypeError(f"not a snapshot record: {t.__name__}")
     lines = [f"exchange|{exchange[0]}|{exchange[1]}"]

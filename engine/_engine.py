@@ -69,9 +69,12 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
 - Events: LevelChanged once per touched level per command with its final size, OrderUpdated per
   order state change, TradeExecuted per fill, BalanceChanged / PositionChanged once per touched
   account / position per command (final values), MarketStatsChanged once per touched market,
-  ExchangeBalancesChanged when the fee pool or the insurance fund moved, NonceUpdated for every
+  ExchangeBalancesChanged when the fee pool, the insurance fund or the deposit/withdrawal totals
+  moved, NonceUpdated for every
   consumed nonce and for a new key (nonce -1), ApiKeyChanged, MarketChanged. A new account (Deposit
-  or RegisterApiKey) shows up as BalanceChanged.
+  or RegisterApiKey) shows up as BalanceChanged. A rejected tx changes nothing but its nonce
+  (and the orders it expired), so the events alone rebuild the full state (the snapshot holder
+  does; OrderUpdated carries each order's ``priority`` for that).
 """
 
 from __future__ import annotations
@@ -500,8 +503,11 @@ class Engine:
             if len(acct.orders) >= MAX_OPEN_ORDERS_PER_ACCOUNT:
                 return TOO_MANY_ORDERS
         pos = acct.positions.get(mi)
+        new_pos = pos is None
         if pos is None:
-            pos = acct.positions[mi] = Position(acct, m, m.default_imf)
+            # stored only once the order is accepted: a rejected tx leaves no trace in the state
+            # (every state change is visible in the events, so followers rebuild it from them)
+            pos = Position(acct, m, m.default_imf)
         opp = m.bids if is_ask else m.asks
         best = opp.best
         if ro:
@@ -531,6 +537,8 @@ class Engine:
                 est = best if otype == MARKET and best else price
                 if not self._margin_after(acct, m, pos, is_ask, size, est, after - before):
                     return NOT_ENOUGH_MARGIN
+        if new_pos:
+            acct.positions[mi] = pos
         oi = self._next_order_index
         self._next_order_index = oi + 1
         pr = self._next_priority
@@ -567,6 +575,7 @@ class Engine:
                     tif,
                     ro,
                     status,
+                    pr,
                 ),
             )
         )
@@ -901,6 +910,7 @@ class Engine:
                     o.tif,
                     o.reduce_only,
                     status,
+                    o.priority,
                 ),
             )
         )
@@ -923,6 +933,7 @@ class Engine:
                     o.tif,
                     o.reduce_only,
                     status,
+                    o.priority,
                 ),
             )
         )
@@ -1195,6 +1206,7 @@ class Engine:
             return NOT_ENOUGH_MARGIN
         acct.collateral -= amount
         self.total_withdrawals += amount
+        self._exchange_dirty = True
         self._rearm(acct)
         self._mark_account(acct)
         return OK
@@ -1213,6 +1225,7 @@ class Engine:
             return INVALID_LEVERAGE
         acct = self._accounts[ai]
         pos = acct.positions.get(mi)
+        new_pos = pos is None
         if pos is None:
             pos = acct.positions[mi] = Position(acct, m, m.default_imf)
         old = pos.imf
@@ -1221,6 +1234,8 @@ class Engine:
         if imf > old and not self._imr_ok(acct):
             pos.imf = old
             acct.c_epoch = -1
+            if new_pos:  # a rejected tx leaves no trace (see _place)
+                del acct.positions[mi]
             return NOT_ENOUGH_MARGIN
         self._mark_position(pos)
         return OK
@@ -1264,6 +1279,7 @@ class Engine:
         acct = self._account_for(ai)
         acct.collateral += amount
         self.total_deposits += amount
+        self._exchange_dirty = True
         self._mark_account(acct)
         return OK
 
@@ -1645,7 +1661,17 @@ class Engine:
             dirty_m.clear()
         if self._exchange_dirty:
             self._exchange_dirty = False
-            append(_new(ExchangeBalancesChanged, (self.fee_pool, self.insurance_fund)))
+            append(
+                _new(
+                    ExchangeBalancesChanged,
+                    (
+                        self.fee_pool,
+                        self.insurance_fund,
+                        self.total_deposits,
+                        self.total_withdrawals,
+                    ),
+                )
+            )
 
     # ---- snapshots, hash, validation ------------------------------------------------------------
 
@@ -1754,12 +1780,7 @@ class Engine:
 
     def state_hash(self) -> bytes:
         """sha256 over the canonical records: equal for equal state, whatever the history."""
-        h = hashlib.sha256()
-        for r in self.records():
-            h.update(type(r).__name__.encode())
-            h.update("|".join(map(str, r)).encode())
-            h.update(b"\n")
-        return h.digest()
+        return records_hash(self.records())
 
     def validate_internal_state(self) -> None:
         """Check every invariant; raise :class:`InvariantViolation` on the first broken one."""
@@ -1769,6 +1790,18 @@ class Engine:
 
 
 # ---- helpers -------------------------------------------------------------------------------------
+
+
+def records_hash(records: Iterable[Any]) -> bytes:
+    """sha256 over snapshot records in canonical order (:meth:`Engine.records`): the state hash.
+    Anything that holds the same state in another shape (the snapshot holder's delta-applied
+    tables) hashes its records with this, so equal state gives the equal hash."""
+    h = hashlib.sha256()
+    for r in records:
+        h.update(type(r).__name__.encode())
+        h.update("|".join(map(str, r)).encode())
+        h.update(b"\n")
+    return h.digest()
 
 
 def _position_for(acct: Account, m: Market) -> Position:

@@ -158,7 +158,17 @@ class FundingClock:
             c.last_minute = minute
             changed = True
         if changed:
-            out.append(FundingChanged(mi, c.samples, c.premium_sum, c.last_rate, c.last_funding_ms))
+            out.append(
+                FundingChanged(
+                    mi,
+                    c.samples,
+                    c.premium_sum,
+                    c.last_rate,
+                    c.last_funding_ms,
+                    c.hour,
+                    c.last_minute,
+                )
+            )
         return _OK
 
     # ---- snapshots ------------------------------------------------------------------------------

@@ -82,12 +82,12 @@ from raydex.observability.metrics import ApiCounters, Recorder
 
 from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal, short_hash
 from ..transport import (
-    GrpcBlockSource,
-    GrpcTxChannel,
     ResyncRequired,
     TransportError,
     TransportUnavailable,
     TxChannel,
+    block_source,
+    tx_channel,
 )
 from .app import LIMITS, ApiError, CommitmentSource, OutcomePending, build_app
 from .config import ApiConfig
@@ -254,9 +254,9 @@ class ReplicaService:
         #: what the app's handlers count (cache hits/fallbacks, dry-run time)
         self.counters = ApiCounters()
         secret = config.data_plane_secret
-        self.channel = channel or GrpcTxChannel(config.sequencer_target, secret=secret)
+        self.channel = channel or tx_channel(config.sequencer_target, secret=secret)
         self.batcher = MicroBatcher(self.channel, config.max_batch_txs)
-        self.source = GrpcBlockSource(config.sequencer_target, name=config.name, secret=secret)
+        self.source = block_source(config.sequencer_target, name=config.name, secret=secret)
         self.app: web.Application | None = None
         self.runner: web.AppRunner | None = None
         #: the shared (SO_REUSEPORT) port; its site is open only while caught up

@@ -9,9 +9,14 @@ Invariants:
   (returns ``Applied`` with ``duplicate=True``); ``seq != self.seq + 1`` raises :class:`GapError`
   and changes nothing (the caller resyncs from the snapshot holder). Events carry absolute values,
   so applying one is an assignment, never an increment.
-- Order books: per market and side a mutable ``dict[price, size]`` owned by the apply loop, plus an
-  immutable :class:`BookSnapshot` (levels best first) rebuilt once per block only for the markets
-  the block changed, and swapped by reference. Readers take ``state.books[m]`` and never copy it.
+- Order books: per market and side a mutable ``dict[price, size]`` and its prices in a sorted list
+  (``bisect``: a new or removed level costs O(log L) plus a memmove, a size change nothing),
+  owned by the apply loop, plus an immutable :class:`BookSnapshot` (levels best first) that
+  :class:`Books` builds on the first read after a block changed the market (one ``zip`` of the
+  sorted prices, no sort) and then hands out by reference until the next change. Readers take
+  ``state.books[m]`` and never copy it; the apply loop and the readers share one thread, so a
+  snapshot built later is the one an eager rebuild would have built. The dry-run reads the best
+  opposite price from the sorted lists, without a snapshot.
 - A book's ``nonce`` is the seq of the last block that changed it (the snapshot seq after a boot
   from a snapshot); each :class:`BookDelta` has ``begin_nonce`` = the book's previous ``nonce``,
   so a client that saw every update of a market sees an unbroken chain.
@@ -25,8 +30,9 @@ Invariants:
 - ``validate()`` checks that every book level equals the sum of the cached resting orders at it,
   that every snapshot equals its mutable book, and that every index agrees with what it indexes.
 
-Cost: ``apply_block`` is O(events) dict work plus, per changed market, one sort of its levels
-(O(L log L), L = levels on the book) to rebuild the snapshot. Reads: one account's keys
+Cost: ``apply_block`` is O(events) dict work (plus O(log L) per level added or removed, L =
+levels on the book); a snapshot costs O(L) on the first read after a change. Reads: one account's
+keys
 O(its keys), the best ``n`` orders of a side O(levels walked + n), an account's view O(its
 positions). ``dry_run`` is one Ed25519 verify
 (~70 us) plus O(open orders + positions of the account) for the margin check.
@@ -34,8 +40,9 @@ positions). ``dry_run`` is one Ed25519 verify
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -93,6 +100,7 @@ RECENT_TRADES = 100
 #: Tx results kept for ``tx?by=hash`` (oldest dropped first).
 TX_RESULTS = 100_000
 _DAY_MS = 86_400_000
+_new = tuple.__new__
 
 Levels = tuple[tuple[int, int], ...]
 #: price -> {order index: resting order} for one side of one market
@@ -117,6 +125,57 @@ class BookSnapshot:
     asks: Levels
     nonce: int
     seq: int
+
+
+class Books(Mapping[int, BookSnapshot]):
+    """market -> :class:`BookSnapshot`, each built on the first read after its market changed.
+
+    Shares the apply loop's mutable books (``bids``/``asks``: market -> price -> size; their
+    ascending price lists; ``nonces``: market -> seq of the last block that changed it), so a
+    replica that takes over another's caches (``ReplicaState.reload``) keeps working."""
+
+    __slots__ = ("_asks", "_bids", "_nonces", "_prices", "_snaps", "_stale")
+
+    def __init__(
+        self,
+        bids: dict[int, dict[int, int]],
+        asks: dict[int, dict[int, int]],
+        prices: tuple[dict[int, list[int]], dict[int, list[int]]],
+        nonces: dict[int, int],
+    ) -> None:
+        self._bids, self._asks, self._prices, self._nonces = bids, asks, prices, nonces
+        self._snaps: dict[int, BookSnapshot] = {}
+        self._stale: set[int] = set()
+
+    def changed(self, mi: int) -> None:
+        """Market ``mi``'s book changed: its snapshot is rebuilt on the next read."""
+        self._stale.add(mi)
+
+    def __getitem__(self, mi: int) -> BookSnapshot:
+        if mi in self._stale:
+            self._stale.discard(mi)
+            bid_prices = self._prices[0][mi][::-1]
+            ask_prices = self._prices[1][mi]
+            nonce = self._nonces[mi]
+            self._snaps[mi] = BookSnapshot(
+                mi,
+                tuple(zip(bid_prices, map(self._bids[mi].__getitem__, bid_prices), strict=True)),
+                tuple(zip(ask_prices, map(self._asks[mi].__getitem__, ask_prices), strict=True)),
+                nonce,
+                nonce,
+            )
+        return self._snaps[mi]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._snaps)
+
+    def __len__(self) -> int:
+        return len(self._snaps)
+
+    def add(self, mi: int) -> None:
+        """A new market: an empty snapshot at its nonce."""
+        self._snaps[mi] = BookSnapshot(mi, (), (), self._nonces[mi], self._nonces[mi])
+        self._stale.discard(mi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,9 +280,13 @@ class ReplicaState:
         self.timestamp_ns = 0
         self.markets: dict[int, MarketRecord] = {}
         self.stats: dict[int, MarketStats] = {}
-        self.books: dict[int, BookSnapshot] = {}
         self._bids: dict[int, dict[int, int]] = {}
         self._asks: dict[int, dict[int, int]] = {}
+        #: per side (bids, asks): market -> the book's prices, ascending
+        self._prices: tuple[dict[int, list[int]], dict[int, list[int]]] = ({}, {})
+        #: market -> seq of the last block that changed its book (its ``nonce``)
+        self._book_nonces: dict[int, int] = {}
+        self.books = Books(self._bids, self._asks, self._prices, self._book_nonces)
         self.orders: dict[int, OrderRecord] = {}
         #: market -> (bids, asks), each price -> {order index: resting order}: the orders of a
         #: level without a walk over the market (``orderBookOrders`` reads them best level first)
@@ -273,7 +336,10 @@ class ReplicaState:
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         for mi in st.markets:
-            st._rebuild(mi, seq)
+            st._prices[0][mi][:] = sorted(st._bids[mi])
+            st._prices[1][mi][:] = sorted(st._asks[mi])
+            st._book_nonces[mi] = seq
+            st.books.changed(mi)
         return st
 
     def reload(self, other: ReplicaState) -> None:
@@ -287,10 +353,13 @@ class ReplicaState:
         if mi not in self._bids:
             self._bids[mi] = {}
             self._asks[mi] = {}
+            self._prices[0][mi] = []
+            self._prices[1][mi] = []
+            self._book_nonces[mi] = self.seq
             self.level_orders[mi] = ({}, {})
             self.trades[mi] = deque(maxlen=RECENT_TRADES)
             self.stats[mi] = MarketStats()
-            self.books[mi] = BookSnapshot(mi, (), (), self.seq, self.seq)
+            self.books.add(mi)
 
     def _account(self, ai: int) -> AccountCache:
         acct = self.accounts.get(ai)
@@ -346,17 +415,6 @@ class ReplicaState:
             keys = self.account_keys[r.account_index] = set()
         keys.add(r.api_key_index)
 
-    def _rebuild(self, mi: int, nonce: int) -> None:
-        bids = self._bids[mi]
-        asks = self._asks[mi]
-        self.books[mi] = BookSnapshot(
-            mi,
-            tuple(sorted(bids.items(), reverse=True)),
-            tuple(sorted(asks.items())),
-            nonce,
-            self.seq,
-        )
-
     # ---- blocks ---------------------------------------------------------------------------------
 
     def apply_block(self, block: bytes | Block) -> Applied:
@@ -371,65 +429,77 @@ class ReplicaState:
         changed: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
         trades: dict[int, list[TradeRow]] = {}
         touched: set[int] = set()
+        touch = touched.add
         txs: list[TxRecord] = []
         tx_hash = b""
+        bids, asks = self._bids, self._asks
+        bid_prices, ask_prices = self._prices
+        accounts = self.accounts
+        pending = self._pending
+        remember = self.txs
+        # Branches in order of frequency (per tx: a TxExecuted, a NonceUpdated, one or two order
+        # updates and levels; per fill: a trade, two balances, two positions, stats, fees).
         for ev in blk.events:
             t = type(ev)
-            if t is LevelChanged:
+            if t is OrderUpdated:
+                self._order_event(ev)
+                touch(ev[2])
+            elif t is LevelChanged:
                 mi, is_ask, price, size = ev
-                book = (self._asks if is_ask else self._bids)[mi]
-                if size:
-                    book[price] = size
+                if is_ask:
+                    book, prices = asks[mi], ask_prices[mi]
                 else:
-                    book.pop(price, None)
+                    book, prices = bids[mi], bid_prices[mi]
+                if size:
+                    if price not in book:
+                        insort(prices, price)
+                    book[price] = size
+                elif price in book:
+                    del book[price]
+                    del prices[bisect_left(prices, price)]
                 d = changed.get(mi)
                 if d is None:
                     d = changed[mi] = ({}, {})
                 d[is_ask][price] = size
-            elif t is OrderUpdated:
-                self._order_event(ev)
-                touched.add(ev.account_index)
             elif t is TxExecuted:
-                tx_hash = ev.tx_hash
-                rec = TxRecord(
-                    ev.tx_hash,
-                    ev.tx_type,
-                    ev.account_index,
-                    ev.api_key_index,
-                    ev.nonce,
-                    ev.code,
-                    seq,
-                    seq,
-                    ts_ms,
-                    len(txs),
+                tx_hash, ttype, ai, ki, nonce, code = ev
+                rec = _new(
+                    TxRecord, (tx_hash, ttype, ai, ki, nonce, code, seq, seq, ts_ms, len(txs))
                 )
                 txs.append(rec)
-                self._remember_tx(rec)
-                self._clear_pending(ev.account_index, ev.api_key_index, ev.nonce)
-            elif t is TradeExecuted:
-                row = TradeRow(ev, tx_hash, seq, ts_ms)
-                self.trades[ev.market_index].append(row)
-                trades.setdefault(ev.market_index, []).append(row)
-                self._count_trade(ev, ts_ms)
-                touched.add(ev.taker_account_index)
-                touched.add(ev.maker_account_index)
-            elif t is BalanceChanged:
-                self._account(ev.account_index).collateral = ev.collateral
-                touched.add(ev.account_index)
-            elif t is PositionChanged:
-                self._account(ev.account_index).positions[ev.market_index] = PositionRecord(*ev)
-                touched.add(ev.account_index)
+                remember[tx_hash] = rec
+                if len(remember) > TX_RESULTS:
+                    remember.popitem(last=False)
+                if pending and (ai, ki) in pending:
+                    self._clear_pending(ai, ki, nonce)
             elif t is NonceUpdated:
-                self._set_nonce(ev.account_index, ev.api_key_index, ev.nonce)
-            elif t is ApiKeyChanged:
-                old = self.api_keys.get((ev.account_index, ev.api_key_index))
-                nonce = old.nonce if old is not None else -1
-                self._put_key(ApiKeyRecord(ev.account_index, ev.api_key_index, nonce, ev.pub_key))
-                self._account(ev.account_index)
-            elif t is MarketChanged:
-                old_m = self.markets.get(ev.market_index)
-                ltp, oi = (old_m.last_trade_price, old_m.open_interest) if old_m else (0, 0)
-                self._add_market(MarketRecord(*ev, ltp, oi))
+                self._set_nonce(ev[0], ev[1], ev[2])
+            elif t is BalanceChanged:
+                ai = ev[0]
+                acct = accounts.get(ai)
+                if acct is None:
+                    acct = self._account(ai)
+                acct.collateral = ev[1]
+                touch(ai)
+            elif t is PositionChanged:
+                ai = ev[0]
+                acct = accounts.get(ai)
+                if acct is None:
+                    acct = self._account(ai)
+                acct.positions[ev[1]] = _new(PositionRecord, ev)
+                touch(ai)
+            elif t is TradeExecuted:
+                row = _new(TradeRow, (ev, tx_hash, seq, ts_ms))
+                mi = ev[0]
+                self.trades[mi].append(row)
+                rows = trades.get(mi)
+                if rows is None:
+                    trades[mi] = [row]
+                else:
+                    rows.append(row)
+                self._count_trade(ev, ts_ms)
+                touch(ev.taker_account_index)
+                touch(ev.maker_account_index)
             elif t is MarketStatsChanged:
                 m = self.markets[ev.market_index]
                 self.markets[ev.market_index] = m._replace(
@@ -439,6 +509,15 @@ class ReplicaState:
                 )
             elif t is ExchangeBalancesChanged:
                 self.fee_pool, self.insurance_fund = ev.fee_pool, ev.insurance_fund
+            elif t is ApiKeyChanged:
+                old = self.api_keys.get((ev.account_index, ev.api_key_index))
+                nonce = old.nonce if old is not None else -1
+                self._put_key(ApiKeyRecord(ev.account_index, ev.api_key_index, nonce, ev.pub_key))
+                self._account(ev.account_index)
+            elif t is MarketChanged:
+                old_m = self.markets.get(ev.market_index)
+                ltp, oi = (old_m.last_trade_price, old_m.open_interest) if old_m else (0, 0)
+                self._add_market(MarketRecord(*ev, ltp, oi))
             elif t is FundingChanged:
                 self.history.funding_changed(ev, self.markets[ev.market_index].mark_price)
             # PositionLiquidated / PositionDeleveraged are informational: their effects arrive as
@@ -447,13 +526,16 @@ class ReplicaState:
         self.height = blk.height
         self.timestamp_ns = blk.timestamp_ns
         deltas: dict[int, BookDelta] = {}
-        for mi, (bids, asks) in changed.items():
-            begin = self.books[mi].nonce
-            self._rebuild(mi, seq)
+        nonces = self._book_nonces
+        books = self.books
+        for mi, (bid_d, ask_d) in changed.items():
+            begin = nonces[mi]
+            nonces[mi] = seq
+            books.changed(mi)
             deltas[mi] = BookDelta(
                 mi,
-                tuple(sorted(bids.items(), reverse=True)),
-                tuple(sorted(asks.items())),
+                tuple(sorted(bid_d.items(), reverse=True)),
+                tuple(sorted(ask_d.items())),
                 seq,
                 begin,
             )
@@ -465,9 +547,8 @@ class ReplicaState:
 
     def _order_event(self, ev: OrderUpdated) -> None:
         oi = ev.order_index
-        if ev.status == _ACTIVE and ev.remaining_base_amount > 0:
-            old = self.orders.get(oi)
-            self._put_order(OrderRecord(*ev[:12], old.priority if old is not None else 0))
+        if ev[12] == _ACTIVE and ev[7] > 0:  # status, remaining_base_amount
+            self._put_order(_new(OrderRecord, (*ev[:12], ev[13])))
         else:
             self._drop_order(oi)
 
@@ -475,12 +556,7 @@ class ReplicaState:
         k = (ai, ki)
         key = self.api_keys.get(k)
         if key is not None:  # built directly: NamedTuple._replace costs ~3x as much, once per tx
-            self.api_keys[k] = ApiKeyRecord(ai, ki, nonce, key.pub_key)
-
-    def _remember_tx(self, rec: TxRecord) -> None:
-        self.txs[rec.tx_hash] = rec
-        if len(self.txs) > TX_RESULTS:
-            self.txs.popitem(last=False)
+            self.api_keys[k] = _new(ApiKeyRecord, (ai, ki, nonce, key[3]))
 
     def _count_trade(self, ev: TradeExecuted, ts_ms: int) -> None:
         s = self.stats[ev.market_index]
@@ -604,9 +680,11 @@ class ReplicaState:
             if (size <= 0) if tx.is_ask else (size >= 0):
                 return int(ResultCode.REDUCE_ONLY_INCREASES_POSITION)
             return _OK
-        book = self.books[tx.market_index]
-        opp = book.bids if tx.is_ask else book.asks
-        est = opp[0][0] if tx.order_type == _MARKET and opp else tx.price
+        est = tx.price
+        if tx.order_type == _MARKET:  # the best opposite price, from the sorted price lists
+            opp = self._prices[0 if tx.is_ask else 1][tx.market_index]
+            if opp:
+                est = opp[-1] if tx.is_ask else opp[0]
         if not self._margin_ok(acct, tx.market_index, tx.is_ask, tx.base_amount, est):
             return int(ResultCode.NOT_ENOUGH_MARGIN)
         return _OK
@@ -713,6 +791,10 @@ class ReplicaState:
             b = self.books[mi]
             if dict(b.bids) != self._bids[mi] or dict(b.asks) != self._asks[mi]:
                 raise AssertionError(f"market {mi}: snapshot differs from the book")
+            if self._prices[0][mi] != sorted(self._bids[mi]) or self._prices[1][mi] != sorted(
+                self._asks[mi]
+            ):
+                raise AssertionError(f"market {mi}: sorted prices differ from the book")
         for ai, acct in self.accounts.items():
             fresh = AccountCache(acct.collateral)
             for o in acct.orders.values():

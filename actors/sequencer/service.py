@@ -5,11 +5,11 @@
     replicas ──tx batches (gRPC Txs stream)──►┌───────────────────────────────┐
     operator ──Ray call: operator(txs)───────►│ SequencerService              │
                                               │  BlockProducer (engine)       │
-                                              │  block loop: every interval   │
-                                              │  or block_max_txs, close ─────┼─► Journal thread:
+                                              │  close when the previous block│
+                                              │  is durable or block_max_txs ─┼─► Journal thread:
                                               │                               │   WAL write+fsync
     replicas, committer ◄──blocks (gRPC)──────┤  BlockHub ring    ◄── durable ┼───┘
-    snapshot holder ◄──tx log (gRPC)──────────┤  BlockHub ring                │
+    snapshot holder ◄──stamped blocks (gRPC)──┤  BlockHub ring                │
                     ──WAL range read (gRPC)──►│  read_txlog: older records    │
                                               │  from the WAL files           │
                                               │ supervised: oracle, maintenance (snapshot watch,
@@ -43,9 +43,21 @@ Control plane apart from the data plane: ``status()`` is O(1) (it reports the ne
 state hash with the seq it reflects); the current ``state_hash()`` is O(state) and runs on the
 block loop, for tests and operators only.
 
-Knobs: ``block_interval_ms`` (longer = bigger blocks, fewer fsyncs, more latency per tx),
-``block_max_txs`` (caps a block so one burst cannot delay everyone behind it), the WAL knobs and
-the catch-up bounds on :class:`SequencerConfig`.
+Block cadence (``block_close``):
+
+- ``"durable"`` (natural batching, the default): the open block closes as soon as the previous
+  one is durable (at once when none is in flight: in the same loop turn, after the batches that
+  were already ready), or when it reaches ``block_max_txs``. So at most one block waits for the
+  journal while the next one fills: blocks grow with the load (about what arrives during one
+  fsync) instead of a timer producing tiny blocks, and a quiet exchange closes each tx's block
+  without waiting for a tick. Acknowledgment still waits for the fsync covering the block.
+- ``"timer"``: a loop closes the open block every ``block_interval_ms`` (longer = bigger blocks,
+  fewer fsyncs, more latency per tx), or at ``block_max_txs``. Blocks queue for the journal,
+  which syncs whatever is queued at once.
+
+Knobs: ``block_close``, ``block_interval_ms`` (timer only), ``block_max_txs`` (caps a block so one
+burst cannot delay everyone behind it), the WAL knobs and the catch-up bounds on
+:class:`SequencerConfig`.
 
 Metrics (``SequencerService.metrics``, exported by the actor shell): block time, close time, block
 size, WAL fsync, blocks and txs totals, seq, loop restarts; they read the histograms ``status``
@@ -63,7 +75,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from raydex.codecs import (
     DEFAULT_CHAIN_ID,
@@ -76,6 +88,8 @@ from raydex.codecs import (
     decode_wal_read_request,
     encode_outcomes,
     encode_wal_read_reply,
+    stamp_block,
+    wal_record_crc,
 )
 from raydex.engine import state_digest
 from raydex.observability.hist import Histogram
@@ -90,7 +104,7 @@ from ..runtime import (
     short_hash,
 )
 from ..snapshot.store import read_snapshot_meta, snapshot_seq, snapshots
-from ..transport import BlockHub, GrpcDataPlaneServer
+from ..transport import BlockHub, DataPlane, data_plane_server
 from .journal import Journal
 from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, Checked, ClosedBlock
@@ -98,15 +112,25 @@ from .wal import FsyncPolicy, Wal
 
 log = logging.getLogger(__name__)
 
+#: how a block closes (see the module docstring): when the previous one is durable, or on a timer
+BlockClose = Literal["durable", "timer"]
+
 
 @dataclass(frozen=True, slots=True)
 class SequencerConfig:
     wal_dir: str
     snapshot_dir: str
     chain_id: int = DEFAULT_CHAIN_ID
+    #: "durable": a block closes when the previous one is durable (blocks grow with the load,
+    #: one fsync per block, no idle tick); "timer": every ``block_interval_ms``
+    block_close: BlockClose = "durable"
+    #: the timer's period (``block_close="timer"`` only)
     block_interval_ms: float = 1.0
     block_max_txs: int = 1000
     wal_fsync: FsyncPolicy = "block"
+    #: the data plane its streams are served on: "grpc" (HTTP/2) or "tcp" (plain asyncio
+    #: streams, less CPU per message; see ``actors/transport/planes.py``)
+    data_plane: DataPlane = "grpc"
     grpc_host: str = "127.0.0.1"
     grpc_port: int = 0
     txlog_port: int = 0
@@ -170,16 +194,20 @@ class SequencerService:
         self.on_fatal = on_fatal
         self.producer: BlockProducer | None = None
         self.hub: BlockHub | None = None
-        #: the tx-log stream (one WAL record per block) that the snapshot holder replays
+        #: the snapshot holder's stream: each block's delta frame stamped with the crc of its WAL
+        #: record (``codecs.stamp_block``); the holder applies the deltas and keeps the crc as the
+        #: identity of its history. WAL range reads (catch-up) are served on the same port.
         self.txlog: BlockHub | None = None
-        self.server: GrpcDataPlaneServer | None = None
-        self.txlog_server: GrpcDataPlaneServer | None = None
+        self.server: Any = None
+        self.txlog_server: Any = None
         self.port = 0
         self.txlog_port = 0
         self.replayed = 0
         #: why the sequencer stopped serving (None while it serves)
         self.failed: str | None = None
         self._pending: asyncio.Future[ClosedBlock] | None = None
+        #: a close is scheduled for this loop turn (natural batching)
+        self._close_soon = False
         #: closed blocks whose WAL record the journal has not synced yet, in seq order
         self._undurable: deque[tuple[ClosedBlock, asyncio.Future[ClosedBlock]]] = deque()
         self.journal: Journal | None = None
@@ -240,9 +268,10 @@ class SequencerService:
         self.txlog = BlockHub(ring_size=cfg.ring_size, last_seq=first)
         for block in rebuilt:
             self.hub.publish_nowait(block.seq, block.frame)
-            self.txlog.publish_nowait(block.seq, block.wal_record)
+            self.txlog.publish_nowait(block.seq, _stamped(block))
         rebuilt.clear()
-        self.server = GrpcDataPlaneServer(
+        self.server = data_plane_server(
+            cfg.data_plane,
             self.hub,
             self.handle_batch,
             host=cfg.grpc_host,
@@ -251,7 +280,8 @@ class SequencerService:
             max_inflight=cfg.max_inflight_batches,
         )
         self.port = await self.server.start()
-        self.txlog_server = GrpcDataPlaneServer(
+        self.txlog_server = data_plane_server(
+            cfg.data_plane,
             self.txlog,
             self.read_txlog,
             host=cfg.grpc_host,
@@ -262,8 +292,9 @@ class SequencerService:
         loop = asyncio.get_running_loop()
         self.journal = Journal(wal, loop, self._on_durable, self._on_journal_error)
         self.journal.start()
-        self._loop_task = loop.create_task(self._block_loop(), name="block-loop")
-        self._loop_task.add_done_callback(self._on_block_loop_end)
+        if cfg.block_close == "timer":
+            self._loop_task = loop.create_task(self._block_loop(), name="block-loop")
+            self._loop_task.add_done_callback(self._on_block_loop_end)
         if cfg.oracle_interval_ms > 0:
             self.oracle = Oracle(
                 self._engine,
@@ -366,8 +397,21 @@ class SequencerService:
         fut = self._pending
         if producer.open_txs >= self.config.block_max_txs:
             self._close_block()
+        elif self.config.block_close == "durable" and not self._undurable:
+            self._schedule_close()
         block = await fut
         return [block.outcomes[i] for i in at]
+
+    def _schedule_close(self) -> None:
+        """Close the open block later in this loop turn: batches already ready join it."""
+        if not self._close_soon:
+            self._close_soon = True
+            asyncio.get_running_loop().call_soon(self._close_now)
+
+    def _close_now(self) -> None:
+        self._close_soon = False
+        if self._pending is not None and not self._undurable and not self._stopping:
+            self._close_block()
 
     def _close_block(self) -> None:
         """Close the open block and hand its WAL record to the journal; the block is published
@@ -395,13 +439,20 @@ class SequencerService:
         while waiting and waiting[0][0].seq <= seq:
             block, fut = waiting.popleft()
             self.hub.publish_nowait(block.seq, block.frame)
-            self.txlog.publish_nowait(block.seq, block.wal_record)
+            self.txlog.publish_nowait(block.seq, _stamped(block))
             self.blocks += 1
             self.txs += block.tx_count
             self.block_time.record(time.time_ns() - block.timestamp_ns)
             self.block_txs.record(block.tx_count)
             if not fut.done():
                 fut.set_result(block)
+        if (
+            self.config.block_close == "durable"
+            and self._pending is not None
+            and not self._undurable
+            and not self._stopping
+        ):
+            self._close_block()  # natural batching: what arrived during the fsync is the next block
 
     def _on_journal_error(self, exc: BaseException) -> None:
         """The WAL failed: nothing more may be acknowledged. Fail what waits (those txs are
@@ -527,6 +578,7 @@ class SequencerService:
             "grpc_port": self.port,
             "txlog_port": self.txlog_port,
             "data_plane": {
+                "plane": self.config.data_plane,
                 "authenticated": bool(self.config.data_plane_secret),
                 "refused_calls": sum(
                     srv.refused for srv in (self.server, self.txlog_server) if srv is not None
@@ -549,6 +601,12 @@ class SequencerService:
             "block_txs": self.block_txs.summary_us(scale_ns=False),
             "hub": dataclasses.asdict(self.hub.statistics()) if self.hub else {},
         }
+
+
+def _stamped(block: ClosedBlock) -> bytes:
+    """The holder's frame of ``block``: its deltas stamped with its WAL record's crc."""
+    frame: bytes = stamp_block(block.frame, wal_record_crc(block.wal_record))
+    return frame
 
 
 class SequencerActor:

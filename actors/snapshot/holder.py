@@ -2,31 +2,37 @@
 
 ::
 
-    sequencer ──tx log (WAL records, gRPC)──► SnapshotService ── every K blocks or T s ──►
-              ──WAL range reads (behind ring)─►  engine replica     snapshot-<seq>/ (Arrow IPC)
-              ──delta blocks (gRPC)──────────►  ring of deltas      ray.put(tables) (owned here)
+    sequencer ──stamped blocks (gRPC)───────►  SnapshotService ── every K blocks or T s ──►
+              ──WAL range reads (behind ring)─►  DeltaState        snapshot-<seq>/ (Arrow IPC)
+                                                 ring of deltas    ray.put(tables) (owned here)
     replicas ◄── latest_snapshot() / blocks_since(seq) (long poll) ──┘
 
-State is kept by *re-executing* the logged txs with the deterministic engine (state-machine
-replication), so a snapshot is exactly ``Engine.records()`` of the sequencer's state at that seq:
-the same tables the sequencer recovers from and replicas boot from. Its state hash and the crc of
-its last tx-log record (the identity of the history it belongs to) are written in each snapshot's
-``meta.json``. Applying one logged block is :meth:`SnapshotService.apply_record`, the one place
-to change when the holder applies block deltas instead (issue 9).
+State is kept by *applying the blocks' deltas* (``deltas.py``: the events carry absolute values,
+so the full state is a fold of them) instead of re-executing every tx: no engine runs on the
+steady path. A snapshot is exactly ``Engine.records()`` of the sequencer's state at that seq (the
+same tables the sequencer recovers from and replicas boot from; equality by state hash is tested
+against the sequencer). One stream carries everything: each block's delta frame stamped with the
+crc of its WAL record (``codecs.stamp_block``); the holder applies the deltas, keeps the frame in
+its ring for replicas, and keeps the crc as the identity of the history it follows. Its state hash
+and that crc (``record_crc``) are written in each snapshot's ``meta.json``; the sequencer checks
+the crc against its WAL when it recovers from the snapshot. Applying one block is
+:meth:`SnapshotService.apply_stamped`.
 
-Following (two supervised loops, ``txlog`` and ``deltas``; ``actors/runtime/supervise.py``):
+Following (one supervised loop, ``txlog``; ``actors/runtime/supervise.py``):
 
-- Each stream resumes *at* the seq it has and checks the sequencer's block there is the one it
-  applied (``follow.py``); a different one (the sequencer lost published blocks) raises
-  ``Diverged``: the tx-log follower moves its snapshots from that seq on aside
-  (``.diverged-snapshot-<seq>``), rebuilds from the newest older snapshot and follows again (each
-  resume checks again, so it walks back to the common history); the delta follower drops its ring.
-- Behind the sequencer's ring (``ResyncRequired``), the tx-log follower catches up from the
-  sequencer's WAL through bounded range reads on the tx-log port, then streams again. The delta
-  follower restarts its ring where the sequencer's starts (replicas that need older deltas boot
-  from a snapshot instead).
-- An exception while applying a block leaves the engine between two blocks: the loop restarts
-  from the newest snapshot, never from the half-applied state.
+- The stream resumes *at* the seq it has and checks the sequencer's block there carries the crc
+  it applied (``follow.py``); a different one (the sequencer lost published blocks) raises
+  ``Diverged``: the holder moves its snapshots from that seq on aside
+  (``.diverged-snapshot-<seq>``), rebuilds from the newest older snapshot, drops its ring and
+  follows again (each resume checks again, so it walks back to the common history).
+- Behind the sequencer's ring (``ResyncRequired``), it catches up from the sequencer's WAL through
+  bounded range reads on the same port: the WAL holds txs, not deltas, so this path (only this
+  one) rebuilds an engine from the state, re-executes the records, and turns the engine back into
+  a ``DeltaState`` (O(state) twice per catch-up); the ring restarts after the caught-up seq
+  (replicas that need older deltas boot from a snapshot instead).
+- An exception while applying a block leaves the state between two blocks: the loop restarts
+  from the newest snapshot, never from the half-applied state (the ring keeps what it had: the
+  blocks re-received are the same bytes and are not held twice).
 
 The delta ring lets a replica that booted from snapshot ``S`` fetch blocks ``S+1..`` even when the
 sequencer's own ring has moved past them. ``blocks_since(n)`` is long-poll style: answered at once
@@ -38,8 +44,10 @@ Control plane: ``status()`` reports the current state hash (``raydex.engine.stat
 one every role reports) with the seq it reflects: O(state) the first time per seq, then cached;
 the holder's loop is off the trading path.
 
-Cost: replaying costs what the sequencer's execution costs (minus signatures); a snapshot is
-``records()`` + Arrow conversion + IPC write + fsyncs, O(state), off the trading path.
+Cost: per block one gRPC message, one ``decode_block`` and one dict update per event (the
+previous design re-executed every tx: the engine's cost per tx, plus a second stream carrying the
+WAL records); a snapshot is ``records()`` (an O(n log n) sort of the resting orders) + Arrow
+conversion + IPC write + fsyncs, O(state), off the trading path.
 """
 
 from __future__ import annotations
@@ -58,9 +66,11 @@ from typing import Any
 import pyarrow as pa
 
 from raydex.codecs import (
+    decode_block,
     decode_wal_read_reply,
     decode_wal_record,
     encode_wal_read_request,
+    unstamp_block,
     wal_record_crc,
 )
 from raydex.engine import Engine, state_digest
@@ -68,12 +78,8 @@ from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
 from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal, short_hash
-from ..transport import (
-    GrpcBlockSource,
-    GrpcTxChannel,
-    ResyncRequired,
-    TransportError,
-)
+from ..transport import ResyncRequired, TransportError, block_source, tx_channel
+from .deltas import DeltaState
 from .follow import ONE_ATTEMPT, Diverged, Reconnect, block_digest, follow
 from .store import (
     LoadedSnapshot,
@@ -124,7 +130,9 @@ class SnapshotService:
     ) -> None:
         self.config = config
         self.on_tables = on_tables
-        self.engine: Engine = Engine()
+        self.state = DeltaState()
+        #: the engine of a WAL catch-up in progress (None otherwise): the state being built then
+        self._replaying: Engine | None = None
         self.seq = 0
         self.height = 0
         #: crc of the tx-log record of block ``seq`` (None: unknown, e.g. seq 0)
@@ -144,8 +152,8 @@ class SnapshotService:
         self.wal_records_read = 0
         self._applying = False
         self._new_delta = asyncio.Event()
-        self._sources: list[GrpcBlockSource] = []
-        self._reader: GrpcTxChannel | None = None
+        self._sources: list[Any] = []
+        self._reader: Any = None
         self._last_snapshot_at = 0.0
         #: snapshot build (records, Arrow, IPC write, the ``on_tables`` put), ns
         self.build_time = Histogram()
@@ -159,21 +167,20 @@ class SnapshotService:
         return Path(self.config.dir)
 
     async def start(self, delta_target: str, txlog_target: str) -> None:
+        """Follow the sequencer's stamped-block stream and WAL reads at ``txlog_target``.
+        ``delta_target`` (the replicas' block stream) is not followed: the stamped stream
+        carries the same frames; it is accepted so deployments keep one call shape."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self._load(load_newest_snapshot(self.folder))
         self.delta_seq = self.seq
         self.snapshot()  # replicas can boot at once, even on a fresh exchange
         secret = self.config.data_plane_secret
-        txlog = GrpcBlockSource(
+        txlog = block_source(
             txlog_target, name="snapshot-txlog", secret=secret, backoff=ONE_ATTEMPT
         )
-        deltas = GrpcBlockSource(
-            delta_target, name="snapshot-deltas", secret=secret, backoff=ONE_ATTEMPT
-        )
-        self._sources = [txlog, deltas]
-        self._reader = GrpcTxChannel(txlog_target, secret=secret)
+        self._sources = [txlog]
+        self._reader = tx_channel(txlog_target, secret=secret)
         self.supervisor.start("txlog", lambda: self._follow_txlog(txlog))
-        self.supervisor.start("deltas", lambda: self._follow_deltas(deltas))
 
     async def stop(self) -> None:
         await self.supervisor.stop()
@@ -183,14 +190,15 @@ class SnapshotService:
             await self._reader.close()
 
     def _load(self, loaded: LoadedSnapshot) -> None:
-        self.engine, self.seq, self.height = loaded.engine, loaded.seq, loaded.height
+        self.state = DeltaState.from_records(loaded.engine.records())
+        self.seq, self.height = loaded.seq, loaded.height
         crc = loaded.meta.get("record_crc")
         self.record_crc = int(crc) if crc is not None else None
         self.snapshot_seq = -1  # the next snapshot() writes (and publishes) this state
 
-    # ---- following the tx log -------------------------------------------------------------------
+    # ---- following the stamped blocks -----------------------------------------------------------
 
-    async def _follow_txlog(self, source: GrpcBlockSource) -> None:
+    async def _follow_txlog(self, source: Any) -> None:
         if self._applying:  # a previous run died inside a block: never continue from there
             log.error("tx log: the last block was not fully applied; reloading from a snapshot")
             self._load(load_newest_snapshot(self.folder, max_seq=self.seq))
@@ -200,11 +208,11 @@ class SnapshotService:
         while True:
             before = self.seq
             try:
-                async for seq, record in follow(source, self.seq, self.record_crc, wal_record_crc):
-                    self.apply_record(seq, record)
+                async for seq, frame in follow(source, self.seq, self.record_crc, _stamp_crc):
+                    self.apply_stamped(seq, frame)
             except ResyncRequired as exc:
                 log.info("tx log: %s; catching up from the sequencer's WAL", exc)
-                await self._catch_up_from_wal()
+                await self._catch_up_from_wal(exc.floor + 1 if exc.floor >= 0 else None)
             except Diverged as exc:
                 self._rewind(exc)
             except TransportError as exc:
@@ -212,13 +220,42 @@ class SnapshotService:
                     retry.progressed()
                 await retry.wait(exc)
 
-    def apply_record(self, seq: int, record: bytes) -> None:
-        """Apply the tx-log record of block ``seq`` (the next one) and snapshot when due."""
+    def apply_stamped(self, seq: int, frame: bytes) -> None:
+        """Apply stamped block ``seq`` (the next one), hold its deltas, snapshot when due."""
+        if seq != self.seq + 1:
+            raise RuntimeError(f"block stream: block {seq} does not follow {self.seq}")
+        crc, deltas = unstamp_block(frame)
+        block = decode_block(deltas)
+        self._applying = True
+        self.state.apply(block.events)
+        self._applying = False
+        self.seq = seq
+        self.height = block.height
+        self.record_crc = crc
+        self._hold(seq, deltas)
+        if self._due():
+            self.snapshot()
+
+    def _hold(self, seq: int, frame: bytes) -> None:
+        """Keep block ``seq``'s delta frame for replicas catching up (once: a block re-received
+        after a reload from a snapshot is already held)."""
+        if seq <= self.delta_seq:
+            return
+        if seq != self.delta_seq + 1:
+            self._restart_ring(seq - 1)
+        self.ring.append((seq, frame))
+        self.delta_seq = seq
+        self.last_frame = frame
+        self._new_delta.set()
+        self._new_delta = asyncio.Event()
+
+    def _apply_record(self, engine: Engine, seq: int, record: bytes) -> None:
+        """Re-execute the WAL record of block ``seq`` (catch-up only; see the module docstring)."""
         if seq != self.seq + 1:
             raise RuntimeError(f"tx log: block {seq} does not follow {self.seq}")
         block = decode_wal_record(record)
         self._applying = True
-        replay_block(self.engine, block)
+        replay_block(engine, block)
         self._applying = False
         self.seq = seq
         self.height += len(block.txs)
@@ -226,12 +263,26 @@ class SnapshotService:
         if self._due():
             self.snapshot()
 
-    async def _catch_up_from_wal(self) -> None:
-        """Bounded WAL range reads until the holder reaches the sequencer's newest published
-        block (then the stream, whose ring holds what follows, takes over)."""
+    async def _catch_up_from_wal(self, until: int | None = None) -> None:
+        """Bounded WAL range reads until the holder reaches ``until`` (the first block the
+        sequencer's ring holds: the stream serves the rest, and the holder's ring gets them) or
+        else the newest published block. The records are re-executed by an engine built from
+        the state (see the module docstring)."""
+        engine = self._replaying = Engine.from_records(self.state.records())
+        try:
+            await self._read_wal(engine, until)
+        finally:
+            self._replaying = None
+            self.state = DeltaState.from_records(engine.records())
+            self._restart_ring(self.seq)
+
+    async def _read_wal(self, engine: Engine, until: int | None) -> None:
         assert self._reader is not None
         while True:
-            request = encode_wal_read_request(self.seq, self.config.catch_up_records)
+            want = self.config.catch_up_records
+            if until is not None:
+                want = max(1, min(want, until - self.seq + 1))
+            request = encode_wal_read_request(self.seq, want)
             frame = await asyncio.wait_for(self._reader.submit(request), self.config.read_timeout_s)
             reply = decode_wal_read_reply(frame)
             records = reply.records
@@ -245,13 +296,16 @@ class SnapshotService:
                     f"tx log: the sequencer's WAL holds seqs {reply.first_held}..{reply.last_seq},"
                     f" not {self.seq + 1}: this holder is behind everything it can be served"
                 )
+            if until is not None:
+                records = [r for r in records if r[0] <= until]
             for seq, record in records:
-                self.apply_record(seq, record)
+                self._apply_record(engine, seq, record)
             self.wal_records_read += len(records)
-            if self.seq >= reply.last_seq or not records:
+            end = reply.last_seq if until is None else min(until, reply.last_seq)
+            if self.seq >= end or not records:
                 log.info("tx log: caught up from the WAL to seq %d", self.seq)
                 return
-            await asyncio.sleep(0)  # let replicas' long polls and the delta follower run
+            await asyncio.sleep(0)  # let replicas' long polls run
 
     def _rewind(self, exc: Diverged) -> None:
         """The sequencer's block ``exc.seq`` is not ours: set our snapshots from it aside and
@@ -263,36 +317,9 @@ class SnapshotService:
                 moved = quarantine(path, "diverged")
                 log.error("snapshot %s belongs to the diverged history: moved to %s", path, moved)
         self._load(load_newest_snapshot(self.folder, max_seq=exc.seq - 1))
+        self._restart_ring(self.seq)
         log.warning("tx log: rebuilt from snapshot seq %d; following again", self.seq)
         self.snapshot()
-
-    # ---- following the deltas -------------------------------------------------------------------
-
-    async def _follow_deltas(self, source: GrpcBlockSource) -> None:
-        retry = Reconnect("delta stream", self.config.retry_s)
-        while True:
-            before = self.delta_seq
-            last = self.last_frame
-            digest = block_digest(last) if last is not None else None
-            try:
-                async for seq, frame in follow(source, self.delta_seq, digest, block_digest):
-                    self.ring.append((seq, frame))
-                    self.delta_seq = seq
-                    self.last_frame = frame
-                    self._new_delta.set()
-                    self._new_delta = asyncio.Event()
-            except ResyncRequired as exc:
-                floor = exc.floor if exc.floor >= 0 else self.seq
-                log.warning("delta stream: %s; the ring restarts after seq %d", exc, floor)
-                self._restart_ring(floor)
-            except Diverged as exc:
-                self.divergences += 1
-                log.error("delta stream: %s; dropping the delta ring", exc)
-                self._restart_ring(exc.seq - 1)
-            except TransportError as exc:
-                if self.delta_seq != before:
-                    retry.progressed()
-                await retry.wait(exc)
 
     def _restart_ring(self, after_seq: int) -> None:
         self.ring.clear()
@@ -313,7 +340,8 @@ class SnapshotService:
             return self.seq
         t0 = time.perf_counter_ns()
         folder = self.folder
-        path, tables = write_snapshot(folder, self.engine, self.seq, self.height, self.record_crc)
+        model = self._replaying if self._replaying is not None else self.state
+        path, tables = write_snapshot(folder, model, self.seq, self.height, self.record_crc)
         if self.on_tables is not None:
             self.on_tables(self.seq, self.height, tables)
         for old in snapshots(folder)[: -self.config.keep]:
@@ -350,7 +378,8 @@ class SnapshotService:
         """The current state hash (``raydex.engine.state_digest``, the one every role reports)
         and its seq: O(state) once per seq (cached), for ``status``, tests and operators."""
         if self._digest[0] != self.seq:
-            self._digest = (self.seq, state_digest(self.engine.records()).hex())
+            model = self._replaying if self._replaying is not None else self.state
+            self._digest = (self.seq, state_digest(model.records()).hex())
         return {"seq": self._digest[0], "state_hash": self._digest[1]}
 
     def status(self) -> dict[str, Any]:
@@ -372,6 +401,12 @@ class SnapshotService:
             "wal_records_read": self.wal_records_read,
             "loop_restarts": {n: self.supervisor.restarts(n) for n in self.supervisor.tasks},
         }
+
+
+def _stamp_crc(frame: bytes) -> int:
+    """The identity of a stamped block: its WAL record's crc (what ``follow`` compares)."""
+    crc: int = unstamp_block(frame)[0]
+    return crc
 
 
 class SnapshotActor:

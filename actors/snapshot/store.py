@@ -29,9 +29,9 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 
@@ -47,6 +47,14 @@ from raydex.engine import Engine, state_digest
 log = logging.getLogger(__name__)
 
 _PREFIX = "snapshot-"
+
+
+class StateSource(Protocol):
+    """What a snapshot is written from: the engine, or the holder's ``DeltaState``."""
+
+    def records(self) -> Iterable[Any]: ...
+
+    def state_hash(self) -> bytes: ...
 
 
 class SnapshotError(RuntimeError):
@@ -91,11 +99,11 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
 
 
 def write_snapshot(
-    folder: Path, engine: Engine, seq: int, height: int, record_crc: int | None = None
+    folder: Path, engine: StateSource, seq: int, height: int, record_crc: int | None = None
 ) -> tuple[Path, dict[str, pa.Table]]:
-    """Write ``engine``'s state as a snapshot folder, durably and atomically (see the module
-    docstring). Returns the folder and the tables (so a caller that also publishes them does not
-    build them twice)."""
+    """Write ``engine``'s state (an engine or any :class:`StateSource`) as a snapshot folder,
+    durably and atomically (see the module docstring). Returns the folder and the tables (so a
+    caller that also publishes them does not build them twice)."""
     folder.mkdir(parents=True, exist_ok=True)
     final = snapshot_path(folder, seq)
     tmp = folder / f".{final.name}.tmp"

@@ -11,14 +11,20 @@
     │  .subscribe(from_seq)│   one long-lived stream │  .publish(seq, frame)        │
     └──────────────────────┘   per replica           └──────────────────────────────┘
 
-Two implementations with identical semantics, chosen by ``raydex bench transport``:
+Three implementations with identical semantics, chosen by ``raydex bench transport``:
 
 - gRPC (``grpc.aio``, generic handlers, identity serializers, no protobuf):
   :class:`GrpcDataPlaneServer` on the publisher, :class:`GrpcBlockSource` and
   :class:`GrpcTxChannel` on each replica.
+- plain TCP (``asyncio`` streams, length-prefixed frames, no HTTP/2): :class:`TcpDataPlaneServer`
+  on the publisher, :class:`TcpBlockSource` and :class:`TcpTxChannel` on each replica.
 - plain Ray actor calls: :class:`RayBlockFanout` on the publisher (``open_blocks`` /
   ``submit`` methods), :class:`RayBlockSource` and :class:`RayTxChannel` on each replica
   (``on_block`` / ``on_block_stream_closed`` methods).
+
+Which plane a deployment uses is one knob, ``SequencerConfig.data_plane`` (``planes.py``): the
+sequencer serves on it and hands out ``tcp://host:port`` or ``host:port`` targets, from which
+every follower builds its source and channel (:func:`block_source`, :func:`tx_channel`).
 
 Guarantees of every :class:`BlockSource`: frames come in seq order from ``from_seq`` with no gap
 and no duplicate, across reconnects; when that cannot be kept (``from_seq`` older than the
@@ -65,22 +71,33 @@ from .grpc_plane import (
     GrpcDataPlaneServer,
     GrpcTxChannel,
 )
+from .planes import (
+    TCP_SCHEME,
+    DataPlane,
+    block_source,
+    data_plane_server,
+    target_of,
+    tx_channel,
+)
 from .ray_plane import (
     OpenReply,
     RayBlockFanout,
     RayBlockSource,
     RayTxChannel,
 )
+from .tcp_plane import TcpBlockSource, TcpDataPlaneServer, TcpTxChannel
 
 __all__ = [
     "AUTH_KEY",
     "BLOCKS_METHOD",
     "SERVICE",
+    "TCP_SCHEME",
     "TXS_METHOD",
     "Backoff",
     "BlockHub",
     "BlockSink",
     "BlockSource",
+    "DataPlane",
     "EndReason",
     "Frame",
     "GrpcBlockSource",
@@ -94,10 +111,17 @@ __all__ = [
     "RayTxChannel",
     "ResyncRequired",
     "Subscription",
+    "TcpBlockSource",
+    "TcpDataPlaneServer",
+    "TcpTxChannel",
     "TransportError",
     "TransportUnavailable",
     "TxChannel",
     "TxHandler",
     "TxStreamBroken",
+    "block_source",
+    "data_plane_server",
+    "target_of",
+    "tx_channel",
     "new_secret",
 ]

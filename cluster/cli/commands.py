@@ -30,6 +30,9 @@ Subcommands (every one of them works; nothing here is a placeholder):
 - ``raydex bench engine [--commands N] [--seed S] [--json]``: the engine benchmark
   (``observability.bench_engine``; 1,000,000 commands by default).
 - ``raydex bench codecs [--json]``: the codec benchmark (``observability.bench_codecs``).
+- ``raydex bench apply [--commands N] [--block-txs N] [--json]``: the replica's apply path
+  (decode, cache update, fan-out encode) on a realistic block stream, ``ns_per_delta``
+  (``observability.bench.apply``). Delegated whole to that module's ``main``.
 - ``raydex bench transport [--json]``: the data-plane benchmark (``observability.bench_transport``;
   starts and stops a local Ray unless one is up). Delegated whole to that module's ``main``.
 - ``raydex bench dataplane [--flood-txs N] [--json]``: book-update latency while 8 streams flood
@@ -63,6 +66,7 @@ Handler = Callable[[argparse.Namespace], int]
 _DELEGATED: dict[tuple[str, ...], str] = {
     ("node-args",): "raydex.cluster.topology",
     ("bench", "transport"): "raydex.observability.bench.transport",
+    ("bench", "apply"): "raydex.observability.bench.apply",
     ("bench", "dataplane"): "raydex.observability.bench.dataplane",
 }
 
@@ -463,9 +467,9 @@ def _add_demo(sub: Any) -> None:
 
 
 def _add_bench(sub: Any) -> None:
-    p = sub.add_parser("bench", help="benchmarks (engine, codecs, transport, dataplane)")
+    p = sub.add_parser("bench", help="benchmarks (engine, codecs, apply, transport, dataplane)")
     bench = p.add_subparsers(
-        dest="bench", metavar="{engine,codecs,transport,dataplane}", required=True
+        dest="bench", metavar="{engine,codecs,apply,transport,dataplane}", required=True
     )
     e = bench.add_parser(
         "engine",
@@ -483,7 +487,10 @@ def _add_bench(sub: Any) -> None:
     )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(handler=_bench_codecs)
-    # Listed for --help; main() hands its arguments to the module before parsing.
+    # Listed for --help; main() hands their arguments to the module before parsing.
+    bench.add_parser(
+        "apply", help="the replica's apply path (decode, cache update, fan-out): ns per delta"
+    )
     bench.add_parser("transport", help="blocks actor to actor: gRPC vs Ray calls (starts Ray)")
     bench.add_parser("dataplane", help="book-update latency under a flood of badly signed batches")
 

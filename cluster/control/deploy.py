@@ -219,6 +219,7 @@ def deploy(
     from raydex.actors.replica import ReplicaActor
     from raydex.actors.sequencer import SequencerActor
     from raydex.actors.snapshot import SnapshotActor
+    from raydex.actors.transport import target_of
 
     plan: dict[str, GroupPlacement] = {}
     if place:
@@ -246,8 +247,9 @@ def deploy(
     host = sequencer_host(
         started, bind, lambda: ray.get(sequencer.status.remote(), timeout=timeout_s)
     )
-    delta_target = f"{host}:{started['grpc_port']}"
-    txlog_target = f"{host}:{started['txlog_port']}"
+    plane = started["data_plane"]["plane"]
+    delta_target = target_of(plane, host, started["grpc_port"])
+    txlog_target = target_of(plane, host, started["txlog_port"])
     secret: str = ray.get(sequencer.data_plane_secret.remote(), timeout=timeout_s)
     # CreateMarket of an existing market is refused (MARKET_EXISTS) and changes nothing.
     ray.get(sequencer.operator.remote(list(spec.markets)), timeout=timeout_s)

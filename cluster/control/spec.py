@@ -4,8 +4,8 @@ Shape (every key below is optional unless marked *required*)::
 
     chain_id: int                         # *required*; signed into every tx (WIRE.md)
     ports: {http: int, grpc: int}
-    sequencer: {<SequencerConfig knobs: wal_dir*, block_interval_ms, block_max_txs, wal_fsync,
-                oracle_interval_ms, oracle_max_step_bps, ring_size, ...>,
+    sequencer: {<SequencerConfig knobs: wal_dir*, block_close, block_interval_ms, block_max_txs,
+                wal_fsync, oracle_interval_ms, oracle_max_step_bps, ring_size, ...>,
                 host, numa_node, cpus, pin, realtime, gc}
     snapshot:  {<SnapshotConfig knobs: dir*, every_blocks, every_seconds, ring_size, keep>,
                 host, numa_node, cpus, pin, realtime, gc}
@@ -193,6 +193,8 @@ class SequencerSpec:
 
     def _problems(self) -> _Problems:
         c = self.config
+        if c.block_close not in ("durable", "timer"):
+            yield "block_close", f"must be durable or timer, got {c.block_close!r}"
         if not 0 < c.block_interval_ms <= 10_000:
             yield "block_interval_ms", f"must be in (0, 10000], got {c.block_interval_ms}"
         if not 1 <= c.block_max_txs <= 1_000_000:

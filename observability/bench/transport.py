@@ -1,9 +1,10 @@
-"""``raydex bench transport``: blocks from a publisher actor to a subscriber actor, three ways.
+"""``raydex bench transport``: blocks from a publisher actor to a subscriber actor, four ways.
 
 ::
 
     driver ──control──► BenchPublisher actor ══ data plane ══► BenchSubscriber actor
                         BlockHub + GrpcDataPlaneServer          GrpcBlockSource
+                                 + TcpDataPlaneServer           TcpBlockSource
                                  + RayBlockFanout               RayBlockSource (on_block)
                         raw asyncio TCP server                  asyncio.open_connection
 
@@ -12,6 +13,8 @@ local Ray started here (``num_cpus=2``, no dashboard) unless one is already runn
 transport differs between runs:
 
 - ``grpc``: :class:`GrpcBlockSource` over the hub's gRPC server (``raydex.actors.transport``).
+- ``tcp``: :class:`TcpBlockSource` over the hub's plain-TCP server (``tcp_plane``: asyncio
+  streams, length-prefixed frames, the same hub and reconnect semantics as gRPC).
 - ``ray``: :class:`RayBlockFanout` pumping ``on_block`` actor calls (window of 32 in flight).
 - ``tcp_floor``: length-prefixed frames over a bare asyncio TCP stream, no hub: the floor.
 
@@ -24,11 +27,16 @@ The payload is a real 200-event block from :func:`raydex.codecs.encode_block` ov
   header timestamp, over all but the first ``WARMUP`` blocks.
 - latency at the sequencer's ~1 ms cadence (``p50_us_1ms``, ``p99_us_1ms``): the same with
   ``CADENCE_S``; a transport that cannot sustain 1,000 blocks/s shows its queueing here.
+- tx round trips (``tx_rtt_p50_us``, ``tx_rtt_p99_us``; ``grpc`` and ``tcp``): ``TX_ROUND_TRIPS``
+  batches of ``TX_BATCH_BYTES`` from the subscriber to the publisher's tx handler (an echo of 40
+  bytes) one after the other: the replica -> sequencer hop without the sequencer's work.
 - throughput: ``THROUGHPUT_BLOCKS`` blocks published back to back (the publisher yields to its
   loop between blocks, as a sequencer does); blocks/s = count / (last receive - first publish).
 
-``default`` is the transport (of ``grpc``/``ray``) with the lower p99 among those sustaining at
-least ``REQUIRED_BLOCKS_PER_S`` (one block per ms); if neither does, the faster one. Bounded: the
+``default`` is the transport (of ``grpc``/``tcp``/``ray``) with the lowest p99 among those
+sustaining at least ``REQUIRED_BLOCKS_PER_S`` (one block per ms); if none does, the fastest. It is
+what the measurement recommends; the deployment's data plane stays gRPC until a switch is wired
+and the loadtest's CPU ledger agrees. Bounded: the
 whole run takes ~15-25 s including Ray start-up.
 """
 
@@ -48,21 +56,30 @@ from raydex.actors.transport import (
     BlockHub,
     GrpcBlockSource,
     GrpcDataPlaneServer,
+    GrpcTxChannel,
     OpenReply,
     RayBlockFanout,
     RayBlockSource,
+    TcpBlockSource,
+    TcpDataPlaneServer,
+    TcpTxChannel,
 )
 from raydex.codecs import encode_block
 
 from .codecs import typical_events
 
-KINDS = ("grpc", "ray", "tcp_floor")
+KINDS = ("grpc", "tcp", "ray", "tcp_floor")
+PLANES = ("grpc", "tcp", "ray")
 LATENCY_BLOCKS = 400
 THROUGHPUT_BLOCKS = 1_000
 WARMUP = 50
 INTERVAL_S = 0.004
 CADENCE_S = 0.001
 REQUIRED_BLOCKS_PER_S = 1_000.0
+#: tx batch round trips (replica -> sequencer -> replica) per plane, and the batch size (about
+#: four signed txs)
+TX_ROUND_TRIPS = 500
+TX_BATCH_BYTES = 1_000
 TIMEOUT_S = 60.0
 
 _HEADER = struct.Struct("<QQQ")  # seq, height, timestamp_ns: the start of the block header
@@ -83,6 +100,11 @@ def _timestamp_of(frame: bytes) -> int:
     return int(_HEADER.unpack_from(frame)[2])
 
 
+async def _echo(frame: bytes) -> bytes:
+    """The tx handler of the round-trip measurement: a 40-byte answer, as one outcome is."""
+    return frame[:40]
+
+
 class BenchPublisher:
     """Owns the hub, its gRPC server and Ray fanout, and a raw TCP server; publishes on demand."""
 
@@ -90,20 +112,24 @@ class BenchPublisher:
         self.template = _template()
         self.hub = BlockHub(ring_size=4_096, queue_size=4_096)
         self.fanout = RayBlockFanout(self.hub, window=32)
-        self.grpc = GrpcDataPlaneServer(self.hub)
+        self.grpc = GrpcDataPlaneServer(self.hub, _echo)
+        self.tcp = TcpDataPlaneServer(self.hub, _echo)
         self.tcp_clients: list[asyncio.StreamWriter] = []
         self.tcp_server: asyncio.Server | None = None
 
-    async def start(self) -> tuple[str, int, int]:
-        """Start both servers; returns (grpc address, tcp port, frame size)."""
+    async def start(self) -> tuple[str, str, int, int]:
+        """Start the servers; returns (grpc address, tcp plane address, tcp floor port, frame
+        size)."""
         await self.grpc.start()
+        await self.tcp.start()
         self.tcp_server = await asyncio.start_server(self._on_tcp, "127.0.0.1", 0)
         tcp_port = int(self.tcp_server.sockets[0].getsockname()[1])
-        return self.grpc.address, tcp_port, len(self.template)
+        return self.grpc.address, self.tcp.address, tcp_port, len(self.template)
 
     async def stop(self) -> None:
         await self.fanout.close()
         await self.grpc.stop(grace=0)
+        await self.tcp.stop()
         for writer in self.tcp_clients:
             writer.close()
         if self.tcp_server is not None:
@@ -163,8 +189,12 @@ class BenchSubscriber:
     ) -> list[tuple[int, int]]:
         if kind == "tcp_floor":
             return await self._receive_tcp(target, count)
-        grpc_source = GrpcBlockSource(target, name="bench") if kind == "grpc" else None
-        source = grpc_source or self.ray_source
+        net_source: GrpcBlockSource | TcpBlockSource | None = None
+        if kind == "grpc":
+            net_source = GrpcBlockSource(target, name="bench")
+        elif kind == "tcp":
+            net_source = TcpBlockSource(target, name="bench")
+        source = net_source or self.ray_source
         stamps: list[tuple[int, int]] = []
         stream = source.subscribe(from_seq)
         try:
@@ -174,9 +204,23 @@ class BenchSubscriber:
                     break
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
-            if grpc_source is not None:
-                await grpc_source.close()
+            if net_source is not None:
+                await net_source.close()
         return stamps
+
+    async def round_trips(self, kind: str, target: str, count: int) -> list[int]:
+        """``count`` tx batches of ``TX_BATCH_BYTES`` one after the other: round trips in ns."""
+        channel = GrpcTxChannel(target) if kind == "grpc" else TcpTxChannel(target)
+        frame = bytes(TX_BATCH_BYTES)
+        out: list[int] = []
+        try:
+            for _ in range(count):
+                t0 = time.perf_counter_ns()
+                await channel.submit(frame)
+                out.append(time.perf_counter_ns() - t0)
+        finally:
+            await channel.close()
+        return out
 
     async def _receive_tcp(self, port: str, count: int) -> list[tuple[int, int]]:
         reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
@@ -235,18 +279,25 @@ def _figures(
 
 
 def _default(result: dict[str, Any]) -> str:
-    fast_enough = [k for k in ("grpc", "ray") if result[k]["blocks_per_s"] >= REQUIRED_BLOCKS_PER_S]
+    fast_enough = [k for k in PLANES if result[k]["blocks_per_s"] >= REQUIRED_BLOCKS_PER_S]
     if fast_enough:
         return min(fast_enough, key=lambda k: float(result[k]["p99_us"]))
-    return max(("grpc", "ray"), key=lambda k: float(result[k]["blocks_per_s"]))
+    return max(PLANES, key=lambda k: float(result[k]["blocks_per_s"]))
 
 
 def measure_all() -> dict[str, Any]:
     publisher = PublisherActor.remote()
     subscriber = SubscriberActor.remote(publisher)
     try:
-        grpc_address, tcp_port, frame_bytes = ray.get(publisher.start.remote(), timeout=TIMEOUT_S)
-        targets = {"grpc": grpc_address, "ray": "", "tcp_floor": str(tcp_port)}
+        grpc_address, tcp_address, tcp_port, frame_bytes = ray.get(
+            publisher.start.remote(), timeout=TIMEOUT_S
+        )
+        targets = {
+            "grpc": grpc_address,
+            "tcp": tcp_address,
+            "ray": "",
+            "tcp_floor": str(tcp_port),
+        }
         result: dict[str, Any] = {}
         for kind in KINDS:
             target, count = targets[kind], LATENCY_BLOCKS + WARMUP
@@ -254,6 +305,15 @@ def measure_all() -> dict[str, Any]:
             cadence = _measure(publisher, subscriber, kind, target, count, CADENCE_S)
             burst = _measure(publisher, subscriber, kind, target, THROUGHPUT_BLOCKS, 0.0)
             result[kind] = _figures(paced, cadence, burst)
+        for kind in ("grpc", "tcp"):
+            rtt = sorted(
+                ray.get(
+                    subscriber.round_trips.remote(kind, targets[kind], TX_ROUND_TRIPS + WARMUP),
+                    timeout=TIMEOUT_S,
+                )[WARMUP:]
+            )
+            result[kind]["tx_rtt_p50_us"] = round(_percentile(rtt, 0.50) / 1_000, 1)
+            result[kind]["tx_rtt_p99_us"] = round(_percentile(rtt, 0.99) / 1_000, 1)
         ray.get(publisher.stop.remote(), timeout=TIMEOUT_S)
     finally:
         ray.kill(subscriber)
@@ -294,6 +354,9 @@ def _print_table(result: dict[str, Any]) -> None:
     print(f"{'':12}" + "".join(f"{c:>14}" for c in columns))
     for kind in KINDS:
         print(f"{kind:12}" + "".join(f"{result[kind][c]:>14}" for c in columns))
+    for kind in ("grpc", "tcp"):
+        r = result[kind]
+        print(f"tx round trip {kind:5} p50 {r['tx_rtt_p50_us']} us  p99 {r['tx_rtt_p99_us']} us")
     print(f"default: {result['default']}")
 
 

@@ -45,10 +45,9 @@ def test_a_holder_paused_far_beyond_the_ring_catches_up_from_the_wal(
                 TALLY["faults injected"] += 1
                 await load.run_until_acked(80)  # ~80 blocks: five rings
                 assert svc.hub is not None and svc.hub.statistics().floor > holder.seq
-                for name in paused:  # resumed
-                    source = holder._sources[0 if name == "txlog" else 1]
-                    body = holder._follow_txlog if name == "txlog" else holder._follow_deltas
-                    holder.supervisor.start(name, lambda b=body, s=source: b(s))  # type: ignore[misc]
+                assert list(paused) == ["txlog"]  # one stream: deltas stamped with WAL crcs
+                source = holder._sources[0]
+                holder.supervisor.start("txlog", lambda s=source: holder._follow_txlog(s))  # type: ignore[misc]
                 await until(lambda: holder.seq == svc.state_hash()["seq"], "holder caught up")
                 TALLY["faults survived"] += 1
             await verify(tmp_path, cfg, holder, load, svc.state_hash)

@@ -97,6 +97,18 @@ def test_bench_codecs_json_prints_one_object_with_every_codec(
     assert names <= set(report["block_encode_us"])
 
 
+def test_bench_apply_json_times_decode_cache_update_and_fanout_per_delta(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "apply", "--json", "--commands", "600", "--warmup", "600", "--repeat", "1"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["events"] > 600 and out["blocks"] == 60 and out["fanout_messages"] > 0
+    assert set(out["steps_ns_per_delta"]) == {"decode", "cache_update", "fanout"}
+    assert out["ns_per_delta"] >= sum(out["steps_ns_per_delta"].values()) * 0.99
+    assert out["ns_per_delta_in_reference_loops"] > 0
+
+
 @pytest.mark.parametrize(
     "argv",
     [[], ["bench"], ["bench", "engine", "--commands", "0"], ["bench", "nothing"], ["deploy"]],

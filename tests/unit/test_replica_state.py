@@ -180,3 +180,22 @@ def test_records_of_an_unknown_kind_are_refused() -> None:
     order = CreateOrder(1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 0, -1, 0, 0, bytes(64))
     with pytest.raises(TypeError):
         ReplicaState.from_records([order], 0, 0)
+
+
+def test_a_book_snapshot_is_handed_out_by_reference_until_a_block_changes_its_market() -> None:
+    traders = [Trader(1), Trader(2)]
+    ex = new_exchange(traders)
+    st = replica_from_snapshot(ex)
+    ex.attach(st)
+    ex.run([traders[0].order(299_000, 10, 0)])
+    first = st.books[0]
+    assert st.books[0] is first  # no copy, no rebuild per read
+    ex.run([traders[0].cancel(1 << 60)])  # no level changed
+    assert st.books[0] is first
+    ex.run([traders[1].order(301_000, 10, 1), traders[0].order(299_500, 5, 0)])
+    now = st.books[0]
+    assert now is not first and now.nonce == ex.producer.seq == now.seq
+    assert list(now.bids) == ex.producer.engine.book_levels(0, 0, 100)
+    assert list(now.asks) == ex.producer.engine.book_levels(0, 1, 100)
+    assert first.bids == ((299_000, 10),)  # the old snapshot is immutable
+    st.validate()

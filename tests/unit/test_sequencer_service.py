@@ -335,3 +335,62 @@ def test_the_oracle_loop_survives_a_bad_iteration(
     assert "loop 'oracle' failed" in caplog.text and "a bad oracle input" in caplog.text
     assert sink.value("raydex_loop_restarts_total", role="sequencer", name="sequencer",
                       group="sequencer", loop="oracle") == 1  # fmt: skip
+
+
+def test_a_block_closes_when_the_previous_one_is_durable_so_blocks_grow_with_the_load(
+    tmp_path: Path,
+) -> None:
+    """Natural batching: while block N waits for its fsync, every batch that arrives joins block
+    N+1, which closes the moment N is durable; nothing is acknowledged before its fsync."""
+
+    async def run() -> tuple[list[int], int, list[int]]:
+        svc = SequencerService(config(tmp_path))
+        await svc.start()
+        try:
+            await funded(svc)  # block 1
+            assert svc.journal is not None and svc.producer is not None
+            acked: list[int] = []
+
+            async def send(i: int) -> None:
+                outs = await svc.submit([order(1 + i % 2, i // 2, 300_000 + i, i % 2)])
+                acked.append(outs[0].seq)
+
+            # Hold the journal thread before its next write (its condition's lock is reentrant
+            # for this thread, so the loop still hands it blocks): the disk "is slow".
+            with svc.journal._cv:
+                tasks = [asyncio.create_task(send(0))]
+                for _ in range(3):
+                    await asyncio.sleep(0)  # block 2 (1 tx) is closed and handed to the journal
+                for i in range(1, 12):
+                    tasks.append(asyncio.create_task(send(i)))
+                    await asyncio.sleep(0)  # one batch per loop turn, as from many replicas
+                for _ in range(20):
+                    await asyncio.sleep(0)
+                during = list(acked)
+                closed = svc.producer.seq
+            await asyncio.gather(*tasks)
+            return during, closed, sorted(acked)
+        finally:
+            await svc.stop()
+
+    during, closed, acked = asyncio.run(run())
+    assert during == []  # no ack while the fsync is pending
+    assert closed == 2  # one block in flight; the open one waits for it
+    assert acked == [2] + [3] * 11  # the eleven batches rode one block
+
+
+def test_the_timer_cadence_still_closes_blocks_on_its_tick(tmp_path: Path) -> None:
+    async def run() -> list[int]:
+        cfg = dataclasses.replace(config(tmp_path), block_close="timer", block_interval_ms=5.0)
+        svc = SequencerService(cfg)
+        await svc.start()
+        try:
+            await funded(svc)
+            outs = await asyncio.gather(
+                *(svc.submit([order(1 + i % 2, i // 2, 300_000 + i, i % 2)]) for i in range(6))
+            )
+            return [o[0].seq for o in outs]
+        finally:
+            await svc.stop()
+
+    assert asyncio.run(run()) == [2] * 6

@@ -1,5 +1,5 @@
-"""The snapshot holder replays the sequencer's tx log to the same state, writes snapshots the
-sequencer can recover from, and serves recent delta blocks long-poll style."""
+"""The snapshot holder applies the sequencer's block deltas to the same state (equal state hash),
+writes snapshots the sequencer can recover from, and serves recent delta blocks long-poll style."""
 
 from __future__ import annotations
 
@@ -243,27 +243,28 @@ def test_a_holder_that_saw_a_block_the_sequencer_lost_rebuilds_instead_of_diverg
         final, got, holder = asyncio.run(run())
     assert got == final
     assert "torn tail" in caplog.text and "block 6 differs" in caplog.text
-    assert holder.divergences == 2  # the tx log and the delta stream each noticed once
+    assert holder.divergences == 1  # noticed once, on the resume of its one stream
+    assert holder.ring and holder.ring[-1][0] == final["seq"]  # the ring restarted, in step
 
 
 def test_an_exception_while_applying_restarts_the_follower_from_a_snapshot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import raydex.actors.snapshot.holder as holder_module
+    from raydex.actors.snapshot.deltas import DeltaState
 
     cfg, targets = fixed_ports_config(tmp_path)
     snap = SnapshotConfig(dir=str(tmp_path / "snap"), every_blocks=2, every_seconds=600)
-    real = holder_module.replay_block
+    real = DeltaState.apply
     calls = {"n": 0}
 
-    def flaky(engine: object, block: object) -> None:
+    def flaky(state: DeltaState, events: object) -> None:
         calls["n"] += 1
         if calls["n"] == 4:
-            real(engine, block)  # type: ignore[arg-type]  # the block lands, then a bug hits
+            real(state, events)  # type: ignore[arg-type]  # the block lands, then a bug hits
             raise KeyError("a bug in the middle of a block")
-        real(engine, block)  # type: ignore[arg-type]
+        real(state, events)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(holder_module, "replay_block", flaky)
+    monkeypatch.setattr(DeltaState, "apply", flaky)
 
     async def run() -> tuple[dict[str, object], dict[str, object], int]:
         seq_svc = SequencerService(cfg)
