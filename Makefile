@@ -19,7 +19,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e '.[test,lint]'
+	$(BIN)/python -m pip install -e '.[test,lint,profile]'
 	touch $(STAMP)
 
 # pytest's exit status is make's: 1 (failures) and 5 (no tests collected) both fail the target.

@@ -8,9 +8,11 @@ Subcommands (every one of them works; nothing here is a placeholder):
   ``raydex demo --engine [--commands N]`` runs only the engine over the
   generated workload (no Ray) and summarizes it.
 - ``raydex loadtest [--tps T] [--seconds S] [--accounts N] [--markets M] [--replicas R]
-  [--clients C] [--ab A=SETTINGS,B=SETTINGS] [--out DIR] [--json-out FILE] [--address ADDR]``:
-  an isolated instrumented deployment under open-loop signed load; Markdown, JSON and PNG
-  reports in one folder (``observability.loadtest``). Exit 2 on a bad ``--ab``.
+  [--clients C] [--ab A=SETTINGS,B=SETTINGS] [--out DIR] [--json-out FILE] [--address ADDR]
+  [--profile] [--no-resync] [--sweep RATES]``: an isolated instrumented deployment under
+  open-loop signed load; Markdown, JSON and PNG reports (with the CPU ledger) in one folder
+  (``observability.loadtest``); ``--sweep`` runs one per rate and adds sweep.md/json/png.
+  Exit 2 on a bad ``--ab`` or ``--sweep``, or ``--profile`` without py-spy.
 - ``raydex up [--spec raydex.yaml] [--address ADDR] [--port P] [--temp-dir D] [--dashboard-port
   P] [--no-dashboard] [-- RAY_START_FLAGS]``: start a local Ray head advertising this host
   (``cluster.control.head``: ``ray start --head --block`` with ``raydex node-args``, from this
@@ -106,7 +108,10 @@ def _loadtest(args: argparse.Namespace) -> int:
         replicas=args.replicas, clients=args.clients, ab=ab, spec_path=args.spec,
         out_dir=args.out, json_out=args.json_out, address=args.address,
         sample_every=args.sample_every, seed=args.seed, quiet=args.quiet,
+        profile=args.profile, resync=not args.no_resync,
     )  # fmt: skip
+    if args.sweep is not None:
+        return _sweep(args, opts)
     try:
         report = loadtest.run(opts)
     except loadtest.OptionError as exc:
@@ -119,6 +124,28 @@ def _loadtest(args: argparse.Namespace) -> int:
         print(json.dumps(report, default=str))
     else:
         print(Path(report["files"]["markdown"]).read_text())
+    return 0
+
+
+def _sweep(args: argparse.Namespace, opts: Any) -> int:
+    import json
+
+    from raydex.observability.loadtest import run as loadtest
+    from raydex.observability.loadtest import sweep
+
+    try:
+        rates = sweep.parse_rates(args.sweep)
+        doc = sweep.sweep(opts, rates)
+    except (ValueError, loadtest.OptionError) as exc:
+        print(f"raydex loadtest: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("raydex loadtest: interrupted; the deployment was torn down", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(doc, default=str))
+    else:
+        print(Path(doc["files"]["markdown"]).read_text())
     return 0
 
 
@@ -147,6 +174,15 @@ def _add_loadtest(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=1, help="workload seed (1)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    p.add_argument("--profile", action="store_true",
+                   help="also record a py-spy profile per role (raydex[profile])")  # fmt: skip
+    p.add_argument("--sweep", default=None, metavar="RATES",
+                   help="a capacity sweep instead of one run: one loadtest per offered rate, "
+                   "e.g. 1000,2000,3000 or 1000:5000:1000 (start:stop:step); sweep.md/json/png "
+                   "in --out")  # fmt: skip
+    p.add_argument("--no-resync", action="store_true",
+                   help="after a rejection keep sending the planned nonces (no nextNonce "
+                   "re-sync; the account's later txs then fail INVALID_NONCE)")  # fmt: skip
     p.set_defaults(handler=_loadtest)
 
 

@@ -9,8 +9,9 @@
 
 The demo is a loadtest with demo-sized defaults (``DEMO_TPS`` planned tx/s, ``--traders``
 accounts); its summary adds what a first-time user checks: txs accepted, rejections by code,
-freshness, block time, apply time per replica group, and whether every replica ended on the same
-state hash. The full Markdown/JSON/PNG report is in the printed folder.
+freshness, block time, apply time per replica group, whether every replica ended on the same
+state hash, and the CPU ledger (µs of CPU per committed tx, by role). The full Markdown/JSON/PNG
+report is in the printed folder.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .ledger import format_ledger
 from .run import LoadtestOptions
 from .run import run as run_loadtest
 
@@ -63,6 +65,8 @@ def demo_summary(r: dict[str, Any]) -> dict[str, Any]:
         "sequencer_seq": r["sequencer_seq"],
         "replica_state_hashes_equal": r["replica_state_hashes_equal"],
         "replicas": r["replicas"],
+        "cpu_us_per_tx": r.get("cpu_us_per_tx", {}),
+        "cpu_ledger": r.get("cpu_ledger", {}),
         "report_dir": r["run"]["out_dir"],
     }
 
@@ -90,6 +94,18 @@ def format_report(r: dict[str, Any]) -> str:
         f"  dry-run        {pct(r['dry_run_us'])}",
         f"  final seq {r['sequencer_seq']}; replicas agree on the state hash: "
         f"{r['replica_state_hashes_equal']}",
-        f"  full report (Markdown, JSON, plots, flight recorder dumps): {r['report_dir']}",
     ]
+    led = r.get("cpu_ledger") or {}
+    if led:
+        lines += [
+            f"  CPU ledger: µs of CPU per committed tx over the {led['window_s']:.0f} s window "
+            f"({led['committed_txs']:,} txs; machine {led['machine_busy_pct']}% busy):",
+            *(f"    {line}" for line in format_ledger(led)),
+            "    (unattributed: CPU no live process accounts for; other processes: not the "
+            "deployment)",
+        ]
+    lines.append(
+        f"  full report (Markdown, JSON, plots, CPU ledger, flight recorder dumps): "
+        f"{r['report_dir']}"
+    )
     return "\n".join(lines)

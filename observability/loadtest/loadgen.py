@@ -17,7 +17,14 @@ never *reply - actual send*, so when the generator or the server falls behind th
 a lane keeps its accounts' txs in order: a WS lane sends on one connection (the replica handles a
 connection's messages in order), a REST lane sends an account's next request only after that
 account's previous one was answered, on the same keep-alive connection, hence to the same replica
-(other accounts' requests overlap freely, up to ``rest_connections`` per lane).
+(other accounts' requests overlap freely, up to ``rest_connections`` per lane). A WS lane keeps
+at most the replica's ``ws_max_inflight_txs`` txs unanswered (beyond, the replica would refuse).
+
+**After a rejection** (``NonceKeeper``): a rejection that did not consume its nonce makes the
+account's later planned nonces wrong; like lighter-sdk's nonce manager, the generator then asks
+the server (``nextNonce``) once the account's txs in flight are answered, and re-signs the
+account's later txs with the server's nonce. Errors are counted by cause: intended by the
+workload, root, or follow-on (an INVALID_NONCE pipelined behind an earlier rejection).
 
 **Workload** (``plan_load``): market makers quote around a moving mid (a ~3 bp/s random walk, a
 4% drop halfway) and re-quote (cancel + create as one batch, or modify); takers cross with IOC
@@ -30,7 +37,8 @@ modify of an order already filled, IOC without liquidity) are counted apart from
 **Cost.** Planning signs and encodes every tx (~170 µs each on this VM, before the window). In
 the window the generator does per tx: a timer check, one pre-encoded write, one reply parse
 (msgspec) and one histogram record; coroutines: one per lane, one per in-flight REST request, one
-per WS reader and per order_book watcher. REST lanes reuse keep-alive connections.
+per WS reader and per order_book watcher. REST lanes reuse keep-alive connections. After a
+rejection: one GET per episode and ~100 µs of signing per re-signed tx.
 """
 
 from __future__ import annotations
@@ -42,8 +50,8 @@ import math
 import random
 import time
 import urllib.parse
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -73,13 +81,16 @@ __all__ = [
     "LaneSpec",
     "LoadPlan",
     "MarketInfo",
+    "NonceKeeper",
     "OpenLoopClock",
     "Recorder",
     "BookWatch",
+    "encode_item",
     "lane_specs",
     "min_lots",
     "plan_load",
     "planned_offsets_ns",
+    "reply_facts",
     "run_lanes",
     "watch_books",
 ]
@@ -87,6 +98,8 @@ __all__ = [
 _decode = msgspec.json.Decoder().decode
 _FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 _OK = 200
+_INVALID_NONCE = int(ResultCode.INVALID_NONCE)
+_UNAVAILABLE = int(ResultCode.SEQUENCER_UNAVAILABLE)
 
 #: Codes the workload provokes by design (a market maker cancelling what was just filled, an IOC
 #: order meeting an empty side); they are reported but are not errors of the system under test.
@@ -162,8 +175,19 @@ class OpenLoopClock:
 
 
 class Recorder:
-    """Outcomes of one group of lanes: latency from the planned time, per tx type and per second,
-    the send lag, codes. Thread-unsafe by design (one event loop)."""
+    """Outcomes of one group of lanes: latency from the planned time, per tx type and per second
+    of the answer, the send lag, codes and their causes. Thread-unsafe by design (one event
+    loop).
+
+    Per second: ``per_second[s]`` holds the latencies of the txs *answered* in second ``s`` of
+    the window (so its total is the answered rate then, whatever second they were planned in),
+    ``ok_per_second[s]`` those answered 200.
+
+    Causes: a non-200 code is ``workload_intended`` (``INTENDED_CODES``), ``follow_on`` (an
+    ``INVALID_NONCE`` of a tx sent before an earlier rejection of its account was known: its
+    nonce was invalidated by that rejection, which is counted itself) or ``root`` (the rest).
+    ``committed`` counts txs the sequencer took into a block (accepted or rejected by the
+    engine), the ledger's denominator."""
 
     def __init__(self, name: str = "all") -> None:
         self.name = name
@@ -171,23 +195,41 @@ class Recorder:
         self.send_lag = Histogram()
         self.by_type: dict[str, Histogram] = {}
         self.per_second: list[Histogram] = []
+        self.ok_per_second: list[int] = []
         self.codes: Counter[int] = Counter()
+        self.follow_on: Counter[int] = Counter()
         self.by_path: Counter[str] = Counter()
         self.sent = 0
         self.done = 0
+        self.committed = 0
+        #: nonce re-syncs from the server (nextNonce) and txs re-signed after them
+        self.resyncs = 0
+        self.resigned = 0
+        #: INVALID_NONCE from the engine (the replica's dry-run had passed the tx: its pending
+        #: nonces had run ahead of what the sequencer received)
+        self.nonce_at_engine = 0
 
     def sent_at(self, planned_ns: int, actual_ns: int, n: int) -> None:
         self.send_lag.record(max(0, actual_ns - planned_ns))
         self.sent += n
 
     def finished(
-        self, planned_ns: int, done_ns: int, t0_ns: int, types: Sequence[str], codes: Sequence[int]
+        self,
+        planned_ns: int,
+        done_ns: int,
+        t0_ns: int,
+        types: Sequence[str],
+        codes: Sequence[int],
+        committed: int = 0,
+        follow_on: bool = False,
     ) -> None:
-        """Record one answered item (``len(types)`` txs); latency counts from ``planned_ns``."""
+        """Record one answered item (``len(types)`` txs); latency counts from ``planned_ns``, the
+        per-second rows bin by ``done_ns`` (the second it was answered in)."""
         lat = max(0, done_ns - planned_ns)
-        sec = max(0, (planned_ns - t0_ns) // 1_000_000_000)
+        sec = max(0, (done_ns - t0_ns) // 1_000_000_000)
         while len(self.per_second) <= sec:
             self.per_second.append(Histogram())
+            self.ok_per_second.append(0)
         per = self.per_second[sec]
         for name, code in zip(types, codes, strict=True):
             self.latency.record(lat)
@@ -197,7 +239,15 @@ class Recorder:
                 h = self.by_type[name] = Histogram()
             h.record(lat)
             self.codes[code] += 1
+            if code == _OK:
+                self.ok_per_second[sec] += 1
+            elif code == _INVALID_NONCE:
+                if follow_on:
+                    self.follow_on[code] += 1
+                if committed:
+                    self.nonce_at_engine += 1
         self.done += len(types)
+        self.committed += committed
 
     def errors(self, intended: bool | None = None) -> dict[str, int]:
         """Non-200 codes by name; ``intended`` True/False keeps only those (not) in
@@ -206,6 +256,19 @@ class Recorder:
             code_name(c): n
             for c, n in sorted(self.codes.items())
             if c != _OK and (intended is None or (c in INTENDED_CODES) == intended)
+        }
+
+    def errors_by_cause(self) -> dict[str, dict[str, int]]:
+        """Non-200 codes by cause (see the class docstring), each by code name."""
+        root = {
+            code_name(c): n - self.follow_on.get(c, 0)
+            for c, n in sorted(self.codes.items())
+            if c != _OK and c not in INTENDED_CODES and n > self.follow_on.get(c, 0)
+        }
+        return {
+            "workload_intended": self.errors(intended=True),
+            "root": root,
+            "follow_on": {code_name(c): n for c, n in sorted(self.follow_on.items())},
         }
 
 
@@ -250,6 +313,8 @@ class Item:
     rest_body: bytes
     ws_text: str
     sampled: bool = False
+    #: the signed txs (their nonces are the planned ones; re-signed after a nonce re-sync)
+    txs: tuple[Any, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -431,7 +496,7 @@ def plan_load(
         for tx in txs:
             if hasattr(tx, "market_index"):
                 per_market[int(tx.market_index)] += 1
-        items.append(_encode(clock.take(len(txs)), lane_of[t.account], t.account, txs,
+        items.append(encode_item(clock.take(len(txs)), lane_of[t.account], t.account, txs,
                              sampled=sample_every > 0 and i % sample_every == 0))  # fmt: skip
         i += 1
         if progress is not None and i % 20_000 == 0:
@@ -455,7 +520,9 @@ def form_encode(fields: dict[str, str | int]) -> bytes:
     return "&".join(parts).encode()
 
 
-def _encode(at: int, lane: int, account: int, txs: list[Any], sampled: bool) -> Item:
+def encode_item(at: int, lane: int, account: int, txs: list[Any], sampled: bool = False) -> Item:
+    """One planned request of ``txs`` (signed; one tx: sendTx, more: sendTxBatch), pre-encoded
+    for REST and WS."""
     types = [int(tx_type_of(type(tx))) for tx in txs]
     infos = [tx_to_json_str(tx) for tx in txs]
     names = tuple(TxType(t).name for t in types)
@@ -470,7 +537,7 @@ def _encode(at: int, lane: int, account: int, txs: list[Any], sampled: bool) -> 
         path = "sendTxBatch"
     # The WS id is filled per send (``%d`` slot) so the text stays pre-encoded.
     text = json.dumps({**ws, "id": 0}).replace('"id": 0', '"id": %d')
-    return Item(at, lane, account, names, path, body, text, sampled)
+    return Item(at, lane, account, names, path, body, text, sampled, tuple(txs))
 
 
 # ---- sending -----------------------------------------------------------------------------------
@@ -484,6 +551,108 @@ async def _sleep_until(t_ns: int) -> None:
         await asyncio.sleep(delay)
 
 
+def reply_facts(reply: Any, n: int) -> tuple[list[int], int, bool]:
+    """From a sendTx/sendTxBatch answer (REST body or WS reply) of ``n`` txs: the per-tx codes,
+    how many txs were sequenced (the sequencer returned an outcome: ``tx_hash`` present and not
+    21822), and whether the account's nonce is now unknown to the client (a rejection that did
+    not consume the nonces: no outcome, 21822, or INVALID_NONCE)."""
+    if not isinstance(reply, dict):
+        return [CLIENT_ERROR] * n, 0, True
+    code = reply.get("code", 0)
+    code = int(code) if isinstance(code, int) else CLIENT_ERROR
+    per = reply.get("codes")
+    codes = [int(c) for c in per] if isinstance(per, list) and len(per) == n else [code] * n
+    if code == _OK:
+        return codes, n, False
+    sequenced = "tx_hash" in reply and code != _UNAVAILABLE
+    stale = not sequenced or _INVALID_NONCE in codes
+    return codes, n if sequenced else 0, stale
+
+
+class NonceKeeper:
+    """What a real client does after a rejection, per account (one API key, 0).
+
+    The plan signed every tx with consecutive nonces; a rejection that does not consume its
+    nonce (dry-run rejections, 21822, INVALID_NONCE) leaves the account's later txs off by the
+    txs that failed. Like lighter-sdk's nonce manager after an "invalid nonce" (its
+    ``hard_refresh_nonce``), the account is then marked *stale*: its next tx waits until its
+    txs in flight are answered, asks the server (``GET /api/v1/nextNonce``), and from then on
+    every tx of the account is re-signed with the server's nonce (``shift`` = server nonce -
+    planned nonce) until a later re-sync finds the plan in step again.
+
+    ``epoch`` counts the account's stale marks; a tx remembers the epoch it was sent in, so an
+    INVALID_NONCE of a tx sent before the rejection was known is a *follow-on* (pipelined behind
+    the rejection on a WebSocket), not a cause of its own.
+
+    Cost: one GET per rejection episode; ~100 µs of signing per re-signed tx (only after a
+    rejection left the account's plan out of step).
+    """
+
+    def __init__(self, seeds: Mapping[int, bytes]) -> None:
+        self.seeds = seeds
+        self.shift: dict[int, int] = {}
+        self.stale: set[int] = set()
+        self.epoch: Counter[int] = Counter()
+        self.inflight: Counter[int] = Counter()
+        self._drained: dict[int, asyncio.Event] = {}
+
+    def sent(self, item: Item) -> int:
+        """``item`` goes out now; returns its epoch."""
+        self.inflight[item.account] += 1
+        return self.epoch[item.account]
+
+    def answered(self, item: Item, epoch: int, stale: bool) -> bool:
+        """``item`` (sent in ``epoch``) was answered; True if its rejection is a follow-on."""
+        a = item.account
+        follow_on = epoch < self.epoch[a]
+        if stale and not follow_on:
+            self.stale.add(a)
+            self.epoch[a] += 1
+        self.inflight[a] -= 1
+        if self.inflight[a] <= 0:
+            del self.inflight[a]
+            ev = self._drained.pop(a, None)
+            if ev is not None:
+                ev.set()
+        return follow_on
+
+    async def drained(self, account: int) -> None:
+        """Until none of ``account``'s txs is in flight."""
+        if self.inflight.get(account, 0) > 0:
+            ev = self._drained.setdefault(account, asyncio.Event())
+            await ev.wait()
+
+    async def resync(
+        self, http: aiohttp.ClientSession, base: str, item: Item, rec: Recorder
+    ) -> None:
+        """Ask the server for ``item``'s account's next nonce; set the shift from it."""
+        a = item.account
+        key = int(getattr(item.txs[0], "api_key_index", 0)) if item.txs else 0
+        try:
+            async with http.get(
+                f"{base}nextNonce", params={"account_index": a, "api_key_index": key}
+            ) as r:
+                body = _decode(await r.read())
+            nonce = int(body["nonce"])
+        except (aiohttp.ClientError, msgspec.DecodeError, TimeoutError, KeyError, TypeError):
+            return  # still stale: the next tx of the account tries again
+        rec.resyncs += 1
+        self.stale.discard(a)
+        if item.txs:
+            self.shift[a] = nonce - int(item.txs[0].nonce)
+
+    def prepare(self, item: Item, rec: Recorder) -> Item:
+        """``item`` as it must be sent: re-signed with shifted nonces if the account's shift is
+        not zero."""
+        shift = self.shift.get(item.account, 0)
+        if not shift or not item.txs:
+            return item
+        seed = self.seeds[item.account]
+        txs = [sign_tx(tx._replace(nonce=tx.nonce + shift), seed) for tx in item.txs]
+        rec.resigned += len(txs)
+        return encode_item(item.at_ns, item.lane, item.account, txs, item.sampled)
+
+
 async def _rest_lane(
     lane: LaneSpec,
     items: list[Item],
@@ -492,6 +661,7 @@ async def _rest_lane(
     trace: SpanHook | None,
     stop: asyncio.Event,
     connections: int,
+    nonces: NonceKeeper | None,
 ) -> None:
     base = f"http://127.0.0.1:{lane.port}/api/v1/"
     prev: dict[int, asyncio.Task[None]] = {}
@@ -508,22 +678,31 @@ async def _rest_lane(
         http = sessions[item.account % connections]
         if before is not None and not before.done():
             await asyncio.wait([before])
+        planned = t0 + item.at_ns
+        epoch = 0
+        if nonces is not None:
+            if item.account in nonces.stale:  # its previous tx was answered: nothing in flight
+                await nonces.resync(http, base, item, rec)
+            item = nonces.prepare(item, rec)
+            epoch = nonces.sent(item)
         sent = time.monotonic_ns()
-        rec.sent_at(t0 + item.at_ns, sent, len(item.types))
+        rec.sent_at(planned, sent, len(item.types))
         headers = _FORM
         if trace is not None and item.sampled:
-            headers = {**_FORM, **trace(item, t0 + item.at_ns, sent, 0)}
+            headers = {**_FORM, **trace(item, planned, sent, 0)}
+        n = len(item.types)
         try:
             async with http.post(base + item.rest_path, data=item.rest_body, headers=headers) as r:
                 body = _decode(await r.read())
-            code = int(body.get("code", 0))
+            codes, committed, stale = reply_facts(body, n)
         except (aiohttp.ClientError, msgspec.DecodeError, TimeoutError):
-            code = CLIENT_ERROR
+            codes, committed, stale = [CLIENT_ERROR] * n, 0, True
         done = time.monotonic_ns()
+        follow = nonces.answered(item, epoch, stale) if nonces is not None else False
         if trace is not None and item.sampled:
-            trace(item, t0 + item.at_ns, sent, done)
-        rec.by_path["rest_batch" if len(item.types) > 1 else "rest"] += 1
-        rec.finished(t0 + item.at_ns, done, t0, item.types, [code] * len(item.types))
+            trace(item, planned, sent, done)
+        rec.by_path["rest_batch" if n > 1 else "rest"] += 1
+        rec.finished(planned, done, t0, item.types, codes, committed, follow)
 
     try:
         for item in items:
@@ -547,46 +726,109 @@ async def _ws_lane(
     t0: int,
     rec: Recorder,
     stop: asyncio.Event,
+    nonces: NonceKeeper | None,
+    max_inflight: int,
+    reply_timeout_s: float,
 ) -> None:
+    """One WebSocket: an account's txs are pipelined in plan order, at most ``max_inflight``
+    unanswered on the connection (the server's ``ws_max_inflight_txs``: a polite client waits
+    rather than being refused). After a rejection that left the account stale, its later txs
+    wait in a backlog while a fixer task lets its in-flight txs be answered, re-syncs the nonce
+    over REST (same port) and sends the backlog re-signed; other accounts' txs keep flowing."""
+    base = f"http://127.0.0.1:{lane.port}/api/v1/"
     ws = await http.ws_connect(f"http://127.0.0.1:{lane.port}/stream", heartbeat=30)
     await ws.receive(timeout=10)  # {"type": "connected"}
-    waiting: dict[int, Item] = {}
+    waiting: dict[int, tuple[Item, int]] = {}
     all_sent = asyncio.Event()
+    backlog: dict[int, deque[Item]] = {}
+    fixers: set[asyncio.Task[None]] = set()
+    ids = [0]
+    slots = asyncio.Semaphore(max_inflight)
 
     async def reader() -> None:
-        while waiting or not all_sent.is_set():
+        while waiting or not all_sent.is_set() or fixers:
             try:
                 msg = await ws.receive(timeout=1.0)
             except TimeoutError:
-                if stop.is_set() and all_sent.is_set():
+                if stop.is_set() and all_sent.is_set() and not fixers:
                     break
                 continue
             if msg.type != aiohttp.WSMsgType.TEXT:
                 break
             done = time.monotonic_ns()
             reply = _decode(msg.data)
-            item = waiting.pop(reply.get("id", -1), None)
-            if item is None:
+            got = waiting.pop(reply.get("id", -1), None)
+            if got is None:
                 continue
+            slots.release()
+            item, epoch = got
+            codes, committed, stale = reply_facts(reply, len(item.types))
+            follow = nonces.answered(item, epoch, stale) if nonces is not None else False
             rec.by_path["ws"] += 1
-            rec.finished(t0 + item.at_ns, done, t0, item.types,
-                         [int(reply.get("code", 0))] * len(item.types))  # fmt: skip
+            rec.finished(t0 + item.at_ns, done, t0, item.types, codes, committed, follow)
+
+    async def send(item: Item) -> None:
+        if slots.locked():
+            slot = asyncio.ensure_future(slots.acquire())
+            await asyncio.wait([slot, task], return_when=asyncio.FIRST_COMPLETED)
+            if not slot.done():
+                slot.cancel()
+                return  # the connection is gone: the lane stops
+        else:
+            await slots.acquire()
+        epoch = 0
+        if nonces is not None:
+            item = nonces.prepare(item, rec)
+            epoch = nonces.sent(item)
+        ids[0] += 1
+        k = ids[0]
+        waiting[k] = (item, epoch)
+        rec.sent_at(t0 + item.at_ns, time.monotonic_ns(), len(item.types))
+        await ws.send_str(item.ws_text % k)
+
+    async def fix(account: int) -> None:
+        assert nonces is not None
+        queue = backlog[account]
+        while queue and not task.done():
+            if account in nonces.stale:
+                drained = asyncio.ensure_future(nonces.drained(account))
+                await asyncio.wait([drained, task], return_when=asyncio.FIRST_COMPLETED)
+                drained.cancel()
+                if task.done():
+                    break
+                await nonces.resync(http, base, queue[0], rec)
+                if account in nonces.stale:  # the server did not answer: try again shortly
+                    await asyncio.sleep(0.05)
+                    continue
+            while queue and account not in nonces.stale and not task.done():
+                await send(queue.popleft())
+        del backlog[account]  # no await since the last check: nothing was added in between
 
     task = asyncio.get_running_loop().create_task(reader())
-    for k, item in enumerate(items):
+    for item in items:
         if stop.is_set() or task.done():
             break
         await _sleep_until(t0 + item.at_ns)
-        waiting[k] = item
-        rec.sent_at(t0 + item.at_ns, time.monotonic_ns(), len(item.types))
-        await ws.send_str(item.ws_text % k)
+        a = item.account
+        if nonces is not None and (a in backlog or a in nonces.stale):
+            queue = backlog.get(a)
+            if queue is None:
+                queue = backlog[a] = deque()
+                fixer = asyncio.get_running_loop().create_task(fix(a))
+                fixers.add(fixer)
+                fixer.add_done_callback(fixers.discard)
+            queue.append(item)
+            continue
+        await send(item)
+    if fixers:
+        await asyncio.wait(list(fixers))
     all_sent.set()
     try:
-        await asyncio.wait_for(task, timeout=30)
+        await asyncio.wait_for(task, timeout=reply_timeout_s)
     except TimeoutError:
         task.cancel()
     gave_up = time.monotonic_ns()
-    for item in waiting.values():
+    for item, _ in waiting.values():
         rec.finished(t0 + item.at_ns, gave_up, t0, item.types, [NO_REPLY] * len(item.types))
     waiting.clear()
     await ws.close()
@@ -600,22 +842,31 @@ async def run_lanes(
     stop: asyncio.Event,
     trace: SpanHook | None = None,
     rest_connections: int = 8,
+    seeds: Mapping[int, bytes] | None = None,
+    ws_max_inflight: int = 256,
+    reply_timeout_s: float = 30.0,
 ) -> None:
     """Drive every lane from ``t0`` (``time.monotonic_ns``); returns when all are answered (or
     ``stop`` is set and the in-flight ones are). Recorders are keyed by lane group. A REST lane
-    keeps ``rest_connections`` keep-alive connections (its maximum concurrency)."""
+    keeps ``rest_connections`` keep-alive connections (its maximum concurrency), a WS lane at most
+    ``ws_max_inflight`` unanswered txs and, once all is sent, waits ``reply_timeout_s`` for the
+    last answers (the rest are recorded NO_REPLY). With ``seeds``
+    (account -> signing seed) a rejection re-syncs the account's nonce from the server
+    (:class:`NonceKeeper`); without, the planned nonces are sent as they are."""
     by_lane: dict[int, list[Item]] = {ln.index: [] for ln in lanes}
     for it in items:
         by_lane[it.lane].append(it)
+    nonces = NonceKeeper(seeds) if seeds is not None else None
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         jobs = []
         for ln in lanes:
             rec = recorders[ln.group]
             mine = by_lane[ln.index]
             if ln.kind == "ws":
-                jobs.append(_ws_lane(http, ln, mine, t0, rec, stop))
+                ws_args = (nonces, ws_max_inflight, reply_timeout_s)
+                jobs.append(_ws_lane(http, ln, mine, t0, rec, stop, *ws_args))
             else:
-                jobs.append(_rest_lane(ln, mine, t0, rec, trace, stop, rest_connections))
+                jobs.append(_rest_lane(ln, mine, t0, rec, trace, stop, rest_connections, nonces))
         await asyncio.gather(*jobs)
 
 

@@ -29,15 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from ..hist import Histogram
+from .ledger import format_ledger
 from .loadgen import BookWatch, Recorder
 
 __all__ = [
     "TARGETS",
     "GroupData",
     "build_report",
+    "draw_ledger",
     "hist_from",
     "pct_diff",
     "render_markdown",
+    "write_ledger_plot",
     "write_plots",
     "write_report",
 ]
@@ -101,6 +104,11 @@ def _group_report(g: GroupData) -> dict[str, Any]:
         "achieved_tps": round(rec.done / g.elapsed_s, 1) if g.elapsed_s else 0.0,
         "errors_by_code": real,
         "intended_rejections_by_code": rec.errors(intended=True),
+        "errors_by_cause": rec.errors_by_cause(),
+        "committed_txs": rec.committed,
+        "nonce_resyncs": rec.resyncs,
+        "invalid_nonce_at_engine": rec.nonce_at_engine,
+        "resigned_txs": rec.resigned,
         "error_rate_pct": round(100.0 * n_real / rec.done, 3) if rec.done else 0.0,
         "requests_by_path": dict(rec.by_path),
         "request_latency_us": rec.latency.summary_us(),
@@ -131,9 +139,14 @@ def _merged(groups: Sequence[GroupData]) -> dict[str, Any]:
         for k, h in r.by_type.items():
             rec.by_type.setdefault(k, Histogram()).merge(h)
         rec.codes.update(r.codes)
+        rec.follow_on.update(r.follow_on)
         rec.by_path.update(r.by_path)
         rec.sent += r.sent
         rec.done += r.done
+        rec.committed += r.committed
+        rec.resyncs += r.resyncs
+        rec.resigned += r.resigned
+        rec.nonce_at_engine += r.nonce_at_engine
         books.engine.merge(g.books.engine)
         books.replica.merge(g.books.replica)
         books.updates += g.books.updates
@@ -267,9 +280,12 @@ def _met(value: Any, op: str, target: float) -> bool | None:
 
 
 def _timeline(g: GroupData) -> list[dict[str, float]]:
+    """One row per second of the window, binned by when txs were *answered*: ``n`` answered,
+    ``ok`` answered 200, latency percentiles (µs) of those answers, freshness p99."""
     out = []
+    oks = g.recorder.ok_per_second
     for s, h in enumerate(g.recorder.per_second):
-        row: dict[str, float] = {"second": s, "n": h.total}
+        row: dict[str, float] = {"second": s, "n": h.total, "ok": oks[s] if s < len(oks) else 0}
         row.update({k: v for k, v in h.summary_us().items() if k in ("p50", "p99", "p999")})
         if s < len(g.books.engine_per_second):
             row["freshness_p99"] = g.books.engine_per_second[s].summary_us()["p99"]
@@ -344,8 +360,35 @@ def render_markdown(r: Mapping[str, Any]) -> str:
     lines += ["", "## Lifecycle per tx type (planned send → confirmed; p50 / p99 / p99.9, µs)", ""]
     for name, h in r["lifecycle_us"].items():
         lines.append(f"- `{name}`: {_q(h)} (n={h['count']})")
+    led = r.get("cpu_ledger")
+    if led:
+        unattributed = led["by_role"].get("unattributed", {}).get("us_per_tx", 0)
+        lines += ["", "## CPU ledger (µs of CPU per committed tx)", "",
+                  f"{led['committed_txs']:,} txs committed in a {led['window_s']:.1f} s window "
+                  f"({led['committed_tps']:,} tx/s); the machine was {led['machine_busy_pct']}% "
+                  f"busy ({led['cores']} cores).", "", *format_ledger(led), "",
+                  f"{led['note']} Unattributed here: {unattributed:,.1f} µs/tx."]  # fmt: skip
+        top = led.get("top_other_processes") or []
+        if top:
+            lines.append("Busiest other processes: " + "; ".join(
+                f"`{t['command'][:50]}` {t['cpu_s']:.2f} s" for t in top[:3]) + ".")  # fmt: skip
+        lines += ["", "![CPU ledger](cpu_ledger.png)"]
+    profiles = r.get("profiles") or {}
+    if profiles:
+        lines += ["", "## Profiles (py-spy, speedscope JSON: https://www.speedscope.app)", ""]
+        for role, pr in profiles.items():
+            what = f"`{pr['file']}`" if pr.get("ok") else f"failed: {pr.get('error')}"
+            lines.append(f"- {role}: {what}")
+    causes = r.get("errors_by_cause") or {}
     lines += ["", "## Errors", "",
               f"- not intended: {r['errors_by_code'] or 'none'}",
+              f"  - by cause: root {causes.get('root') or 'none'}; follow-on (an INVALID_NONCE "
+              f"of a tx sent before its account's earlier rejection was known) "
+              f"{causes.get('follow_on') or 'none'}",
+              f"- INVALID_NONCE answered by the engine (the replica's dry-run had passed the tx):"
+              f" {r.get('invalid_nonce_at_engine', 0)}",
+              f"- nonce re-syncs from the server after a rejection: {r.get('nonce_resyncs', 0)}; "
+              f"txs re-signed after them: {r.get('resigned_txs', 0)}",
               f"- provoked by the workload (cancel/modify of filled orders, IOC without liquidity,"
               f" margin): {r['intended_rejections_by_code'] or 'none'}",
               f"- requests by path: {r['requests_by_path']}",
@@ -468,10 +511,14 @@ def write_plots(groups: Sequence[GroupData], report: Mapping[str, Any], out: Pat
         for key, style in (("p50", ":"), ("p99", "-"), ("p999", "--")):
             axes[0].plot(secs, [row.get(key, 0) / 1000 for row in tl], style,
                          label=f"{g.name} {key}")  # fmt: skip
-        axes[1].plot(secs, [row["n"] for row in tl], label=g.name)
-    axes[0].set(title="request latency from planned time", xlabel="second of the run",
-                ylabel="ms", yscale="symlog")  # fmt: skip
-    axes[1].set(title="answered txs per second", xlabel="second of the run", ylabel="tx/s")
+        axes[1].plot(secs, [row["n"] for row in tl], label=f"{g.name} answered")
+        axes[1].plot(secs, [row.get("ok", 0) for row in tl], ":", label=f"{g.name} accepted")
+    axes[0].set(title="request latency from planned time (by second answered)",
+                xlabel="second of the run", ylabel="ms", yscale="symlog")  # fmt: skip
+    axes[1].axhline(float(report["run"].get("tps") or 0), color="grey", lw=0.8, ls="--",
+                    label="offered")  # fmt: skip
+    axes[1].set(title="answered txs per second (by second answered)", xlabel="second of the run",
+                ylabel="tx/s")  # fmt: skip
     for ax in axes:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
@@ -495,6 +542,11 @@ def write_plots(groups: Sequence[GroupData], report: Mapping[str, Any], out: Pat
     fig.savefig(written[-1], dpi=90)
     plt.close(fig)
 
+    ledger = report.get("cpu_us_per_tx")
+    if ledger:
+        written.append(out / "cpu_ledger.png")
+        write_ledger_plot([(f"{report['run'].get('tps'):g} tx/s offered", ledger)], written[-1])
+
     if len(groups) == 2:
         metrics = [m for m, _ in AB_METRICS]
         fig, axes = plt.subplots(2, (len(metrics) + 1) // 2, figsize=(18, 6))
@@ -511,6 +563,48 @@ def write_plots(groups: Sequence[GroupData], report: Mapping[str, Any], out: Pat
         fig.savefig(written[-1], dpi=90)
         plt.close(fig)
     return written
+
+
+#: the issue's budget: 5,000 tx/s on 2 cores is 400 µs of CPU per tx for everything
+CPU_BUDGET_US = 400.0
+
+
+def draw_ledger(ax: Any, bars: Sequence[tuple[str, Mapping[str, float]]]) -> None:
+    """Stacked bars of µs of CPU per committed tx by role on ``ax`` (one bar per ``(label,
+    us_per_tx)``), each topped by its total, with the 400 µs budget line."""
+    import matplotlib.pyplot as plt
+
+    roles: list[str] = []
+    for _, led in bars:
+        roles += [r for r in led if r != "total" and r not in roles]
+    cmap = plt.get_cmap("tab20")
+    bottoms = [0.0] * len(bars)
+    labels = [label for label, _ in bars]
+    for i, role in enumerate(roles):
+        vals = [max(0.0, float(led.get(role, 0.0))) for _, led in bars]
+        ax.bar(labels, vals, bottom=bottoms, label=role, color=cmap(i % 20), width=0.6)
+        bottoms = [b + v for b, v in zip(bottoms, vals, strict=True)]
+    for x, (_, led) in enumerate(bars):
+        ax.text(x, bottoms[x], f"{float(led.get('total', 0)):,.0f}", ha="center", va="bottom")
+    ax.axhline(CPU_BUDGET_US, color="red", ls="--", lw=1, label="budget (400 µs/tx)")
+    ax.set(title="CPU per committed tx by role", ylabel="µs of CPU per tx")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.grid(alpha=0.3, axis="y")
+
+
+def write_ledger_plot(bars: Sequence[tuple[str, Mapping[str, float]]], path: Path) -> Path:
+    """``draw_ledger`` as its own PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(bars) + 4), 5))
+    draw_ledger(ax, bars)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
 
 
 def write_report(

@@ -42,10 +42,12 @@ from typing import Any
 from raydex.cluster.control.deploy import free_port
 from raydex.cluster.control.spec import DeploySpec, GcSpec, ReplicaGroupSpec
 
+from .ledger import CpuSample, WindowSampler, build_ledger, ray_session_of
 from .loadgen import (
     BookWatch,
     Item,
     LaneSpec,
+    LoadPlan,
     MarketInfo,
     Recorder,
     lane_specs,
@@ -53,6 +55,7 @@ from .loadgen import (
     run_lanes,
     watch_books,
 )
+from .profile import finish_profiles, start_profiles
 from .report import GroupData, build_report, write_report
 
 __all__ = [
@@ -60,8 +63,10 @@ __all__ = [
     "GroupSettings",
     "LoadtestOptions",
     "OptionError",
+    "actor_roles",
     "build_spec",
     "check_options",
+    "find_py_spy",
     "parse_ab",
     "run",
 ]
@@ -171,6 +176,11 @@ class LoadtestOptions:
     sample_every: int = 100
     seed: int = 1
     quiet: bool = False
+    #: py-spy profile per role over the window (speedscope JSON in the report folder)
+    profile: bool = False
+    #: after a rejection, re-sync the account's nonce from the server (a real client); False
+    #: sends the plan's nonces regardless (every later tx of the account then fails)
+    resync: bool = True
 
 
 def check_options(opts: LoadtestOptions) -> None:
@@ -184,6 +194,21 @@ def check_options(opts: LoadtestOptions) -> None:
         raise OptionError(f"--clients must be >= {2 * groups} (a WS and a REST lane per group)")
     if opts.sample_every < 0:
         raise OptionError("--sample-every must be >= 0 (0: no spans)")
+    if opts.profile:
+        find_py_spy()
+
+
+def find_py_spy() -> str:
+    """The py-spy executable (next to this interpreter, else on PATH), or OptionError saying
+    how to install it."""
+    here = Path(sys.executable).with_name("py-spy")
+    found = str(here) if here.exists() else shutil.which("py-spy")
+    if found is None:
+        raise OptionError(
+            "--profile needs py-spy, which is not installed: pip install 'raydex[profile]' "
+            "(or pip install py-spy)"
+        )
+    return found
 
 
 def build_spec(base: DeploySpec, opts: LoadtestOptions, work: Path) -> DeploySpec:
@@ -336,8 +361,10 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
             _say(opts, f"loadtest: stack up in {boot_s:.1f} s (namespace {namespace}); "
                        f"{len(lanes)} lanes, groups {[g for g, _ in group_ports]}")  # fmt: skip
             reps = _replicas(namespace)
+            roles = {**actor_roles(namespace), os.getpid(): "loadgen"}
             ray.get([a.loadtest_stats.remote(reset=True) for a in reps.values()], timeout=30)
-            result = _drive(opts, plan.items, lanes, group_ports, plan.busiest_markets, out)
+            win = _drive(opts, plan, lanes, group_ports, out, roles,
+                         spec.replica_groups[0].api.ws_max_inflight_txs)  # fmt: skip
             stats = dict(zip(reps, ray.get([a.loadtest_stats.remote() for a in reps.values()],
                                            timeout=60), strict=True))  # fmt: skip
             try:
@@ -356,7 +383,7 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
                 shutil.rmtree(out / "state", ignore_errors=True)  # its WAL and snapshots
     finally:
         restore()
-    recs, books, elapsed, cpu_s = result
+    recs, books, elapsed, cpu_s = win.recs, win.books, win.elapsed_s, win.loadgen_cpu_s
     groups = []
     for g in spec.replica_groups:
         mine = {k: v for k, v in stats.items() if k.startswith(dep.replica_name(g.name, 0)[:-1])}
@@ -377,6 +404,15 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
         "out_dir": str(out),
     }  # fmt: skip
     report = build_report(groups, run_facts, seq_status)
+    if win.cpu_before is not None and win.cpu_after is not None:
+        led = build_ledger(
+            win.cpu_before, win.cpu_after, roles, sum(r.committed for r in recs.values()),
+            session=ray_session_of(win.cpu_after.procs, roles),
+        )  # fmt: skip
+        report["cpu_ledger"] = led.as_json()
+        report["cpu_us_per_tx"] = led.us_per_tx()
+    if win.profiles:
+        report["profiles"] = win.profiles
     report["replicas"] = sorted(hashes)
     report["replica_state_hashes_equal"] = (
         len(set(hashes.values())) == 1 and None not in hashes.values()
@@ -384,6 +420,34 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
     paths = write_report(groups, report, out, Path(opts.json_out) if opts.json_out else None)
     report["files"] = {k: str(v) for k, v in paths.items()}
     return report
+
+
+def _pid_of(actor: Any) -> int:
+    """Runs inside an actor (``__ray_call__``): its process id."""
+    return os.getpid()
+
+
+def role_of_actor(name: str) -> str:
+    """The CPU ledger's role for a raydex actor name."""
+    from raydex.cluster.control import deploy as dep
+
+    fixed = {dep.SEQUENCER: "sequencer", dep.SNAPSHOT: "snapshot holder",
+             dep.COMMITTER: "committer"}  # fmt: skip
+    if name in fixed:
+        return fixed[name]
+    return "replica " + name.removeprefix(dep.REPLICA_PREFIX)
+
+
+def actor_roles(namespace: str) -> dict[int, str]:
+    """pid -> ledger role of every raydex actor of ``namespace`` (on any node)."""
+    import ray
+
+    from raydex.cluster.control import deploy as dep
+
+    names = sorted(dep._named(namespace))
+    refs = [ray.get_actor(n, namespace=namespace).__ray_call__.remote(_pid_of) for n in names]
+    pids: list[int] = ray.get(refs, timeout=60)
+    return {int(pid): role_of_actor(n) for n, pid in zip(names, pids, strict=True)}
 
 
 def _replicas(namespace: str) -> dict[str, Any]:
@@ -395,25 +459,44 @@ def _replicas(namespace: str) -> dict[str, Any]:
     return {n: ray.get_actor(n, namespace=namespace) for n in names}
 
 
+@dataclasses.dataclass
+class _Window:
+    """What the timed window measured."""
+
+    recs: dict[str, Recorder]
+    books: dict[str, BookWatch]
+    elapsed_s: float
+    loadgen_cpu_s: float
+    cpu_before: CpuSample | None = None
+    cpu_after: CpuSample | None = None
+    profiles: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+
 def _drive(
     opts: LoadtestOptions,
-    items: list[Item],
+    plan: LoadPlan,
     lanes: list[LaneSpec],
     group_ports: list[tuple[str, int]],
-    busiest: list[int],
     out: Path,
-) -> tuple[dict[str, Recorder], dict[str, BookWatch], float, float]:
+    roles: dict[int, str],
+    ws_max_inflight: int,
+) -> _Window:
+    items = plan.items
     recs = {g: Recorder(g) for g, _ in group_ports}
     books = {g: BookWatch() for g, _ in group_ports}
+    win = _Window(recs, books, 0.0, 0.0)
     tracer = _ClientTracer(out / "spans-loadgen.jsonl") if opts.sample_every > 0 else None
+    seeds = {t.account: t.seed for t in plan.traders} if opts.resync else None
 
-    async def main() -> tuple[float, float]:
+    async def main() -> None:
         stop_watch = asyncio.Event()
         stop_load = asyncio.Event()
         readies = [asyncio.Event() for _ in group_ports]
         t_wall_us = time.time_ns() // 1000 + 1_000_000
         watchers = [
-            asyncio.ensure_future(watch_books(port, busiest, stop_watch, books[g], t_wall_us, r))
+            asyncio.ensure_future(
+                watch_books(port, plan.busiest_markets, stop_watch, books[g], t_wall_us, r)
+            )
             for (g, port), r in zip(group_ports, readies, strict=True)
         ]
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), timeout=15)
@@ -421,24 +504,42 @@ def _drive(
         planned = sum(len(it.types) for it in items)
         progress = _Progress(list(recs.values()), planned, opts.quiet)
         ticker = asyncio.ensure_future(progress.run(t0, stop_load))
-        cpu0 = time.process_time()
+        sampler = WindowSampler()
+        spies = {}
+        if opts.profile:
+            spies = await start_profiles(roles, opts.seconds, out, find_py_spy())
+        lanes_done = asyncio.ensure_future(
+            run_lanes(lanes, items, recs, t0, stop_load,
+                      tracer.hook if tracer is not None else None,
+                      seeds=seeds, ws_max_inflight=ws_max_inflight)
+        )  # fmt: skip
         try:
-            await run_lanes(lanes, items, recs, t0, stop_load,
-                            tracer.hook if tracer is not None else None)  # fmt: skip
+            # the window opens at t0: the first planned send
+            await asyncio.wait([lanes_done], timeout=max(0.0, (t0 - time.monotonic_ns()) / 1e9))
+            sampler.begin()
+            cpu0 = time.process_time()
+            while not lanes_done.done():
+                await asyncio.wait([lanes_done], timeout=1.0)
+                sampler.tick()
+            await lanes_done
+            win.cpu_before, win.cpu_after = sampler.end()
         finally:
             stop_load.set()
-        elapsed = (time.monotonic_ns() - t0) / 1e9
-        cpu = time.process_time() - cpu0
+            if not lanes_done.done():
+                lanes_done.cancel()
+        win.elapsed_s = (time.monotonic_ns() - t0) / 1e9
+        win.loadgen_cpu_s = time.process_time() - cpu0
         progress.line(t0)
         ticker.cancel()
+        if spies:
+            win.profiles = await finish_profiles(spies, grace_s=opts.seconds + 30)
         await asyncio.sleep(0.5)  # the last blocks reach the watchers
         stop_watch.set()
         await asyncio.gather(*watchers, return_exceptions=True)
-        return elapsed, cpu
 
     try:
-        elapsed, cpu = asyncio.run(main())
+        asyncio.run(main())
     finally:
         if tracer is not None:
             tracer.provider.shutdown()
-    return recs, books, elapsed, cpu
+    return win

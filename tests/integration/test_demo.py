@@ -33,3 +33,10 @@ def test_the_demo_trades_through_rest_and_websocket_and_every_replica_agrees() -
     assert report["freshness_engine_to_client_us"]["count"] > 0
     assert report["replica_state_hashes_equal"] is True
     assert len(report["replicas"]) == 2
+    # the CPU ledger: every deployment role, the generator and Ray, adding up to the total
+    ledger = report["cpu_us_per_tx"]
+    assert {"sequencer", "snapshot holder", "committer", "loadgen", "unattributed"} <= set(ledger)
+    assert sum(1 for role in ledger if role.startswith("replica ")) == 2
+    assert any(role.startswith("ray ") for role in ledger)
+    parts = sum(v for k, v in ledger.items() if k != "total")
+    assert abs(parts - ledger["total"]) <= 0.1 * len(ledger)

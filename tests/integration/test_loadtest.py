@@ -56,4 +56,16 @@ def test_a_short_loadtest_writes_markdown_json_and_plots(tmp_path: Path) -> None
         "client.send",
         "replica.sendTxBatch",
     } <= names
+    # the CPU ledger: table, stacked bars, per-role µs per committed tx adding up to the total
+    led = report["cpu_ledger"]
+    assert led["committed_txs"] == report["committed_txs"] > 0
+    per = report["cpu_us_per_tx"]
+    assert {"sequencer", "snapshot holder", "committer", "replica main-0", "loadgen"} <= set(per)
+    assert sum(v for k, v in per.items() if k != "total") == pytest.approx(per["total"], abs=2)
+    assert all(led["by_role"][r]["pids"] for r in ("sequencer", "replica main-0", "loadgen"))
+    assert "## CPU ledger" in (out / "report.md").read_text()
+    assert (out / "cpu_ledger.png").read_bytes()[:4] == b"\x89PNG"
+    causes = report["errors_by_cause"]
+    for code, n in report["errors_by_code"].items():  # every error is a cause or a follow-on
+        assert causes["root"].get(code, 0) + causes["follow_on"].get(code, 0) == n
     assert "Traceback" not in proc.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import sys
 import time
 import urllib.parse
 from pathlib import Path
@@ -39,6 +40,7 @@ from raydex.observability.loadtest.run import (
     OptionError,
     build_spec,
     check_options,
+    find_py_spy,
     parse_ab,
 )
 
@@ -90,6 +92,18 @@ def test_latency_counts_from_the_planned_time_not_from_the_late_send() -> None:
     assert rec.send_lag.percentile(1.0) == pytest.approx(40_000_000, rel=0.01)
     assert rec.by_type["CREATE_ORDER"].total == 1
     assert len(rec.per_second) == 2 and rec.per_second[1].total == 1
+
+
+def test_answers_are_binned_by_the_second_they_were_answered_not_the_one_planned() -> None:
+    """A backlog answered late shows up in the seconds it was answered: three txs planned in
+    second 0, answered in seconds 0, 2 and 2 (the old report counted all three in second 0)."""
+    rec = Recorder()
+    t0, s = 5_000_000_000, 1_000_000_000
+    rec.finished(t0, t0 + s // 10, t0, ("A",), (200,))
+    rec.finished(t0 + s // 2, t0 + 2 * s + 1, t0, ("B", "C"), (200, int(ResultCode.INVALID_NONCE)))
+    assert [h.total for h in rec.per_second] == [1, 0, 2]
+    assert rec.ok_per_second == [1, 0, 1]
+    assert rec.per_second[2].max >= 1_500_000_000  # their latency still counts from the plan
 
 
 def test_errors_split_into_intended_and_real() -> None:
@@ -278,3 +292,18 @@ def test_the_cli_exits_2_with_the_reason_on_a_bad_ab(capsys: pytest.CaptureFixtu
 
     assert main(["loadtest", "--ab", "a=pin:maybe,b=pin:off"]) == 2
     assert "pin must be on or off, got 'maybe'" in capsys.readouterr().err
+
+
+def test_profile_without_py_spy_is_refused_with_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(OptionError, match=r"pip install 'raydex\[profile\]'"):
+        check_options(LoadtestOptions(profile=True))
+    check_options(LoadtestOptions(profile=False))  # nothing to find without --profile
+
+
+def test_profile_finds_py_spy_where_it_is_installed(tmp_path: Path) -> None:
+    exe = Path(find_py_spy())
+    assert exe.name == "py-spy" and exe.exists()

@@ -1,0 +1,367 @@
+"""The CPU ledger: where the machine's CPU went during a loadtest's timed window, per committed tx.
+
+::
+
+    sample_cpu()  (t0: load starts)          sample_cpu()  (the last answer is in)
+      /proc/stat "cpu" line: busy ticks        same
+      /proc/<pid>/stat of every process:       same
+      utime + stime, ppid, start time, cmd
+                         └──────── build_ledger(before, after, roles, committed_txs) ────────┘
+                             per role: CPU seconds, % of the machine, µs per committed tx
+
+**Roles.** ``roles`` names the deployment's processes by pid (sequencer, snapshot holder,
+committer, each replica, the load generator). Every other process is classified, first match
+wins: Ray's own processes (the session's raylet, GCS, dashboard and its agents, monitors, idle
+workers: every process whose command line names the Ray session's folder, and their
+descendants, see :func:`ray_session_of`), py-spy (``profiler``, only with ``--profile``), a
+descendant of a named process (its role), else ``other processes`` (whatever else runs on the
+machine: other users' work, kernel threads).
+
+**It adds up.** The machine's busy time in the window (``/proc/stat``: user + nice + system +
+irq + softirq + steal, summed over cores) is the total. The roles, ``other processes`` and
+``unattributed`` sum to it exactly: ``unattributed`` is the remainder no live process accounts
+for (processes that exited inside the window, interrupt time not charged to a task, and the
+rounding of per-process ticks). It is reported, never hidden, and can be slightly negative when
+per-process and machine-wide counters round differently. :class:`WindowSampler` keeps it small
+by walking ``/proc`` every second: a process that exits inside the window is charged what it had
+used when last seen (only the CPU of its last second, or of a process living under a second, is
+lost).
+
+**Per tx.** Every figure is divided by the txs committed in the window (sequenced into a block:
+accepted, or rejected by the engine), so a role's µs/tx is what one more tx costs it at this load.
+
+Limits: the resolution is one clock tick (``SC_CLK_TCK``, 10 ms here) per process and sample; a
+window of a few seconds is needed for a meaningful split. Only this host's processes are seen
+(a multi-node ``--address`` run ledgers the head only). Cost: one walk of ``/proc`` per sample
+(a few ms for a few hundred processes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LEDGER_NOTE",
+    "RAY_ROLES",
+    "CpuSample",
+    "Ledger",
+    "ProcInfo",
+    "WindowSampler",
+    "build_ledger",
+    "classify_ray",
+    "format_ledger",
+    "machine_busy_ticks",
+    "proc_info",
+    "ray_session_of",
+    "sample_cpu",
+]
+
+CLK_TCK: int = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+OTHER = "other processes"
+UNATTRIBUTED = "unattributed"
+PROFILER = "profiler (py-spy)"
+#: Ray's processes by what their command line contains (first match wins), as roles
+RAY_ROLES: tuple[tuple[str, str], ...] = (
+    ("gcs_server", "ray gcs"),
+    ("/raylet/raylet", "ray raylet"),
+    ("dashboard/agent.py", "ray dashboard + agents"),
+    ("ray::DashboardAgent", "ray dashboard + agents"),
+    ("ray::RuntimeEnvAgent", "ray dashboard + agents"),
+    ("runtime_env/agent", "ray dashboard + agents"),
+    ("dashboard/dashboard.py", "ray dashboard + agents"),
+    ("log_monitor.py", "ray monitors"),
+    ("autoscaler/_private/monitor.py", "ray monitors"),
+    ("ray::IDLE", "ray idle workers"),
+    ("default_worker.py", "ray idle workers"),
+)
+RAY_OTHER = "ray other"
+
+LEDGER_NOTE = (
+    "CPU (user+system, /proc) of every process over the timed window, per committed tx. The "
+    "rows add up to the machine's busy time (/proc/stat); 'unattributed' is what no live process "
+    "accounts for (processes that exited in the window, interrupt time, tick rounding), and "
+    "'other processes' is everything on the machine that is not the deployment."
+)
+
+_SESSION = re.compile(r"/session_[0-9][^/\s\x00]*")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProcInfo:
+    """One process as ``/proc/<pid>/stat`` and ``cmdline`` show it."""
+
+    pid: int
+    ppid: int
+    comm: str
+    ticks: int  # utime + stime, in clock ticks
+    start: int  # start time, clock ticks after boot (tells a reused pid apart)
+    cmdline: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CpuSample:
+    at_ns: int  # time.monotonic_ns()
+    busy: int  # machine busy ticks, all cores
+    total: int  # machine ticks, idle included
+    procs: Mapping[int, ProcInfo]
+
+
+def proc_info(pid: int, proc: Path = Path("/proc")) -> ProcInfo | None:
+    """``pid``'s CPU ticks and identity, or None when it is gone (or unreadable)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_bytes().decode(errors="replace")
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    # comm is in parentheses and may hold spaces or ')': split at the last ')'
+    head, _, rest = stat.rpartition(")")
+    fields = rest.split()
+    # fields[0] is state (field 3); ppid field 4, utime 14, stime 15, starttime 22
+    return ProcInfo(
+        pid=pid,
+        ppid=int(fields[1]),
+        comm=head.partition("(")[2],
+        ticks=int(fields[11]) + int(fields[12]),
+        start=int(fields[19]),
+        cmdline=raw.replace(b"\x00", b" ").decode(errors="replace").strip(),
+    )
+
+
+def machine_busy_ticks(proc: Path = Path("/proc")) -> tuple[int, int]:
+    """(busy, total) ticks of all cores from ``/proc/stat``'s ``cpu`` line. Busy is user + nice
+    + system + irq + softirq + steal (guest time is already inside user)."""
+    for line in (proc / "stat").read_text().splitlines():
+        if line.startswith("cpu "):
+            v = [int(x) for x in line.split()[1:]]
+            v += [0] * (8 - len(v))
+            user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+            busy = user + nice + system + irq + softirq + steal
+            return busy, busy + idle + iowait
+    raise RuntimeError(f"{proc / 'stat'} has no 'cpu' line")
+
+
+def sample_cpu(proc: Path = Path("/proc")) -> CpuSample:
+    """Every process's ticks and the machine's, read as close together as one walk allows."""
+    at = time.monotonic_ns()
+    busy0, total0 = machine_busy_ticks(proc)
+    procs = {}
+    for entry in os.scandir(proc):
+        if entry.name.isdigit():
+            info = proc_info(int(entry.name), proc)
+            if info is not None:
+                procs[info.pid] = info
+    busy1, total1 = machine_busy_ticks(proc)
+    # the midpoint of the walk: processes were read between the two machine readings
+    return CpuSample(at, (busy0 + busy1) // 2, (total0 + total1) // 2, procs)
+
+
+class WindowSampler:
+    """The window's two samples, plus what was seen in between: :meth:`tick` (every second or
+    so) remembers each process's latest ticks, so one that exits inside the window is charged
+    what it had used when last seen rather than falling into ``unattributed``. Cost: one
+    ``/proc`` walk per tick (~7 ms of CPU for ~100 processes here)."""
+
+    def __init__(self) -> None:
+        self.before: CpuSample | None = None
+        self.seen: dict[int, ProcInfo] = {}
+
+    def begin(self) -> None:
+        self.before = sample_cpu()
+
+    def tick(self) -> None:
+        self.seen.update(sample_cpu().procs)
+
+    def end(self) -> tuple[CpuSample, CpuSample]:
+        """(before, after): ``after`` holds the live processes and the last sight of the gone."""
+        if self.before is None:
+            raise RuntimeError("WindowSampler.end() before begin()")
+        after = sample_cpu()
+        procs = {**self.seen, **after.procs}
+        return self.before, dataclasses.replace(after, procs=procs)
+
+
+def classify_ray(cmdline: str) -> str:
+    """The ledger role of a process of the Ray session, from its command line."""
+    for needle, role in RAY_ROLES:
+        if needle in cmdline:
+            return role
+    return RAY_OTHER
+
+
+def ray_session_of(procs: Mapping[int, ProcInfo], actor_pids: Iterable[int]) -> str | None:
+    """The Ray session folder name (``session_<date>_<pid>``) the actors run in: read from
+    their parent's (the raylet's) command line, which names the session's socket folder."""
+    for pid in actor_pids:
+        p = procs.get(pid)
+        parent = procs.get(p.ppid) if p is not None else None
+        if parent is not None and (m := _SESSION.search(parent.cmdline)):
+            return m.group(0).lstrip("/")
+    return None
+
+
+def _nearest(pid: int, marks: Mapping[int, str], procs: Mapping[int, ProcInfo]) -> int | None:
+    """The nearest ancestor of ``pid`` (itself included) that ``marks`` names, if any."""
+    cur: int | None = pid
+    for _ in range(64):  # a pid tree is shallow; this bounds a cycle in a torn read
+        if cur is None or cur <= 1:
+            return None
+        if cur in marks:
+            return cur
+        p = procs.get(cur)
+        cur = p.ppid if p is not None else None
+    return None
+
+
+def _role_of(
+    p: ProcInfo, procs: Mapping[int, ProcInfo], marks: Mapping[int, str], session: str | None
+) -> str:
+    """``marks``: the named processes (their role) and the Ray session's processes ("")."""
+    if marks.get(p.pid):
+        return marks[p.pid]
+    if session is not None and session in p.cmdline:
+        return classify_ray(p.cmdline)
+    if p.comm == "py-spy" or "py-spy record" in p.cmdline:
+        return PROFILER
+    owner = _nearest(p.pid, marks, procs)
+    if owner is None:
+        return OTHER
+    # a Ray daemon's descendants (workers, agents) are Ray's; a named process's are its role's
+    return marks[owner] or classify_ray(p.cmdline)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ledger:
+    """CPU seconds per role over the window (the JSON form is :meth:`as_json`)."""
+
+    window_s: float
+    cores: int
+    committed_txs: int
+    busy_s: float  # the machine's busy CPU seconds in the window
+    by_role: Mapping[str, float]  # CPU seconds; includes OTHER and UNATTRIBUTED
+    pids: Mapping[str, tuple[int, ...]]
+    top_other: tuple[tuple[str, float], ...]  # (command, CPU s) of the busiest other processes
+    session: str | None
+
+    def us_per_tx(self) -> dict[str, float]:
+        """``{role: µs, ..., "total": µs}``; every role, ``other processes`` and
+        ``unattributed`` included, so the roles sum to ``total`` (up to rounding)."""
+        n = max(self.committed_txs, 1)
+        out = {r: round(s * 1e6 / n, 1) for r, s in self.by_role.items()}
+        out["total"] = round(self.busy_s * 1e6 / n, 1)
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        cap = self.window_s * self.cores
+        return {
+            "note": LEDGER_NOTE,
+            "window_s": round(self.window_s, 3),
+            "cores": self.cores,
+            "committed_txs": self.committed_txs,
+            "committed_tps": round(self.committed_txs / self.window_s, 1) if self.window_s else 0,
+            "machine_busy_s": round(self.busy_s, 3),
+            "machine_busy_pct": round(100 * self.busy_s / cap, 1) if cap else 0.0,
+            "by_role": {
+                r: {
+                    "cpu_s": round(s, 3),
+                    "pct_of_machine": round(100 * s / cap, 1) if cap else 0.0,
+                    "cores": round(s / self.window_s, 3) if self.window_s else 0.0,
+                    "us_per_tx": self.us_per_tx()[r],
+                    "pids": list(self.pids.get(r, ())),
+                }
+                for r, s in self.by_role.items()
+            },
+            "top_other_processes": [
+                {"command": c, "cpu_s": round(s, 3)} for c, s in self.top_other
+            ],
+            "ray_session": self.session,
+        }
+
+
+#: row order of the table and the bars: the deployment first, then Ray, then the rest
+def _order(role: str) -> tuple[int, str]:
+    if role == "loadgen":
+        return (4, role)
+    if role.startswith("ray "):
+        return (5, role)
+    if role == PROFILER:
+        return (6, role)
+    if role == OTHER:
+        return (7, role)
+    if role == UNATTRIBUTED:
+        return (8, role)
+    rank = {"sequencer": 0, "snapshot holder": 1, "committer": 2}.get(role, 3)
+    return (rank, role)
+
+
+def build_ledger(
+    before: CpuSample,
+    after: CpuSample,
+    roles: Mapping[int, str],
+    committed_txs: int,
+    session: str | None = None,
+    cores: int | None = None,
+) -> Ledger:
+    """Charge every process's ticks between the samples to a role (module docstring)."""
+    window_s = (after.at_ns - before.at_ns) / 1e9
+    marks = {pid: "" for pid, p in after.procs.items() if session and session in p.cmdline}
+    marks.update(roles)
+    secs: dict[str, float] = {r: 0.0 for r in sorted(set(roles.values()), key=_order)}
+    pids: dict[str, list[int]] = {}
+    other: dict[str, float] = {}
+    attributed = 0
+    for pid, p in after.procs.items():
+        old = before.procs.get(pid)
+        # a pid not seen before (or reused) started inside the window: all its ticks count
+        base = old.ticks if old is not None and old.start == p.start else 0
+        d = p.ticks - base
+        if d <= 0:
+            continue
+        attributed += d
+        role = _role_of(p, after.procs, marks, session)
+        secs[role] = secs.get(role, 0.0) + d / CLK_TCK
+        pids.setdefault(role, []).append(pid)
+        if role == OTHER:
+            name = (p.cmdline or f"[{p.comm}]")[:80]
+            other[name] = other.get(name, 0.0) + d / CLK_TCK
+    busy = after.busy - before.busy
+    secs.setdefault(OTHER, 0.0)
+    secs[UNATTRIBUTED] = (busy - attributed) / CLK_TCK
+    ordered = {r: secs[r] for r in sorted(secs, key=_order)}
+    top = tuple(sorted(other.items(), key=lambda kv: -kv[1])[:5])
+    return Ledger(
+        window_s=window_s,
+        cores=cores or os.cpu_count() or 1,
+        committed_txs=committed_txs,
+        busy_s=busy / CLK_TCK,
+        by_role=ordered,
+        pids={r: tuple(sorted(v)) for r, v in pids.items()},
+        top_other=top,
+        session=session,
+    )
+
+
+def format_ledger(led: Mapping[str, Any]) -> list[str]:
+    """Markdown table rows of a ledger's JSON form (``Ledger.as_json``)."""
+    lines = [
+        "| role | CPU s | % of machine | µs per committed tx |",
+        "|---|---:|---:|---:|",
+    ]
+    for role, row in led["by_role"].items():
+        lines.append(
+            f"| {role} | {row['cpu_s']:.2f} | {row['pct_of_machine']:.1f} "
+            f"| {row['us_per_tx']:,.1f} |"
+        )
+    n = max(int(led["committed_txs"]), 1)
+    total_us = led["machine_busy_s"] * 1e6 / n
+    lines.append(
+        f"| **total (machine busy)** | {led['machine_busy_s']:.2f} | "
+        f"{led['machine_busy_pct']:.1f} | **{total_us:,.1f}** |"
+    )
+    return lines
