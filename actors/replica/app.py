@@ -27,6 +27,10 @@ Semantics:
 - An outcome that does not come in time is answered with HTTP 503 and 21822
   (``SEQUENCER_UNAVAILABLE``: the tx may still execute, look it up by hash; ``tx_hash`` is in the
   answer when the sequencer already returned it); ``execute_txs`` owns that deadline.
+- Overload (admission.py): while the owner's queueing delay to the sequencer (``queue_delay``)
+  is over ``admission_max_delay_s``, a tx request is refused at the door, after decoding and
+  before its dry-run (no signature check, nothing noted), with 23000 and HTTP 429 (WS: the
+  reply with the request's id); so are later nonces of a key whose next nonce was refused so.
 - The app never awaits anything but ``execute_txs``, a commitment read and the client's own
   socket; the caches are only written by the apply loop, which runs on the same event loop, so a
   handler sees one consistent block between awaits.
@@ -62,6 +66,7 @@ from raydex.codecs import (
 from raydex.observability.metrics import ApiCounters
 
 from . import public_views, views
+from .admission import Admission
 from .candles import RESOLUTIONS
 from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
@@ -242,7 +247,9 @@ class _Api:
         config: ApiConfig,
         commitments: CommitmentSource | None,
         probe: StepProbe | None,
+        admission: Admission | None = None,
     ) -> None:
+        self.admission = admission if admission is not None else Admission(None, 0)
         self.state = state
         self.execute_txs = execute_txs
         self.fanout = fanout
@@ -517,6 +524,10 @@ class _Api:
         st = self.state
         now_ms = time.time_ns() // 1_000_000
         noted: list[Any] = []
+        # the door: refused before any signature check when the queue is too deep (overload)
+        why = self.admission.refusal(txs, st.next_nonce)
+        if why is not None:
+            raise ApiError(int(ResultCode.RATE_LIMITED), why, 429)
         dry_run_time = self.counters.dry_run
         probe = self.probe
         for i, tx in enumerate(txs):
@@ -626,7 +637,11 @@ class _Api:
             # order, before the task's first await; the reply goes out when its block lands, so
             # one connection can have many txs in flight instead of one per block.
             if len(inflight) >= self.config.ws_max_inflight_txs:
-                fanout.send(c, _ws_error(ResultCode.TOO_MANY_PENDING_TXS, "too many txs in flight"))
+                # answered like any tx reply (its id and type), so the client knows which tx
+                # was refused and that its nonce was not consumed
+                code = int(ResultCode.TOO_MANY_PENDING_TXS)
+                reply = {"code": code, "message": "too many txs in flight on this connection"}
+                fanout.send(c, {**reply, "type": kind, "id": _reply_id(obj)})
                 return
             task = asyncio.get_running_loop().create_task(self._ws_tx_reply(c, kind, obj))
             inflight.add(task)
@@ -677,6 +692,11 @@ def _code_name(code: int) -> str:
     return ResultCode(code).name if code in _CODES else str(code)
 
 
+def _reply_id(obj: dict[str, Any]) -> str | int | None:
+    rid = obj.get("id")
+    return rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
+
+
 def _ws_error(code: int, message: str) -> dict[str, Any]:
     return {
         "type": "error",
@@ -703,10 +723,13 @@ def build_app(
     config: ApiConfig | None = None,
     commitments: CommitmentSource | None = None,
     hooks: ReplicaHooks | None = None,
+    queue_delay: Callable[[], float] | None = None,
 ) -> web.Application:
     """The replica's aiohttp app over ``state``; WebSocket clients are served through ``fanout``
     (its owner publishes each applied block to it), handlers count into ``counters``. ``hooks``:
-    a probe told about each dry-run, middlewares around every handler. See the module docstring."""
+    a probe told about each dry-run, middlewares around every handler. ``queue_delay``: seconds
+    the oldest tx on its way to the sequencer has waited (the door's signal; None: no door).
+    See the module docstring."""
     cfg = config if config is not None else ApiConfig()
     hk = hooks if hooks is not None else ReplicaHooks()
     api = _Api(
@@ -717,6 +740,7 @@ def build_app(
         cfg,
         commitments,
         hk.probe,
+        Admission(queue_delay, cfg.admission_max_delay_s),
     )
     app = web.Application(
         client_max_size=cfg.max_body_bytes, middlewares=[_errors, *hk.middlewares]

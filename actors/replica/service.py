@@ -120,13 +120,20 @@ class ReplicaConfig:
 class _Pending:
     """One caller's txs waiting in the micro-batcher."""
 
-    __slots__ = ("fut", "sent", "txs")
+    __slots__ = ("at", "fut", "sent", "txs")
 
-    def __init__(self, txs: list[Any], fut: asyncio.Future[list[TxOutcome]]) -> None:
+    def __init__(self, txs: list[Any], fut: asyncio.Future[list[TxOutcome]], at: float) -> None:
         self.txs = txs
         self.fut = fut
+        #: event-loop time it was queued
+        self.at = at
         #: taken into a batch (handed to the channel); before that a timed-out caller is dropped
         self.sent = False
+
+
+def _keys(txs: list[Any]) -> set[tuple[int, int]]:
+    """The (account, API key) nonce sequences ``txs`` belong to."""
+    return {(getattr(tx, "account_index", -1), getattr(tx, "api_key_index", -1)) for tx in txs}
 
 
 class MicroBatcher:
@@ -142,16 +149,20 @@ class MicroBatcher:
         self.max_batch_txs = max_batch_txs
         self._queue: deque[_Pending] = deque()
         self._task: asyncio.Task[None] | None = None
+        #: event-loop time the batch in flight was handed to the channel (None: none is)
+        self._out_since: float | None = None
         self.batches = 0
         self.txs = 0
         #: callers answered 21822 because their deadline passed (sent or not)
         self.timeouts = 0
+        #: txs answered 21822 unsent because an earlier queued tx of their key timed out
+        self.dropped_behind = 0
 
     async def enqueue(self, txs: list[Any], deadline: float) -> list[TxOutcome]:
         """The sequencer's outcomes for ``txs`` (one per tx, in order), or ApiError 21822 by
         ``deadline`` (event-loop time)."""
         loop = asyncio.get_running_loop()
-        item = _Pending(txs, loop.create_future())
+        item = _Pending(txs, loop.create_future(), loop.time())
         self._queue.append(item)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run())
@@ -161,6 +172,7 @@ class MicroBatcher:
             # wait_for cancelled ``item.fut``: _run skips it if still queued, ignores its reply
             self.timeouts += 1
             if not item.sent:
+                self._drop_followers(item)
                 raise ApiError(
                     int(ResultCode.SEQUENCER_UNAVAILABLE),
                     "sequencer busy: the tx was not sent before its deadline; send it again",
@@ -173,6 +185,45 @@ class MicroBatcher:
                 503,
                 [tx_hash(tx) for tx in txs],
             ) from None
+
+    def delay(self) -> float:
+        """Seconds the oldest tx on its way to the sequencer has waited: the batch in flight
+        (since it was handed over) or the oldest caller still queued, whichever is older; 0
+        when idle. The overload door's signal (admission.py). O(1) but for callers that gave
+        up at the queue's head."""
+        now = asyncio.get_running_loop().time()
+        oldest = self._out_since if self._out_since is not None else now
+        for item in self._queue:
+            if not item.fut.done():
+                oldest = min(oldest, item.at)
+                break
+        return now - oldest
+
+    def _drop_followers(self, dropped: _Pending) -> None:
+        """``dropped`` leaves the queue unsent and its caller releases its nonces, so a tx of
+        the same API key queued behind it carries a nonce the sequencer would refuse
+        (INVALID_NONCE), and the replica's next nonce (highest pending + 1) would run past the
+        hole. Such callers are answered "not sent" too (and release their nonces), and so,
+        in turn, are those queued behind them with any of their keys. O(queue)."""
+        keys = _keys(dropped.txs)
+        behind = False
+        for item in self._queue:
+            if item is dropped:
+                behind = True
+            elif behind and not item.fut.done():
+                mine = _keys(item.txs)
+                if mine.isdisjoint(keys):
+                    continue
+                keys |= mine
+                self.dropped_behind += len(item.txs)
+                item.fut.set_exception(
+                    ApiError(
+                        int(ResultCode.SEQUENCER_UNAVAILABLE),
+                        "sequencer busy: not sent, an earlier tx of this API key was not sent "
+                        "before its deadline; take the next nonce from nextNonce and send again",
+                        503,
+                    )
+                )
 
     async def _run(self) -> None:
         queue = self._queue
@@ -189,6 +240,7 @@ class MicroBatcher:
             if not batch:
                 continue
             txs = [tx for item in batch for tx in item.txs]
+            self._out_since = asyncio.get_running_loop().time()
             try:
                 reply = await self.channel.submit(encode_batch(txs))
                 outcomes = [TxOutcome._make(o) for o in decode_outcomes(reply)]
@@ -205,6 +257,8 @@ class MicroBatcher:
                             )
                         )
                 continue
+            finally:
+                self._out_since = None
             self.batches += 1
             self.txs += len(txs)
             at = 0
@@ -339,6 +393,7 @@ class ReplicaService:
             config=self.config.api,
             commitments=self.commitments,
             hooks=self.hooks,
+            queue_delay=self.batcher.delay,
         )
         self.runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
         await self.runner.setup()
