@@ -264,7 +264,9 @@ class CommitterActor:
     from the snapshot holder's newest snapshot when it must. Off the hot path by design: nobody
     waits for it. A follower loop that keeps failing exits the process (Ray restarts it)."""
 
-    def __init__(self, delta_target: str, holder_name: str, namespace: str) -> None:
+    def __init__(
+        self, delta_target: str, holder_name: str, namespace: str, data_plane_secret: str = ""
+    ) -> None:
         from .snapshot import ONE_ATTEMPT
         from .transport import GrpcBlockSource
 
@@ -273,7 +275,9 @@ class CommitterActor:
         self.namespace = namespace
         self.runtime = ActorRuntime(nice=None)
         self.metrics = Recorder("committer", "committer")
-        source = GrpcBlockSource(delta_target, name="committer", backoff=ONE_ATTEMPT)
+        source = GrpcBlockSource(
+            delta_target, name="committer", secret=data_plane_secret, backoff=ONE_ATTEMPT
+        )
         self.follower = CommitterFollower(source, self._fetch, self.metrics, exit_process)
         self.metrics.gauge("raydex_block_seq", lambda: self.follower.committer.seq)
         self._task = asyncio.get_event_loop().create_task(self._start())

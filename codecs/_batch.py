@@ -12,6 +12,7 @@ import struct
 from collections.abc import Sequence
 from typing import Annotated, Any, NamedTuple
 
+from ._enums import ResultCode
 from ._errors import CodecError
 from ._hot import Buffer, codec_of
 from ._txcodec import encode_tx
@@ -42,14 +43,20 @@ def encode_batch(txs: Sequence[Any]) -> bytes:
     return encode_batch_frames([encode_tx(t) for t in txs])
 
 
-def decode_batch(buf: Buffer) -> list[Any]:
-    """Decode an untrusted batch; CodecError on any malformed input."""
+def decode_batch(buf: Buffer, max_txs: int = MAX_BATCH_TXS) -> list[Any]:
+    """Decode an untrusted batch; CodecError on any malformed input, with code
+    ``BATCH_TOO_LARGE`` (before decoding any tx) when it holds more than ``max_txs``."""
     try:
         (count,) = _COUNT.unpack_from(buf, 0)
     except struct.error:
         raise CodecError("truncated batch", type_name="TxBatch") from None
-    if count > MAX_BATCH_TXS:
-        raise CodecError(f"batch of {count} txs exceeds {MAX_BATCH_TXS}", type_name="TxBatch")
+    limit = min(max_txs, MAX_BATCH_TXS)
+    if count > limit:
+        raise CodecError(
+            f"batch of {count} txs exceeds {limit}",
+            type_name="TxBatch",
+            code=ResultCode.BATCH_TOO_LARGE,
+        )
     return decode_tx_list(buf, count, 4)
 
 

@@ -24,6 +24,11 @@ Semantics:
   with 20001 (``INVALID_PARAM``: the body, a form, ``tx_types``/``tx_infos``) or 20003
   (``INVALID_TX_INFO``: a ``tx_info``) and a message, on REST and on the WebSocket (where an
   unparseable frame as a whole is 30000, like any frame that is not JSON).
+- Budgets (limits.py): every request is charged its weight to its IP's bucket, each
+  ``jsonapi/sendtx*`` frame as a ``sendTx``; a tx's account is charged once its dry-run passed;
+  beyond, HTTP 429 (``Retry-After``) / WS reply with 23000 (``RATE_LIMITED``). A WebSocket beyond
+  the per-IP connection cap gets error 30005 (``WS_TOO_MANY_CONNECTIONS``) and is closed (1008).
+  A tx request refused for its signature and replayed byte for byte is answered from memory.
 - An outcome that does not come in time is answered with HTTP 503 and 21822
   (``SEQUENCER_UNAVAILABLE``: the tx may still execute, look it up by hash; ``tx_hash`` is in the
   answer when the sequencer already returned it); ``execute_txs`` owns that deadline.
@@ -50,7 +55,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import msgspec
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from raydex.codecs import (
     ALL_API_KEYS,
@@ -71,12 +76,14 @@ from .candles import RESOLUTIONS
 from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
 from .hooks import ReplicaHooks, StepProbe
+from .limits import WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
 from .state import LevelOrders, Levels, ReplicaState
 
 __all__ = [
     "ApiConfig",
     "ApiError",
     "CommitmentSource",
+    "LIMITS",
     "ExecuteTxs",
     "Fanout",
     "FanoutStats",
@@ -125,6 +132,29 @@ class ApiError(Exception):
         return out
 
 
+class RateLimited(ApiError):
+    """Over a budget (limits.py): HTTP 429, code 23000, and when to come back."""
+
+    def __init__(self, wait_s: float, what: str) -> None:
+        super().__init__(
+            int(ResultCode.RATE_LIMITED), f"rate limited ({what}); retry in {wait_s:.1f} s", 429
+        )
+        self.retry_after = max(1, int(wait_s + 0.999))
+
+
+class Overloaded(RateLimited):
+    """Refused at the overload door (admission.py): HTTP 429 (``Retry-After: 1``), code 23000;
+    nothing was noted or sent, the nonce is unused."""
+
+    def __init__(self, why: str) -> None:
+        ApiError.__init__(self, int(ResultCode.RATE_LIMITED), why, 429)
+        self.retry_after = 1
+
+
+#: the app's :class:`Limits` (its owner reports ``stats()``)
+LIMITS = web.AppKey("limits", Limits)
+
+
 class OutcomePending(ApiError):
     """The sequencer executed the txs (``tx_hashes``), but their block has not been applied here
     within the deadline: the outcome is in the block, readable by hash once it lands."""
@@ -144,6 +174,10 @@ async def _errors(
 ) -> web.StreamResponse:
     try:
         return await handler(request)
+    except RateLimited as e:
+        resp = _json(e.body(False), e.status)
+        resp.headers["Retry-After"] = str(e.retry_after)
+        return resp
     except ApiError as e:
         return _json(e.body(request.path.endswith("Batch")), e.status)
     except web.HTTPRequestEntityTooLarge:
@@ -247,8 +281,10 @@ class _Api:
         config: ApiConfig,
         commitments: CommitmentSource | None,
         probe: StepProbe | None,
+        limits: Limits,
         admission: Admission | None = None,
     ) -> None:
+        self.limits = limits
         self.admission = admission if admission is not None else Admission(None, 0)
         self.state = state
         self.execute_txs = execute_txs
@@ -514,20 +550,28 @@ class _Api:
         except CodecError as e:
             raise ApiError(int(e.code), str(e)) from None
 
-    async def send_txs(self, txs: list[Any]) -> list[TxOutcome]:
+    async def send_txs(self, txs: list[Any], ip: str | None = None) -> list[TxOutcome]:
         """Dry-run every tx (pending nonces advance as it goes), then execute them together.
 
-        All or nothing before the sequencer: the first rejection releases the nonces noted so
-        far and raises ApiError with that tx's code. If ``execute_txs`` fails, the nonces are
-        released, unless it raised :class:`OutcomePending` (the txs are sequenced: their block
-        clears them when it is applied)."""
+        All or nothing before the sequencer: an account out of budget refuses the lot (429)
+        before any check; the first rejection releases the nonces noted so far and raises
+        ApiError with that tx's code; once all passed, their accounts are charged. If
+        ``execute_txs`` fails, the nonces are released, unless it raised
+        :class:`OutcomePending` (the txs are sequenced: their block clears them when applied)."""
+        counts: dict[int, int] = {}
+        for tx in txs:
+            a = getattr(tx, "account_index", -1)
+            counts[a] = counts.get(a, 0) + 1
+        wait = self.limits.account_wait(ip, counts)
+        if wait:
+            raise RateLimited(wait, "txs of this account")
         st = self.state
         now_ms = time.time_ns() // 1_000_000
         noted: list[Any] = []
         # the door: refused before any signature check when the queue is too deep (overload)
         why = self.admission.refusal(txs, st.next_nonce)
         if why is not None:
-            raise ApiError(int(ResultCode.RATE_LIMITED), why, 429)
+            raise Overloaded(why)
         dry_run_time = self.counters.dry_run
         probe = self.probe
         for i, tx in enumerate(txs):
@@ -544,6 +588,7 @@ class _Api:
                 raise ApiError(code, f"rejected by dry-run: {_code_name(code)}{where}")
             st.note_sent(tx)
             noted.append(tx)
+        self.limits.charge_accounts(ip, counts)
         try:
             outcomes = await self.execute_txs(txs)
         except OutcomePending:
@@ -570,10 +615,25 @@ class _Api:
             "seq": self.state.seq,
         }
 
+    async def _send(self, ip: str | None, batch: bool, types: Any, infos: Any) -> dict[str, Any]:
+        """Decode, dry-run and execute a sendTx (``types``/``infos``: ``tx_type``/``tx_info``)
+        or sendTxBatch request; a signature rejection is remembered by the request's bytes and
+        a byte-for-byte replay answered from memory (limits.py)."""
+        key = RejectionCache.key(batch, types, infos)
+        hit = self.limits.replayed(key)
+        if hit is not None:
+            raise ApiError(hit[0], hit[1])
+        txs = self._batch(types, infos) if batch else [self._decode_tx(types, infos)]
+        try:
+            outcomes = await self.send_txs(txs, ip)
+        except ApiError as e:
+            self.limits.remember(key, e.code, e.message)
+            raise
+        return self._tx_reply(outcomes, batch)
+
     async def send_tx(self, request: web.Request) -> web.Response:
         f = await _fields(request)
-        tx = self._decode_tx(f.get("tx_type"), f.get("tx_info"))
-        reply = self._tx_reply(await self.send_txs([tx]), False)
+        reply = await self._send(request.remote, False, f.get("tx_type"), f.get("tx_info"))
         return _json(reply, 200 if reply["code"] == _OK else 400)
 
     def _batch(self, tx_types: Any, tx_infos: Any) -> list[Any]:
@@ -592,8 +652,7 @@ class _Api:
 
     async def send_tx_batch(self, request: web.Request) -> web.Response:
         f = await _fields(request)
-        txs = self._batch(f.get("tx_types"), f.get("tx_infos"))
-        reply = self._tx_reply(await self.send_txs(txs), True)
+        reply = await self._send(request.remote, True, f.get("tx_types"), f.get("tx_infos"))
         return _json(reply)
 
     # ---- WebSocket ------------------------------------------------------------------------------
@@ -601,6 +660,13 @@ class _Api:
     async def stream(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=self.config.ws_max_message_bytes)
         await ws.prepare(request)
+        ip = request.remote
+        if not self.limits.ws_open(ip):
+            cap = self.config.ws_max_connections_per_ip
+            error = _ws_error(ResultCode.WS_TOO_MANY_CONNECTIONS, f"at most {cap} per IP")
+            await ws.send_str(_encode(error).decode())
+            await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"too many connections")
+            return ws
         fanout = self.fanout
         c = fanout.connect(ws, request.transport)
         fanout.send(c, {"type": "connected", "seq": self.state.seq})
@@ -610,14 +676,17 @@ class _Api:
                 if msg.type != WSMsgType.TEXT:
                     fanout.send(c, _ws_error(ResultCode.WS_INVALID_MESSAGE, "text frames only"))
                     continue
-                await self._on_message(c, msg.data, inflight)
+                await self._on_message(c, msg.data, inflight, ip)
                 if c.closed:
                     break
         finally:
             fanout.disconnect(c)
+            self.limits.ws_closed(ip)
         return ws
 
-    async def _on_message(self, c: Client, text: str, inflight: set[asyncio.Task[None]]) -> None:
+    async def _on_message(
+        self, c: Client, text: str, inflight: set[asyncio.Task[None]], ip: str | None = None
+    ) -> None:
         fanout = self.fanout
         try:
             obj = _parse_json(text, int(ResultCode.WS_INVALID_MESSAGE), "the message")
@@ -643,31 +712,36 @@ class _Api:
                 reply = {"code": code, "message": "too many txs in flight on this connection"}
                 fanout.send(c, {**reply, "type": kind, "id": _reply_id(obj)})
                 return
-            task = asyncio.get_running_loop().create_task(self._ws_tx_reply(c, kind, obj))
+            wait = self.limits.charge_ip(ip, WS_TX_WEIGHT)
+            if wait:
+                reply = RateLimited(wait, "requests from this IP").body(False)
+                fanout.send(c, {**reply, "type": kind, "id": _reply_id(obj)})
+                return
+            task = asyncio.get_running_loop().create_task(self._ws_tx_reply(c, kind, obj, ip))
             inflight.add(task)
             task.add_done_callback(inflight.discard)
         else:
             fanout.send(c, _ws_error(ResultCode.WS_INVALID_MESSAGE, f"unknown type {kind!r}"))
 
-    async def _ws_tx_reply(self, c: Client, kind: str, obj: dict[str, Any]) -> None:
-        self.fanout.send(c, await self._ws_tx(kind, obj))
+    async def _ws_tx_reply(
+        self, c: Client, kind: str, obj: dict[str, Any], ip: str | None = None
+    ) -> None:
+        self.fanout.send(c, await self._ws_tx(kind, obj, ip))
 
-    async def _ws_tx(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    async def _ws_tx(self, kind: str, obj: dict[str, Any], ip: str | None = None) -> dict[str, Any]:
         data = obj.get("data")
-        rid = obj.get("id")
         batch = kind == "jsonapi/sendtxbatch"
         try:
             if not isinstance(data, dict):
                 raise ApiError(int(ResultCode.INVALID_PARAM), "data must be an object")
             if batch:
-                txs = self._batch(data.get("tx_types"), data.get("tx_infos"))
+                reply = await self._send(ip, True, data.get("tx_types"), data.get("tx_infos"))
             else:
-                txs = [self._decode_tx(data.get("tx_type"), data.get("tx_info"))]
-            reply = self._tx_reply(await self.send_txs(txs), batch)
+                reply = await self._send(ip, False, data.get("tx_type"), data.get("tx_info"))
         except ApiError as e:
             reply = e.body(batch)
         reply["type"] = kind
-        reply["id"] = rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
+        reply["id"] = _reply_id(obj)
         return reply
 
 
@@ -732,6 +806,7 @@ def build_app(
     See the module docstring."""
     cfg = config if config is not None else ApiConfig()
     hk = hooks if hooks is not None else ReplicaHooks()
+    limits = Limits(cfg)
     api = _Api(
         state,
         execute_txs,
@@ -740,11 +815,23 @@ def build_app(
         cfg,
         commitments,
         hk.probe,
+        limits,
         Admission(queue_delay, cfg.admission_max_delay_s),
     )
+
+    @web.middleware
+    async def _budget(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        wait = limits.charge_ip(request.remote, rest_weight(request.path))
+        if wait:
+            raise RateLimited(wait, "requests from this IP")
+        return await handler(request)
+
     app = web.Application(
-        client_max_size=cfg.max_body_bytes, middlewares=[_errors, *hk.middlewares]
+        client_max_size=cfg.max_body_bytes, middlewares=[_errors, _budget, *hk.middlewares]
     )
+    app[LIMITS] = limits
     r = app.router
     r.add_get("/", api.info)
     r.add_get("/info", api.info)

@@ -59,6 +59,27 @@ class ApiConfig:
     #: How often the replica re-checks its lag to join the shared port (s); leaving is immediate.
     #: Shorter: a caught-up replica takes traffic sooner, for a few more wake-ups per second.
     port_check_interval_s: float = 0.1
+    #: Request budgets (limits.py; answered 429 / 23000 RATE_LIMITED beyond). Weighted requests
+    #: per IP per rolling minute, Lighter's weights (sendTx 6, apikeys 150, most reads 300):
+    #: Lighter's premium tier is 24,000. Larger serves heavier clients per IP (NAT'd users share
+    #: one), smaller sheds abusive ones sooner. 0 = no per-IP budget.
+    rate_limit_weight_per_minute: int = 24_000
+    #: Txs per account per rolling minute (counted once their dry-run passed). 0 = no limit.
+    rate_limit_txs_per_account_per_minute: int = 6_000
+    #: Open WebSocket connections per IP (WIRE.md: 100); beyond, error 30005 and the close.
+    ws_max_connections_per_ip: int = 100
+    #: Addresses exempt from every budget and the WS cap: the host's own tools and loadtests.
+    #: Behind a same-host reverse proxy every client is loopback: empty it there.
+    rate_limit_exempt: tuple[str, ...] = ("127.0.0.1", "::1")
+    #: Buckets kept per kind (IPs, accounts); the least recently used beyond are forgotten
+    #: (they start full again). More remembers more abusers, at ~200 bytes each.
+    rate_limit_max_keys: int = 100_000
+    #: How long a request refused for its signature is answered from memory when replayed
+    #: byte for byte (no signature check); 0 = off. Longer saves more CPU under replay floods;
+    #: a key change makes such an answer stale for at most this long.
+    rejection_cache_s: float = 10.0
+    #: Remembered rejections at most (least recent forgotten first).
+    rejection_cache_size: int = 10_000
 
     def __post_init__(self) -> None:
         if self.outcome_timeout_s <= 0:

@@ -51,6 +51,7 @@ waits behind at most one batch); the port and deadline knobs are in ``ApiConfig`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import logging
 import os
@@ -79,7 +80,7 @@ from raydex.codecs import (
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import ApiCounters, Recorder
 
-from ..runtime import ActorRuntime, short_hash
+from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal, short_hash
 from ..transport import (
     GrpcBlockSource,
     GrpcTxChannel,
@@ -88,13 +89,16 @@ from ..transport import (
     TransportUnavailable,
     TxChannel,
 )
-from .app import ApiError, CommitmentSource, OutcomePending, build_app
+from .app import LIMITS, ApiError, CommitmentSource, OutcomePending, build_app
 from .config import ApiConfig
 from .fanout import Fanout
 from .hooks import ReplicaHooks
 from .state import GapError, ReplicaState
 
 log = logging.getLogger(__name__)
+
+#: quiet time (no block applied) after which ``status`` recomputes the state hash (s)
+HASH_QUIET_S = 0.1
 
 #: ``() -> (seq, height, {table name: pa.Table})``: the newest snapshot
 FetchSnapshot = Callable[[], Awaitable[tuple[int, int, dict[str, pa.Table]]]]
@@ -115,6 +119,8 @@ class ReplicaConfig:
     #: the replica group (a metrics label; A/B runs compare groups); "" = from ``name`` when it
     #: follows deploy's ``raydex-replica-<group>-<i>``, else "replica"
     group: str = ""
+    #: the deployment's data-plane secret (``raydex deploy``; never in raydex.yaml)
+    data_plane_secret: str = field(default="", repr=False)
 
 
 class _Pending:
@@ -259,6 +265,15 @@ class MicroBatcher:
                 continue
             finally:
                 self._out_since = None
+            if len(outcomes) != len(txs):  # refused whole (undecodable, over the sequencer's cap)
+                code = outcomes[0].code if outcomes else int(ResultCode.SEQUENCER_UNAVAILABLE)
+                log.error("the sequencer refused a batch of %d txs whole: %d", len(txs), code)
+                for item in batch:
+                    if not item.fut.done():
+                        item.fut.set_exception(
+                            ApiError(code, f"the sequencer refused the batch ({code})", 503)
+                        )
+                continue
             self.batches += 1
             self.txs += len(txs)
             at = 0
@@ -279,6 +294,7 @@ class ReplicaService:
         channel: TxChannel | None = None,
         commitments: CommitmentSource | None = None,
         hooks: ReplicaHooks | None = None,
+        on_fatal: Callable[[str], None] = log_fatal,
     ) -> None:
         self.config = config
         self.commitments = commitments
@@ -291,9 +307,10 @@ class ReplicaService:
         self.fanout = Fanout(self.state, config.api)
         #: what the app's handlers count (cache hits/fallbacks, dry-run time)
         self.counters = ApiCounters()
-        self.channel = channel or GrpcTxChannel(config.sequencer_target)
+        secret = config.data_plane_secret
+        self.channel = channel or GrpcTxChannel(config.sequencer_target, secret=secret)
         self.batcher = MicroBatcher(self.channel, config.max_batch_txs)
-        self.source = GrpcBlockSource(config.sequencer_target, name=config.name)
+        self.source = GrpcBlockSource(config.sequencer_target, name=config.name, secret=secret)
         self.app: web.Application | None = None
         self.runner: web.AppRunner | None = None
         #: the shared (SO_REUSEPORT) port; its site is open only while caught up
@@ -305,8 +322,12 @@ class ReplicaService:
         #: event-loop time the block stream was last (re)opened, None while it is not open (a
         #: stream that has stayed open a check interval has not told us we are behind)
         self._stream_since: float | None = None
-        self._apply_task: asyncio.Task[None] | None = None
-        self._port_task: asyncio.Task[None] | None = None
+        #: apply-loop runs so far (a run after the first follows a failure: it resyncs first)
+        self._apply_runs = 0
+        #: event-loop time the last block was applied; the state hash in ``status`` (see there)
+        self._applied_at = 0.0
+        #: quiet time after which ``status`` hashes again (s); see ``status``
+        self.hash_quiet_s = HASH_QUIET_S
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._waiter_id = 0
         self.boots = 0
@@ -343,6 +364,9 @@ class ReplicaService:
         m.gauge("raydex_ws_queue_depth_messages", lambda: fan.stats().max_queue_depth)
         m.counter_fn("raydex_ws_conflations_total", lambda: fan.conflations)
         m.counter_fn("raydex_ws_slow_disconnects_total", lambda: fan.disconnects)
+        #: the apply loop and the port loop; a failure is logged, counted
+        #: (``raydex_loop_restarts_total{loop}``) and the loop restarted; too many exit the actor
+        self.supervisor = Supervisor(m, on_fatal)
 
     def lag(self) -> int:
         """Blocks between the newest seq known to exist (``seen_seq``: stream frames, the
@@ -383,8 +407,7 @@ class ReplicaService:
         """Boot from the snapshot and catch up, start the apply loop, open the direct port, and
         join the shared port once caught up (at once if the boot left it within the lag)."""
         await self._boot()
-        loop = asyncio.get_running_loop()
-        self._apply_task = loop.create_task(self._apply_loop())
+        self.supervisor.start("apply", self._apply_loop)
         self.app = build_app(
             self.state,
             self.execute_txs,
@@ -406,14 +429,11 @@ class ReplicaService:
         # next seq (the publisher's ring moved past a stale snapshot) has told us so by then.
         await asyncio.sleep(self.config.api.port_check_interval_s)
         await self._update_port()
-        self._port_task = loop.create_task(self._port_loop())
+        self.supervisor.start("port", self._port_loop)
         return self.port
 
     async def stop(self) -> None:
-        for task in (self._port_task, self._apply_task):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        await self.supervisor.stop()
         if self.runner is not None:
             await self.runner.cleanup()
         self._shared = None
@@ -498,6 +518,7 @@ class ReplicaService:
         t3 = time.perf_counter_ns()
         self.apply_time.record(t3 - t0)
         self.blocks_applied += 1
+        self._applied_at = asyncio.get_running_loop().time()
         seq = self.state.seq
         waiters = self._waiters
         while waiters and waiters[0][0] <= seq:
@@ -508,7 +529,25 @@ class ReplicaService:
         if probe is not None:
             probe.on_apply(block, applied, t1 - t0, t2 - t1, t3 - t2)
 
+    async def _resync(self) -> None:
+        """Rebuild the caches from the newest snapshot and catch up (after a failed apply: a
+        block may have been applied half-way, so the caches cannot be trusted)."""
+        self._stream_since = None
+        seq, height, tables = await self.fetch_snapshot()
+        fresh = ReplicaState.from_records(tables_to_records(tables), seq, height, self.verifier)
+        self.state.reload(fresh)
+        self.resyncs += 1
+        await self._catch_up()
+        log.warning("replica %s: resynced from the snapshot at seq %d; now at seq %d",
+                    self.config.name, seq, self.state.seq)  # fmt: skip
+
     async def _apply_loop(self) -> None:
+        """Follow the block stream (supervised: an unexpected exception is logged and counted by
+        the supervisor, which runs this again; a run after the first resyncs from a snapshot,
+        since ``apply_block`` is not atomic)."""
+        self._apply_runs += 1
+        if self._apply_runs > 1:
+            await self._resync()
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -587,20 +626,25 @@ class ReplicaService:
 
     def state_hash(self) -> dict[str, Any]:
         """The state hash of the caches (the one every role reports) and the seq it reflects.
-        O(state) on the event loop the first time per seq, then cached: callers that poll
-        (``status(state_hash=False)``) get the cached one, labelled with its seq."""
+        O(state) on the event loop the first time per seq, then cached."""
         seq = self.state.seq
         if self._digest[0] != seq:
             self._digest = (seq, self.state.state_hash().hex())
         return {"seq": self._digest[0], "state_hash": self._digest[1]}
 
     def status(self, state_hash: bool = True) -> dict[str, Any]:
-        """Counters, ports, seq and lag; the state hash at the current seq (``state_hash``), or
-        the last one computed (cheap, for pollers). ``state_hash_seq`` says which seq it is."""
+        """Counters, ports, seq and lag, and a state hash with the seq it is for
+        (``state_hash_seq``). ``state_hash``: hash the current seq if the replica has been quiet
+        (no block applied) for ``hash_quiet_s``; otherwise, and with ``state_hash=False`` (for
+        pollers), the last one computed. Under load a status call therefore costs O(1) (the hash
+        is O(state): tens of ms with 10k accounts) and may name an older seq; a quiet replica
+        reports the hash of its current seq, once per seq."""
         st = self.state
         fan = self.fanout.stats()
         if state_hash:
-            self.state_hash()
+            quiet = asyncio.get_running_loop().time() - self._applied_at >= self.hash_quiet_s
+            if quiet:
+                self.state_hash()
         return {
             "name": self.config.name,
             "pid": os.getpid(),
@@ -615,6 +659,7 @@ class ReplicaService:
             "height": st.height,
             "state_hash": self._digest[1],
             "state_hash_seq": self._digest[0],
+            "loop_restarts": {n: self.supervisor.restarts(n) for n in ("apply", "port")},
             "boots": self.boots,
             "resyncs": self.resyncs,
             "catch_ups": self.catch_ups,
@@ -624,6 +669,7 @@ class ReplicaService:
             "batched_txs": self.batcher.txs,
             "timeouts": {"sequencer": self.batcher.timeouts, "apply": self.apply_timeouts},
             "reconnects": self.source.reconnects,
+            "limits": dataclasses.asdict(self.app[LIMITS].stats()) if self.app else {},
             "ws": {
                 "connections": fan.connections,
                 "conflations": fan.conflations,
@@ -729,6 +775,7 @@ class ReplicaActor:
             self._fetch_blocks,
             commitments=self if self.committer_name else None,
             hooks=self.hooks(),
+            on_fatal=exit_process,
         )
         port = await self.service.start()
         self.runtime.after_boot(self.service.metrics)
@@ -766,6 +813,12 @@ class ReplicaActor:
                 "direct": svc.direct_port or None,
             }
         return self.runtime.describe("replica", facts)
+
+    async def state_hash(self) -> dict[str, Any]:
+        """The current state hash (O(state), on the replica's loop; ``status`` is cheap)."""
+        await self._started
+        assert self.service is not None
+        return self.service.state_hash()
 
     async def drain(self) -> None:
         """Before removal: close the port (the host's other replicas keep serving it), tell WS

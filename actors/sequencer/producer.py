@@ -32,7 +32,7 @@ txs, the engine's execute, one sha256 for the tx hash; per block one WAL write (
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -64,6 +64,11 @@ _OPERATOR_ONLY = int(ResultCode.OPERATOR_ONLY)
 _API_KEY_NOT_FOUND = int(ResultCode.API_KEY_NOT_FOUND)
 _INVALID_SIGNATURE = int(ResultCode.INVALID_SIGNATURE)
 _UNSUPPORTED = int(ResultCode.UNSUPPORTED_TX_TYPE)
+
+
+#: a signature checked ahead of execution: (the key it was checked against, valid), or None
+#: (not a signed user tx, or no key registered)
+Checked = tuple[bytes, bool] | None
 
 
 class ClosedBlock(NamedTuple):
@@ -112,13 +117,20 @@ class BlockProducer:
         return len(self._outcomes)
 
     def submit(
-        self, txs: Iterable[Any], now_ns: int, operator: bool = False, replay: bool = False
+        self,
+        txs: Iterable[Any],
+        now_ns: int,
+        operator: bool = False,
+        replay: bool = False,
+        checked: Sequence[Checked] | None = None,
     ) -> range:
         """Execute ``txs`` into the open block (opening it at ``now_ns`` if none is open).
 
         Returns the positions of their outcomes in the block being built; they are valid once
         :meth:`close_block` returns that block. ``replay``: txs read back from the WAL, which
         were authorized when they were logged (no operator or signature check again).
+        ``checked``: :meth:`check_signature` of each tx, done ahead (off the critical section);
+        a result is used only if the tx's key is still the one it was checked against.
         """
         if not self._outcomes:
             self._ts_ns = now_ns
@@ -128,11 +140,15 @@ class BlockProducer:
         scratch = self._scratch
         seq = self.seq + 1
         first = len(self._outcomes)
-        for tx in txs:
+        for i, tx in enumerate(txs):
             frame = encode_tx(tx)
             h = tx_hash(tx)
             ttype = tx_type_of(type(tx))
-            code = _OK if replay else self._authorize(tx, ttype, operator)
+            code = (
+                _OK
+                if replay
+                else self._authorize(tx, ttype, operator, checked[i] if checked else None)
+            )
             order_index = 0
             refused = code != _OK
             if not refused:
@@ -157,7 +173,7 @@ class BlockProducer:
             self._outcomes.append(TxOutcome(h, code, order_index, seq))
         return range(first, len(self._outcomes))
 
-    def _authorize(self, tx: Any, ttype: int, operator: bool) -> int:
+    def _authorize(self, tx: Any, ttype: int, operator: bool, checked: Checked) -> int:
         if ttype in OPERATOR_TX_TYPES:
             return _OK if operator else _OPERATOR_ONLY
         if not is_signed_type(type(tx)):
@@ -166,9 +182,24 @@ class BlockProducer:
         pk = self.engine.pub_key(tx.account_index, key_index)
         if pk is None:
             return _API_KEY_NOT_FOUND
-        if self.verify_signatures and not self.verifier.verify(tx, pk):
-            return _INVALID_SIGNATURE
+        if self.verify_signatures:
+            valid = checked[1] if checked is not None and checked[0] == pk else None
+            if valid is None:
+                valid = self.verifier.verify(tx, pk)
+            if not valid:
+                return _INVALID_SIGNATURE
         return _OK
+
+    def check_signature(self, tx: Any) -> Checked:
+        """``tx``'s signature checked against its key as the engine holds it now, for
+        :meth:`submit`'s ``checked``; None for operator commands, unsigned types, unknown keys."""
+        cls = type(tx)
+        if tx_type_of(cls) in OPERATOR_TX_TYPES or not is_signed_type(cls):
+            return None
+        pk = self.engine.pub_key(tx.account_index, tx.api_key_index)
+        if pk is None:
+            return None
+        return pk, self.verifier.verify(tx, pk)
 
     def close_block(self, write_wal: bool = True) -> ClosedBlock | None:
         """Encode the open block and (``write_wal``) make it durable; None when no tx is open.

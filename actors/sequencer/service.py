@@ -61,7 +61,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ from ..snapshot.store import read_snapshot_meta, snapshot_seq, snapshots
 from ..transport import BlockHub, GrpcDataPlaneServer
 from .journal import Journal
 from .oracle import Oracle, oracle_commands
-from .producer import BlockProducer, ClosedBlock
+from .producer import BlockProducer, Checked, ClosedBlock
 from .wal import FsyncPolicy, Wal
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,20 @@ class SequencerConfig:
     #: trips, at a longer pause of the reader thread and larger messages (< 64 MB)
     txlog_read_max_records: int = 2000
     txlog_read_max_bytes: int = 16 << 20
+    #: Data plane bounds (``GrpcDataPlaneServer``). Most txs in one batch from a replica; a bigger
+    #: batch is refused whole with ``BATCH_TOO_LARGE`` (21514). Must be at least every replica
+    #: group's ``max_batch_txs`` (the spec checks it); larger lets one batch hold the block longer.
+    max_batch_txs: int = 1000
+    #: Tx batches being executed at once over all streams (a batch beyond waits, unread): bounds
+    #: the work members can queue; more than the replica count lets each pipeline.
+    max_inflight_batches: int = 64
+    #: Longest the loop checks a batch's signatures before it yields (ms; batches are checked
+    #: before they execute, slice by slice): shorter keeps block closes and other batches flowing
+    #: under a flood of signed txs, at a little more overhead per batch.
+    verify_slice_ms: float = 2.0
+    #: The deployment's data-plane secret (``raydex deploy`` makes one; never in raydex.yaml):
+    #: every gRPC call must carry it. Empty: no check, loopback only (tests, embedded runs).
+    data_plane_secret: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +192,8 @@ class SequencerService:
         self.pruned_through = 0
         self.pruned_segments = 0
         self.txlog_reads = 0
+        #: tx batches refused whole (undecodable, or over ``max_batch_txs``)
+        self.batches_refused = 0
         #: open (first tx in) -> durable and published, per block
         self.block_time = Histogram()
         #: the close itself on the loop: encode the block and queue its WAL record
@@ -226,11 +242,20 @@ class SequencerService:
             self.txlog.publish_nowait(block.seq, block.wal_record)
         rebuilt.clear()
         self.server = GrpcDataPlaneServer(
-            self.hub, self.handle_batch, host=cfg.grpc_host, port=cfg.grpc_port
+            self.hub,
+            self.handle_batch,
+            host=cfg.grpc_host,
+            port=cfg.grpc_port,
+            secret=cfg.data_plane_secret,
+            max_inflight=cfg.max_inflight_batches,
         )
         self.port = await self.server.start()
         self.txlog_server = GrpcDataPlaneServer(
-            self.txlog, self.read_txlog, host=cfg.grpc_host, port=cfg.txlog_port
+            self.txlog,
+            self.read_txlog,
+            host=cfg.grpc_host,
+            port=cfg.txlog_port,
+            secret=cfg.data_plane_secret,
         )
         self.txlog_port = await self.txlog_server.start()
         loop = asyncio.get_running_loop()
@@ -275,23 +300,58 @@ class SequencerService:
     # ---- data plane -----------------------------------------------------------------------------
 
     async def handle_batch(self, frame: bytes) -> bytes:
-        """Tx handler of the gRPC ``Txs`` stream: batch frame in, outcome frame out."""
+        """Tx handler of the gRPC ``Txs`` stream: batch frame in, outcome frame out.
+
+        An undecodable batch is answered ``INVALID_TX_INFO``, one over ``max_batch_txs``
+        ``BATCH_TOO_LARGE`` (one outcome for the whole batch, zero hash, seq 0); an empty batch
+        at once with no outcome. Signatures are checked slice by slice before the batch executes
+        (:meth:`check_signatures`), so a flood of signed txs never holds the loop for long."""
         reply: bytes
         try:
-            txs = decode_batch(frame)
-        except CodecError:
-            reply = encode_outcomes([(bytes(32), ResultCode.INVALID_TX_INFO, 0, 0)])
+            txs = decode_batch(frame, self.config.max_batch_txs)
+        except CodecError as exc:
+            self.batches_refused += 1
+            too_large = exc.code == ResultCode.BATCH_TOO_LARGE
+            code = ResultCode.BATCH_TOO_LARGE if too_large else ResultCode.INVALID_TX_INFO
+            reply = encode_outcomes([(bytes(32), code, 0, 0)])
             return reply
-        reply = encode_outcomes(await self.submit(txs, operator=False))
+        if not txs:
+            reply = encode_outcomes([])
+            return reply
+        checked = await self.check_signatures(txs)
+        reply = encode_outcomes(await self.submit(txs, operator=False, checked=checked))
         return reply
 
-    async def submit(self, txs: Sequence[Any], operator: bool = False) -> list[TxOutcome]:
-        """Execute ``txs`` in the open block; resolves when that block is durable."""
+    async def check_signatures(self, txs: Sequence[Any]) -> list[Checked] | None:
+        """Each user tx's signature checked against its key as it is now, yielding to the loop
+        every ``verify_slice_ms`` (None when the sequencer does not verify). The producer trusts
+        a result only if the key is unchanged when the tx executes."""
+        producer = self.producer
+        assert producer is not None, "start() first"
+        if not producer.verify_signatures:
+            return None
+        budget = int(self.config.verify_slice_ms * 1e6)
+        clock = time.perf_counter_ns
+        check = producer.check_signature
+        out: list[Checked] = []
+        until = clock() + budget
+        for tx in txs:
+            out.append(check(tx))
+            if clock() >= until:
+                await asyncio.sleep(0)
+                until = clock() + budget
+        return out
+
+    async def submit(
+        self, txs: Sequence[Any], operator: bool = False, checked: Sequence[Checked] | None = None
+    ) -> list[TxOutcome]:
+        """Execute ``txs`` in the open block; resolves when that block is durable. ``checked``:
+        :meth:`check_signatures` of ``txs``."""
         producer = self.producer
         assert producer is not None, "start() first"
         if self._stopping:
             raise RuntimeError(f"sequencer is stopping ({self.failed or 'stop requested'})")
-        at = producer.submit(txs, time.time_ns(), operator=operator)
+        at = producer.submit(txs, time.time_ns(), operator=operator, checked=checked)
         if self._pending is None:
             self._pending = asyncio.get_running_loop().create_future()
         fut = self._pending
@@ -457,6 +517,13 @@ class SequencerService:
             "failed": self.failed,
             "grpc_port": self.port,
             "txlog_port": self.txlog_port,
+            "data_plane": {
+                "authenticated": bool(self.config.data_plane_secret),
+                "refused_calls": sum(
+                    srv.refused for srv in (self.server, self.txlog_server) if srv is not None
+                ),
+                "batches_refused": self.batches_refused,
+            },
             "replayed_blocks": self.replayed,
             "blocks": self.blocks,
             "wal": {
@@ -545,6 +612,11 @@ class SequencerActor:
                 "txlog": svc.txlog_port or cfg.txlog_port or None,
             },
         )
+
+    async def data_plane_secret(self) -> str:
+        """The deployment's data-plane secret, for ``raydex deploy`` to hand to new followers.
+        A Ray call: only members of the Ray cluster (Ray's own token auth) can make it."""
+        return self.service.config.data_plane_secret
 
     async def state_hash(self) -> dict[str, Any]:
         """The current state hash (O(state), pauses the block loop; see the service)."""

@@ -51,7 +51,7 @@ import shutil
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,8 @@ class SnapshotConfig:
     retry_s: float = 0.2
     #: deadline of one WAL range read
     read_timeout_s: float = 30.0
+    #: the deployment's data-plane secret (``raydex deploy``; never in raydex.yaml)
+    data_plane_secret: str = field(default="", repr=False)
 
 
 class SnapshotService:
@@ -161,10 +163,15 @@ class SnapshotService:
         self._load(load_newest_snapshot(self.folder))
         self.delta_seq = self.seq
         self.snapshot()  # replicas can boot at once, even on a fresh exchange
-        txlog = GrpcBlockSource(txlog_target, name="snapshot-txlog", backoff=ONE_ATTEMPT)
-        deltas = GrpcBlockSource(delta_target, name="snapshot-deltas", backoff=ONE_ATTEMPT)
+        secret = self.config.data_plane_secret
+        txlog = GrpcBlockSource(
+            txlog_target, name="snapshot-txlog", secret=secret, backoff=ONE_ATTEMPT
+        )
+        deltas = GrpcBlockSource(
+            delta_target, name="snapshot-deltas", secret=secret, backoff=ONE_ATTEMPT
+        )
         self._sources = [txlog, deltas]
-        self._reader = GrpcTxChannel(txlog_target)
+        self._reader = GrpcTxChannel(txlog_target, secret=secret)
         self.supervisor.start("txlog", lambda: self._follow_txlog(txlog))
         self.supervisor.start("deltas", lambda: self._follow_deltas(deltas))
 

@@ -28,7 +28,12 @@ from a snapshot, then subscribes again. The publisher never blocks on a subscrib
 
 Tx batches are delivered at most once; a broken stream fails in-flight batches with
 :class:`TxStreamBroken` and the caller learns their outcome from the blocks. How many batches a
-replica keeps in flight is its own policy.
+replica keeps in flight is its own policy; the gRPC server bounds it anyway (per stream and in
+total) and caps a batch frame's size.
+
+Membership: a gRPC server with the deployment's secret (``new_secret``, made by ``raydex deploy``)
+serves only calls that carry it (``AUTH_KEY`` metadata); a client with a wrong one gets
+:class:`NotAMember`. Ray-call transports are authenticated by Ray itself (cluster membership).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from .core import (
     EndReason,
     Frame,
     HubStats,
+    NotAMember,
     ResyncRequired,
     Subscription,
     TransportError,
@@ -48,8 +54,10 @@ from .core import (
     TxChannel,
     TxHandler,
     TxStreamBroken,
+    new_secret,
 )
 from .grpc_plane import (
+    AUTH_KEY,
     BLOCKS_METHOD,
     SERVICE,
     TXS_METHOD,
@@ -65,6 +73,7 @@ from .ray_plane import (
 )
 
 __all__ = [
+    "AUTH_KEY",
     "BLOCKS_METHOD",
     "SERVICE",
     "TXS_METHOD",
@@ -78,6 +87,7 @@ __all__ = [
     "GrpcDataPlaneServer",
     "GrpcTxChannel",
     "HubStats",
+    "NotAMember",
     "OpenReply",
     "RayBlockFanout",
     "RayBlockSource",
@@ -89,4 +99,5 @@ __all__ = [
     "TxChannel",
     "TxHandler",
     "TxStreamBroken",
+    "new_secret",
 ]

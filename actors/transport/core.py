@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
+import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -61,6 +62,17 @@ class ResyncRequired(TransportError):
 
 class TransportUnavailable(TransportError):
     """The publisher stayed unreachable for ``Backoff.max_attempts`` consecutive attempts."""
+
+
+class NotAMember(TransportUnavailable):
+    """The publisher refused the call (``UNAUTHENTICATED``): no or a wrong data-plane secret.
+    Retrying does not help; the actor was deployed with another deployment's secret."""
+
+
+def new_secret() -> str:
+    """A fresh per-deployment data-plane secret (256 bits, hex): made by ``raydex deploy`` and
+    handed to the actors through Ray, never written to a file."""
+    return secrets.token_hex(32)
 
 
 class TxStreamBroken(TransportError):

@@ -20,9 +20,21 @@ asking for the next, so that is the last applied seq), drops duplicates by seq, 
 
 Txs: the server runs each batch through the handler as its own task, so several batches from one
 replica may be in flight and their results may come back out of order; the client matches them
-by batch id. "At most one batch in flight" is the caller's policy. A broken tx stream fails every
-pending ``submit`` with :class:`TxStreamBroken`; nothing is resent; the next ``submit`` opens a
-new stream.
+by batch id. "At most one batch in flight" is the caller's policy; the server bounds it anyway:
+at most ``max_inflight_per_stream`` batches per stream and ``max_inflight`` over all streams run
+at once, and while a stream is at its bound the server stops reading it (HTTP/2 flow control then
+holds the sender back: nothing is dropped). A request over ``max_request_bytes`` fails its stream
+with ``RESOURCE_EXHAUSTED``. A broken tx stream fails every pending ``submit`` with
+:class:`TxStreamBroken`; nothing is resent; the next ``submit`` opens a new stream.
+
+Membership: only deployment members may open a stream. With a ``secret`` (generated per
+deployment by ``raydex deploy`` and handed to the actors through Ray, never written to a file),
+every call must carry it in the ``raydex-auth`` metadata; it is compared in constant time when the
+call opens, and a call without it ends with ``UNAUTHENTICATED`` before it reads or sends anything
+(counted in ``refused``). Without a secret the server listens on loopback only (tests, embedded
+runs): ``start`` refuses any other address. The secret authenticates, it does not encrypt: on an
+untrusted network between hosts, put the data plane on a private network or VPN (or move it to
+mTLS, which also encrypts), as for Ray's own token-authenticated control plane.
 
 Cost: one copy of each frame per hop to prepend the 8-byte header; the rest is grpc's.
 """
@@ -30,6 +42,7 @@ Cost: one copy of each frame per hop to prepend the 8-byte header; the rest is g
 from __future__ import annotations
 
 import asyncio
+import hmac
 import struct
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, NamedTuple
@@ -43,6 +56,7 @@ from .core import (
     BlockHub,
     EndReason,
     Frame,
+    NotAMember,
     ResyncRequired,
     Subscription,
     TxHandler,
@@ -53,6 +67,10 @@ SERVICE = "raydex.DataPlane"
 BLOCKS_METHOD = f"/{SERVICE}/Blocks"
 TXS_METHOD = f"/{SERVICE}/Txs"
 FLOOR_KEY = "raydex-floor"
+#: call metadata that carries the deployment's data-plane secret
+AUTH_KEY = "raydex-auth"
+#: addresses a server may listen on without a secret
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 _U64 = struct.Struct("<Q")
 _MAX_MESSAGE = 64 * 1024 * 1024
@@ -82,6 +100,9 @@ class GrpcDataPlaneServer:
 
     ``port=0`` picks a free port; :meth:`start` returns the bound one. :meth:`stop` ends every
     open block stream (clients see a clean end and reconnect) and cancels the rest after ``grace``.
+    ``secret`` and the bounds: see the module docstring. ``max_inflight_per_stream`` above 1 lets
+    a member pipeline; ``max_inflight`` caps the work all members can queue on the handler at once
+    (a batch beyond it waits, unread). ``max_request_bytes`` caps one tx batch frame.
     """
 
     def __init__(
@@ -91,21 +112,41 @@ class GrpcDataPlaneServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
+        secret: str = "",
+        max_inflight_per_stream: int = 4,
+        max_inflight: int = 64,
+        max_request_bytes: int = 8 << 20,
         options: Sequence[tuple[str, Any]] = SERVER_OPTIONS,
     ) -> None:
+        if max_inflight_per_stream < 1 or max_inflight < 1 or max_request_bytes < 64:
+            raise ValueError("in-flight bounds must be >= 1 and max_request_bytes >= 64")
         self._hub = hub
         self._tx_handler = tx_handler
         self._host = host
         self._port = port
-        self._options = tuple(options)
+        self._secret = secret.encode()
+        self._per_stream = max_inflight_per_stream
+        self._slots = asyncio.Semaphore(max_inflight)
+        limit = "grpc.max_receive_message_length"
+        self._options = (
+            *(o for o in options if o[0] != limit),
+            (limit, max_request_bytes),
+        )
         self._server: grpc.aio.Server | None = None
         self._subs: set[Subscription] = set()
+        #: calls ended UNAUTHENTICATED (no or a wrong secret)
+        self.refused = 0
 
     @property
     def address(self) -> str:
         return f"{self._host}:{self._port}"
 
     async def start(self) -> int:
+        if not self._secret and self._host not in LOOPBACK:
+            raise ValueError(
+                f"refusing to serve the data plane on {self._host} without a secret: only "
+                "loopback may go without one (raydex deploy generates one per deployment)"
+            )
         server = grpc.aio.server(options=self._options)
         handlers: dict[str, grpc.RpcMethodHandler] = {
             "Blocks": grpc.unary_stream_rpc_method_handler(self._blocks),
@@ -125,9 +166,23 @@ class GrpcDataPlaneServer:
             await self._server.stop(grace)
             self._server = None
 
+    async def _authenticate(self, context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
+        """End the call UNAUTHENTICATED unless it carries the secret (constant-time compare)."""
+        if not self._secret:
+            return
+        given = b""
+        for key, value in context.invocation_metadata() or ():
+            if key == AUTH_KEY:
+                given = value.encode() if isinstance(value, str) else bytes(value)
+                break
+        if not hmac.compare_digest(given, self._secret):
+            self.refused += 1
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "not a member of this deployment")
+
     async def _blocks(
         self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
     ) -> AsyncIterator[bytes]:
+        await self._authenticate(context)
         if len(request) < _U64.size:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request is u64 from_seq + name")
         (from_seq,) = _U64.unpack_from(request)
@@ -156,9 +211,12 @@ class GrpcDataPlaneServer:
         context: grpc.aio.ServicerContext[bytes, bytes],
     ) -> AsyncIterator[bytes]:
         assert self._tx_handler is not None
+        await self._authenticate(context)
         handler = self._tx_handler
         out: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
         pending: set[asyncio.Task[None]] = set()
+        mine = asyncio.Semaphore(self._per_stream)
+        slots = self._slots
 
         async def serve(batch_id: bytes, frame: bytes) -> None:
             try:
@@ -166,14 +224,32 @@ class GrpcDataPlaneServer:
             except Exception as exc:  # re-raised by the writer below: it fails the stream
                 out.put_nowait(exc)
 
+        def release(_: object) -> None:  # also for a task cancelled before it ran
+            mine.release()
+            slots.release()
+
         async def read_all() -> None:
             try:
-                async for request in requests:
+                stream = aiter(requests)
+                while True:
+                    await mine.acquire()  # at the bound: leave the next request unread
+                    try:
+                        request = await anext(stream)
+                    except StopAsyncIteration:
+                        mine.release()
+                        break
                     if len(request) < _U64.size:
+                        mine.release()
                         raise ValueError("a Txs request is u64 batch id + frame")
+                    try:
+                        await slots.acquire()
+                    except BaseException:
+                        mine.release()
+                        raise
                     task = asyncio.create_task(serve(request[:8], request[8:]))
                     pending.add(task)
                     task.add_done_callback(pending.discard)
+                    task.add_done_callback(release)
                 if pending:
                     await asyncio.wait(tuple(pending))
             except Exception as exc:  # re-raised by the writer below: it fails the stream
@@ -203,11 +279,13 @@ class GrpcBlockSource:
         target: str,
         *,
         name: str = "",
+        secret: str = "",
         backoff: Backoff = DEFAULT_BACKOFF,
         options: Sequence[tuple[str, Any]] = CLIENT_OPTIONS,
     ) -> None:
         self._target = target
         self._name = name.encode()
+        self._metadata = _auth_metadata(secret)
         self._backoff = backoff
         self._options = tuple(options)
         self._channel: grpc.aio.Channel | None = None
@@ -226,7 +304,8 @@ class GrpcBlockSource:
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self._target, options=self._options)
         method = self._channel.unary_stream(BLOCKS_METHOD)
-        return method(_U64.pack(from_seq) + self._name)  # type: ignore[no-any-return]
+        call = method(_U64.pack(from_seq) + self._name, metadata=self._metadata)
+        return call  # type: ignore[no-any-return]
 
     async def _stream(self, from_seq: int) -> AsyncIterator[Frame]:
         next_seq = from_seq
@@ -249,6 +328,8 @@ class GrpcBlockSource:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.OUT_OF_RANGE:
                     raise ResyncRequired(next_seq, _floor_of(exc)) from None
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    raise NotAMember(f"{self._target} refused us: {exc.details()}") from None
                 cause = exc.code()
             finally:
                 call.cancel()
@@ -256,6 +337,10 @@ class GrpcBlockSource:
             await asyncio.sleep(self._backoff.delay(attempt))
             attempt += 1
             self.reconnects += 1
+
+
+def _auth_metadata(secret: str) -> tuple[tuple[str, str], ...] | None:
+    return ((AUTH_KEY, secret),) if secret else None
 
 
 def _floor_of(exc: grpc.aio.AioRpcError) -> int:
@@ -268,8 +353,15 @@ def _floor_of(exc: grpc.aio.AioRpcError) -> int:
 class GrpcTxChannel:
     """Replica side of ``Txs``: implements :class:`TxChannel` (see module docstring)."""
 
-    def __init__(self, target: str, *, options: Sequence[tuple[str, Any]] = CLIENT_OPTIONS) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        secret: str = "",
+        options: Sequence[tuple[str, Any]] = CLIENT_OPTIONS,
+    ) -> None:
         self._target = target
+        self._metadata = _auth_metadata(secret)
         self._options = tuple(options)
         self._channel: grpc.aio.Channel | None = None
         self._stream: _TxStream | None = None
@@ -305,9 +397,9 @@ class GrpcTxChannel:
         if stream is None or stream.call.done():
             if self._channel is None:
                 self._channel = grpc.aio.insecure_channel(self._target, options=self._options)
-            call: grpc.aio.StreamStreamCall[bytes, bytes] = self._channel.stream_stream(
-                TXS_METHOD
-            )()
+            call: grpc.aio.StreamStreamCall[bytes, bytes] = self._channel.stream_stream(TXS_METHOD)(
+                metadata=self._metadata
+            )
             stream = self._stream = _TxStream(call, {})
             reader = asyncio.create_task(self._read(stream))
             self._readers.add(reader)

@@ -24,7 +24,14 @@ a new plan would shuffle them (a redeploy of that replica moves it).
 Configs: each actor gets the config dataclass the spec embeds (``spec.sequencer.config``,
 ``spec.snapshot.config``, a group's ``replica``), with the spec-wide fields already wired by the
 spec and the deploy-time ones filled in here: the listen address, replica names, the
-sequencer's address. Nothing is copied field by field.
+sequencer's address, the data-plane secret. Nothing is copied field by field.
+
+Data-plane secret: the deploy that creates the sequencer makes a fresh one (``new_secret``) and
+passes it in the sequencer's config; every later deploy asks the sequencer for it (a Ray call:
+only members of the Ray cluster can make it) and passes it to the holder, the committer and each
+new replica. It travels only inside Ray (actor creation arguments, which Ray keeps to restart an
+actor), never through raydex.yaml or a file; a new deployment (after ``raydex down``) gets a new
+one. Every gRPC call to the sequencer must carry it (``actors/transport/grpc_plane.py``).
 
 Ports: the sequencer serves blocks on ``ports.grpc`` and the tx log on ``ports.grpc + 1``;
 replicas share ``ports.http`` per host. ``bind`` is ``127.0.0.1`` for an embedded local Ray and
@@ -47,6 +54,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from raydex.actors.transport import new_secret
 
 from ..topology import HOST_LABEL, Topology
 from .placement import (
@@ -223,7 +232,12 @@ def deploy(
     existing = _named(namespace)
     created: list[str] = []
     if SEQUENCER not in existing:
-        cfg = dataclasses.replace(spec.sequencer.config, grpc_host=bind)
+        # The deployment's data-plane secret is born with its sequencer and lives in the actors'
+        # creation arguments (Ray hands them to restarted actors too); later deploys ask the
+        # sequencer for it. It is never written to raydex.yaml or any other file.
+        cfg = dataclasses.replace(
+            spec.sequencer.config, grpc_host=bind, data_plane_secret=new_secret()
+        )
         args_q = (cfg, bundle("sequencer"), spec.sequencer.gc)
         _spawn(SequencerActor, SEQUENCER, namespace, bundle("sequencer"), args_q)
         created.append(SEQUENCER)
@@ -234,12 +248,13 @@ def deploy(
     )
     delta_target = f"{host}:{started['grpc_port']}"
     txlog_target = f"{host}:{started['txlog_port']}"
+    secret: str = ray.get(sequencer.data_plane_secret.remote(), timeout=timeout_s)
     # CreateMarket of an existing market is refused (MARKET_EXISTS) and changes nothing.
     ray.get(sequencer.operator.remote(list(spec.markets)), timeout=timeout_s)
 
     if SNAPSHOT not in existing:
         args = (
-            spec.snapshot.config,
+            dataclasses.replace(spec.snapshot.config, data_plane_secret=secret),
             delta_target,
             txlog_target,
             bundle("snapshot"),
@@ -249,7 +264,8 @@ def deploy(
         created.append(SNAPSHOT)
     ray.get(ray.get_actor(SNAPSHOT, namespace=namespace).start.remote(), timeout=timeout_s)
     if COMMITTER not in existing:
-        _spawn(CommitterActor, COMMITTER, namespace, None, (delta_target, SNAPSHOT, namespace))
+        args_c = (delta_target, SNAPSHOT, namespace, secret)
+        _spawn(CommitterActor, COMMITTER, namespace, None, args_c)
         created.append(COMMITTER)
 
     desired: dict[str, BundlePlacement | None] = {}
@@ -269,7 +285,11 @@ def deploy(
     for name in sorted(set(desired) - current):
         group = group_of[name]
         cfg_r = dataclasses.replace(
-            group.replica, name=name, sequencer_target=delta_target, http_host=bind
+            group.replica,
+            name=name,
+            sequencer_target=delta_target,
+            http_host=bind,
+            data_plane_secret=secret,
         )
         b = desired[name]
         args_r = (cfg_r, SNAPSHOT, namespace, b, COMMITTER, group.gc)
@@ -447,15 +467,17 @@ def down(namespace: str = NAMESPACE) -> list[str]:
 
 
 def wait_ready(namespace: str = NAMESPACE, timeout_s: float = 60.0) -> dict[str, Any]:
-    """Poll ``status`` until every replica reports the sequencer's seq or newer (bounded); the
-    statuses then, state hashes included."""
+    """Poll ``status`` until every replica reports the sequencer's seq or newer, and the state
+    hash of its seq (a replica computes it once quiet: ``ReplicaService.status``) (bounded)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        st = status(namespace, state_hash=False)
+        st = status(namespace)
         seq = st.get(SEQUENCER, {}).get("seq", 0)
         reps = [v for k, v in st.items() if k.startswith(REPLICA_PREFIX)]
-        if reps and all(r.get("seq", -1) >= seq for r in reps):
-            return status(namespace)
+        if reps and all(
+            r.get("seq", -1) >= seq and r.get("state_hash_seq") == r.get("seq") for r in reps
+        ):
+            return st
         if time.monotonic() > deadline:
             raise TimeoutError(f"replicas not caught up after {timeout_s}s: {st}")
         time.sleep(0.2)

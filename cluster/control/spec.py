@@ -66,7 +66,7 @@ import yaml
 from raydex.actors.replica import ApiConfig, ReplicaConfig
 from raydex.actors.sequencer import SequencerConfig
 from raydex.actors.snapshot import SnapshotConfig
-from raydex.codecs import CreateMarket, MarketIndex, MarketStatus, spec_of
+from raydex.codecs import MAX_BATCH_TXS, CreateMarket, MarketIndex, MarketStatus, spec_of
 
 __all__ = [
     "MARKET_DEFAULTS",
@@ -156,12 +156,15 @@ def _placement_problems(host: str | None, numa_node: int, cpus: int) -> _Problem
         yield "cpus", f"must be >= 1, got {cpus}"
 
 
+#: never a key: `raydex deploy` makes one per deployment and hands it out through Ray
+_SECRET_SOURCE = "`raydex deploy` (a per-deployment secret, never written to a file)"
 _SEQUENCER_WIRED = {
     "chain_id": "the top-level chain_id",
     "snapshot_dir": "snapshot.dir",
     "grpc_host": "`raydex deploy --bind`",
     "grpc_port": "ports.grpc",
     "txlog_port": "ports.grpc + 1",
+    "data_plane_secret": _SECRET_SOURCE,
 }
 
 
@@ -202,6 +205,12 @@ class SequencerSpec:
             yield "oracle_interval_ms", f"must be in 0..3600000, got {c.oracle_interval_ms}"
         if not 1 <= c.oracle_max_step_bps <= 10_000:
             yield "oracle_max_step_bps", f"must be in 1..10000, got {c.oracle_max_step_bps}"
+        if not 1 <= c.max_batch_txs <= MAX_BATCH_TXS:
+            yield "max_batch_txs", f"must be in 1..{MAX_BATCH_TXS}, got {c.max_batch_txs}"
+        if c.max_inflight_batches < 1:
+            yield "max_inflight_batches", f"must be >= 1, got {c.max_inflight_batches}"
+        if c.verify_slice_ms <= 0:
+            yield "verify_slice_ms", f"must be > 0, got {c.verify_slice_ms}"
         yield from _placement_problems(self.host, self.numa_node, self.cpus)
 
 
@@ -210,7 +219,7 @@ class SnapshotSpec:
     """The snapshot holder's ``SnapshotConfig`` (cadence, folder, catch-up ring, folders kept;
     see its fields for what each knob trades) and where it runs (as ``SequencerSpec``)."""
 
-    config: SnapshotConfig = field(metadata=_embed({}))
+    config: SnapshotConfig = field(metadata=_embed({"data_plane_secret": _SECRET_SOURCE}))
     host: str | None = None
     numa_node: int = 0
     cpus: int = 1
@@ -345,6 +354,7 @@ _REPLICA_WIRED = {
     "chain_id": "the top-level chain_id",
     "group": "the group's name",
     "api.network_id": "the top-level chain_id",
+    "data_plane_secret": _SECRET_SOURCE,
 }
 #: ApiConfig knobs that must be >= 1 (the others: >= 0); absent ones are skipped.
 _API_POSITIVE = (
@@ -358,6 +368,9 @@ _API_POSITIVE = (
     "ws_send_buffer_bytes",
     "ws_close_timeout_s",
     "max_list_limit",
+    "ws_max_connections_per_ip",
+    "rate_limit_max_keys",
+    "rejection_cache_size",
 )
 
 
@@ -501,6 +514,14 @@ class DeploySpec:
                 if value in seen:
                     yield f"{key}[{i}].{attr}", f"duplicate {value!r}"
                 seen.add(value)
+        cap = self.sequencer.config.max_batch_txs
+        for i, group in enumerate(self.replica_groups):
+            if group.replica.max_batch_txs > cap:
+                yield (
+                    f"replica_groups[{i}].max_batch_txs",
+                    f"must be <= sequencer.max_batch_txs ({cap}), got "
+                    f"{group.replica.max_batch_txs}",
+                )
 
 
 def load_spec(source: str | os.PathLike[str]) -> DeploySpec:

@@ -303,6 +303,16 @@ def _install_signals() -> Callable[[], None]:
     return restore
 
 
+def _job_config(namespace: str, opts: LoadtestOptions) -> Any:
+    """The loadtest's row in Ray's Jobs page names it (metadata ``job_name``): which deployment
+    it made and at what rate. Ray shows every driver SUCCEEDED once it disconnects; the run's
+    verdict is the command's exit status and report.json."""
+    from ray.job_config import JobConfig
+
+    name = f"raydex loadtest {namespace} ({opts.tps:g} tx/s for {opts.seconds:g} s)"
+    return JobConfig(metadata={"job_name": name, "raydex_deployment": namespace})
+
+
 def _say(opts: LoadtestOptions, text: str) -> None:
     if not opts.quiet:
         print(text, file=sys.stderr, flush=True)
@@ -339,10 +349,12 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
     try:
         if opts.address is None:
             ray.init(address="local", include_dashboard=False, log_to_driver=False,
+                     job_config=_job_config(namespace, opts),
                      **init_kwargs(topology, host="loadtest-host"))  # fmt: skip
             started_ray = True
         else:
-            ray.init(address=opts.address, log_to_driver=False)
+            ray.init(address=opts.address, log_to_driver=False,
+                     job_config=_job_config(namespace, opts))  # fmt: skip
         restore = _install_signals()
         try:
             dep.deploy(

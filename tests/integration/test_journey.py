@@ -308,6 +308,11 @@ def test_raydex_up_starts_its_own_head_and_down_stop_ray_stops_that_one_only(
         assert "raydex-replica-public-0" in st["actors"]
         members = group_members(record["pid"])
         assert len(members) > 3
+        # Ray's Jobs page (its REST API) names each raydex driver by the command it ran
+        jobs = asyncio.run(_get_json(f"http://127.0.0.1:{dash}/api/jobs/", _ray_token(env)))
+        names = [(j.get("metadata") or {}).get("job_name", "") for j in jobs]
+        assert any(n.startswith("raydex up --spec ") for n in names), names
+        assert "raydex status --json" in names, names
 
         out = raydex("down", "--stop-ray", env=env)
         assert "stopped the Ray head `raydex up` started (pid " in out
@@ -318,6 +323,25 @@ def test_raydex_up_starts_its_own_head_and_down_stop_ray_stops_that_one_only(
             stop_group(json.loads((state / "head.json").read_text())["pid"])
     # the session's Ray, another Ray on this host, was left alone
     assert ray.get(ray.remote(lambda: 42).remote(), timeout=60) == 42
+
+
+def _ray_token(env: dict[str, str]) -> dict[str, str]:
+    """The bearer header Ray's dashboard API wants when the head runs with token auth (Ray's
+    own lookup: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)."""
+    token = env.get("RAY_AUTH_TOKEN")
+    path = Path(env.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    if not token and path.is_file():
+        token = path.read_text().strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+async def _get_json(url: str, headers: dict[str, str]) -> Any:
+    async with (
+        aiohttp.ClientSession(headers=headers) as s,
+        s.get(url, timeout=aiohttp.ClientTimeout(total=30)) as r,
+    ):
+        assert r.status == 200, await r.text()
+        return await r.json()
 
 
 async def _get_status(url: str) -> int:

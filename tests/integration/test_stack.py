@@ -103,8 +103,11 @@ def replicas_at(ex: Exchange, seq: int, count: int) -> dict[str, Any] | None:
 
 
 def replicas_at_one_seq(ex: Exchange) -> dict[str, Any] | None:
+    """Every replica at one seq, each reporting the state hash of that seq (``status`` hashes
+    once a replica is quiet)."""
     reps = ex.replicas()
-    return reps if len({v.get("seq") for v in reps.values()}) == 1 else None
+    hashed = all(v.get("state_hash_seq") == v.get("seq") for v in reps.values())
+    return reps if hashed and len({v.get("seq") for v in reps.values()}) == 1 else None
 
 
 def until(cond: Any, what: str, seconds: float = WAIT) -> Any:
@@ -161,6 +164,37 @@ def test_a_replica_added_by_a_redeploy_boots_from_the_snapshot_and_matches(
     removed = exchange.deploy(replicas=2)
     assert removed.removed == ("raydex-replica-api-2",)
     assert set(exchange.replicas()) == {"raydex-replica-api-0", "raydex-replica-api-1"}
+
+
+def test_the_deployed_data_plane_refuses_a_client_without_the_deployments_secret(
+    exchange: Exchange,
+) -> None:
+    """``raydex deploy`` made a secret and handed it to every member (the replicas, the holder,
+    the committer follow the streams: they are caught up); a plain gRPC client that knows the
+    ports and method names but not the secret reads no block and no tx-log record."""
+    import grpc
+    import grpc.aio
+
+    from raydex.actors.transport import BLOCKS_METHOD
+
+    status = ray.get(ray.get_actor(dep.SEQUENCER, namespace=NS).status.remote(), timeout=WAIT)
+    assert status["data_plane"]["authenticated"] is True
+
+    async def stranger(port: int) -> grpc.StatusCode:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            call = ch.unary_stream(BLOCKS_METHOD)((1).to_bytes(8, "little"))
+            try:
+                async for _ in call:
+                    raise AssertionError("a stranger was sent a block")
+            except grpc.aio.AioRpcError as exc:
+                return exc.code()
+        raise AssertionError("no status")
+
+    for port in (status["grpc_port"], status["txlog_port"]):
+        assert asyncio.run(stranger(port)) == grpc.StatusCode.UNAUTHENTICATED
+    snap = ray.get(ray.get_actor(dep.SNAPSHOT, namespace=NS).status.remote(), timeout=WAIT)
+    assert snap["seq"] > 0  # the holder, a member, follows the streams
+    until(lambda: replicas_at(exchange, sequencer_seq(), count=2), "members caught up")
 
 
 def test_a_replica_killed_under_load_is_restarted_and_catches_up_with_no_gap(
