@@ -18,6 +18,11 @@ behind it is young again. What is admitted thus waits at most about ``max_delay_
 plus one batch round trip, whatever the offered load (a bound, not a fixed rate: the admitted
 rate follows the sequencer's capacity).
 
+The replica's signal adds its own event loop's lag (:class:`LoopLag`): when the replica
+itself is the bottleneck (its CPU spent on HTTP, dry-runs and blocks, or not given a core),
+requests wait in its sockets before any handler runs, and the loop falls behind its timers by
+about that long.
+
 **Nonces.** A tx refused here consumes nothing: its key's next nonce stays where it was, so any
 later tx of that key can only fail (the client must send the refused nonce again or re-sync
 with ``nextNonce``). For the key's *next* tx refused here (its nonce is ``next_nonce``), that
@@ -34,10 +39,11 @@ lookup while any key is remembered.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Admission", "NextNonce"]
+__all__ = ["Admission", "LoopLag", "NextNonce"]
 
 #: ``(account, api key) -> the nonce the key's next tx must carry`` (None: unknown key)
 NextNonce = Callable[[int, int], "int | None"]
@@ -112,3 +118,30 @@ class Admission:
 
 def _key(tx: Any) -> tuple[int, int]:
     return (getattr(tx, "account_index", -1), getattr(tx, "api_key_index", -1))
+
+
+class LoopLag:
+    """How far the event loop runs behind its schedule. ``run()`` (a loop task) sleeps
+    ``interval_s`` at a time and notes how late it woke; ``now()`` is the larger of that and
+    how overdue its next wake already is, so a loop stuck in a long iteration (a burst of
+    requests) or not scheduled at all is seen while it lasts, not only afterwards.
+    Cost: 1 / ``interval_s`` wake-ups per second (50 at the default: ~1 ms of CPU per second)."""
+
+    def __init__(self, interval_s: float = 0.02) -> None:
+        self.interval_s = interval_s
+        self.last = 0.0
+        self._due: float | None = None
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = self._due = loop.time() + self.interval_s
+            await asyncio.sleep(self.interval_s)
+            self.last = max(0.0, loop.time() - due)
+
+    def now(self) -> float:
+        """Seconds the loop is behind (0 before ``run`` started)."""
+        due = self._due
+        if due is None:
+            return 0.0
+        return max(self.last, asyncio.get_running_loop().time() - due)

@@ -80,6 +80,7 @@ from .limits import WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
 from .state import LevelOrders, Levels, ReplicaState
 
 __all__ = [
+    "ADMISSION",
     "ApiConfig",
     "ApiError",
     "CommitmentSource",
@@ -153,6 +154,8 @@ class Overloaded(RateLimited):
 
 #: the app's :class:`Limits` (its owner reports ``stats()``)
 LIMITS = web.AppKey("limits", Limits)
+#: the app's overload door (its owner reports ``stats()``)
+ADMISSION = web.AppKey("admission", Admission)
 
 
 class OutcomePending(ApiError):
@@ -818,6 +821,7 @@ def build_app(
         limits,
         Admission(queue_delay, cfg.admission_max_delay_s),
     )
+    app_admission = api.admission
 
     @web.middleware
     async def _budget(
@@ -832,6 +836,7 @@ def build_app(
         client_max_size=cfg.max_body_bytes, middlewares=[_errors, _budget, *hk.middlewares]
     )
     app[LIMITS] = limits
+    app[ADMISSION] = app_admission
     r = app.router
     r.add_get("/", api.info)
     r.add_get("/info", api.info)

@@ -89,7 +89,8 @@ from ..transport import (
     TransportUnavailable,
     TxChannel,
 )
-from .app import LIMITS, ApiError, CommitmentSource, OutcomePending, build_app
+from .admission import LoopLag
+from .app import ADMISSION, LIMITS, ApiError, CommitmentSource, OutcomePending, build_app
 from .config import ApiConfig
 from .fanout import Fanout
 from .hooks import ReplicaHooks
@@ -310,6 +311,7 @@ class ReplicaService:
         secret = config.data_plane_secret
         self.channel = channel or GrpcTxChannel(config.sequencer_target, secret=secret)
         self.batcher = MicroBatcher(self.channel, config.max_batch_txs)
+        self.loop_lag = LoopLag()
         self.source = GrpcBlockSource(config.sequencer_target, name=config.name, secret=secret)
         self.app: web.Application | None = None
         self.runner: web.AppRunner | None = None
@@ -360,6 +362,8 @@ class ReplicaService:
         m.histogram("raydex_dry_run_seconds", counters.dry_run)
         m.counter_fn("raydex_cache_hits_total", lambda: counters.cache_hits)
         m.counter_fn("raydex_cache_fallbacks_total", lambda: counters.cache_fallbacks)
+        m.counter_fn("raydex_overload_refusals_total", self._refusals)
+        m.gauge("raydex_queue_delay_seconds", self.queue_delay)
         m.gauge("raydex_ws_connections", lambda: len(fan.clients))
         m.gauge("raydex_ws_queue_depth_messages", lambda: fan.stats().max_queue_depth)
         m.counter_fn("raydex_ws_conflations_total", lambda: fan.conflations)
@@ -367,6 +371,23 @@ class ReplicaService:
         #: the apply loop and the port loop; a failure is logged, counted
         #: (``raydex_loop_restarts_total{loop}``) and the loop restarted; too many exit the actor
         self.supervisor = Supervisor(m, on_fatal)
+
+    def queue_delay(self) -> float:
+        """The overload door's signal (admission.py): how long a tx arriving now can expect to
+        wait before it reaches the sequencer: this event loop's lag (requests waiting in its
+        sockets) plus the micro-batcher's delay (the queue to the sequencer)."""
+        return self.loop_lag.now() + self.batcher.delay()
+
+    def _refusals(self) -> int:
+        door = self.app[ADMISSION] if self.app is not None else None
+        return 0 if door is None else door.refused + door.refused_behind
+
+    def overload_stats(self) -> dict[str, float]:
+        """The door's refusals (admission.py), txs answered unsent behind a dropped one of
+        their key, and the queueing delay now (ms)."""
+        door = self.app[ADMISSION].stats() if self.app is not None else {}
+        return {**door, "dropped_behind": self.batcher.dropped_behind,
+                "queue_delay_ms": round(1000 * self.queue_delay(), 1)}  # fmt: skip
 
     def lag(self) -> int:
         """Blocks between the newest seq known to exist (``seen_seq``: stream frames, the
@@ -408,6 +429,7 @@ class ReplicaService:
         join the shared port once caught up (at once if the boot left it within the lag)."""
         await self._boot()
         self.supervisor.start("apply", self._apply_loop)
+        self.supervisor.start("loop_lag", self.loop_lag.run)
         self.app = build_app(
             self.state,
             self.execute_txs,
@@ -416,7 +438,7 @@ class ReplicaService:
             config=self.config.api,
             commitments=self.commitments,
             hooks=self.hooks,
-            queue_delay=self.batcher.delay,
+            queue_delay=self.queue_delay,
         )
         self.runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
         await self.runner.setup()
@@ -670,6 +692,7 @@ class ReplicaService:
             "timeouts": {"sequencer": self.batcher.timeouts, "apply": self.apply_timeouts},
             "reconnects": self.source.reconnects,
             "limits": dataclasses.asdict(self.app[LIMITS].stats()) if self.app else {},
+            "overload": self.overload_stats(),
             "ws": {
                 "connections": fan.connections,
                 "conflations": fan.conflations,
