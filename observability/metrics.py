@@ -169,6 +169,16 @@ CATALOG: dict[str, MetricDef] = {
             "counter",
             "REST reads the caches could not answer (remote call to another actor).",
         ),
+        MetricDef(
+            "raydex_overload_refusals_total",
+            "counter",
+            "Txs refused at the overload door (23000 / HTTP 429; actors/replica/admission.py).",
+        ),
+        MetricDef(
+            "raydex_queue_delay_seconds",
+            "gauge",
+            "Overload door signal: event-loop lag plus the queue delay to the sequencer.",
+        ),
         MetricDef("raydex_ws_connections", "gauge", "Open WebSocket connections."),
         MetricDef(
             "raydex_ws_queue_depth_messages",

@@ -32,6 +32,10 @@ Semantics:
 - An outcome that does not come in time is answered with HTTP 503 and 21822
   (``SEQUENCER_UNAVAILABLE``: the tx may still execute, look it up by hash; ``tx_hash`` is in the
   answer when the sequencer already returned it); ``execute_txs`` owns that deadline.
+- Overload (admission.py): while the owner's queueing delay to the sequencer (``queue_delay``)
+  is over ``admission_max_delay_s``, a tx request is refused at the door, after decoding and
+  before its dry-run (no signature check, nothing noted), with 23000 and HTTP 429 (WS: the
+  reply with the request's id); so are later nonces of a key whose next nonce was refused so.
 - The app never awaits anything but ``execute_txs``, a commitment read and the client's own
   socket; the caches are only written by the apply loop, which runs on the same event loop, so a
   handler sees one consistent block between awaits.
@@ -67,6 +71,7 @@ from raydex.codecs import (
 from raydex.observability.metrics import ApiCounters
 
 from . import public_views, views
+from .admission import Admission
 from .candles import RESOLUTIONS
 from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
@@ -75,6 +80,7 @@ from .limits import WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
 from .state import LevelOrders, Levels, ReplicaState
 
 __all__ = [
+    "ADMISSION",
     "ApiConfig",
     "ApiError",
     "CommitmentSource",
@@ -137,8 +143,19 @@ class RateLimited(ApiError):
         self.retry_after = max(1, int(wait_s + 0.999))
 
 
+class Overloaded(RateLimited):
+    """Refused at the overload door (admission.py): HTTP 429 (``Retry-After: 1``), code 23000;
+    nothing was noted or sent, the nonce is unused."""
+
+    def __init__(self, why: str) -> None:
+        ApiError.__init__(self, int(ResultCode.RATE_LIMITED), why, 429)
+        self.retry_after = 1
+
+
 #: the app's :class:`Limits` (its owner reports ``stats()``)
 LIMITS = web.AppKey("limits", Limits)
+#: the app's overload door (its owner reports ``stats()``)
+ADMISSION = web.AppKey("admission", Admission)
 
 
 class OutcomePending(ApiError):
@@ -268,8 +285,10 @@ class _Api:
         commitments: CommitmentSource | None,
         probe: StepProbe | None,
         limits: Limits,
+        admission: Admission | None = None,
     ) -> None:
         self.limits = limits
+        self.admission = admission if admission is not None else Admission(None, 0)
         self.state = state
         self.execute_txs = execute_txs
         self.fanout = fanout
@@ -552,6 +571,10 @@ class _Api:
         st = self.state
         now_ms = time.time_ns() // 1_000_000
         noted: list[Any] = []
+        # the door: refused before any signature check when the queue is too deep (overload)
+        why = self.admission.refusal(txs, st.next_nonce)
+        if why is not None:
+            raise Overloaded(why)
         dry_run_time = self.counters.dry_run
         probe = self.probe
         for i, tx in enumerate(txs):
@@ -686,7 +709,11 @@ class _Api:
             # order, before the task's first await; the reply goes out when its block lands, so
             # one connection can have many txs in flight instead of one per block.
             if len(inflight) >= self.config.ws_max_inflight_txs:
-                fanout.send(c, _ws_error(ResultCode.TOO_MANY_PENDING_TXS, "too many txs in flight"))
+                # answered like any tx reply (its id and type), so the client knows which tx
+                # was refused and that its nonce was not consumed
+                code = int(ResultCode.TOO_MANY_PENDING_TXS)
+                reply = {"code": code, "message": "too many txs in flight on this connection"}
+                fanout.send(c, {**reply, "type": kind, "id": _reply_id(obj)})
                 return
             wait = self.limits.charge_ip(ip, WS_TX_WEIGHT)
             if wait:
@@ -773,10 +800,13 @@ def build_app(
     config: ApiConfig | None = None,
     commitments: CommitmentSource | None = None,
     hooks: ReplicaHooks | None = None,
+    queue_delay: Callable[[], float] | None = None,
 ) -> web.Application:
     """The replica's aiohttp app over ``state``; WebSocket clients are served through ``fanout``
     (its owner publishes each applied block to it), handlers count into ``counters``. ``hooks``:
-    a probe told about each dry-run, middlewares around every handler. See the module docstring."""
+    a probe told about each dry-run, middlewares around every handler. ``queue_delay``: seconds
+    the oldest tx on its way to the sequencer has waited (the door's signal; None: no door).
+    See the module docstring."""
     cfg = config if config is not None else ApiConfig()
     hk = hooks if hooks is not None else ReplicaHooks()
     limits = Limits(cfg)
@@ -789,7 +819,9 @@ def build_app(
         commitments,
         hk.probe,
         limits,
+        Admission(queue_delay, cfg.admission_max_delay_s),
     )
+    app_admission = api.admission
 
     @web.middleware
     async def _budget(
@@ -804,6 +836,7 @@ def build_app(
         client_max_size=cfg.max_body_bytes, middlewares=[_errors, _budget, *hk.middlewares]
     )
     app[LIMITS] = limits
+    app[ADMISSION] = app_admission
     r = app.router
     r.add_get("/", api.info)
     r.add_get("/info", api.info)

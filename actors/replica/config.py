@@ -43,6 +43,11 @@ class ApiConfig:
     #: frees clients sooner when the sequencer or this replica's stream stalls; too short turns a
     #: slow but healthy block (fsync under load) into an answer without a result.
     outcome_timeout_s: float = 5.0
+    #: Overload door (admission.py): while the oldest tx on its way to the sequencer has waited
+    #: longer than this (s), new txs are refused at once with 23000 / HTTP 429, before their
+    #: signature check. Lower: admitted txs wait less, at the price of refusing more in bursts
+    #: the queue would have absorbed. 0 = no door (txs wait up to ``outcome_timeout_s``).
+    admission_max_delay_s: float = 0.25
     #: A replica joins the host's shared port once at most this many blocks behind the newest seq
     #: it knows of (after the boot and catch-up). Smaller: clients only ever meet fresh data, but
     #: a replica that trails by a few blocks under load waits longer before it takes traffic.
@@ -81,5 +86,7 @@ class ApiConfig:
             raise ValueError("outcome_timeout_s must be > 0")
         if not 0 <= self.join_lag_blocks <= self.leave_lag_blocks:
             raise ValueError("need 0 <= join_lag_blocks <= leave_lag_blocks")
+        if not 0 <= self.admission_max_delay_s < self.outcome_timeout_s:
+            raise ValueError("need 0 <= admission_max_delay_s < outcome_timeout_s")
         if self.port_check_interval_s <= 0:
             raise ValueError("port_check_interval_s must be > 0")

@@ -89,7 +89,8 @@ from ..transport import (
     block_source,
     tx_channel,
 )
-from .app import LIMITS, ApiError, CommitmentSource, OutcomePending, build_app
+from .admission import LoopLag
+from .app import ADMISSION, LIMITS, ApiError, CommitmentSource, OutcomePending, build_app
 from .config import ApiConfig
 from .fanout import Fanout
 from .hooks import ReplicaHooks
@@ -126,13 +127,20 @@ class ReplicaConfig:
 class _Pending:
     """One caller's txs waiting in the micro-batcher."""
 
-    __slots__ = ("fut", "sent", "txs")
+    __slots__ = ("at", "fut", "sent", "txs")
 
-    def __init__(self, txs: list[Any], fut: asyncio.Future[list[TxOutcome]]) -> None:
+    def __init__(self, txs: list[Any], fut: asyncio.Future[list[TxOutcome]], at: float) -> None:
         self.txs = txs
         self.fut = fut
+        #: event-loop time it was queued
+        self.at = at
         #: taken into a batch (handed to the channel); before that a timed-out caller is dropped
         self.sent = False
+
+
+def _keys(txs: list[Any]) -> set[tuple[int, int]]:
+    """The (account, API key) nonce sequences ``txs`` belong to."""
+    return {(getattr(tx, "account_index", -1), getattr(tx, "api_key_index", -1)) for tx in txs}
 
 
 class MicroBatcher:
@@ -148,16 +156,20 @@ class MicroBatcher:
         self.max_batch_txs = max_batch_txs
         self._queue: deque[_Pending] = deque()
         self._task: asyncio.Task[None] | None = None
+        #: event-loop time the batch in flight was handed to the channel (None: none is)
+        self._out_since: float | None = None
         self.batches = 0
         self.txs = 0
         #: callers answered 21822 because their deadline passed (sent or not)
         self.timeouts = 0
+        #: txs answered 21822 unsent because an earlier queued tx of their key timed out
+        self.dropped_behind = 0
 
     async def enqueue(self, txs: list[Any], deadline: float) -> list[TxOutcome]:
         """The sequencer's outcomes for ``txs`` (one per tx, in order), or ApiError 21822 by
         ``deadline`` (event-loop time)."""
         loop = asyncio.get_running_loop()
-        item = _Pending(txs, loop.create_future())
+        item = _Pending(txs, loop.create_future(), loop.time())
         self._queue.append(item)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run())
@@ -167,6 +179,7 @@ class MicroBatcher:
             # wait_for cancelled ``item.fut``: _run skips it if still queued, ignores its reply
             self.timeouts += 1
             if not item.sent:
+                self._drop_followers(item)
                 raise ApiError(
                     int(ResultCode.SEQUENCER_UNAVAILABLE),
                     "sequencer busy: the tx was not sent before its deadline; send it again",
@@ -179,6 +192,45 @@ class MicroBatcher:
                 503,
                 [tx_hash(tx) for tx in txs],
             ) from None
+
+    def delay(self) -> float:
+        """Seconds the oldest tx on its way to the sequencer has waited: the batch in flight
+        (since it was handed over) or the oldest caller still queued, whichever is older; 0
+        when idle. The overload door's signal (admission.py). O(1) but for callers that gave
+        up at the queue's head."""
+        now = asyncio.get_running_loop().time()
+        oldest = self._out_since if self._out_since is not None else now
+        for item in self._queue:
+            if not item.fut.done():
+                oldest = min(oldest, item.at)
+                break
+        return now - oldest
+
+    def _drop_followers(self, dropped: _Pending) -> None:
+        """``dropped`` leaves the queue unsent and its caller releases its nonces, so a tx of
+        the same API key queued behind it carries a nonce the sequencer would refuse
+        (INVALID_NONCE), and the replica's next nonce (highest pending + 1) would run past the
+        hole. Such callers are answered "not sent" too (and release their nonces), and so,
+        in turn, are those queued behind them with any of their keys. O(queue)."""
+        keys = _keys(dropped.txs)
+        behind = False
+        for item in self._queue:
+            if item is dropped:
+                behind = True
+            elif behind and not item.fut.done():
+                mine = _keys(item.txs)
+                if mine.isdisjoint(keys):
+                    continue
+                keys |= mine
+                self.dropped_behind += len(item.txs)
+                item.fut.set_exception(
+                    ApiError(
+                        int(ResultCode.SEQUENCER_UNAVAILABLE),
+                        "sequencer busy: not sent, an earlier tx of this API key was not sent "
+                        "before its deadline; take the next nonce from nextNonce and send again",
+                        503,
+                    )
+                )
 
     async def _run(self) -> None:
         queue = self._queue
@@ -195,6 +247,7 @@ class MicroBatcher:
             if not batch:
                 continue
             txs = [tx for item in batch for tx in item.txs]
+            self._out_since = asyncio.get_running_loop().time()
             try:
                 reply = await self.channel.submit(encode_batch(txs))
                 outcomes = [TxOutcome._make(o) for o in decode_outcomes(reply)]
@@ -211,6 +264,8 @@ class MicroBatcher:
                             )
                         )
                 continue
+            finally:
+                self._out_since = None
             if len(outcomes) != len(txs):  # refused whole (undecodable, over the sequencer's cap)
                 code = outcomes[0].code if outcomes else int(ResultCode.SEQUENCER_UNAVAILABLE)
                 log.error("the sequencer refused a batch of %d txs whole: %d", len(txs), code)
@@ -256,6 +311,7 @@ class ReplicaService:
         secret = config.data_plane_secret
         self.channel = channel or tx_channel(config.sequencer_target, secret=secret)
         self.batcher = MicroBatcher(self.channel, config.max_batch_txs)
+        self.loop_lag = LoopLag()
         self.source = block_source(config.sequencer_target, name=config.name, secret=secret)
         self.app: web.Application | None = None
         self.runner: web.AppRunner | None = None
@@ -306,6 +362,8 @@ class ReplicaService:
         m.histogram("raydex_dry_run_seconds", counters.dry_run)
         m.counter_fn("raydex_cache_hits_total", lambda: counters.cache_hits)
         m.counter_fn("raydex_cache_fallbacks_total", lambda: counters.cache_fallbacks)
+        m.counter_fn("raydex_overload_refusals_total", self._refusals)
+        m.gauge("raydex_queue_delay_seconds", self.queue_delay)
         m.gauge("raydex_ws_connections", lambda: len(fan.clients))
         m.gauge("raydex_ws_queue_depth_messages", lambda: fan.stats().max_queue_depth)
         m.counter_fn("raydex_ws_conflations_total", lambda: fan.conflations)
@@ -313,6 +371,23 @@ class ReplicaService:
         #: the apply loop and the port loop; a failure is logged, counted
         #: (``raydex_loop_restarts_total{loop}``) and the loop restarted; too many exit the actor
         self.supervisor = Supervisor(m, on_fatal)
+
+    def queue_delay(self) -> float:
+        """The overload door's signal (admission.py): how long a tx arriving now can expect to
+        wait before it reaches the sequencer: this event loop's lag (requests waiting in its
+        sockets) plus the micro-batcher's delay (the queue to the sequencer)."""
+        return self.loop_lag.now() + self.batcher.delay()
+
+    def _refusals(self) -> int:
+        door = self.app[ADMISSION] if self.app is not None else None
+        return 0 if door is None else door.refused + door.refused_behind
+
+    def overload_stats(self) -> dict[str, float]:
+        """The door's refusals (admission.py), txs answered unsent behind a dropped one of
+        their key, and the queueing delay now (ms)."""
+        door = self.app[ADMISSION].stats() if self.app is not None else {}
+        return {**door, "dropped_behind": self.batcher.dropped_behind,
+                "queue_delay_ms": round(1000 * self.queue_delay(), 1)}  # fmt: skip
 
     def lag(self) -> int:
         """Blocks between the newest seq known to exist (``seen_seq``: stream frames, the
@@ -354,6 +429,7 @@ class ReplicaService:
         join the shared port once caught up (at once if the boot left it within the lag)."""
         await self._boot()
         self.supervisor.start("apply", self._apply_loop)
+        self.supervisor.start("loop_lag", self.loop_lag.run)
         self.app = build_app(
             self.state,
             self.execute_txs,
@@ -362,6 +438,7 @@ class ReplicaService:
             config=self.config.api,
             commitments=self.commitments,
             hooks=self.hooks,
+            queue_delay=self.queue_delay,
         )
         self.runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
         await self.runner.setup()
@@ -615,6 +692,7 @@ class ReplicaService:
             "timeouts": {"sequencer": self.batcher.timeouts, "apply": self.apply_timeouts},
             "reconnects": self.source.reconnects,
             "limits": dataclasses.asdict(self.app[LIMITS].stats()) if self.app else {},
+            "overload": self.overload_stats(),
             "ws": {
                 "connections": fan.connections,
                 "conflations": fan.conflations,

@@ -192,6 +192,8 @@ class Recorder:
     def __init__(self, name: str = "all") -> None:
         self.name = name
         self.latency = Histogram()
+        #: latency of the txs the sequencer took (admitted past the door and the dry-run)
+        self.admitted = Histogram()
         self.send_lag = Histogram()
         self.by_type: dict[str, Histogram] = {}
         self.per_second: list[Histogram] = []
@@ -248,6 +250,8 @@ class Recorder:
                     self.nonce_at_engine += 1
         self.done += len(types)
         self.committed += committed
+        for _ in range(committed):
+            self.admitted.record(lat)
 
     def errors(self, intended: bool | None = None) -> dict[str, int]:
         """Non-200 codes by name; ``intended`` True/False keeps only those (not) in

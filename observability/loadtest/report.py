@@ -4,10 +4,12 @@ Inputs are what a run measured (``GroupData`` per replica group: the client's ``
 ``BookWatch``, the replicas' histogram snapshots) plus run facts; ``build_report`` turns them into
 plain data. JSON keys (the contract ``--json-out`` promises):
 
-- ``achieved_tps``, ``errors_by_code`` (name -> count, excluding what the workload provokes on
+- ``achieved_tps`` (answered), ``goodput_tps`` (sequenced: past the overload door and the
+  dry-run), ``errors_by_code`` (name -> count, excluding what the workload provokes on
   purpose, which is under ``intended_rejections_by_code``), ``error_rate``;
 - ``freshness_engine_to_client_us``, ``freshness_replica_to_client_us``, ``apply_us``,
-  ``dry_run_us``, ``request_latency_us``: each ``{count, p50, p90, p99, p999, max}`` in µs;
+  ``dry_run_us``, ``request_latency_us``, ``admitted_latency_us`` (the sequenced txs'): each
+  ``{count, p50, p90, p99, p999, max}`` in µs;
 - ``apply_steps_us``: ``{decode, cache_update, fanout}`` of the same shape;
 - ``lifecycle_us``: per tx type name, planned-send -> confirmed (the reply follows the block);
 - ``gc``: per replica, collections and pause percentiles per generation;
@@ -102,6 +104,7 @@ def _group_report(g: GroupData) -> dict[str, Any]:
         "answered": rec.done,
         "accepted": rec.codes.get(200, 0),
         "achieved_tps": round(rec.done / g.elapsed_s, 1) if g.elapsed_s else 0.0,
+        "goodput_tps": round(rec.committed / g.elapsed_s, 1) if g.elapsed_s else 0.0,
         "errors_by_code": real,
         "intended_rejections_by_code": rec.errors(intended=True),
         "errors_by_cause": rec.errors_by_cause(),
@@ -112,6 +115,7 @@ def _group_report(g: GroupData) -> dict[str, Any]:
         "error_rate_pct": round(100.0 * n_real / rec.done, 3) if rec.done else 0.0,
         "requests_by_path": dict(rec.by_path),
         "request_latency_us": rec.latency.summary_us(),
+        "admitted_latency_us": rec.admitted.summary_us(),
         "send_lag_us": rec.send_lag.summary_us(),
         "lifecycle_us": {k: h.summary_us() for k, h in sorted(rec.by_type.items())},
         **g.books.summary(),
@@ -135,6 +139,7 @@ def _merged(groups: Sequence[GroupData]) -> dict[str, Any]:
     for g in groups:
         r = g.recorder
         rec.latency.merge(r.latency)
+        rec.admitted.merge(r.admitted)
         rec.send_lag.merge(r.send_lag)
         for k, h in r.by_type.items():
             rec.by_type.setdefault(k, Histogram()).merge(h)
@@ -331,8 +336,10 @@ def render_markdown(r: Mapping[str, Any]) -> str:
               "|---" * (len(names) + 1 + (len(names) == 2)) + "|"]  # fmt: skip
     rows = [
         ("achieved tx/s", "achieved_tps", False),
+        ("goodput (sequenced tx/s)", "goodput_tps", False),
         ("errors (not intended)", "error_rate_pct", False),
         ("request latency from planned time", "request_latency_us", True),
+        ("  of the txs sequenced", "admitted_latency_us", True),
         ("freshness engine→client", "freshness_engine_to_client_us", True),
         ("freshness replica→client", "freshness_replica_to_client_us", True),
         ("apply per block", "apply_us", True),

@@ -95,6 +95,9 @@ class SweepPoint:
     p50_ms: float
     p99_ms: float
     error_pct: float  # errors not intended by the workload, % of answered txs
+    goodput: float = 0.0  # sequenced tx/s (past the overload door and the dry-run)
+    admitted_p99_ms: float = 0.0  # p99 latency of the sequenced txs
+    overload_pct: float = 0.0  # txs refused at the door (23000), % of answered txs
     cpu_us_per_tx: float | None = None
     ledger: Mapping[str, float] | None = None
     report_dir: str = ""
@@ -111,12 +114,17 @@ def point_of(report: Mapping[str, Any]) -> SweepPoint:
     """A loadtest report (``run.run``'s JSON) as a sweep point."""
     lat = report.get("request_latency_us") or {}
     led = report.get("cpu_us_per_tx")
+    answered = int(report.get("answered", 0))
+    refused = int((report.get("errors_by_code") or {}).get("RATE_LIMITED", 0))
     return SweepPoint(
         offered=float(report["run"]["tps"]),
         achieved=float(report.get("achieved_tps", 0.0)),
         p50_ms=float(lat.get("p50", 0.0)) / 1000,
         p99_ms=float(lat.get("p99", 0.0)) / 1000,
         error_pct=float(report.get("error_rate_pct", 0.0)),
+        goodput=float(report.get("goodput_tps", 0.0)),
+        admitted_p99_ms=float((report.get("admitted_latency_us") or {}).get("p99", 0.0)) / 1000,
+        overload_pct=round(100.0 * refused / answered, 3) if answered else 0.0,
         cpu_us_per_tx=float(led["total"]) if led else None,
         ledger=dict(led) if led else None,
         report_dir=str(report["run"].get("out_dir", "")),
@@ -187,14 +195,17 @@ def render_sweep(doc: Mapping[str, Any]) -> str:
         f"{rule['latency_factor']:g}x the first point's (and <= {rule['latency_ceiling_ms']:g} "
         "ms); the knee is the last point of the keeping-up run from the lowest rate.",
         "",
-        "| offered tx/s | achieved tx/s | p50 ms | p99 ms | errors % | CPU µs/tx | report |",
-        "|---:|---:|---:|---:|---:|---:|---|",
+        "| offered tx/s | achieved tx/s | p50 ms | p99 ms | errors % | goodput tx/s | "
+        "sequenced p99 ms | refused 23000 % | CPU µs/tx | report |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for p in doc["points"]:
         cpu = "-" if p["cpu_us_per_tx"] is None else f"{p['cpu_us_per_tx']:,.0f}"
         lines.append(
             f"| {p['offered']:,.0f} | {p['achieved']:,.1f} | {p['p50_ms']:,.1f} | "
-            f"{p['p99_ms']:,.1f} | {p['error_pct']:.3f} | {cpu} | `{p['report_dir']}` |"
+            f"{p['p99_ms']:,.1f} | {p['error_pct']:.3f} | {p.get('goodput', 0.0):,.1f} | "
+            f"{p.get('admitted_p99_ms', 0.0):,.1f} | {p.get('overload_pct', 0.0):.2f} | {cpu} | "
+            f"`{p['report_dir']}` |"
         )
     lines += ["", "![sweep](sweep.png)", ""]
     return "\n".join(lines)

@@ -3,10 +3,11 @@ from the server (``nextNonce``) and re-signs, instead of sending planned nonces 
 be valid; errors are told apart by cause. Against a real replica app (``LocalExchange``: the
 replica's aiohttp app, caches and dry-run over a real engine), on 127.0.0.1, no Ray.
 
-Also here: the server-side half of issue 9's INVALID_NONCE cascade, reproduced. A WebSocket that
-pipelines past the replica's ``ws_max_inflight_txs`` gets a 21506 refusal that carries no request
-id, so the client cannot tell which tx was refused (it ends as NO_REPLY) while the refused tx's
-nonce stays unconsumed (every later planned tx of that account fails INVALID_NONCE)."""
+Also here: the server-side half of issue 9's INVALID_NONCE cascade, fixed. A WebSocket that
+pipelines past the replica's ``ws_max_inflight_txs`` gets a 21506 refusal carrying the request's
+id and type, so the client knows which tx was refused (its nonce stays unconsumed); and a tx
+queued in the replica's micro-batcher behind a tx of its key that was dropped unsent is not
+sent either (its nonce could no longer be valid at the sequencer)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from raydex.actors.sequencer import BlockProducer
 from raydex.codecs import ResultCode, TxOutcome, Verifier
 from raydex.engine import Engine
 from raydex.observability.loadtest.loadgen import (
-    NO_REPLY,
     Item,
     LaneSpec,
     NonceKeeper,
@@ -181,25 +181,18 @@ def test_a_polite_client_never_exceeds_the_servers_websocket_inflight_limit() ->
     assert codes_in_order(rec) == {OK: 6}
 
 
-def test_pipelining_past_the_servers_limit_cascades_into_no_reply_and_invalid_nonce() -> None:
+def test_pipelining_past_the_servers_limit_is_refused_tx_by_tx_with_its_id() -> None:
     """Issue 9's ~41k INVALID_NONCE and ~2k NO_REPLY at --tps 5000, in miniature: the generator
-    pipelined more txs on a WebSocket than ``ws_max_inflight_txs``; each refused tx is answered
-    without its id (NO_REPLY at the client) and leaves its nonce unconsumed, so every later
-    planned tx of the account fails INVALID_NONCE."""
+    pipelined more txs on a WebSocket than ``ws_max_inflight_txs``; each refused tx is now
+    answered 21506 with its id (no NO_REPLY), its nonce unconsumed, so a client that does not
+    re-sync sees every later planned tx of the account fail INVALID_NONCE at the dry-run."""
     t = Trader(10)
     ex = exchange([t], delay_s=0.2)
     items = orders(t, [0] * 6, [0, 0, 0, 0, SEC, SEC + 1])
     rec = run(drive(ex, "ws", items, None, ApiConfig(ws_max_inflight_txs=2), client_inflight=64))
-    assert codes_in_order(rec) == {OK: 2, NO_REPLY: 2, NONCE: 2}
+    assert codes_in_order(rec) == {OK: 2, int(ResultCode.TOO_MANY_PENDING_TXS): 2, NONCE: 2}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server side (issue 9, owned by the replica): actors/replica/app.py, _Api._on_message "
-    "refuses a tx over ws_max_inflight_txs with _ws_error(TOO_MANY_PENDING_TXS), which carries "
-    "neither the request's id nor its type, so a pipelining client cannot match the refusal "
-    "(NO_REPLY) nor know which nonce was left unconsumed",
-)
 def test_a_websocket_tx_refused_for_too_many_in_flight_is_answered_with_its_id() -> None:
     t = Trader(10)
     ex = exchange([t], delay_s=0.2)
@@ -227,33 +220,26 @@ def test_a_websocket_tx_refused_for_too_many_in_flight_is_answered_with_its_id()
     assert refused[0].get("id") == 2 and refused[0].get("type") == "jsonapi/sendtx"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server side (issue 9, owned by the replica): actors/replica/service.py, "
-    "MicroBatcher.enqueue drops a queued tx whose deadline passed before it was sent (21822 'not "
-    "sent'; _Api.send_txs in app.py then forget_sent()s its nonce) but MicroBatcher._run still "
-    "sends the same key's later txs queued behind it, whose nonces the dry-run had accepted "
-    "counting the dropped one as pending: the engine answers INVALID_NONCE for each, and the "
-    "replica's next_nonce (max pending + 1) keeps accepting txs beyond the hole",
-)
 def test_a_tx_queued_behind_a_dropped_tx_of_the_same_key_is_not_sent() -> None:
     """A sequencer stalled on one batch (real gRPC data plane): tx 1 of the account times out
     in the queue and is dropped unsent; tx 2, queued behind it with a later deadline, must not
-    reach the sequencer (its nonce can no longer be valid there)."""
+    reach the sequencer (its nonce can no longer be valid there): its caller is answered "not
+    sent" at once. Another account's tx queued behind them is sent as usual."""
+    from raydex.actors.replica import ApiError
     from raydex.actors.replica.service import MicroBatcher
     from raydex.actors.transport import BlockHub, GrpcDataPlaneServer, GrpcTxChannel
     from raydex.codecs import decode_batch, encode_outcomes, tx_hash
 
-    t = Trader(1)
+    t, u = Trader(1), Trader(2)
 
-    async def main() -> list[int]:
+    async def main() -> tuple[list[tuple[int, int]], BaseException | None, MicroBatcher]:
         release = asyncio.Event()
-        handled: list[int] = []
+        handled: list[tuple[int, int]] = []
 
         async def stalled_sequencer(frame: bytes) -> bytes:
             await release.wait()
             txs = decode_batch(frame)
-            handled.extend(tx.nonce for tx in txs)
+            handled.extend((tx.account_index, tx.nonce) for tx in txs)
             return encode_outcomes([(tx_hash(tx), 200, 0, 1) for tx in txs])
 
         server = GrpcDataPlaneServer(BlockHub(), stalled_sequencer)
@@ -265,16 +251,21 @@ def test_a_tx_queued_behind_a_dropped_tx_of_the_same_key_is_not_sent() -> None:
             a, b, c = (t.order(300_000, 1, 1) for _ in range(3))
             first = loop.create_task(batcher.enqueue([a], loop.time() + 30))  # sent, stalls
             second = loop.create_task(batcher.enqueue([b], loop.time() + 0.2))  # will drop
-            third = loop.create_task(batcher.enqueue([c], loop.time() + 30))
-            with pytest.raises(Exception, match="not sent"):
+            third = loop.create_task(batcher.enqueue([c], loop.time() + 1000))
+            other = loop.create_task(batcher.enqueue([u.order(300_000, 1, 1)], loop.time() + 30))
+            with pytest.raises(ApiError, match="not sent"):
                 await second
+            # answered with the drop while the sequencer is still stalled, not at its deadline
+            await asyncio.wait([third])
             release.set()
             await first
-            await asyncio.gather(third, return_exceptions=True)
+            await other
         finally:
             await channel.close()
             await server.stop()
-        return handled
+        return handled, third.exception(), batcher
 
-    handled = run(main())
-    assert handled == [0]  # today [0, 2]: nonce 2 is sent after nonce 1 was dropped
+    handled, third_error, batcher = run(main())
+    assert handled == [(1, 0), (2, 0)]  # nonce 2, queued behind the dropped nonce 1, never sent
+    assert isinstance(third_error, ApiError) and "not sent" in third_error.message
+    assert third_error.tx_hashes is None and batcher.dropped_behind == 1
