@@ -111,11 +111,11 @@ class Backend(NamedTuple):
 
 def _load_accel() -> Backend | None:
     try:
-        from . import _accel  # type: ignore[attr-defined]
+        from . import _native
     except ImportError as e:
         _log.debug("raydex.codecs.signing._accel not importable: %s", e)
         return None
-    return Backend("c", _accel)
+    return Backend("c", _native)
 
 
 PURE: Final = Backend("pure", _pure)
