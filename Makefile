@@ -32,6 +32,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/raydex bench engine
 	$(BIN)/raydex bench codecs
+	$(BIN)/raydex bench signatures
 	$(BIN)/raydex bench transport
 
 lint: $(STAMP)

@@ -25,6 +25,8 @@ Subcommands (every one of them works; nothing here is a placeholder):
 - ``raydex bench engine [--commands N] [--seed S] [--json]``: the engine benchmark
   (``observability.bench_engine``; 1,000,000 commands by default).
 - ``raydex bench codecs [--json]``: the codec benchmark (``observability.bench_codecs``).
+- ``raydex bench signatures [--json]``: Lighter's signatures in C, pure Python and lighter-sdk's
+  own signer (``observability.bench.signatures``).
 - ``raydex bench transport [--json]``: the data-plane benchmark (``observability.bench_transport``;
   starts and stops a local Ray unless one is up). Delegated whole to that module's ``main``.
 - ``raydex node-args [--role R] [--root PATH] [--host H]``: the ``ray start`` flags for this host
@@ -344,6 +346,13 @@ def _bench_codecs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_signatures(args: argparse.Namespace) -> int:
+    from raydex.observability.bench import signatures as bench_signatures
+
+    bench_signatures.run(json_out=args.json)
+    return 0
+
+
 def _add_demo(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
@@ -364,8 +373,10 @@ def _add_demo(sub: Any) -> None:
 
 
 def _add_bench(sub: Any) -> None:
-    p = sub.add_parser("bench", help="benchmarks (engine, codecs, transport)")
-    bench = p.add_subparsers(dest="bench", metavar="{engine,codecs,transport}", required=True)
+    p = sub.add_parser("bench", help="benchmarks (engine, codecs, signatures, transport)")
+    bench = p.add_subparsers(
+        dest="bench", metavar="{engine,codecs,signatures,transport}", required=True
+    )
     e = bench.add_parser(
         "engine",
         help="the engine over the realistic workload, beside a bare book",
@@ -382,6 +393,12 @@ def _add_bench(sub: Any) -> None:
     )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(handler=_bench_codecs)
+    sg = bench.add_parser(
+        "signatures",
+        help="Lighter signatures: sign/verify in C, pure Python and lighter-sdk's signer",
+    )
+    sg.add_argument("--json", action="store_true", help="print one JSON object")
+    sg.set_defaults(handler=_bench_signatures)
     # Listed for --help; main() hands its arguments to the module before parsing.
     bench.add_parser("transport", help="blocks actor to actor: gRPC vs Ray calls (starts Ray)")
 

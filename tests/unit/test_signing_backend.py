@@ -93,3 +93,26 @@ def test_public_key_of_reduces_like_lighter_and_refuses_zero() -> None:
         except ValueError:
             continue
         raise AssertionError(f"accepted {bad.hex()}")
+
+
+def test_bench_signatures_reports_c_pure_and_the_sdk(capsys: object) -> None:
+    from raydex.observability.bench import signatures
+
+    report = signatures.run(json_out=True, rounds=1, pure_rounds=1)
+    assert report["backend_in_use"] == "c"
+    for key in ("medians_us", "cpu_medians_us"):
+        med = report[key]
+        assert (
+            set(med["c"])
+            == set(med["pure"])
+            == {
+                "sign",
+                "verify_cached",
+                "verify_uncached",
+                "message_hash",
+                "public_key",
+            }
+        )
+        # the reference is orders of magnitude slower: a mixed-up label would show here
+        assert med["pure"]["verify_cached"] > 20 * med["c"]["verify_cached"]
+    assert "sign" in report["medians_us"].get("sdk", {}) or "sdk" in report["notes"]
