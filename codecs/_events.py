@@ -22,7 +22,7 @@ from ._market import (
     MinBaseAmount,
     MinQuoteAmount,
 )
-from ._wire import I64, U8, U16, U32, U64, Bytes32, wire
+from ._wire import I64, U8, U16, U32, U64, Bytes32, Bytes40, wire
 
 EVENT = "event"
 
@@ -124,7 +124,7 @@ class NonceUpdated(NamedTuple):
 class ApiKeyChanged(NamedTuple):
     account_index: Account
     api_key_index: Annotated[ApiKeyIndex, U8]
-    pub_key: Annotated[bytes, Bytes32]
+    pub_key: Annotated[bytes, Bytes40]
 
 
 @wire(EVENT, EventTag.MARKET_CHANGED)

@@ -10,8 +10,12 @@ JSON string, bytes, or an already-parsed dict). The key of every field is its ``
 - integers are JSON integers (``bool``, floats and numeric strings are rejected), except that
   0/1 flag fields (``Range(0, 1)``) also take ``true``/``false``;
 - every integer is inside its ``Range`` extra and its C type;
-- ``Sig`` is base64 of exactly 64 bytes; other bytes fields (``PubKey``) are hex of their exact
-  length, ``0x`` prefix optional; text fields are ASCII strings that fit their width.
+- ``Sig`` is base64 of exactly 80 bytes; other bytes fields (``PubKey``) are hex of their exact
+  length, ``0x`` prefix optional; text fields are ASCII strings that fit their width;
+- ``L2TxAttributes`` (Lighter's, on user txs) may be present: ``null``, ``{}`` or only "not set"
+  values (``signing.ATTRIBUTE_NIL``), which sign exactly like no attributes; a set attribute
+  (SkipNonce, integrator fees, self-trade modes, order version) is refused with
+  ``INVALID_TX_INFO`` naming it: raydex does not execute them yet.
 
 ``tx_to_json(tx)`` is the inverse (ints, base64 ``Sig``, lower-case hex without ``0x``), so
 ``tx_from_json(t, tx_to_json(x)) == x`` for every valid ``x``.
@@ -32,6 +36,7 @@ from typing import Any
 
 import msgspec
 
+from . import signing
 from ._enums import USDC_DECIMALS, ResultCode
 from ._errors import CodecError
 from ._hot import HOT_BY_TAG, HotCodec, codec_of, field_format, int_bounds
@@ -113,6 +118,27 @@ def _value(name: str, key: str, kind: str, a: int, b: int, flag: bool, v: Any) -
     return raw
 
 
+_ATTRS = "L2TxAttributes"
+_SIG = "Sig"
+
+
+def _check_attributes(name: str, attrs: Any) -> None:
+    if attrs is None:
+        return
+    if not isinstance(attrs, dict):
+        raise CodecError("needs null or an object", type_name=name, field=_ATTRS)
+    try:
+        pairs = signing.normalized_attributes(attrs)
+    except (ValueError, TypeError) as e:
+        raise CodecError(str(e), type_name=name, field=_ATTRS) from None
+    if pairs:
+        raise CodecError(
+            f"attributes {dict(pairs)} are not supported by raydex yet (only unset ones)",
+            type_name=name,
+            field=_ATTRS,
+        )
+
+
 def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]) -> Transaction:
     """Build and validate a transaction from Lighter's ``tx_info``; raises CodecError only."""
     ok = isinstance(tx_type, int) and not isinstance(tx_type, bool)
@@ -122,6 +148,9 @@ def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]
     codec, fields, keys = entry
     obj = _parse_object(tx_info)
     name = codec.cls.__name__
+    if _ATTRS in obj and _SIG in keys:
+        obj = dict(obj)
+        _check_attributes(name, obj.pop(_ATTRS))
     if obj.keys() != keys:
         missing = sorted(keys - obj.keys())
         extra = sorted(str(k) for k in obj.keys() - keys)

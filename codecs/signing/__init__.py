@@ -70,6 +70,7 @@ __all__ = [
     "change_pub_key_message",
     "generate_key",
     "hash_to_quintic",
+    "is_valid_public_key",
     "message_hash",
     "nonce_for",
     "normalized_attributes",
@@ -190,6 +191,16 @@ def sign(sk: bytes, hm: bytes, backend: Backend = ACTIVE) -> bytes:
         raise ValueError(f"message hash needs 40 bytes, got {len(hm)}")
     sk = _scalar(sk)
     return backend.module.sign(sk, hm, nonce_for(sk, hm))
+
+
+def is_valid_public_key(pk: bytes, backend: Backend = ACTIVE) -> bool:
+    """True iff ``pk`` is 40 bytes encoding a group element other than the neutral (the checks
+    :func:`verify` makes of a key: canonical limbs, on the curve). Deterministic; ~0.2 ms in C."""
+    return (
+        isinstance(pk, bytes)
+        and len(pk) == PUBLIC_KEY_SIZE
+        and backend.module.decode_public_key(pk) is not None
+    )
 
 
 class KeyCache:

@@ -219,7 +219,7 @@ def test_indexed_reads_answer_what_a_full_walk_of_the_caches_answers() -> None:
         assert (await r.send(b.order(300_510, 15, 0)))[1]["code"] == 200  # fills two levels
         oi = next(o.order_index for o in r.state.orders.values() if o.account_index == c.account)
         modify = sign_tx(
-            ModifyOrder(c.account, 0, 0, oi, 12, 300_530, 0, FAR_MS, c.nonce, bytes(64)), c.seed
+            ModifyOrder(c.account, 0, 0, oi, 12, 300_530, 0, FAR_MS, c.nonce, bytes(80)), c.seed
         )
         c.nonce += 1
         assert (await r.send(modify))[1]["code"] == 200  # the order moves to another level

@@ -15,7 +15,7 @@ from raydex.codecs import (
     encode_outcomes,
 )
 
-TXS = [Deposit(1, 5), CancelOrder(1, 0, 0, 5, 10, 3, bytes(64))]
+TXS = [Deposit(1, 5), CancelOrder(1, 0, 0, 5, 10, 3, bytes(80))]
 
 
 def test_a_batch_round_trips() -> None:

@@ -23,7 +23,7 @@ from raydex.codecs import (
     peek_wal_record,
 )
 
-SIG = bytes(64)
+SIG = bytes(80)
 
 
 def order(nonce: int) -> CreateOrder:
