@@ -183,6 +183,13 @@ CATALOG: dict[str, MetricDef] = {
         ),
         # every actor
         MetricDef(
+            "raydex_signing_accelerated",
+            "gauge",
+            "1 when signatures run in the C extension, 0 on the pure-Python fallback (~1000x "
+            "slower); labelled with the backend.",
+            ("backend",),
+        ),
+        MetricDef(
             "raydex_loop_restarts_total",
             "counter",
             "Background loops (followers, oracle, maintenance) restarted after an exception.",

@@ -72,6 +72,7 @@ from raydex.codecs import (
     decode_block,
     decode_outcomes,
     encode_batch,
+    signing,
     tables_to_records,
     tx_hash,
     tx_type_of,
@@ -271,6 +272,11 @@ class ReplicaService:
         m.histogram("raydex_apply_seconds", self.apply_time)
         m.counter_fn("raydex_blocks_total", lambda: self.blocks_applied)
         m.gauge("raydex_block_seq", lambda: self.state.seq)
+        m.gauge(
+            "raydex_signing_accelerated",
+            lambda: float(signing.ACCELERATED),
+            backend=signing.BACKEND,
+        )
         m.gauge("raydex_replica_lag_blocks", self.lag)
         self.publish_delay = m.histogram("raydex_book_publish_delay_seconds")
         self._sequenced = m.histogram_family(
@@ -530,6 +536,7 @@ class ReplicaService:
         return {
             "name": self.config.name,
             "pid": os.getpid(),
+            "signatures": signing.BACKEND,
             "port": self.port,
             "direct_port": self.direct_port,
             "serving": self.serving,

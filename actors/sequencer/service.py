@@ -76,6 +76,7 @@ from raydex.codecs import (
     decode_wal_read_request,
     encode_outcomes,
     encode_wal_read_reply,
+    signing,
 )
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
@@ -183,6 +184,11 @@ class SequencerService:
         m.counter_fn("raydex_blocks_total", lambda: self.blocks)
         m.counter_fn("raydex_txs_total", lambda: self.txs)
         m.gauge("raydex_block_seq", lambda: self.producer.seq if self.producer else 0)
+        m.gauge(
+            "raydex_signing_accelerated",
+            lambda: float(signing.ACCELERATED),
+            backend=signing.BACKEND,
+        )
         self.supervisor = Supervisor(m, self._fatal)
 
     @property
@@ -441,6 +447,7 @@ class SequencerService:
         p = self.producer
         return {
             "pid": os.getpid(),
+            "signatures": signing.BACKEND,
             "seq": p.seq if p else 0,
             "height": p.height if p else 0,
             "state_hash": self.snapshot.state_hash,

@@ -256,7 +256,7 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps({"actors": st, "hosts": rows}, default=str))
         return 0
     for name, s in st.items():
-        keys = ("seq", "state_hash", "port", "placement", "error")
+        keys = ("seq", "state_hash", "port", "signatures", "placement", "error")
         print(name, {k: s[k] for k in keys if k in s})
     for h in hosts:
         print(h.line())

@@ -83,6 +83,12 @@ def _cases() -> list[tuple[str, Callable[[Any, int], Any]]]:
                 ACCOUNT + 1, 3, 0, 1, 123_456_789, 0, "00" * 32, nonce=n, **k
             ),
         ),
+        (
+            "transfer_usdc_perps_no_fee",
+            lambda c, n: c.sign_transfer(
+                ETH_KEY, 12, 3, 0, 0, 250_000_000, 0, "00" * 32, nonce=n, **k
+            ),
+        ),
         ("withdraw", lambda c, n: c.sign_withdraw(3, 0, 9_876_543_210_123, nonce=n, **k)),
         (
             "create_order",
