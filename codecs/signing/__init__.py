@@ -101,6 +101,7 @@ class _BackendModule(Protocol):
     def decode_public_key(self, pk: bytes) -> Any: ...
     def verify(self, key: Any, hm: bytes, sig: bytes) -> bool: ...
     def hash_no_pad(self, elements: Sequence[int], n_out: int) -> list[int]: ...
+    def hash_to_quintic_bytes(self, elements: Sequence[int]) -> bytes: ...
 
 
 class Backend(NamedTuple):
@@ -140,8 +141,7 @@ if ACCEL is None:
 
 def hash_to_quintic(elements: Sequence[int], backend: Backend = ACTIVE) -> bytes:
     """Poseidon2 ``HashToQuinticExtension`` of GF(p) elements (ints in [0, 2^64)), 40 bytes."""
-    h = backend.module.hash_no_pad(list(elements), 5)
-    return b"".join(x.to_bytes(8, "little") for x in h)
+    return backend.module.hash_to_quintic_bytes(elements)
 
 
 def message_hash(
@@ -149,7 +149,12 @@ def message_hash(
 ) -> bytes:
     """``hm`` (40 bytes) of a tx from its Lighter JSON object. Raises ``KeyError`` (a missing
     field, an unknown tx type) or ``ValueError`` (a malformed field or attribute)."""
-    return _messages.message_hash(backend.module.hash_no_pad, tx_type, info, chain_id)
+    mod = backend.module
+    if info.get("L2TxAttributes"):
+        return _messages.message_hash(mod.hash_no_pad, tx_type, info, chain_id)
+    return mod.hash_to_quintic_bytes(
+        _messages.message_elements(mod.hash_no_pad, tx_type, info, chain_id)
+    )
 
 
 def auth_token_hash(message: str, backend: Backend = ACTIVE) -> bytes:

@@ -1089,7 +1089,43 @@ done:
     return res;
 }
 
+PyDoc_STRVAR(quintic_doc,
+             "hash_to_quintic_bytes(elements) -> bytes40: HashToQuinticExtension of ints in "
+             "[0, 2^64), the five canonical limbs little-endian (a message hash hm).");
+static PyObject *py_hash_to_quintic_bytes(PyObject *self, PyObject *seq)
+{
+    PyObject *fast = PySequence_Fast(seq, "elements must be a sequence of ints");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    gl stack_in[64];
+    gl *in = n <= 64 ? stack_in : PyMem_Malloc(sizeof(gl) * (size_t)n);
+    PyObject *res = NULL;
+    if (!in) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(items[i]);
+        if (v == (unsigned long long)-1 && PyErr_Occurred())
+            goto done;
+        in[i] = v;
+    }
+    gl out[5];
+    p2_hash(in, n, out, 5);
+    unsigned char b[40];
+    store_limbs(b, out);
+    res = PyBytes_FromStringAndSize((const char *)b, 40);
+done:
+    if (in != stack_in)
+        PyMem_Free(in);
+    Py_DECREF(fast);
+    return res;
+}
+
 static PyMethodDef methods[] = {
+    {"hash_to_quintic_bytes", py_hash_to_quintic_bytes, METH_O, quintic_doc},
     {"public_key", py_public_key, METH_VARARGS, public_key_doc},
     {"sign_challenge", py_sign_challenge, METH_VARARGS, sign_challenge_doc},
     {"decode_public_key", py_decode_public_key, METH_VARARGS, decode_doc},

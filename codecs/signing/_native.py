@@ -37,6 +37,10 @@ def verify(key: bytes, hm: bytes, sig: bytes) -> bool:
     return bool(_accel.verify(key, hm, sig))
 
 
+def hash_to_quintic_bytes(elements: Sequence[int]) -> bytes:
+    return bytes(_accel.hash_to_quintic_bytes(elements))
+
+
 def hash_no_pad(elements: Sequence[int], n_out: int) -> list[int]:
     out: list[int] = _accel.hash_no_pad(elements, n_out)
     return out

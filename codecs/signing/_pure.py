@@ -7,7 +7,8 @@ tests hold them to bit-identical results:
 - ``sign(sk40, hm40, k40) -> sig80`` (sk, k canonical, nonzero; hm limbs canonical);
 - ``decode_public_key(pk40) -> key | None`` (None: malformed, non-canonical, neutral or no point);
 - ``verify(key, hm40, sig80) -> bool`` (key from this backend's ``decode_public_key``);
-- ``hash_no_pad(elements, n_out) -> list[int]`` (elements are ints in [0, 2^64), taken mod p).
+- ``hash_no_pad(elements, n_out) -> list[int]`` (elements are ints in [0, 2^64), taken mod p);
+- ``hash_to_quintic_bytes(elements) -> bytes40`` (the same with 5 outputs, encoded).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def decode_public_key(pk: bytes) -> _curve.Point | None:
 def verify(key: _curve.Point, hm: bytes, sig: bytes) -> bool:
     h = _field.from_bytes(hm)
     return h is not None and _schnorr.verify(key, h, sig)
+
+
+def hash_to_quintic_bytes(elements: Sequence[int]) -> bytes:
+    return _field.to_bytes(_poseidon2.hash_to_quintic(elements))
 
 
 def hash_no_pad(elements: Sequence[int], n_out: int) -> list[int]:

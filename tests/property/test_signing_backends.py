@@ -37,6 +37,15 @@ def test_poseidon2_hashes_agree(elements: list[int], n_out: int) -> None:
     assert C.hash_no_pad(elements, n_out) == PY.hash_no_pad(elements, n_out)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(u64, max_size=40))
+def test_message_hash_bytes_agree(elements: list[int]) -> None:
+    assert C.hash_to_quintic_bytes(elements) == PY.hash_to_quintic_bytes(elements)
+    assert C.hash_to_quintic_bytes(elements) == b"".join(
+        x.to_bytes(8, "little") for x in C.hash_no_pad(elements, 5)
+    )
+
+
 @SLOW
 @given(scalar)
 @example((N - 1).to_bytes(40, "little"))
