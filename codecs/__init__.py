@@ -52,6 +52,7 @@ from ._signing import (
     message_hash_of,
     public_key_of,
     sign_tx,
+    tx_hash_of,
     verify_tx,
 )
 from ._tx import *  # noqa: F403
@@ -165,6 +166,7 @@ __all__ = [
     "encode_tx",
     "is_signed_type",
     "tx_hash",
+    "tx_hash_of",
     "tx_type_of",
     "BLOCK_CONSTRUCT",
     "BLOCK_HEADER_CONSTRUCT",

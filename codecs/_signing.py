@@ -26,18 +26,20 @@ is ~1000x (``signing.ACCELERATED`` says which runs).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Final, TypeVar, cast
 
 from . import signing
 from ._errors import CodecError
 from ._hot import codec_of
 from ._tx import ChangePubKey, Transfer, UserTransaction, Withdraw
-from ._txcodec import is_signed_type, tx_type_of
+from ._txcodec import encode_tx, is_signed_type, tx_type_of
 
 DEFAULT_CHAIN_ID: Final = 304
 SEED_SIZE: Final = signing.PRIVATE_KEY_SIZE
 PUBLIC_KEY_SIZE: Final = signing.PUBLIC_KEY_SIZE
 SIGNATURE_SIZE: Final = signing.SIGNATURE_SIZE
+TX_HASH_SIZE: Final = 40
 #: Lighter's USDC asset index and perps route type: the only ones raydex executes.
 USDC_ASSET_INDEX: Final = 3
 PERPS_ROUTE: Final = 0
@@ -92,6 +94,14 @@ def message_hash_of(tx: Any, chain_id: int = DEFAULT_CHAIN_ID) -> bytes:
     return signing.message_hash(tx_type, info, chain_id)
 
 
+def tx_hash_of(tx: Any, chain_id: int = DEFAULT_CHAIN_ID) -> bytes:
+    """The 40-byte tx hash: Lighter's (``hm``, hex in every API answer) for a user tx; operator
+    commands have no Lighter hash and take BLAKE2b-320 of their wire form (``encode_tx``)."""
+    if is_signed_type(type(tx)):
+        return message_hash_of(tx, chain_id)
+    return hashlib.blake2b(encode_tx(tx), digest_size=TX_HASH_SIZE).digest()
+
+
 def generate_key() -> tuple[bytes, bytes]:
     """A fresh key pair ``(private40, public40)``."""
     return signing.generate_key()
@@ -117,14 +127,16 @@ class Verifier:
         self.chain_id = chain_id
         self.keys = signing.KeyCache(max_keys)
 
-    def verify(self, tx: object, pub_key: bytes) -> bool:
-        """True iff ``tx`` is a signed tx whose ``sig`` verifies under ``pub_key`` on this chain."""
+    def verify(self, tx: object, pub_key: bytes, hm: bytes | None = None) -> bool:
+        """True iff ``tx`` is a signed tx whose ``sig`` verifies under ``pub_key`` on this chain.
+        ``hm``: the tx's message hash when the caller has it already (``tx_hash_of``)."""
         if not is_signed_type(type(tx)):
             return False
-        try:
-            hm = message_hash_of(tx, self.chain_id)
-        except (CodecError, KeyError, ValueError, TypeError):
-            return False
+        if hm is None:
+            try:
+                hm = message_hash_of(tx, self.chain_id)
+            except (CodecError, KeyError, ValueError, TypeError):
+                return False
         return self.keys.verify(pub_key, hm, tx.sig)  # type: ignore[attr-defined]
 
     def __len__(self) -> int:

@@ -6,7 +6,9 @@ for untrusted bytes: known tag, exact length, every ``Range`` extra enforced, el
 User transactions are the layouts ending in a ``sig`` field; what they sign is Lighter's message
 hash (``_signing``), which covers the chain id, the tx type and every field the engine executes.
 
-``tx_hash`` is sha256 of the full wire form (signature included), 32 bytes.
+``tx_hash`` is sha256 of the full wire form (signature included), 32 bytes: a content hash for
+tests and tools. The tx hash in events, outcomes and API answers is ``_signing.tx_hash_of``
+(Lighter's message hash, 40 bytes).
 
 Cost (CreateOrder, busy 2-core dev box): encode_tx ~2.5 us, decode_tx ~3 us (range checks included),
 tx_hash ~4.5 us.

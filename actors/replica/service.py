@@ -74,7 +74,7 @@ from raydex.codecs import (
     encode_batch,
     signing,
     tables_to_records,
-    tx_hash,
+    tx_hash_of,
     tx_type_of,
 )
 from raydex.observability.hist import Histogram
@@ -138,9 +138,12 @@ class MicroBatcher:
     then is dropped from the queue (they are never sent); one whose batch is out gets 21822 (the
     txs may still execute). A transport failure fails the whole batch with 21822."""
 
-    def __init__(self, channel: TxChannel, max_batch_txs: int) -> None:
+    def __init__(
+        self, channel: TxChannel, max_batch_txs: int, chain_id: int = DEFAULT_CHAIN_ID
+    ) -> None:
         self.channel = channel
         self.max_batch_txs = max_batch_txs
+        self.chain_id = chain_id  # for the tx hashes of an unknown outcome
         self._queue: deque[_Pending] = deque()
         self._task: asyncio.Task[None] | None = None
         self.batches = 0
@@ -172,7 +175,7 @@ class MicroBatcher:
                 "no answer from the sequencer before the deadline; the tx may still execute: "
                 "look it up by hash",
                 503,
-                [tx_hash(tx) for tx in txs],
+                [tx_hash_of(tx, self.chain_id) for tx in txs],
             ) from None
 
     async def _run(self) -> None:
@@ -202,7 +205,7 @@ class MicroBatcher:
                                 f"sequencer unavailable ({type(exc).__name__}); the tx may "
                                 "still execute: look it up by hash",
                                 503,
-                                [tx_hash(tx) for tx in item.txs],
+                                [tx_hash_of(tx, self.chain_id) for tx in item.txs],
                             )
                         )
                 continue
@@ -239,7 +242,7 @@ class ReplicaService:
         #: what the app's handlers count (cache hits/fallbacks, dry-run time)
         self.counters = ApiCounters()
         self.channel = channel or GrpcTxChannel(config.sequencer_target)
-        self.batcher = MicroBatcher(self.channel, config.max_batch_txs)
+        self.batcher = MicroBatcher(self.channel, config.max_batch_txs, config.chain_id)
         self.source = GrpcBlockSource(config.sequencer_target, name=config.name)
         self.app: web.Application | None = None
         self.runner: web.AppRunner | None = None

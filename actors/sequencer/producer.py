@@ -51,7 +51,7 @@ from raydex.codecs import (
     encode_tx,
     encode_wal_record,
     is_signed_type,
-    tx_hash,
+    tx_hash_of,
     tx_type_of,
     wal_record_crc,
 )
@@ -128,12 +128,13 @@ class BlockProducer:
         events = self._events
         scratch = self._scratch
         seq = self.seq + 1
+        chain_id = self.verifier.chain_id
         first = len(self._outcomes)
         for tx in txs:
             frame = encode_tx(tx)
-            h = tx_hash(tx)
+            h = tx_hash_of(tx, chain_id)
             ttype = tx_type_of(type(tx))
-            code = _OK if replay else self._authorize(tx, ttype, operator)
+            code = _OK if replay else self._authorize(tx, ttype, operator, h)
             order_index = 0
             refused = code != _OK
             if not refused:
@@ -158,7 +159,7 @@ class BlockProducer:
             self._outcomes.append(TxOutcome(h, code, order_index, seq))
         return range(first, len(self._outcomes))
 
-    def _authorize(self, tx: Any, ttype: int, operator: bool) -> int:
+    def _authorize(self, tx: Any, ttype: int, operator: bool, hm: bytes) -> int:
         if ttype in OPERATOR_TX_TYPES:
             return _OK if operator else _OPERATOR_ONLY
         if not is_signed_type(type(tx)):
@@ -167,7 +168,7 @@ class BlockProducer:
         pk = self.engine.pub_key(tx.account_index, key_index)
         if pk is None:
             return _API_KEY_NOT_FOUND
-        if self.verify_signatures and not self.verifier.verify(tx, pk):
+        if self.verify_signatures and not self.verifier.verify(tx, pk, hm):
             return _INVALID_SIGNATURE
         return _OK
 

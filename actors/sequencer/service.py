@@ -278,7 +278,7 @@ class SequencerService:
         try:
             txs = decode_batch(frame)
         except CodecError:
-            reply = encode_outcomes([(bytes(32), ResultCode.INVALID_TX_INFO, 0, 0)])
+            reply = encode_outcomes([(bytes(40), ResultCode.INVALID_TX_INFO, 0, 0)])
             return reply
         reply = encode_outcomes(await self.submit(txs, operator=False))
         return reply

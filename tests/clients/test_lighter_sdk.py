@@ -140,7 +140,7 @@ def test_an_order_sent_through_the_sdk_rests_in_the_book_it_reads(exchange: Exch
         nonce = await api.sync_nonce(alice)
         coi = exchange.next_coi()
         reply = await api.send(alice.order(330_000, 250, is_ask=1, coi=coi))
-        assert reply.code == 200 and len(reply.tx_hash) == 64
+        assert reply.code == 200 and len(reply.tx_hash) == 80
 
         assert (await api.tx.next_nonce(account_index=alice.account, api_key_index=0)).nonce == (
             nonce + 1

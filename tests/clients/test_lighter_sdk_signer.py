@@ -118,3 +118,27 @@ def test_a_tampered_sdk_signature_is_refused_with_21120(exchange: Exchange) -> N
             await client.close()
 
     asyncio.run(body())
+
+
+def test_the_tx_hash_raydex_answers_is_the_one_the_sdk_computed(exchange: Exchange) -> None:
+    priv = _register(exchange, ACCOUNT + 2)
+
+    async def body() -> None:
+        client = lighter.SignerClient(
+            url=exchange.base_url, account_index=ACCOUNT + 2, api_private_keys={0: priv},
+            chain_id=304,
+        )  # fmt: skip
+        try:
+            reply = await client.tx_api.next_nonce(account_index=ACCOUNT + 2, api_key_index=0)
+            tx_type, tx_info, sdk_hash, err = client.sign_create_order(
+                0, exchange.next_coi(), 100, 349_000, 1, 0, 1, nonce=reply.nonce, api_key_index=0
+            )
+            assert err is None
+            resp = await client.send_tx(tx_type=tx_type, tx_info=tx_info)
+            assert resp.code == 200 and resp.tx_hash == sdk_hash and len(sdk_hash) == 80
+            found = await client.tx_api.tx(by="hash", value=sdk_hash)
+            assert (found.hash, found.type, found.account_index) == (sdk_hash, 14, ACCOUNT + 2)
+        finally:
+            await client.close()
+
+    asyncio.run(body())

@@ -105,7 +105,7 @@ def test_an_order_sent_through_send_tx_rests_on_the_book_and_the_nonce_advances(
         status, nn = await r.get("/api/v1/nextNonce", account_index=a.account, api_key_index=0)
         assert (status, nn["nonce"]) == (200, 0)
         status, reply = await r.send(a.order(299_000, 1_000, 0))
-        assert status == 200 and reply["code"] == 200 and len(reply["tx_hash"]) == 64
+        assert status == 200 and reply["code"] == 200 and len(reply["tx_hash"]) == 80
         _, nn = await r.get("/api/v1/nextNonce", account_index=a.account, api_key_index=0)
         assert nn["nonce"] == 1
         _, orders = await r.get("/api/v1/orderBookOrders", market_id=0, limit=10)
@@ -369,7 +369,7 @@ def test_bad_query_parameters_and_unknown_things_get_clear_codes() -> None:
             ),
             ("/api/v1/account", {"by": "index", "value": "999"}, 404, ResultCode.ACCOUNT_NOT_FOUND),
             ("/api/v1/tx", {"by": "hash", "value": "zz"}, 400, ResultCode.INVALID_PARAM),
-            ("/api/v1/tx", {"by": "hash", "value": "00" * 32}, 404, ResultCode.NOT_FOUND),
+            ("/api/v1/tx", {"by": "hash", "value": "00" * 40}, 404, ResultCode.NOT_FOUND),
             ("/api/v1/nope", {}, 404, ResultCode.NOT_FOUND),
         ]
         for path, params, status, code in checks:

@@ -37,7 +37,7 @@ MARKET = MarketChanged(1, "ETH-USD", 2, 4, 1, 0, 20, 50, 100, 1000, 500, 300, 20
 def test_struct_formats_are_derived_from_the_construct_fields() -> None:
     assert codec_of(LevelChanged).struct.format == "<BBIQ"
     assert codec_of(MarketChanged).struct.format.startswith("<B16sBB")
-    assert codec_of(TxExecuted).struct.format == "<32sBQBqI"
+    assert codec_of(TxExecuted).struct.format == "<40sBQBqI"
     assert codec_of(CreateOrder).size == 142  # 62 bytes of fields + the 80-byte signature
 
 
@@ -113,7 +113,7 @@ def test_the_message_hash_covers_the_chain_and_every_field_but_the_signature() -
 
 
 EVENTS = [
-    TxExecuted(b"h" * 32, 14, 7, 0, 5, 200),
+    TxExecuted(b"h" * 40, 14, 7, 0, 5, 200),
     LevelChanged(1, 1, 332_746, 29),
     MARKET,
     BalanceChanged(7, -3),
@@ -156,7 +156,7 @@ def test_checked_block_decode_refuses_a_count_the_body_cannot_hold() -> None:
 def test_encode_block_rejects_a_class_that_is_not_an_event() -> None:
     with pytest.raises(CodecError, match="registered event"):
         encode_block(1, 1, 1, [CancelOrder(1, 0, 0, 1, 0, 1, b"s" * 80)])  # type: ignore[list-item]
-    with pytest.raises(CodecError, match="32 bytes"):
+    with pytest.raises(CodecError, match="40 bytes"):
         encode_block(1, 1, 1, [TxExecuted(b"short", 14, 7, 0, 5, 200)])
 
 
