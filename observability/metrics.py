@@ -183,11 +183,11 @@ CATALOG: dict[str, MetricDef] = {
         ),
         # every actor
         MetricDef(
-            "raydex_signing_accelerated",
+            "raydex_signing_info",
             "gauge",
-            "1 when signatures run in the C extension, 0 on the pure-Python fallback (~1000x "
-            "slower); labelled with the backend.",
-            ("backend",),
+            "1, labelled with the signature backend: accelerated=true (C extension) or false "
+            "(the pure-Python fallback, ~1000x slower).",
+            ("backend", "accelerated"),
         ),
         MetricDef(
             "raydex_loop_restarts_total",

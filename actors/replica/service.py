@@ -276,9 +276,10 @@ class ReplicaService:
         m.counter_fn("raydex_blocks_total", lambda: self.blocks_applied)
         m.gauge("raydex_block_seq", lambda: self.state.seq)
         m.gauge(
-            "raydex_signing_accelerated",
-            lambda: float(signing.ACCELERATED),
+            "raydex_signing_info",
+            lambda: 1.0,
             backend=signing.BACKEND,
+            accelerated=str(signing.ACCELERATED).lower(),
         )
         m.gauge("raydex_replica_lag_blocks", self.lag)
         self.publish_delay = m.histogram("raydex_book_publish_delay_seconds")

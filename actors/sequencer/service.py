@@ -185,9 +185,10 @@ class SequencerService:
         m.counter_fn("raydex_txs_total", lambda: self.txs)
         m.gauge("raydex_block_seq", lambda: self.producer.seq if self.producer else 0)
         m.gauge(
-            "raydex_signing_accelerated",
-            lambda: float(signing.ACCELERATED),
+            "raydex_signing_info",
+            lambda: 1.0,
             backend=signing.BACKEND,
+            accelerated=str(signing.ACCELERATED).lower(),
         )
         self.supervisor = Supervisor(m, self._fatal)
 

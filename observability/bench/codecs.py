@@ -143,7 +143,7 @@ _FLOOR_FORMATS = {
     4: "Qq",  # BalanceChanged
     5: "QBqqqqHB",  # PositionChanged
     6: "QBq",  # NonceUpdated
-    13: "32sBQBqI",  # TxExecuted
+    13: "40sBQBqI",  # TxExecuted
 }
 _FLOOR_STRUCTS = {tag: struct.Struct("<B" + fmt) for tag, fmt in _FLOOR_FORMATS.items()}
 _FLOOR_HEADER = struct.Struct("<QQQI")

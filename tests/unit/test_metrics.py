@@ -296,7 +296,7 @@ def test_the_sequencer_service_registers_its_block_metrics(tmp_path: Path) -> No
     assert sink.value("raydex_blocks_total") == 1
     assert sink.value("raydex_block_seq") == 0
     # which signature backend runs is exported and in status (never the pure one silently)
-    assert sink.value("raydex_signing_accelerated", backend="c") == 1
+    assert sink.value("raydex_signing_info", backend="c", accelerated="true") == 1
     assert svc.status()["signatures"] == "c"
 
 
