@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/raydex bench engine
 	$(BIN)/raydex bench codecs
 	$(BIN)/raydex bench apply
+	$(BIN)/raydex bench signatures
 	$(BIN)/raydex bench transport
 
 lint: $(STAMP)

@@ -128,7 +128,7 @@ def eth_market(market_index: int = 0, mark_price: int = 300_000) -> CreateMarket
 
 
 class Trader:
-    """An account with one Ed25519 API key that signs its own txs with consecutive nonces."""
+    """An account with one Lighter API key that signs its own txs with consecutive nonces."""
 
     def __init__(self, account: int, api_key: int = 0) -> None:
         self.account = account
@@ -158,14 +158,14 @@ class Trader:
             -1,
             FAR_MS,
             self.nonce,
-            bytes(64),
+            bytes(80),
         )
         self.nonce += 1
         return sign_tx(tx, self.seed)
 
     def cancel(self, order_index: int, market: int = 0) -> CancelOrder:
         tx = CancelOrder(
-            self.account, self.api_key, market, order_index, FAR_MS, self.nonce, bytes(64)
+            self.account, self.api_key, market, order_index, FAR_MS, self.nonce, bytes(80)
         )
         self.nonce += 1
         return sign_tx(tx, self.seed)

@@ -1,5 +1,6 @@
 """raydex.codecs: every wire layout declared once (construct), with derived hot codecs, Arrow
-schemas, Lighter JSON and Ed25519 signing. See ``_wire`` for how one declaration feeds the rest."""
+schemas, Lighter JSON and Lighter signatures (``raydex.codecs.signing``). See ``_wire`` for how one
+declaration feeds the rest."""
 
 from typing import TYPE_CHECKING
 
@@ -45,9 +46,19 @@ from ._json import (
 )
 from ._market import MARKET_PARAMS
 from ._records import *  # noqa: F403
-from ._signing import DEFAULT_CHAIN_ID, Verifier, generate_key, public_key_of, sign_tx, verify_tx
+from ._signing import (
+    DEFAULT_CHAIN_ID,
+    Verifier,
+    generate_key,
+    lighter_info,
+    message_hash_of,
+    public_key_of,
+    sign_tx,
+    tx_hash_of,
+    verify_tx,
+)
 from ._tx import *  # noqa: F403
-from ._txcodec import decode_tx, encode_tx, is_signed_type, signing_bytes, tx_hash, tx_type_of
+from ._txcodec import decode_tx, encode_tx, is_signed_type, tx_hash, tx_type_of
 from ._txlist import decode_tx_list, encode_tx_list
 from ._walcodec import (
     Refusal,
@@ -156,8 +167,8 @@ __all__ = [
     "decode_tx",
     "encode_tx",
     "is_signed_type",
-    "signing_bytes",
     "tx_hash",
+    "tx_hash_of",
     "tx_type_of",
     "BLOCK_CONSTRUCT",
     "BLOCK_HEADER_CONSTRUCT",
@@ -184,6 +195,8 @@ __all__ = [
     "DEFAULT_CHAIN_ID",
     "Verifier",
     "generate_key",
+    "lighter_info",
+    "message_hash_of",
     "public_key_of",
     "sign_tx",
     "verify_tx",

@@ -17,7 +17,7 @@ from ._errors import CodecError
 from ._hot import Buffer, codec_of
 from ._txcodec import encode_tx
 from ._txlist import decode_tx_list, encode_tx_list
-from ._wire import U32, U64, Bytes32, wire
+from ._wire import U32, U64, Bytes40, wire
 
 BATCH = "batch"
 MAX_BATCH_TXS = 4096
@@ -29,7 +29,7 @@ class TxOutcome(NamedTuple):
     """What a submitter learns about one tx once its block is durable: the tx's hash, its result
     code, the exchange order index a CreateOrder placed (0 if none) and the block's seq."""
 
-    tx_hash: Annotated[bytes, Bytes32]
+    tx_hash: Annotated[bytes, Bytes40]
     code: Annotated[int, U32]
     order_index: Annotated[int, U64]
     seq: Annotated[int, U64]

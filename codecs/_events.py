@@ -22,7 +22,7 @@ from ._market import (
     MinBaseAmount,
     MinQuoteAmount,
 )
-from ._wire import I32, I64, U8, U16, U32, U64, Bytes32, wire
+from ._wire import I32, I64, U8, U16, U32, U64, Bytes32, Bytes40, wire
 
 EVENT = "event"
 
@@ -128,7 +128,7 @@ class NonceUpdated(NamedTuple):
 class ApiKeyChanged(NamedTuple):
     account_index: Account
     api_key_index: Annotated[ApiKeyIndex, U8]
-    pub_key: Annotated[bytes, Bytes32]
+    pub_key: Annotated[bytes, Bytes40]
 
 
 @wire(EVENT, EventTag.MARKET_CHANGED)
@@ -218,7 +218,7 @@ class TxExecuted(NamedTuple):
     """Per-tx outcome, added by the sequencer (the engine does not hash): the events that follow,
     up to the next TxExecuted, are this tx's."""
 
-    tx_hash: Annotated[bytes, Bytes32]
+    tx_hash: Annotated[bytes, Bytes40]
     tx_type: Annotated[int, U8]
     account_index: Account
     api_key_index: Annotated[int, U8]

@@ -10,8 +10,16 @@ JSON string, bytes, or an already-parsed dict). The key of every field is its ``
 - integers are JSON integers (``bool``, floats and numeric strings are rejected), except that
   0/1 flag fields (``Range(0, 1)``) also take ``true``/``false``;
 - every integer is inside its ``Range`` extra and its C type;
-- ``Sig`` is base64 of exactly 64 bytes; other bytes fields (``PubKey``) are hex of their exact
-  length, ``0x`` prefix optional; text fields are ASCII strings that fit their width.
+- ``Sig`` is base64 of exactly 80 bytes; other bytes fields (``PubKey``) are hex of their exact
+  length, ``0x`` prefix optional; text fields are ASCII strings that fit their width;
+- ``L2TxAttributes`` (Lighter's, on user txs) may be present: ``null``, ``{}`` or only "not set"
+  values (``signing.ATTRIBUTE_NIL``), which sign exactly like no attributes; a set attribute
+  (SkipNonce, integrator fees, self-trade modes, order version) is refused with
+  ``INVALID_TX_INFO`` naming it: raydex does not execute them yet;
+- Transfer and Withdraw also come in Lighter's form (``Amount``, ``AssetIndex``, route types,
+  ``USDCFee``, ``Memo``, ``L1Sig``): accepted when they ask for what raydex executes (USDC, asset
+  3, perps routes 0, fee 0), ``Amount`` read as ``USDCAmount``; the memo and the L1 signature
+  are not kept (neither is in the signed message; the L1 signature is not checked).
 
 ``tx_to_json(tx)`` is the inverse (ints, base64 ``Sig``, lower-case hex without ``0x``), so
 ``tx_from_json(t, tx_to_json(x)) == x`` for every valid ``x``.
@@ -32,6 +40,7 @@ from typing import Any
 
 import msgspec
 
+from . import signing
 from ._enums import USDC_DECIMALS, ResultCode
 from ._errors import CodecError
 from ._hot import HOT_BY_TAG, HotCodec, codec_of, field_format, int_bounds
@@ -113,6 +122,55 @@ def _value(name: str, key: str, kind: str, a: int, b: int, flag: bool, v: Any) -
     return raw
 
 
+_ATTRS = "L2TxAttributes"
+_SIG = "Sig"
+
+
+def _check_attributes(name: str, attrs: Any) -> None:
+    if attrs is None:
+        return
+    if not isinstance(attrs, dict):
+        raise CodecError("needs null or an object", type_name=name, field=_ATTRS)
+    try:
+        pairs = signing.normalized_attributes(attrs)
+    except (ValueError, TypeError) as e:
+        raise CodecError(str(e), type_name=name, field=_ATTRS) from None
+    if pairs:
+        raise CodecError(
+            f"attributes {dict(pairs)} are not supported by raydex yet (only unset ones)",
+            type_name=name,
+            field=_ATTRS,
+        )
+
+
+#: tx type -> (the values raydex executes for Lighter fields it does not model, keys dropped):
+#: Lighter's Transfer and Withdraw carry an asset, routes, a fee and a memo; raydex moves USDC
+#: between perps accounts without a fee, and takes Lighter's ``Amount`` as its ``USDCAmount``.
+_LIGHTER_FORMS: dict[int, tuple[dict[str, int], tuple[str, ...]]] = {
+    12: ({"AssetIndex": 3, "FromRouteType": 0, "ToRouteType": 0, "USDCFee": 0}, ("Memo", "L1Sig")),
+    13: ({"AssetIndex": 3, "RouteType": 0}, ()),
+}
+
+
+def _from_lighter_form(
+    name: str, obj: dict[str, Any], fixed: dict[str, int], dropped: tuple[str, ...]
+) -> dict[str, Any]:
+    out = dict(obj)
+    for key, want in fixed.items():
+        got = out.pop(key, None)
+        if got != want or type(got) is not int:
+            raise CodecError(
+                f"{got!r} is not supported: raydex executes {key} {want} only "
+                f"(USDC, perps routes, no fee)",
+                type_name=name,
+                field=key,
+            )
+    for key in dropped:
+        out.pop(key, None)
+    out["USDCAmount"] = out.pop("Amount")
+    return out
+
+
 def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]) -> Transaction:
     """Build and validate a transaction from Lighter's ``tx_info``; raises CodecError only."""
     ok = isinstance(tx_type, int) and not isinstance(tx_type, bool)
@@ -122,6 +180,12 @@ def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]
     codec, fields, keys = entry
     obj = _parse_object(tx_info)
     name = codec.cls.__name__
+    if _ATTRS in obj and _SIG in keys:
+        obj = dict(obj)
+        _check_attributes(name, obj.pop(_ATTRS))
+    lighter_form = _LIGHTER_FORMS.get(int(tx_type))
+    if lighter_form is not None and "Amount" in obj:
+        obj = _from_lighter_form(name, obj, *lighter_form)
     if obj.keys() != keys:
         missing = sorted(keys - obj.keys())
         extra = sorted(str(k) for k in obj.keys() - keys)

@@ -22,7 +22,7 @@ from ._market import (
     MinBaseAmount,
     MinQuoteAmount,
 )
-from ._wire import I32, I64, U8, U16, U32, U64, Bytes32, wire
+from ._wire import I32, I64, U8, U16, U32, U64, Bytes32, Bytes40, wire
 
 RECORD = "record"
 
@@ -97,7 +97,7 @@ class ApiKeyRecord(NamedTuple):
     account_index: Account
     api_key_index: Annotated[ApiKeyIndex, U8]
     nonce: Annotated[Nonce, I64]
-    pub_key: Annotated[bytes, Bytes32]
+    pub_key: Annotated[bytes, Bytes40]
 
 
 @wire(RECORD, RecordTag.ORDER)

@@ -1,101 +1,146 @@
-"""Ed25519 signatures over transactions (PyNaCl / libsodium).
+"""Transaction signatures: Lighter's scheme (``raydex.codecs.signing``) on raydex's tx types.
 
-The signed message is ``signing_bytes(tx, chain_id)``: chain id (uint32 LE) + tx type + the tx's
-canonical layout without ``sig`` (``_txcodec``). A signature is valid for exactly one chain and one
-set of executed field values.
+The signed message of a tx is Lighter's message hash ``hm`` (Poseidon2 over the tx's fields in
+lighter-go's order, chain id and tx type first, see ``signing.TX_FIELDS``), computed from the
+raydex NamedTuple through its Lighter JSON names (:func:`lighter_info`). Where raydex's layout is
+narrower than Lighter's, the Lighter fields raydex does not model take the only values raydex
+executes, so an SDK-signed tx with those values verifies:
 
-- :func:`verify_tx` and :meth:`Verifier.verify` never raise on bad input (malformed key,
-  wrong-length or forged signature, unsigned tx type): they return False.
-- :class:`Verifier` caches one ``nacl.signing.VerifyKey`` per public key (replicas verify every tx;
-  building a VerifyKey costs ~2 us, verifying ~70 us). The cache is bounded: when full it is cleared
-  (simple, and a working set of active keys refills it at once).
+- Transfer and Withdraw: ``AssetIndex`` 3 (USDC), route types 0 (perps), ``USDCFee`` 0, and
+  raydex's ``USDCAmount`` is Lighter's ``Amount``;
+- ChangePubKey: Lighter hashes the key index being set as ``ApiKeyIndex``; raydex's
+  ``new_api_key_index`` goes there. (raydex still has the existing key ``api_key_index`` sign it;
+  Lighter has the new key sign and an L1 signature authorise it: not wired yet.)
 
-Cost (busy 2-core dev box): sign ~100 us, verify ~180 us (libsodium; ~70 us verify on an idle core
-per the issue's measurement); the message encoding is ~2 us of that.
+A tx with set ``L2TxAttributes`` is not representable yet (the JSON layer refuses it), so every
+hash here is the attribute-free one.
+
+- :func:`verify_tx` and :meth:`Verifier.verify` never raise on bad input (malformed key, wrong
+  length or forged signature, unsigned tx type): they return False.
+- :class:`Verifier` keeps decoded public keys in a bounded :class:`signing.KeyCache`.
+
+Cost with the C backend (idle core): message hash ~8 us, verify ~50 us with a cached key (a
+key's first verify also decodes it, ~200 us), sign ~25 us. Without the C extension every number
+is ~1000x (``signing.ACCELERATED`` says which runs).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import TypeVar, cast
+import hashlib
+from typing import Any, Final, TypeVar, cast
 
-import nacl.exceptions
-import nacl.signing
-
+from . import signing
 from ._errors import CodecError
-from ._tx import UserTransaction
-from ._txcodec import is_signed_type, signing_bytes
+from ._hot import codec_of
+from ._tx import ChangePubKey, Transfer, UserTransaction, Withdraw
+from ._txcodec import encode_tx, is_signed_type, tx_type_of
 
-DEFAULT_CHAIN_ID = 304
-SEED_SIZE = 32
-PUBLIC_KEY_SIZE = 32
-SIGNATURE_SIZE = 64
+DEFAULT_CHAIN_ID: Final = 304
+SEED_SIZE: Final = signing.PRIVATE_KEY_SIZE
+PUBLIC_KEY_SIZE: Final = signing.PUBLIC_KEY_SIZE
+SIGNATURE_SIZE: Final = signing.SIGNATURE_SIZE
+TX_HASH_SIZE: Final = 40
+#: Lighter's USDC asset index and perps route type: the only ones raydex executes.
+USDC_ASSET_INDEX: Final = 3
+PERPS_ROUTE: Final = 0
 
 U = TypeVar("U", bound=UserTransaction)
 
+#: Lighter fields raydex does not model, with the value raydex executes.
+_FIXED: dict[type, dict[str, int]] = {
+    Transfer: {
+        "AssetIndex": USDC_ASSET_INDEX,
+        "FromRouteType": PERPS_ROUTE,
+        "ToRouteType": PERPS_ROUTE,
+        "USDCFee": 0,
+    },
+    Withdraw: {"AssetIndex": USDC_ASSET_INDEX, "RouteType": PERPS_ROUTE},
+}
+#: raydex JSON name -> Lighter's, where they differ.
+_RENAMED: dict[type, dict[str, str]] = {
+    Transfer: {"USDCAmount": "Amount"},
+    Withdraw: {"USDCAmount": "Amount"},
+    ChangePubKey: {"ApiKeyIndex": "SignerApiKeyIndex", "NewApiKeyIndex": "ApiKeyIndex"},
+}
+
+
+def _plan(cls: type) -> tuple[int, tuple[str, ...], dict[str, int]]:
+    names = [f.json_name for f in codec_of(cls).spec.fields][:-1]  # all but Sig
+    renamed = _RENAMED.get(cls, {})
+    return tx_type_of(cls), tuple(renamed.get(n, n) for n in names), _FIXED.get(cls, {})
+
+
+_PLANS: dict[type, tuple[int, tuple[str, ...], dict[str, int]]] = {}
+
+
+def lighter_info(tx: Any) -> tuple[int, dict[str, Any]]:
+    """``(tx_type, Lighter tx_info without Sig)`` of a raydex user transaction."""
+    cls = type(tx)
+    plan = _PLANS.get(cls)
+    if plan is None:
+        if not is_signed_type(cls):
+            raise CodecError("not a signed (user) transaction", type_name=cls.__name__)
+        plan = _PLANS[cls] = _plan(cls)
+    tx_type, keys, fixed = plan
+    info = dict(zip(keys, tx, strict=False))
+    if fixed:
+        info.update(fixed)
+    return tx_type, info
+
+
+def message_hash_of(tx: Any, chain_id: int = DEFAULT_CHAIN_ID) -> bytes:
+    """Lighter's 40-byte message hash ``hm`` of a user transaction (its tx hash in hex)."""
+    tx_type, info = lighter_info(tx)
+    return signing.message_hash(tx_type, info, chain_id)
+
+
+def tx_hash_of(tx: Any, chain_id: int = DEFAULT_CHAIN_ID) -> bytes:
+    """The 40-byte tx hash: Lighter's (``hm``, hex in every API answer) for a user tx; operator
+    commands have no Lighter hash and take BLAKE2b-320 of their wire form (``encode_tx``)."""
+    if is_signed_type(type(tx)):
+        return message_hash_of(tx, chain_id)
+    return hashlib.blake2b(encode_tx(tx), digest_size=TX_HASH_SIZE).digest()
+
 
 def generate_key() -> tuple[bytes, bytes]:
-    """A fresh Ed25519 key pair as ``(seed32, public_key32)``."""
-    sk = nacl.signing.SigningKey.generate()
-    return bytes(sk), bytes(sk.verify_key)
+    """A fresh key pair ``(private40, public40)``."""
+    return signing.generate_key()
 
 
 def public_key_of(seed: bytes) -> bytes:
-    """The 32-byte public key of a 32-byte seed."""
-    return bytes(_signing_key(seed).verify_key)
-
-
-@lru_cache(maxsize=4096)
-def _signing_key(seed: bytes) -> nacl.signing.SigningKey:
-    if len(seed) != SEED_SIZE:
-        raise CodecError(f"Ed25519 seed needs {SEED_SIZE} bytes, got {len(seed)}")
-    return nacl.signing.SigningKey(seed)
+    """The 40-byte public key of a 40-byte private key."""
+    return signing.public_key_of(seed)
 
 
 def sign_tx(tx: U, seed: bytes, chain_id: int = DEFAULT_CHAIN_ID) -> U:
-    """``tx`` with ``sig`` set to the Ed25519 signature of its signing bytes."""
-    sig = _signing_key(bytes(seed)).sign(signing_bytes(tx, chain_id)).signature
+    """``tx`` with ``sig`` set to the signature of its message hash under ``seed``."""
+    sig = signing.sign(bytes(seed), message_hash_of(tx, chain_id))
     return cast(U, tx._replace(sig=sig))
 
 
 class Verifier:
-    """Signature checks with a bounded cache of parsed public keys; see the module docstring."""
+    """Signature checks with a bounded cache of decoded public keys; see the module docstring."""
 
-    __slots__ = ("_keys", "chain_id", "max_keys")
+    __slots__ = ("chain_id", "keys")
 
-    def __init__(self, chain_id: int = DEFAULT_CHAIN_ID, max_keys: int = 100_000) -> None:
+    def __init__(self, chain_id: int = DEFAULT_CHAIN_ID, max_keys: int = 50_000) -> None:
         self.chain_id = chain_id
-        self.max_keys = max_keys
-        self._keys: dict[bytes, nacl.signing.VerifyKey | None] = {}
+        self.keys = signing.KeyCache(max_keys)
 
-    def _key(self, pub_key: bytes) -> nacl.signing.VerifyKey | None:
-        vk = self._keys.get(pub_key, False)
-        if vk is False:
-            try:
-                vk = nacl.signing.VerifyKey(bytes(pub_key))
-            except (nacl.exceptions.CryptoError, ValueError, TypeError):
-                vk = None
-            if len(self._keys) >= self.max_keys:
-                self._keys.clear()
-            self._keys[bytes(pub_key)] = vk
-        return vk  # type: ignore[return-value]
-
-    def verify(self, tx: object, pub_key: bytes) -> bool:
-        """True iff ``tx`` is a signed tx whose ``sig`` verifies under ``pub_key`` on this chain."""
+    def verify(self, tx: object, pub_key: bytes, hm: bytes | None = None) -> bool:
+        """True iff ``tx`` is a signed tx whose ``sig`` verifies under ``pub_key`` on this chain.
+        ``hm``: the tx's message hash when the caller has it already (``tx_hash_of``)."""
         if not is_signed_type(type(tx)):
             return False
-        vk = self._key(pub_key) if isinstance(pub_key, bytes | bytearray) else None
-        sig = tx.sig  # type: ignore[attr-defined]
-        if vk is None or not isinstance(sig, bytes | bytearray) or len(sig) != SIGNATURE_SIZE:
-            return False
-        try:
-            vk.verify(signing_bytes(tx, self.chain_id), bytes(sig))  # type: ignore[arg-type]
-        except (nacl.exceptions.CryptoError, CodecError, ValueError, TypeError):
-            return False
-        return True
+        if hm is None:
+            try:
+                hm = message_hash_of(tx, self.chain_id)
+            except (CodecError, KeyError, ValueError, TypeError):
+                return False
+        return self.keys.verify(pub_key, hm, tx.sig)  # type: ignore[attr-defined]
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self.keys)
 
 
 _DEFAULT_VERIFIERS: dict[int, Verifier] = {}

@@ -1,8 +1,9 @@
 """Transactions: the commands the engine executes, one NamedTuple (= one layout) each.
 
-User transactions end with ``sig`` (64-byte Ed25519 signature). Their canonical signed form is the
-layout without ``sig``, prefixed with the chain id (see ``_signing``). The engine never looks at
-``sig``: signatures are checked before execution, by the replica's dry-run and by the sequencer.
+User transactions end with ``sig``: Lighter's 80-byte Schnorr signature (ECgFp5, Poseidon2) of
+the tx's Lighter message hash (see ``_signing`` and ``raydex.codecs.signing``); public keys are 40
+bytes. The engine never looks at ``sig``: signatures are checked before execution, by the
+replica's dry-run and by the sequencer.
 
 Operator commands carry no signature; only the operator's control path may submit them.
 
@@ -35,7 +36,7 @@ from ._market import (
     MinBaseAmount,
     MinQuoteAmount,
 )
-from ._wire import I32, I64, U8, U16, U32, U64, Bytes32, Bytes64, Json, Range, wire
+from ._wire import I32, I64, U8, U16, U32, U64, Bytes40, Bytes80, Json, Range, wire
 
 TX = "tx"
 
@@ -48,8 +49,8 @@ Flag = Annotated[int, U8, Range(0, 1)]
 Millis = Annotated[int, I64, Range(0, 2**63 - 1)]
 NonceF = Annotated[Nonce, I64, Range(0, 2**63 - 1)]
 Usdc = Annotated[int, U64, Range(1, 2**63 - 1)]
-Sig = Annotated[bytes, Bytes64]
-PubKey = Annotated[bytes, Bytes32]
+Sig = Annotated[bytes, Bytes80]
+PubKey = Annotated[bytes, Bytes40]
 
 
 # ---- user transactions ------------------------------------------------------------------------

@@ -35,7 +35,8 @@ I32 = cs.Int32sl
 U64 = cs.Int64ul
 I64 = cs.Int64sl
 Bytes32 = cs.Bytes(32)
-Bytes64 = cs.Bytes(64)
+Bytes40 = cs.Bytes(40)
+Bytes80 = cs.Bytes(80)
 Symbol = cs.PaddedString(16, "ascii")
 
 

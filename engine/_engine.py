@@ -124,6 +124,8 @@ from raydex.codecs import (
     UpdateMarket,
     Withdraw,
 )
+from raydex.codecs.signing import PUBLIC_KEY_SIZE as _PUBLIC_KEY_SIZE
+from raydex.codecs.signing import is_valid_public_key as _is_valid_public_key
 
 from ._funding import FundingClock
 from ._model import NO_EXPIRY, Account, ApiKey, Level, Market, Order, Position, Side
@@ -1830,7 +1832,22 @@ def _iter_market_orders(m: Market) -> Iterator[Order]:
 
 
 def _valid_pub_key(pub: object) -> bool:
-    return isinstance(pub, bytes | bytearray) and len(pub) == 32 and any(pub)
+    """40 bytes encoding a point of the group other than the neutral (Lighter's keys): a key no
+    signature could verify under, or anyone could sign for, is refused with 21136. The check
+    (~0.2 ms in C, a square root in GF(p^5)) is memoised per key: a pure function of the bytes,
+    so replay stays deterministic."""
+    if not isinstance(pub, bytes | bytearray) or len(pub) != _PUBLIC_KEY_SIZE:
+        return False
+    key = bytes(pub)
+    ok = _KEY_CHECKS.get(key)
+    if ok is None:
+        if len(_KEY_CHECKS) >= 4096:
+            _KEY_CHECKS.clear()
+        ok = _KEY_CHECKS[key] = _is_valid_public_key(key)
+    return ok
+
+
+_KEY_CHECKS: dict[bytes, bool] = {}
 
 
 def _valid_params(p: tuple[Any, ...], status: object) -> bool:

@@ -198,6 +198,13 @@ CATALOG: dict[str, MetricDef] = {
         ),
         # every actor
         MetricDef(
+            "raydex_signing_info",
+            "gauge",
+            "1, labelled with the signature backend: accelerated=true (C extension) or false "
+            "(the pure-Python fallback, ~1000x slower).",
+            ("backend", "accelerated"),
+        ),
+        MetricDef(
             "raydex_loop_restarts_total",
             "counter",
             "Background loops (followers, oracle, maintenance) restarted after an exception.",

@@ -73,8 +73,9 @@ from raydex.codecs import (
     decode_block,
     decode_outcomes,
     encode_batch,
+    signing,
     tables_to_records,
-    tx_hash,
+    tx_hash_of,
     tx_type_of,
 )
 from raydex.observability.hist import Histogram
@@ -151,9 +152,12 @@ class MicroBatcher:
     then is dropped from the queue (they are never sent); one whose batch is out gets 21822 (the
     txs may still execute). A transport failure fails the whole batch with 21822."""
 
-    def __init__(self, channel: TxChannel, max_batch_txs: int) -> None:
+    def __init__(
+        self, channel: TxChannel, max_batch_txs: int, chain_id: int = DEFAULT_CHAIN_ID
+    ) -> None:
         self.channel = channel
         self.max_batch_txs = max_batch_txs
+        self.chain_id = chain_id  # for the tx hashes of an unknown outcome
         self._queue: deque[_Pending] = deque()
         self._task: asyncio.Task[None] | None = None
         #: event-loop time the batch in flight was handed to the channel (None: none is)
@@ -190,7 +194,7 @@ class MicroBatcher:
                 "no answer from the sequencer before the deadline; the tx may still execute: "
                 "look it up by hash",
                 503,
-                [tx_hash(tx) for tx in txs],
+                [tx_hash_of(tx, self.chain_id) for tx in txs],
             ) from None
 
     def delay(self) -> float:
@@ -260,7 +264,7 @@ class MicroBatcher:
                                 f"sequencer unavailable ({type(exc).__name__}); the tx may "
                                 "still execute: look it up by hash",
                                 503,
-                                [tx_hash(tx) for tx in item.txs],
+                                [tx_hash_of(tx, self.chain_id) for tx in item.txs],
                             )
                         )
                 continue
@@ -310,7 +314,7 @@ class ReplicaService:
         self.counters = ApiCounters()
         secret = config.data_plane_secret
         self.channel = channel or tx_channel(config.sequencer_target, secret=secret)
-        self.batcher = MicroBatcher(self.channel, config.max_batch_txs)
+        self.batcher = MicroBatcher(self.channel, config.max_batch_txs, config.chain_id)
         self.loop_lag = LoopLag()
         self.source = block_source(config.sequencer_target, name=config.name, secret=secret)
         self.app: web.Application | None = None
@@ -350,6 +354,12 @@ class ReplicaService:
         m.histogram("raydex_apply_seconds", self.apply_time)
         m.counter_fn("raydex_blocks_total", lambda: self.blocks_applied)
         m.gauge("raydex_block_seq", lambda: self.state.seq)
+        m.gauge(
+            "raydex_signing_info",
+            lambda: 1.0,
+            backend=signing.BACKEND,
+            accelerated=str(signing.ACCELERATED).lower(),
+        )
         m.gauge("raydex_replica_lag_blocks", self.lag)
         self.publish_delay = m.histogram("raydex_book_publish_delay_seconds")
         self._sequenced = m.histogram_family(
@@ -670,6 +680,7 @@ class ReplicaService:
         return {
             "name": self.config.name,
             "pid": os.getpid(),
+            "signatures": signing.BACKEND,
             "port": self.port,
             "direct_port": self.direct_port,
             "serving": self.serving,

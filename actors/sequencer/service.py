@@ -90,6 +90,7 @@ from raydex.codecs import (
     encode_wal_read_reply,
     stamp_block,
     wal_record_crc,
+    signing,
 )
 from raydex.engine import state_digest
 from raydex.observability.hist import Histogram
@@ -236,6 +237,12 @@ class SequencerService:
         m.counter_fn("raydex_blocks_total", lambda: self.blocks)
         m.counter_fn("raydex_txs_total", lambda: self.txs)
         m.gauge("raydex_block_seq", lambda: self.producer.seq if self.producer else 0)
+        m.gauge(
+            "raydex_signing_info",
+            lambda: 1.0,
+            backend=signing.BACKEND,
+            accelerated=str(signing.ACCELERATED).lower(),
+        )
         self.supervisor = Supervisor(m, self._fatal)
 
     @property
@@ -345,7 +352,7 @@ class SequencerService:
             self.batches_refused += 1
             too_large = exc.code == ResultCode.BATCH_TOO_LARGE
             code = ResultCode.BATCH_TOO_LARGE if too_large else ResultCode.INVALID_TX_INFO
-            reply = encode_outcomes([(bytes(32), code, 0, 0)])
+            reply = encode_outcomes([(bytes(40), code, 0, 0)])
             return reply
         if not txs:
             reply = encode_outcomes([])
@@ -570,6 +577,7 @@ class SequencerService:
         p = self.producer
         return {
             "pid": os.getpid(),
+            "signatures": signing.BACKEND,
             "seq": p.seq if p else 0,
             "height": p.height if p else 0,
             "state_hash": self.snapshot.state_hash,

@@ -33,6 +33,8 @@ Subcommands (every one of them works; nothing here is a placeholder):
 - ``raydex bench apply [--commands N] [--block-txs N] [--json]``: the replica's apply path
   (decode, cache update, fan-out encode) on a realistic block stream, ``ns_per_delta``
   (``observability.bench.apply``). Delegated whole to that module's ``main``.
+- ``raydex bench signatures [--json]``: Lighter's signatures in C, pure Python and lighter-sdk's
+  own signer (``observability.bench.signatures``).
 - ``raydex bench transport [--json]``: the data-plane benchmark (``observability.bench_transport``;
   starts and stops a local Ray unless one is up). Delegated whole to that module's ``main``.
 - ``raydex bench dataplane [--flood-txs N] [--json]``: book-update latency while 8 streams flood
@@ -326,7 +328,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 #: what ``raydex status`` prints per actor besides its repr
-_STATUS_KEYS = ("seq", "lag", "state_hash_seq", "state_hash", "port", "placement", "error")
+_STATUS_KEYS = (
+    "seq", "lag", "state_hash_seq", "state_hash", "port", "signatures", "placement", "error",
+)  # fmt: skip
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -447,6 +451,13 @@ def _bench_codecs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_signatures(args: argparse.Namespace) -> int:
+    from raydex.observability.bench import signatures as bench_signatures
+
+    bench_signatures.run(json_out=args.json)
+    return 0
+
+
 def _add_demo(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
@@ -467,9 +478,13 @@ def _add_demo(sub: Any) -> None:
 
 
 def _add_bench(sub: Any) -> None:
-    p = sub.add_parser("bench", help="benchmarks (engine, codecs, apply, transport, dataplane)")
+    p = sub.add_parser(
+        "bench", help="benchmarks (engine, codecs, signatures, apply, transport, dataplane)"
+    )
     bench = p.add_subparsers(
-        dest="bench", metavar="{engine,codecs,apply,transport,dataplane}", required=True
+        dest="bench",
+        metavar="{engine,codecs,signatures,apply,transport,dataplane}",
+        required=True,
     )
     e = bench.add_parser(
         "engine",
@@ -487,6 +502,12 @@ def _add_bench(sub: Any) -> None:
     )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(handler=_bench_codecs)
+    sg = bench.add_parser(
+        "signatures",
+        help="Lighter signatures: sign/verify in C, pure Python and lighter-sdk's signer",
+    )
+    sg.add_argument("--json", action="store_true", help="print one JSON object")
+    sg.set_defaults(handler=_bench_signatures)
     # Listed for --help; main() hands their arguments to the module before parsing.
     bench.add_parser(
         "apply", help="the replica's apply path (decode, cache update, fan-out): ns per delta"

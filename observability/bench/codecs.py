@@ -77,7 +77,7 @@ def typical_events(n: int = BLOCK_EVENTS, seed: int = 7) -> list[Any]:
         size, is_ask = rnd.randrange(1, 10_000), rnd.randrange(2)
         kind = rnd.random()
         tx_type = 14 if kind < 0.45 or kind >= 0.8 else 15
-        out.append(TxExecuted(rnd.randbytes(32), tx_type, acct, 0, nonce, 200))
+        out.append(TxExecuted(rnd.randbytes(40), tx_type, acct, 0, nonce, 200))
         out.append(NonceUpdated(acct, 0, nonce))
         order_index += 1
         if kind < 0.8:  # rest or cancel: one order update and its level
@@ -156,7 +156,7 @@ _FLOOR_FORMATS = {
     4: "Qq",  # BalanceChanged
     5: "QBqqqqHB",  # PositionChanged
     6: "QBq",  # NonceUpdated
-    13: "32sBQBqI",  # TxExecuted
+    13: "40sBQBqI",  # TxExecuted
 }
 _FLOOR_STRUCTS = {tag: struct.Struct("<B" + fmt) for tag, fmt in _FLOOR_FORMATS.items()}
 _FLOOR_HEADER = struct.Struct("<QQQI")

@@ -442,19 +442,19 @@ def plan_load(
             size = m.lot * rng.randint(5, 40)  # deep enough for the levered longs
             if kind == "modify" and mine:
                 txs = [sign(t, ModifyOrder(t.account, 0, m.index, mine[0], size, price, 0,
-                                           FAR_MS, 0, bytes(64)))]  # fmt: skip
+                                           FAR_MS, 0, bytes(80)))]  # fmt: skip
             elif kind == "idle_cancel" and mine:
                 txs = [sign(t, CancelOrder(t.account, 0, m.index, mine.pop(0), FAR_MS, 0,
-                                           bytes(64)))]  # fmt: skip
+                                           bytes(80)))]  # fmt: skip
             else:
                 kind = "requote"
                 txs = []
                 if len(mine) >= 4:
                     txs.append(sign(t, CancelOrder(t.account, 0, m.index, mine.pop(0), FAR_MS, 0,
-                                                   bytes(64))))  # fmt: skip
+                                                   bytes(80))))  # fmt: skip
                 c = next_coi()
                 txs.append(sign(t, CreateOrder(t.account, 0, m.index, c, size, price, is_ask, 0,
-                                               1, 0, 0, -1, FAR_MS, 0, bytes(64))))  # fmt: skip
+                                               1, 0, 0, -1, FAR_MS, 0, bytes(80))))  # fmt: skip
                 mine.append(c)
         elif kind == "levered" and lev_stage:
             t = next(x for x in levered if x.account in lev_stage)
@@ -463,7 +463,7 @@ def plan_load(
             if lev_stage[t.account] == 0:
                 lev_stage[t.account] = 1
                 txs = [sign(t, UpdateLeverage(t.account, 0, m.index, imf, 0, FAR_MS, 0,
-                                              bytes(64)))]  # fmt: skip
+                                              bytes(80)))]  # fmt: skip
             else:
                 del lev_stage[t.account]
                 # A market buy at 80% of the maximum leverage: a fall of the mark by 1.3% (50x
@@ -472,7 +472,7 @@ def plan_load(
                 size = max(m.lot, notional // (m.mark * m.mult))
                 worst = round(mids[m.index] * 1.01)
                 txs = [sign(t, CreateOrder(t.account, 0, m.index, 0, size, worst, 0, 1, 0, 0, 0,
-                                           -1, FAR_MS, 0, bytes(64)))]  # fmt: skip
+                                           -1, FAR_MS, 0, bytes(80)))]  # fmt: skip
         elif kind == "rest":
             t = takers[rng.randrange(len(takers))]
             m = markets[rng.randrange(len(markets))]
@@ -480,14 +480,14 @@ def plan_load(
             away = 1.0 + (0.03 if is_ask else -0.03)
             c = next_coi()
             txs = [sign(t, CreateOrder(t.account, 0, m.index, c, m.lot, round(mids[m.index] * away),
-                                       is_ask, 0, 1, 0, 0, -1, FAR_MS, 0, bytes(64)))]  # fmt: skip
+                                       is_ask, 0, 1, 0, 0, -1, FAR_MS, 0, bytes(80)))]  # fmt: skip
             resting.append((t, m.index, c))
         elif kind == "tcancel" and resting:
             t, mi, c = resting.pop(rng.randrange(len(resting)))
-            txs = [sign(t, CancelOrder(t.account, 0, mi, c, FAR_MS, 0, bytes(64)))]
+            txs = [sign(t, CancelOrder(t.account, 0, mi, c, FAR_MS, 0, bytes(80)))]
         elif kind == "transfer":
             t, u = rng.sample(takers, 2) if len(takers) > 1 else (takers[0], makers[0])
-            txs = [sign(t, Transfer(t.account, 0, u.account, 1_000_000, FAR_MS, 0, bytes(64)))]
+            txs = [sign(t, Transfer(t.account, 0, u.account, 1_000_000, FAR_MS, 0, bytes(80)))]
         else:
             kind = "ioc"
             t = takers[rng.randrange(len(takers))]
@@ -495,7 +495,7 @@ def plan_load(
             is_ask = rng.randrange(2)
             worst = round(mids[m.index] * (0.99 if is_ask else 1.01))
             txs = [sign(t, CreateOrder(t.account, 0, m.index, 0, m.lot * rng.randint(1, 3), worst,
-                                       is_ask, 1, 0, 0, 0, -1, FAR_MS, 0, bytes(64)))]  # fmt: skip
+                                       is_ask, 1, 0, 0, 0, -1, FAR_MS, 0, bytes(80)))]  # fmt: skip
         mix[kind] += 1
         for tx in txs:
             if hasattr(tx, "market_index"):

@@ -11,7 +11,7 @@
     └──────────────────────────────────────────────┘
 
 The stack is session-scoped (booting it costs ~1 s): two markets (``ETH`` 0 and ``BTC`` 1, both
-2 price / 4 size decimals) and three funded traders (accounts 1, 2, 3, one Ed25519 API key each,
+2 price / 4 size decimals) and three funded traders (accounts 1, 2, 3, one Lighter API key each,
 1,000,000 USDC). Tests share it, so each asserts on what it placed itself (its own client order
 index, price or account) rather than on absolute book contents, and reads a trader's nonce from
 the server before signing. Clients run on the test thread; the stack never shares their loop.

@@ -7,8 +7,9 @@ reads ``orderBookDetails`` and ``assetDetails``), ``fetch_currencies``, ``fetch_
 ``accountIndex``, recent trades through the implicit ``publicGetRecentTrades`` (this ccxt has no
 public ``fetch_trades`` for lighter), ``watch_order_book``, ``watch_trades``, ``watch_ticker`` and
 ``watch_tickers``. Txs are signed
-with raydex's Ed25519 and sent through ccxt's own transport (``publicPostSendTx``), because
-``create_order`` & co. sign with Lighter's Schnorr library, which raydex does not verify.
+with raydex's ``sign_tx`` (Lighter's Schnorr/ECgFp5 scheme) and sent through ccxt's own transport
+(``publicPostSendTx``); ccxt's own ``create_order`` (its bundled Lighter signer) is not driven
+here yet.
 
 Each test places orders at its own price levels and asserts on what it placed itself (the stack
 is shared with the lighter-sdk tests).

@@ -1,9 +1,9 @@
 """lighter-sdk (PyPI ``lighter-sdk``) against raydex with only the host changed.
 
 The SDK's REST classes parse every answer into its pydantic models (strict types, required
-fields), so a test passing here means the real client accepts our wire format. Its signer is
-Lighter's Schnorr/ECgFp5 and cannot make raydex txs: txs are signed with raydex's Ed25519
-``sign_tx`` (through ``Trader``) and sent with the SDK's own ``TransactionApi`` transport.
+fields), so a test passing here means the real client accepts our wire format. Txs here are
+signed by raydex's own ``sign_tx`` (Lighter's scheme, through ``Trader``) and sent with the SDK's
+own ``TransactionApi`` transport; ``test_lighter_sdk_signer.py`` has the SDK's signer trade.
 
 Each test places orders at its own price levels (asks 3300+, bids 2700-, crosses on BTC), reads
 nonces from the server and asserts on what it placed itself, because the stack is shared.
@@ -140,7 +140,7 @@ def test_an_order_sent_through_the_sdk_rests_in_the_book_it_reads(exchange: Exch
         nonce = await api.sync_nonce(alice)
         coi = exchange.next_coi()
         reply = await api.send(alice.order(330_000, 250, is_ask=1, coi=coi))
-        assert reply.code == 200 and len(reply.tx_hash) == 64
+        assert reply.code == 200 and len(reply.tx_hash) == 80
 
         assert (await api.tx.next_nonce(account_index=alice.account, api_key_index=0)).nonce == (
             nonce + 1

@@ -24,12 +24,20 @@ from raydex.codecs import (
     Transfer,
     UpdateLeverage,
     Withdraw,
+    public_key_of,
 )
 from raydex.engine import Engine
 
 NOW = 1_700_000_000_000
-SIG = b"\x00" * 64
-KEY = b"\x01" * 32
+SIG = b"\x00" * 80
+
+
+def valid_key(i: int) -> bytes:
+    """A valid 40-byte public key (of the private scalar i): the engine refuses invalid points."""
+    return public_key_of(i.to_bytes(40, "little"))
+
+
+KEY = valid_key(1)
 GTT, IOC, POST_ONLY = 1, 0, 2
 LIMIT, MARKET = 0, 1
 

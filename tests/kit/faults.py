@@ -125,7 +125,7 @@ class Trader:
             price = 300_000 + (self.nonce % 5) * 10 if is_ask else 300_040 - (self.nonce % 5) * 10
             tx = CreateOrder(
                 self.account, 0, 0, self.nonce + 1, 10, price, is_ask,
-                0, 1, 0, 0, -1, FAR, self.nonce, bytes(64),
+                0, 1, 0, 0, -1, FAR, self.nonce, bytes(80),
             )  # fmt: skip
             self.pending, self.resent = sign_tx(tx, SEED), False
         return self.pending

@@ -34,10 +34,11 @@ from raydex.codecs import (
     RegisterApiKey,
     SetMarkPrice,
     Transfer,
+    public_key_of,
 )
 
-_SIG = b"\x00" * 64
-_KEY = b"\x11" * 32
+_SIG = b"\x00" * 80
+_KEY = public_key_of((17).to_bytes(40, "little"))  # valid: the engine checks points
 T0 = 1_700_000_000_000
 
 

@@ -23,8 +23,8 @@ from raydex.codecs import (
     encode_block_reference,
     encode_tx,
     is_signed_type,
+    message_hash_of,
     peek_block_header,
-    signing_bytes,
     spec_of,
 )
 
@@ -94,12 +94,14 @@ def test_transactions_round_trip_through_their_tagged_encoding(
 )
 @settings(max_examples=20, deadline=None)
 @given(data=st.data(), chain_id=st.integers(0, 2**32 - 1))
-def test_signing_bytes_are_chain_id_tag_and_layout_without_sig(
+def test_the_message_hash_ignores_the_signature_and_binds_the_chain(
     cls: type, data: st.DataObject, chain_id: int
 ) -> None:
     tx = data.draw(wire_values(cls))
-    full = encode_tx(tx)
-    assert signing_bytes(tx, chain_id) == chain_id.to_bytes(4, "little") + full[:-64]
+    hm = message_hash_of(tx, chain_id)
+    assert len(hm) == 40
+    assert message_hash_of(tx._replace(sig=bytes(80)), chain_id) == hm
+    assert message_hash_of(tx, (chain_id + 1) % 2**32) != hm
 
 
 @settings(max_examples=60, deadline=None)

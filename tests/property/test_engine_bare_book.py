@@ -8,12 +8,13 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kit.engine import KEY
 
 from raydex.codecs import CancelOrder, CreateMarket, CreateOrder, Deposit, RegisterApiKey
 from raydex.engine import BareBook, Engine
 
 NOW = 1_700_000_000_000
-SIG = b"\x00" * 64
+SIG = b"\x00" * 80
 
 OPS = st.lists(
     st.one_of(
@@ -55,7 +56,7 @@ def test_bare_book_and_engine_agree_on_the_same_stream(ops: list[Any]) -> None:
     ]
     n_accounts = len(ops) + 1
     for a in range(n_accounts):
-        setup += [RegisterApiKey(a, 0, b"\x01" * 32), Deposit(a, 10**15)]
+        setup += [RegisterApiKey(a, 0, KEY), Deposit(a, 10**15)]
     for cmd in setup:
         assert eng.execute(cmd, NOW, []) == 200
     book = BareBook()

@@ -9,6 +9,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kit.engine import KEY
 
 from raydex.codecs import (
     CreateMarket,
@@ -30,7 +31,7 @@ INTS = st.one_of(
     st.sampled_from([2**32 - 1, 2**32, 2**48 - 1, 2**48, 2**48 + 1, 2**63 - 1, 2**63, NOW]),
     st.integers(-(2**70), 2**70),
 )
-BYTES = st.one_of(st.binary(max_size=70), st.just(b"\x00" * 32), st.just(b"\x05" * 32))
+BYTES = st.one_of(st.binary(max_size=70), st.just(b"\x00" * 40), st.just(b"\x05" * 40))
 
 
 def _field(py_type: Any) -> st.SearchStrategy[Any]:
@@ -57,10 +58,10 @@ def _seeded() -> Engine:
         CreateMarket(1, "B", 0, 6, 1, 0, 0, 0, 0, 2_000, 1_000, 500, 200, 10_000, 3, 1),
     ]
     for a in range(4):
-        setup += [RegisterApiKey(a, 0, b"\x01" * 32), Deposit(a, 10**9)]
+        setup += [RegisterApiKey(a, 0, KEY), Deposit(a, 10**9)]
     for a in range(4):
         setup.append(
-            CreateOrder(a, 0, a % 2, 1, 5, 100 + a, a % 2, 0, 1, 0, 0, 0, NOW, 0, b"\x00" * 64)
+            CreateOrder(a, 0, a % 2, 1, 5, 100 + a, a % 2, 0, 1, 0, 0, 0, NOW, 0, b"\x00" * 80)
         )
     for cmd in setup:
         eng.execute(cmd, NOW, [])

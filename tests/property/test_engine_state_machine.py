@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from kit.engine import KEY
 
 from raydex.codecs import (
     ApplyFunding,
@@ -29,7 +30,7 @@ from raydex.codecs import (
 from raydex.engine import Engine
 
 NOW = 1_700_000_000_000
-SIG = b"\x00" * 64
+SIG = b"\x00" * 80
 ACCOUNTS = (1, 2, 3)
 PRICES = st.integers(95, 105)
 SIZES = st.integers(1, 5)
@@ -110,7 +111,7 @@ class EngineVsReference(RuleBasedStateMachine):
         self.events: list[Any] = []
         self.run(MARKET)
         for a in ACCOUNTS:
-            self.run(RegisterApiKey(a, 0, b"\x01" * 32))
+            self.run(RegisterApiKey(a, 0, KEY))
             self.run(Deposit(a, 10**15))
 
     def run(self, cmd: Any) -> int:
@@ -312,7 +313,7 @@ class EngineUnderStress(RuleBasedStateMachine):
         for m in STRESS_MARKETS:
             self.run(m)
         for a in self.nonces:
-            self.run(RegisterApiKey(a, 0, b"\x01" * 32))
+            self.run(RegisterApiKey(a, 0, KEY))
             self.run(Deposit(a, 2_000_000 if a < 4 else 10**9))
 
     def run(self, cmd: Any) -> int:

@@ -3,7 +3,7 @@ transfers and withdrawals."""
 
 from __future__ import annotations
 
-from kit.engine import IOC, KEY, NOW, SIG, Desk, Step, market, play
+from kit.engine import IOC, KEY, NOW, SIG, Desk, Step, market, play, valid_key
 
 from raydex.codecs import CreateOrder, Deposit, RegisterApiKey, ResultCode
 
@@ -45,11 +45,11 @@ def test_an_expired_tx_changes_nothing_but_a_failing_valid_tx_consumes_its_nonce
 
 def test_change_pub_key_installs_a_new_key_signed_by_an_existing_one() -> None:
     d = Desk()
-    new = b"\x07" * 32
+    new = valid_key(7)
     assert d.change_key(1, 3, new) == RC.OK
     assert d.eng.pub_key(1, 3) == new
     assert d.eng.next_nonce(1, 3) == 0
-    assert d.change_key(1, 4, b"\x00" * 32) == RC.INVALID_PUBLIC_KEY
+    assert d.change_key(1, 4, b"\x00" * 40) == RC.INVALID_PUBLIC_KEY
     assert d.eng.pub_key(1, 4) is None
     assert d.eng.next_nonce(1, 0) == 2
 
@@ -59,7 +59,7 @@ def test_operator_registration_creates_the_account_and_keeps_an_existing_nonce()
     assert d.run(RegisterApiKey(42, 0, KEY)) == RC.OK
     assert d.eng.account_collateral(42) == 0
     assert d.buy(1, 1, 9_000) == RC.OK
-    assert d.run(RegisterApiKey(1, 0, b"\x09" * 32)) == RC.OK
+    assert d.run(RegisterApiKey(1, 0, valid_key(9))) == RC.OK
     assert d.eng.next_nonce(1, 0) == 1
     assert d.run(RegisterApiKey(1, 255, KEY)) == RC.INVALID_API_KEY_INDEX
     assert d.run(Deposit(1, 0)) == RC.INVALID_AMOUNT

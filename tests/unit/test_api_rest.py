@@ -105,7 +105,7 @@ def test_an_order_sent_through_send_tx_rests_on_the_book_and_the_nonce_advances(
         status, nn = await r.get("/api/v1/nextNonce", account_index=a.account, api_key_index=0)
         assert (status, nn["nonce"]) == (200, 0)
         status, reply = await r.send(a.order(299_000, 1_000, 0))
-        assert status == 200 and reply["code"] == 200 and len(reply["tx_hash"]) == 64
+        assert status == 200 and reply["code"] == 200 and len(reply["tx_hash"]) == 80
         _, nn = await r.get("/api/v1/nextNonce", account_index=a.account, api_key_index=0)
         assert nn["nonce"] == 1
         _, orders = await r.get("/api/v1/orderBookOrders", market_id=0, limit=10)
@@ -219,7 +219,7 @@ def test_indexed_reads_answer_what_a_full_walk_of_the_caches_answers() -> None:
         assert (await r.send(b.order(300_510, 15, 0)))[1]["code"] == 200  # fills two levels
         oi = next(o.order_index for o in r.state.orders.values() if o.account_index == c.account)
         modify = sign_tx(
-            ModifyOrder(c.account, 0, 0, oi, 12, 300_530, 0, FAR_MS, c.nonce, bytes(64)), c.seed
+            ModifyOrder(c.account, 0, 0, oi, 12, 300_530, 0, FAR_MS, c.nonce, bytes(80)), c.seed
         )
         c.nonce += 1
         assert (await r.send(modify))[1]["code"] == 200  # the order moves to another level
@@ -369,7 +369,7 @@ def test_bad_query_parameters_and_unknown_things_get_clear_codes() -> None:
             ),
             ("/api/v1/account", {"by": "index", "value": "999"}, 404, ResultCode.ACCOUNT_NOT_FOUND),
             ("/api/v1/tx", {"by": "hash", "value": "zz"}, 400, ResultCode.INVALID_PARAM),
-            ("/api/v1/tx", {"by": "hash", "value": "00" * 32}, 404, ResultCode.NOT_FOUND),
+            ("/api/v1/tx", {"by": "hash", "value": "00" * 40}, 404, ResultCode.NOT_FOUND),
             ("/api/v1/nope", {}, 404, ResultCode.NOT_FOUND),
         ]
         for path, params, status, code in checks:

@@ -163,7 +163,7 @@ def test_an_order_sent_by_one_client_appears_on_another_clients_order_book() -> 
                     }
                 )
                 reply = await recv_type(sender, "jsonapi/sendtx")
-                assert (reply["code"], reply["id"]) == (200, i) and len(reply["tx_hash"]) == 64
+                assert (reply["code"], reply["id"]) == (200, i) and len(reply["tx_hash"]) == 80
                 book.feed(await recv_type(watcher, "update/order_book"))
             assert book.updates == 3 and book.matches(r.state)
             assert book.bids == {299_000: 60} and book.asks == {301_000: 70}

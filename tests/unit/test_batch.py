@@ -15,7 +15,7 @@ from raydex.codecs import (
     encode_outcomes,
 )
 
-TXS = [Deposit(1, 5), CancelOrder(1, 0, 0, 5, 10, 3, bytes(64))]
+TXS = [Deposit(1, 5), CancelOrder(1, 0, 0, 5, 10, 3, bytes(80))]
 
 
 def test_a_batch_round_trips() -> None:
@@ -24,8 +24,8 @@ def test_a_batch_round_trips() -> None:
 
 def test_outcomes_round_trip() -> None:
     outs = [
-        TxOutcome(bytes(range(32)), 200, 1 << 48, 7),
-        TxOutcome(bytes(32), 21104, 0, 7),
+        TxOutcome(bytes(range(40)), 200, 1 << 48, 7),
+        TxOutcome(bytes(40), 21104, 0, 7),
     ]
     assert decode_outcomes(encode_outcomes(outs)) == outs
 

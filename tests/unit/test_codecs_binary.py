@@ -25,20 +25,20 @@ from raydex.codecs import (
     decode_tx,
     encode_block,
     encode_tx,
+    message_hash_of,
     peek_block_header,
-    signing_bytes,
     tx_hash,
 )
 
-ORDER = CreateOrder(7, 0, 1, 42, 1000, 332_746, 1, 0, 1, 0, 0, -1, 1_766_434_222_583, 5, b"s" * 64)
+ORDER = CreateOrder(7, 0, 1, 42, 1000, 332_746, 1, 0, 1, 0, 0, -1, 1_766_434_222_583, 5, b"s" * 80)
 MARKET = MarketChanged(1, "ETH-USD", 2, 4, 1, 0, 20, 50, 100, 1000, 500, 300, 200, 500, 332_746, 1)
 
 
 def test_struct_formats_are_derived_from_the_construct_fields() -> None:
     assert codec_of(LevelChanged).struct.format == "<BBIQ"
     assert codec_of(MarketChanged).struct.format.startswith("<B16sBB")
-    assert codec_of(TxExecuted).struct.format == "<32sBQBqI"
-    assert codec_of(CreateOrder).size == 126
+    assert codec_of(TxExecuted).struct.format == "<40sBQBqI"
+    assert codec_of(CreateOrder).size == 142  # 62 bytes of fields + the 80-byte signature
 
 
 def test_symbols_are_nul_padded_on_encode_and_stripped_on_decode() -> None:
@@ -100,16 +100,20 @@ def test_decode_tx_rejects_empty_short_long_and_out_of_range_input() -> None:
         decode_tx(encode_tx(ORDER._replace(price=0)))
 
 
-def test_signing_bytes_cover_the_chain_and_every_field_but_the_signature() -> None:
-    msg = signing_bytes(ORDER, 304)
-    assert msg == (304).to_bytes(4, "little") + encode_tx(ORDER)[:-64]
-    assert signing_bytes(ORDER._replace(sig=b""), 304) == msg
+def test_the_message_hash_covers_the_chain_and_every_field_but_the_signature() -> None:
+    hm = message_hash_of(ORDER, 304)
+    assert len(hm) == 40
+    assert message_hash_of(ORDER._replace(sig=b""), 304) == hm
+    assert message_hash_of(ORDER, 305) != hm
+    for i in range(len(ORDER) - 1):
+        changed = ORDER._replace(**{ORDER._fields[i]: ORDER[i] + 1})
+        assert message_hash_of(changed, 304) != hm, ORDER._fields[i]
     with pytest.raises(CodecError, match="Deposit"):
-        signing_bytes(Deposit(1, 5), 304)  # operator commands are not signed
+        message_hash_of(Deposit(1, 5), 304)  # operator commands are not signed
 
 
 EVENTS = [
-    TxExecuted(b"h" * 32, 14, 7, 0, 5, 200),
+    TxExecuted(b"h" * 40, 14, 7, 0, 5, 200),
     LevelChanged(1, 1, 332_746, 29),
     MARKET,
     BalanceChanged(7, -3),
@@ -151,8 +155,8 @@ def test_checked_block_decode_refuses_a_count_the_body_cannot_hold() -> None:
 
 def test_encode_block_rejects_a_class_that_is_not_an_event() -> None:
     with pytest.raises(CodecError, match="registered event"):
-        encode_block(1, 1, 1, [CancelOrder(1, 0, 0, 1, 0, 1, b"s" * 64)])  # type: ignore[list-item]
-    with pytest.raises(CodecError, match="32 bytes"):
+        encode_block(1, 1, 1, [CancelOrder(1, 0, 0, 1, 0, 1, b"s" * 80)])  # type: ignore[list-item]
+    with pytest.raises(CodecError, match="40 bytes"):
         encode_block(1, 1, 1, [TxExecuted(b"short", 14, 7, 0, 5, 200)])
 
 

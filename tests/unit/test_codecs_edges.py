@@ -1,4 +1,4 @@
-"""Lighter JSON, decimal strings, Ed25519 signing and Arrow snapshots: examples and rejections."""
+"""Lighter JSON, decimal strings, Lighter signatures, Arrow snapshots: examples and rejections."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from raydex.codecs import (
     write_snapshot_ipc,
 )
 
-SIG = base64.b64encode(b"\1" * 64).decode()
+SIG = base64.b64encode(b"\1" * 80).decode()
 LIGHTER_CREATE_ORDER = (
     '{"AccountIndex":7,"ApiKeyIndex":3,"MarketIndex":0,"ClientOrderIndex":12,'
     '"BaseAmount":291,"Price":332746,"IsAsk":1,"Type":0,"TimeInForce":1,"ReduceOnly":0,'
@@ -51,12 +51,12 @@ LIGHTER_CREATE_ORDER = (
 def test_a_lighter_create_order_tx_info_parses_into_a_create_order() -> None:
     tx = tx_from_json(TxType.CREATE_ORDER, LIGHTER_CREATE_ORDER)
     assert tx == CreateOrder(
-        7, 3, 0, 12, 291, 332746, 1, 0, 1, 0, 0, -1, 1766434822583, 9, b"\1" * 64
+        7, 3, 0, 12, 291, 332746, 1, 0, 1, 0, 0, -1, 1766434822583, 9, b"\1" * 80
     )
 
 
 def test_tx_to_json_uses_lighter_keys_base64_sig_and_hex_keys() -> None:
-    tx = ChangePubKey(7, 3, 4, b"\xab" * 32, 10, 9, b"\1" * 64)
+    tx = ChangePubKey(7, 3, 4, b"\xab" * 40, 10, 9, b"\1" * 80)
     info = tx_to_json(tx)
     assert list(info) == [
         "AccountIndex",
@@ -67,8 +67,8 @@ def test_tx_to_json_uses_lighter_keys_base64_sig_and_hex_keys() -> None:
         "Nonce",
         "Sig",
     ]
-    assert info["PubKey"] == "ab" * 32 and info["Sig"] == SIG
-    assert tx_from_json(8, {**info, "PubKey": "0x" + "AB" * 32}) == tx
+    assert info["PubKey"] == "ab" * 40 and info["Sig"] == SIG
+    assert tx_from_json(8, {**info, "PubKey": "0x" + "AB" * 40}) == tx
 
 
 def test_json_keys_that_are_not_pascal_case_come_from_the_declaration() -> None:
@@ -89,7 +89,7 @@ def test_boolean_flags_are_accepted_where_lighter_sends_zero_or_one() -> None:
         ({"Nonce": True}, r"CreateOrder\.Nonce: needs an integer, got bool"),
         ({"Type": 7}, r"CreateOrder\.Type: 7 out of range \[0, 6\]"),
         ({"Sig": "!!"}, r"CreateOrder\.Sig: not valid base64"),
-        ({"Sig": base64.b64encode(b"x").decode()}, r"CreateOrder\.Sig: needs 64 bytes"),
+        ({"Sig": base64.b64encode(b"x").decode()}, r"CreateOrder\.Sig: needs 80 bytes"),
         ({"Extra": 1}, r"unexpected keys \['Extra'\]"),
     ],
 )
@@ -145,7 +145,7 @@ def test_signatures_verify_only_for_the_same_key_chain_and_fields() -> None:
     assert not verify_tx(tx, generate_key()[1])
 
 
-@pytest.mark.parametrize("pub", [b"", b"x" * 31, b"\xff" * 32, "not bytes"])
+@pytest.mark.parametrize("pub", [b"", b"x" * 39, b"\xff" * 40, b"\0" * 40, "not bytes"])
 def test_verify_returns_false_instead_of_raising_on_bad_keys(pub: object) -> None:
     seed, _ = generate_key()
     tx = sign_tx(CancelOrder(7, 0, 1, 5, 100, 3, b""), seed)
@@ -172,7 +172,7 @@ def test_arrow_schemas_follow_the_wire_types() -> None:
         ("account_index", "uint64"),
         ("api_key_index", "uint8"),
         ("nonce", "int64"),
-        ("pub_key", "fixed_size_binary[32]"),
+        ("pub_key", "fixed_size_binary[40]"),
     ]
     assert arrow_schema(MarketRecord).field("symbol").type == pa.string()
 
@@ -182,7 +182,7 @@ RECORDS = [
     MarketRecord(0, "BTC", 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 1, 15, 16),
     AccountRecord(2, 5),
     AccountRecord(1, -5),
-    ApiKeyRecord(1, 0, 3, b"k" * 32),
+    ApiKeyRecord(1, 0, 3, b"k" * 40),
     OrderRecord(0, 1 << 48, 1, 2, 1, 100, 5, 5, -1, 0, 1, 0, 9),
 ]
 

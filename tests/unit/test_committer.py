@@ -34,7 +34,7 @@ def order(account: int, nonce: int, price: int, is_ask: int) -> CreateOrder:
     return sign_tx(tx, SEED)
 
 
-SIG = bytes(64)
+SIG = bytes(80)
 
 
 def frames(tmp: Path, blocks: int) -> tuple[list[bytes], list[list[object]]]:
@@ -49,7 +49,7 @@ def frames(tmp: Path, blocks: int) -> tuple[list[bytes], list[list[object]]]:
         txs = [
             sign_tx(
                 CreateOrder(
-                    a, 0, 0, i + 1, 10 + a, 300_000, a % 2, 0, 1, 0, 0, -1, FAR, i, bytes(64)
+                    a, 0, 0, i + 1, 10 + a, 300_000, a % 2, 0, 1, 0, 0, -1, FAR, i, bytes(80)
                 ),
                 SEED,
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.engine import KEY
 from kit.workload import Workload
 
 from raydex.codecs import (
@@ -62,12 +63,12 @@ def test_records_round_trip_to_an_engine_with_the_same_hash_and_the_same_future(
 
 def test_a_snapshot_keeps_time_priority_inside_a_level() -> None:
     eng = Engine()
-    sig = b"\x00" * 64
+    sig = b"\x00" * 80
     setup: list[Any] = [
         CreateMarket(0, "ETH", 2, 2, 1, 0, 0, 0, 0, 1_000, 500, 500, 200, 5_000, 10_000, 1),
     ]
     for a in (1, 2, 3):
-        setup += [RegisterApiKey(a, 0, b"\x01" * 32), Deposit(a, 10**12)]
+        setup += [RegisterApiKey(a, 0, KEY), Deposit(a, 10**12)]
     for cmd in setup:
         assert eng.execute(cmd, NOW, []) == 200
     for nonce, a in enumerate((1, 2)):

@@ -295,6 +295,9 @@ def test_the_sequencer_service_registers_its_block_metrics(tmp_path: Path) -> No
     assert sink.histogram("raydex_block_size_txs").sum == pytest.approx(40)
     assert sink.value("raydex_blocks_total") == 1
     assert sink.value("raydex_block_seq") == 0
+    # which signature backend runs is exported and in status (never the pure one silently)
+    assert sink.value("raydex_signing_info", backend="c", accelerated="true") == 1
+    assert svc.status()["signatures"] == "c"
 
 
 def test_rest_reads_count_cache_hits_and_remote_reads_count_fallbacks() -> None:

@@ -51,7 +51,7 @@ def setup(p: BlockProducer, accounts: range) -> None:
 
 def order(account: int, nonce: int, price: int, is_ask: int, size: int = 100) -> CreateOrder:
     tx = CreateOrder(
-        account, 0, 0, nonce + 1, size, price, is_ask, 0, 1, 0, 0, -1, FAR, nonce, bytes(64)
+        account, 0, 0, nonce + 1, size, price, is_ask, 0, 1, 0, 0, -1, FAR, nonce, bytes(80)
     )
     return sign_tx(tx, SEED)
 
@@ -118,7 +118,7 @@ def test_with_verification_off_the_producer_trusts_the_replicas_dry_run(tmp_path
     p = producer(tmp_path)
     setup(p, range(1, 2))
     p.verify_signatures = False
-    forged = order(1, 0, 300_000, 0)._replace(sig=bytes(64))
+    forged = order(1, 0, 300_000, 0)._replace(sig=bytes(80))
     p.submit([forged], NS + 1)
     block = p.close_block()
     assert block is not None and [o.code for o in block.outcomes] == [ResultCode.OK]

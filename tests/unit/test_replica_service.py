@@ -29,7 +29,7 @@ from raydex.codecs import (
     ResultCode,
     decode_batch,
     encode_outcomes,
-    tx_hash,
+    tx_hash_of,
     tx_to_json_str,
 )
 
@@ -271,7 +271,7 @@ def test_a_replica_booted_behind_the_ring_stays_off_the_shared_port_and_answers_
                     async with http.post(url, data=form) as r:
                         status, body = r.status, await r.json()
                     assert (status, body["code"]) == (503, ResultCode.SEQUENCER_UNAVAILABLE), body
-                    assert body["tx_hash"] == tx_hash(tx).hex() and "hash" in body["message"]
+                    assert body["tx_hash"] == tx_hash_of(tx).hex() and "hash" in body["message"]
                     # sequenced: its nonce stays pending here until its block arrives
                     assert svc.state.next_nonce(carol.account, 0) == 1
                     ws = await http.ws_connect(f"http://127.0.0.1:{svc.direct_port}/stream")
@@ -281,7 +281,7 @@ def test_a_replica_booted_behind_the_ring_stays_off_the_shared_port_and_answers_
                     await ws.send_json({"type": "jsonapi/sendtx", "id": 7, "data": data})
                     reply = await ws.receive_json(timeout=WAIT)
                     assert (reply["id"], reply["code"]) == (7, ResultCode.SEQUENCER_UNAVAILABLE)
-                    assert reply["tx_hash"] == tx_hash(tx2).hex()
+                    assert reply["tx_hash"] == tx_hash_of(tx2).hex()
                     await ws.close()
                 assert s.seq.status()["seq"] == executed_before + 2  # both executed meanwhile
                 assert svc.status()["timeouts"]["apply"] == 2
@@ -403,7 +403,7 @@ def test_the_micro_batch_reply_has_a_deadline_and_a_caller_still_queued_is_never
             await release.wait()
             txs = decode_batch(frame)
             handled.extend(t.nonce for t in txs)
-            return encode_outcomes([(tx_hash(t), 200, 0, 1) for t in txs])
+            return encode_outcomes([(tx_hash_of(t), 200, 0, 1) for t in txs])
 
         server = GrpcDataPlaneServer(BlockHub(), stalled_sequencer)
         port = await server.start()
@@ -420,11 +420,11 @@ def test_the_micro_batch_reply_has_a_deadline_and_a_caller_still_queued_is_never
                 assert (e.code, e.status) == (ResultCode.SEQUENCER_UNAVAILABLE, 503)
             sent, queued = errors
             assert isinstance(sent, ApiError) and isinstance(queued, ApiError)
-            assert sent.tx_hashes == [tx_hash(a)] and "look it up by hash" in sent.message
+            assert sent.tx_hashes == [tx_hash_of(a)] and "look it up by hash" in sent.message
             assert queued.tx_hashes is None and "not sent" in queued.message
             release.set()
             outs = await batcher.enqueue([c], loop.time() + WAIT)
-            assert [o.tx_hash for o in outs] == [tx_hash(c)]
+            assert [o.tx_hash for o in outs] == [tx_hash_of(c)]
             assert handled == [a.nonce, c.nonce] and batcher.timeouts == 2
         finally:
             await channel.close()

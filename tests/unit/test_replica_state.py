@@ -177,7 +177,7 @@ def test_validate_catches_a_book_that_disagrees_with_its_orders() -> None:
 
 
 def test_records_of_an_unknown_kind_are_refused() -> None:
-    order = CreateOrder(1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 0, -1, 0, 0, bytes(64))
+    order = CreateOrder(1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 0, -1, 0, 0, bytes(80))
     with pytest.raises(TypeError):
         ReplicaState.from_records([order], 0, 0)
 

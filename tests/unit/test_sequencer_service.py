@@ -45,7 +45,7 @@ def config(tmp: Path) -> SequencerConfig:
 
 def order(account: int, nonce: int, price: int, is_ask: int) -> CreateOrder:
     tx = CreateOrder(
-        account, 0, 0, nonce + 1, 100, price, is_ask, 0, 1, 0, 0, -1, FAR, nonce, bytes(64)
+        account, 0, 0, nonce + 1, 100, price, is_ask, 0, 1, 0, 0, -1, FAR, nonce, bytes(80)
     )
     return sign_tx(tx, SEED)
 

@@ -32,7 +32,7 @@ ETH = eth_market()  # ETH-PERP: 2 price / 4 size decimals, mark 3000.00
 
 def order(account: int, nonce: int, price: int, is_ask: int) -> CreateOrder:
     tx = CreateOrder(
-        account, 0, 0, nonce + 1, 100, price, is_ask, 0, 1, 0, 0, -1, FAR, nonce, bytes(64)
+        account, 0, 0, nonce + 1, 100, price, is_ask, 0, 1, 0, 0, -1, FAR, nonce, bytes(80)
     )
     return sign_tx(tx, SEED)
 

@@ -23,7 +23,7 @@ from raydex.codecs import (
     peek_wal_record,
 )
 
-SIG = bytes(64)
+SIG = bytes(80)
 
 
 def order(nonce: int) -> CreateOrder:
@@ -203,7 +203,7 @@ def test_replay_after_a_seq_does_not_decode_what_comes_before(tmp_path: Path) ->
 
 
 def test_refusals_are_logged_at_their_positions(tmp_path: Path) -> None:
-    refused = [(1, TxExecuted(b"h" * 32, 14, 7, 0, 3, 21120))]
+    refused = [(1, TxExecuted(b"h" * 40, 14, 7, 0, 3, 21120))]
     frames = [encode_tx(Deposit(1, 1)), encode_tx(Deposit(2, 2))]
     record = encode_wal_record(1, 5, frames, refused)
     block = decode_wal_record(record)
