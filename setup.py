@@ -1,7 +1,7 @@
 """Optional mypyc build of ``raydex.engine``; everything else comes from pyproject.toml.
 
 Pure Python is the default and the fallback: without ``RAYDEX_MYPYC=1`` this file adds nothing.
-With it, the engine's hot modules (``_engine``, ``_model``, ``_bare_book``: the floor is compiled
+With it, the engine's modules (all but ``_validate``; ``_bare_book`` included: the floor is compiled
 too, so the engine-vs-bare-book ratio stays a like-for-like comparison) are compiled to C
 extensions that sit beside the sources and take precedence over them at import:
 
@@ -15,7 +15,7 @@ Caller duty for the editable form: the ``.so`` files shadow ``engine/*.py``, so 
 the engine rebuild, or delete ``engine/*.so`` to go back to pure Python
 (``raydex.engine.COMPILED`` says which one is running).
 
-Cost: one mypyc + C compile of the three modules, ~1 minute on an idle core. mypyc names a
+Cost: one mypyc + C compile of the engine modules, a few minutes on an idle core. mypyc names a
 module by the directories above it that hold an ``__init__.py``; ``engine/`` is mapped to
 ``raydex.engine`` only through ``package-dir``, so the sources are staged under
 ``build/mypyc_src/raydex/engine/`` and compiled from there (``raydex.codecs`` is left out of
@@ -31,8 +31,21 @@ from typing import Any
 
 from setuptools import setup
 
-#: Engine modules compiled by mypyc (``_validate`` and ``_workload`` stay interpreted).
-MYPYC_MODULES = ("_engine.py", "_model.py", "_bare_book.py")
+#: Engine modules compiled by mypyc: all but ``_validate`` (a slow O(state) self-check) and
+#: ``__init__``. They are compiled together (one group), so calls between them are native.
+MYPYC_MODULES = (
+    "_engine.py",
+    "_state.py",
+    "_orders.py",
+    "_accounts.py",
+    "_markets.py",
+    "_liquidation.py",
+    "_snapshot.py",
+    "_model.py",
+    "_bare_book.py",
+    "rules.py",
+    "codes.py",
+)
 
 
 def _mypyc_extensions() -> list[Any]:

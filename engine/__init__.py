@@ -2,7 +2,10 @@
 
 ``Engine.execute(cmd, now_ms, out) -> ResultCode`` is the whole interface for the sequencer;
 ``records()`` / ``Engine.from_records`` / ``state_hash()`` are the snapshot API; ``BareBook`` is the
-matching-only floor used by the benchmark. See ``_engine`` for the semantics.
+matching-only floor used by the benchmark. See ``_engine`` for the semantics and the module map.
+``raydex.engine.rules`` holds the pure order and margin rules (shared with the replica's dry-run)
+and ``raydex.engine.codes`` the engine's result codes and order values as ints, derived from
+``raydex.codecs``.
 
 ``COMPILED`` is True when the engine runs as mypyc-compiled extensions (``RAYDEX_MYPYC=1``
 build, see ``setup.py``), False for the pure-Python default; both behave identically.
@@ -10,7 +13,8 @@ build, see ``setup.py``), False for the pure-Python default; both behave identic
 
 from . import _engine
 from ._bare_book import BareBook
-from ._engine import DEFAULT_ORDER_LIFETIME_MS, Engine, InvariantViolation, Result, exposure
+from ._engine import DEFAULT_ORDER_LIFETIME_MS, Engine, InvariantViolation, Result
+from .rules import exposure
 
 COMPILED: bool = not str(_engine.__file__).endswith((".py", ".pyc"))
 
