@@ -19,8 +19,11 @@ from raydex.codecs import (
     CreateOrder,
     Deposit,
     ModifyOrder,
+    OrderType,
     RegisterApiKey,
+    ResultCode,
     SetMarkPrice,
+    TimeInForce,
     Transfer,
     UpdateLeverage,
     Withdraw,
@@ -30,8 +33,12 @@ from raydex.engine import Engine
 NOW = 1_700_000_000_000
 SIG = b"\x00" * 64
 KEY = b"\x01" * 32
-GTT, IOC, POST_ONLY = 1, 0, 2
-LIMIT, MARKET = 0, 1
+GTT = TimeInForce.GOOD_TILL_TIME
+IOC = TimeInForce.IMMEDIATE_OR_CANCEL
+POST_ONLY = TimeInForce.POST_ONLY
+LIMIT = OrderType.LIMIT
+MARKET = OrderType.MARKET
+OK = ResultCode.OK
 
 
 def market(index: int = 0, **kw: Any) -> CreateMarket:
@@ -71,11 +78,11 @@ class Desk:
 
     def __post_init__(self) -> None:
         for m in self.markets:
-            assert self.run(m) == 200
+            assert self.run(m) == OK
         for a in self.accounts:
-            assert self.run(RegisterApiKey(a, 0, KEY)) == 200
+            assert self.run(RegisterApiKey(a, 0, KEY)) == OK
             if self.collateral:
-                assert self.run(Deposit(a, self.collateral)) == 200
+                assert self.run(Deposit(a, self.collateral)) == OK
 
     def run(self, cmd: Any) -> int:
         self.events = []
@@ -211,7 +218,7 @@ class Step:
 
     action: str
     args: tuple[Any, ...]
-    code: int = 200
+    code: int = OK
     bids: list[tuple[int, int]] | None = None
     asks: list[tuple[int, int]] | None = None
     sizes: dict[int, int] | None = None

@@ -26,10 +26,13 @@ from raydex.codecs import (
     UpdateLeverage,
     Withdraw,
 )
+from raydex.codecs import ResultCode as RC
 from raydex.engine import Engine
 
 NOW = 1_700_000_000_000
 SIG = b"\x00" * 64
+#: A tx refused by one of these gates consumes no nonce.
+GATE_CODES = (RC.ACCOUNT_NOT_FOUND, RC.API_KEY_NOT_FOUND, RC.INVALID_NONCE, RC.TX_EXPIRED)
 ACCOUNTS = (1, 2, 3)
 PRICES = st.integers(95, 105)
 SIZES = st.integers(1, 5)
@@ -162,9 +165,9 @@ class EngineVsReference(RuleBasedStateMachine):
             )
         )
         if tif == 2 and would_cross:
-            assert code == 21807
+            assert code == RC.POST_ONLY_WOULD_CROSS
             return
-        assert code == 200
+        assert code == RC.OK
         oid = self.last_order_index()
         left, fills = self.ref.take(a, is_ask, price, size)
         assert self.fills() == fills
@@ -192,7 +195,7 @@ class EngineVsReference(RuleBasedStateMachine):
                 SIG,
             )
         )
-        assert code == 200
+        assert code == RC.OK
         _, fills = self.ref.take(a, is_ask, worst, size)
         assert self.fills() == fills
 
@@ -200,7 +203,8 @@ class EngineVsReference(RuleBasedStateMachine):
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         o = data.draw(st.sampled_from(self.ref.orders))
-        assert self.run(CancelOrder(o.account, 0, 0, o.oid, NOW, self.nonce(o.account), SIG)) == 200
+        code = self.run(CancelOrder(o.account, 0, 0, o.oid, NOW, self.nonce(o.account), SIG))
+        assert code == RC.OK
         self.ref.orders.remove(o)
 
     @rule(a=st.sampled_from(ACCOUNTS), oid=st.integers(1 << 48, (1 << 48) + 400))
@@ -208,10 +212,10 @@ class EngineVsReference(RuleBasedStateMachine):
         o = self.ref.find(oid)
         code = self.run(CancelOrder(a, 0, 0, oid, NOW, self.nonce(a), SIG))
         if o is not None and o.account == a:
-            assert code == 200
+            assert code == RC.OK
             self.ref.orders.remove(o)
         else:
-            assert code == 21600
+            assert code == RC.NOT_ACTIVE_LIMIT_ORDER
 
     @precondition(lambda self: self.ref.orders)
     @rule(data=st.data(), price=PRICES, size=st.integers(1, 8))
@@ -236,14 +240,14 @@ class EngineVsReference(RuleBasedStateMachine):
             )
         )
         if price == o.price and size <= o.remaining:
-            assert code == 200
+            assert code == RC.OK
             o.remaining = size
             return
         self.ref.orders.remove(o)
         if o.post_only and self.ref.crosses(o.is_ask, price):
-            assert code == 21807
+            assert code == RC.POST_ONLY_WOULD_CROSS
             return
-        assert code == 200
+        assert code == RC.OK
         left, fills = self.ref.take(o.account, o.is_ask, price, size)
         assert self.fills() == fills
         if left:
@@ -257,12 +261,12 @@ class EngineVsReference(RuleBasedStateMachine):
 
     @rule(a=st.sampled_from(ACCOUNTS))
     def cancel_all(self, a: int) -> None:
-        assert self.run(CancelAllOrders(a, 0, 0, 0, NOW, self.nonce(a), SIG)) == 200
+        assert self.run(CancelAllOrders(a, 0, 0, 0, NOW, self.nonce(a), SIG)) == RC.OK
         self.ref.orders = [o for o in self.ref.orders if o.account != a]
 
     @rule(mark=st.integers(97, 103))
     def move_mark(self, mark: int) -> None:
-        assert self.run(SetMarkPrice(0, mark)) == 200
+        assert self.run(SetMarkPrice(0, mark)) == RC.OK
 
     @invariant()
     def books_positions_and_internal_state_agree(self) -> None:
@@ -464,11 +468,11 @@ class EngineUnderStress(RuleBasedStateMachine):
 
     @rule(m=st.integers(0, 1), mark=st.integers(40, 160))
     def mark(self, m: int, mark: int) -> None:
-        assert self.run(SetMarkPrice(m, mark)) == 200
+        assert self.run(SetMarkPrice(m, mark)) == RC.OK
 
     @rule(m=st.integers(0, 1), rate=st.integers(-5_000_000, 5_000_000))
     def funding(self, m: int, rate: int) -> None:
-        assert self.run(ApplyFunding(m, rate)) == 200
+        assert self.run(ApplyFunding(m, rate)) == RC.OK
 
     @rule(a=st.integers(1, 5), b=st.integers(1, 5), amount=st.integers(1, 3_000_000))
     def move_cash(self, a: int, b: int, amount: int) -> None:
@@ -516,7 +520,7 @@ class EngineUnderStress(RuleBasedStateMachine):
                 SIG,
             )
         )
-        if code not in (21800, 21108, 21104, 21810) and a in self.nonces:
+        if code not in GATE_CODES and a in self.nonces:
             self.nonces[a] += 1
 
     @invariant()
