@@ -8,8 +8,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kit.engine import market
 
-from raydex.codecs import CancelOrder, CreateMarket, CreateOrder, Deposit, RegisterApiKey
+from raydex.codecs import CancelOrder, CreateOrder, Deposit, RegisterApiKey
 from raydex.codecs import ResultCode as RC
 from raydex.engine import BareBook, Engine
 
@@ -51,9 +52,7 @@ def test_cancel_removes_a_resting_order_once() -> None:
 @given(OPS)
 def test_bare_book_and_engine_agree_on_the_same_stream(ops: list[Any]) -> None:
     eng = Engine()
-    setup: list[Any] = [
-        CreateMarket(0, "T", 2, 2, 1, 0, 0, 0, 0, 1_000, 500, 500, 200, 10_000, 100, 1)
-    ]
+    setup: list[Any] = [market(0, symbol="T", max_price_deviation=10_000, mark_price=100)]
     n_accounts = len(ops) + 1
     for a in range(n_accounts):
         setup += [RegisterApiKey(a, 0, b"\x01" * 32), Deposit(a, 10**15)]

@@ -11,12 +11,12 @@ from typing import Any
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from kit.engine import market
 
 from raydex.codecs import (
     ApplyFunding,
     CancelAllOrders,
     CancelOrder,
-    CreateMarket,
     CreateOrder,
     Deposit,
     ModifyOrder,
@@ -36,7 +36,9 @@ GATE_CODES = (RC.ACCOUNT_NOT_FOUND, RC.API_KEY_NOT_FOUND, RC.INVALID_NONCE, RC.T
 ACCOUNTS = (1, 2, 3)
 PRICES = st.integers(95, 105)
 SIZES = st.integers(1, 5)
-MARKET = CreateMarket(0, "T", 2, 2, 1, 0, 100, 300, 0, 1_000, 500, 500, 200, 10_000, 100, 1)
+MARKET = market(
+    0, symbol="T", maker_fee=100, taker_fee=300, max_price_deviation=10_000, mark_price=100
+)
 
 
 @dataclass
@@ -296,8 +298,27 @@ TestEngineAgainstReferenceBook = EngineVsReference.TestCase
 
 
 STRESS_MARKETS = (
-    CreateMarket(0, "A", 2, 2, 1, 0, 200, 500, 5_000, 1_000, 500, 500, 200, 3_000, 100, 1),
-    CreateMarket(1, "B", 1, 3, 1, 0, 0, 0, 10_000, 2_000, 1_000, 600, 300, 5_000, 100, 1),
+    market(
+        0,
+        symbol="A",
+        maker_fee=200,
+        taker_fee=500,
+        liquidation_fee=5_000,
+        max_price_deviation=3_000,
+        mark_price=100,
+    ),
+    market(
+        1,
+        symbol="B",
+        price_decimals=1,
+        size_decimals=3,
+        liquidation_fee=10_000,
+        default_initial_margin_fraction=2_000,
+        min_initial_margin_fraction=1_000,
+        maintenance_margin_fraction=600,
+        closeout_margin_fraction=300,
+        mark_price=100,
+    ),
 )
 ANY_CODE = st.integers(-2, 2**33)
 

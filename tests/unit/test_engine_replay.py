@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.engine import market
 from kit.workload import Workload
 
 from raydex.codecs import (
     CancelOrder,
-    CreateMarket,
     CreateOrder,
     Deposit,
     RegisterApiKey,
@@ -65,7 +65,7 @@ def test_a_snapshot_keeps_time_priority_inside_a_level() -> None:
     eng = Engine()
     sig = b"\x00" * 64
     setup: list[Any] = [
-        CreateMarket(0, "ETH", 2, 2, 1, 0, 0, 0, 0, 1_000, 500, 500, 200, 5_000, 10_000, 1),
+        market(0, symbol="ETH"),
     ]
     for a in (1, 2, 3):
         setup += [RegisterApiKey(a, 0, b"\x01" * 32), Deposit(a, 10**12)]
