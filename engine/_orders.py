@@ -51,7 +51,6 @@ from .codes import (
     ACCOUNT_NOT_FOUND,
     ACTIVE_LIMIT,
     API_KEY_NOT_FOUND,
-    BELOW_MIN_AMOUNT,
     CANCELED,
     CANCELED_EXPIRED,
     CANCELED_NOT_ENOUGH_LIQUIDITY,
@@ -60,7 +59,6 @@ from .codes import (
     CANCELED_SELF_TRADE,
     CANCELED_TOO_MUCH_SLIPPAGE,
     CLIENT_ORDER_INDEX_EXISTS,
-    FAT_FINGER_PRICE,
     FILLED,
     INVALID_CLIENT_ORDER_INDEX,
     INVALID_EXPIRY,
@@ -84,14 +82,13 @@ from .codes import (
 )
 from .rules import (
     MAX_PRICE,
-    below_min_amount,
     exposure,
     fee,
     initial_margin,
     initial_margin_ok,
     maintenance_margin,
+    order_amount_code,
     order_kind_code,
-    outside_price_band,
     reduce_only_increases,
     unrealized_pnl,
 )
@@ -188,10 +185,11 @@ class OrderPath(EngineState):
         is_ask = 1 if is_ask else 0
         ro = 1 if ro else 0
         if not internal:
-            if below_min_amount(size, price, m.mult, m.min_base, m.min_quote):
-                return BELOW_MIN_AMOUNT
-            if outside_price_band(price, m.mark, m.max_price_deviation):
-                return FAT_FINGER_PRICE
+            code = order_amount_code(
+                size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+            )
+            if code:
+                return code
             if len(acct.orders) >= MAX_OPEN_ORDERS_PER_ACCOUNT:
                 return TOO_MANY_ORDERS
         pos = acct.positions.get(mi)
@@ -680,10 +678,11 @@ class OrderPath(EngineState):
             return INVALID_PRICE
         if not 1 <= size <= MAX_48:
             return INVALID_SIZE
-        if below_min_amount(size, price, m.mult, m.min_base, m.min_quote):
-            return BELOW_MIN_AMOUNT
-        if outside_price_band(price, m.mark, m.max_price_deviation):
-            return FAT_FINGER_PRICE
+        code = order_amount_code(
+            size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+        )
+        if code:
+            return code
         filled = o.initial - o.remaining
         if size <= filled:
             self._remove_resting(o, CANCELED, out)

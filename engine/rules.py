@@ -17,7 +17,7 @@ raise, allocate nothing and cost O(1).
   ``equity - adverse - fee >= IMR`` after it, ``adverse`` the loss of filling it at its estimated
   price against the mark, ``fee`` its taker fee (:func:`fee`, rounded up).
 - Static order checks, in the engine's order: :func:`order_kind_code` (order type / time in force),
-  :func:`below_min_amount`, :func:`outside_price_band` (the fat-finger band
+  :func:`order_amount_code` (minimum size and notional, then the fat-finger band
   ``|price - mark| <= mark * max_deviation / 1e4``), :func:`reduce_only_increases`.
 
 Caller duty: pass the market's current values (mark, fractions, fees); the functions hold no state.
@@ -31,19 +31,28 @@ from raydex.codecs import BPS as _BPS
 from raydex.codecs import PPM as _PPM
 from raydex.codecs import USDC_DECIMALS as _USDC_DECIMALS
 
-from .codes import GTT, INVALID_ORDER_TYPE, INVALID_TIME_IN_FORCE, IOC, LIMIT, MARKET, POST_ONLY
+from .codes import (
+    BELOW_MIN_AMOUNT,
+    FAT_FINGER_PRICE,
+    GTT,
+    INVALID_ORDER_TYPE,
+    INVALID_TIME_IN_FORCE,
+    IOC,
+    LIMIT,
+    MARKET,
+    POST_ONLY,
+)
 
 __all__ = [
     "MAX_PRICE",
-    "below_min_amount",
     "exposure",
     "fee",
     "initial_margin",
     "initial_margin_ok",
     "maintenance_margin",
     "notional_multiplier",
+    "order_amount_code",
     "order_kind_code",
-    "outside_price_band",
     "reduce_only_increases",
     "unrealized_pnl",
 ]
@@ -127,17 +136,26 @@ def order_kind_code(order_type: int, tif: int) -> int:
     return INVALID_ORDER_TYPE
 
 
-def below_min_amount(size: int, price: int, mult: int, min_base: int, min_quote: int) -> bool:
-    """True if the order is under the market's minimum size (lots) or notional (micro-USDC)."""
-    return size < min_base or price * size * mult < min_quote
-
-
-def outside_price_band(price: int, mark: int, max_deviation: int) -> bool:
-    """True if ``price`` is outside the fat-finger band ``|price - mark| <= mark * dev / 1e4``."""
+def order_amount_code(
+    size: int,
+    price: int,
+    mult: int,
+    min_base: int,
+    min_quote: int,
+    mark: int,
+    max_deviation: int,
+) -> int:
+    """0, or BELOW_MIN_AMOUNT (under the market's minimum size in lots or notional in
+    micro-USDC), or FAT_FINGER_PRICE (``price`` outside ``|price - mark| <= mark * dev / 1e4``),
+    checked in that order."""
+    if size < min_base or price * size * mult < min_quote:
+        return BELOW_MIN_AMOUNT
     dev = price - mark
     if dev < 0:
         dev = -dev
-    return dev * BPS > mark * max_deviation
+    if dev * BPS > mark * max_deviation:
+        return FAT_FINGER_PRICE
+    return 0
 
 
 def reduce_only_increases(size: int, is_ask: int) -> bool:

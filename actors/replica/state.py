@@ -74,13 +74,12 @@ from raydex.codecs import (
 )
 from raydex.codecs import AccountRecord as _AccountRecord
 from raydex.engine.rules import (
-    below_min_amount,
     exposure,
     initial_margin,
     initial_margin_ok,
     notional_multiplier,
+    order_amount_code,
     order_kind_code,
-    outside_price_band,
     reduce_only_increases,
     unrealized_pnl,
 )
@@ -577,10 +576,19 @@ class ReplicaState:
         if code:
             return code
         mult = notional_multiplier(m.price_decimals, m.size_decimals)
-        if below_min_amount(tx.base_amount, tx.price, mult, m.min_base_amount, m.min_quote_amount):
-            return int(ResultCode.BELOW_MIN_AMOUNT)
-        if outside_price_band(tx.price, m.mark_price, m.max_price_deviation):
-            return int(ResultCode.FAT_FINGER_PRICE)
+        code = int(
+            order_amount_code(
+                tx.base_amount,
+                tx.price,
+                mult,
+                m.min_base_amount,
+                m.min_quote_amount,
+                m.mark_price,
+                m.max_price_deviation,
+            )
+        )
+        if code:
+            return code
         coi = tx.client_order_index
         if coi and coi in acct.cois:
             return int(ResultCode.CLIENT_ORDER_INDEX_EXISTS)
