@@ -59,15 +59,10 @@ def transfer(eng: OrderPath, c: Transfer, now: int, out: list[Any]) -> int:
     dst = eng._accounts.get(to)
     if dst is None:
         return ACCOUNT_NOT_FOUND
-    src = eng._accounts[ai]
-    if amount > src.collateral:
-        return INSUFFICIENT_BALANCE
-    if not eng._imr_ok(src, amount):
-        return NOT_ENOUGH_MARGIN
-    src.collateral -= amount
+    code = debit(eng, eng._accounts[ai], amount)
+    if code:
+        return code
     dst.collateral += amount
-    rearm(eng, src)
-    eng._mark_account(src)
     eng._mark_account(dst)
     return OK
 
@@ -79,16 +74,24 @@ def withdraw(eng: OrderPath, c: Withdraw, now: int, out: list[Any]) -> int:
         return code
     if not 1 <= amount <= MAX_I63:
         return INVALID_AMOUNT
-    acct = eng._accounts[ai]
+    code = debit(eng, eng._accounts[ai], amount)
+    if code:
+        return code
+    eng.total_withdrawals += amount
+    return OK
+
+
+def debit(eng: OrderPath, acct: Account, amount: int) -> int:
+    """Take ``amount`` out of ``acct`` (transfer, withdrawal) if it has it and still meets its
+    initial margin afterwards; its liquidation triggers are re-armed. 0, or the refusal."""
     if amount > acct.collateral:
         return INSUFFICIENT_BALANCE
     if not eng._imr_ok(acct, amount):
         return NOT_ENOUGH_MARGIN
     acct.collateral -= amount
-    eng.total_withdrawals += amount
     rearm(eng, acct)
     eng._mark_account(acct)
-    return OK
+    return 0
 
 
 def update_leverage(eng: OrderPath, c: UpdateLeverage, now: int, out: list[Any]) -> int:

@@ -14,7 +14,7 @@ Cost: CreateMarket / UpdateMarket O(1) plus the holders' checks; SetMarkPrice O(
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from raydex.codecs import ApplyFunding, CreateMarket, MarketChanged, SetMarkPrice, UpdateMarket
 
@@ -130,6 +130,21 @@ def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: list[Any]) -> 
 
 # ---- market parameters ---------------------------------------------------------------------------
 
+#: ``Market`` attributes of the ten market parameters, in the order of ``CreateMarket`` /
+#: ``UpdateMarket`` / ``MarketChanged`` (min_base_amount ... max_price_deviation).
+PARAMS: Final = (
+    "min_base",
+    "min_quote",
+    "maker_fee",
+    "taker_fee",
+    "liquidation_fee",
+    "default_imf",
+    "min_imf",
+    "maintenance_mf",
+    "closeout_mf",
+    "max_price_deviation",
+)
+
 
 def valid_params(p: tuple[Any, ...], status: object) -> bool:
     """(min_base, min_quote, maker, taker, liq fee, default imf, min imf, mmf, closeout, dev)."""
@@ -149,18 +164,8 @@ def valid_params(p: tuple[Any, ...], status: object) -> bool:
 
 def set_params(m: Market, p: tuple[Any, ...], status: int) -> None:
     """Store the parameters :func:`valid_params` accepted (same order) and the status."""
-    (
-        m.min_base,
-        m.min_quote,
-        m.maker_fee,
-        m.taker_fee,
-        m.liquidation_fee,
-        m.default_imf,
-        m.min_imf,
-        m.maintenance_mf,
-        m.closeout_mf,
-        m.max_price_deviation,
-    ) = (int(x) for x in p)
+    for name, x in zip(PARAMS, p, strict=True):
+        setattr(m, name, int(x))
     m.status = int(status)
 
 
@@ -171,16 +176,7 @@ def market_fields(m: Market) -> tuple[Any, ...]:
         m.symbol,
         m.price_decimals,
         m.size_decimals,
-        m.min_base,
-        m.min_quote,
-        m.maker_fee,
-        m.taker_fee,
-        m.liquidation_fee,
-        m.default_imf,
-        m.min_imf,
-        m.maintenance_mf,
-        m.closeout_mf,
-        m.max_price_deviation,
+        *[getattr(m, name) for name in PARAMS],
         m.mark,
         m.status,
     )

@@ -119,21 +119,11 @@ class OrderPath(EngineState):
 
     def _create_order(self, c: CreateOrder, now: int, out: list[Any]) -> int:
         ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = c
-        # The gates, inlined (hot path): see _auth.
-        acct = self._accounts.get(ai)
-        if acct is None:
-            return ACCOUNT_NOT_FOUND
-        key = acct.keys.get(ki)
-        if key is None:
-            return API_KEY_NOT_FOUND
-        if nonce != key.nonce + 1:
-            return INVALID_NONCE
-        if not exp_at >= now:
-            return TX_EXPIRED
-        key.nonce = nonce
-        out.append(_new(NonceUpdated, (ai, ki, nonce)))
+        code = self._auth(ai, ki, nonce, exp_at, now, out)
+        if code:
+            return code
         return self._place(
-            acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out, False
+            self._accounts[ai], mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out, False
         )
 
     def _place(
@@ -527,31 +517,11 @@ class OrderPath(EngineState):
             acct.c_im += grow * pos.market.mark_q * pos.imf
 
     def _remove_resting(self, o: Order, status: int, out: list[Any]) -> None:
-        """Take a resting order off the book and its account, and report it with ``status``.
-        (Side.unlink and _open, inlined: this runs for every cancel and every filled maker.)"""
+        """Take a resting order off the book and its account, and report it with ``status``."""
         m = o.market
         is_ask = o.is_ask
         rem = o.remaining
-        lvl = o.level
-        assert lvl is not None
-        p = o.prev
-        n = o.next
-        if p is None:
-            lvl.head = n
-        else:
-            p.next = n
-        if n is None:
-            lvl.tail = p
-        else:
-            n.prev = p
-        o.prev = o.next = o.level = None
-        lvl.size -= rem
-        if lvl.head is None:
-            side = m.asks if is_ask else m.bids
-            if lvl.price == side.best:
-                side.drop_level(lvl)
-            else:
-                del side.levels[lvl.price]
+        lvl = (m.asks if is_ask else m.bids).unlink(o)
         if not lvl.dirty:
             lvl.dirty = True
             self._dirty_levels.append(lvl)
@@ -635,25 +605,16 @@ class OrderPath(EngineState):
 
     def _cancel_order(self, c: CancelOrder, now: int, out: list[Any]) -> int:
         ai, ki, mi, index, exp_at, nonce, _s = c
-        acct = self._accounts.get(ai)
-        if acct is None:
-            return ACCOUNT_NOT_FOUND
-        key = acct.keys.get(ki)
-        if key is None:
-            return API_KEY_NOT_FOUND
-        if nonce != key.nonce + 1:
-            return INVALID_NONCE
-        if not exp_at >= now:
-            return TX_EXPIRED
-        key.nonce = nonce
-        out.append(_new(NonceUpdated, (ai, ki, nonce)))
+        code = self._auth(ai, ki, nonce, exp_at, now, out)
+        if code:
+            return code
         m = self._markets.get(mi)
         if m is None:
             return MARKET_NOT_FOUND
         if m.next_expiry < now:
             self._expire(m, now, out)
-        o = acct.coi.get(index) if index < FIRST_ORDER_INDEX else self._orders.get(index)
-        if o is None or o.account is not acct or o.market is not m:
+        o = self._find_order(self._accounts[ai], mi, index)
+        if o is None:
             return NOT_ACTIVE_LIMIT_ORDER
         self._remove_resting(o, CANCELED, out)
         return OK
