@@ -1,6 +1,5 @@
-"""C extensions: the signature accelerator (always tried) and an optional mypyc engine build.
-
-Everything else comes from pyproject.toml.
+"""C extensions: the signature accelerator (always tried) and the compiled engine (mypyc) where a
+compiler exists. Everything else comes from pyproject.toml.
 
 ``raydex.codecs.signing._accel`` (``codecs/signing/_ecgfp5.c``, Lighter's Schnorr/ECgFp5/
 Poseidon2) is built by every ``pip install`` (``make install``). It is an optional extension: if
@@ -11,9 +10,18 @@ the pure-Python reference (``ACCELERATED`` is False, ``raydex status`` and the m
 
 mypyc engine build:
 
-Pure Python is the default and the fallback: without ``RAYDEX_MYPYC=1`` this file adds nothing.
-With it, the engine's hot modules (``_engine``, ``_model``, ``_bare_book``: the floor is compiled
-too, so the engine-vs-bare-book ratio stays a like-for-like comparison) are compiled to C
+``RAYDEX_MYPYC`` chooses (the pure-Python engine is the reference and the fallback; both produce
+the same events and state hash):
+
+- unset or ``0``: pure Python, nothing compiled (what a plain ``pip install .`` builds);
+- ``auto`` (what ``make install`` / ``make engine`` use): compile the engine when mypyc is
+  importable *and* a C compiler with the Python headers works (a one-line probe compile);
+  otherwise print why and install the pure-Python engine;
+- ``1``: compile, and fail if it cannot.
+
+Compiled, the engine's modules (all but ``_validate``, ``_funding`` and ``_digest``, which are
+off the order path; ``_bare_book`` included: the floor is
+compiled too, so the engine-vs-bare-book ratio stays a like-for-like comparison) become C
 extensions that sit beside the sources and take precedence over them at import:
 
     RAYDEX_MYPYC=1 pip install --no-build-isolation .      # a wheel with the compiled engine
@@ -23,14 +31,16 @@ extensions that sit beside the sources and take precedence over them at import:
 ``lint`` extra; with isolation pip would need ``mypy`` in ``[build-system] requires``.)
 
 Caller duty for the editable form: the ``.so`` files shadow ``engine/*.py``, so after editing
-the engine rebuild, or delete ``engine/*.so`` to go back to pure Python
-(``raydex.engine.COMPILED`` says which one is running).
+the engine rebuild (``make engine``; ``make test`` and ``make bench`` do it when a source is newer),
+or delete ``engine/*.so`` to go back to pure Python (``make pure``); ``raydex.engine.COMPILED``
+says which one is running, and ``tests/conftest.py`` stops a test run on a stale build.
 
-Cost: one mypyc + C compile of the three modules, ~1 minute on an idle core. mypyc names a
-module by the directories above it that hold an ``__init__.py``; ``engine/`` is mapped to
-``raydex.engine`` only through ``package-dir``, so the sources are staged under
-``build/mypyc_src/raydex/engine/`` and compiled from there (``raydex.codecs`` is left out of
-the mypyc run: its types reach the engine as ``Any``, which compiles to generic calls).
+Cost: one mypyc + C compile of the engine modules, about 1 minute on an idle core (4 minutes on
+the busy 2-core development VM). mypyc names a module by the directories above it that hold an
+``__init__.py``; ``engine/`` is mapped to ``raydex.engine`` only through ``package-dir``, so the
+sources are staged under ``build/mypyc_src/raydex/engine/`` and compiled from there
+(``raydex.codecs`` is left out of the mypyc run: its types reach the engine as ``Any``, which
+compiles to generic calls).
 """
 
 from __future__ import annotations
@@ -42,20 +52,64 @@ from typing import Any
 
 from setuptools import Extension, setup
 
-#: Engine modules compiled by mypyc (``_validate`` and ``_workload`` stay interpreted).
-MYPYC_MODULES = ("_engine.py", "_model.py", "_bare_book.py")
+#: Engine modules compiled by mypyc: all but ``_validate`` (a slow O(state) self-check),
+#: ``_funding`` / ``_digest`` (one tick per market per minute; snapshot-time hashing) and
+#: ``__init__``. They are compiled together (one group), so calls between them are native.
+MYPYC_MODULES = (
+    "_engine.py",
+    "_state.py",
+    "_orders.py",
+    "_accounts.py",
+    "_markets.py",
+    "_liquidation.py",
+    "_snapshot.py",
+    "_model.py",
+    "_bare_book.py",
+    "rules.py",
+    "codes.py",
+)
+
+
+def _compiler_problem() -> str:
+    """Why a C extension cannot be built here ("" when a probe against Python.h compiles)."""
+    import sysconfig
+    import tempfile
+
+    from setuptools._distutils.ccompiler import new_compiler
+    from setuptools._distutils.sysconfig import customize_compiler
+
+    try:
+        cc = new_compiler()
+        customize_compiler(cc)
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "probe.c"
+            src.write_text("#include <Python.h>\nint raydex_probe(void) { return 0; }\n")
+            cc.compile([str(src)], output_dir=tmp, include_dirs=[sysconfig.get_paths()["include"]])
+    except Exception as e:  # any failure means: no usable compiler or headers
+        return f"{type(e).__name__}: {e}"
+    return ""
 
 
 def _mypyc_extensions() -> list[Any]:
-    if os.environ.get("RAYDEX_MYPYC", "") != "1":
+    mode = os.environ.get("RAYDEX_MYPYC", "")
+    if mode not in ("1", "auto"):
         return []
     try:
         from mypyc.build import mypycify
     except ImportError as e:
+        if mode == "auto":
+            print("raydex: mypyc not importable; installing the pure-Python engine", flush=True)
+            return []
         raise SystemExit(
             "RAYDEX_MYPYC=1 needs mypyc in the build environment: install the lint extra "
             "(pip install -e '.[lint]') and build with --no-build-isolation"
         ) from e
+    problem = _compiler_problem()
+    if problem:
+        if mode == "auto":
+            print(f"raydex: no working C compiler ({problem}); pure-Python engine", flush=True)
+            return []
+        raise SystemExit(f"RAYDEX_MYPYC=1 needs a C compiler and Python headers: {problem}")
 
     root = Path(__file__).resolve().parent
     stage = root / "build" / "mypyc_src"

@@ -3,7 +3,10 @@
 ``Engine.execute(cmd, now_ms, out) -> ResultCode`` is the whole interface for the sequencer;
 ``records()`` / ``Engine.from_records`` / ``state_hash()`` are the snapshot API;
 ``state_digest(records)`` is the state hash every role reports (engine or replica caches);
-``BareBook`` is the matching-only floor used by the benchmark. See ``_engine`` for the semantics.
+``BareBook`` is the matching-only floor used by the benchmark. See ``_engine`` for the semantics
+and the module map. ``raydex.engine.rules`` holds the pure order and margin rules (shared with the
+replica's dry-run) and ``raydex.engine.codes`` the engine's result codes and order values as ints,
+derived from ``raydex.codecs``.
 
 ``COMPILED`` is True when the engine runs as mypyc-compiled extensions (``RAYDEX_MYPYC=1``
 build, see ``setup.py``), False for the pure-Python default; both behave identically.
@@ -17,11 +20,11 @@ from ._engine import (
     Engine,
     InvariantViolation,
     Result,
-    exposure,
     records_hash,
 )
 from ._funding import HOUR_MS as FUNDING_INTERVAL_MS
 from ._funding import funding_rate
+from .rules import exposure
 
 COMPILED: bool = not str(_engine.__file__).endswith((".py", ".pyc"))
 

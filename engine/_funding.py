@@ -143,7 +143,9 @@ class FundingClock:
             c.hour = hour
         elif hour > c.hour:
             rate = funding_rate(c.premium_sum, c.samples)
-            code = eng._apply_funding(ApplyFunding(mi, rate), now, out)
+            from ._markets import apply_funding  # here: _markets imports this module's users
+
+            code = apply_funding(eng, ApplyFunding(mi, rate), now, out)
             if code != _OK:  # cannot happen for a known market and a capped rate
                 return code
             c.last_rate, c.last_funding_ms = rate, hour * HOUR_MS

@@ -25,6 +25,8 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import Final
 
+from .rules import notional_multiplier
+
 #: ``Market.next_expiry`` of a market without resting orders: later than any valid time.
 NO_EXPIRY: Final = 1 << 127
 
@@ -278,7 +280,7 @@ class Market:
         self.price_decimals = price_decimals
         self.size_decimals = size_decimals
         #: micro-USDC per (tick * lot).
-        self.mult: int = 10 ** (6 - price_decimals - size_decimals)
+        self.mult: int = notional_multiplier(price_decimals, size_decimals)
         self.min_base = 1
         self.min_quote = 0
         self.maker_fee = 0

@@ -7,13 +7,40 @@ asserts on time, so per-example deadlines and the "too slow" health check are of
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, settings
+
+import raydex.engine
 
 settings.register_profile(
     "raydex", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
 settings.load_profile("raydex")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse to test a stale compiled engine: ``make`` compiles ``engine/*.py`` into ``.so``
+    files that shadow the sources, so after an edit (or a checkout) the tests would run the old
+    code. ``make test`` rebuilds first; a direct ``pytest`` run is stopped here instead."""
+    stale = _stale_compiled_engine_modules()
+    if stale:
+        pytest.exit(
+            f"the compiled engine is older than its sources ({', '.join(stale)}): run "
+            "`make engine` to rebuild it, or `make pure` to test the pure-Python engine",
+            returncode=4,
+        )
+
+
+def _stale_compiled_engine_modules() -> list[str]:
+    engine_dir = Path(raydex.engine.__file__).parent
+    stale = []
+    for ext in engine_dir.glob("*.so"):
+        src = engine_dir / (ext.name.split(".", 1)[0] + ".py")
+        if src.is_file() and src.stat().st_mtime > ext.stat().st_mtime:
+            stale.append(src.name)
+    return sorted(stale)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

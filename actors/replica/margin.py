@@ -17,10 +17,8 @@ rounded up; a short above it, rounded down): a client is never told it has more 
 ``0`` means none: the position is flat, or no price in ``[1, MAX_PRICE]`` reaches maintenance (a
 long whose account covers it at any price). Same bounds as the engine's liquidation triggers.
 
-``notional_multiplier``, ``unrealized_pnl`` and ``maintenance_margin`` are the engine's rules as
-``raydex.engine.rules`` states them on the engine-split branch (same names, same arguments); the
-engine exports only ``exposure`` today, so they are written here once for the replica and are to
-be imported from ``raydex.engine.rules`` when that module lands.
+``notional_multiplier``, ``unrealized_pnl``, ``maintenance_margin`` and ``MAX_PRICE`` are the
+engine's own (``raydex.engine.rules``), so the replica cannot drift from the engine.
 
 Cost: O(positions of the account) for all of its positions together.
 """
@@ -29,35 +27,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from raydex.codecs import BPS, USDC_DECIMALS, MarketRecord, PositionRecord
-
-#: Highest price in ticks (the wire's u32), as the engine bounds its liquidation triggers.
-MAX_PRICE = 2**32 - 1
+from raydex.codecs import BPS, MarketRecord, PositionRecord
+from raydex.engine.rules import (
+    MAX_PRICE,
+    maintenance_margin,
+    notional_multiplier,
+    unrealized_pnl,
+)
 
 __all__ = [
-    "MAX_PRICE",
     "liquidation_price",
     "liquidation_prices",
-    "maintenance_margin",
-    "notional_multiplier",
-    "unrealized_pnl",
 ]
-
-
-def notional_multiplier(price_decimals: int, size_decimals: int) -> int:
-    """Micro-USDC per (tick * lot) of a market quoting ``price_decimals`` / ``size_decimals``."""
-    mult: int = 10 ** (USDC_DECIMALS - price_decimals - size_decimals)
-    return mult
-
-
-def unrealized_pnl(size: int, mark_q: int, entry_quote: int) -> int:
-    """Unrealized PnL (micro-USDC) of ``size`` signed lots at ``mark_q`` = mark * mult."""
-    return size * mark_q - entry_quote
-
-
-def maintenance_margin(lots: int, mark_q: int, mmf: int) -> int:
-    """MMR numerator (micro-USDC * bps) of ``lots`` (``|size|``) at ``mmf`` bps."""
-    return lots * mark_q * mmf
 
 
 def liquidation_price(

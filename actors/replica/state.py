@@ -49,7 +49,6 @@ from typing import Any, NamedTuple
 from raydex.codecs import (
     BPS,
     OPERATOR_TX_TYPES,
-    PPM,
     ApiKeyChanged,
     ApiKeyRecord,
     BalanceChanged,
@@ -73,7 +72,6 @@ from raydex.codecs import (
     PositionChanged,
     PositionRecord,
     ResultCode,
-    TimeInForce,
     TradeExecuted,
     TxExecuted,
     UpdateLeverage,
@@ -83,16 +81,23 @@ from raydex.codecs import (
     tx_type_of,
 )
 from raydex.codecs import AccountRecord as _AccountRecord
-from raydex.engine import exposure, state_digest
+from raydex.engine import state_digest
+from raydex.engine.rules import (
+    exposure,
+    initial_margin,
+    initial_margin_ok,
+    notional_multiplier,
+    order_amount_code,
+    order_kind_code,
+    reduce_only_increases,
+    unrealized_pnl,
+)
 
 from .history import History
 
 _OK = int(ResultCode.OK)
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
-_LIMIT = int(OrderType.LIMIT)
 _MARKET = int(OrderType.MARKET)
-_IOC = int(TimeInForce.IMMEDIATE_OR_CANCEL)
-_TIFS = frozenset(int(t) for t in TimeInForce)
 #: Txs one (account, api key) may have in flight through this replica (21506 beyond).
 MAX_PENDING_PER_KEY = 64
 #: Trades kept per market for ``recentTrades`` / ``trade`` snapshots.
@@ -655,29 +660,30 @@ class ReplicaState:
         if code != _OK:
             return code
         m = self.markets[tx.market_index]
-        if tx.order_type == _LIMIT:
-            if tx.time_in_force not in _TIFS:
-                return int(ResultCode.INVALID_TIME_IN_FORCE)
-        elif tx.order_type == _MARKET:
-            if tx.time_in_force != _IOC:
-                return int(ResultCode.INVALID_TIME_IN_FORCE)
-        else:
-            return int(ResultCode.INVALID_ORDER_TYPE)
-        mult = 10 ** (6 - m.price_decimals - m.size_decimals)
-        if tx.base_amount < m.min_base_amount or tx.price * tx.base_amount * mult < (
-            m.min_quote_amount
-        ):
-            return int(ResultCode.BELOW_MIN_AMOUNT)
-        mark = m.mark_price
-        if abs(tx.price - mark) * BPS > mark * m.max_price_deviation:
-            return int(ResultCode.FAT_FINGER_PRICE)
+        code = int(order_kind_code(tx.order_type, tx.time_in_force))
+        if code:
+            return code
+        mult = notional_multiplier(m.price_decimals, m.size_decimals)
+        code = int(
+            order_amount_code(
+                tx.base_amount,
+                tx.price,
+                mult,
+                m.min_base_amount,
+                m.min_quote_amount,
+                m.mark_price,
+                m.max_price_deviation,
+            )
+        )
+        if code:
+            return code
         coi = tx.client_order_index
         if coi and coi in acct.cois:
             return int(ResultCode.CLIENT_ORDER_INDEX_EXISTS)
         pos = acct.positions.get(tx.market_index)
         size = pos.size if pos is not None else 0
         if tx.reduce_only:
-            if (size <= 0) if tx.is_ask else (size >= 0):
+            if reduce_only_increases(size, tx.is_ask):
                 return int(ResultCode.REDUCE_ONLY_INCREASES_POSITION)
             return _OK
         est = tx.price
@@ -695,12 +701,12 @@ class ReplicaState:
         return acct.open_lots
 
     def _margin_ok(self, acct: AccountCache, mi: int, is_ask: int, q: int, est: int) -> bool:
-        """The engine's initial-margin rule (``Engine._order_margin_ok``: worst-case exposure
+        """The engine's initial-margin rule (``raydex.engine.rules``: worst-case exposure
         including resting orders, adverse fill against the mark, taker fee), from cached values.
-        The exposure rule is the engine's own function; the sums come from the caches."""
+        The rules are the engine's own functions; the sums come from the caches."""
         opens = self._open_lots(acct)
         m = self.markets[mi]
-        mult = 10 ** (6 - m.price_decimals - m.size_decimals)
+        mult = notional_multiplier(m.price_decimals, m.size_decimals)
         pos = acct.positions.get(mi)
         s = pos.size if pos is not None else 0
         bo, ao = opens.get(mi, (0, 0))
@@ -710,12 +716,11 @@ class ReplicaState:
             return True
         equity, num = self._equity_imr(acct, opens)
         imf = pos.initial_margin_fraction if pos is not None else m.default_initial_margin_fraction
-        num += (after - before) * m.mark_price * mult * imf
-        adverse = (m.mark_price - est) * q * mult if is_ask else (est - m.mark_price) * q * mult
-        if adverse > 0:
-            equity -= adverse
-        equity -= -(-est * q * mult * m.taker_fee // PPM)
-        return bool(equity * BPS >= num)
+        return bool(
+            initial_margin_ok(
+                equity, num, m.mark_price, mult, imf, m.taker_fee, is_ask, q, est, after - before
+            )
+        )
 
     def _equity_imr(self, acct: AccountCache, opens: dict[int, list[int]]) -> tuple[int, int]:
         equity = acct.collateral
@@ -724,7 +729,7 @@ class ReplicaState:
         for mi in markets:
             pos = acct.positions.get(mi)
             m = self.markets[mi]
-            mq = m.mark_price * 10 ** (6 - m.price_decimals - m.size_decimals)
+            mq = m.mark_price * notional_multiplier(m.price_decimals, m.size_decimals)
             s = pos.size if pos is not None else 0
             imf = (
                 pos.initial_margin_fraction
@@ -733,8 +738,8 @@ class ReplicaState:
             )
             bo, ao = opens.get(mi, (0, 0))
             if s and pos is not None:
-                equity += s * mq - pos.entry_quote
-            num += exposure(s, bo, ao) * mq * imf
+                equity += unrealized_pnl(s, mq, pos.entry_quote)
+            num += initial_margin(exposure(s, bo, ao), mq, imf)
         return equity, num
 
     def available_balance(self, account: int) -> int:

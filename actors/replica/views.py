@@ -28,9 +28,10 @@ from raydex.codecs import (
     usdc_to_str,
 )
 from raydex.engine import funding_rate
+from raydex.engine.rules import notional_multiplier, unrealized_pnl
 
 from .history import Funding, sequence_index
-from .margin import liquidation_prices, notional_multiplier
+from .margin import liquidation_prices
 from .state import (
     AccountCache,
     BookSnapshot,
@@ -44,7 +45,7 @@ _PPM_DECIMALS = 6
 
 
 def _mult(m: MarketRecord) -> int:
-    return notional_multiplier(m.price_decimals, m.size_decimals)
+    return int(notional_multiplier(m.price_decimals, m.size_decimals))
 
 
 def _num(ticks: int, decimals: int) -> float:
@@ -281,7 +282,7 @@ def position(
         "position": lots_to_str(abs(size), sd),
         "avg_entry_price": ticks_to_str(avg, pd),
         "position_value": usdc_to_str(value),
-        "unrealized_pnl": usdc_to_str(size * m.mark_price * mult - p.entry_quote),
+        "unrealized_pnl": usdc_to_str(unrealized_pnl(size, m.mark_price * mult, p.entry_quote)),
         "realized_pnl": usdc_to_str(p.realized_pnl),
         "liquidation_price": ticks_to_str(liquidation_price, pd) if liquidation_price else "0",
         "total_funding_paid_out": usdc_to_str(p.funding_paid),

@@ -56,6 +56,7 @@ from raydex.codecs import (
     TradeExecuted,
 )
 from raydex.engine import BareBook, Engine, InvariantViolation
+from raydex.engine.rules import notional_multiplier
 
 from ..hist import Histogram
 from ..loadtest.workload import MARKETS, Chunk, Workload, WorkloadConfig
@@ -254,7 +255,7 @@ class _Tally:
         self.volume: dict[int, int] = {}
         self.events: dict[str, int] = {}
         self._hist: dict[str, Histogram] = {}
-        self._mult = [10 ** (6 - m.price_decimals - m.size_decimals) for m in MARKETS]
+        self._mult = [notional_multiplier(m.price_decimals, m.size_decimals) for m in MARKETS]
 
     def add(self, commands: list[Any], lat: array[int], events: list[Any]) -> None:
         hists = self._hist

@@ -70,6 +70,7 @@ from raydex.codecs import (
     tx_to_json_str,
     tx_type_of,
 )
+from raydex.engine.rules import notional_multiplier
 
 from ..hist import Histogram
 
@@ -285,7 +286,7 @@ class MarketInfo:
     mark: int  # ticks
     lot: int  # 25% over the smallest order meeting both minimums (room for the mid to fall)
     min_imf_bps: int
-    mult: int  # micro-USDC per (tick x lot): 10 ** (6 - price_decimals - size_decimals)
+    mult: int  # micro-USDC per (tick x lot): engine.rules.notional_multiplier
 
     @classmethod
     def of(cls, m: Any) -> MarketInfo:
@@ -293,13 +294,13 @@ class MarketInfo:
         return cls(
             int(m.market_index), int(m.mark_price), min_lots(m) * 5 // 4 + 1,
             int(m.min_initial_margin_fraction),
-            10 ** (6 - m.price_decimals - m.size_decimals),
+            notional_multiplier(m.price_decimals, m.size_decimals),
         )  # fmt: skip
 
 
 def min_lots(m: Any) -> int:
     """The smallest order size (lots) meeting both of the market's minimums at its mark."""
-    mult = 10 ** (6 - m.price_decimals - m.size_decimals)
+    mult = notional_multiplier(m.price_decimals, m.size_decimals)
     by_quote = -(-m.min_quote_amount // (m.mark_price * mult))
     return int(max(m.min_base_amount, by_quote, 1))
 

@@ -19,8 +19,11 @@ from raydex.codecs import (
     CreateOrder,
     Deposit,
     ModifyOrder,
+    OrderType,
     RegisterApiKey,
+    ResultCode,
     SetMarkPrice,
+    TimeInForce,
     Transfer,
     UpdateLeverage,
     Withdraw,
@@ -38,8 +41,12 @@ def valid_key(i: int) -> bytes:
 
 
 KEY = valid_key(1)
-GTT, IOC, POST_ONLY = 1, 0, 2
-LIMIT, MARKET = 0, 1
+GTT = TimeInForce.GOOD_TILL_TIME
+IOC = TimeInForce.IMMEDIATE_OR_CANCEL
+POST_ONLY = TimeInForce.POST_ONLY
+LIMIT = OrderType.LIMIT
+MARKET = OrderType.MARKET
+OK = ResultCode.OK
 
 
 def market(index: int = 0, **kw: Any) -> CreateMarket:
@@ -79,11 +86,11 @@ class Desk:
 
     def __post_init__(self) -> None:
         for m in self.markets:
-            assert self.run(m) == 200
+            assert self.run(m) == OK
         for a in self.accounts:
-            assert self.run(RegisterApiKey(a, 0, KEY)) == 200
+            assert self.run(RegisterApiKey(a, 0, KEY)) == OK
             if self.collateral:
-                assert self.run(Deposit(a, self.collateral)) == 200
+                assert self.run(Deposit(a, self.collateral)) == OK
 
     def run(self, cmd: Any) -> int:
         self.events = []
@@ -219,7 +226,7 @@ class Step:
 
     action: str
     args: tuple[Any, ...]
-    code: int = 200
+    code: int = OK
     bids: list[tuple[int, int]] | None = None
     asks: list[tuple[int, int]] | None = None
     sizes: dict[int, int] | None = None

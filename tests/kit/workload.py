@@ -27,7 +27,6 @@ from typing import Any
 from raydex.codecs import (
     ApplyFunding,
     CancelOrder,
-    CreateMarket,
     CreateOrder,
     Deposit,
     ModifyOrder,
@@ -36,6 +35,8 @@ from raydex.codecs import (
     Transfer,
     public_key_of,
 )
+
+from .engine import market
 
 _SIG = b"\x00" * 80
 _KEY = public_key_of((17).to_bytes(40, "little"))  # valid: the engine checks points
@@ -75,23 +76,15 @@ class Workload:
     def setup(self) -> Iterator[tuple[Any, int]]:
         for m in range(self.markets):
             yield (
-                CreateMarket(
+                market(
                     m,
-                    f"MKT{m}",
-                    2,
-                    2,
-                    1,
-                    0,
-                    20,
-                    50,
-                    5_000,
-                    1_000,
-                    500,
-                    500,
-                    250,
-                    3_000,
-                    self._mid[m],
-                    1,
+                    symbol=f"MKT{m}",
+                    maker_fee=20,
+                    taker_fee=50,
+                    liquidation_fee=5_000,
+                    closeout_margin_fraction=250,
+                    max_price_deviation=3_000,
+                    mark_price=self._mid[m],
                 ),
                 self.now,
             )

@@ -8,9 +8,10 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kit.engine import KEY
+from kit.engine import KEY, market
 
-from raydex.codecs import CancelOrder, CreateMarket, CreateOrder, Deposit, RegisterApiKey
+from raydex.codecs import CancelOrder, CreateOrder, Deposit, RegisterApiKey
+from raydex.codecs import ResultCode as RC
 from raydex.engine import BareBook, Engine
 
 NOW = 1_700_000_000_000
@@ -51,14 +52,12 @@ def test_cancel_removes_a_resting_order_once() -> None:
 @given(OPS)
 def test_bare_book_and_engine_agree_on_the_same_stream(ops: list[Any]) -> None:
     eng = Engine()
-    setup: list[Any] = [
-        CreateMarket(0, "T", 2, 2, 1, 0, 0, 0, 0, 1_000, 500, 500, 200, 10_000, 100, 1)
-    ]
+    setup: list[Any] = [market(0, symbol="T", max_price_deviation=10_000, mark_price=100)]
     n_accounts = len(ops) + 1
     for a in range(n_accounts):
         setup += [RegisterApiKey(a, 0, KEY), Deposit(a, 10**15)]
     for cmd in setup:
-        assert eng.execute(cmd, NOW, []) == 200
+        assert eng.execute(cmd, NOW, []) == RC.OK
     book = BareBook()
     owner: dict[int, int] = {}
     nonces = dict.fromkeys(range(n_accounts), 0)
@@ -68,7 +67,7 @@ def test_bare_book_and_engine_agree_on_the_same_stream(ops: list[Any]) -> None:
             out: list[Any] = []
             nonces[i] += 1
             cmd = CreateOrder(i, 0, 0, i + 1, size, price, is_ask, 0, 1, 0, 0, 0, NOW, 0, SIG)
-            assert eng.execute(cmd, NOW, out) == 200
+            assert eng.execute(cmd, NOW, out) == RC.OK
             filled = sum(e.size for e in out if type(e).__name__ == "TradeExecuted")
             assert book.add(i + 1, bool(is_ask), price, size) == filled
             owner[i + 1] = i
@@ -77,8 +76,8 @@ def test_bare_book_and_engine_agree_on_the_same_stream(ops: list[Any]) -> None:
             a = owner.get(oid, 0)
             code = eng.execute(CancelOrder(a, 0, 0, oid, NOW, nonces[a], SIG), NOW, [])
             nonces[a] += 1
-            assert book.cancel(oid) == (code == 200)
-            if code == 200:
+            assert book.cancel(oid) == (code == RC.OK)
+            if code == RC.OK:
                 owner.pop(oid)
         for is_ask in (0, 1):
             assert book.levels(bool(is_ask), 50) == eng.book_levels(0, is_ask, 50)

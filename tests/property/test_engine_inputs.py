@@ -9,10 +9,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kit.engine import KEY
+from kit.engine import KEY, market
 
 from raydex.codecs import (
-    CreateMarket,
     CreateOrder,
     Deposit,
     RegisterApiKey,
@@ -54,8 +53,17 @@ ANY_TX = st.one_of(*(_tx_strategy(c) for c in TX_CLASSES))
 def _seeded() -> Engine:
     eng = Engine()
     setup: list[Any] = [
-        CreateMarket(0, "A", 2, 2, 1, 0, 10, 20, 30, 1_000, 500, 500, 200, 5_000, 100, 1),
-        CreateMarket(1, "B", 0, 6, 1, 0, 0, 0, 0, 2_000, 1_000, 500, 200, 10_000, 3, 1),
+        market(0, symbol="A", maker_fee=10, taker_fee=20, liquidation_fee=30, mark_price=100),
+        market(
+            1,
+            symbol="B",
+            price_decimals=0,
+            size_decimals=6,
+            default_initial_margin_fraction=2_000,
+            min_initial_margin_fraction=1_000,
+            max_price_deviation=10_000,
+            mark_price=3,
+        ),
     ]
     for a in range(4):
         setup += [RegisterApiKey(a, 0, KEY), Deposit(a, 10**9)]

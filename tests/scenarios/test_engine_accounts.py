@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kit.engine import IOC, KEY, NOW, SIG, Desk, Step, market, play, valid_key
 
-from raydex.codecs import CreateOrder, Deposit, RegisterApiKey, ResultCode
+from raydex.codecs import CreateOrder, Deposit, OrderStatus, RegisterApiKey, ResultCode
 
 RC = ResultCode
 
@@ -74,7 +74,7 @@ def test_a_resting_order_expires_when_a_later_command_touches_its_market() -> No
     assert d.bids() == [(9_900, 2), (9_000, 1)]
     d.now = NOW + 1_001
     assert d.sell(3, 1, 9_000) == RC.OK
-    expired = [e for e in d.of("OrderUpdated") if e.status == 12]
+    expired = [e for e in d.of("OrderUpdated") if e.status == OrderStatus.CANCELED_EXPIRED]
     assert len(expired) == 1 and d.bids() == []
     assert d.size(1) == 0 and d.size(2) == 1
 

@@ -4,13 +4,15 @@ modify priority, cancels and client order indexes. One row = one command and wha
 from __future__ import annotations
 
 import pytest
-from kit.engine import IOC, MARKET, POST_ONLY, Desk, Step, play
+from kit.engine import IOC, MARKET, OK, POST_ONLY, Desk, Step, play
 
-POST_ONLY_WOULD_CROSS = 21807
-NOT_ACTIVE = 21600
-COI_EXISTS = 21728
-FAT_FINGER = 21733
-UNSUPPORTED = 21820
+from raydex.codecs import ResultCode as RC
+
+POST_ONLY_WOULD_CROSS = RC.POST_ONLY_WOULD_CROSS
+NOT_ACTIVE = RC.NOT_ACTIVE_LIMIT_ORDER
+COI_EXISTS = RC.CLIENT_ORDER_INDEX_EXISTS
+FAT_FINGER = RC.FAT_FINGER_PRICE
+UNSUPPORTED = RC.UNSUPPORTED_TX_TYPE
 FIRST = 1 << 48
 
 SCENARIOS: dict[str, list[Step]] = {
@@ -60,7 +62,7 @@ SCENARIOS: dict[str, list[Step]] = {
         ),
     ],
     "a market order must be IOC": [
-        Step("buy", (2, 4, 10_100), kw={"tif": 1, "otype": MARKET}, code=21809),
+        Step("buy", (2, 4, 10_100), kw={"tif": 1, "otype": MARKET}, code=RC.INVALID_TIME_IN_FORCE),
     ],
     "a price outside the fat-finger band around the mark is rejected": [
         Step("buy", (2, 1, 15_001), code=FAT_FINGER),
@@ -99,40 +101,40 @@ def test_matching_scenario(name: str) -> None:
 
 def test_modify_keeping_price_and_shrinking_size_keeps_time_priority() -> None:
     d = Desk()
-    assert d.buy(1, 3, 9_900) == 200
+    assert d.buy(1, 3, 9_900) == OK
     first = d.last_order_index()
-    assert d.buy(2, 3, 9_900) == 200
-    assert d.modify(1, first, 2, 9_900) == 200
+    assert d.buy(2, 3, 9_900) == OK
+    assert d.modify(1, first, 2, 9_900) == OK
     assert d.bids() == [(9_900, 5)]
-    assert d.sell(3, 2, 9_900) == 200
+    assert d.sell(3, 2, 9_900) == OK
     assert (d.size(1), d.size(2)) == (2, 0)
 
 
 def test_modify_growing_size_loses_time_priority() -> None:
     d = Desk()
-    assert d.buy(1, 3, 9_900) == 200
+    assert d.buy(1, 3, 9_900) == OK
     first = d.last_order_index()
-    assert d.buy(2, 3, 9_900) == 200
-    assert d.modify(1, first, 4, 9_900) == 200
-    assert d.sell(3, 3, 9_900) == 200
+    assert d.buy(2, 3, 9_900) == OK
+    assert d.modify(1, first, 4, 9_900) == OK
+    assert d.sell(3, 3, 9_900) == OK
     assert (d.size(1), d.size(2)) == (0, 3)
 
 
 def test_modify_to_a_crossing_price_trades_and_rests_the_rest() -> None:
     d = Desk()
-    assert d.sell(1, 2, 10_000) == 200
-    assert d.buy(2, 3, 9_900) == 200
-    assert d.modify(2, d.last_order_index(), 3, 10_000) == 200
+    assert d.sell(1, 2, 10_000) == OK
+    assert d.buy(2, 3, 9_900) == OK
+    assert d.modify(2, d.last_order_index(), 3, 10_000) == OK
     assert d.asks() == [] and d.bids() == [(10_000, 1)]
     assert d.size(2) == 2
 
 
 def test_modify_below_the_filled_amount_cancels_the_order() -> None:
     d = Desk()
-    assert d.buy(1, 5, 9_900) == 200
+    assert d.buy(1, 5, 9_900) == OK
     idx = d.last_order_index()
-    assert d.sell(2, 3, 9_900) == 200
-    assert d.modify(1, idx, 3, 9_900) == 200
+    assert d.sell(2, 3, 9_900) == OK
+    assert d.modify(1, idx, 3, 9_900) == OK
     assert d.bids() == []
     assert d.modify(1, idx, 3, 9_900) == NOT_ACTIVE
 
@@ -140,8 +142,8 @@ def test_modify_below_the_filled_amount_cancels_the_order() -> None:
 def test_each_touched_level_is_reported_once_with_its_final_size() -> None:
     d = Desk()
     for _ in range(3):
-        assert d.sell(1, 1, 10_000) == 200
-    assert d.buy(2, 2, 10_000) == 200
+        assert d.sell(1, 1, 10_000) == OK
+    assert d.buy(2, 2, 10_000) == OK
     levels = d.of("LevelChanged")
     assert [(e.is_ask, e.price, e.size) for e in levels] == [(1, 10_000, 1)]
     assert len(d.of("TradeExecuted")) == 2
@@ -151,9 +153,9 @@ def test_fees_go_to_the_fee_pool_and_cash_is_conserved() -> None:
     from kit.engine import market
 
     d = Desk(markets=(market(maker_fee=100, taker_fee=500),))
-    assert d.sell(1, 10, 10_000) == 200
+    assert d.sell(1, 10, 10_000) == OK
     before = (d.cash(1), d.cash(2))
-    assert d.buy(2, 10, 10_000) == 200
+    assert d.buy(2, 10, 10_000) == OK
     notional = 10 * 10_000 * 100
     assert d.cash(1) == before[0] - notional * 100 // 1_000_000
     assert d.cash(2) == before[1] - notional * 500 // 1_000_000

@@ -6,32 +6,32 @@ Account 1 holds $10 and buys 100 lots at 10_000 (exactly its initial margin)."""
 
 from __future__ import annotations
 
-from kit.engine import Desk, market
+from kit.engine import OK, Desk, market
 
 DOLLAR = 1_000_000
 
 
 def _long_100(liq_fee: int = 0, sellers: tuple[tuple[int, int], ...] = ((2, 100),)) -> Desk:
     d = Desk(accounts=(1, 2, 3, 4), markets=(market(liquidation_fee=liq_fee),))
-    assert d.withdraw(1, d.collateral - 10 * DOLLAR) == 200
+    assert d.withdraw(1, d.collateral - 10 * DOLLAR) == OK
     for who, lots in sellers:
-        assert d.sell(who, lots, 10_000) == 200
-    assert d.buy(1, 100, 10_000) == 200
+        assert d.sell(who, lots, 10_000) == OK
+    assert d.buy(1, 100, 10_000) == OK
     assert d.size(1) == 100
     return d
 
 
 def test_an_account_above_maintenance_margin_is_left_alone() -> None:
     d = _long_100()
-    assert d.mark(9_500) == 200
+    assert d.mark(9_500) == OK
     assert d.size(1) == 100 and d.of("PositionLiquidated") == []
 
 
 def test_an_account_under_maintenance_is_closed_against_the_book_with_a_fee_to_insurance() -> None:
     d = _long_100(liq_fee=10_000)
-    assert d.buy(3, 100, 9_500) == 200
-    assert d.sell(1, 1, 11_000) == 200  # a resting order of the account, cancelled first
-    assert d.mark(9_450) == 200
+    assert d.buy(3, 100, 9_500) == OK
+    assert d.sell(1, 1, 11_000) == OK  # a resting order of the account, cancelled first
+    assert d.mark(9_450) == OK
     assert (d.size(1), d.size(3)) == (0, 100)
     (liq,) = d.of("PositionLiquidated")
     assert (liq.account_index, liq.size, liq.price, liq.fee) == (1, 100, 9_500, 950_000)
@@ -44,7 +44,7 @@ def test_an_account_under_maintenance_is_closed_against_the_book_with_a_fee_to_i
 
 def test_what_the_book_cannot_absorb_is_deleveraged_against_the_most_profitable_opposite() -> None:
     d = _long_100(sellers=((2, 60), (3, 40)))
-    assert d.mark(9_450) == 200
+    assert d.mark(9_450) == OK
     adl = d.of("PositionDeleveraged")
     got = [(e.counterparty_index, e.size, e.price) for e in adl]
     assert got == [(2, 60, 9_000), (3, 40, 9_000)]
@@ -55,19 +55,19 @@ def test_what_the_book_cannot_absorb_is_deleveraged_against_the_most_profitable_
 
 def test_a_deficit_left_after_liquidation_is_covered_by_the_insurance_fund() -> None:
     d = _long_100()
-    assert d.buy(3, 100, 8_000) == 200
-    assert d.mark(8_000) == 200
+    assert d.buy(3, 100, 8_000) == OK
+    assert d.mark(8_000) == OK
     assert d.size(1) == 0 and d.cash(1) == 0
     assert d.eng.insurance_fund == -10 * DOLLAR
 
 
 def test_a_fill_that_leaves_a_maker_under_maintenance_liquidates_it_in_the_same_command() -> None:
     d = Desk(accounts=(1, 2, 3))
-    assert d.withdraw(1, d.collateral - 10 * DOLLAR) == 200
-    assert d.buy(1, 100, 10_000) == 200  # rests at exactly initial margin
-    assert d.mark(9_400) == 200  # no position yet: nothing to liquidate
-    assert d.buy(3, 100, 9_300) == 200
-    assert d.sell(2, 100, 10_000) == 200  # fills account 1 at 10_000, $6 under the mark
+    assert d.withdraw(1, d.collateral - 10 * DOLLAR) == OK
+    assert d.buy(1, 100, 10_000) == OK  # rests at exactly initial margin
+    assert d.mark(9_400) == OK  # no position yet: nothing to liquidate
+    assert d.buy(3, 100, 9_300) == OK
+    assert d.sell(2, 100, 10_000) == OK  # fills account 1 at 10_000, $6 under the mark
     assert (d.size(1), d.size(2), d.size(3)) == (0, -100, 100)
     assert [e.account_index for e in d.of("PositionLiquidated")] == [1]
     assert d.cash(1) == 3 * DOLLAR
@@ -76,18 +76,18 @@ def test_a_fill_that_leaves_a_maker_under_maintenance_liquidates_it_in_the_same_
 def test_funding_moves_cash_from_longs_to_shorts() -> None:
     d = _long_100()
     before = (d.cash(1), d.cash(2))
-    assert d.funding(1_000_000) == 200  # 1% of $100
+    assert d.funding(1_000_000) == OK  # 1% of $100
     assert (d.cash(1), d.cash(2)) == (before[0] - DOLLAR, before[1] + DOLLAR)
     assert d.eng.position(1, 0).funding_paid == DOLLAR  # type: ignore[union-attr]
-    assert d.funding(-1_000_000) == 200
+    assert d.funding(-1_000_000) == OK
     assert (d.cash(1), d.cash(2)) == before
 
 
 def test_funding_rounds_in_the_exchanges_favour_and_keeps_the_residue() -> None:
     d = Desk()
-    assert d.sell(2, 7, 10_000) == 200
-    assert d.buy(1, 7, 10_000) == 200
+    assert d.sell(2, 7, 10_000) == OK
+    assert d.buy(1, 7, 10_000) == OK
     before = (d.cash(1), d.cash(2))
-    assert d.funding(3) == 200  # 7 lots * $1 * 3e-8 = 0.21 micro-USDC
+    assert d.funding(3) == OK  # 7 lots * $1 * 3e-8 = 0.21 micro-USDC
     assert (d.cash(1), d.cash(2)) == (before[0] - 1, before[1])
     assert d.eng.insurance_fund == 1

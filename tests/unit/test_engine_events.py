@@ -14,11 +14,12 @@ from raydex.codecs import (
     ExchangeRecord,
     MarketRecord,
     OrderRecord,
+    OrderStatus,
     PositionRecord,
 )
 from raydex.engine import Engine
 
-ACTIVE_LIMIT = 2
+ACTIVE_LIMIT = OrderStatus.ACTIVE_LIMIT
 
 
 class EventFold:

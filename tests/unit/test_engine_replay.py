@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from kit.engine import KEY
+from kit.engine import KEY, market
 from kit.workload import Workload
 
 from raydex.codecs import (
     CancelOrder,
-    CreateMarket,
     CreateOrder,
     Deposit,
     RegisterApiKey,
     SetMarkPrice,
 )
+from raydex.codecs import ResultCode as RC
 from raydex.engine import Engine
 
 NOW = 1_700_000_000_000
@@ -65,23 +65,23 @@ def test_a_snapshot_keeps_time_priority_inside_a_level() -> None:
     eng = Engine()
     sig = b"\x00" * 80
     setup: list[Any] = [
-        CreateMarket(0, "ETH", 2, 2, 1, 0, 0, 0, 0, 1_000, 500, 500, 200, 5_000, 10_000, 1),
+        market(0, symbol="ETH"),
     ]
     for a in (1, 2, 3):
         setup += [RegisterApiKey(a, 0, KEY), Deposit(a, 10**12)]
     for cmd in setup:
-        assert eng.execute(cmd, NOW, []) == 200
+        assert eng.execute(cmd, NOW, []) == RC.OK
     for nonce, a in enumerate((1, 2)):
         order = CreateOrder(a, 0, 0, 0, 5, 9_900, 0, 0, 1, 0, 0, 0, NOW, 0, sig)
-        assert eng.execute(order, NOW, []) == 200, nonce
+        assert eng.execute(order, NOW, []) == RC.OK, nonce
     restored = Engine.from_records(eng.records())
     taker = CreateOrder(3, 0, 0, 0, 5, 9_900, 1, 0, 0, 0, 0, 0, NOW, 0, sig)
     for e in (eng, restored):
         out: list[Any] = []
-        assert e.execute(taker, NOW, out) == 200
+        assert e.execute(taker, NOW, out) == RC.OK
         assert [t.maker_account_index for t in out if type(t).__name__ == "TradeExecuted"] == [1]
     assert eng.state_hash() == restored.state_hash()
     cancel = CancelOrder(2, 0, 0, 1 << 48 | 1, NOW, 1, sig)
     assert eng.execute(cancel, NOW, []) == restored.execute(cancel, NOW, [])
-    assert eng.execute(SetMarkPrice(0, 9_000), NOW, []) == 200
+    assert eng.execute(SetMarkPrice(0, 9_000), NOW, []) == RC.OK
     assert eng.state_hash() != restored.state_hash()

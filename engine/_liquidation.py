@@ -1,0 +1,271 @@
+"""Liquidation and deleveraging: who is checked when, and how an account under maintenance closes.
+
+Functions over the engine (``OrderPath``); the rules are in ``_engine``'s docstring (Liquidation).
+
+- Triggers (:func:`arm`): after an exact check an account's maintenance buffer is split over its
+  positions into one mark price per position beyond which it *may* be liquidatable; a mark move
+  (:func:`liquidate_crossed`) checks exactly only the accounts whose trigger it crossed, plus the
+  "unarmed" holders of that market (accounts whose risk changed since they were armed).
+- After fills (:func:`check_traded`) the traders are checked exactly and left unarmed; transfers
+  and withdrawals (:func:`rearm`) unarm the account; funding and market updates check holders.
+- :func:`liquidate`: cancel all resting orders, close each position with an internal reduce-only
+  market order inside the fat-finger band (liquidation fee to the insurance fund), deleverage
+  (:func:`deleverage`) what the book cannot absorb against the most profitable opposite
+  positions at the bankruptcy price, and cover negative collateral from the insurance fund.
+
+Triggers are conservative and checks exact, so when an account is checked never changes the
+outcome: it is liquidated at the first command after which it is under maintenance.
+Cost: a mark move is O(crossed triggers + unarmed holders of that market) exact checks, each
+O(markets the account holds); a liquidation is O(its orders + positions + matched levels).
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+from typing import Any
+
+from raydex.codecs import PositionDeleveraged, PositionLiquidated, TradeExecuted
+
+from ._model import Account, Market, Order, Position
+from ._orders import OrderPath
+from ._state import BPS, _new
+from .codes import CANCELED_LIQUIDATION, IOC, MARKET
+from .rules import MAX_PRICE, unrealized_pnl
+
+
+def liquidate_holders(eng: OrderPath, m: Market, now: int, out: list[Any]) -> None:
+    """Exact check of every holder of ``m`` (funding, market updates): liquidate or re-arm."""
+    check_accounts(eng, sorted(m.holders), now, out)
+
+
+def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: list[Any]) -> None:
+    """After a mark move: exact check of the holders whose trigger the new mark crossed and of
+    the unarmed holders (their risk changed since they were armed)."""
+    mark = m.mark
+    accounts = eng._accounts
+    cand: set[int] = set()
+    heap = m.long_triggers
+    while heap and -heap[0][0] >= mark:
+        _, ai, v = heappop(heap)
+        if accounts[ai].risk_version == v:
+            cand.add(ai)
+    heap = m.short_triggers
+    while heap and heap[0][0] <= mark:
+        _, ai, v = heappop(heap)
+        if accounts[ai].risk_version == v:
+            cand.add(ai)
+    unarmed = eng._unarmed
+    if unarmed:
+        # Unarmed accounts holding this market (indexed per market: ``Market.unarmed``) are
+        # checked now; the others are unaffected by this mark and stay unarmed until a market
+        # they hold moves.
+        for a in list(m.unarmed):
+            del unarmed[a]
+            for p in a.positions.values():
+                if p.size:
+                    del p.market.unarmed[a]
+            cand.add(a.index)
+        if len(unarmed) > eng._unarmed_purge_at:
+            # Accounts that went flat carry no risk: drop them (amortised O(1) per entry).
+            for a in [a for a in unarmed if not any(p.size for p in a.positions.values())]:
+                del unarmed[a]
+            eng._unarmed_purge_at = 2 * len(unarmed) + 1024
+    if cand:
+        check_accounts(eng, sorted(cand), now, out)
+
+
+def check_accounts(eng: OrderPath, indexes: list[int], now: int, out: list[Any]) -> None:
+    """Exact maintenance check of each account (in the given order): liquidate or re-arm."""
+    accounts = eng._accounts
+    for ai in indexes:
+        acct = accounts[ai]
+        if acct.c_epoch != eng._epoch:
+            eng._refresh(acct)
+        room = (acct.collateral + acct.c_upnl) * BPS - acct.c_mm
+        if room < 0:
+            liquidate(eng, acct, now, out)
+        else:
+            arm(eng, acct, room)
+
+
+def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
+    """Record, per market the account holds, the mark beyond which it may be liquidatable.
+
+    ``buffer = equity*BPS - maintenance numerator >= 0`` is split evenly across its ``k``
+    positions: while every mark stays strictly inside its trigger the total loss is below the
+    buffer, so no liquidation is missed (triggers are conservative, checks are exact).
+    A mark move of one tick costs ``|size| * mult * (BPS -/+ mmf)`` of buffer (long/short)."""
+    v = acct.risk_version + 1
+    acct.risk_version = v
+    positions = [p for p in acct.positions.values() if p.size]
+    if not positions:
+        return
+    share = buffer // len(positions)
+    ai = acct.index
+    for p in positions:
+        m = p.market
+        s = p.size
+        if s > 0:
+            den = s * m.mult * (BPS - m.maintenance_mf)
+            if den <= 0:
+                continue
+            trigger = m.mark - share // den
+            if trigger >= 1:
+                heap = m.long_triggers
+                heappush(heap, (-trigger, ai, v))
+                if len(heap) > 4 * len(m.holders) + 256:
+                    m.long_triggers = live_triggers(eng, heap)
+        else:
+            trigger = m.mark + share // (-s * m.mult * (BPS + m.maintenance_mf))
+            if trigger <= MAX_PRICE:
+                heap = m.short_triggers
+                heappush(heap, (trigger, ai, v))
+                if len(heap) > 4 * len(m.holders) + 256:
+                    m.short_triggers = live_triggers(eng, heap)
+
+
+def live_triggers(eng: OrderPath, heap: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    accounts = eng._accounts
+    live = [e for e in heap if accounts[e[1]].risk_version == e[2]]
+    heapify(live)
+    return live
+
+
+def rearm(eng: OrderPath, acct: Account) -> None:
+    """The account's buffer shrank without a trade (transfer, withdraw): arm it again at the
+    next move of a market it holds (until then, the marks it was checked at are current)."""
+    if acct.positions:
+        acct.risk_version += 1
+        unarm(eng, acct)
+
+
+def unarm(eng: OrderPath, acct: Account) -> None:
+    """Queue ``acct`` for an exact check and re-arming at the next move of a market it holds
+    (``Market.unarmed`` indexes it under each market where its position is non-zero)."""
+    eng._unarmed[acct] = None
+    for p in acct.positions.values():
+        if p.size:
+            p.market.unarmed[acct] = None
+
+
+def check_traded(eng: OrderPath, now: int, out: list[Any]) -> None:
+    """Accounts that traded in this command: liquidate if under maintenance (exact check at the
+    current marks). Survivors are left unarmed: their triggers are rebuilt once, at the next
+    mark move, instead of after every fill. Counterparties of a liquidation are checked in the
+    next round; it ends because every liquidation leaves its account without positions."""
+    unarmed = eng._unarmed
+    epoch = eng._epoch
+    while eng._traded:
+        batch = dict.fromkeys(eng._traded)
+        eng._traded = []
+        for acct in batch:
+            if acct.c_epoch != epoch:
+                eng._refresh(acct)
+            if (acct.collateral + acct.c_upnl) * BPS < acct.c_mm:
+                liquidate(eng, acct, now, out)
+            elif acct not in unarmed:
+                # Its old triggers no longer bound its risk.
+                acct.risk_version += 1
+                unarm(eng, acct)
+
+
+def liquidate(eng: OrderPath, acct: Account, now: int, out: list[Any]) -> None:
+    """Close ``acct`` entirely (see the module docstring); its counterparties are checked next."""
+    acct.risk_version += 1
+    for idx in sorted(acct.orders):
+        eng._remove_resting(acct.orders[idx], CANCELED_LIQUIDATION, out)
+    for mi in sorted(acct.positions):
+        pos = acct.positions[mi]
+        if pos.size == 0:
+            continue
+        m = pos.market
+        if m.next_expiry < now:
+            eng._expire(m, now, out)
+        start = pos.size
+        is_ask = 1 if start > 0 else 0
+        band = m.mark * m.max_price_deviation // BPS
+        bound = max(1, m.mark - band) if is_ask else min(MAX_PRICE, m.mark + band)
+        fund_before = eng.insurance_fund
+        oi = eng._next_order_index
+        eng._next_order_index = oi + 1
+        pr = eng._next_priority
+        eng._next_priority = pr + 1
+        o = Order(oi, acct, 0, m, is_ask, bound, abs(start), now, MARKET, IOC, 1, pr)
+        mark_len = len(out)
+        eng._match_and_finish(m, o, acct, pos, now, out, True)
+        closed = start - pos.size
+        if closed:
+            quote = closed_quote(acct.index, m, out, mark_len)
+            fee = eng.insurance_fund - fund_before
+            out.append(
+                _new(
+                    PositionLiquidated,
+                    (
+                        acct.index,
+                        m.index,
+                        closed,
+                        quote // abs(closed),
+                        fee,
+                    ),
+                )
+            )
+        if pos.size:
+            deleverage(eng, acct, pos, out)
+    if acct.collateral < 0:
+        eng.insurance_fund += acct.collateral
+        acct.collateral = 0
+        eng._exchange_dirty = True
+        eng._mark_account(acct)
+
+
+def deleverage(eng: OrderPath, acct: Account, pos: Position, out: list[Any]) -> None:
+    """Offset what is left of ``pos`` against the most profitable opposite positions at the
+    account's bankruptcy price (no fees)."""
+    m = pos.market
+    s = pos.size
+    mult = m.mult
+    equity, _ = eng._equity_mmr(acct)
+    # Price at which closing s lots at that price leaves equity at zero (rounded so the
+    # account, not the insurance fund, keeps the rounding residue).
+    num = s * m.mark_q - equity
+    den = s * mult
+    bp = -(-num // den) if s > 0 else num // den
+    bp = min(MAX_PRICE, max(1, bp))
+    mq = m.mark_q
+    ranked = sorted(
+        (p for p in m.holders.values() if (p.size > 0) != (s > 0)),
+        key=lambda p: (-unrealized_pnl(p.size, mq, p.entry_quote), p.account.index),
+    )
+    pq = bp * mult
+    for cp in ranked:
+        if pos.size == 0:
+            break
+        q = min(abs(pos.size), abs(cp.size))
+        d = q if s < 0 else -q
+        acct.collateral += eng._apply_fill(pos, d, pq)
+        cp.account.collateral += eng._apply_fill(cp, -d, pq)
+        eng._mark_account(acct)
+        eng._mark_account(cp.account)
+        out.append(
+            _new(
+                PositionDeleveraged,
+                (
+                    acct.index,
+                    cp.account.index,
+                    m.index,
+                    -d,
+                    bp,
+                ),
+            )
+        )
+        eng._traded.append(cp.account)
+    eng._mark_market(m)
+
+
+def closed_quote(ai: int, m: Market, out: list[Any], start: int) -> int:
+    """Sum of price*size of trades in ``out[start:]`` where ``ai`` is the taker in ``m``."""
+    total = 0
+    for e in out[start:]:
+        if type(e) is TradeExecuted and e.taker_account_index == ai and e.market_index == m.index:
+            total += e.price * e.size
+    return total

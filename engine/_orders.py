@@ -1,0 +1,813 @@
+"""The hot order path, ``OrderPath``: gates -> checks -> matching -> fills -> positions, margin.
+
+~95% of commands are CreateOrder / CancelOrder / ModifyOrder; their whole life is in this module:
+
+- gates (:meth:`OrderPath._auth`, inlined in the two hottest handlers): account, API key, nonce,
+  tx deadline; passing them consumes the nonce (``NonceUpdated``);
+- :meth:`OrderPath._place`: field and market checks (the pure ones from ``rules``), reduce-only
+  and the pre-trade initial-margin check, then match or rest;
+- :meth:`OrderPath._match`: price-time matching at the makers' prices, self-trade prevention
+  (ExpireMaker), reduce-only clipping, fees; :meth:`OrderPath._apply_fill` moves positions and
+  realized PnL; :meth:`OrderPath._open` keeps the resting-order lots behind the worst case;
+- the account risk cache (:meth:`OrderPath._refresh`): ``c_upnl``, ``c_mm``, ``c_im`` per
+  account, updated in O(1) by fills and order changes, recomputed in O(markets held) after a
+  mark move (``_epoch``).
+
+Cost: a resting order is O(1) plus one heap push for a new level or an expiry; a fill is O(1);
+a margin check is O(1) unless the marks moved since the account's last check.
+Hot methods keep locals and inline their helpers (Side.append, Side.unlink, _open) on purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from heapq import heapify, heappop, heappush
+from typing import Any
+
+from raydex.codecs import (
+    CancelAllOrders,
+    CancelOrder,
+    CreateOrder,
+    ModifyOrder,
+    NonceUpdated,
+    OrderUpdated,
+    TradeExecuted,
+)
+
+from ._model import NO_EXPIRY, Account, Level, Market, Order, Position, Side
+from ._state import (
+    BPS,
+    DEFAULT_ORDER_LIFETIME_MS,
+    EXPIRY_SHIFT,
+    FIRST_ORDER_INDEX,
+    INDEX_MASK,
+    MAX_48,
+    MAX_I63,
+    MAX_OPEN_ORDERS_PER_ACCOUNT,
+    EngineState,
+    _new,
+)
+from .codes import (
+    ACCOUNT_NOT_FOUND,
+    ACTIVE_LIMIT,
+    API_KEY_NOT_FOUND,
+    CANCELED,
+    CANCELED_EXPIRED,
+    CANCELED_NOT_ENOUGH_LIQUIDITY,
+    CANCELED_POST_ONLY,
+    CANCELED_REDUCE_ONLY,
+    CANCELED_SELF_TRADE,
+    CANCELED_TOO_MUCH_SLIPPAGE,
+    CLIENT_ORDER_INDEX_EXISTS,
+    FILLED,
+    INVALID_CLIENT_ORDER_INDEX,
+    INVALID_EXPIRY,
+    INVALID_NONCE,
+    INVALID_PARAM,
+    INVALID_PRICE,
+    INVALID_SIZE,
+    IOC,
+    MARKET,
+    MARKET_NOT_ACTIVE,
+    MARKET_NOT_FOUND,
+    NOT_ACTIVE_LIMIT_ORDER,
+    NOT_ENOUGH_MARGIN,
+    OK,
+    POST_ONLY,
+    POST_ONLY_WOULD_CROSS,
+    REDUCE_ONLY_INCREASES_POSITION,
+    TOO_MANY_ORDERS,
+    TX_EXPIRED,
+    UNSUPPORTED_TX_TYPE,
+)
+from .rules import (
+    MAX_PRICE,
+    exposure,
+    fee,
+    initial_margin,
+    initial_margin_ok,
+    maintenance_margin,
+    order_amount_code,
+    order_kind_code,
+    reduce_only_increases,
+    unrealized_pnl,
+)
+
+
+class OrderPath(EngineState):
+    """The order commands and everything a fill touches. See the module docstring."""
+
+    # ---- gates ----------------------------------------------------------------------------------
+
+    def _auth(self, ai: int, ki: int, nonce: int, expired_at: int, now: int, out: list[Any]) -> int:
+        """The four gates of a user tx (see ``_engine``); 0 when passed."""
+        acct = self._accounts.get(ai)
+        if acct is None:
+            return ACCOUNT_NOT_FOUND
+        key = acct.keys.get(ki)
+        if key is None:
+            return API_KEY_NOT_FOUND
+        if nonce != key.nonce + 1:
+            return INVALID_NONCE
+        if not expired_at >= now:
+            return TX_EXPIRED
+        key.nonce = nonce
+        out.append(_new(NonceUpdated, (ai, ki, nonce)))
+        return 0
+
+    # ---- orders ---------------------------------------------------------------------------------
+
+    def _create_order(self, c: CreateOrder, now: int, out: list[Any]) -> int:
+        ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = c
+        code = self._auth(ai, ki, nonce, exp_at, now, out)
+        if code:
+            return code
+        return self._place(
+            self._accounts[ai], mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out, False
+        )
+
+    def _place(
+        self,
+        acct: Account,
+        mi: int,
+        coi: int,
+        size: int,
+        price: int,
+        is_ask: int,
+        otype: int,
+        tif: int,
+        ro: int,
+        oexp: int,
+        now: int,
+        out: list[Any],
+        internal: bool,
+    ) -> int:
+        """Validate and execute one order of ``acct`` (``internal``: the engine's own)."""
+        m = self._markets.get(mi)
+        if m is None:
+            return MARKET_NOT_FOUND
+        if m.next_expiry < now:
+            self._expire(m, now, out)
+        if m.status != 1 and not internal:
+            return MARKET_NOT_ACTIVE
+        if not 1 <= price <= MAX_PRICE:
+            return INVALID_PRICE
+        if not 1 <= size <= MAX_48:
+            return INVALID_SIZE
+        if is_ask != 0 and is_ask != 1:
+            return INVALID_PARAM
+        if ro != 0 and ro != 1:
+            return INVALID_PARAM
+        code = order_kind_code(otype, tif)
+        if code:
+            return code
+        if coi:
+            if not 0 < coi <= MAX_48:
+                return INVALID_CLIENT_ORDER_INDEX
+            if coi in acct.coi:
+                return CLIENT_ORDER_INDEX_EXISTS
+        if oexp == 0 or oexp == -1:
+            expiry = now + DEFAULT_ORDER_LIFETIME_MS
+        elif oexp < now or oexp > MAX_I63:
+            return INVALID_EXPIRY
+        else:
+            expiry = oexp
+        is_ask = 1 if is_ask else 0
+        ro = 1 if ro else 0
+        if not internal:
+            code = order_amount_code(
+                size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+            )
+            if code:
+                return code
+            if len(acct.orders) >= MAX_OPEN_ORDERS_PER_ACCOUNT:
+                return TOO_MANY_ORDERS
+        pos = acct.positions.get(mi)
+        new_pos = pos is None
+        if pos is None:
+            # stored only once the order is accepted: a rejected tx leaves no trace in the state
+            # (every state change is visible in the events, so followers rebuild it from them)
+            pos = Position(acct, m, m.default_imf)
+        opp = m.bids if is_ask else m.asks
+        best = opp.best
+        if ro:
+            if reduce_only_increases(pos.size, is_ask):
+                return REDUCE_ONLY_INCREASES_POSITION
+        elif not internal:
+            # Does the order raise the worst-case exposure?
+            s = pos.size
+            bo = pos.bid_open
+            ao = pos.ask_open
+            before = exposure(s, bo, ao)
+            after = exposure(s, bo, ao + size) if is_ask else exposure(s, bo + size, ao)
+            if after > before:
+                est = best if otype == MARKET and best else price
+                if not self._margin_after(acct, m, pos, is_ask, size, est, after - before):
+                    return NOT_ENOUGH_MARGIN
+        if new_pos:
+            acct.positions[mi] = pos
+        oi = self._next_order_index
+        self._next_order_index = oi + 1
+        pr = self._next_priority
+        self._next_priority = pr + 1
+        o = Order(oi, acct, coi, m, is_ask, price, size, expiry, otype, tif, ro, pr)
+        if best and (best >= price if is_ask else best <= price):
+            if tif == POST_ONLY:
+                self._emit_order(o, CANCELED_POST_ONLY, out)
+                return POST_ONLY_WOULD_CROSS
+            self._match_and_finish(m, o, acct, pos, now, out, internal)
+            return OK
+        if tif == IOC:
+            if otype == MARKET:
+                status = CANCELED_TOO_MUCH_SLIPPAGE if best else CANCELED_NOT_ENOUGH_LIQUIDITY
+            else:
+                status = CANCELED
+        else:
+            self._rest(m, o, acct, pos)
+            status = ACTIVE_LIMIT
+        out.append(
+            _new(
+                OrderUpdated,
+                (
+                    mi,
+                    oi,
+                    acct.index,
+                    coi,
+                    is_ask,
+                    price,
+                    size,
+                    size,
+                    expiry,
+                    otype,
+                    tif,
+                    ro,
+                    status,
+                    pr,
+                ),
+            )
+        )
+        return OK
+
+    def _match_and_finish(
+        self,
+        m: Market,
+        o: Order,
+        acct: Account,
+        pos: Position,
+        now: int,
+        out: list[Any],
+        liquidation: bool,
+    ) -> None:
+        """Match ``o`` as taker, then rest / cancel its remainder and report its final state."""
+        is_ask = o.is_ask
+        opp = m.bids if is_ask else m.asks
+        best = opp.best
+        status = 0
+        if best and (best >= o.price if is_ask else best <= o.price):
+            status = self._match(m, o, acct, pos, opp, out, liquidation)
+        if o.remaining == 0:
+            status = FILLED
+        elif status == 0:
+            if o.tif == IOC:
+                if o.order_type == MARKET:
+                    status = (
+                        CANCELED_TOO_MUCH_SLIPPAGE if opp.best else (CANCELED_NOT_ENOUGH_LIQUIDITY)
+                    )
+                else:
+                    status = CANCELED
+            else:
+                self._rest(m, o, acct, pos)
+                status = ACTIVE_LIMIT
+        self._emit_order(o, status, out)
+
+    def _rest(self, m: Market, o: Order, acct: Account, pos: Position) -> None:
+        """Put ``o`` at the tail of its level and register it (Side.append and _open, inlined)."""
+        price = o.price
+        is_ask = o.is_ask
+        rem = o.remaining
+        side = m.asks if is_ask else m.bids
+        levels = side.levels
+        lvl = levels.get(price)
+        if lvl is None:
+            # Side.level_for, inlined: most resting orders open a new level here.
+            lvl = levels[price] = Level(m.index, is_ask, price)
+            in_heap = side.in_heap
+            if price not in in_heap:
+                in_heap.add(price)
+                heappush(side.heap, price if is_ask else -price)
+            best = side.best
+            if best == 0 or (price < best if is_ask else price > best):
+                side.best = price
+        tail = lvl.tail
+        o.prev = tail
+        if tail is None:
+            lvl.head = o
+        else:
+            tail.next = o
+        lvl.tail = o
+        o.level = lvl
+        lvl.size += rem
+        if not lvl.dirty:
+            lvl.dirty = True
+            self._dirty_levels.append(lvl)
+        idx = o.index
+        self._orders[idx] = o
+        acct.orders[idx] = o
+        if o.client_index:
+            acct.coi[o.client_index] = o
+        if not o.reduce_only:
+            self._open(pos, is_ask, rem)
+        heap = m.expiries
+        exp = o.expiry
+        heappush(heap, (exp << EXPIRY_SHIFT) + idx)
+        if exp < m.next_expiry:
+            m.next_expiry = exp
+        if len(heap) > m.compact_at:
+            self._compact_expiries(m)
+
+    def _match(
+        self,
+        m: Market,
+        t: Order,
+        acct: Account,
+        pos: Position,
+        opp: Side,
+        out: list[Any],
+        liquidation: bool,
+    ) -> int:
+        """Fill taker ``t`` against ``opp`` up to its limit. Returns 0, or CANCELED_REDUCE_ONLY when
+        a reduce-only taker stopped because its position is closed."""
+        levels = opp.levels
+        is_ask = t.is_ask
+        limit = t.price
+        mi = m.index
+        mult = m.mult
+        taker_fee_ppm = m.liquidation_fee if liquidation else m.taker_fee
+        maker_fee_ppm = m.maker_fee
+        dirty_levels = self._dirty_levels
+        append = out.append
+        traded = self._traded
+        positions_get_default = position_for
+        apply_fill = self._apply_fill
+        open_lots = self._open
+        taker_fees = 0
+        maker_fees = 0
+        taker_ai = acct.index
+        t_sign = -1 if is_ask else 1
+        taker_ro = t.reduce_only
+        traded.append(acct)
+        last_price = 0
+        stop = 0
+        while t.remaining and not stop:
+            best = opp.best
+            if not best or (best < limit if is_ask else best > limit):
+                break
+            lvl = levels[best]
+            if not lvl.dirty:
+                lvl.dirty = True
+                dirty_levels.append(lvl)
+            o: Order | None = lvl.head
+            while o is not None:
+                nxt = o.next
+                macct = o.account
+                if macct is acct:
+                    self._remove_resting(o, CANCELED_SELF_TRADE, out)
+                    o = nxt
+                    continue
+                mpos = macct.positions.get(mi)
+                if mpos is None:
+                    mpos = positions_get_default(macct, m)
+                rem = t.remaining
+                q = rem if rem < o.remaining else o.remaining
+                if taker_ro:
+                    s = pos.size
+                    allowed = (s if s > 0 else 0) if is_ask else (-s if s < 0 else 0)
+                    if allowed == 0:
+                        stop = CANCELED_REDUCE_ONLY
+                        break
+                    if allowed < q:
+                        q = allowed
+                if o.reduce_only:
+                    s = mpos.size
+                    allowed = (s if s > 0 else 0) if o.is_ask else (-s if s < 0 else 0)
+                    if allowed == 0:
+                        self._remove_resting(o, CANCELED_REDUCE_ONLY, out)
+                        o = nxt
+                        continue
+                    if allowed < q:
+                        q = allowed
+                pq = best * mult
+                notional = pq * q
+                tfee = fee(notional, taker_fee_ppm)
+                mfee = fee(notional, maker_fee_ppm)
+                acct.collateral += apply_fill(pos, t_sign * q, pq) - tfee
+                macct.collateral += apply_fill(mpos, -t_sign * q, pq) - mfee
+                taker_fees += tfee
+                maker_fees += mfee
+                t.remaining -= q
+                o.remaining -= q
+                lvl.size -= q
+                if not o.reduce_only:
+                    open_lots(mpos, o.is_ask, -q)
+                if not macct.dirty:
+                    macct.dirty = True
+                    self._dirty_accounts.append(macct)
+                traded.append(macct)
+                tid = self._next_trade_id
+                self._next_trade_id = tid + 1
+                append(
+                    _new(
+                        TradeExecuted,
+                        (
+                            mi,
+                            tid,
+                            best,
+                            q,
+                            taker_ai,
+                            macct.index,
+                            t.index,
+                            o.index,
+                            is_ask,
+                            tfee,
+                            mfee,
+                        ),
+                    )
+                )
+                last_price = best
+                if o.remaining == 0:
+                    self._remove_resting(o, FILLED, out)
+                elif o.reduce_only and mpos.size == 0:
+                    self._remove_resting(o, CANCELED_REDUCE_ONLY, out)
+                else:
+                    self._emit_order(o, ACTIVE_LIMIT, out)
+                if not t.remaining:
+                    break
+                o = nxt
+        if last_price:
+            m.last_trade_price = last_price
+            if not m.dirty:
+                m.dirty = True
+                self._dirty_markets.append(m)
+            if not acct.dirty:
+                acct.dirty = True
+                self._dirty_accounts.append(acct)
+            if liquidation:
+                self.insurance_fund += taker_fees
+                self.fee_pool += maker_fees
+            else:
+                self.fee_pool += taker_fees + maker_fees
+            self._exchange_dirty = True
+        return stop
+
+    def _apply_fill(self, pos: Position, d: int, pq: int) -> int:
+        """Add ``d`` signed lots at ``pq`` micro-USDC per lot; return the realized PnL."""
+        s = pos.size
+        m = pos.market
+        eq = pos.entry_quote
+        realized = 0
+        if s == 0 or (s > 0) == (d > 0):
+            pos.size = ns = s + d
+            pos.entry_quote = neq = eq + d * pq
+        else:
+            a_s = s if s > 0 else -s
+            a_d = d if d > 0 else -d
+            c = a_d if a_d < a_s else a_s
+            removed = eq * c // a_s if eq >= 0 else -((-eq) * c // a_s)
+            realized = (pq * c if s > 0 else -pq * c) - removed
+            pos.realized_pnl += realized
+            if a_d > c:
+                ns = d + s
+                neq = ns * pq
+            else:
+                ns = s + d
+                neq = eq - removed
+            pos.size = ns
+            pos.entry_quote = neq
+        m.open_interest += (ns if ns > 0 else 0) - (s if s > 0 else 0)
+        acct = pos.account
+        if ns == 0:
+            m.holders.pop(acct.index, None)
+            m.unarmed.pop(acct, None)
+        elif s == 0:
+            m.holders[acct.index] = pos
+            if acct in self._unarmed:
+                m.unarmed[acct] = None
+        if acct.c_epoch == self._epoch:
+            mq = m.mark_q
+            acct.c_upnl += (ns - s) * mq - (neq - eq)
+            a_ns = ns if ns > 0 else -ns
+            a_s = s if s > 0 else -s
+            acct.c_mm += (a_ns - a_s) * mq * m.maintenance_mf
+            bo = pos.bid_open
+            ao = pos.ask_open
+            acct.c_im += (exposure(ns, bo, ao) - exposure(s, bo, ao)) * mq * pos.imf
+        if not pos.dirty:
+            pos.dirty = True
+            self._dirty_positions.append(pos)
+        return realized
+
+    def _open(self, pos: Position, is_ask: int, delta: int) -> None:
+        """Change the position's resting-order lots on one side (and the account's cached IMR)."""
+        bo = pos.bid_open
+        ao = pos.ask_open
+        if is_ask:
+            pos.ask_open = nao = ao + delta
+            nbo = bo
+        else:
+            pos.bid_open = nbo = bo + delta
+            nao = ao
+        acct = pos.account
+        if acct.c_epoch == self._epoch:
+            s = pos.size
+            grow = exposure(s, nbo, nao) - exposure(s, bo, ao)
+            acct.c_im += grow * pos.market.mark_q * pos.imf
+
+    def _remove_resting(self, o: Order, status: int, out: list[Any]) -> None:
+        """Take a resting order off the book and its account, and report it with ``status``."""
+        m = o.market
+        is_ask = o.is_ask
+        rem = o.remaining
+        lvl = (m.asks if is_ask else m.bids).unlink(o)
+        if not lvl.dirty:
+            lvl.dirty = True
+            self._dirty_levels.append(lvl)
+        acct = o.account
+        idx = o.index
+        del self._orders[idx]
+        del acct.orders[idx]
+        coi = o.client_index
+        if coi:
+            del acct.coi[coi]
+        if rem and not o.reduce_only:
+            self._open(acct.positions[m.index], is_ask, -rem)
+        out.append(
+            _new(
+                OrderUpdated,
+                (
+                    m.index,
+                    idx,
+                    acct.index,
+                    coi,
+                    is_ask,
+                    o.price,
+                    o.initial,
+                    rem,
+                    o.expiry,
+                    o.order_type,
+                    o.tif,
+                    o.reduce_only,
+                    status,
+                    o.priority,
+                ),
+            )
+        )
+
+    def _emit_order(self, o: Order, status: int, out: list[Any]) -> None:
+        out.append(
+            _new(
+                OrderUpdated,
+                (
+                    o.market.index,
+                    o.index,
+                    o.account.index,
+                    o.client_index,
+                    o.is_ask,
+                    o.price,
+                    o.initial,
+                    o.remaining,
+                    o.expiry,
+                    o.order_type,
+                    o.tif,
+                    o.reduce_only,
+                    status,
+                    o.priority,
+                ),
+            )
+        )
+
+    def _expire(self, m: Market, now: int, out: list[Any]) -> None:
+        """Cancel resting orders of ``m`` whose expiry is before ``now`` (CANCELED_EXPIRED)."""
+        heap = m.expiries
+        orders = self._orders
+        while heap and heap[0] >> EXPIRY_SHIFT < now:
+            key = heappop(heap)
+            o = orders.get(key & INDEX_MASK)
+            if o is not None and o.expiry == key >> EXPIRY_SHIFT:
+                self._remove_resting(o, CANCELED_EXPIRED, out)
+        m.next_expiry = heap[0] >> EXPIRY_SHIFT if heap else NO_EXPIRY
+
+    @staticmethod
+    def _compact_expiries(m: Market) -> None:
+        """Drop stale (cancelled/filled) entries; amortised O(1) per resting order."""
+        heap = [(o.expiry << EXPIRY_SHIFT) + o.index for o in iter_market_orders(m)]
+        heapify(heap)
+        m.expiries = heap
+        m.next_expiry = heap[0] >> EXPIRY_SHIFT if heap else NO_EXPIRY
+        m.compact_at = max(1024, 4 * len(heap))
+
+    def _find_order(self, acct: Account, mi: int, index: int) -> Order | None:
+        o = acct.coi.get(index) if index < FIRST_ORDER_INDEX else self._orders.get(index)
+        if o is None or o.account is not acct or o.market.index != mi:
+            return None
+        return o
+
+    def _cancel_order(self, c: CancelOrder, now: int, out: list[Any]) -> int:
+        ai, ki, mi, index, exp_at, nonce, _s = c
+        code = self._auth(ai, ki, nonce, exp_at, now, out)
+        if code:
+            return code
+        m = self._markets.get(mi)
+        if m is None:
+            return MARKET_NOT_FOUND
+        if m.next_expiry < now:
+            self._expire(m, now, out)
+        o = self._find_order(self._accounts[ai], mi, index)
+        if o is None:
+            return NOT_ACTIVE_LIMIT_ORDER
+        self._remove_resting(o, CANCELED, out)
+        return OK
+
+    def _modify_order(self, c: ModifyOrder, now: int, out: list[Any]) -> int:
+        ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s = c
+        code = self._auth(ai, ki, nonce, exp_at, now, out)
+        if code:
+            return code
+        m = self._markets.get(mi)
+        if m is None:
+            return MARKET_NOT_FOUND
+        if m.next_expiry < now:
+            self._expire(m, now, out)
+        acct = self._accounts[ai]
+        o = self._find_order(acct, mi, index)
+        if o is None:
+            return NOT_ACTIVE_LIMIT_ORDER
+        if m.status != 1:
+            return MARKET_NOT_ACTIVE
+        if not 1 <= price <= MAX_PRICE:
+            return INVALID_PRICE
+        if not 1 <= size <= MAX_48:
+            return INVALID_SIZE
+        code = order_amount_code(
+            size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+        )
+        if code:
+            return code
+        filled = o.initial - o.remaining
+        if size <= filled:
+            self._remove_resting(o, CANCELED, out)
+            return OK
+        new_rem = size - filled
+        pos = acct.positions[mi]
+        grow = new_rem - o.remaining
+        if price == o.price and grow <= 0:
+            if grow:
+                side = m.asks if o.is_ask else m.bids
+                lvl = side.levels[price]
+                lvl.size += grow
+                if not lvl.dirty:
+                    lvl.dirty = True
+                    self._dirty_levels.append(lvl)
+                if not o.reduce_only:
+                    self._open(pos, o.is_ask, grow)
+                o.remaining = new_rem
+            o.initial = size
+            self._emit_order(o, ACTIVE_LIMIT, out)
+            return OK
+        is_ask = o.is_ask
+        opp = m.bids if is_ask else m.asks
+        best = opp.best
+        if (
+            grow > 0
+            and not o.reduce_only
+            and not self._order_margin_ok(acct, m, pos, is_ask, grow, price)
+        ):
+            return NOT_ENOUGH_MARGIN
+        crosses = best and (best >= price if is_ask else best <= price)
+        # Take the order out (without reporting it) and re-enter it with its new terms.
+        side = m.asks if is_ask else m.bids
+        rem = o.remaining
+        lvl = side.unlink(o)
+        if not lvl.dirty:
+            lvl.dirty = True
+            self._dirty_levels.append(lvl)
+        del self._orders[o.index]
+        del acct.orders[o.index]
+        if o.client_index:
+            del acct.coi[o.client_index]
+        if not o.reduce_only:
+            self._open(pos, is_ask, -rem)
+        o.price = price
+        o.initial = size
+        o.remaining = new_rem
+        o.priority = self._next_priority
+        self._next_priority += 1
+        if crosses and o.tif == POST_ONLY:
+            self._emit_order(o, CANCELED_POST_ONLY, out)
+            return POST_ONLY_WOULD_CROSS
+        self._match_and_finish(m, o, acct, pos, now, out, False)
+        return OK
+
+    # ---- margin ---------------------------------------------------------------------------------
+
+    def _refresh(self, acct: Account) -> None:
+        """Recompute the account's cached risk sums (O(markets it holds)) if the marks moved since.
+
+        ``c_upnl = sum(size*mark*mult - entry_quote)``, ``c_mm = sum(|size|*mark*mult*mmf)``,
+        ``c_im = sum(worst*mark*mult*imf)`` with ``worst = max(|size+bids|, |size-asks|)``. Between
+        mark moves fills and order changes update them in O(1)."""
+        upnl = mm = im = 0
+        for p in acct.positions.values():
+            s = p.size
+            bo = p.bid_open
+            ao = p.ask_open
+            if s or bo or ao:
+                m = p.market
+                mq = m.mark_q
+                if s:
+                    upnl += unrealized_pnl(s, mq, p.entry_quote)
+                    mm += maintenance_margin(s if s > 0 else -s, mq, m.maintenance_mf)
+                im += initial_margin(exposure(s, bo, ao), mq, p.imf)
+        acct.c_upnl = upnl
+        acct.c_mm = mm
+        acct.c_im = im
+        acct.c_epoch = self._epoch
+
+    def _equity_imr(self, acct: Account) -> tuple[int, int]:
+        """(equity, IMR numerator in micro-USDC * bps) including resting-order exposure."""
+        if acct.c_epoch != self._epoch:
+            self._refresh(acct)
+        return acct.collateral + acct.c_upnl, acct.c_im
+
+    def _equity_mmr(self, acct: Account) -> tuple[int, int]:
+        """(equity, maintenance numerator in micro-USDC * bps); positions only."""
+        if acct.c_epoch != self._epoch:
+            self._refresh(acct)
+        return acct.collateral + acct.c_upnl, acct.c_mm
+
+    def _order_margin_ok(
+        self, acct: Account, m: Market, pos: Position, is_ask: int, q: int, est: int
+    ) -> bool:
+        """Pre-trade check for ``q`` more lots on one side (``rules.initial_margin_ok``)."""
+        s = pos.size
+        bo = pos.bid_open
+        ao = pos.ask_open
+        before = exposure(s, bo, ao)
+        after = exposure(s, bo, ao + q) if is_ask else exposure(s, bo + q, ao)
+        if after <= before:
+            return True
+        return self._margin_after(acct, m, pos, is_ask, q, est, after - before)
+
+    def _margin_after(
+        self, acct: Account, m: Market, pos: Position, is_ask: int, q: int, est: int, grow: int
+    ) -> bool:
+        """``equity - adverse - fee >= IMR + grow lots`` (``grow``: rise of the worst case)."""
+        if acct.c_epoch != self._epoch:
+            self._refresh(acct)
+        return initial_margin_ok(
+            acct.collateral + acct.c_upnl,
+            acct.c_im,
+            m.mark,
+            m.mult,
+            pos.imf,
+            m.taker_fee,
+            is_ask,
+            q,
+            est,
+            grow,
+        )
+
+    def _imr_ok(self, acct: Account, extra_debit: int = 0) -> bool:
+        equity, num = self._equity_imr(acct)
+        return (equity - extra_debit) * BPS >= num
+
+
+def cancel_all(eng: OrderPath, c: CancelAllOrders, now: int, out: list[Any]) -> int:
+    """CancelAllOrders: every resting order of the account, by order index (time_in_force 0)."""
+    ai, ki, tif, _time, exp_at, nonce, _s = c
+    code = eng._auth(ai, ki, nonce, exp_at, now, out)
+    if code:
+        return code
+    if tif != 0:
+        return UNSUPPORTED_TX_TYPE
+    acct = eng._accounts[ai]
+    for idx in sorted(acct.orders):
+        eng._remove_resting(acct.orders[idx], CANCELED, out)
+    return OK
+
+
+def position_for(acct: Account, m: Market) -> Position:
+    """The account's position in ``m``, created (flat, default leverage) when missing."""
+    pos = acct.positions.get(m.index)
+    if pos is None:
+        pos = acct.positions[m.index] = Position(acct, m, m.default_imf)
+    return pos
+
+
+def iter_market_orders(m: Market) -> Iterator[Order]:
+    """Resting orders of ``m``: bids then asks, best price first, time priority within a level."""
+    for side in (m.bids, m.asks):
+        for price in side.sorted_prices():
+            o = side.levels[price].head
+            while o is not None:
+                yield o
+                o = o.next

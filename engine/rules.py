@@ -1,0 +1,164 @@
+"""The exchange's pure order and margin rules, written once: the engine and the replica's dry-run
+(``raydex.actors.replica``) both call these, so a rule cannot drift between them.
+
+Everything is an integer: prices in ticks, sizes in lots, money in micro-USDC, fractions in bps
+(``BPS`` = 1e4), fees in ppm (``PPM`` = 1e6). Functions take plain ints (no engine objects), never
+raise, allocate nothing and cost O(1).
+
+- Notional: ``price * size * mult`` micro-USDC with ``mult = notional_multiplier(pd, sd)``
+  ``= 10**(6 - pd - sd)``; ``mark_q = mark * mult`` is one lot's value at the mark.
+- Worst-case exposure (:func:`exposure`): ``max(|size + bids|, |asks - size|)`` lots, the position
+  if every resting non-reduce-only order of one side filled. Initial margin is charged on it.
+- Account sums (cross margin), one term per position (:func:`unrealized_pnl`,
+  :func:`maintenance_margin`, :func:`initial_margin`): ``equity = collateral + sum(upnl)``; an
+  account is liquidatable while ``equity * BPS < sum(maintenance)``; the IMR numerator is
+  ``sum(initial)`` (micro-USDC * bps).
+- An order that raises the worst case by ``grow`` lots passes :func:`initial_margin_ok`:
+  ``equity - adverse - fee >= IMR`` after it, ``adverse`` the loss of filling it at its estimated
+  price against the mark, ``fee`` its taker fee (:func:`fee`, rounded up).
+- Static order checks, in the engine's order: :func:`order_kind_code` (order type / time in force),
+  :func:`order_amount_code` (minimum size and notional, then the fat-finger band
+  ``|price - mark| <= mark * max_deviation / 1e4``), :func:`reduce_only_increases`.
+
+Caller duty: pass the market's current values (mark, fractions, fees); the functions hold no state.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from raydex.codecs import BPS as _BPS
+from raydex.codecs import PPM as _PPM
+from raydex.codecs import USDC_DECIMALS as _USDC_DECIMALS
+
+from .codes import (
+    BELOW_MIN_AMOUNT,
+    FAT_FINGER_PRICE,
+    GTT,
+    INVALID_ORDER_TYPE,
+    INVALID_TIME_IN_FORCE,
+    IOC,
+    LIMIT,
+    MARKET,
+    POST_ONLY,
+)
+
+__all__ = [
+    "MAX_PRICE",
+    "exposure",
+    "fee",
+    "initial_margin",
+    "initial_margin_ok",
+    "maintenance_margin",
+    "notional_multiplier",
+    "order_amount_code",
+    "order_kind_code",
+    "reduce_only_increases",
+    "unrealized_pnl",
+]
+
+BPS: Final[int] = _BPS
+PPM: Final[int] = _PPM
+USDC_DECIMALS: Final[int] = _USDC_DECIMALS
+#: Highest price in ticks (the wire's u32): order prices, marks and liquidation bounds.
+MAX_PRICE: Final = 2**32 - 1
+
+
+def notional_multiplier(price_decimals: int, size_decimals: int) -> int:
+    """Micro-USDC per (tick * lot) of a market quoting ``price_decimals`` / ``size_decimals``."""
+    mult: int = 10 ** (USDC_DECIMALS - price_decimals - size_decimals)
+    return mult
+
+
+def exposure(size: int, bid_open: int, ask_open: int) -> int:
+    """Lots of worst-case position if every resting order of one side fills: the larger of
+    ``|size + bid_open|`` and ``|ask_open - size|``. Initial margin is charged on it."""
+    a = size + bid_open
+    b = ask_open - size
+    if a < 0:
+        a = -a
+    if b < 0:
+        b = -b
+    return a if a > b else b
+
+
+def unrealized_pnl(size: int, mark_q: int, entry_quote: int) -> int:
+    """Unrealized PnL (micro-USDC) of ``size`` signed lots at ``mark_q`` = mark * mult."""
+    return size * mark_q - entry_quote
+
+
+def maintenance_margin(lots: int, mark_q: int, mmf: int) -> int:
+    """MMR numerator (micro-USDC * bps) of ``lots`` (``|size|``) at ``mmf`` bps."""
+    return lots * mark_q * mmf
+
+
+def initial_margin(worst: int, mark_q: int, imf: int) -> int:
+    """IMR numerator (micro-USDC * bps) of ``worst`` lots (:func:`exposure`) at ``imf`` bps."""
+    return worst * mark_q * imf
+
+
+def fee(notional: int, ppm: int) -> int:
+    """Fee (micro-USDC) of ``notional`` at ``ppm``, rounded up (the exchange never undercharges)."""
+    return -(-notional * ppm // PPM)
+
+
+def initial_margin_ok(
+    equity: int,
+    im_num: int,
+    mark: int,
+    mult: int,
+    imf: int,
+    taker_fee: int,
+    is_ask: int,
+    q: int,
+    est: int,
+    grow: int,
+) -> bool:
+    """``equity - adverse - fee >= IMR`` after an order of ``q`` lots at estimated price ``est``
+    that raises the worst case by ``grow`` lots; ``im_num`` is the account's IMR numerator
+    before it, ``imf`` the position's initial margin fraction."""
+    adverse = (mark - est) * q * mult if is_ask else (est - mark) * q * mult
+    if adverse > 0:
+        equity -= adverse
+    equity -= fee(est * q * mult, taker_fee)
+    return equity * BPS >= im_num + grow * (mark * mult) * imf
+
+
+def order_kind_code(order_type: int, tif: int) -> int:
+    """0, or why the pair is refused: Limit takes IOC, GoodTillTime or PostOnly; Market takes IOC
+    only (INVALID_TIME_IN_FORCE); other types are INVALID_ORDER_TYPE."""
+    if order_type == LIMIT:
+        if tif != GTT and tif != IOC and tif != POST_ONLY:
+            return INVALID_TIME_IN_FORCE
+        return 0
+    if order_type == MARKET:
+        return 0 if tif == IOC else INVALID_TIME_IN_FORCE
+    return INVALID_ORDER_TYPE
+
+
+def order_amount_code(
+    size: int,
+    price: int,
+    mult: int,
+    min_base: int,
+    min_quote: int,
+    mark: int,
+    max_deviation: int,
+) -> int:
+    """0, or BELOW_MIN_AMOUNT (under the market's minimum size in lots or notional in
+    micro-USDC), or FAT_FINGER_PRICE (``price`` outside ``|price - mark| <= mark * dev / 1e4``),
+    checked in that order."""
+    if size < min_base or price * size * mult < min_quote:
+        return BELOW_MIN_AMOUNT
+    dev = price - mark
+    if dev < 0:
+        dev = -dev
+    if dev * BPS > mark * max_deviation:
+        return FAT_FINGER_PRICE
+    return 0
+
+
+def reduce_only_increases(size: int, is_ask: int) -> bool:
+    """True if a reduce-only order on this side cannot reduce the position of ``size`` lots (it is
+    flat or on the order's side)."""
+    return (size <= 0) if is_ask else (size >= 0)

@@ -1,0 +1,51 @@
+"""Result codes and order values have one source, ``raydex.codecs``: the engine's fast-path ints
+(``raydex.engine.codes``) are the enum members of the same name, and no engine module retypes a
+result code as a literal."""
+
+from __future__ import annotations
+
+import ast
+from enum import IntEnum
+from pathlib import Path
+
+import raydex.engine
+from raydex.codecs import OrderStatus, OrderType, ResultCode, TimeInForce
+from raydex.engine import codes
+
+#: Engine names that differ from their enum member's name.
+ALIASES = {"IOC": "IMMEDIATE_OR_CANCEL", "GTT": "GOOD_TILL_TIME"}
+ENUMS: tuple[type[IntEnum], ...] = (ResultCode, OrderStatus, OrderType, TimeInForce)
+ENGINE_DIR = Path(raydex.engine.__file__).parent
+
+
+def _member(name: str) -> IntEnum:
+    wanted = ALIASES.get(name, name)
+    found = [e[wanted] for e in ENUMS if wanted in e.__members__]
+    assert len(found) == 1, f"{name}: {len(found)} enum members of that name"
+    return found[0]
+
+
+def test_every_engine_constant_is_the_codecs_member_of_the_same_name_as_a_plain_int() -> None:
+    assert codes.__all__
+    for name in codes.__all__:
+        value = getattr(codes, name)
+        assert type(value) is int, f"{name} is {type(value).__name__}, not a plain int"
+        assert value == _member(name).value, name
+
+
+def test_the_result_codes_the_engine_returns_are_all_declared_in_codecs() -> None:
+    declared = {c.value for c in ResultCode}
+    for name in codes.__all__:
+        if name in ResultCode.__members__:
+            assert getattr(codes, name) in declared
+
+
+def test_no_engine_module_writes_a_result_code_as_a_literal() -> None:
+    result_codes = {c.value for c in ResultCode if c.value >= 20_000}
+    offenders = []
+    for path in sorted(ENGINE_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            is_int = isinstance(node, ast.Constant) and type(node.value) is int
+            if is_int and node.value in result_codes:
+                offenders.append(f"{path.name}:{node.lineno}: {node.value}")
+    assert offenders == []
