@@ -452,8 +452,8 @@ class Workload:
                     size,
                     price,
                     is_ask,
-                    order_type,
-                    tif,
+                    int(order_type),  # plain ints: the signing encoder refuses enums
+                    int(tif),
                     0,
                     0,
                     expiry,
