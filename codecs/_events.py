@@ -22,7 +22,7 @@ from ._market import (
     MinBaseAmount,
     MinQuoteAmount,
 )
-from ._wire import I32, I64, U8, U16, U32, U64, Bytes32, Bytes40, wire
+from ._wire import I32, I64, U8, U16, U32, U64, Bytes40, wire
 
 EVENT = "event"
 

@@ -175,9 +175,7 @@ class BlockProducer:
             self._outcomes.append(TxOutcome(h, code, order_index, seq))
         return range(first, len(self._outcomes))
 
-    def _authorize(
-        self, tx: Any, ttype: int, operator: bool, checked: Checked, hm: bytes
-    ) -> int:
+    def _authorize(self, tx: Any, ttype: int, operator: bool, checked: Checked, hm: bytes) -> int:
         if ttype in OPERATOR_TX_TYPES:
             return _OK if operator else _OPERATOR_ONLY
         if not is_signed_type(type(tx)):

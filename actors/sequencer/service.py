@@ -88,9 +88,9 @@ from raydex.codecs import (
     decode_wal_read_request,
     encode_outcomes,
     encode_wal_read_reply,
+    signing,
     stamp_block,
     wal_record_crc,
-    signing,
 )
 from raydex.engine import state_digest
 from raydex.observability.hist import Histogram
