@@ -283,6 +283,10 @@ def _orphans(head: HeadRecord) -> list[int]:
     return members if named else []
 
 
+#: how long ``stop_head`` waits for SIGKILLed processes to be gone (s)
+_KILL_WAIT_S = 10.0
+
+
 def stop_head(head: HeadRecord, *, grace_s: float = 30.0, record: Path | None = None) -> StopResult:
     """Stop the recorded head and only it (see the module docstring); forget the record."""
     leader = running(head)
@@ -299,6 +303,11 @@ def stop_head(head: HeadRecord, *, grace_s: float = 30.0, record: Path | None = 
         left = group_members(head.pid)
         for pid in left:
             _signal(pid, signal.SIGKILL)
+        # SIGKILL is delivered asynchronously: wait (bounded) until the kernel has ended them,
+        # so that when this returns none of the group runs any more
+        deadline = time.monotonic() + _KILL_WAIT_S
+        while left and time.monotonic() < deadline and group_members(head.pid):
+            time.sleep(0.05)
     path = record or record_path()
     if (current := read_record(path)) is not None and current.pid == head.pid:
         path.unlink(missing_ok=True)

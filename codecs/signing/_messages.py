@@ -178,8 +178,10 @@ TX_FIELDS: Final[Mapping[int, tuple[tuple[str, str], ...]]] = {
 
 def _int(info: Mapping[str, Any], name: str) -> int:
     v = info[name]
-    if type(v) is not int:  # bool is refused too: Lighter's JSON has numbers here
-        raise ValueError(f"{name}: needs an integer, got {v!r}")
+    if type(v) is not int:  # bool is refused: Lighter's JSON has numbers here
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{name}: needs an integer, got {v!r}")
+        v = int(v)  # an IntEnum (OrderType.LIMIT, ...) is its number
     return v
 
 

@@ -205,11 +205,10 @@ def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
     and the planned placement. ``status()["repr"]`` is the same ``__repr__`` now: seq, lag, hash."""
     from ray.util.state import list_actors
 
-    found = {
-        a.name: a.repr_name
-        for a in list_actors(filters=[("ray_namespace", "=", NS)], detail=True, limit=1000)
-        if a.state == "ALIVE"
-    }
+    # this session's Ray by its address: other Rays may run on the host (autodetection refuses)
+    gcs = ray.get_runtime_context().gcs_address
+    listed = list_actors(address=gcs, filters=[("ray_namespace", "=", NS)], detail=True, limit=1000)
+    found = {a.name: a.repr_name for a in listed if a.state == "ALIVE"}
     roles = {
         dep.SEQUENCER: "sequencer",
         dep.SNAPSHOT: "snapshot",

@@ -40,6 +40,7 @@ from raydex.actors.sequencer import BlockProducer, SequencerConfig, Wal, WalErro
 from raydex.actors.snapshot import SnapshotConfig, SnapshotService
 from raydex.actors.transport import GrpcTxChannel, TransportError
 from raydex.codecs import (
+    DEFAULT_CHAIN_ID,
     CreateOrder,
     Deposit,
     RegisterApiKey,
@@ -50,7 +51,7 @@ from raydex.codecs import (
     encode_batch,
     generate_key,
     sign_tx,
-    tx_hash,
+    tx_hash_of,
 )
 from raydex.engine import state_digest
 
@@ -158,7 +159,7 @@ class Load:
         if self._channel is None:
             self._channel = GrpcTxChannel(self.target)
         txs = [t.next_tx() for t in self.traders]
-        self.sent.update((tx_hash(tx), tx) for tx in txs)
+        self.sent.update((tx_hash_of(tx, DEFAULT_CHAIN_ID), tx) for tx in txs)  # the outcome's hash
         self.rounds += 1
         try:
             reply = await asyncio.wait_for(self._channel.submit(encode_batch(txs)), 10.0)

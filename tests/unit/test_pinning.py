@@ -43,7 +43,10 @@ def extra_threads() -> Iterator[list[threading.Thread]]:
 
 @pytest.fixture
 def restore_affinity() -> Iterator[None]:
-    before = {tid: os.sched_getaffinity(tid) for tid in thread_ids()}
+    before = {}
+    for tid in thread_ids():  # a thread may end between listing and asking
+        with contextlib.suppress(ProcessLookupError):
+            before[tid] = os.sched_getaffinity(tid)
     yield
     for tid, mask in before.items():
         with contextlib.suppress(ProcessLookupError):
