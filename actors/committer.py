@@ -27,22 +27,26 @@ import hashlib
 import logging
 import struct
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from raydex.codecs import (
+    DEFAULT_CHAIN_ID,
     AccountRecord,
     BalanceChanged,
     PositionChanged,
     PositionRecord,
     TxExecuted,
     decode_block,
+    decode_wal_read_reply,
+    encode_wal_read_request,
 )
 from raydex.observability.metrics import Recorder
 
+from .audit import SignatureAudit
 from .runtime import ActorRuntime, Supervisor, exit_process, log_fatal
 from .snapshot import Diverged, Reconnect, block_digest, follow
-from .transport import BlockSource, ResyncRequired, TransportError
+from .transport import BlockSource, ResyncRequired, TransportError, TxChannel
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +117,8 @@ class Committer:
     """Per-block commitments (see module docstring). Pure; the Ray shell feeds it frames."""
 
     def __init__(self, keep: int = 10_000) -> None:
+        #: called with ``(seq, events)`` of each block committed (the signature audit's feed)
+        self.on_block: Callable[[int, Sequence[Any]], None] | None = None
         self.seq = 0
         self.chain = _EMPTY
         self.tree = SparseMerkleTree()
@@ -188,6 +194,8 @@ class Committer:
         root = self.tree.root
         self.chain = hashlib.sha256(self.chain + block_hash + root).digest()
         self.seq = block.seq
+        if self.on_block is not None:
+            self.on_block(block.seq, block.events)
         c = Commitment(
             block.seq, block.height, block.timestamp_ns, block_hash, root, self.chain, txs
         )
@@ -212,25 +220,91 @@ class CommitterFollower:
         metrics: Recorder | None = None,
         on_fatal: Callable[[str], None] = log_fatal,
         retry_s: float = 0.2,
+        txlog: TxChannel | None = None,
+        audit: SignatureAudit | None = None,
+        audit_read_records: int = 256,
     ) -> None:
         self.source = source
         self.fetch_snapshot = fetch_snapshot
-        self.committer = Committer()
         self.resyncs = 0
         self.divergences = 0
         self.retry_s = retry_s
         self.supervisor = Supervisor(metrics, on_fatal)
+        #: the sequencer's tx log (WAL range reads) and the audit of what it holds; the audit runs
+        #: only with both (see ``actors/audit.py``)
+        self.txlog = txlog
+        self.audit = audit if txlog is not None else None
+        self.audit_read_records = audit_read_records
+        self._committed = asyncio.Event()
+        self.committer = self._new(Committer())
+
+    def _new(self, c: Committer) -> Committer:
+        if self.audit is not None:
+            c.on_block = self._noted
+        return c
+
+    def _noted(self, seq: int, events: Any) -> None:
+        assert self.audit is not None
+        self.audit.note_block(seq, events)
+        self._committed.set()
 
     def start(self) -> None:
         self.supervisor.start("committer", self._follow)
+        if self.audit is not None:
+            self.supervisor.start("audit", self._audit)
 
     async def stop(self) -> None:
         await self.supervisor.stop()
+        if self.txlog is not None:
+            await self.txlog.close()
 
     async def rebuild(self) -> None:
         seq, records, anchor = await self.fetch_snapshot()
-        self.committer = Committer.from_records(records, seq, anchor=anchor)
+        records = list(records)
+        self.committer = self._new(Committer.from_records(records, seq, anchor=anchor))
+        if self.audit is not None:
+            a = self.audit
+            if seq > a.seq:  # blocks the snapshot jumps over are never audited: say so
+                a.skipped_blocks += seq - a.seq
+                why = "signature audit: blocks %d..%d passed unaudited (rebuilt from a snapshot)"
+                log.warning(why, a.seq + 1, seq)
+            a.reset(seq, records)
         self.resyncs += 1
+
+    def withheld(self, seq: int) -> bool:
+        """True when the commitment of block ``seq`` must not be published: the signature audit
+        failed at or before it."""
+        failed = self.audit.failed_at if self.audit is not None else None
+        return failed is not None and seq >= failed
+
+    async def _audit(self) -> None:
+        """Audit committed blocks in seq order from the sequencer's WAL (bounded range reads), at
+        the committer's pace: behind the commitments, never in anyone's way."""
+        audit, reader = self.audit, self.txlog
+        assert audit is not None and reader is not None
+        while True:
+            if audit.next_seq is None:
+                self._committed.clear()
+                if audit.next_seq is None:
+                    await self._committed.wait()
+                continue
+            want = min(self.audit_read_records, max(1, self.committer.seq - audit.seq))
+            reply = decode_wal_read_reply(
+                await reader.submit(encode_wal_read_request(audit.seq + 1, want))
+            )
+            if not reply.records or reply.records[0][0] != audit.seq + 1:
+                # the WAL was pruned past it (a long pause): pass what it no longer holds
+                until = reply.records[0][0] - 1 if reply.records else reply.first_held - 1
+                while audit.next_seq is not None and audit.seq < until:
+                    audit.skip(audit.seq + 1, "the sequencer's WAL no longer holds it")
+                if not reply.records:
+                    await asyncio.sleep(self.retry_s)
+                continue
+            for seq, record in reply.records:
+                if seq != audit.next_seq:
+                    break
+                audit.audit(seq, record)
+                await asyncio.sleep(0)  # one block at a time: the follower keeps committing
 
     async def _follow(self) -> None:
         retry = Reconnect("committer", self.retry_s)
@@ -265,10 +339,18 @@ class CommitterActor:
     waits for it. A follower loop that keeps failing exits the process (Ray restarts it)."""
 
     def __init__(
-        self, delta_target: str, holder_name: str, namespace: str, data_plane_secret: str = ""
+        self,
+        delta_target: str,
+        holder_name: str,
+        namespace: str,
+        data_plane_secret: str = "",
+        txlog_target: str = "",
+        chain_id: int = DEFAULT_CHAIN_ID,
     ) -> None:
+        """``txlog_target``: the sequencer's tx log; with it the committer also audits every
+        executed tx's signature (``actors/audit.py``); without it, no audit."""
         from .snapshot import ONE_ATTEMPT
-        from .transport import block_source
+        from .transport import block_source, tx_channel
 
         self.delta_target = delta_target
         self.holder_name = holder_name
@@ -278,8 +360,28 @@ class CommitterActor:
         source = block_source(
             delta_target, name="committer", secret=data_plane_secret, backoff=ONE_ATTEMPT
         )
-        self.follower = CommitterFollower(source, self._fetch, self.metrics, exit_process)
+        txlog = tx_channel(txlog_target, secret=data_plane_secret) if txlog_target else None
+        self.follower = CommitterFollower(
+            source,
+            self._fetch,
+            self.metrics,
+            exit_process,
+            txlog=txlog,
+            audit=SignatureAudit(chain_id) if txlog is not None else None,
+        )
         self.metrics.gauge("raydex_block_seq", lambda: self.follower.committer.seq)
+        audit = self.follower.audit
+        if audit is not None:
+            m = self.metrics
+            m.counter_fn("raydex_signature_audit_txs_total", lambda: audit.audited_txs)
+            m.counter_fn("raydex_signature_audit_failures_total", lambda: audit.failed_txs)
+            m.counter_fn(
+                "raydex_signature_audit_skipped_blocks_total", lambda: audit.skipped_blocks
+            )
+            m.gauge(
+                "raydex_signature_audit_lag_blocks",
+                lambda: max(0, self.follower.committer.seq - audit.seq),
+            )
         self._task = asyncio.get_event_loop().create_task(self._start())
 
     @property
@@ -303,12 +405,14 @@ class CommitterActor:
         self.follower.start()
 
     async def commitment(self, seq: int) -> dict[str, Any] | None:
+        """Block ``seq``'s commitment; None when unknown or withheld (a failed signature audit)."""
         c = self.committer.commitments.get(seq)
-        return None if c is None else _as_json(c)
+        return None if c is None or self.follower.withheld(seq) else _as_json(c)
 
     async def latest(self, limit: int = 10) -> list[dict[str, Any]]:
-        items = list(self.committer.commitments.values())[-limit:]
-        return [_as_json(c) for c in reversed(items)]
+        f = self.follower
+        items = [c for c in f.committer.commitments.values() if not f.withheld(c.seq)]
+        return [_as_json(c) for c in reversed(items[-limit:])]
 
     async def status(self) -> dict[str, Any]:
         f = self.follower
@@ -318,6 +422,7 @@ class CommitterActor:
             "resyncs": f.resyncs,
             "divergences": f.divergences,
             "loop_restarts": f.supervisor.restarts("committer"),
+            "signature_audit": f.audit.status() if f.audit is not None else None,
             **self.runtime.status(),
             "repr": repr(self),
         }
@@ -331,6 +436,7 @@ class CommitterActor:
                 "seq": c.seq,
                 "chain": c.chain.hex()[:8] if c.seq else None,
                 "follows": self.delta_target,
+                "audit": "on" if self.follower.audit is not None else "off",
             },
         )
 

@@ -54,6 +54,7 @@ from ._signing import (
     message_hash_of,
     public_key_of,
     sign_tx,
+    signing_key_of,
     tx_hash_of,
     verify_tx,
 )
@@ -199,5 +200,6 @@ __all__ = [
     "message_hash_of",
     "public_key_of",
     "sign_tx",
+    "signing_key_of",
     "verify_tx",
 ]

@@ -27,6 +27,7 @@ is ~1000x (``signing.ACCELERATED`` says which runs).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
 from . import signing
@@ -100,6 +101,14 @@ def tx_hash_of(tx: Any, chain_id: int = DEFAULT_CHAIN_ID) -> bytes:
     if is_signed_type(type(tx)):
         return message_hash_of(tx, chain_id)
     return hashlib.blake2b(encode_tx(tx), digest_size=TX_HASH_SIZE).digest()
+
+
+def signing_key_of(tx: Any, registered: Callable[[int, int], bytes | None]) -> bytes | None:
+    """The public key user tx ``tx`` must verify under: the key registered at
+    ``(tx.account_index, tx.api_key_index)`` (``registered`` looks it up in the state at the
+    point the tx executes); None when there is none. The one place that rule lives: the
+    sequencer's check and the committer's audit both call it."""
+    return registered(tx.account_index, tx.api_key_index)
 
 
 def generate_key() -> tuple[bytes, bytes]:

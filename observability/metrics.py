@@ -210,6 +210,27 @@ CATALOG: dict[str, MetricDef] = {
             "Background loops (followers, oracle, maintenance) restarted after an exception.",
             ("loop",),
         ),
+        MetricDef(
+            "raydex_signature_audit_txs_total",
+            "counter",
+            "Executed user txs whose signature the committer re-verified (actors/audit.py).",
+        ),
+        MetricDef(
+            "raydex_signature_audit_failures_total",
+            "counter",
+            "Executed txs that failed the re-verification: an alarm (commitments are withheld "
+            "from the first such block on).",
+        ),
+        MetricDef(
+            "raydex_signature_audit_skipped_blocks_total",
+            "counter",
+            "Blocks passed unaudited (the WAL no longer held them, or the audit fell far behind).",
+        ),
+        MetricDef(
+            "raydex_signature_audit_lag_blocks",
+            "gauge",
+            "Blocks committed but not yet audited.",
+        ),
         _h("raydex_gc_pause_seconds", "CPython GC pause per collection.", ("gen",)),
         MetricDef("raydex_gc_collections_total", "counter", "CPython GC collections.", ("gen",)),
         MetricDef(

@@ -51,6 +51,7 @@ from raydex.codecs import (
     encode_tx,
     encode_wal_record,
     is_signed_type,
+    signing_key_of,
     tx_hash_of,
     tx_type_of,
     wal_record_crc,
@@ -180,8 +181,7 @@ class BlockProducer:
             return _OK if operator else _OPERATOR_ONLY
         if not is_signed_type(type(tx)):
             return _UNSUPPORTED
-        key_index = tx.api_key_index
-        pk = self.engine.pub_key(tx.account_index, key_index)
+        pk = signing_key_of(tx, self.engine.pub_key)
         if pk is None:
             return _API_KEY_NOT_FOUND
         if self.verify_signatures:
@@ -198,7 +198,7 @@ class BlockProducer:
         cls = type(tx)
         if tx_type_of(cls) in OPERATOR_TX_TYPES or not is_signed_type(cls):
             return None
-        pk = self.engine.pub_key(tx.account_index, tx.api_key_index)
+        pk = signing_key_of(tx, self.engine.pub_key)
         if pk is None:
             return None
         return pk, self.verifier.verify(tx, pk)

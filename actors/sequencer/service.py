@@ -141,8 +141,12 @@ class SequencerConfig:
     #: interval: marks track the book closely (and liquidations trigger sooner), more commands.
     oracle_interval_ms: float = 0.0
     oracle_max_step_bps: int = 50
-    #: re-verify every user signature in the sequencer (see ``BlockProducer.verify_signatures``)
-    verify_signatures: bool = True
+    #: Check every user tx's signature again in the sequencer (``BlockProducer.verify_signatures``).
+    #: None (auto): only when the data plane is open to anyone on loopback (no
+    #: ``data_plane_secret``); a deployment's replicas are members that verified every tx in
+    #: their dry-run, and its committer re-verifies every executed tx off the hot path
+    #: (``actors/audit.py``), so the sequencer saves a verify (~50 µs) per tx. True: always.
+    verify_signatures: bool | None = None
     #: WAL segment size: smaller prunes more finely (less disk) with more files and more syncs of
     #: the folder; larger makes fewer, bigger files
     wal_segment_bytes: int = 64 << 20
@@ -258,7 +262,11 @@ class SequencerService:
         self.producer, self.replayed = BlockProducer.recover(
             Path(cfg.snapshot_dir), wal, Verifier(cfg.chain_id), keep_blocks=cfg.ring_size
         )
-        self.producer.verify_signatures = cfg.verify_signatures
+        self.producer.verify_signatures = (
+            cfg.verify_signatures
+            if cfg.verify_signatures is not None
+            else not cfg.data_plane_secret
+        )
         self.metrics.histogram("raydex_wal_fsync_seconds", wal.fsync_time)
         log.info(
             "sequencer recovered: snapshot seq %d (%s), %d WAL blocks replayed, now at seq %d",
@@ -578,6 +586,7 @@ class SequencerService:
         return {
             "pid": os.getpid(),
             "signatures": signing.BACKEND,
+            "verifies_signatures": bool(self.producer and self.producer.verify_signatures),
             "seq": p.seq if p else 0,
             "height": p.height if p else 0,
             "state_hash": self.snapshot.state_hash,

@@ -310,7 +310,9 @@ def _status(args: argparse.Namespace) -> int:
     st = deploy.status()
     hosts = deploy.host_loads(st)
     agree = deploy.state_agreement(st)
-    diverged = any(a.diverged for a in agree)
+    audit = deploy.audit_line(st)
+    # exit 3: the state or the signature audit says something is wrong (scriptable alarms)
+    diverged = any(a.diverged for a in agree) or (audit is not None and audit[1])
     if args.json:
         rows = [{**dataclasses.asdict(h), "oversubscribed": h.oversubscribed, "line": h.line()}
                 for h in hosts]  # fmt: skip
@@ -322,6 +324,8 @@ def _status(args: argparse.Namespace) -> int:
         print(s.get("repr") or name, {k: s[k] for k in _STATUS_KEYS if k in s})
     for a in agree:
         print(a.line())
+    if audit is not None:
+        print(audit[0])
     for h in hosts:
         print(h.line())
     return 3 if diverged else 0

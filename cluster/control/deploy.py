@@ -266,7 +266,7 @@ def deploy(
         created.append(SNAPSHOT)
     ray.get(ray.get_actor(SNAPSHOT, namespace=namespace).start.remote(), timeout=timeout_s)
     if COMMITTER not in existing:
-        args_c = (delta_target, SNAPSHOT, namespace, secret)
+        args_c = (delta_target, SNAPSHOT, namespace, secret, txlog_target, spec.chain_id)
         _spawn(CommitterActor, COMMITTER, namespace, None, args_c)
         created.append(COMMITTER)
 
@@ -371,6 +371,27 @@ def state_agreement(statuses: Mapping[str, Mapping[str, Any]]) -> list[Agreement
         if h and isinstance(seq, int) and seq >= 0:
             by_seq.setdefault(seq, {})[name] = str(h)
     return [Agreement(seq, by_seq[seq]) for seq in sorted(by_seq)]
+
+
+def audit_line(statuses: Mapping[str, Mapping[str, Any]]) -> tuple[str, bool] | None:
+    """The committer's signature audit (``actors/audit.py``) in one line, and whether it failed
+    (a forged tx was executed: commitments are withheld); None when no committer audits."""
+    a = statuses.get(COMMITTER, {}).get("signature_audit")
+    if not a:
+        return None
+    head = (
+        f"signature audit: {a['audited_txs']} txs re-verified through seq {a['seq']}"
+        f" ({a['pending_blocks']} blocks behind, {a['skipped_blocks']} passed unaudited)"
+    )
+    if a["failed_at"] is None:
+        return head + ": all valid", False
+    first = (a.get("failures") or [{}])[0]
+    return (
+        f"SIGNATURE AUDIT FAILED at seq {a['failed_at']}: {a['failed_txs']} txs, first"
+        f" {first.get('tx_hash', '?')[:16]} of account {first.get('account_index', '?')}"
+        f" ({first.get('reason', '?')}); commitments withheld from that block on. {head}",
+        True,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,6 +148,18 @@ def test_an_order_sent_to_one_replica_appears_on_another_replicas_order_book(
         assert cur["begin_nonce"] == prev["nonce"]
     assert {"price": "3005.00", "size": "0.0020"} in chain[1]["asks"]
     assert {"price": "2995.00", "size": "0.0020"} in chain[2]["bids"]
+    # verified once, by the replica: the deployed sequencer trusts its members, and the
+    # committer re-verified both txs from the WAL off the hot path (actors/audit.py)
+    status = ray.get(ray.get_actor(dep.SEQUENCER, namespace=NS).status.remote(), timeout=WAIT)
+    assert status["verifies_signatures"] is False
+    committer = ray.get_actor(dep.COMMITTER, namespace=NS)
+
+    def audited() -> dict[str, Any] | None:
+        audit: dict[str, Any] = ray.get(committer.status.remote(), timeout=WAIT)["signature_audit"]
+        return audit if audit["seq"] >= status["seq"] and audit["audited_txs"] >= 2 else None
+
+    audit = until(audited, "the committer's signature audit reaches the sequencer")
+    assert audit["failed_txs"] == 0 and audit["failed_at"] is None
 
 
 def test_a_replica_added_by_a_redeploy_boots_from_the_snapshot_and_matches(
