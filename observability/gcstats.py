@@ -68,6 +68,7 @@ class GcPolicy:
     def __init__(self, spec: Any | None) -> None:
         self.spec = spec
         self.scheduled = 0
+        self.thawed = 0
 
     def apply(self) -> None:
         if self.spec is None:
@@ -86,5 +87,18 @@ class GcPolicy:
             return
         while True:
             await asyncio.sleep(self.spec.collect_interval_s)
-            gc.collect(2)
-            self.scheduled += 1
+            self.collect_scheduled()
+
+    def collect_scheduled(self) -> None:
+        """One scheduled full collection: with ``freeze_after_collect`` only what is not frozen
+        is traversed and the survivors are frozen; every ``thaw_every``-th one thaws first."""
+        spec = self.spec
+        freezing = bool(getattr(spec, "freeze_after_collect", False))
+        thaw_every = int(getattr(spec, "thaw_every", 0))
+        self.scheduled += 1
+        if freezing and thaw_every and self.scheduled % thaw_every == 0:
+            gc.unfreeze()
+            self.thawed += 1
+        gc.collect(2)
+        if freezing:
+            gc.freeze()

@@ -110,16 +110,25 @@ class GcSpec:
     permanent generation so no collection ever traverses it again; ``gen2_disabled`` removes the
     longest pauses from the hot path at the price of cycles piling up until the scheduled full
     collection every ``collect_interval_s`` (taken between blocks, measured).
+    ``freeze_after_collect`` freezes what survived each scheduled collection, so the next one
+    traverses only what was allocated since: its pause follows the allocation of one interval,
+    not the size of the heap (a replica's caches grow with the exchange). Cycles that form among
+    frozen objects are freed only by a thawed collection: every ``thaw_every`` scheduled
+    collections (0 = never) the frozen heap is unfrozen and collected whole, one long pause.
     """
 
     thresholds: tuple[int, int, int] = (700, 10, 10)
     freeze_after_boot: bool = False
     gen2_disabled: bool = False
     collect_interval_s: float = 0.0
+    freeze_after_collect: bool = False
+    thaw_every: int = 0
 
     def _problems(self) -> _Problems:
         if any(t < 0 for t in self.thresholds):
             yield "thresholds", f"must be >= 0, got {list(self.thresholds)}"
+        if self.thaw_every < 0:
+            yield "thaw_every", f"must be >= 0, got {self.thaw_every}"
         if self.collect_interval_s < 0:
             yield "collect_interval_s", f"must be >= 0, got {self.collect_interval_s}"
         if self.gen2_disabled and self.collect_interval_s <= 0:

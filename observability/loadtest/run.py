@@ -15,9 +15,9 @@
 A/B (``--ab NAME=SETTINGS,NAME=SETTINGS``): two replica groups, each on its own HTTP port, fed
 the same traffic mix (lanes alternate between the groups, so each group gets half the requests
 of every kind) at the same time; every metric is reported per group with B's difference from A
-in percent. SETTINGS is ``key:value`` joined by ``+``: ``pin:on|off``, ``gc:tuned|default``,
-``realtime:on|off``, ``replicas:N``, ``cpus:N``. ``parse_ab`` rejects anything else with a
-message naming the group and the setting.
+in percent. SETTINGS is ``key:value`` joined by ``+``: ``pin:on|off``,
+``gc:tuned|scheduled|default``, ``realtime:on|off``, ``replicas:N``, ``cpus:N``. ``parse_ab``
+rejects anything else with a message naming the group and the setting.
 
 Isolation: its own Ray namespace, its own ports (free ones), its own WAL and snapshot folders
 under the output folder; nothing of a running ``raydex`` deployment is touched. With
@@ -71,9 +71,11 @@ __all__ = [
     "run",
 ]
 
-#: GC presets of ``gc:``: tuned is raydex.yaml's replica policy, default is CPython's.
+#: GC presets of ``gc:``: tuned is raydex.yaml's replica policy (each scheduled full collection
+#: freezes its survivors), scheduled the same without freezing, default is CPython's.
 GC_PRESETS: dict[str, GcSpec] = {
-    "tuned": GcSpec((50_000, 20, 100), True, True, 30.0),
+    "tuned": GcSpec((50_000, 20, 100), True, True, 30.0, True, 20),
+    "scheduled": GcSpec((50_000, 20, 100), True, True, 30.0),
     "default": GcSpec(),
 }
 _ONOFF = {"on": True, "off": False, "true": True, "false": False}

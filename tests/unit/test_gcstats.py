@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import weakref
 
 from raydex.cluster.control.spec import GcSpec
 from raydex.observability.gcstats import GcMonitor, GcPolicy
@@ -53,3 +54,37 @@ def test_scheduled_collections_run_when_gen2_is_disabled() -> None:
         mon.uninstall()
     assert policy.scheduled >= 2
     assert mon.collections[2] >= policy.scheduled
+
+
+def test_freezing_after_each_collection_leaves_the_next_only_the_new_heap() -> None:
+    """With ``freeze_after_collect`` a scheduled collection freezes its survivors (the next one
+    traverses only what was allocated since); cycles among them go at the thawed one."""
+
+    class Node:
+        peer: object = None
+
+    policy = GcPolicy(
+        GcSpec(gen2_disabled=True, collect_interval_s=1, freeze_after_collect=True, thaw_every=3)
+    )
+    gc.unfreeze()
+    try:
+        kept = [Node() for _ in range(20_000)]  # survivors of the first collection
+        policy.collect_scheduled()
+        assert gc.get_freeze_count() >= len(kept)
+        a, b = kept[0], kept[1]
+        a.peer, b.peer = b, a  # a cycle among frozen objects
+        gone = weakref.ref(a)
+        del a, b, kept
+        policy.collect_scheduled()  # the second: frozen objects are not traversed
+        assert policy.thawed == 0 and gone() is not None
+        policy.collect_scheduled()  # the third: thawed, collected whole, frozen again
+        assert policy.thawed == 1 and gone() is None and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_the_plain_scheduled_collection_freezes_nothing() -> None:
+    gc.unfreeze()
+    policy = GcPolicy(GcSpec(gen2_disabled=True, collect_interval_s=1))
+    policy.collect_scheduled()
+    assert gc.get_freeze_count() == 0 and policy.scheduled == 1

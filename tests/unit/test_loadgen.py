@@ -241,7 +241,7 @@ def test_ab_settings_apply_onto_the_base_replica_group() -> None:
         ("pinned=pin:on", "exactly two groups"),
         ("a=pin:on,b=pin:on", "same settings"),
         ("a=pin:yes,b=pin:off", "pin must be on or off, got 'yes'"),
-        ("a=gc:fast,b=gc:default", "gc must be one of tuned, default, got 'fast'"),
+        ("a=gc:fast,b=gc:default", "gc must be one of tuned, scheduled, default, got 'fast'"),
         ("a=color:red,b=pin:off", "unknown setting 'color'"),
         ("a=replicas:0,b=pin:off", "replicas must be an integer >= 1"),
         ("a=pin,b=pin:off", "expected key:value, got 'pin'"),
