@@ -810,6 +810,7 @@ def build_app(
     cfg = config if config is not None else ApiConfig()
     hk = hooks if hooks is not None else ReplicaHooks()
     limits = Limits(cfg)
+    admission = Admission(queue_delay, cfg.admission_max_delay_s)
     api = _Api(
         state,
         execute_txs,
@@ -819,9 +820,8 @@ def build_app(
         commitments,
         hk.probe,
         limits,
-        Admission(queue_delay, cfg.admission_max_delay_s),
+        admission,
     )
-    app_admission = api.admission
 
     @web.middleware
     async def _budget(
@@ -836,7 +836,7 @@ def build_app(
         client_max_size=cfg.max_body_bytes, middlewares=[_errors, _budget, *hk.middlewares]
     )
     app[LIMITS] = limits
-    app[ADMISSION] = app_admission
+    app[ADMISSION] = admission
     r = app.router
     r.add_get("/", api.info)
     r.add_get("/info", api.info)

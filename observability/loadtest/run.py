@@ -16,8 +16,9 @@ A/B (``--ab NAME=SETTINGS,NAME=SETTINGS``): two replica groups, each on its own 
 the same traffic mix (lanes alternate between the groups, so each group gets half the requests
 of every kind) at the same time; every metric is reported per group with B's difference from A
 in percent. SETTINGS is ``key:value`` joined by ``+``: ``pin:on|off``,
-``gc:tuned|scheduled|default``, ``realtime:on|off``, ``replicas:N``, ``cpus:N``. ``parse_ab``
-rejects anything else with a message naming the group and the setting.
+``gc:tuned|scheduled|default``, ``realtime:on|off``, ``replicas:N``, ``cpus:N``,
+``door:off|SECONDS`` (the overload door's ``admission_max_delay_s``). ``parse_ab`` rejects
+anything else with a message naming the group and the setting.
 
 Isolation: its own Ray namespace, its own ports (free ones), its own WAL and snapshot folders
 under the output folder; nothing of a running ``raydex`` deployment is touched. With
@@ -98,8 +99,14 @@ class GroupSettings:
     realtime: bool | None = None
     replicas: int | None = None
     cpus: int | None = None
+    #: the overload door's ``admission_max_delay_s`` (0: no door)
+    door: float | None = None
 
     def apply(self, base: ReplicaGroupSpec, replicas: int, port: int) -> ReplicaGroupSpec:
+        replica = base.replica
+        if self.door is not None:
+            api = dataclasses.replace(replica.api, admission_max_delay_s=self.door)
+            replica = dataclasses.replace(replica, api=api)
         return dataclasses.replace(
             base,
             name=self.name,
@@ -110,6 +117,7 @@ class GroupSettings:
             gc=base.gc if self.gc is None else GC_PRESETS[self.gc],
             cpus_per_replica=self.cpus or base.cpus_per_replica,
             http_port=port,
+            replica=replica,
         )
 
 
@@ -140,12 +148,28 @@ def _parse_group(part: str) -> GroupSettings:
             if not value.isdigit() or int(value) < 1:
                 raise AbError(f"--ab: group {name!r}: {key} must be an integer >= 1, got {value!r}")
             fields[key] = int(value)
+        elif key == "door":
+            fields[key] = _door(name, value)
         else:
             raise AbError(f"--ab: group {name!r}: unknown setting {key!r} "
-                          "(known: pin, gc, realtime, replicas, cpus)")  # fmt: skip
+                          "(known: pin, gc, realtime, replicas, cpus, door)")  # fmt: skip
     if not fields:
         raise AbError(f"--ab: group {name!r} has no settings (e.g. {name}=pin:on)")
     return GroupSettings(name=name.lower().replace("_", "-"), text=settings.strip(), **fields)
+
+
+def _door(group: str, value: str) -> float:
+    """``door:off`` or ``door:SECONDS`` (the overload door's ``admission_max_delay_s``)."""
+    if value == "off":
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < 5:
+        raise AbError(f"--ab: group {group!r}: door must be off or seconds in [0, 5), "
+                      f"got {value!r}")  # fmt: skip
+    return seconds
 
 
 def parse_ab(text: str | Sequence[str]) -> tuple[GroupSettings, GroupSettings]:

@@ -17,6 +17,7 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
+from raydex.actors.replica import ApiConfig
 from raydex.cluster.control.spec import GcSpec, ReplicaGroupSpec, load_spec
 from raydex.codecs import ResultCode, Verifier, tx_from_json, tx_type_of
 from raydex.observability.loadtest.loadgen import (
@@ -235,9 +236,19 @@ def test_ab_settings_apply_onto_the_base_replica_group() -> None:
     assert group.gc == GC_PRESETS["default"] and group.replicas == 1
 
 
+def test_ab_door_setting_sets_the_groups_overload_door() -> None:
+    a, b = parse_ab("off=door:off,on=door:0.1")
+    base = ReplicaGroupSpec("public", replicas=1)
+    assert a.apply(base, 1, 9000).api.admission_max_delay_s == 0.0
+    assert b.apply(base, 1, 9001).api.admission_max_delay_s == 0.1
+    assert base.api.admission_max_delay_s == ApiConfig().admission_max_delay_s
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
+        ("a=door:fast,b=door:off", "door must be off or seconds in"),
+        ("a=door:5,b=door:off", "door must be off or seconds in"),
         ("pinned=pin:on", "exactly two groups"),
         ("a=pin:on,b=pin:on", "same settings"),
         ("a=pin:yes,b=pin:off", "pin must be on or off, got 'yes'"),
