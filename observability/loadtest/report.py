@@ -320,7 +320,10 @@ def render_markdown(r: Mapping[str, Any]) -> str:
         f"requests signed before the window in "
         f"{run.get('sign_s')} s. Load generator CPU: {run.get('loadgen_cpu_pct_of_core')}% of one "
         f"core ({run.get('loadgen_cpu_pct_of_machine')}% of the machine's "
-        f"{run.get('cpus')} cores).",
+        f"{run.get('cpus')} cores); its event loop ran late by p50/p99 "
+        f"{(run.get('loadgen_loop_lag_us') or {}).get('p50')} / "
+        f"{(run.get('loadgen_loop_lag_us') or {}).get('p99')} µs (latencies from planned times "
+        "include that).",
         "",
         "## Targets",
         "",

@@ -43,6 +43,7 @@ from typing import Any
 from raydex.cluster.control.deploy import free_port
 from raydex.cluster.control.spec import DeploySpec, GcSpec, ReplicaGroupSpec
 
+from ..hist import Histogram
 from .ledger import CpuSample, WindowSampler, build_ledger, ray_session_of
 from .loadgen import (
     BookWatch,
@@ -438,6 +439,7 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
         "busiest_markets": plan.busiest_markets, "cpus": cpus,
         "loadgen_cpu_pct_of_core": round(100 * cpu_s / elapsed, 1) if elapsed else 0.0,
         "loadgen_cpu_pct_of_machine": round(100 * cpu_s / elapsed / cpus, 1) if elapsed else 0.0,
+        "loadgen_loop_lag_us": win.loop_lag.summary_us(),
         "spans_files": sorted(str(p) for p in out.glob("spans-*.jsonl")),
         "out_dir": str(out),
     }  # fmt: skip
@@ -508,6 +510,17 @@ class _Window:
     cpu_before: CpuSample | None = None
     cpu_after: CpuSample | None = None
     profiles: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: how late the generator's own event loop ran (ns): past a few ms, the latencies measured
+    #: from planned times are partly the generator's, not the stack's
+    loop_lag: Histogram = dataclasses.field(default_factory=Histogram)
+
+
+async def _loop_lag(into: Histogram, stop: asyncio.Event, interval_s: float = 0.02) -> None:
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        due = loop.time() + interval_s
+        await asyncio.sleep(interval_s)
+        into.record(int(max(0.0, loop.time() - due) * 1e9))
 
 
 def _drive(
@@ -542,6 +555,7 @@ def _drive(
         planned = sum(len(it.types) for it in items)
         progress = _Progress(list(recs.values()), planned, opts.quiet)
         ticker = asyncio.ensure_future(progress.run(t0, stop_load))
+        lagger = asyncio.ensure_future(_loop_lag(win.loop_lag, stop_load))
         sampler = WindowSampler()
         spies = {}
         if opts.profile:
@@ -569,6 +583,7 @@ def _drive(
         win.loadgen_cpu_s = time.process_time() - cpu0
         progress.line(t0)
         ticker.cancel()
+        lagger.cancel()
         if spies:
             win.profiles = await finish_profiles(spies, grace_s=opts.seconds + 30)
         await asyncio.sleep(0.5)  # the last blocks reach the watchers
