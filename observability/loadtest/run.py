@@ -16,7 +16,8 @@ A/B (``--ab NAME=SETTINGS,NAME=SETTINGS``): two replica groups, each on its own 
 the same traffic mix (lanes alternate between the groups, so each group gets half the requests
 of every kind) at the same time; every metric is reported per group with B's difference from A
 in percent. SETTINGS is ``key:value`` joined by ``+``: ``pin:on|off``,
-``gc:tuned|scheduled|default``, ``realtime:on|off``, ``replicas:N``, ``cpus:N``,
+``gc:tuned|scheduled|default``, ``realtime:on|off``, ``busy:on|off`` (the replicas'
+``busy_poll``), ``replicas:N``, ``cpus:N``,
 ``door:off|SECONDS`` (the overload door's ``admission_max_delay_s``). ``parse_ab`` rejects
 anything else with a message naming the group and the setting.
 
@@ -102,12 +103,16 @@ class GroupSettings:
     cpus: int | None = None
     #: the overload door's ``admission_max_delay_s`` (0: no door)
     door: float | None = None
+    #: the replicas' ``busy_poll``
+    busy: bool | None = None
 
     def apply(self, base: ReplicaGroupSpec, replicas: int, port: int) -> ReplicaGroupSpec:
         replica = base.replica
         if self.door is not None:
             api = dataclasses.replace(replica.api, admission_max_delay_s=self.door)
             replica = dataclasses.replace(replica, api=api)
+        if self.busy is not None:
+            replica = dataclasses.replace(replica, busy_poll=self.busy)
         return dataclasses.replace(
             base,
             name=self.name,
@@ -136,7 +141,7 @@ def _parse_group(part: str) -> GroupSettings:
             raise AbError(f"--ab: group {name!r}: expected key:value, got {item!r}")
         if key in fields:
             raise AbError(f"--ab: group {name!r}: {key!r} given twice")
-        if key in ("pin", "realtime"):
+        if key in ("pin", "realtime", "busy"):
             if value not in _ONOFF:
                 raise AbError(f"--ab: group {name!r}: {key} must be on or off, got {value!r}")
             fields[key] = _ONOFF[value]
@@ -153,7 +158,7 @@ def _parse_group(part: str) -> GroupSettings:
             fields[key] = _door(name, value)
         else:
             raise AbError(f"--ab: group {name!r}: unknown setting {key!r} "
-                          "(known: pin, gc, realtime, replicas, cpus, door)")  # fmt: skip
+                          "(known: pin, gc, realtime, busy, replicas, cpus, door)")  # fmt: skip
     if not fields:
         raise AbError(f"--ab: group {name!r} has no settings (e.g. {name}=pin:on)")
     return GroupSettings(name=name.lower().replace("_", "-"), text=settings.strip(), **fields)
