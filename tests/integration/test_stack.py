@@ -15,6 +15,7 @@ import pytest
 import ray
 
 from raydex.actors.local import Trader
+from raydex.actors.snapshot import ONE_ATTEMPT
 from raydex.cluster.control import deploy as dep
 from raydex.cluster.control.spec import DeploySpec, load_spec
 from raydex.cluster.topology import Topology
@@ -28,7 +29,7 @@ def spec_text(tmp: Path, replicas: int, http: int, grpc: int) -> str:
     return f"""
 chain_id: 304
 ports: {{http: {http}, grpc: {grpc}}}
-sequencer: {{wal_dir: {tmp}/wal, block_interval_ms: 1.0, wal_fsync: block, cpus: 1}}
+sequencer: {{wal_dir: {tmp}/wal, wal_fsync: block, cpus: 1, data_plane: tcp}}
 snapshot: {{dir: {tmp}/snap, every_blocks: 20, every_seconds: 1.0, cpus: 1}}
 markets:
   - {{market_index: 0, symbol: ETH, price_decimals: 2, size_decimals: 4, initial_mark: "3000.00",
@@ -182,28 +183,44 @@ def test_the_deployed_data_plane_refuses_a_client_without_the_deployments_secret
     exchange: Exchange,
 ) -> None:
     """``raydex deploy`` made a secret and handed it to every member (the replicas, the holder,
-    the committer follow the streams: they are caught up); a plain gRPC client that knows the
-    ports and method names but not the secret reads no block and no tx-log record."""
-    import grpc
-    import grpc.aio
-
-    from raydex.actors.transport import BLOCKS_METHOD
+    the committer follow the streams: they are caught up); a client of the deployment's data
+    plane (gRPC or TCP, whichever it serves) that knows the ports and the protocol but not the
+    secret reads no block and no tx-log record, and submits no batch."""
+    from raydex.actors.transport import (
+        NotAMember,
+        TxStreamBroken,
+        block_source,
+        new_secret,
+        target_of,
+        tx_channel,
+    )
 
     status = ray.get(ray.get_actor(dep.SEQUENCER, namespace=NS).status.remote(), timeout=WAIT)
     assert status["data_plane"]["authenticated"] is True
+    plane = status["data_plane"]["plane"]
 
-    async def stranger(port: int) -> grpc.StatusCode:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-            call = ch.unary_stream(BLOCKS_METHOD)((1).to_bytes(8, "little"))
+    async def stranger(port: int) -> tuple[bool, bool]:
+        target = target_of(plane, "127.0.0.1", port)
+        source = block_source(target, name="stranger", secret=new_secret(), backoff=ONE_ATTEMPT)
+        channel = tx_channel(target, secret=new_secret())
+        try:
             try:
-                async for _ in call:
-                    raise AssertionError("a stranger was sent a block")
-            except grpc.aio.AioRpcError as exc:
-                return exc.code()
-        raise AssertionError("no status")
+                await anext(source.subscribe(1))
+                read_refused = False
+            except NotAMember:
+                read_refused = True
+            try:
+                await channel.submit(b"a batch")
+                submit_refused = False
+            except TxStreamBroken:
+                submit_refused = True
+            return read_refused, submit_refused
+        finally:
+            await source.close()
+            await channel.close()
 
     for port in (status["grpc_port"], status["txlog_port"]):
-        assert asyncio.run(stranger(port)) == grpc.StatusCode.UNAUTHENTICATED
+        assert asyncio.run(stranger(port)) == (True, True)
     snap = ray.get(ray.get_actor(dep.SNAPSHOT, namespace=NS).status.remote(), timeout=WAIT)
     assert snap["seq"] > 0  # the holder, a member, follows the streams
     until(lambda: replicas_at(exchange, sequencer_seq(), count=2), "members caught up")
