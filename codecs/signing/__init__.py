@@ -39,6 +39,7 @@ from . import _messages, _pure
 from ._curve import N as GROUP_ORDER
 from ._l1 import recover_l1_address
 from ._messages import (
+    ATTR_SKIP_NONCE,
     ATTRIBUTE_NIL,
     MAX_ATTRIBUTES,
     TX_FIELDS,
@@ -54,6 +55,7 @@ __all__ = [
     "ACCEL",
     "ACTIVE",
     "ATTRIBUTE_NIL",
+    "ATTR_SKIP_NONCE",
     "BACKEND",
     "GROUP_ORDER",
     "MAX_ATTRIBUTES",
