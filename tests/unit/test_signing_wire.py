@@ -14,13 +14,16 @@ import pytest
 
 from raydex.codecs import (
     SKIP_NONCE_FLAG,
+    ChangePubKey,
     CodecError,
     CreateOrder,
     ResultCode,
     Transfer,
     Verifier,
     Withdraw,
+    l1_signer,
     message_hash_of,
+    signer_key,
     tx_from_json,
     tx_to_json,
     verify_tx,
@@ -44,6 +47,8 @@ ACCEPTED = [
     "transfer_usdc_perps_no_fee",
     "withdraw",
     "cancel_order_skip_nonce",
+    "change_pub_key",
+    "change_pub_key_skip_nonce",
 ]
 
 
@@ -60,6 +65,26 @@ def test_an_sdk_signed_tx_parses_and_verifies_as_a_raydex_tx(name: str) -> None:
     assert verify_tx(tx, PK, CHAIN)
     assert not verify_tx(tx, PK, CHAIN + 1)
     assert Verifier(CHAIN).verify(tx, PK)
+
+
+@pytest.mark.parametrize("name", ["change_pub_key", "change_pub_key_skip_nonce"])
+def test_an_sdk_change_pub_key_is_signed_by_its_new_key_and_its_l1_sig_recovers_the_l1_key(
+    name: str,
+) -> None:
+    tx_type, tx_info, _ = _case(name)
+    tx = tx_from_json(tx_type, tx_info)
+    assert isinstance(tx, ChangePubKey) and tx.pub_key == PK
+    assert signer_key(tx, None) == PK
+    assert l1_signer(tx) == bytes.fromhex(VECTORS["eth_address"][2:])
+    # the L1 text covers the key, the nonce, the account and the slot: any other one recovers
+    # some other address
+    assert l1_signer(tx._replace(api_key_index=tx.api_key_index + 1)) != l1_signer(tx)
+    assert l1_signer(tx._replace(l1_sig=bytes(65))) is None
+    out = tx_to_json(tx)
+    info = json.loads(tx_info)
+    assert {k: out[k] for k in ("PubKey", "L1Sig", "Sig")} == {
+        k: info[k] for k in ("PubKey", "L1Sig", "Sig")
+    }
 
 
 def test_lighter_transfers_and_withdrawals_map_amount_to_usdc_amount() -> None:
