@@ -5,6 +5,8 @@ signature is refused with 21831 by the replica's dry-run and by the sequencer al
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from eth_account import Account as EthAccount
 from eth_account.messages import encode_defunct
 
@@ -16,7 +18,11 @@ from raydex.codecs import (
     L1Deposit,
     ResultCode,
     generate_key,
+    read_snapshot_ipc,
+    records_to_tables,
     sign_tx,
+    tables_to_records,
+    write_snapshot_ipc,
 )
 from raydex.codecs.signing import change_pub_key_message
 from raydex.engine import Engine, state_digest
@@ -90,3 +96,20 @@ def test_change_pub_key_needs_the_accounts_l1_signature_in_dry_run_and_sequencer
     plain, _ = _change_pub_key(funder.account, 3, 0, OWNER)
     assert st.dry_run(plain, 0) == ResultCode.INVALID_L1_SIGNATURE
     assert st.state_hash() == state_digest(ex.producer.engine.records())
+
+
+def test_l1_addresses_go_through_arrow_snapshots_and_an_older_snapshot_reads_without_them(
+    tmp_path: Path,
+) -> None:
+    eng = Engine()
+    assert eng.execute(L1Deposit(L1, 5_000_000), 0, []) == ResultCode.OK
+    write_snapshot_ipc(tmp_path / "s", 3, records_to_tables(eng.records()))
+    seq, tables = read_snapshot_ipc(tmp_path / "s")
+    back = Engine.from_records(tables_to_records(tables))
+    assert seq == 3 and back.state_hash() == eng.state_hash() and back.account_by_l1(L1) == 1
+    booted = ReplicaState.from_records(tables_to_records(tables), seq, 0)
+    assert booted.by_l1 == {L1: 1} and booted.state_hash() == state_digest(eng.records())
+    (tmp_path / "s" / "l1_addresses.arrow").unlink()  # a snapshot from before L1 addresses
+    _, old = read_snapshot_ipc(tmp_path / "s")
+    assert old["l1_addresses"].num_rows == 0
+    assert Engine.from_records(tables_to_records(old)).account_by_l1(L1) is None
