@@ -11,9 +11,10 @@ code and changes nothing when it refuses (a user tx's nonce is consumed by the g
   account by its L1 address or creates it at the next free index (``max(index) + 1``, 1 for the
   first) with that address (``L1AddressSet``).
 - ChangePubKey (Lighter's): the key slot ``api_key_index`` may be new (its last nonce is then
-  -1); the nonce follows ``rules.accepted_nonce``; the tx's signature by the new key and its
-  ``L1Sig`` by the account's L1 address are checked before execution, as every signature is
-  (replica dry-run, sequencer, committer), not here.
+  -1); the nonce follows ``rules.accepted_nonce`` and is consumed only when the key is set (a
+  refused ChangePubKey changes nothing, its nonce included); the tx's signature by the new key
+  and its ``L1Sig`` by the account's L1 address are checked before execution, as every
+  signature is (replica dry-run, sequencer), not here.
 
 Cost: O(1) each, except the margin check after a mark move (O(markets the account holds)).
 """
