@@ -51,7 +51,7 @@ from raydex.codecs import (
     Verifier,
     decode_wal_record,
     is_signed_type,
-    signing_key_of,
+    signer_key,
     tx_hash_of,
     tx_type_of,
 )
@@ -220,15 +220,12 @@ class SignatureAudit:
         if ttype in OPERATOR_TX_TYPES or not is_signed_type(cls):
             return None
         self.audited_txs += 1
-        pk = signing_key_of(tx, self._registered)
+        pk = signer_key(tx, self.keys.get((tx.account_index, tx.api_key_index)))
         if pk is None:
             return "no API key registered for the signer"
         if not self.verifier.verify(tx, pk, hm):
             return "signature does not verify under the registered API key"
         return None
-
-    def _registered(self, account: int, api_key: int) -> bytes | None:
-        return self.keys.get((account, api_key))
 
     def _failure(self, seq: int, pos: int, ex: TxExecuted, reason: str) -> AuditFailure:
         return AuditFailure(seq, pos, ex.tx_hash.hex(), ex.account_index, ex.api_key_index, reason)

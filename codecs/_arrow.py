@@ -37,6 +37,7 @@ from ._records import (
     ApiKeyRecord,
     ExchangeRecord,
     FundingRecord,
+    L1AddressRecord,
     MarketRecord,
     OrderRecord,
     PositionRecord,
@@ -52,9 +53,10 @@ TABLES: dict[str, type] = {
     "api_keys": ApiKeyRecord,
     "orders": OrderRecord,
     "funding": FundingRecord,
+    "l1_addresses": L1AddressRecord,
 }
 #: Tables added after the first snapshot format: a snapshot written before them reads as empty.
-OPTIONAL_TABLES = frozenset({"funding"})
+OPTIONAL_TABLES = frozenset({"funding", "l1_addresses"})
 _TABLE_OF: dict[type, str] = {cls: name for name, cls in TABLES.items()}
 SEQ_KEY = b"raydex.seq"
 TABLE_KEY = b"raydex.table"

@@ -33,6 +33,14 @@ BPS = 10_000
 PPM = 1_000_000
 #: Funding rates are in units of 1e-8 per funding interval.
 FUNDING_RATE_SCALE = 100_000_000
+#: A user tx's ``nonce`` with this bit set carries Lighter's ``L2TxAttributes`` SkipNonce (type 4,
+#: value 1): the nonce proper is ``nonce & ~SKIP_NONCE_FLAG`` and must be strictly greater than
+#: the key's last nonce and below ``MAX_SKIP_NONCE`` (instead of exactly last + 1). Packing the
+#: attribute into the nonce keeps every tx layout (WAL, batches, snapshots) unchanged; the JSON
+#: edge (``tx_from_json`` / ``tx_to_json``) and the signed message (``lighter_info``) translate it.
+SKIP_NONCE_FLAG = 1 << 62
+#: SkipNonce nonces are below this (lighter-go ``MaxNonce``-style bound: ccxt sends ms times).
+MAX_SKIP_NONCE = (1 << 47) - 1
 
 
 class TxType(IntEnum):
@@ -60,6 +68,7 @@ class TxType(IntEnum):
     APPLY_FUNDING = 102
     REGISTER_API_KEY = 103
     FUNDING_TICK = 104
+    L1_DEPOSIT = 105
 
 
 #: Transactions a user signs and a replica accepts over the public API.
@@ -85,6 +94,7 @@ OPERATOR_TX_TYPES = frozenset(
         TxType.APPLY_FUNDING,
         TxType.REGISTER_API_KEY,
         TxType.FUNDING_TICK,
+        TxType.L1_DEPOSIT,
     }
 )
 
@@ -146,6 +156,11 @@ class ResultCode(IntEnum):
     #: the sequencer did not answer (stream broken or unreachable); the tx may still execute:
     #: look it up with tx?by=hash
     SEQUENCER_UNAVAILABLE = 21822
+    #: a set ``L2TxAttributes`` entry raydex does not execute (integrator fees 1-3, cancel-all
+    #: market 5, self-trade modes 6-7, order version 8); SkipNonce (4) is executed
+    ATTRIBUTE_NOT_SUPPORTED = 21830
+    #: ChangePubKey: ``L1Sig`` is malformed or was not made by the account's L1 address
+    INVALID_L1_SIGNATURE = 21831
     # rate limits (23xxx)
     RATE_LIMITED = 23000
     # WebSocket (30xxx)

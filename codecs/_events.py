@@ -22,7 +22,7 @@ from ._market import (
     MinBaseAmount,
     MinQuoteAmount,
 )
-from ._wire import I32, I64, U8, U16, U32, U64, Bytes40, wire
+from ._wire import I32, I64, U8, U16, U32, U64, Bytes20, Bytes40, wire
 
 EVENT = "event"
 
@@ -42,6 +42,7 @@ class EventTag(IntEnum):
     EXCHANGE_BALANCES_CHANGED = 12
     TX_EXECUTED = 13
     FUNDING_CHANGED = 14
+    L1_ADDRESS_SET = 15
 
 
 Account = Annotated[AccountIndex, U64]
@@ -129,6 +130,14 @@ class ApiKeyChanged(NamedTuple):
     account_index: Account
     api_key_index: Annotated[ApiKeyIndex, U8]
     pub_key: Annotated[bytes, Bytes40]
+
+
+@wire(EVENT, EventTag.L1_ADDRESS_SET)
+class L1AddressSet(NamedTuple):
+    """An account got its L1 (Ethereum) address: created by ``L1Deposit``. Absolute."""
+
+    account_index: Account
+    l1_address: Annotated[bytes, Bytes20]
 
 
 @wire(EVENT, EventTag.MARKET_CHANGED)
@@ -241,4 +250,5 @@ Event = (
     | ExchangeBalancesChanged
     | TxExecuted
     | FundingChanged
+    | L1AddressSet
 )

@@ -10,12 +10,18 @@ JSON string, bytes, or an already-parsed dict). The key of every field is its ``
 - integers are JSON integers (``bool``, floats and numeric strings are rejected), except that
   0/1 flag fields (``Range(0, 1)``) also take ``true``/``false``;
 - every integer is inside its ``Range`` extra and its C type;
-- ``Sig`` is base64 of exactly 80 bytes; other bytes fields (``PubKey``) are hex of their exact
-  length, ``0x`` prefix optional; text fields are ASCII strings that fit their width;
+- ``Sig`` (and ChangePubKey's ``PubKey``, as Lighter writes it) is base64 of exactly its length;
+  other bytes fields (``PubKey`` of RegisterApiKey, ``L1Sig``, ``L1Address``) are hex of their
+  exact length, ``0x`` prefix optional (``L1Sig`` and ``L1Address`` go out with it); text
+  fields are ASCII strings that fit their width;
 - ``L2TxAttributes`` (Lighter's, on user txs) may be present: ``null``, ``{}`` or only "not set"
-  values (``signing.ATTRIBUTE_NIL``), which sign exactly like no attributes; a set attribute
-  (SkipNonce, integrator fees, self-trade modes, order version) is refused with
-  ``INVALID_TX_INFO`` naming it: raydex does not execute them yet;
+  values (``signing.ATTRIBUTE_NIL``), which sign exactly like no attributes. SkipNonce (``{"4":
+  1}``) is executed: it sets ``SKIP_NONCE_FLAG`` in the tx's ``nonce`` (see ``_enums``), and
+  ``tx_to_json`` writes it back as ``"L2TxAttributes": {"4": 1}``. Any other set attribute
+  (integrator account and fees 1-3, cancel-all market 5, self-trade modes 6-7, order version 8)
+  is refused with ``ATTRIBUTE_NOT_SUPPORTED`` (21830) naming it; a malformed entry (unknown
+  type, non-integer, SkipNonce other than 1, more than 4 set) with ``INVALID_TX_INFO``. A
+  ``Nonce`` at or above ``SKIP_NONCE_FLAG`` is refused (``INVALID_TX_INFO``);
 - Transfer and Withdraw also come in Lighter's form (``Amount``, ``AssetIndex``, route types,
   ``USDCFee``, ``Memo``, ``L1Sig``): accepted when they ask for what raydex executes (USDC, asset
   3, perps routes 0, fee 0), ``Amount`` read as ``USDCAmount``; the memo and the L1 signature
@@ -41,7 +47,7 @@ from typing import Any
 import msgspec
 
 from . import signing
-from ._enums import USDC_DECIMALS, ResultCode
+from ._enums import SKIP_NONCE_FLAG, USDC_DECIMALS, ResultCode
 from ._errors import CodecError
 from ._hot import HOT_BY_TAG, HotCodec, codec_of, field_format, int_bounds
 from ._tx import TX, Transaction
@@ -52,6 +58,12 @@ _encode_json = msgspec.json.Encoder().encode
 # Per field: (json key, kind, a, b) where kind is "int" (a, b = inclusive bounds, flag-ness in the
 # table below), "sig" (a = byte length), "hex" (a = byte length) or "text" (a = max width).
 _Field = tuple[str, str, int, int, bool]
+
+
+#: bytes fields Lighter writes in base64 (besides every ``Sig``): ChangePubKey's ``PubKey``.
+_BASE64 = {("ChangePubKey", "pub_key")}
+#: bytes fields Lighter writes as ``0x`` + hex (raydex's other hex fields go out without it).
+_HEX_0X = {"l1_sig", "l1_address"}
 
 
 def _fields_of(codec: HotCodec[Any]) -> tuple[_Field, ...]:
@@ -65,10 +77,11 @@ def _fields_of(codec: HotCodec[Any]) -> tuple[_Field, ...]:
             out.append((f.json_name, "int", lo, hi, (lo, hi) == (0, 1)))
         elif f.py_type is str:
             out.append((f.json_name, "text", int(fmt[:-1]), 0, False))
-        elif f.name == "sig":
+        elif f.name == "sig" or (codec.cls.__name__, f.name) in _BASE64:
             out.append((f.json_name, "sig", int(fmt[:-1]), 0, False))
         else:
-            out.append((f.json_name, "hex", int(fmt[:-1]), 0, False))
+            kind = "hex0x" if f.name in _HEX_0X else "hex"
+            out.append((f.json_name, kind, int(fmt[:-1]), 0, False))
     return tuple(out)
 
 
@@ -126,21 +139,42 @@ _ATTRS = "L2TxAttributes"
 _SIG = "Sig"
 
 
-def _check_attributes(name: str, attrs: Any) -> None:
+_ATTR_NAMES = {
+    1: "IntegratorAccountIndex",
+    2: "IntegratorTakerFee",
+    3: "IntegratorMakerFee",
+    5: "CancelAllMarketIndex",
+    6: "SelfTradeBehaviorMode",
+    7: "SelfTradeEqualityMode",
+    8: "OrderVersion",
+}
+
+
+def _skip_nonce(name: str, attrs: Any) -> bool:
+    """True iff ``attrs`` sets SkipNonce; raises CodecError for anything raydex does not take."""
     if attrs is None:
-        return
+        return False
     if not isinstance(attrs, dict):
         raise CodecError("needs null or an object", type_name=name, field=_ATTRS)
     try:
         pairs = signing.normalized_attributes(attrs)
     except (ValueError, TypeError) as e:
         raise CodecError(str(e), type_name=name, field=_ATTRS) from None
-    if pairs:
-        raise CodecError(
-            f"attributes {dict(pairs)} are not supported by raydex yet (only unset ones)",
-            type_name=name,
-            field=_ATTRS,
-        )
+    skip = False
+    for t, v in pairs:
+        if t == signing.ATTR_SKIP_NONCE and v == 1:
+            skip = True
+        elif t == signing.ATTR_SKIP_NONCE:
+            raise CodecError(f"SkipNonce (4) must be 0 or 1, got {v}", type_name=name, field=_ATTRS)
+        else:
+            raise CodecError(
+                f"attribute {t} ({_ATTR_NAMES.get(t, '?')}) = {v} is not supported by raydex "
+                "(it executes SkipNonce only); send the tx without it",
+                type_name=name,
+                field=_ATTRS,
+                code=ResultCode.ATTRIBUTE_NOT_SUPPORTED,
+            )
+    return skip
 
 
 #: tx type -> (the values raydex executes for Lighter fields it does not model, keys dropped):
@@ -180,9 +214,10 @@ def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]
     codec, fields, keys = entry
     obj = _parse_object(tx_info)
     name = codec.cls.__name__
+    skip = False
     if _ATTRS in obj and _SIG in keys:
         obj = dict(obj)
-        _check_attributes(name, obj.pop(_ATTRS))
+        skip = _skip_nonce(name, obj.pop(_ATTRS))
     lighter_form = _LIGHTER_FORMS.get(int(tx_type))
     if lighter_form is not None and "Amount" in obj:
         obj = _from_lighter_form(name, obj, *lighter_form)
@@ -198,6 +233,12 @@ def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]
             append(v)
         else:
             append(_value(name, key, kind, a, b, flag, v))
+    if _SIG in keys:  # a user tx: every layout ends ``..., nonce, sig``
+        nonce: int = vals[-2]
+        if nonce & SKIP_NONCE_FLAG:
+            raise CodecError(f"{nonce} out of range", type_name=name, field="Nonce")
+        if skip:
+            vals[-2] = nonce | SKIP_NONCE_FLAG
     tx: Transaction = codec.cls._make(vals)
     return tx
 
@@ -212,8 +253,14 @@ def tx_to_json(tx: Transaction) -> dict[str, Any]:
             out[key] = base64.b64encode(v).decode("ascii")
         elif kind == "hex":
             out[key] = bytes(v).hex()
+        elif kind == "hex0x":
+            out[key] = "0x" + bytes(v).hex()
         else:
             out[key] = int(v) if kind == "int" else v
+    nonce = out.get("Nonce")
+    if nonce is not None and nonce & SKIP_NONCE_FLAG:
+        out["Nonce"] = nonce ^ SKIP_NONCE_FLAG
+        out[_ATTRS] = {str(signing.ATTR_SKIP_NONCE): 1}
     return out
 
 

@@ -22,7 +22,7 @@ from ._market import (
     MinBaseAmount,
     MinQuoteAmount,
 )
-from ._wire import I32, I64, U8, U16, U32, U64, Bytes40, wire
+from ._wire import I32, I64, U8, U16, U32, U64, Bytes20, Bytes40, wire
 
 RECORD = "record"
 
@@ -35,6 +35,7 @@ class RecordTag(IntEnum):
     API_KEY = 5
     ORDER = 6
     FUNDING = 7
+    L1_ADDRESS = 8
 
 
 Account = Annotated[AccountIndex, U64]
@@ -130,3 +131,11 @@ class FundingRecord(NamedTuple):
     premium_sum: Annotated[int, I64]
     last_rate: Annotated[int, I32]
     last_funding_ms: Annotated[int, I64]
+
+
+@wire(RECORD, RecordTag.L1_ADDRESS)
+class L1AddressRecord(NamedTuple):
+    """An account's L1 (Ethereum) address, 20 bytes; accounts without one have no row."""
+
+    account_index: Account
+    l1_address: Annotated[bytes, Bytes20]

@@ -8,12 +8,12 @@ executes, so an SDK-signed tx with those values verifies:
 
 - Transfer and Withdraw: ``AssetIndex`` 3 (USDC), route types 0 (perps), ``USDCFee`` 0, and
   raydex's ``USDCAmount`` is Lighter's ``Amount``;
-- ChangePubKey: Lighter hashes the key index being set as ``ApiKeyIndex``; raydex's
-  ``new_api_key_index`` goes there. (raydex still has the existing key ``api_key_index`` sign it;
-  Lighter has the new key sign and an L1 signature authorise it: not wired yet.)
+- ChangePubKey is Lighter's: signed by the key it sets (:func:`signer_key`), authorised by
+  ``L1Sig`` from the account's L1 address (:func:`l1_signer` recovers it; ~0.3 ms, rare tx).
 
-A tx with set ``L2TxAttributes`` is not representable yet (the JSON layer refuses it), so every
-hash here is the attribute-free one.
+``L2TxAttributes``: the only set attribute raydex executes, SkipNonce, travels as
+``SKIP_NONCE_FLAG`` in the tx's ``nonce``; :func:`lighter_info` turns it back into Lighter's
+``Nonce`` and ``{"L2TxAttributes": {4: 1}}``, so the hash is ``H(H(msg) || H(attrs))`` as Lighter's.
 
 - :func:`verify_tx` and :meth:`Verifier.verify` never raise on bad input (malformed key, wrong
   length or forged signature, unsigned tx type): they return False.
@@ -27,10 +27,10 @@ is ~1000x (``signing.ACCELERATED`` says which runs).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
 from . import signing
+from ._enums import SKIP_NONCE_FLAG
 from ._errors import CodecError
 from ._hot import codec_of
 from ._tx import ChangePubKey, Transfer, UserTransaction, Withdraw
@@ -61,7 +61,6 @@ _FIXED: dict[type, dict[str, int]] = {
 _RENAMED: dict[type, dict[str, str]] = {
     Transfer: {"USDCAmount": "Amount"},
     Withdraw: {"USDCAmount": "Amount"},
-    ChangePubKey: {"ApiKeyIndex": "SignerApiKeyIndex", "NewApiKeyIndex": "ApiKeyIndex"},
 }
 
 
@@ -72,6 +71,8 @@ def _plan(cls: type) -> tuple[int, tuple[str, ...], dict[str, int]]:
 
 
 _PLANS: dict[type, tuple[int, tuple[str, ...], dict[str, int]]] = {}
+_SKIP_NONCE_ATTRS: Final = {signing.ATTR_SKIP_NONCE: 1}
+_NONCE_MASK: Final = SKIP_NONCE_FLAG - 1
 
 
 def lighter_info(tx: Any) -> tuple[int, dict[str, Any]]:
@@ -86,6 +87,10 @@ def lighter_info(tx: Any) -> tuple[int, dict[str, Any]]:
     info = dict(zip(keys, tx, strict=False))
     if fixed:
         info.update(fixed)
+    nonce = info["Nonce"]
+    if nonce & SKIP_NONCE_FLAG:  # Lighter signs the nonce proper and the attribute
+        info["Nonce"] = nonce ^ SKIP_NONCE_FLAG
+        info["L2TxAttributes"] = _SKIP_NONCE_ATTRS
     return tx_type, info
 
 
@@ -103,12 +108,21 @@ def tx_hash_of(tx: Any, chain_id: int = DEFAULT_CHAIN_ID) -> bytes:
     return hashlib.blake2b(encode_tx(tx), digest_size=TX_HASH_SIZE).digest()
 
 
-def signing_key_of(tx: Any, registered: Callable[[int, int], bytes | None]) -> bytes | None:
-    """The public key user tx ``tx`` must verify under: the key registered at
-    ``(tx.account_index, tx.api_key_index)`` (``registered`` looks it up in the state at the
-    point the tx executes); None when there is none. The one place that rule lives: the
-    sequencer's check and the committer's audit both call it."""
-    return registered(tx.account_index, tx.api_key_index)
+def signer_key(tx: Any, registered: bytes | None) -> bytes | None:
+    """The public key ``tx``'s ``sig`` must verify under: the key it sets for a ChangePubKey
+    (Lighter's rule: the new key signs), else ``registered`` (the key at its api key index)."""
+    return bytes(tx.pub_key) if type(tx) is ChangePubKey else registered
+
+
+def l1_signer(tx: ChangePubKey) -> bytes | None:
+    """The 20-byte L1 address whose Ethereum personal-sign ``tx.l1_sig`` is, over Lighter's
+    "Register Lighter Account" text for this tx (``signing.change_pub_key_message``), or None
+    for a malformed signature. The caller compares it with the account's L1 address."""
+    text = signing.change_pub_key_message(
+        bytes(tx.pub_key), tx.nonce & _NONCE_MASK, tx.account_index, tx.api_key_index
+    )
+    addr = signing.recover_l1_address(text, "0x" + bytes(tx.l1_sig).hex())
+    return None if addr is None else bytes.fromhex(addr[2:])
 
 
 def generate_key() -> tuple[bytes, bytes]:

@@ -36,7 +36,21 @@ from ._market import (
     MinBaseAmount,
     MinQuoteAmount,
 )
-from ._wire import I32, I64, U8, U16, U32, U64, Bytes40, Bytes80, Json, Range, wire
+from ._wire import (
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    Bytes20,
+    Bytes40,
+    Bytes65,
+    Bytes80,
+    Json,
+    Range,
+    wire,
+)
 
 TX = "tx"
 
@@ -58,12 +72,15 @@ PubKey = Annotated[bytes, Bytes40]
 
 @wire(TX, TxType.CHANGE_PUB_KEY)
 class ChangePubKey(NamedTuple):
-    """Set ``pub_key`` at ``new_api_key_index``; signed by the existing key ``api_key_index``."""
+    """Lighter's: set ``pub_key`` (base64 ``PubKey`` in JSON) at ``api_key_index``. ``sig`` is
+    made by the NEW key (``pub_key``); ``l1_sig`` (``L1Sig``, ``0x`` + 65 bytes hex) is the
+    account's L1 address's Ethereum personal-sign of ``signing.change_pub_key_message``. The
+    nonce is the one of the key slot being set (a slot never used: its first nonce is 0)."""
 
     account_index: Account
     api_key_index: ApiKey
-    new_api_key_index: ApiKey
     pub_key: PubKey
+    l1_sig: Annotated[bytes, Bytes65, Json("L1Sig")]
     expired_at: Millis
     nonce: NonceF
     sig: Sig
@@ -173,6 +190,15 @@ class Deposit(NamedTuple):
     usdc_amount: Annotated[int, U64, Range(1, 2**63 - 1), Json("USDCAmount")]
 
 
+@wire(TX, TxType.L1_DEPOSIT)
+class L1Deposit(NamedTuple):
+    """Credit ``usdc_amount`` to the account of ``l1_address`` (20 bytes), creating it (with the
+    next free account index) if that address has none yet: Lighter's deposit from L1."""
+
+    l1_address: Annotated[bytes, Bytes20, Json("L1Address")]
+    usdc_amount: Annotated[int, U64, Range(1, 2**63 - 1), Json("USDCAmount")]
+
+
 @wire(TX, TxType.REGISTER_API_KEY)
 class RegisterApiKey(NamedTuple):
     """Operator (L1-style) registration of an account's API key; creates the account if needed."""
@@ -260,6 +286,7 @@ Transaction = (
     | ModifyOrder
     | UpdateLeverage
     | Deposit
+    | L1Deposit
     | RegisterApiKey
     | CreateMarket
     | UpdateMarket

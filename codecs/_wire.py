@@ -34,8 +34,10 @@ U32 = cs.Int32ul
 I32 = cs.Int32sl
 U64 = cs.Int64ul
 I64 = cs.Int64sl
+Bytes20 = cs.Bytes(20)
 Bytes32 = cs.Bytes(32)
 Bytes40 = cs.Bytes(40)
+Bytes65 = cs.Bytes(65)
 Bytes80 = cs.Bytes(80)
 Symbol = cs.PaddedString(16, "ascii")
 

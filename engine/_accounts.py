@@ -7,7 +7,14 @@ code and changes nothing when it refuses (a user tx's nonce is consumed by the g
   account's liquidation triggers are re-armed (its buffer shrank without a trade).
 - UpdateLeverage: cross margin only; ``imf`` in ``[market min imf, 10_000]``; raising it must
   keep the IMR met. ChangePubKey / RegisterApiKey: a new key starts at nonce -1.
-- Deposit and RegisterApiKey (operator) create the account when missing.
+- Deposit and RegisterApiKey (operator) create the account when missing; L1Deposit finds the
+  account by its L1 address or creates it at the next free index (``max(index) + 1``, 1 for the
+  first) with that address (``L1AddressSet``).
+- ChangePubKey (Lighter's): the key slot ``api_key_index`` may be new (its last nonce is then
+  -1); the nonce follows ``rules.accepted_nonce`` and is consumed only when the key is set (a
+  refused ChangePubKey changes nothing, its nonce included); the tx's signature by the new key
+  and its ``L1Sig`` by the account's L1 address are checked before execution, as every
+  signature is (replica dry-run, sequencer), not here.
 
 Cost: O(1) each, except the margin check after a mark move (O(markets the account holds)).
 """
@@ -20,6 +27,8 @@ from raydex.codecs import (
     ApiKeyChanged,
     ChangePubKey,
     Deposit,
+    L1AddressSet,
+    L1Deposit,
     NonceUpdated,
     RegisterApiKey,
     Transfer,
@@ -39,14 +48,17 @@ from .codes import (
     INVALID_AMOUNT,
     INVALID_API_KEY_INDEX,
     INVALID_LEVERAGE,
+    INVALID_NONCE,
     INVALID_PARAM,
     INVALID_PUBLIC_KEY,
     MARKET_NOT_FOUND,
     NOT_ENOUGH_MARGIN,
     OK,
     SELF_TRANSFER,
+    TX_EXPIRED,
     UNSUPPORTED_TX_TYPE,
 )
+from .rules import accepted_nonce
 
 
 def transfer(eng: OrderPath, c: Transfer, now: int, out: list[Any]) -> int:
@@ -126,15 +138,24 @@ def update_leverage(eng: OrderPath, c: UpdateLeverage, now: int, out: list[Any])
 
 
 def change_pub_key(eng: OrderPath, c: ChangePubKey, now: int, out: list[Any]) -> int:
-    ai, ki, new_ki, pub, exp_at, nonce, _s = c
-    code = eng._auth(ai, ki, nonce, exp_at, now, out)
-    if code:
-        return code
-    if not is_int(new_ki) or not 0 <= new_ki <= MAX_API_KEY_INDEX:
+    ai, ki, pub, _l1_sig, exp_at, nonce, _s = c
+    acct = eng._accounts.get(ai)
+    if acct is None:
+        return ACCOUNT_NOT_FOUND
+    if not is_int(ki) or not 0 <= ki <= MAX_API_KEY_INDEX:
         return INVALID_API_KEY_INDEX
+    key = acct.keys.get(ki)
+    last = key.nonce if key is not None else -1
+    n = accepted_nonce(last, nonce)
+    if n < 0:
+        return INVALID_NONCE
+    if not exp_at >= now:
+        return TX_EXPIRED
     if not valid_pub_key(pub):
         return INVALID_PUBLIC_KEY
-    set_key(eng, eng._accounts[ai], new_ki, bytes(pub), out)
+    set_key(eng, acct, ki, bytes(pub), out)
+    acct.keys[ki].nonce = n
+    out.append(_new(NonceUpdated, (ai, ki, n)))
     return OK
 
 
@@ -163,6 +184,30 @@ def deposit(eng: OrderPath, c: Deposit, now: int, out: list[Any]) -> int:
     if not is_int(amount) or not 1 <= amount <= MAX_I63:
         return INVALID_AMOUNT
     acct = account_for(eng, ai)
+    acct.collateral += amount
+    eng.total_deposits += amount
+    eng._exchange_dirty = True
+    eng._mark_account(acct)
+    return OK
+
+
+def l1_deposit(eng: OrderPath, c: L1Deposit, now: int, out: list[Any]) -> int:
+    addr, amount = c
+    if not isinstance(addr, bytes) or len(addr) != 20 or addr == bytes(20):
+        return INVALID_PARAM
+    if not is_int(amount) or not 1 <= amount <= MAX_I63:
+        return INVALID_AMOUNT
+    ai = eng._by_l1.get(addr)
+    if ai is None:
+        ai = max(eng._accounts, default=0) + 1
+        if ai > MAX_48:
+            return INVALID_PARAM
+        acct = account_for(eng, ai)
+        acct.l1_address = addr
+        eng._by_l1[addr] = ai
+        out.append(_new(L1AddressSet, (ai, addr)))
+    else:
+        acct = eng._accounts[ai]
     acct.collateral += amount
     eng.total_deposits += amount
     eng._exchange_dirty = True

@@ -7,10 +7,10 @@ equal state at equal seq gives an equal digest whichever role computed it, and `
 can compare them.
 
 What it covers is the state every role holds: the exchange's fee pool and insurance fund, every
-market's parameters and stats, every account's collateral, every position not at its defaults,
-every API key (public key and nonce), every resting order. Left out, because the block stream
-never carries them: order priority (the order of a level is covered by the orders themselves),
-the engine's id counters and deposit/withdrawal totals, the markets' funding clocks
+market's parameters and stats, every account's collateral and L1 address, every position not at
+its defaults, every API key (public key and nonce), every resting order. Left out, because the
+block stream never carries them: order priority (the order of a level is covered by the orders
+themselves), the engine's id counters and deposit/withdrawal totals, the markets' funding clocks
 (``FundingRecord``: a replica keeps only what its public endpoints show of them), and positions
 still at their defaults (size, entry, pnl and funding 0, the market's default margin fraction: the
 engine creates them when an order is placed, a replica only when one is reported).
@@ -34,6 +34,7 @@ from raydex.codecs import (
     ApiKeyRecord,
     ExchangeRecord,
     FundingRecord,
+    L1AddressRecord,
     MarketRecord,
     OrderRecord,
     PositionRecord,
@@ -50,6 +51,7 @@ def state_digest(records: Iterable[Any]) -> bytes:
     positions: dict[tuple[int, int], PositionRecord] = {}
     keys: dict[tuple[int, int], ApiKeyRecord] = {}
     orders: dict[int, tuple[Any, ...]] = {}
+    l1: dict[int, bytes] = {}
     for r in records:
         t = type(r)
         if t is OrderRecord:
@@ -64,6 +66,8 @@ def state_digest(records: Iterable[Any]) -> bytes:
             markets[r.market_index] = r
         elif t is ExchangeRecord:
             exchange = (r.fee_pool, r.insurance_fund)
+        elif t is L1AddressRecord:
+            l1[r.account_index] = r.l1_address
         elif t is FundingRecord:
             continue  # funding clocks: see the module docstring
         else:
@@ -71,6 +75,7 @@ def state_digest(records: Iterable[Any]) -> bytes:
     lines = [f"exchange|{exchange[0]}|{exchange[1]}"]
     lines += [f"market|{tuple(markets[m])}" for m in sorted(markets)]
     lines += [f"account|{a}|{accounts[a]}" for a in sorted(accounts)]
+    lines += [f"l1|{a}|{l1[a].hex()}" for a in sorted(l1)]
     for k in sorted(positions):
         p = positions[k]
         m = markets.get(p.market_index)

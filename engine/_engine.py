@@ -7,8 +7,10 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
 - ``execute`` never raises for bad field values: they yield a ``ResultCode``. An exception is a bug.
 - User transactions pass four gates, in order: account exists (ACCOUNT_NOT_FOUND), API key exists
   (API_KEY_NOT_FOUND), ``nonce == last + 1`` (INVALID_NONCE; a new key's last nonce is -1, so its
-  first tx uses nonce 0), ``expired_at >= now_ms`` (TX_EXPIRED). Failing a gate changes nothing and
-  emits nothing. Passing them consumes the nonce (``NonceUpdated``) even if the tx then fails.
+  first tx uses nonce 0; with Lighter's SkipNonce attribute any ``last < nonce < 2^47 - 1``,
+  ``rules.accepted_nonce``), ``expired_at >= now_ms`` (TX_EXPIRED). Failing a gate changes
+  nothing and emits nothing. Passing them consumes the nonce (``NonceUpdated``) even if the tx
+  then fails.
 - Notional in micro-USDC is ``price * size * mult`` with ``mult = 10**(6 - pd - sd)``.
 - Positions keep ``size`` (signed lots) and ``entry_quote`` (signed cost basis, long > 0). Reducing
   removes the proportional (truncated) part of the basis and credits
@@ -104,6 +106,7 @@ from raydex.codecs import (
     CreateOrder,
     Deposit,
     FundingTick,
+    L1Deposit,
     MarketRecord,
     ModifyOrder,
     OrderRecord,
@@ -215,6 +218,15 @@ class Engine(OrderPath):
         key = acct.keys.get(api_key) if acct is not None else None
         return None if key is None else key.nonce + 1
 
+    def account_by_l1(self, l1_address: bytes) -> int | None:
+        """The index of the account whose L1 address is ``l1_address`` (20 bytes), or None."""
+        return self._by_l1.get(l1_address)
+
+    def l1_address(self, account: int) -> bytes | None:
+        """``account``'s L1 address (20 bytes); None for an unknown account or one without."""
+        acct = self._accounts.get(account)
+        return acct.l1_address or None if acct is not None else None
+
     def pub_key(self, account: int, api_key: int) -> bytes | None:
         acct = self._accounts.get(account)
         key = acct.keys.get(api_key) if acct is not None else None
@@ -299,6 +311,7 @@ _HANDLERS: Final[dict[type, Callable[[Engine, Any, int, list[Any]], int]]] = {
     UpdateLeverage: _accounts.update_leverage,
     ChangePubKey: _accounts.change_pub_key,
     Deposit: _accounts.deposit,
+    L1Deposit: _accounts.l1_deposit,
     RegisterApiKey: _accounts.register_api_key,
     CreateMarket: _markets.create_market,
     UpdateMarket: _markets.update_market,

@@ -51,6 +51,7 @@ class Account:
         "dirty",
         "index",
         "keys",
+        "l1_address",
         "orders",
         "positions",
         "risk_version",
@@ -61,6 +62,8 @@ class Account:
         self.collateral = collateral
         self.positions: dict[int, Position] = {}
         self.keys: dict[int, ApiKey] = {}
+        #: The account's L1 (Ethereum) address, 20 bytes; b"" for an account made without one.
+        self.l1_address = b""
         #: Resting orders by exchange order index, and by client order index (non-zero only).
         self.orders: dict[int, Order] = {}
         self.coi: dict[int, Order] = {}

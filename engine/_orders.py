@@ -82,6 +82,7 @@ from .codes import (
 )
 from .rules import (
     MAX_PRICE,
+    accepted_nonce,
     exposure,
     fee,
     initial_margin,
@@ -108,7 +109,9 @@ class OrderPath(EngineState):
         if key is None:
             return API_KEY_NOT_FOUND
         if nonce != key.nonce + 1:
-            return INVALID_NONCE
+            nonce = accepted_nonce(key.nonce, nonce)  # SkipNonce (rules); -1: refused
+            if nonce < 0:
+                return INVALID_NONCE
         if not expired_at >= now:
             return TX_EXPIRED
         key.nonce = nonce

@@ -22,6 +22,7 @@ from raydex.codecs import (
     ApiKeyRecord,
     ExchangeRecord,
     FundingRecord,
+    L1AddressRecord,
     MarketRecord,
     OrderRecord,
     PositionRecord,
@@ -41,6 +42,7 @@ Record: TypeAlias = (
     | ApiKeyRecord
     | OrderRecord
     | FundingRecord
+    | L1AddressRecord
 )
 
 
@@ -78,6 +80,10 @@ def records(eng: OrderPath) -> Iterator[Record]:
         for o in iter_market_orders(markets[mi]):
             yield order_record(o)
     yield from eng.funding.records()
+    for ai in ais:
+        addr = accounts[ai].l1_address
+        if addr:
+            yield _new(L1AddressRecord, (ai, addr))
 
 
 def load(eng: OrderPath, rows: Iterable[Any]) -> None:
@@ -135,6 +141,9 @@ def load(eng: OrderPath, rows: Iterable[Any]) -> None:
             eng._rest(m, o, acct, position_for(acct, m))
         elif isinstance(r, FundingRecord):
             eng.funding.restore(r)
+        elif isinstance(r, L1AddressRecord):
+            eng._accounts[r.account_index].l1_address = r.l1_address
+            eng._by_l1[r.l1_address] = r.account_index
         else:
             raise TypeError(f"not a snapshot record: {type(r).__name__}")
     for lvl in eng._dirty_levels:

@@ -59,6 +59,8 @@ class EngineState:
     def __init__(self) -> None:
         self._markets: dict[int, Market] = {}
         self._accounts: dict[int, Account] = {}
+        #: L1 address (20 bytes) -> account index (accounts made by ``L1Deposit``)
+        self._by_l1: dict[bytes, int] = {}
         self._orders: dict[int, Order] = {}
         self.fee_pool = 0
         self.insurance_fund = 0

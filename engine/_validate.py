@@ -35,6 +35,9 @@ def validate(eng: Engine) -> None:
     def fail(msg: str) -> None:
         raise InvariantViolation(msg)
 
+    by_l1 = {a.l1_address: a.index for a in eng._accounts.values() if a.l1_address}
+    if by_l1 != eng._by_l1:
+        fail("the L1 address index disagrees with the accounts' L1 addresses")
     cash = eng.fee_pool + eng.insurance_fund
     for acct in eng._accounts.values():
         cash += acct.collateral

@@ -28,7 +28,9 @@ from __future__ import annotations
 from typing import Final
 
 from raydex.codecs import BPS as _BPS
+from raydex.codecs import MAX_SKIP_NONCE as _MAX_SKIP_NONCE
 from raydex.codecs import PPM as _PPM
+from raydex.codecs import SKIP_NONCE_FLAG as _SKIP_NONCE_FLAG
 from raydex.codecs import USDC_DECIMALS as _USDC_DECIMALS
 
 from .codes import (
@@ -45,6 +47,9 @@ from .codes import (
 
 __all__ = [
     "MAX_PRICE",
+    "MAX_SKIP_NONCE",
+    "SKIP_NONCE_FLAG",
+    "accepted_nonce",
     "exposure",
     "fee",
     "initial_margin",
@@ -62,6 +67,22 @@ PPM: Final[int] = _PPM
 USDC_DECIMALS: Final[int] = _USDC_DECIMALS
 #: Highest price in ticks (the wire's u32): order prices, marks and liquidation bounds.
 MAX_PRICE: Final = 2**32 - 1
+SKIP_NONCE_FLAG: Final[int] = _SKIP_NONCE_FLAG
+MAX_SKIP_NONCE: Final[int] = _MAX_SKIP_NONCE
+
+
+def accepted_nonce(last: int, nonce: int) -> int:
+    """The nonce a user tx consumes given its key's ``last`` used nonce, or -1 if it is refused
+    (INVALID_NONCE). Lighter's rule: exactly ``last + 1``; with the SkipNonce attribute
+    (``nonce`` carries ``SKIP_NONCE_FLAG``) any nonce ``last < n < MAX_SKIP_NONCE``. The engine's
+    gate and the replica's dry-run (against its pending nonces) both call this."""
+    if nonce == last + 1:
+        return nonce
+    if nonce & SKIP_NONCE_FLAG:
+        n = nonce ^ SKIP_NONCE_FLAG
+        if last < n < MAX_SKIP_NONCE:
+            return n
+    return -1
 
 
 def notional_multiplier(price_decimals: int, size_decimals: int) -> int:

@@ -43,6 +43,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from raydex.codecs import SKIP_NONCE_FLAG
+
 __all__ = ["Admission", "LoopLag", "NextNonce"]
 
 #: ``(account, api key) -> the nonce the key's next tx must carry`` (None: unknown key)
@@ -86,7 +88,8 @@ class Admission:
             n = held.get(key)
             if n is None:
                 continue
-            if tx.nonce > n and next_nonce(*key) == n:
+            # a SkipNonce tx (flag bit set) may leave nonce n unused: not behind it
+            if n < tx.nonce < SKIP_NONCE_FLAG and next_nonce(*key) == n:
                 self.refused_behind += len(txs)
                 return (
                     f"overloaded: nonce {n} of this API key was refused at the door, so nonce "

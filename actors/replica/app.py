@@ -68,6 +68,7 @@ from raydex.codecs import (
     TxOutcome,
     tx_from_json,
 )
+from raydex.codecs.signing import parse_l1_address
 from raydex.observability.metrics import ApiCounters
 
 from . import public_views, views
@@ -380,11 +381,34 @@ class _Api:
         rows.reverse()
         return self._ok({"trades": [views.trade(r, m) for r in rows]})
 
+    def _by_l1(self, text: Any) -> tuple[bytes, int]:
+        """(L1 address, its account) for ``text`` (``0x`` + 40 hex), else ApiError."""
+        raw = parse_l1_address(text)
+        if raw is None:
+            raise ApiError(
+                int(ResultCode.INVALID_PARAM), "l1_address must be 0x + 40 hex digits (not zero)"
+            )
+        ai = self.state.by_l1.get(raw)
+        if ai is None or ai not in self.state.accounts:
+            raise ApiError(
+                int(ResultCode.ACCOUNT_NOT_FOUND), f"no account for L1 address {text}", 404
+            )
+        return raw, ai
+
+    async def accounts_by_l1_address(self, request: web.Request) -> web.Response:
+        """``SubAccounts`` of ``l1_address``: its account (raydex keeps one per address)."""
+        raw, ai = self._by_l1(request.query.get("l1_address"))
+        return self._ok(views.sub_accounts(self.state, raw, [ai]))
+
     async def account(self, request: web.Request) -> web.Response:
         q = request.query
-        if q.get("by", "index") != "index":
-            raise ApiError(int(ResultCode.INVALID_PARAM), "only by=index is supported")
-        ai = _int(q, "value", 0, MAX_48)
+        by = q.get("by", "index")
+        if by == "l1_address":
+            ai = self._by_l1(q.get("value"))[1]
+        elif by == "index":
+            ai = _int(q, "value", 0, MAX_48)
+        else:
+            raise ApiError(int(ResultCode.INVALID_PARAM), "by must be index or l1_address")
         acct = self.state.accounts.get(ai)
         if acct is None:
             raise ApiError(int(ResultCode.ACCOUNT_NOT_FOUND), f"account {ai} not found", 404)
@@ -422,7 +446,9 @@ class _Api:
         ki = _int(q, "api_key_index", 0, MAX_API_KEY_INDEX)
         nonce = self.state.next_nonce(ai, ki)
         if nonce is None:
-            raise ApiError(int(ResultCode.API_KEY_NOT_FOUND), "api key not found", 404)
+            if ai not in self.state.accounts:
+                raise ApiError(int(ResultCode.ACCOUNT_NOT_FOUND), f"account {ai} not found", 404)
+            nonce = 0  # an unused key slot: the nonce a ChangePubKey setting it carries
         return self._ok({"nonce": nonce})
 
     async def tx(self, request: web.Request) -> web.Response:
@@ -849,6 +875,7 @@ def build_app(
         ("recentTrades", api.recent_trades),
         ("assetDetails", api.asset_details),
         ("account", api.account),
+        ("accountsByL1Address", api.accounts_by_l1_address),
         ("apikeys", api.api_keys),
         ("nextNonce", api.next_nonce),
         ("tx", api.tx),

@@ -54,11 +54,14 @@ from raydex.codecs import (
     BalanceChanged,
     Block,
     CancelOrder,
+    ChangePubKey,
     CreateOrder,
     ExchangeBalancesChanged,
     ExchangeRecord,
     FundingChanged,
     FundingRecord,
+    L1AddressRecord,
+    L1AddressSet,
     LevelChanged,
     MarketChanged,
     MarketRecord,
@@ -78,11 +81,15 @@ from raydex.codecs import (
     Verifier,
     decode_block,
     is_signed_type,
+    l1_signer,
+    signer_key,
     tx_type_of,
 )
 from raydex.codecs import AccountRecord as _AccountRecord
 from raydex.engine import state_digest
 from raydex.engine.rules import (
+    SKIP_NONCE_FLAG,
+    accepted_nonce,
     exposure,
     initial_margin,
     initial_margin_ok,
@@ -106,6 +113,8 @@ RECENT_TRADES = 100
 TX_RESULTS = 100_000
 _DAY_MS = 86_400_000
 _new = tuple.__new__
+#: A tx's nonce proper (without the SkipNonce flag, ``raydex.engine.rules``).
+_NONCE_MASK = SKIP_NONCE_FLAG - 1
 
 Levels = tuple[tuple[int, int], ...]
 #: price -> {order index: resting order} for one side of one market
@@ -301,6 +310,9 @@ class ReplicaState:
         self.api_keys: dict[tuple[int, int], ApiKeyRecord] = {}
         #: account -> its API key indexes (``apikeys`` reads one account's keys without a walk)
         self.account_keys: dict[int, set[int]] = {}
+        #: account -> its L1 address (20 bytes), and back (``accountsByL1Address``)
+        self.l1_addresses: dict[int, bytes] = {}
+        self.by_l1: dict[bytes, int] = {}
         self.trades: dict[int, deque[TradeRow]] = {}
         self.txs: OrderedDict[bytes, TxRecord] = OrderedDict()
         self.fee_pool = 0
@@ -338,6 +350,9 @@ class ReplicaState:
                 st.fee_pool, st.insurance_fund = r.fee_pool, r.insurance_fund
             elif t is FundingRecord:
                 st.history.restore_funding(r)
+            elif t is L1AddressRecord:
+                st.l1_addresses[r.account_index] = r.l1_address
+                st.by_l1[r.l1_address] = r.account_index
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         for mi in st.markets:
@@ -525,6 +540,9 @@ class ReplicaState:
                 self._add_market(MarketRecord(*ev, ltp, oi))
             elif t is FundingChanged:
                 self.history.funding_changed(ev, self.markets[ev.market_index].mark_price)
+            elif t is L1AddressSet:
+                self.l1_addresses[ev.account_index] = ev.l1_address
+                self.by_l1[ev.l1_address] = ev.account_index
             # PositionLiquidated / PositionDeleveraged are informational: their effects arrive as
             # PositionChanged / BalanceChanged / LevelChanged events.
         self.seq = seq
@@ -587,14 +605,16 @@ class ReplicaState:
         return int(last) + 1
 
     def note_sent(self, tx: Any) -> None:
-        """``tx`` (dry-run OK) was handed to the sequencer: its nonce is now pending."""
+        """``tx`` (dry-run OK) was handed to the sequencer: its nonce is now pending (the nonce
+        proper: a SkipNonce tx's flag is dropped, as in its ``TxExecuted``)."""
         key = (tx.account_index, tx.api_key_index)
         pending = self._pending.setdefault(key, {})
-        pending[tx.nonce] = pending.get(tx.nonce, 0) + 1
+        n = tx.nonce & _NONCE_MASK
+        pending[n] = pending.get(n, 0) + 1
 
     def forget_sent(self, tx: Any) -> None:
         """Submission of ``tx`` failed before the sequencer saw it: release its nonce."""
-        self._clear_pending(tx.account_index, tx.api_key_index, tx.nonce)
+        self._clear_pending(tx.account_index, tx.api_key_index, tx.nonce & _NONCE_MASK)
 
     def _clear_pending(self, ai: int, ki: int, nonce: int) -> None:
         pending = self._pending.get((ai, ki))
@@ -616,9 +636,11 @@ class ReplicaState:
         """The ResultCode the sequencer would most likely answer, from the caches alone.
 
         Checks, in order: operator-only / unsigned types, account, API key (21108), signature
-        (21120), nonce against the pending next nonce (21104), too many pending (21506), deadline
-        (21810), then per type: market, order fields, fat finger, reduce-only and initial margin
-        (21739). What needs the live book (post-only crossing, fills) is left to the engine.
+        (21120; a ChangePubKey: the new key's, then its ``L1Sig``, 21831), nonce against the
+        pending next nonce (21104; ``rules.accepted_nonce``, so a SkipNonce tx needs only to be
+        above the last pending or used one), too many pending (21506), deadline (21810), then per
+        type: market, order fields, fat finger, reduce-only and initial margin (21739). What
+        needs the live book (post-only crossing, fills) is left to the engine.
         """
         ttype = tx_type_of(type(tx))
         if ttype in OPERATOR_TX_TYPES:
@@ -629,11 +651,18 @@ class ReplicaState:
         if acct is None:
             return int(ResultCode.ACCOUNT_NOT_FOUND)
         key = self.api_keys.get((tx.account_index, tx.api_key_index))
-        if key is None:
+        if type(tx) is ChangePubKey:
+            code = self._check_change_pub_key(tx)
+            if code != _OK:
+                return code
+        elif key is None:
             return int(ResultCode.API_KEY_NOT_FOUND)
-        if not self.verifier.verify(tx, key.pub_key):
+        elif not self.verifier.verify(tx, key.pub_key):
             return int(ResultCode.INVALID_SIGNATURE)
-        if tx.nonce != self.next_nonce(tx.account_index, tx.api_key_index):
+        nxt = self.next_nonce(tx.account_index, tx.api_key_index)
+        if nxt is None:  # a ChangePubKey to a slot never used: its first nonce is 0
+            nxt = 0
+        if tx.nonce != nxt and accepted_nonce(nxt - 1, tx.nonce) < 0:
             return int(ResultCode.INVALID_NONCE)
         pending = self._pending.get((tx.account_index, tx.api_key_index))
         if pending is not None and len(pending) >= MAX_PENDING_PER_KEY:
@@ -645,6 +674,17 @@ class ReplicaState:
             return self._check_order(tx, acct)
         if t is CancelOrder or t is ModifyOrder or t is UpdateLeverage:
             return self._check_market(tx.market_index)
+        return _OK
+
+    def _check_change_pub_key(self, tx: ChangePubKey) -> int:
+        """Lighter's ChangePubKey: the new key signs it (21120) and ``L1Sig`` is the account's L1
+        address's signature of the register text (21831; an account without an L1 address can
+        only get keys from the operator)."""
+        if not self.verifier.verify(tx, signer_key(tx, None) or b""):
+            return int(ResultCode.INVALID_SIGNATURE)
+        l1 = self.l1_addresses.get(tx.account_index)
+        if l1 is None or l1_signer(tx) != l1:
+            return int(ResultCode.INVALID_L1_SIGNATURE)
         return _OK
 
     def _check_market(self, mi: int) -> int:
@@ -763,6 +803,8 @@ class ReplicaState:
             yield from acct.positions.values()
         yield from self.api_keys.values()
         yield from self.orders.values()
+        for ai, addr in self.l1_addresses.items():
+            yield _new(L1AddressRecord, (ai, addr))
 
     def state_hash(self) -> bytes:
         """The state hash every role reports (:func:`raydex.engine.state_digest` of

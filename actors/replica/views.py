@@ -27,6 +27,7 @@ from raydex.codecs import (
     ticks_to_str,
     usdc_to_str,
 )
+from raydex.codecs.signing import l1_address_text
 from raydex.engine import funding_rate
 from raydex.engine.rules import notional_multiplier, unrealized_pnl
 
@@ -352,7 +353,7 @@ def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
         "code": 200,
         "account_type": 0,
         "index": ai,
-        "l1_address": "",
+        "l1_address": l1_address(state, ai),
         "cancel_all_time": 0,
         "total_order_count": len(acct.orders),
         "total_isolated_order_count": 0,
@@ -391,6 +392,39 @@ def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
         "metadata": {"color": ""},
         "agent_enabled": False,
     }
+
+
+def l1_address(state: ReplicaState, ai: int) -> str:
+    """An account's L1 address as Lighter writes it (EIP-55), ``""`` for one without."""
+    raw = state.l1_addresses.get(ai)
+    return l1_address_text(raw) if raw is not None else ""
+
+
+def sub_accounts(state: ReplicaState, l1: bytes, ais: list[int]) -> dict[str, Any]:
+    """``SubAccounts`` (``accountsByL1Address``): the accounts of one L1 address as Lighter's
+    ``Account`` (raydex has one account per L1 address: the master, no sub-accounts)."""
+    ts_ms = state.timestamp_ns // 1_000_000
+    rows = []
+    for ai in ais:
+        acct = state.accounts[ai]
+        rows.append(
+            {
+                "code": 200,
+                "account_type": 0,
+                "account_trading_mode": 0,
+                "index": ai,
+                "l1_address": l1_address(state, ai),
+                "cancel_all_time": 0,
+                "total_order_count": len(acct.orders),
+                "total_isolated_order_count": 0,
+                "pending_order_count": 0,
+                "available_balance": usdc_to_str(state.available_balance(ai)),
+                "status": 1,
+                "collateral": usdc_to_str(acct.collateral),
+                "transaction_time": ts_ms,
+            }
+        )
+    return {"l1_address": l1_address_text(l1), "sub_accounts": rows}
 
 
 def tx_record(r: TxRecord, info: str = "") -> dict[str, Any]:

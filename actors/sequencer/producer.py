@@ -39,6 +39,8 @@ from typing import Any, NamedTuple
 
 from raydex.codecs import (
     OPERATOR_TX_TYPES,
+    SKIP_NONCE_FLAG,
+    ChangePubKey,
     CreateOrder,
     OrderUpdated,
     Refusal,
@@ -51,7 +53,8 @@ from raydex.codecs import (
     encode_tx,
     encode_wal_record,
     is_signed_type,
-    signing_key_of,
+    l1_signer,
+    signer_key,
     tx_hash_of,
     tx_type_of,
     wal_record_crc,
@@ -66,6 +69,8 @@ _OPERATOR_ONLY = int(ResultCode.OPERATOR_ONLY)
 _API_KEY_NOT_FOUND = int(ResultCode.API_KEY_NOT_FOUND)
 _INVALID_SIGNATURE = int(ResultCode.INVALID_SIGNATURE)
 _UNSUPPORTED = int(ResultCode.UNSUPPORTED_TX_TYPE)
+_INVALID_L1_SIGNATURE = int(ResultCode.INVALID_L1_SIGNATURE)
+_NONCE_MASK = SKIP_NONCE_FLAG - 1
 
 
 #: a signature checked ahead of execution: (the key it was checked against, valid), or None
@@ -165,7 +170,7 @@ class BlockProducer:
                             break
             account = getattr(tx, "account_index", 0)
             api_key = getattr(tx, "api_key_index", 0)
-            nonce = getattr(tx, "nonce", 0)
+            nonce = getattr(tx, "nonce", 0) & _NONCE_MASK  # without the SkipNonce flag
             executed = TxExecuted(h, ttype, account, api_key, nonce, code)
             events.append(executed)
             if refused:  # logged too, so the block rebuilt from the WAL is the same bytes
@@ -181,9 +186,14 @@ class BlockProducer:
             return _OK if operator else _OPERATOR_ONLY
         if not is_signed_type(type(tx)):
             return _UNSUPPORTED
-        pk = signing_key_of(tx, self.engine.pub_key)
+        key_index = tx.api_key_index
+        pk = signer_key(tx, self.engine.pub_key(tx.account_index, key_index))
         if pk is None:
             return _API_KEY_NOT_FOUND
+        if type(tx) is ChangePubKey:  # Lighter's: authorised by the account's L1 address
+            l1 = self.engine.l1_address(tx.account_index)
+            if l1 is None or l1_signer(tx) != l1:
+                return _INVALID_L1_SIGNATURE
         if self.verify_signatures:
             valid = checked[1] if checked is not None and checked[0] == pk else None
             if valid is None:
@@ -198,7 +208,7 @@ class BlockProducer:
         cls = type(tx)
         if tx_type_of(cls) in OPERATOR_TX_TYPES or not is_signed_type(cls):
             return None
-        pk = signing_key_of(tx, self.engine.pub_key)
+        pk = signer_key(tx, self.engine.pub_key(tx.account_index, tx.api_key_index))
         if pk is None:
             return None
         return pk, self.verifier.verify(tx, pk)

@@ -669,6 +669,12 @@ class SequencerActor:
         svc = await self._ensure_started()
         return await svc.submit(txs, operator=True)
 
+    async def account_by_l1(self, l1_address: bytes) -> int | None:
+        """The account index of an L1 address (20 bytes), or None (``raydex deposit``)."""
+        svc = await self._ensure_started()
+        producer = svc.producer
+        return None if producer is None else producer.engine.account_by_l1(l1_address)
+
     async def submit(self, frame: bytes) -> bytes:
         """The Ray-call transport's tx handler (the gRPC stream is the default data path)."""
         svc = await self._ensure_started()

@@ -23,6 +23,7 @@ records             events
 ``ApiKeyRecord``    ``NonceUpdated`` (a new key reports nonce -1 first), ``ApiKeyChanged``
 ``OrderRecord``     ``OrderUpdated``: resting while ``status`` is active with lots remaining
 ``FundingRecord``   ``FundingChanged`` (every field of the clock, absolute)
+``L1AddressRecord`` ``L1AddressSet``
 ==================  ==========================================================================
 
 ``LevelChanged`` (derived from the orders), ``TradeExecuted``'s fills, ``PositionLiquidated``,
@@ -55,6 +56,8 @@ from raydex.codecs import (
     ExchangeRecord,
     FundingChanged,
     FundingRecord,
+    L1AddressRecord,
+    L1AddressSet,
     MarketChanged,
     MarketRecord,
     MarketStatsChanged,
@@ -81,6 +84,7 @@ class DeltaState:
         "funding",
         "insurance_fund",
         "keys",
+        "l1",
         "markets",
         "next_order_index",
         "next_priority",
@@ -108,6 +112,8 @@ class DeltaState:
         self.orders: dict[int, OrderRecord] = {}
         #: funding clocks by market
         self.funding: dict[int, FundingRecord] = {}
+        #: L1 addresses by account
+        self.l1: dict[int, bytes] = {}
 
     # ---- records in, records out -----------------------------------------------------------------
 
@@ -139,6 +145,8 @@ class DeltaState:
                 st.orders[r.order_index] = r
             elif t is FundingRecord:
                 st.funding[r.market_index] = r
+            elif t is L1AddressRecord:
+                st.l1[r.account_index] = r.l1_address
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         return st
@@ -171,6 +179,9 @@ class DeltaState:
         funding = self.funding
         for mi in sorted(funding):
             yield funding[mi]
+        l1 = self.l1
+        for ai in sorted(l1):
+            yield _new(L1AddressRecord, (ai, l1[ai]))
 
     def state_hash(self) -> bytes:
         """The engine's state hash of the same state (``raydex.engine.records_hash``)."""
@@ -238,6 +249,8 @@ class DeltaState:
                     FundingRecord,
                     (mi, hour, last_minute, samples, premium_sum, last_rate, last_funding_ms),
                 )
+            elif t is L1AddressSet:
+                self.l1[ev[0]] = ev[1]
             # LevelChanged, TxExecuted, PositionLiquidated, PositionDeleveraged: nothing to keep
 
 

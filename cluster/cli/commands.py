@@ -367,6 +367,35 @@ def _down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _deposit(args: argparse.Namespace) -> int:
+    from raydex.codecs import CodecError, ResultCode, str_to_usdc
+    from raydex.codecs.signing import l1_address_text, parse_l1_address
+
+    l1 = parse_l1_address(args.l1_address)
+    if l1 is None:
+        print("raydex deposit: --l1-address needs 0x + 40 hex digits (not zero)", file=sys.stderr)
+        return 2
+    try:
+        amount = str_to_usdc(args.amount)
+    except CodecError as e:
+        print(f"raydex deposit: --amount: {e}", file=sys.stderr)
+        return 2
+    if amount <= 0:
+        print("raydex deposit: --amount must be positive", file=sys.stderr)
+        return 2
+    address = _resolve_address(args.address)
+    from ..control import operator
+
+    _connect(address)
+    code, index = operator.deposit_l1(l1, amount, namespace=args.namespace)
+    if index is None:
+        print(f"raydex deposit: refused with {ResultCode(code).name} ({code})", file=sys.stderr)
+        return 1
+    print(index)
+    print(f"account {index} ({l1_address_text(l1)}) credited {args.amount} USDC", file=sys.stderr)
+    return 0
+
+
 def _add_ops(sub: Any) -> None:
     up = sub.add_parser(
         "up",
@@ -399,6 +428,18 @@ def _add_ops(sub: Any) -> None:
     st.add_argument("--address", default=None, help="Ray address (as for deploy)")
     st.add_argument("--json", action="store_true", help="print one JSON object")
     st.set_defaults(handler=_status)
+    dp = sub.add_parser(
+        "deposit",
+        help="fund the account of an L1 address (created if needed); prints its index",
+        description="Lighter's deposit from L1, as the operator: credit --amount USDC to the "
+        "account of --l1-address, creating it (the next free index) if the address has none, "
+        "through the Ray control plane. Prints the account index on stdout.",
+    )
+    dp.add_argument("--l1-address", required=True, help="the account's Ethereum address, 0x...")
+    dp.add_argument("--amount", required=True, help="USDC, a decimal string (e.g. 1000 or 2.5)")
+    dp.add_argument("--address", default=None, help="Ray address (as for deploy)")
+    dp.add_argument("--namespace", default="raydex", help="the deployment's Ray namespace")
+    dp.set_defaults(handler=_deposit)
     dn = sub.add_parser("down", help="stop every raydex actor")
     dn.add_argument("--address", default=None, help="Ray address (as for deploy)")
     dn.add_argument("--stop-ray", action="store_true",

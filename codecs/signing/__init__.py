@@ -37,8 +37,9 @@ from typing import Any, Final, NamedTuple, Protocol
 
 from . import _messages, _pure
 from ._curve import N as GROUP_ORDER
-from ._l1 import recover_l1_address
+from ._l1 import l1_address_text, parse_l1_address, recover_l1_address
 from ._messages import (
+    ATTR_SKIP_NONCE,
     ATTRIBUTE_NIL,
     MAX_ATTRIBUTES,
     TX_FIELDS,
@@ -54,6 +55,7 @@ __all__ = [
     "ACCEL",
     "ACTIVE",
     "ATTRIBUTE_NIL",
+    "ATTR_SKIP_NONCE",
     "BACKEND",
     "GROUP_ORDER",
     "MAX_ATTRIBUTES",
@@ -71,9 +73,11 @@ __all__ = [
     "generate_key",
     "hash_to_quintic",
     "is_valid_public_key",
+    "l1_address_text",
     "message_hash",
     "nonce_for",
     "normalized_attributes",
+    "parse_l1_address",
     "public_key_of",
     "recover_l1_address",
     "sign",

@@ -1,4 +1,5 @@
-"""Ethereum ``personal_sign`` recovery for ``L1Sig`` (ChangePubKey, Transfer), via eth-account.
+"""Ethereum ``personal_sign`` recovery for ``L1Sig`` (ChangePubKey, Transfer), via eth-account,
+and L1 addresses as text (:func:`parse_l1_address`, :func:`l1_address_text`).
 
 ``recover_l1_address(text, l1_sig)`` returns the checksummed address whose key signed ``text``
 with EIP-191 ("\\x19Ethereum Signed Message:\\n" + length + text), or None for a malformed
@@ -11,8 +12,27 @@ is rare, so it is not on any hot path.
 
 from __future__ import annotations
 
+import re
+
 from eth_account import Account
 from eth_account.messages import encode_defunct
+from eth_utils.address import to_checksum_address
+
+_ADDRESS = re.compile(r"0[xX][0-9a-fA-F]{40}")
+
+
+def parse_l1_address(text: object) -> bytes | None:
+    """``0x`` + 40 hex digits (any case; the EIP-55 checksum is not required) as 20 bytes, or
+    None. The zero address is refused (no key signs for it)."""
+    if not isinstance(text, str) or _ADDRESS.fullmatch(text) is None:
+        return None
+    raw = bytes.fromhex(text[2:])
+    return raw if any(raw) else None
+
+
+def l1_address_text(raw: bytes) -> str:
+    """20 bytes as Lighter writes an L1 address: ``0x`` + EIP-55 checksummed hex."""
+    return str(to_checksum_address(raw))
 
 
 def recover_l1_address(text: str, l1_sig: str) -> str | None:

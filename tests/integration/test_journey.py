@@ -6,10 +6,11 @@ from ``PATH`` fails here as it failed for users (issue 8).
 
 1. ``ray start --head`` with ``raydex node-args`` (its own port, temp dir, client-server and
    dashboard-agent ports, no dashboard), then ``raydex deploy raydex.yaml`` (bind 0.0.0.0, the
-   default that crashed with ``KeyError: 'address'``), a REST read and a WebSocket ``order_book``
-   subscription through the shared port, the replica count edited in a copy of the spec and
-   deployed again (the open WebSocket and the sequencer survive: live), ``raydex status`` (per
-   host oversubscription line on this small machine), ``raydex down``.
+   default that crashed with ``KeyError: 'address'``), ``raydex deposit --l1-address`` twice
+   (creates the account, prints its index; then credits it), a REST read and a WebSocket
+   ``order_book`` subscription through the shared port, the replica count edited in a copy of
+   the spec and deployed again (the open WebSocket and the sequencer survive: live), ``raydex
+   status`` (per host oversubscription line on this small machine), ``raydex down``.
 2. ``raydex up`` starting its own head (dashboard on, profiling, Prometheus/Grafana variables
    passed through), ``raydex status`` finding that head with no address given, and ``raydex down
    --stop-ray`` stopping that head and nothing else: the session's Ray still answers.
@@ -240,6 +241,15 @@ def test_ray_start_then_raydex_deploy_serves_scales_live_reports_and_goes_down(
     books = asyncio.run(rest(http, "/api/v1/orderBooks"))
     assert [b["symbol"] for b in books["order_books"]] == ["ETH", "BTC"]
     assert asyncio.run(rest(http, "/info"))["network_id"] == CHAIN_ID
+    # a Lighter bot developer's step 2: fund the account of an L1 address (created here)
+    l1 = "0x" + "5B" * 20
+    index = int(raydex("deposit", "--l1-address", l1, "--amount", "1000", env=head.env))
+    again = int(raydex("deposit", "--l1-address", l1.lower(), "--amount", "2.5", env=head.env))
+    assert again == index
+    found = asyncio.run(rest(http, f"/api/v1/accountsByL1Address?l1_address={l1}"))
+    assert [(a["index"], a["collateral"]) for a in found["sub_accounts"]] == [
+        (index, "1002.500000")
+    ]
     trader = Trader(http)
     try:
         assert trader.open()["type"] == "subscribed/order_book"

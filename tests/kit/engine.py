@@ -175,10 +175,17 @@ class Desk:
             UpdateLeverage(account, 0, m, imf, mode, self.now + 60_000, self.nonce(account), SIG)
         )
 
-    def change_key(self, account: int, new_key: int, pub: bytes, key: int = 0) -> int:
+    def change_key(self, account: int, new_key: int, pub: bytes) -> int:
+        """Lighter's ChangePubKey of slot ``new_key`` (the engine does not check signatures)."""
         return self.run(
             ChangePubKey(
-                account, key, new_key, pub, self.now + 60_000, self.nonce(account, key), SIG
+                account,
+                new_key,
+                pub,
+                bytes(65),
+                self.now + 60_000,
+                self.nonce(account, new_key),
+                SIG,
             )
         )
 

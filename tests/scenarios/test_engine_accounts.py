@@ -43,15 +43,18 @@ def test_an_expired_tx_changes_nothing_but_a_failing_valid_tx_consumes_its_nonce
     assert [type(e).__name__ for e in d.events] == ["NonceUpdated"]
 
 
-def test_change_pub_key_installs_a_new_key_signed_by_an_existing_one() -> None:
+def test_change_pub_key_installs_a_key_in_a_new_slot_consuming_its_nonce() -> None:
     d = Desk()
     new = valid_key(7)
-    assert d.change_key(1, 3, new) == RC.OK
+    assert d.change_key(1, 3, new) == RC.OK  # slot 3's first nonce, 0
     assert d.eng.pub_key(1, 3) == new
-    assert d.eng.next_nonce(1, 3) == 0
+    assert d.eng.next_nonce(1, 3) == 1
     assert d.change_key(1, 4, b"\x00" * 40) == RC.INVALID_PUBLIC_KEY
     assert d.eng.pub_key(1, 4) is None
-    assert d.eng.next_nonce(1, 0) == 2
+    assert d.eng.next_nonce(1, 0) == 0  # other slots untouched
+    # replacing the key of a used slot takes that slot's next nonce
+    assert d.change_key(1, 3, valid_key(8)) == RC.OK
+    assert d.eng.pub_key(1, 3) == valid_key(8) and d.eng.next_nonce(1, 3) == 2
 
 
 def test_operator_registration_creates_the_account_and_keeps_an_existing_nonce() -> None:

@@ -365,9 +365,29 @@ def test_bad_query_parameters_and_unknown_things_get_clear_codes() -> None:
                 "/api/v1/nextNonce",
                 {"account_index": "999", "api_key_index": "0"},
                 404,
-                ResultCode.API_KEY_NOT_FOUND,
+                ResultCode.ACCOUNT_NOT_FOUND,
             ),
             ("/api/v1/account", {"by": "index", "value": "999"}, 404, ResultCode.ACCOUNT_NOT_FOUND),
+            ("/api/v1/account", {"by": "name", "value": "x"}, 400, ResultCode.INVALID_PARAM),
+            (
+                "/api/v1/account",
+                {"by": "l1_address", "value": "0x12"},
+                400,
+                ResultCode.INVALID_PARAM,
+            ),
+            (
+                "/api/v1/account",
+                {"by": "l1_address", "value": "0x" + "ab" * 20},
+                404,
+                ResultCode.ACCOUNT_NOT_FOUND,
+            ),
+            ("/api/v1/accountsByL1Address", {}, 400, ResultCode.INVALID_PARAM),
+            (
+                "/api/v1/accountsByL1Address",
+                {"l1_address": "0x" + "00" * 20},
+                400,
+                ResultCode.INVALID_PARAM,
+            ),
             ("/api/v1/tx", {"by": "hash", "value": "zz"}, 400, ResultCode.INVALID_PARAM),
             ("/api/v1/tx", {"by": "hash", "value": "00" * 40}, 404, ResultCode.NOT_FOUND),
             ("/api/v1/nope", {}, 404, ResultCode.NOT_FOUND),
@@ -375,6 +395,11 @@ def test_bad_query_parameters_and_unknown_things_get_clear_codes() -> None:
         for path, params, status, code in checks:
             got_status, reply = await r.get(path, **params)
             assert (got_status, reply["code"]) == (status, code), path
+        # an existing account's unused key slot: 0, the nonce a ChangePubKey setting it carries
+        got_status, reply = await r.get(
+            "/api/v1/nextNonce", account_index=str(ts[0].account), api_key_index="200"
+        )
+        assert (got_status, reply["code"], reply["nonce"]) == (200, 200, 0)
 
     with_rig(body)
 

@@ -206,3 +206,20 @@ def test_grafana_install_refuses_a_folder_that_is_no_ray_session(
     assert main(["grafana", "install", "--session-dir", str(tmp_path)]) == 2
     assert "has no Grafana provisioning" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (["--l1-address", "0x1234", "--amount", "10"], "--l1-address needs 0x + 40 hex"),
+        (["--l1-address", "0x" + "00" * 20, "--amount", "10"], "--l1-address needs 0x + 40 hex"),
+        (["--l1-address", "0x" + "ab" * 20, "--amount", "ten"], "--amount: not a decimal"),
+        (["--l1-address", "0x" + "ab" * 20, "--amount", "0.0000001"], "--amount: '0.0000001'"),
+        (["--l1-address", "0x" + "ab" * 20, "--amount", "0"], "--amount must be positive"),
+    ],
+)
+def test_deposit_refuses_a_bad_address_or_amount_before_connecting_to_ray(
+    argv: list[str], why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["deposit", *argv]) == 2
+    assert why in capsys.readouterr().err

@@ -56,19 +56,21 @@ def test_a_lighter_create_order_tx_info_parses_into_a_create_order() -> None:
 
 
 def test_tx_to_json_uses_lighter_keys_base64_sig_and_hex_keys() -> None:
-    tx = ChangePubKey(7, 3, 4, b"\xab" * 40, 10, 9, b"\1" * 80)
+    tx = ChangePubKey(7, 3, b"\xab" * 40, b"\2" * 65, 10, 9, b"\1" * 80)
     info = tx_to_json(tx)
     assert list(info) == [
         "AccountIndex",
         "ApiKeyIndex",
-        "NewApiKeyIndex",
         "PubKey",
+        "L1Sig",
         "ExpiredAt",
         "Nonce",
         "Sig",
     ]
-    assert info["PubKey"] == "ab" * 40 and info["Sig"] == SIG
-    assert tx_from_json(8, {**info, "PubKey": "0x" + "AB" * 40}) == tx
+    # as Lighter writes them: PubKey base64, L1Sig 0x-hex
+    assert info["PubKey"] == base64.b64encode(b"\xab" * 40).decode() and info["Sig"] == SIG
+    assert info["L1Sig"] == "0x" + "02" * 65
+    assert tx_from_json(8, {**info, "L1Sig": "02" * 65}) == tx
 
 
 def test_json_keys_that_are_not_pascal_case_come_from_the_declaration() -> None:

@@ -26,7 +26,15 @@ from raydex.actors.replica import ApiConfig, Fanout, build_app
 from raydex.actors.replica.service import MicroBatcher
 from raydex.actors.replica.state import ReplicaState
 from raydex.actors.transport import BlockHub, GrpcDataPlaneServer, GrpcTxChannel
-from raydex.codecs import ResultCode, TxOutcome, decode_batch, encode_outcomes, tx_to_json_str
+from raydex.codecs import (
+    SKIP_NONCE_FLAG,
+    ResultCode,
+    TxOutcome,
+    decode_batch,
+    encode_outcomes,
+    sign_tx,
+    tx_to_json_str,
+)
 from raydex.observability.loadtest.loadgen import (
     LaneSpec,
     Recorder,
@@ -187,6 +195,29 @@ def test_a_later_nonce_of_a_key_refused_at_the_door_gets_23000_not_invalid_nonce
             assert (await post(http, d, tx1))[1]["code"] == OK
             assert d.state.next_nonce(late.account, 0) == 2
             assert d.handled == [(busy.account, 0), (late.account, 0), (late.account, 1)]
+
+    run(main())
+
+
+def test_a_skip_nonce_tx_behind_a_nonce_refused_at_the_door_is_admitted() -> None:
+    """SkipNonce needs no hole-free nonces: a later nonce with the attribute may skip the one
+    the door refused, so it is not held behind it."""
+    busy, late = Trader(1), Trader(2)
+
+    async def main() -> None:
+        async with door([busy, late], max_delay_s=0.05) as d, aiohttp.ClientSession() as http:
+            d.release.clear()
+            first = asyncio.ensure_future(post(http, d, busy.order(300_000, 10, 1)))
+            await until(lambda: d.batcher.delay() > 0.05)
+            assert (await post(http, d, late.order(299_000, 10, 0)))[1]["code"] == OVERLOADED
+            d.release.set()
+            await first
+            jump = sign_tx(
+                late.order(298_000, 10, 0)._replace(nonce=9 | SKIP_NONCE_FLAG), late.seed
+            )
+            status, body = await post(http, d, jump)
+            assert (status, body["code"]) == (200, OK), body
+            assert d.state.next_nonce(late.account, 0) == 10
 
     run(main())
 

@@ -11,6 +11,8 @@ import socket
 from pathlib import Path
 
 import pytest
+from eth_account import Account as EthAccount
+from eth_account.messages import encode_defunct
 
 from raydex.actors.audit import SignatureAudit
 from raydex.actors.committer import CommitterFollower
@@ -22,6 +24,7 @@ from raydex.codecs import (
     ChangePubKey,
     CreateOrder,
     Deposit,
+    L1Deposit,
     RegisterApiKey,
     ResultCode,
     Verifier,
@@ -29,6 +32,7 @@ from raydex.codecs import (
     generate_key,
     sign_tx,
 )
+from raydex.codecs.signing import change_pub_key_message
 from raydex.engine import Engine
 
 NS = 1_700_000_000_000_000_000
@@ -37,6 +41,8 @@ SEED, PUB = generate_key()
 SEED2, PUB2 = generate_key()
 ETH = eth_market()
 SECRET = "s" * 64
+OWNER = EthAccount.from_key("0x" + "21" * 32)
+L1 = bytes.fromhex(OWNER.address[2:])
 
 
 def order(account: int, nonce: int, price: int, is_ask: int, key: int = 0) -> CreateOrder:
@@ -69,10 +75,18 @@ def audit_blocks(p: BlockProducer, audit: SignatureAudit, blocks: list[list[obje
 
 
 def setup_block() -> list[object]:
+    """Accounts 1 and 2 with key 0; account 3 created by an L1 deposit (it has an L1 address)."""
     ops: list[object] = [ETH]
     for a in (1, 2):
         ops += [RegisterApiKey(a, 0, PUB), Deposit(a, 10**12)]
-    return ops
+    return [*ops, L1Deposit(L1, 10**12)]
+
+
+def change_key(account: int, slot: int, nonce: int) -> ChangePubKey:
+    """Lighter's ChangePubKey of ``slot`` to PUB2: signed by the new key, L1Sig by the owner."""
+    text = change_pub_key_message(PUB2, nonce, account, slot)
+    l1_sig = bytes(OWNER.sign_message(encode_defunct(text=text)).signature)
+    return sign_tx(ChangePubKey(account, slot, PUB2, l1_sig, FAR, nonce, bytes(80)), SEED2)
 
 
 def test_honest_blocks_pass_including_a_key_changed_earlier_in_the_same_block(
@@ -80,17 +94,16 @@ def test_honest_blocks_pass_including_a_key_changed_earlier_in_the_same_block(
 ) -> None:
     p = trusting_producer(tmp_path)
     audit = SignatureAudit()
-    change = sign_tx(ChangePubKey(1, 0, 3, PUB2, FAR, 1, bytes(80)), SEED)
     blocks: list[list[object]] = [
         setup_block(),
         [order(1, 0, 300_000, 1), order(2, 0, 299_000, 0)],
-        # the key 3 of account 1 exists only after the ChangePubKey before it in this block
-        [change, order(1, 0, 300_100, 1, key=3), order(2, 1, 299_100, 0)],
+        # key 3 of account 3 exists only after the ChangePubKey before it in this block
+        [change_key(3, 3, 0), order(3, 1, 300_100, 1, key=3), order(2, 1, 299_100, 0)],
     ]
     assert audit_blocks(p, audit, blocks) == []
     assert audit.seq == 3 and audit.failed_at is None
     assert audit.audited_txs == 5 and audit.audited_blocks == 3
-    assert audit.keys[(1, 3)] == PUB2
+    assert audit.keys[(3, 3)] == PUB2
 
 
 def test_a_forged_tx_the_sequencer_executed_is_found_and_named(
@@ -147,8 +160,11 @@ def test_an_audit_too_far_behind_passes_blocks_unaudited_but_keeps_the_keys(
 ) -> None:
     p = trusting_producer(tmp_path)
     audit = SignatureAudit(max_pending=1)
-    change = sign_tx(ChangePubKey(1, 0, 3, PUB2, FAR, 0, bytes(80)), SEED)
-    blocks: list[list[object]] = [setup_block(), [change], [order(1, 0, 300_000, 1, key=3)]]
+    blocks: list[list[object]] = [
+        setup_block(),
+        [change_key(3, 3, 0)],
+        [order(3, 1, 300_000, 1, key=3)],
+    ]
     closed = []
     for i, txs in enumerate(blocks):
         p.submit(txs, NS + i, operator=i == 0)
@@ -156,7 +172,7 @@ def test_an_audit_too_far_behind_passes_blocks_unaudited_but_keeps_the_keys(
         assert b is not None
         audit.note_block(b.seq, decode_block(b.frame).events)
         closed.append(b)
-    assert audit.skipped_blocks == 2 and audit.seq == 2 and audit.keys[(1, 3)] == PUB2
+    assert audit.skipped_blocks == 2 and audit.seq == 2 and audit.keys[(3, 3)] == PUB2
     assert audit.audit(3, closed[2].wal_record) == [] and audit.audited_txs == 1
 
 

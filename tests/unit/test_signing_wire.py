@@ -13,13 +13,17 @@ from typing import Any
 import pytest
 
 from raydex.codecs import (
+    SKIP_NONCE_FLAG,
+    ChangePubKey,
     CodecError,
     CreateOrder,
     ResultCode,
     Transfer,
     Verifier,
     Withdraw,
+    l1_signer,
     message_hash_of,
+    signer_key,
     tx_from_json,
     tx_to_json,
     verify_tx,
@@ -42,6 +46,9 @@ ACCEPTED = [
     "update_leverage",
     "transfer_usdc_perps_no_fee",
     "withdraw",
+    "cancel_order_skip_nonce",
+    "change_pub_key",
+    "change_pub_key_skip_nonce",
 ]
 
 
@@ -58,6 +65,26 @@ def test_an_sdk_signed_tx_parses_and_verifies_as_a_raydex_tx(name: str) -> None:
     assert verify_tx(tx, PK, CHAIN)
     assert not verify_tx(tx, PK, CHAIN + 1)
     assert Verifier(CHAIN).verify(tx, PK)
+
+
+@pytest.mark.parametrize("name", ["change_pub_key", "change_pub_key_skip_nonce"])
+def test_an_sdk_change_pub_key_is_signed_by_its_new_key_and_its_l1_sig_recovers_the_l1_key(
+    name: str,
+) -> None:
+    tx_type, tx_info, _ = _case(name)
+    tx = tx_from_json(tx_type, tx_info)
+    assert isinstance(tx, ChangePubKey) and tx.pub_key == PK
+    assert signer_key(tx, None) == PK
+    assert l1_signer(tx) == bytes.fromhex(VECTORS["eth_address"][2:])
+    # the L1 text covers the key, the nonce, the account and the slot: any other one recovers
+    # some other address
+    assert l1_signer(tx._replace(api_key_index=tx.api_key_index + 1)) != l1_signer(tx)
+    assert l1_signer(tx._replace(l1_sig=bytes(65))) is None
+    out = tx_to_json(tx)
+    info = json.loads(tx_info)
+    assert {k: out[k] for k in ("PubKey", "L1Sig", "Sig")} == {
+        k: info[k] for k in ("PubKey", "L1Sig", "Sig")
+    }
 
 
 def test_lighter_transfers_and_withdrawals_map_amount_to_usdc_amount() -> None:
@@ -84,18 +111,44 @@ def test_transfers_raydex_does_not_execute_are_refused_by_name(name: str, field:
 
 
 @pytest.mark.parametrize(
-    "name",
+    ("name", "attribute"),
     [
-        "create_order_integrator_skip_nonce",
-        "create_order_self_trade",
-        "cancel_order_skip_nonce",
-        "modify_order_version",
+        ("create_order_integrator_skip_nonce", "IntegratorAccountIndex"),
+        ("create_order_self_trade", "SelfTradeBehaviorMode"),
+        ("cancel_all_orders_market", "CancelAllMarketIndex"),
+        ("modify_order_version", "OrderVersion"),
     ],
 )
-def test_set_attributes_are_refused_with_a_clear_message(name: str) -> None:
+def test_attributes_raydex_does_not_execute_are_refused_with_their_own_code(
+    name: str, attribute: str
+) -> None:
     tx_type, tx_info, _ = _case(name)
-    with pytest.raises(CodecError, match=r"L2TxAttributes: attributes .* not supported"):
+    with pytest.raises(CodecError, match=rf"L2TxAttributes: attribute \d \({attribute}\)") as e:
         tx_from_json(tx_type, tx_info)
+    assert e.value.code == ResultCode.ATTRIBUTE_NOT_SUPPORTED
+
+
+def test_skip_nonce_travels_as_a_flag_in_the_nonce_and_signs_as_lighters() -> None:
+    tx_type, tx_info, tx_hash = _case("cancel_order_skip_nonce")
+    info = json.loads(tx_info)
+    tx = tx_from_json(tx_type, tx_info)
+    assert tx.nonce == info["Nonce"] | SKIP_NONCE_FLAG
+    out = tx_to_json(tx)
+    assert out["Nonce"] == info["Nonce"] and out["L2TxAttributes"] == {"4": 1}
+    assert tx_from_json(tx_type, out) == tx
+    # the same tx without the attribute is another message: its signature no longer verifies
+    plain = tx._replace(nonce=info["Nonce"])
+    assert message_hash_of(plain, CHAIN).hex() != tx_hash
+    assert not verify_tx(plain, PK, CHAIN)
+
+
+def test_a_nonce_with_the_flag_bit_is_refused_at_the_json_edge() -> None:
+    tx_type, tx_info, _ = _case("cancel_order")
+    info = json.loads(tx_info)
+    with pytest.raises(CodecError, match="Nonce"):
+        tx_from_json(tx_type, {**info, "Nonce": SKIP_NONCE_FLAG | 5})
+    with pytest.raises(CodecError, match="SkipNonce"):
+        tx_from_json(tx_type, {**info, "L2TxAttributes": {"4": 2}})
 
 
 def test_malformed_attributes_are_refused() -> None:

@@ -9,7 +9,14 @@ from kit.engine import IOC, POST_ONLY, Desk, market
 from kit.workload import Workload
 
 from raydex.actors.snapshot.deltas import DeltaState
-from raydex.codecs import FundingRecord, FundingTick, decode_block, encode_block, generate_key
+from raydex.codecs import (
+    FundingRecord,
+    FundingTick,
+    L1Deposit,
+    decode_block,
+    encode_block,
+    generate_key,
+)
 from raydex.engine import Engine
 
 
@@ -61,6 +68,8 @@ def test_every_kind_of_state_change_reaches_the_deltas() -> None:
     check(desk.transfer(3, 1, 5_000_000))
     check(desk.withdraw(2, 7_000_000))  # totals of the exchange ledger
     check(desk.deposit(9, 1_000_000))  # a new account
+    check(desk.run(L1Deposit(b"\x42" * 20, 3_000_000)))  # a new account with its L1 address
+    check(desk.run(L1Deposit(b"\x42" * 20, 1_000_000)))  # the same account, credited
     check(desk.change_key(1, 3, generate_key()[1]))  # a new key: nonce -1, then its pub key
     check(desk.mark(10_400))
     check(desk.funding(30_000))
