@@ -5,7 +5,6 @@ named, and the commitments from its block on are withheld."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import socket
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from eth_account import Account as EthAccount
 from eth_account.messages import encode_defunct
+from kit.faults import until
 
 from raydex.actors.audit import SignatureAudit
 from raydex.actors.committer import CommitterFollower
@@ -216,13 +216,13 @@ def test_a_deployment_sequencer_trusts_its_members_and_the_committer_withholds_f
             await svc.submit(setup_block(), operator=True)
             for i in range(3):
                 await svc.submit([order(1, i, 300_000, 1), order(2, i, 299_000, 0)])
-            await until(lambda: audit.seq == 4)
+            await until(lambda: audit.seq == 4, "the audit reaches block 4")
             honest = audit.audited_txs == 6 and audit.failed_at is None
             forged = order(1, 3, 300_000, 1)._replace(base_amount=5)
             outcomes = await svc.submit([forged])
             assert outcomes[0].code == ResultCode.OK  # the trusting sequencer executed it
             await svc.submit([order(2, 3, 299_000, 0)])
-            await until(lambda: audit.seq == 6)
+            await until(lambda: audit.seq == 6, "the audit reaches block 6")
             return svc.status(), follower, honest
         finally:
             await follower.stop()
@@ -236,31 +236,30 @@ def test_a_deployment_sequencer_trusts_its_members_and_the_committer_withholds_f
     assert not follower.withheld(4) and follower.withheld(5) and follower.withheld(6)
 
 
-def test_without_a_secret_the_sequencer_verifies_itself(tmp_path: Path) -> None:
-    cfg = SequencerConfig(wal_dir=str(tmp_path / "w"), snapshot_dir=str(tmp_path / "s"))
+@pytest.mark.parametrize(
+    ("secret", "verify"), [("", None), (SECRET, True)], ids=["no-secret", "forced"]
+)
+def test_the_sequencer_verifies_itself_without_a_secret_or_when_told(
+    tmp_path: Path, secret: str, verify: bool | None
+) -> None:
+    cfg = SequencerConfig(
+        wal_dir=str(tmp_path / "w"), snapshot_dir=str(tmp_path / "s"),
+        data_plane_secret=secret, verify_signatures=verify,
+    )  # fmt: skip
 
-    async def run() -> list[int]:
+    async def run() -> tuple[bool, list[int]]:
         svc = SequencerService(cfg)
         await svc.start()
         try:
             await svc.submit(setup_block(), operator=True)
             forged = order(1, 0, 300_000, 1)._replace(base_amount=5)
             checked = await svc.check_signatures([forged])
-            return [o.code for o in await svc.submit([forged], checked=checked)]
+            codes = [o.code for o in await svc.submit([forged], checked=checked)]
+            return bool(svc.status()["verifies_signatures"]), codes
         finally:
             await svc.stop()
 
-    assert asyncio.run(run()) == [ResultCode.INVALID_SIGNATURE]
-    forced = dataclasses.replace(cfg, verify_signatures=True, data_plane_secret=SECRET)
-    assert forced.verify_signatures is True
-
-
-async def until(cond: object, seconds: float = 20.0) -> None:
-    for _ in range(int(seconds / 0.02)):
-        if cond():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached in time")
+    assert asyncio.run(run()) == (True, [ResultCode.INVALID_SIGNATURE])
 
 
 def test_raydex_status_prints_the_audit_and_flags_a_failure(tmp_path: Path) -> None:
