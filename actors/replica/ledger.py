@@ -231,6 +231,11 @@ class Ledger:
         self.catch_up()
         return self._logs.get(account)
 
+    def filled_quote(self, order_index: int) -> int:
+        """What a resting order filled so far (ticks x lots) since the ledger began."""
+        self.catch_up()
+        return self._quote.get(order_index, 0)
+
     def skipped(self, first: int, last: int) -> None:
         """A resync jumped from block ``first - 1`` to the snapshot at ``last``."""
         self.catch_up()
