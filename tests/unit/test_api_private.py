@@ -21,8 +21,10 @@ from raydex.actors.local import FAR_MS, LocalExchange, Trader, new_exchange
 from raydex.actors.replica import ReplicaState
 from raydex.actors.replica.ledger import Ledger, LedgerCaps
 from raydex.codecs import (
+    ApplyFunding,
     Deposit,
     ResultCode,
+    SetMarkPrice,
     Transfer,
     Withdraw,
     sign_tx,
@@ -339,3 +341,54 @@ def test_a_fresh_replica_serves_active_orders_from_its_snapshot_and_history_from
 def test_ledger_caps_below_one_are_refused(cap: str) -> None:
     with pytest.raises(ValueError, match=cap):
         LedgerCaps(**{cap: 0})
+
+
+def test_funding_payments_and_a_liquidation_show_in_the_accounts_history() -> None:
+    traders = [Trader(20), Trader(21), Trader(22)]
+
+    async def main() -> None:
+        short, long_, bidder = traders
+        ex = new_exchange(traders, usdc=100 * USDC)
+        replica = ex.serve()
+        server = TestServer(replica.app, host="127.0.0.1", port=0)
+        await server.start_server()
+        try:
+            r = Rig(ex, replica.state, server)
+            async with aiohttp.ClientSession() as http:
+                r.http = http
+                await r.send(short.order(300_000, 1000, 1))
+                await r.send(long_.order(300_000, 1000, 0))  # long 0.1 ETH at 3000
+                await r.send(bidder.order(250_000, 1000, 0))  # the book that takes it over
+                ex.run([ApplyFunding(0, 100_000)], operator=True)  # 0.1%: longs pay 0.30
+                ex.run([SetMarkPrice(0, 150_000)], operator=True)  # under maintenance
+
+                paid = await r.valid(
+                    models.PositionFundings, "/api/v1/positionFunding", long_,
+                    account_index=long_.account,
+                )  # fmt: skip
+                [p] = paid["position_fundings"]
+                assert (p["change"], p["position_side"], p["position_size"]) == (
+                    "-0.300000", "long", "0.1000",
+                )  # fmt: skip
+                got = await r.valid(
+                    models.PositionFundings, "/api/v1/positionFunding", short,
+                    account_index=short.account,
+                )  # fmt: skip
+                assert [g["change"] for g in got["position_fundings"]] == ["0.300000"]
+
+                liq = await r.valid(
+                    models.LiquidationInfos, "/api/v1/liquidations", long_,
+                    account_index=long_.account,
+                )  # fmt: skip
+                [x] = liq["liquidations"]
+                assert (x["trade"]["price"], x["trade"]["size"]) == ("2500.00", "0.1000")
+                assert x["trade"]["ask_account_id"] == long_.account  # a long is sold
+                pnl = await r.valid(
+                    models.AccountPnL, "/api/v1/pnl", long_, by="index", value=long_.account,
+                    resolution="1h",
+                )  # fmt: skip
+                assert sum(e["trade_pnl"] for e in pnl["pnl"]) == -50  # (2500 - 3000) x 0.1
+        finally:
+            await server.close()
+
+    run(main())
