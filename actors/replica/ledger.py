@@ -59,7 +59,7 @@ from raydex.codecs import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
 
     from .state import TxRecord
 
@@ -289,12 +289,13 @@ class Ledger:
         if last >= first:
             self.gaps.append((first, last))
 
-    def rebase(self, other: Ledger) -> None:
-        """After a resync: keep the logs, take the mirrors of the fresh state's ledger."""
+    def rebase(self, other: Ledger, resting: Collection[int]) -> None:
+        """After a resync: keep the logs, take the mirrors of the fresh state's ledger; the
+        filled quotes of the orders still resting (``resting``) are kept."""
         self.catch_up()
         self._collateral, self._positions = other._collateral, other._positions
         self._rates = other._rates
-        self._quote = {}
+        self._quote = {oi: q for oi, q in self._quote.items() if oi in resting}
         self.last_seq = max(self.last_seq, other.last_seq)
 
     # ---- fed by apply_block ---------------------------------------------------------------------
@@ -302,8 +303,11 @@ class Ledger:
     def add_block(
         self, events: Sequence[object], txs: Sequence[TxRecord], seq: int, ts_ms: int
     ) -> None:
-        """Queue one applied block (O(1)); a block at or below ``last_seq`` is ignored."""
+        """Queue one applied block (O(1)). A block at or below ``last_seq`` (replayed after a
+        resync to an older snapshot) is not logged again; it only moves the mirrors."""
         if seq <= self.last_seq:
+            self.catch_up()
+            self._mirror(events)
             return
         self.last_seq = seq
         self._pending.append((events, txs, seq, ts_ms))
@@ -376,6 +380,19 @@ class Ledger:
             elif t is PositionLiquidated:
                 liq: PositionLiquidated = ev  # type: ignore[assignment]
                 log_of(liq.account_index).add_liquidation(Liquidation(liq, tx_hash, height, ts_ms))
+            elif t is FundingChanged:
+                f: FundingChanged = ev  # type: ignore[assignment]
+                self._rates[f.market_index] = f.last_rate
+
+    def _mirror(self, events: Sequence[object]) -> None:
+        for ev in events:
+            t = type(ev)
+            if t is BalanceChanged:
+                b: BalanceChanged = ev  # type: ignore[assignment]
+                self._collateral[b[0]] = b[1]
+            elif t is PositionChanged:
+                p: PositionChanged = ev  # type: ignore[assignment]
+                self._positions[(p[0], p[1])] = (p[4], p[5], p[2])
             elif t is FundingChanged:
                 f: FundingChanged = ev  # type: ignore[assignment]
                 self._rates[f.market_index] = f.last_rate
