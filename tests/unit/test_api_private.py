@@ -437,3 +437,29 @@ def test_a_resync_to_an_older_snapshot_replays_blocks_without_logging_them_twice
         assert st.ledger.gaps == []
 
     with_rig(body)
+
+
+def test_own_fills_page_through_next_cursor_newest_first() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a, b = ts
+        for i in range(5):
+            await r.send(a.order(305_000 + i, 10, 1))
+            await r.send(b.order(305_000 + i, 10, 0))
+        seen: list[int] = []
+        cursor: str | None = None
+        for _ in range(5):
+            params: dict[str, Any] = {"account_index": a.account, "limit": 2}
+            if cursor is not None:
+                params["cursor"] = cursor
+            page = await r.valid(models.Trades, "/api/v1/trades", a, **params)
+            seen += [t["trade_id"] for t in page["trades"]]
+            cursor = page.get("next_cursor")
+            if cursor is None:
+                break
+        assert len(seen) == 5 and seen == sorted(seen, reverse=True)
+        status, reply = await r.get(
+            "/api/v1/deposit/history", token(a), account_index=a.account, cursor="7"
+        )
+        assert (status, reply["code"]) == (400, ResultCode.INVALID_PARAM)
+
+    with_rig(body)
