@@ -101,6 +101,8 @@ from raydex.engine.rules import (
 )
 
 from .history import History
+from .ledger import Ledger
+from .ledger import TradeRow as TradeRow
 
 _OK = int(ResultCode.OK)
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
@@ -201,13 +203,6 @@ class BookDelta:
     asks: Levels
     nonce: int
     begin_nonce: int
-
-
-class TradeRow(NamedTuple):
-    trade: TradeExecuted
-    tx_hash: bytes
-    block_height: int
-    timestamp_ms: int
 
 
 class TxRecord(NamedTuple):
@@ -320,6 +315,8 @@ class ReplicaState:
         self._pending: dict[tuple[int, int], dict[int, int]] = {}
         #: txs per block, tx bodies sent through here, candles (history.py)
         self.history = History(TX_RESULTS)
+        #: per-account history for the authenticated reads (ledger.py), folded after the block
+        self.ledger = Ledger()
 
     # ---- boot -----------------------------------------------------------------------------------
 
@@ -331,14 +328,19 @@ class ReplicaState:
         st = cls(verifier)
         st.seq = seq
         st.height = height
+        st.ledger = ledger = Ledger(from_seq=seq + 1)
         for r in records:
             t = type(r)
             if t is MarketRecord:
                 st._add_market(r)
             elif t is _AccountRecord:
                 st.accounts[r.account_index] = AccountCache(r.collateral)
+                ledger.seed_account(r.account_index, r.collateral)
             elif t is PositionRecord:
                 st._account(r.account_index).positions[r.market_index] = r
+                ledger.seed_position(
+                    r.account_index, r.market_index, r.realized_pnl, r.funding_paid, r.size
+                )
             elif t is ApiKeyRecord:
                 st._put_key(r)
             elif t is OrderRecord:
@@ -350,6 +352,7 @@ class ReplicaState:
                 st.fee_pool, st.insurance_fund = r.fee_pool, r.insurance_fund
             elif t is FundingRecord:
                 st.history.restore_funding(r)
+                ledger.seed_rate(r.market_index, r.last_rate)
             elif t is L1AddressRecord:
                 st.l1_addresses[r.account_index] = r.l1_address
                 st.by_l1[r.l1_address] = r.account_index
@@ -364,8 +367,13 @@ class ReplicaState:
 
     def reload(self, other: ReplicaState) -> None:
         """Take over ``other``'s caches in place (after a resync from a snapshot), so every holder
-        of a reference to this state (the app, the fan-out) sees the new caches."""
+        of a reference to this state (the app, the fan-out) sees the new caches. The ledger is
+        kept (what it holds stays true), the blocks the resync skipped recorded as a gap."""
+        ledger = self.ledger
+        ledger.skipped(self.seq + 1, other.seq)
+        ledger.rebase(other.ledger, other.orders)
         self.__dict__.update(other.__dict__)
+        self.ledger = ledger
 
     def _add_market(self, r: MarketRecord) -> None:
         mi = r.market_index
@@ -566,6 +574,7 @@ class ReplicaState:
             seq, blk.height, blk.timestamp_ns, deltas, trades, frozenset(touched), tuple(txs)
         )
         self.history.add(applied)
+        self.ledger.add_block(blk.events, applied.txs, seq, ts_ms)
         return applied
 
     def _order_event(self, ev: OrderUpdated) -> None:
