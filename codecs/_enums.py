@@ -104,6 +104,12 @@ class ResultCode(IntEnum):
     INVALID_TX_INFO = 20003
     BODY_TOO_LARGE = 20004
     NOT_FOUND = 20005
+    # auth tokens for private reads (actors/replica/auth.py); bad keys/signatures reuse 21108/21120
+    AUTH_REQUIRED = 20010
+    AUTH_MALFORMED = 20011
+    AUTH_EXPIRED = 20012
+    AUTH_DEADLINE_TOO_FAR = 20013
+    AUTH_ACCOUNT_MISMATCH = 20014
     # Lighter transaction codes (21xxx)
     INVALID_NONCE = 21104
     BATCH_NONCES_NOT_CONSECUTIVE = 21105

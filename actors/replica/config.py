@@ -33,6 +33,10 @@ class ApiConfig:
     ws_send_buffer_bytes: int | None = None
     #: Seconds a slow client's close handshake may take before its socket is aborted.
     ws_close_timeout_s: float = 1.0
+    #: Longest lifetime (s) of an auth token for private reads (auth.py): a token whose deadline
+    #: is further away is refused (20013). Lighter: 8 hours (the SDK's default is 10 minutes).
+    #: Longer lets clients re-sign less often; a leaked token reads the account for longer.
+    auth_max_lifetime_s: int = 8 * 3600
     #: Most levels/orders/trades a REST list answer holds.
     max_list_limit: int = 250
     network_id: int = DEFAULT_CHAIN_ID
@@ -88,5 +92,7 @@ class ApiConfig:
             raise ValueError("need 0 <= join_lag_blocks <= leave_lag_blocks")
         if not 0 <= self.admission_max_delay_s < self.outcome_timeout_s:
             raise ValueError("need 0 <= admission_max_delay_s < outcome_timeout_s")
+        if self.auth_max_lifetime_s <= 0:
+            raise ValueError("auth_max_lifetime_s must be > 0")
         if self.port_check_interval_s <= 0:
             raise ValueError("port_check_interval_s must be > 0")

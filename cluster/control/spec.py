@@ -370,6 +370,7 @@ _API_POSITIVE = (
     "ws_send_buffer_bytes",
     "ws_close_timeout_s",
     "max_list_limit",
+    "auth_max_lifetime_s",
     "ws_max_connections_per_ip",
     "rate_limit_max_keys",
     "rejection_cache_size",
