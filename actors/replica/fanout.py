@@ -47,7 +47,7 @@ import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from aiohttp import WSMsgType, web
@@ -56,6 +56,7 @@ from raydex.codecs import ResultCode, usdc_to_str
 
 from . import account_channels, public_views, views
 from .account_channels import AccountChannel, AccountUpdates, Authorize
+from .auth import AuthError, KeySource, require_account
 from .candles import (
     MAX_ANSWER,
     RESOLUTIONS,
@@ -161,8 +162,9 @@ class Fanout:
     ) -> None:
         self.state = state
         self.config = config
-        #: checks a private account channel's ``auth`` token (None: private channels refused)
-        self.authorize = authorize
+        #: checks a private account channel's ``auth`` token: Lighter's auth tokens (auth.py)
+        #: unless another check is given (the apply benchmark accepts every token)
+        self.authorize: Authorize = authorize if authorize is not None else self._check_token
         self.clients: set[Client] = set()
         self._subs: dict[str, set[Client]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -273,8 +275,6 @@ class Fanout:
         if acc.account not in st.accounts or (acc.market >= 0 and acc.market not in st.markets):
             return int(ResultCode.WS_INVALID_CHANNEL), f"unknown market or account in {key}"
         if acc.private:
-            if self.authorize is None:
-                return int(ResultCode.WS_INVALID_CHANNEL), f"{acc.kind} is not served here"
             code, message = self.authorize(auth, acc.account)
             if code != int(ResultCode.OK):
                 return code, message
@@ -292,6 +292,17 @@ class Fanout:
         self._account_keys[key] = acc
         self._watch(acc.account)
         self._put(c, _Msg(_encode(body)))
+        return int(ResultCode.OK), ""
+
+    def _check_token(self, token: object, account: int) -> tuple[int, str]:
+        """Lighter's auth token for ``account`` (auth.py): ``(200, "")`` or its refusal."""
+        if token is not None and not isinstance(token, str):
+            return int(ResultCode.AUTH_MALFORMED), "auth token must be a string"
+        try:
+            keys = cast(KeySource, self.state)
+            require_account(token, account, time.time(), keys, self.config.auth_max_lifetime_s)
+        except AuthError as e:
+            return e.code, e.message
         return int(ResultCode.OK), ""
 
     def _watch(self, ai: int) -> None:
