@@ -83,6 +83,16 @@ async def _signer(exchange: Exchange, account: int, priv: str) -> Any:
     return client
 
 
+def _free_price(exchange: Exchange, market: int = 0) -> int:
+    """A price strictly inside the shared book's spread (other tests leave orders resting), so
+    an order there is the best of its side and a cross at it fills exactly that order."""
+    book = exchange.replica.state.books[market]
+    bid = book.bids[0][0] if book.bids else 250_000
+    ask = book.asks[0][0] if book.asks else 350_000
+    assert ask - bid >= 2, (bid, ask)
+    return (bid + ask) // 2
+
+
 async def _take(ex: Any, exchange: Exchange, price: int, size: int, is_ask: int) -> None:
     """The shared stack's trader 3 crosses ``size`` lots at ``price`` (sent through ccxt)."""
     t = exchange.traders[3]
@@ -121,7 +131,8 @@ def test_ccxt_watches_its_orders_fill_its_trades_and_its_balance(exchange: Excha
         try:
             await ex.load_markets()
             coi = exchange.next_coi()
-            _tx, resp, err = await signer.create_order(0, coi, 200, 352_000, True, 0, 1)
+            price = _free_price(exchange)
+            _tx, resp, err = await signer.create_order(0, coi, 200, price, True, 0, 1)
             assert err is None and resp.code == 200, (resp, err)
 
             def ours(status: str) -> Callable[[Any], bool]:
@@ -135,13 +146,13 @@ def test_ccxt_watches_its_orders_fill_its_trades_and_its_balance(exchange: Excha
             assert (mine["symbol"], mine["side"], mine["price"], mine["amount"]) == (
                 ETH,
                 "sell",
-                3520.0,
+                price / 100,
                 0.02,
             )
-            await _take(ex, exchange, 352_000, 200, 0)  # lifts the whole ask
+            await _take(ex, exchange, price, 200, 0)  # lifts the whole ask
             orders = await _seen(lambda: ex.orders, ours("closed"))
             done = [o for o in orders if o["clientOrderId"] == str(coi)][-1]
-            assert (done["filled"], done["remaining"], done["cost"]) == (0.02, 0.0, 70.4)
+            assert (done["filled"], done["remaining"], done["cost"]) == (0.02, 0.0, price / 5000)
 
             token = ex.create_auth({})  # ccxt's own token, from its binding of the signer library
             assert token.split(":")[1:3] == [str(account), str(KEY)]
@@ -153,7 +164,7 @@ def test_ccxt_watches_its_orders_fill_its_trades_and_its_balance(exchange: Excha
             assert (fill["side"], fill["takerOrMaker"], fill["price"], fill["amount"]) == (
                 "sell",
                 "maker",
-                3520.0,
+                price / 100,
                 0.02,
             )
 
@@ -206,9 +217,10 @@ def test_the_sdk_ws_client_sees_its_trade_and_trade_stats_on_account_all(
             assert seen[0]["type"] == "subscribed/account_all"
             assert seen[0]["total_trades_count"] == 0
             coi = exchange.next_coi()
-            _tx, resp, err = await signer.create_order(0, coi, 100, 268_000, False, 0, 1)
+            price = _free_price(exchange)
+            _tx, resp, err = await signer.create_order(0, coi, 100, price, False, 0, 1)
             assert err is None and resp.code == 200, (resp, err)
-            await _take(ex, exchange, 268_000, 100, 1)  # trader 3 sells into our bid
+            await _take(ex, exchange, price, 100, 1)  # trader 3 sells into our bid
 
             def traded() -> bool:
                 return bool(seen[-1].get("trades"))
@@ -218,12 +230,9 @@ def test_the_sdk_ws_client_sees_its_trade_and_trade_stats_on_account_all(
             assert last["type"] == "update/account_all"
             [row] = last["trades"]["0"]
             lighter.models.Trade.model_validate(row, strict=True)
-            assert (row["bid_account_id"], row["price"], row["size"]) == (
-                account,
-                "2680.00",
-                "0.0100",
-            )
-            assert (last["total_trades_count"], last["daily_volume"]) == (1, 26.8)
+            assert (row["bid_account_id"], row["size"]) == (account, "0.0100")
+            assert row["price"] == f"{price // 100}.{price % 100:02d}"
+            assert (last["total_trades_count"], last["daily_volume"]) == (1, price / 10_000)
             lighter.models.AccountPosition.model_validate(last["positions"]["0"], strict=True)
         finally:
             task.cancel()
