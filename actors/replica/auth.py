@@ -14,7 +14,9 @@ the first three fields as text (``codecs.signing.auth_token_hash``; lighter-go's
 Semantics:
 
 - Accepted iff the text has that shape (decimal fields without sign or leading zeros, account in
-  [0, 2^48), key in [0, 254], 160 hex digits), ``now_s < deadline <= now_s + max_lifetime_s``,
+  [0, 2^48), key in [0, 254], 160 hex digits), ``now_s < deadline <= now_s + max_lifetime_s +
+  CLOCK_SKEW_S`` (ccxt signs exactly ``now + 8 h`` by its own clock: a client clock a little ahead
+  of the replica's must not turn its tokens away),
   the account has a key registered at that index (``state.api_keys``) and the signature verifies
   under it. Everything else raises :class:`AuthError` with a code and a message saying which
   check failed; nothing is served on a refusal. Lighter: the SDK's default lifetime is 10
@@ -44,6 +46,7 @@ from raydex.codecs import MAX_48, MAX_API_KEY_INDEX, ApiKeyRecord, ResultCode
 from raydex.codecs.signing import KeyCache, auth_token_hash, auth_token_message
 
 __all__ = [
+    "CLOCK_SKEW_S",
     "LIGHTER_DEFAULT_LIFETIME_S",
     "LIGHTER_MAX_LIFETIME_S",
     "VERIFIED_CACHE",
@@ -58,6 +61,8 @@ __all__ = [
 LIGHTER_DEFAULT_LIFETIME_S: Final = 10 * 60
 #: The longest lifetime Lighter accepts: 8 hours.
 LIGHTER_MAX_LIFETIME_S: Final = 8 * 3600
+#: Seconds a client's clock may run ahead of the replica's for the maximum lifetime check.
+CLOCK_SKEW_S: Final = 60
 #: Verified (token, public key) pairs remembered; the least recently verified are forgotten.
 VERIFIED_CACHE: Final = 10_000
 _SIG_HEX = 160
@@ -137,7 +142,7 @@ def authenticate(
         verified_under = b""
     if deadline <= now_s:
         raise AuthError(ResultCode.AUTH_EXPIRED, f"auth token expired at {deadline}")
-    if deadline > now_s + max_lifetime_s:
+    if deadline > now_s + max_lifetime_s + CLOCK_SKEW_S:
         raise AuthError(
             ResultCode.AUTH_DEADLINE_TOO_FAR,
             f"auth token deadline {deadline} is more than {int(max_lifetime_s)} s away",

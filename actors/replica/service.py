@@ -335,6 +335,8 @@ class ReplicaService:
         #: quiet time after which ``status`` hashes again (s); see ``status``
         self.hash_quiet_s = HASH_QUIET_S
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        #: a ledger fold is scheduled on the loop (one per burst of blocks)
+        self._fold_scheduled = False
         self._waiter_id = 0
         self.boots = 0
         self.resyncs = 0
@@ -557,9 +559,16 @@ class ReplicaService:
             _, _, fut = heapq.heappop(waiters)
             if not fut.done():
                 fut.set_result(None)
+        if not self._fold_scheduled:  # the ledger folds after the woken waiters ran (ledger.py)
+            self._fold_scheduled = True
+            asyncio.get_running_loop().call_soon(self._fold_ledger)
         probe = self.hooks.probe
         if probe is not None:
             probe.on_apply(block, applied, t1 - t0, t2 - t1, t3 - t2)
+
+    def _fold_ledger(self) -> None:
+        self._fold_scheduled = False
+        self.state.ledger.catch_up()
 
     async def _resync(self) -> None:
         """Rebuild the caches from the newest snapshot and catch up (after a failed apply: a

@@ -94,6 +94,8 @@ from raydex.engine.rules import (
 )
 
 from .history import History
+from .ledger import Ledger
+from .ledger import TradeRow as TradeRow
 
 _OK = int(ResultCode.OK)
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
@@ -192,13 +194,6 @@ class BookDelta:
     asks: Levels
     nonce: int
     begin_nonce: int
-
-
-class TradeRow(NamedTuple):
-    trade: TradeExecuted
-    tx_hash: bytes
-    block_height: int
-    timestamp_ms: int
 
 
 class TxRecord(NamedTuple):
@@ -311,6 +306,8 @@ class ReplicaState:
         self._pending: dict[tuple[int, int], dict[int, int]] = {}
         #: txs per block, tx bodies sent through here, candles (history.py)
         self.history = History(TX_RESULTS)
+        #: per-account history for the authenticated reads (ledger.py), folded after the block
+        self.ledger = Ledger()
 
     # ---- boot -----------------------------------------------------------------------------------
 
@@ -322,14 +319,19 @@ class ReplicaState:
         st = cls(verifier)
         st.seq = seq
         st.height = height
+        st.ledger = ledger = Ledger(from_seq=seq + 1)
         for r in records:
             t = type(r)
             if t is MarketRecord:
                 st._add_market(r)
             elif t is _AccountRecord:
                 st.accounts[r.account_index] = AccountCache(r.collateral)
+                ledger.seed_account(r.account_index, r.collateral)
             elif t is PositionRecord:
                 st._account(r.account_index).positions[r.market_index] = r
+                ledger.seed_position(
+                    r.account_index, r.market_index, r.realized_pnl, r.funding_paid, r.size
+                )
             elif t is ApiKeyRecord:
                 st._put_key(r)
             elif t is OrderRecord:
@@ -341,6 +343,7 @@ class ReplicaState:
                 st.fee_pool, st.insurance_fund = r.fee_pool, r.insurance_fund
             elif t is FundingRecord:
                 st.history.restore_funding(r)
+                ledger.seed_rate(r.market_index, r.last_rate)
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         for mi in st.markets:
@@ -352,8 +355,13 @@ class ReplicaState:
 
     def reload(self, other: ReplicaState) -> None:
         """Take over ``other``'s caches in place (after a resync from a snapshot), so every holder
-        of a reference to this state (the app, the fan-out) sees the new caches."""
+        of a reference to this state (the app, the fan-out) sees the new caches. The ledger is
+        kept (what it holds stays true), the blocks the resync skipped recorded as a gap."""
+        ledger = self.ledger
+        ledger.skipped(self.seq + 1, other.seq)
+        ledger.rebase(other.ledger)
         self.__dict__.update(other.__dict__)
+        self.ledger = ledger
 
     def _add_market(self, r: MarketRecord) -> None:
         mi = r.market_index
@@ -558,6 +566,7 @@ class ReplicaState:
             events=blk.events,
         )
         self.history.add(applied, self.markets)
+        self.ledger.add_block(blk.events, applied.txs, seq, ts_ms)
         return applied
 
     def _order_event(self, ev: OrderUpdated) -> None:

@@ -175,7 +175,7 @@ def run_once(
     fanout = Fanout(state, ApiConfig(), authorize=_accept)
     clients = _subscribe(fanout, state, watched, account_channels)
     _drain(clients)
-    hist = {k: Histogram() for k in ("decode", "cache_update", "fanout", "apply")}
+    hist = {k: Histogram() for k in ("decode", "cache_update", "fanout", "apply", "ledger")}
     totals = dict.fromkeys(hist, 0)
     events = 0
     pc = time.thread_time_ns
@@ -190,6 +190,8 @@ def run_once(
             t2 = pc()
             fanout.publish(applied)
             t3 = pc()
+            state.ledger.catch_up()  # after the block's fan-out, as the service schedules it
+            t4 = pc()
             _drain(clients)
             events += len(block.events)
             for k, dt in (
@@ -197,6 +199,7 @@ def run_once(
                 ("cache_update", t2 - t1),
                 ("fanout", t3 - t2),
                 ("apply", t3 - t0),
+                ("ledger", t4 - t3),
             ):
                 hist[k].record(dt)
                 totals[k] += dt

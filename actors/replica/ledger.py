@@ -1,0 +1,369 @@
+"""Per-account history for the authenticated reads, fed from the blocks the replica applies.
+
+::
+
+    ReplicaState.apply_block ─► Ledger.add_block(events, txs, seq, ...)   O(1): queued
+    (after the block's fan-out and its waiters) Ledger.catch_up ─► fold ─► AccountLog per account
+    app (auth.py checked the token) ─► Ledger.log(account) (catches up first) ─► JSON
+
+What is kept per account, newest last, each list capped (:class:`LedgerCaps`, oldest dropped):
+``orders`` (orders that left the book: filled, cancelled, expired; with their filled quote),
+``trades`` (its fills, the shared ``TradeRow``), ``flows`` (deposits, withdrawals, transfers in
+and out, amounts from the ``BalanceChanged`` of the tx that moved them), ``fundings`` (funding
+payments, from the change of a position's ``funding_paid``), ``liquidations``
+(``PositionLiquidated``), ``txs`` (the account's own txs, their ``TxRecord``) and ``pnl``
+(hourly buckets: realized pnl, inflow, outflow, traded volume).
+
+Semantics and limits:
+
+- The block stream carries outcomes, not tx bodies: an amount is the collateral change the tx
+  caused to the account (exact: transfers carry no fee in raydex, a deposit or a withdrawal
+  changes nothing else).
+- Off the latency path: ``apply_block`` only queues the block's events; the fold runs after the
+  block was published and its waiters woken (the service schedules :meth:`Ledger.catch_up`), or
+  on the next read, or inline once ``MAX_PENDING`` blocks wait (a bound on what is queued). The
+  ledger mirrors what it needs to turn absolute events into changes (each account's collateral,
+  each position's realized pnl and funding paid), seeded from the snapshot.
+- Events arrive in execution order, each tx's ``TxExecuted`` first (producer.py), so the tx an
+  event belongs to is the last ``TxExecuted`` seen.
+- A fresh replica holds the history of the blocks it applied since its snapshot (``from_seq``):
+  older events are not in a snapshot. A resync from a snapshot keeps the log (what it holds is
+  still true) and records the skipped blocks in ``gaps``: their events are missing from it.
+- Memory: at most ``max_accounts`` logs (the least recently active dropped first) of at most the
+  caps each; a ``TradeRow`` is shared by the two accounts and the market's tape.
+
+Cost: O(1) per block on the apply loop; the fold is O(events) dict and deque work after it;
+reads walk at most one account's capped lists.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from raydex.codecs import (
+    BalanceChanged,
+    FundingChanged,
+    OrderStatus,
+    OrderUpdated,
+    PositionChanged,
+    PositionLiquidated,
+    TradeExecuted,
+    TxExecuted,
+    TxType,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .state import TxRecord
+
+__all__ = [
+    "FLOW_TYPES",
+    "MAX_PENDING",
+    "AccountLog",
+    "DoneOrder",
+    "Flow",
+    "FundingPayment",
+    "Ledger",
+    "LedgerCaps",
+    "Liquidation",
+    "PnlBucket",
+    "TradeRow",
+]
+
+#: Tx types whose collateral changes are flows (deposit/withdraw/transfer history).
+FLOW_TYPES = frozenset({int(TxType.DEPOSIT), int(TxType.TRANSFER), int(TxType.WITHDRAW)})
+_HOUR_MS = 3_600_000
+_ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
+_TRANSFER = int(TxType.TRANSFER)
+#: Blocks queued before :meth:`Ledger.add_block` folds them itself.
+MAX_PENDING = 256
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerCaps:
+    """Bounds of the per-account history. Larger: longer history served, more memory per active
+    account (a few hundred bytes per entry)."""
+
+    #: accounts with a log; the least recently active beyond are forgotten
+    max_accounts: int = 100_000
+    orders: int = 1_000
+    trades: int = 1_000
+    flows: int = 500
+    fundings: int = 1_000
+    liquidations: int = 100
+    txs: int = 1_000
+    #: hourly pnl buckets (31 days)
+    pnl_hours: int = 24 * 31
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            if getattr(self, name) < 1:
+                raise ValueError(f"ledger cap {name} must be >= 1")
+
+
+class TradeRow(NamedTuple):
+    """A trade as the replica serves it (market tape and account fills)."""
+
+    trade: TradeExecuted
+    tx_hash: bytes
+    block_height: int
+    timestamp_ms: int
+
+
+class DoneOrder(NamedTuple):
+    """An order's last update (not active any more), its filled quote (ticks x lots) and when."""
+
+    order: OrderUpdated
+    filled_quote: int
+    block_height: int
+    timestamp_ms: int
+
+
+class Flow(NamedTuple):
+    """Collateral moved by a deposit, withdrawal or transfer (micro-USDC, > 0)."""
+
+    tx_type: int
+    tx_hash: bytes
+    from_account: int
+    to_account: int
+    amount: int
+    block_height: int
+    timestamp_ms: int
+
+
+class FundingPayment(NamedTuple):
+    """Funding settled on one position: ``change`` to the account (micro-USDC, < 0 = paid)."""
+
+    market_index: int
+    change: int
+    position_size: int
+    #: the market's last settled hourly rate (1e-8) when it was charged
+    rate: int
+    block_height: int
+    timestamp_ms: int
+
+
+class Liquidation(NamedTuple):
+    event: PositionLiquidated
+    tx_hash: bytes
+    block_height: int
+    timestamp_ms: int
+
+
+class PnlBucket:
+    """One hour of an account: realized pnl, inflow, outflow (micro-USDC), volume (quote)."""
+
+    __slots__ = ("inflow", "outflow", "start_ms", "trade_pnl", "volume")
+
+    def __init__(self, start_ms: int) -> None:
+        self.start_ms = start_ms
+        self.trade_pnl = 0
+        self.inflow = 0
+        self.outflow = 0
+        self.volume = 0
+
+
+class AccountLog:
+    """One account's capped lists (see the module docstring), oldest first."""
+
+    __slots__ = ("flows", "fundings", "liquidations", "orders", "pnl", "trades", "txs")
+
+    def __init__(self, caps: LedgerCaps) -> None:
+        self.orders: deque[DoneOrder] = deque(maxlen=caps.orders)
+        self.trades: deque[TradeRow] = deque(maxlen=caps.trades)
+        self.flows: deque[Flow] = deque(maxlen=caps.flows)
+        self.fundings: deque[FundingPayment] = deque(maxlen=caps.fundings)
+        self.liquidations: deque[Liquidation] = deque(maxlen=caps.liquidations)
+        self.txs: deque[TxRecord] = deque(maxlen=caps.txs)
+        self.pnl: deque[PnlBucket] = deque(maxlen=caps.pnl_hours)
+
+    def bucket(self, ts_ms: int) -> PnlBucket:
+        start = ts_ms - ts_ms % _HOUR_MS
+        pnl = self.pnl
+        if not pnl or pnl[-1].start_ms != start:
+            pnl.append(PnlBucket(start))
+        return pnl[-1]
+
+
+class Ledger:
+    """Every account's :class:`AccountLog`; fed by ``ReplicaState.apply_block`` only."""
+
+    def __init__(self, caps: LedgerCaps | None = None, from_seq: int = 1) -> None:
+        self.caps = caps if caps is not None else LedgerCaps()
+        #: the first block whose events are in the logs
+        self.from_seq = from_seq
+        #: the last block queued (a block at or below is not logged again)
+        self.last_seq = from_seq - 1
+        #: ``(first, last)`` seq ranges skipped by resyncs: their events are missing
+        self.gaps: list[tuple[int, int]] = []
+        self._logs: OrderedDict[int, AccountLog] = OrderedDict()
+        self._pending: deque[tuple[Sequence[object], Sequence[TxRecord], int, int]] = deque()
+        #: mirrors: account -> collateral; (account, market) -> [realized pnl, funding, size]
+        self._collateral: dict[int, int] = {}
+        self._positions: dict[tuple[int, int], tuple[int, int, int]] = {}
+        #: market -> its last settled funding rate (1e-8)
+        self._rates: dict[int, int] = {}
+        #: resting orders' filled quote so far (ticks x lots), until they leave the book
+        self._quote: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        self.catch_up()
+        return len(self._logs)
+
+    # ---- seeded from the snapshot --------------------------------------------------------------
+
+    def seed_account(self, account: int, collateral: int) -> None:
+        self._collateral[account] = collateral
+
+    def seed_position(
+        self, account: int, market: int, realized_pnl: int, funding_paid: int, size: int
+    ) -> None:
+        self._positions[(account, market)] = (realized_pnl, funding_paid, size)
+
+    def seed_rate(self, market: int, rate: int) -> None:
+        self._rates[market] = rate
+
+    def log(self, account: int) -> AccountLog | None:
+        """``account``'s log, None if nothing of it was seen (reads do not create logs)."""
+        self.catch_up()
+        return self._logs.get(account)
+
+    def skipped(self, first: int, last: int) -> None:
+        """A resync jumped from block ``first - 1`` to the snapshot at ``last``."""
+        self.catch_up()
+        if last >= first:
+            self.gaps.append((first, last))
+
+    def rebase(self, other: Ledger) -> None:
+        """After a resync: keep the logs, take the mirrors of the fresh state's ledger."""
+        self.catch_up()
+        self._collateral, self._positions = other._collateral, other._positions
+        self._rates = other._rates
+        self._quote = {}
+        self.last_seq = max(self.last_seq, other.last_seq)
+
+    # ---- fed by apply_block ---------------------------------------------------------------------
+
+    def add_block(
+        self, events: Sequence[object], txs: Sequence[TxRecord], seq: int, ts_ms: int
+    ) -> None:
+        """Queue one applied block (O(1)); a block at or below ``last_seq`` is ignored."""
+        if seq <= self.last_seq:
+            return
+        self.last_seq = seq
+        self._pending.append((events, txs, seq, ts_ms))
+        if len(self._pending) > MAX_PENDING:
+            self.catch_up()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def catch_up(self) -> None:
+        """Fold every queued block into the logs."""
+        pending = self._pending
+        while pending:
+            self._fold(*pending.popleft())
+
+    def _log(self, account: int) -> AccountLog:
+        logs = self._logs
+        log = logs.get(account)
+        if log is None:
+            log = logs[account] = AccountLog(self.caps)
+            if len(logs) > self.caps.max_accounts:
+                logs.popitem(last=False)
+        else:
+            logs.move_to_end(account)
+        return log
+
+    def _fold(
+        self, events: Sequence[object], txs: Sequence[TxRecord], height: int, ts_ms: int
+    ) -> None:
+        tx_type = tx_account = 0
+        tx_hash = b""
+        position = -1
+        collateral = self._collateral
+        for ev in events:
+            t = type(ev)
+            if t is TxExecuted:
+                position += 1
+                rec = txs[position]
+                tx_hash, tx_type, tx_account = rec.tx_hash, rec.tx_type, rec.account_index
+                self._log(tx_account).txs.append(rec)
+            elif t is TradeExecuted:
+                self._fill(ev, tx_hash, height, ts_ms)  # type: ignore[arg-type]
+            elif t is OrderUpdated:
+                o: OrderUpdated = ev  # type: ignore[assignment]
+                if o.status != _ACTIVE or not o.remaining_base_amount:
+                    quote = self._quote.pop(o.order_index, 0)
+                    self._log(o.account_index).orders.append(DoneOrder(o, quote, height, ts_ms))
+            elif t is BalanceChanged:
+                b: BalanceChanged = ev  # type: ignore[assignment]
+                old = collateral.get(b.account_index, 0)
+                collateral[b.account_index] = b.collateral
+                if tx_type in FLOW_TYPES:
+                    self._flow(tx_type, tx_hash, tx_account, b.account_index,
+                               b.collateral - old, height, ts_ms)  # fmt: skip
+            elif t is PositionChanged:
+                self._position(ev, height, ts_ms)  # type: ignore[arg-type]
+            elif t is PositionLiquidated:
+                liq: PositionLiquidated = ev  # type: ignore[assignment]
+                self._log(liq.account_index).liquidations.append(
+                    Liquidation(liq, tx_hash, height, ts_ms)
+                )
+            elif t is FundingChanged:
+                f: FundingChanged = ev  # type: ignore[assignment]
+                self._rates[f.market_index] = f.last_rate
+
+    def _fill(self, t: TradeExecuted, tx_hash: bytes, height: int, ts_ms: int) -> None:
+        row = TradeRow(t, tx_hash, height, ts_ms)
+        quote = t.price * t.size
+        q = self._quote
+        for ai, oi in (
+            (t.taker_account_index, t.taker_order_index),
+            (t.maker_account_index, t.maker_order_index),
+        ):
+            log = self._log(ai)
+            log.trades.append(row)
+            log.bucket(ts_ms).volume += quote
+            q[oi] = q.get(oi, 0) + quote
+
+    def _flow(
+        self, tx_type: int, tx_hash: bytes, tx_account: int, account: int, delta: int,
+        height: int, ts_ms: int,
+    ) -> None:  # fmt: skip
+        """The collateral of ``account`` changed by ``delta`` in a flow tx of ``tx_account``."""
+        if not delta:
+            return
+        if tx_type == _TRANSFER:
+            if account == tx_account:
+                return  # the sender's side: recorded with the receiver's, which names both
+            sender = self._log(tx_account)
+            sender.bucket(ts_ms).outflow += delta
+            sender.flows.append(Flow(tx_type, tx_hash, tx_account, account, delta, height, ts_ms))
+            src = tx_account
+        else:
+            src = account
+        log = self._log(account)
+        if delta > 0:
+            log.bucket(ts_ms).inflow += delta
+        else:
+            log.bucket(ts_ms).outflow -= delta
+        log.flows.append(Flow(tx_type, tx_hash, src, account, abs(delta), height, ts_ms))
+
+    def _position(self, p: PositionChanged, height: int, ts_ms: int) -> None:
+        key = (p.account_index, p.market_index)
+        old = self._positions.get(key, (0, 0, 0))
+        self._positions[key] = (p.realized_pnl, p.funding_paid, p.size)
+        pnl, paid = p.realized_pnl - old[0], p.funding_paid - old[1]
+        if not (pnl or paid):
+            return
+        log = self._log(p.account_index)
+        if pnl:
+            log.bucket(ts_ms).trade_pnl += pnl
+        if paid:  # charged on the size held before this change
+            rate = self._rates.get(p.market_index, 0)
+            log.fundings.append(FundingPayment(p.market_index, -paid, old[2], rate, height, ts_ms))
