@@ -34,9 +34,12 @@ Semantics:
   touched with its status after the block (``filled``, ``canceled``, ... included, so a
   subscriber sees its order end), the block's trades of the account, the positions it changed,
   the funding its positions were charged. One message per channel per block, never per event.
-- An order's ``filled_quote_amount`` is exact for the fills this replica saw while someone
-  watched the account; fills before that are valued at the order's limit price. An order's
-  ``nonce`` is the nonce of the tx that wrote it when that tx was the owner's own, else 0.
+- An order's ``filled_quote_amount`` is exact for the fills this replica applied (the ledger's
+  count when the account's first subscription starts, then the fan-out's own for the watched
+  accounts); fills before the replica's snapshot are not known to it (0). An order's ``nonce``
+  is the nonce of the CreateOrder that placed it when the update comes from that tx, else 0.
+- Snapshots of trades and funding payments are the ledger's newest ``RECENT`` (ledger.py: the
+  blocks this replica applied since its snapshot).
 - Private channels (``auth: yes``) need the subscribe message's ``auth`` token for that account
   (checked by the ``authorize`` callable the fan-out was given); ``account_all`` and
   ``user_stats`` are public, as on Lighter.
@@ -48,6 +51,7 @@ its events (type checks) plus O(what changed for the watched accounts) of JSON b
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -106,6 +110,8 @@ KINDS = PUBLIC_KINDS | PRIVATE_KINDS
 ACCOUNT_WIDE = tuple(sorted(KINDS - {"account_orders"}))
 
 _CREATE_ORDER = int(tx_type_of(_CreateOrder))
+#: trades and funding payments a ``subscribed`` message carries (the ledger's newest)
+RECENT = 100
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
 _STATUS = {
     0: "in-progress",
@@ -342,12 +348,43 @@ def _trades_by_market(st: ReplicaState, rows: Iterable[TradeRow]) -> dict[str, l
 
 
 def _recent_trades(st: ReplicaState, ai: int) -> list[TradeRow]:
-    return [
-        r
-        for rows in st.trades.values()
-        for r in rows
-        if r.trade.taker_account_index == ai or r.trade.maker_account_index == ai
-    ]
+    log = st.ledger.log(ai)
+    if log is None:
+        return []
+    n = len(log.trades)
+    return list(itertools.islice(log.trades, max(0, n - RECENT), n))
+
+
+def recent_fundings(st: ReplicaState, ai: int) -> dict[str, list[Any]]:
+    """The account's last ``RECENT`` funding payments (the ledger's), by market."""
+    log = st.ledger.log(ai)
+    out: dict[str, list[Any]] = {}
+    if log is None:
+        return out
+    n = len(log.fundings)
+    for f in itertools.islice(log.fundings, max(0, n - RECENT), n):
+        m = st.markets[f.market_index]
+        entry = funding_entry(
+            f.timestamp_ms,
+            f.market_index,
+            f.timestamp_ms // 3_600_000,
+            f.change,
+            f.rate,
+            f.position_size,
+            m,
+        )
+        out.setdefault(str(f.market_index), []).append(entry)
+    return out
+
+
+def seed_filled(st: ReplicaState, ai: int, filled: dict[int, int]) -> None:
+    """Start the filled-quote memo of ``ai``'s resting orders from the ledger's (exact for the
+    fills this replica applied; 0 for an order it saw no fill of)."""
+    for oi, o in st.accounts[ai].orders.items():
+        q = st.ledger.resting_quote(oi)
+        if q is not None:
+            m = st.markets[o.market_index]
+            filled[oi] = q * notional_multiplier(m.price_decimals, m.size_decimals)
 
 
 def _resting(st: ReplicaState, ai: int, market: int, filled: dict[int, int]) -> dict[str, Any]:
@@ -359,21 +396,13 @@ def _resting(st: ReplicaState, ai: int, market: int, filled: dict[int, int]) -> 
         if market >= 0 and o.market_index != market:
             continue
         m = st.markets[o.market_index]
-        fq = filled.get(o.order_index)
-        if fq is None:
-            fq = _at_limit(o, m)
+        fq = filled.get(o.order_index, 0)
         out.setdefault(str(o.market_index), []).append(
             order_json(o, _ACTIVE, m, fq, 0, st.height, ts_ms)
         )
     if market >= 0:
         out.setdefault(str(market), [])
     return out
-
-
-def _at_limit(o: OrderRecord | OrderUpdated, m: MarketRecord) -> int:
-    """Filled quote of ``o``'s fills valued at its limit price (fills not seen by this replica)."""
-    filled = o.initial_base_amount - o.remaining_base_amount
-    return int(filled * o.price * notional_multiplier(m.price_decimals, m.size_decimals))
 
 
 def snapshot(
@@ -522,9 +551,7 @@ class AccountUpdates:
             if market >= 0 and ev.market_index != market:
                 continue
             m = st.markets[ev.market_index]
-            fq = filled.get(oi)
-            if fq is None:
-                fq = _at_limit(ev, m)
+            fq = filled.get(oi, 0)
             out.setdefault(str(ev.market_index), []).append(
                 order_json(ev, ev.status, m, fq, nonce, st.height, ts_ms)
             )

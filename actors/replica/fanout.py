@@ -278,11 +278,13 @@ class Fanout:
             code, message = self.authorize(auth, acc.account)
             if code != int(ResultCode.OK):
                 return code, message
+        self._watch(acc.account)  # first: seeds the filled quotes the snapshot shows
         ts_ms = time.time_ns() // 1_000_000
         if acc.kind == "account_all":
             body = self._account_body(acc.account, "subscribed/account_all", ts_ms)
             trades = account_channels.recent_trades(st, acc.account)
-            body.update(account_channels.account_all_extra(st, acc.account, trades, {}))
+            fundings = account_channels.recent_fundings(st, acc.account)
+            body.update(account_channels.account_all_extra(st, acc.account, trades, fundings))
         else:
             snap = account_channels.snapshot(st, acc, ts_ms, self._filled)
             assert snap is not None  # account and market checked above
@@ -290,7 +292,6 @@ class Fanout:
         c.channels.add(key)
         self._subs.setdefault(key, set()).add(c)
         self._account_keys[key] = acc
-        self._watch(acc.account)
         self._put(c, _Msg(_encode(body)))
         return int(ResultCode.OK), ""
 
@@ -310,6 +311,7 @@ class Fanout:
         if n == 0:
             acct = self.state.accounts[ai]
             self._funding_paid[ai] = {mi: p.funding_paid for mi, p in acct.positions.items()}
+            account_channels.seed_filled(self.state, ai, self._filled)
         self._watched[ai] = n + 1
 
     def _unwatch(self, ai: int) -> None:

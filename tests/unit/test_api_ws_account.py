@@ -295,3 +295,20 @@ def test_account_all_carries_the_blocks_trades_funding_and_trade_stats() -> None
         assert (await until(ws, "unsubscribed"))["channel"] == "account_all:11"
 
     with_ws(body)
+
+
+def test_a_resting_order_shows_the_quote_it_filled_at_before_the_subscription() -> None:
+    async def body(ex: LocalExchange, ws: WS, a: Trader, b: Trader, now: list[int]) -> None:
+        ex.run([b.order(305_000, 100, 1)])  # b offers 0.01 at 3050.00
+        ex.run([a.order(310_000, 300, 0, coi=9)])  # a bids 0.03 at 3100.00: 0.01 fills at 3050
+        snap = await subscribe(ws, "account_all_orders/10", token(a))
+        [o] = orders_of(snap)
+        assert (o["client_order_index"], o["remaining_base_amount"]) == (9, "0.0200")
+        # the fill's own price (from the replica's ledger), not the order's limit (31.000000)
+        assert (o["filled_base_amount"], o["filled_quote_amount"]) == ("0.0100", "30.500000")
+        trades = await subscribe(ws, "account_all_trades/10", token(a))
+        [row] = trades["trades"]["0"]
+        models.Trade.model_validate(row, strict=True)
+        assert (row["bid_account_id"], row["price"]) == (10, "3050.00")
+
+    with_ws(body)
