@@ -212,7 +212,7 @@ class Fanout:
                 subs.discard(c)
             acc = self._account_keys.get(ch)
             if acc is not None:
-                self._unwatch(acc.account)
+                self._drop_account_key(ch, acc)
         c.channels.clear()
         c.queue.clear()
         c.pending.clear()
@@ -306,6 +306,14 @@ class Fanout:
             return e.code, e.message
         return int(ResultCode.OK), ""
 
+    def _drop_account_key(self, key: str, acc: AccountChannel) -> None:
+        """One subscription of ``key`` ended: forget the key once nobody has it (account keys
+        are per account: a client cycling through accounts must not grow these maps)."""
+        if not self._subs.get(key):
+            self._subs.pop(key, None)
+            self._account_keys.pop(key, None)
+        self._unwatch(acc.account)
+
     def _watch(self, ai: int) -> None:
         n = self._watched.get(ai, 0)
         if n == 0:
@@ -334,7 +342,7 @@ class Fanout:
                 return int(ResultCode.WS_NOT_SUBSCRIBED), f"not subscribed to {channel}"
             c.channels.discard(key)
             self._subs[key].discard(c)
-            self._unwatch(acc.account)
+            self._drop_account_key(key, acc)
             self._put(c, _Msg(_encode({"type": "unsubscribed", "channel": acc.reply})))
             return int(ResultCode.OK), ""
         candle = _candle(channel)

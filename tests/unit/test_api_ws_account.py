@@ -94,7 +94,9 @@ def with_ws(body: Body) -> None:
                 if not replica.fanout.clients:
                     break
                 await asyncio.sleep(0.01)
-            assert replica.fanout._watched == {}  # the closed socket watches nothing any more
+            # the closed socket watches nothing any more, and no per-account key is left behind
+            assert replica.fanout._watched == replica.fanout._account_keys == {}
+            assert not [k for k in replica.fanout._subs if k.startswith("account")]
         finally:
             await server.close()
 
