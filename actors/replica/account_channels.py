@@ -24,6 +24,7 @@ address                         reply channel                   auth   body
                                                                        volumes
 ``account_all_positions/{a}``   ``account_all_positions:{a}``   yes    ``positions``, ``shares``
 ``account_all_assets/{a}``      ``account_all_assets:{a}``      yes    ``assets`` {asset id: ..}
+``account_tx/{a}``              ``account_tx:{a}``              yes    ``txs`` [Lighter ``Tx``]
 ==============================  ==============================  =====  ==========================
 
 Semantics:
@@ -33,7 +34,9 @@ Semantics:
   involve it). ``update/<kind>`` carries what one block changed for the account: every order it
   touched with its status after the block (``filled``, ``canceled``, ... included, so a
   subscriber sees its order end), the block's trades of the account, the positions it changed,
-  the funding its positions were charged. One message per channel per block, never per event.
+  the funding its positions were charged, its own txs with their outcome (``account_tx``: a
+  rejected tx too, ``status`` 0 and the code in ``event_info``). One message per channel per
+  block, never per event.
 - An order's ``filled_quote_amount`` is exact for the fills this replica applied (the ledger's
   count when the account's first subscription starts, then the fan-out's own for the watched
   accounts); fills before the replica's snapshot are not known to it (0). An order's ``nonce``
@@ -73,11 +76,11 @@ from raydex.codecs import (
 )
 from raydex.engine.rules import notional_multiplier
 
-from . import views
+from . import public_views, views
 from .margin import liquidation_prices
 
 if TYPE_CHECKING:
-    from .state import Applied, ReplicaState, TradeRow
+    from .state import Applied, ReplicaState, TradeRow, TxRecord
     from .volumes import Volumes
 
 __all__ = [
@@ -98,6 +101,7 @@ Authorize = Callable[[object, int], tuple[int, str]]
 PUBLIC_KINDS = frozenset({"account_all", "user_stats"})
 PRIVATE_KINDS = frozenset(
     {
+        "account_tx",
         "account_all_orders",
         "account_orders",
         "account_all_trades",
@@ -427,6 +431,10 @@ def snapshot(
         body.update(assets=_assets(st, ai), account_id=ai)
     elif kind == "user_stats":
         body["stats"] = user_stats(st, ai)
+    elif kind == "account_tx":
+        log = st.ledger.log(ai)
+        rows = list(log.txs)[-RECENT:] if log is not None else []
+        body["txs"] = public_views.tx_list(st.history, rows)
     else:
         return None  # account_all: Fanout's own body (it predates these channels)
     return body
@@ -471,7 +479,7 @@ class AccountUpdates:
     market -> the position's ``funding_paid`` last seen) are the fan-out's, kept for watched
     accounts only; this pass advances them."""
 
-    __slots__ = ("fundings", "orders", "positions", "trades")
+    __slots__ = ("fundings", "orders", "positions", "trades", "txs")
 
     def __init__(
         self,
@@ -487,6 +495,11 @@ class AccountUpdates:
         self.positions: dict[int, set[int]] = {}
         #: account -> market -> PositionFunding entries
         self.fundings: dict[int, dict[str, list[Any]]] = {}
+        #: account -> its own txs of the block (executed or rejected)
+        self.txs: dict[int, list[TxRecord]] = {}
+        for rec in applied.txs:
+            if rec.account_index in hits:
+                self.txs.setdefault(rec.account_index, []).append(rec)
         ts_ms = applied.timestamp_ns // 1_000_000
         for rows in applied.trades.values():
             for r in rows:
@@ -589,6 +602,11 @@ class AccountUpdates:
             body.update(assets=_assets(st, ai), account_id=ai)
         elif kind == "user_stats":
             body["stats"] = user_stats(st, ai)
+        elif kind == "account_tx":
+            txs = public_views.tx_list(st.history, self.txs.get(ai, []))
+            if not txs:
+                return None
+            body["txs"] = txs
         else:
             return None
         return body

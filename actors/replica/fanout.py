@@ -26,7 +26,8 @@ Invariants:
 - Channels: ``order_book/{m}``, ``trade/{m}``, ``market_stats/{m|all}``, ``height``,
   ``ticker/{m}``, ``candle/{m}/{resolution}``, and the account channels (``account_all/{a}``,
   ``user_stats/{a}``, ``account_all_orders/{a}``, ``account_orders/{m}/{a}``,
-  ``account_all_trades/{a}``, ``account_all_positions/{a}``, ``account_all_assets/{a}``:
+  ``account_all_trades/{a}``, ``account_all_positions/{a}``, ``account_all_assets/{a}``,
+  ``account_tx/{a}``:
   account_channels.py, the private ones behind the ``authorize`` callable). ``market_stats`` is
   pushed for the markets that traded in the block (``all``: one message holding every such
   market, keyed by market id as a string, as Lighter sends it). ``ticker`` (best ask and bid,
@@ -510,7 +511,10 @@ class Fanout:
         """The account channels of the watched accounts this block touched: one pass over the
         block for them, then one message per subscribed channel (account_channels.py)."""
         touched = applied.accounts
-        hits = {ai for ai in self._watched if ai in touched}
+        watched = self._watched
+        hits = {ai for ai in watched if ai in touched}
+        # a rejected tx touches nothing but is still its account's (account_tx)
+        hits.update(r.account_index for r in applied.txs if r.account_index in watched)
         if not hits:
             return
         st = self.state

@@ -21,7 +21,7 @@ makers, 20 takers). ``--watched N`` changes the 40 (0: no account channel at all
 the account fan-out when nobody watches); ``--account-channels all`` subscribes each watched
 account to every account channel (``account_all``, ``user_stats``, ``account_all_orders``,
 ``account_orders`` of each market, ``account_all_trades``, ``account_all_positions``,
-``account_all_assets``; their auth check accepts every token here).
+``account_all_assets``, ``account_tx``; their auth check accepts every token here).
 
 Timing: the CPU time of this thread (``time.thread_time_ns``, CLOCK_THREAD_CPUTIME_ID) around
 each step, so other processes on a shared machine do not inflate it (what they do to the caches
@@ -117,6 +117,7 @@ _ALL_ACCOUNT_CHANNELS = (
     "account_all_trades",
     "account_all_positions",
     "account_all_assets",
+    "account_tx",
 )
 
 

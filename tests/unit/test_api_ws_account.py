@@ -314,3 +314,25 @@ def test_a_resting_order_shows_the_quote_it_filled_at_before_the_subscription() 
         assert (row["bid_account_id"], row["price"]) == (10, "3050.00")
 
     with_ws(body)
+
+
+def test_account_tx_reports_each_own_tx_executed_or_rejected() -> None:
+    async def body(ex: LocalExchange, ws: WS, a: Trader, b: Trader, now: list[int]) -> None:
+        ex.run([a.order(305_000, 100, 1)])
+        reply = await subscribe(ws, "account_tx/10")
+        assert reply["error"]["code"] == ResultCode.AUTH_REQUIRED
+        snap = await subscribe(ws, "account_tx/10", token(a))
+        assert (snap["type"], snap["channel"]) == ("subscribed/account_tx", "account_tx:10")
+        for tx in snap["txs"]:
+            models.Tx.model_validate(tx, strict=True)
+        assert [t["type"] for t in snap["txs"]][-1] == 14  # its CreateOrder
+        ex.run([b.order(295_000, 100, 0)])  # b's tx: nothing for a
+        ex.run([a.cancel(123_456)])  # no such order: rejected, and still reported
+        up = await recv(ws)
+        assert (up["type"], up["channel"]) == ("update/account_tx", "account_tx:10")
+        [tx] = up["txs"]
+        models.Tx.model_validate(tx, strict=True)
+        assert (tx["type"], tx["account_index"], tx["status"]) == (15, 10, 0)
+        assert tx["nonce"] == a.nonce - 1
+
+    with_ws(body)
