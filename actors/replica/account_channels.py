@@ -385,8 +385,8 @@ def seed_filled(st: ReplicaState, ai: int, filled: dict[int, int]) -> None:
     """Start the filled-quote memo of ``ai``'s resting orders from the ledger's (exact for the
     fills this replica applied; 0 for an order it saw no fill of)."""
     for oi, o in st.accounts[ai].orders.items():
-        q = st.ledger.resting_quote(oi)
-        if q is not None:
+        q = st.ledger.filled_quote(oi)
+        if q:
             m = st.markets[o.market_index]
             filled[oi] = q * notional_multiplier(m.price_decimals, m.size_decimals)
 

@@ -64,13 +64,15 @@ from raydex.codecs import (
     MAX_MARKET_INDEX,
     CodecError,
     OrderRecord,
+    OrderStatus,
     ResultCode,
     TxOutcome,
+    TxType,
     tx_from_json,
 )
 from raydex.observability.metrics import ApiCounters
 
-from . import public_views, views
+from . import auth, private_views, public_views, views
 from .admission import Admission
 from .candles import RESOLUTIONS
 from .config import ApiConfig
@@ -108,6 +110,9 @@ class CommitmentSource(Protocol):
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 _OK = int(ResultCode.OK)
+_ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
+_WITHDRAW = int(TxType.WITHDRAW)
+_TRANSFER = int(TxType.TRANSFER)
 _VOLUME_QUOTA = 1_000_000
 
 
@@ -532,6 +537,201 @@ class _Api:
         found = [] if self.commitments is None else await self.commitments.latest(limit)
         return self._ok({"total": len(found), "blocks": found}, cached=False)
 
+    # ---- authenticated reads (auth.py checks the token; ledger.py holds the history) -----------
+
+    def _account_param(self, q: Mapping[str, Any], name: str = "account_index") -> int:
+        ai = _int(q, name, 0, MAX_48)
+        if ai not in self.state.accounts:
+            raise ApiError(int(ResultCode.ACCOUNT_NOT_FOUND), f"account {ai} not found", 404)
+        return ai
+
+    def _authorize(self, request: web.Request, account: int) -> None:
+        """The request's token (``Authorization`` header or ``auth`` parameter) speaks for
+        ``account``, else the refusal (auth.py's code, HTTP 401/403): nothing is served."""
+        token = auth.token_of(request.headers, request.query)
+        try:
+            auth.require_account(
+                token, account, time.time(), self.state, self.config.auth_max_lifetime_s
+            )
+        except auth.AuthError as e:
+            raise ApiError(e.code, e.message, e.status) from None
+
+    def _private(self, request: web.Request, name: str = "account_index") -> int:
+        """The account of a private read, authorized; ``cursor`` paging is not offered."""
+        q = request.query
+        ai = self._account_param(q, name)
+        self._authorize(request, ai)
+        if q.get("cursor"):
+            raise ApiError(int(ResultCode.INVALID_PARAM), "cursor paging is not supported")
+        return ai
+
+    def _list_limit(self, q: Mapping[str, Any]) -> int:
+        return _int(q, "limit", 1, 100, default=100)
+
+    async def account_active_orders(self, request: web.Request) -> web.Response:
+        """``Orders``: the account's resting orders (of ``market_id``; 255 or absent: all)."""
+        ai = self._private(request)
+        markets = self._markets(request.query)
+        st = self.state
+        ledger = st.ledger
+        ts = st.timestamp_ns // 1_000_000
+        rows = sorted(
+            (o for o in st.accounts[ai].orders.values() if o.market_index in markets),
+            key=lambda o: o.order_index,
+        )
+        orders = [
+            private_views.order(
+                o, st.markets[o.market_index], _ACTIVE, ledger.filled_quote(o.order_index),
+                st.height, ts,
+            )
+            for o in rows
+        ]  # fmt: skip
+        return self._ok({"orders": orders})
+
+    async def account_inactive_orders(self, request: web.Request) -> web.Response:
+        """``Orders``: the account's orders that left the book, newest first, ``limit`` of them
+        (of ``market_id``, and ``ask_filter`` 0 bids / 1 asks / -1 both)."""
+        ai = self._private(request)
+        q = request.query
+        limit = _int(q, "limit", 1, 100)
+        markets = set(self._markets(q))
+        side = _int(q, "ask_filter", -1, 1, default=-1)
+        log = self.state.ledger.log(ai)
+        out: list[dict[str, Any]] = []
+        for d in reversed(log.orders if log is not None else ()):
+            o = d.order
+            if o.market_index in markets and (side < 0 or o.is_ask == side):
+                out.append(private_views.done_order(d, self.state.markets[o.market_index]))
+                if len(out) >= limit:
+                    break
+        return self._ok({"orders": out})
+
+    async def trades(self, request: web.Request) -> web.Response:
+        """``Trades``: with ``account_index``, the account's own fills (authenticated), newest
+        first; without, the market's tape (``market_id`` required)."""
+        q = request.query
+        limit = self._list_limit(q)
+        if q.get("sort_by", "timestamp") not in ("timestamp", "trade_id", "block_height"):
+            raise ApiError(int(ResultCode.INVALID_PARAM), "sort_by must be timestamp or trade_id")
+        asc = q.get("sort_dir", "desc") == "asc"
+        if q.get("account_index") is None:
+            mi = self._market(q)
+            tape = list(self.state.trades[mi])
+            rows = tape[:limit] if asc else tape[::-1][:limit]
+        else:
+            ai = self._private(request)
+            markets = set(self._markets(q))
+            side = _int(q, "ask_filter", -1, 1, default=-1)
+            log = self.state.ledger.log(ai)
+            fills = list(log.trades) if log is not None else []
+            rows = []
+            for row in fills if asc else reversed(fills):
+                t = row.trade
+                mine_ask = t.taker_is_ask if t.taker_account_index == ai else not t.taker_is_ask
+                if t.market_index in markets and (side < 0 or int(mine_ask) == side):
+                    rows.append(row)
+                    if len(rows) >= limit:
+                        break
+        markets_ = self.state.markets
+        return self._ok({"trades": [views.trade(r, markets_[r.trade.market_index]) for r in rows]})
+
+    def _flows(self, ai: int) -> list[Any]:
+        log = self.state.ledger.log(ai)
+        return list(reversed(log.flows)) if log is not None else []
+
+    async def deposit_history(self, request: web.Request) -> web.Response:
+        ai = self._private(request)
+        rows = [private_views.deposit(f) for f in self._flows(ai) if private_views.is_deposit(f)]
+        return self._ok({"deposits": rows, "cursor": ""})
+
+    async def withdraw_history(self, request: web.Request) -> web.Response:
+        ai = self._private(request)
+        rows = [private_views.withdrawal(f) for f in self._flows(ai) if f.tx_type == _WITHDRAW]
+        return self._ok({"withdraws": rows, "cursor": ""})
+
+    async def transfer_history(self, request: web.Request) -> web.Response:
+        ai = self._private(request)
+        rows = [private_views.transfer(f, ai) for f in self._flows(ai) if f.tx_type == _TRANSFER]
+        return self._ok({"transfers": rows, "cursor": ""})
+
+    async def position_funding(self, request: web.Request) -> web.Response:
+        """``PositionFundings``: the account's funding payments, newest first."""
+        ai = self._private(request)
+        q = request.query
+        limit = self._list_limit(q)
+        markets = set(self._markets(q))
+        log = self.state.ledger.log(ai)
+        pays = list(log.fundings) if log is not None else []
+        out: list[dict[str, Any]] = []
+        for i in range(len(pays) - 1, -1, -1):
+            p = pays[i]
+            if p.market_index in markets:
+                m = self.state.markets[p.market_index]
+                out.append(private_views.position_funding(p, m, p.block_height))
+                if len(out) >= limit:
+                    break
+        return self._ok({"position_fundings": out})
+
+    async def liquidations(self, request: web.Request) -> web.Response:
+        """``LiquidationInfos``: the account's positions taken over by liquidation, newest
+        first."""
+        ai = self._private(request)
+        q = request.query
+        limit = self._list_limit(q)
+        markets = set(self._markets(q))
+        st = self.state
+        log = st.ledger.log(ai)
+        collateral = st.accounts[ai].collateral
+        rows = [
+            private_views.liquidation(x, st.markets[x.event.market_index], collateral)
+            for x in reversed(log.liquidations if log is not None else ())
+            if x.event.market_index in markets
+        ][:limit]
+        return self._ok({"liquidations": rows})
+
+    async def pnl(self, request: web.Request) -> web.Response:
+        """``AccountPnL``: per ``resolution`` bucket (1h or 1d) in ``[start_timestamp,
+        end_timestamp]`` (s), the account's realized pnl, inflow, outflow and volume in USDC;
+        ``count_back`` > 0: the newest that many buckets."""
+        q = request.query
+        if q.get("by", "index") != "index":
+            raise ApiError(int(ResultCode.INVALID_PARAM), "only by=index is supported")
+        ai = self._private(request, "value")
+        res = q.get("resolution", "1h")
+        width = public_views.FUNDING_RESOLUTIONS.get(res)
+        if width is None:
+            raise ApiError(int(ResultCode.INVALID_PARAM), "resolution must be 1h or 1d")
+        start = _int(q, "start_timestamp", 0, 5_000_000_000_000, default=0)
+        end = _int(q, "end_timestamp", 0, 5_000_000_000_000, default=5_000_000_000_000)
+        count = _int(q, "count_back", 0, 10_000, default=0)
+        log = self.state.ledger.log(ai)
+        rows = private_views.pnl(list(log.pnl) if log is not None else [], width, start, end)
+        return self._ok({"resolution": res, "pnl": rows[-count:] if count else rows})
+
+    async def account_txs(self, request: web.Request) -> web.Response:
+        """``Txs``: the account's own txs, newest first (``by=account_index``)."""
+        q = request.query
+        if q.get("by", "account_index") != "account_index":
+            raise ApiError(int(ResultCode.INVALID_PARAM), "only by=account_index is supported")
+        ai = self._account_param(q, "value")
+        limit = self._list_limit(q)
+        if q.get("index") is not None:
+            raise ApiError(int(ResultCode.INVALID_PARAM), "index paging is not supported")
+        log = self.state.ledger.log(ai)
+        recs = list(log.txs)[::-1][:limit] if log is not None else []
+        return self._ok({"txs": public_views.tx_list(self.state.history, recs)})
+
+    async def account_limits(self, request: web.Request) -> web.Response:
+        self._private(request)
+        return self._ok(private_views.account_limits())
+
+    async def account_metadata(self, request: web.Request) -> web.Response:
+        q = request.query
+        if q.get("by", "index") != "index":
+            raise ApiError(int(ResultCode.INVALID_PARAM), "only by=index is supported")
+        ai = self._account_param(q, "value")
+        return self._ok({"account_metadatas": [private_views.account_metadata(ai)]})
+
     # ---- transactions ---------------------------------------------------------------------------
 
     def _decode_tx(self, tx_type: Any, tx_info: Any) -> Any:
@@ -864,6 +1064,18 @@ def build_app(
         ("candles", api.candles),
         ("funding-rates", api.funding_rates),
         ("fundings", api.fundings),
+        ("accountActiveOrders", api.account_active_orders),
+        ("accountInactiveOrders", api.account_inactive_orders),
+        ("trades", api.trades),
+        ("deposit/history", api.deposit_history),
+        ("withdraw/history", api.withdraw_history),
+        ("transfer/history", api.transfer_history),
+        ("positionFunding", api.position_funding),
+        ("liquidations", api.liquidations),
+        ("pnl", api.pnl),
+        ("accountTxs", api.account_txs),
+        ("accountLimits", api.account_limits),
+        ("accountMetadata", api.account_metadata),
     ):
         r.add_get(f"/api/v1/{path}", handler)
     r.add_get("/api/v1/", api.info)

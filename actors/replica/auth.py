@@ -80,14 +80,17 @@ class AuthError(Exception):
 
 
 class _Verifier(Protocol):
-    keys: KeyCache
+    @property
+    def keys(self) -> KeyCache: ...
 
 
 class KeySource(Protocol):
     """What :func:`authenticate` reads: ``ReplicaState`` is one."""
 
-    api_keys: Mapping[tuple[int, int], ApiKeyRecord]
-    verifier: _Verifier
+    @property
+    def api_keys(self) -> Mapping[tuple[int, int], ApiKeyRecord]: ...
+    @property
+    def verifier(self) -> _Verifier: ...
 
 
 #: token -> (account, api key, deadline, the public key it verified under)

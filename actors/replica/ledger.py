@@ -231,11 +231,10 @@ class Ledger:
         self.catch_up()
         return self._logs.get(account)
 
-    def resting_quote(self, order_index: int) -> int | None:
-        """The filled quote so far (ticks x lots) of a resting order, None if it has no fill
-        the ledger saw (the account WebSocket channels' ``filled_quote_amount``)."""
+    def filled_quote(self, order_index: int) -> int:
+        """What a resting order filled so far (ticks x lots) since the ledger began."""
         self.catch_up()
-        return self._quote.get(order_index)
+        return self._quote.get(order_index, 0)
 
     def skipped(self, first: int, last: int) -> None:
         """A resync jumped from block ``first - 1`` to the snapshot at ``last``."""
