@@ -291,7 +291,7 @@ def user_stats(st: ReplicaState, ai: int) -> dict[str, Any]:
     and total figures equal the top ones."""
     acct = st.accounts[ai]
     equity, imr = st.equity_and_margin(ai)
-    available = st.available_balance(ai)
+    available = equity - imr  # = st.available_balance(ai), without a second walk
     notional = 0
     imf = 10_000
     for mi, p in acct.positions.items():
@@ -343,11 +343,22 @@ def _assets(st: ReplicaState, ai: int) -> dict[str, Any]:
     return {str(views.USDC_ASSET_ID): asset}
 
 
-def _trades_by_market(st: ReplicaState, rows: Iterable[TradeRow]) -> dict[str, list[Any]]:
+def _trades_by_market(
+    st: ReplicaState, rows: Iterable[TradeRow], memo: dict[int, dict[str, Any]] | None = None
+) -> dict[str, list[Any]]:
+    """Lighter ``Trade``s by market; ``memo`` (trade id -> its JSON) shares one rendering of a
+    trade between the channels and accounts of one block (both sides of a trade may be
+    watched, on several channels)."""
     out: dict[str, list[Any]] = {}
     for r in rows:
-        mi = r.trade.market_index
-        out.setdefault(str(mi), []).append(views.trade(r, st.markets[mi]))
+        t = r.trade
+        mi = t.market_index
+        view = memo.get(t.trade_id) if memo is not None else None
+        if view is None:
+            view = views.trade(r, st.markets[mi])
+            if memo is not None:
+                memo[t.trade_id] = view
+        out.setdefault(str(mi), []).append(view)
     return out
 
 
@@ -451,13 +462,17 @@ def _trade_volumes(st: ReplicaState, ai: int) -> dict[str, float]:
 
 
 def account_all_extra(
-    st: ReplicaState, ai: int, trades: Sequence[TradeRow], fundings: dict[str, list[Any]]
+    st: ReplicaState,
+    ai: int,
+    trades: Sequence[TradeRow],
+    fundings: dict[str, list[Any]],
+    memo: dict[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The fields ``account_all`` carries besides collateral and positions: ``trades`` (by
     market), ``funding_histories`` (by market), ``shares`` and the trade counts and volumes."""
     v = st.history.volumes.get(ai, st.timestamp_ns // 1_000_000)
     return {
-        "trades": _trades_by_market(st, trades),
+        "trades": _trades_by_market(st, trades, memo),
         "funding_histories": fundings,
         "shares": [],
         **_volumes(v),
@@ -479,7 +494,7 @@ class AccountUpdates:
     market -> the position's ``funding_paid`` last seen) are the fan-out's, kept for watched
     accounts only; this pass advances them."""
 
-    __slots__ = ("fundings", "orders", "positions", "trades", "txs")
+    __slots__ = ("fundings", "orders", "positions", "trade_views", "trades", "txs")
 
     def __init__(
         self,
@@ -492,6 +507,8 @@ class AccountUpdates:
         #: account -> order index -> (its OrderUpdated, the nonce to show)
         self.orders: dict[int, dict[int, tuple[OrderUpdated, int]]] = {}
         self.trades: dict[int, list[TradeRow]] = {}
+        #: trade id -> its Lighter JSON, rendered once for every channel of the block
+        self.trade_views: dict[int, dict[str, Any]] = {}
         self.positions: dict[int, set[int]] = {}
         #: account -> market -> PositionFunding entries
         self.fundings: dict[int, dict[str, list[Any]]] = {}
@@ -591,7 +608,7 @@ class AccountUpdates:
             rows = self.trades.get(ai)
             if not rows:
                 return None
-            body["trades"] = _trades_by_market(st, rows)
+            body["trades"] = _trades_by_market(st, rows, self.trade_views)
             body.update(_trade_volumes(st, ai))
         elif kind == "account_all_positions":
             changed = self.positions.get(ai)

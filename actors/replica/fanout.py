@@ -526,7 +526,7 @@ class Fanout:
             if subs:
                 body = self._account_body(ai, "update/account_all", ts_ms)
                 extra = account_channels.account_all_extra(
-                    st, ai, ups.trades.get(ai, ()), ups.fundings.get(ai, {})
+                    st, ai, ups.trades.get(ai, ()), ups.fundings.get(ai, {}), ups.trade_views
                 )
                 body.update(extra)
                 self._put_all(subs, _Msg(_encode(body)))
