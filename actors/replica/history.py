@@ -98,7 +98,7 @@ class History:
                 self._txs -= len(dropped)
         if applied.trades:
             self.candles.add(applied.trades)
-            self.volumes.add(applied.trades, markets)
+            self.volumes.queue(applied.trades, markets)
 
     # ---- funding --------------------------------------------------------------------------------
 

@@ -192,6 +192,7 @@ def run_once(
             fanout.publish(applied)
             t3 = pc()
             state.ledger.catch_up()  # after the block's fan-out, as the service schedules it
+            state.history.volumes.catch_up()
             t4 = pc()
             _drain(clients)
             events += len(block.events)
