@@ -30,8 +30,8 @@ address                         reply channel                   auth   body
 Semantics:
 
 - ``subscribed/<kind>`` carries the state now: the account's resting orders, its positions, its
-  assets, its stats, its recent trades (the replica's last ``RECENT_TRADES`` per market that
-  involve it). ``update/<kind>`` carries what one block changed for the account: every order it
+  assets, its stats, its recent trades, funding payments and txs (the ledger's newest
+  ``RECENT``). ``update/<kind>`` carries what one block changed for the account: every order it
   touched with its status after the block (``filled``, ``canceled``, ... included, so a
   subscriber sees its order end), the block's trades of the account, the positions it changed,
   the funding its positions were charged, its own txs with their outcome (``account_tx``: a
@@ -41,10 +41,11 @@ Semantics:
   count when the account's first subscription starts, then the fan-out's own for the watched
   accounts); fills before the replica's snapshot are not known to it (0). An order's ``nonce``
   is the nonce of the CreateOrder that placed it when the update comes from that tx, else 0.
-- Snapshots of trades and funding payments are the ledger's newest ``RECENT`` (ledger.py: the
-  blocks this replica applied since its snapshot).
+- The ledger (ledger.py) holds the blocks this replica applied since its snapshot: older trades,
+  payments and txs are not in a snapshot.
 - Private channels (``auth: yes``) need the subscribe message's ``auth`` token for that account
-  (checked by the ``authorize`` callable the fan-out was given); ``account_all`` and
+  (auth.py's ``require_account``, unless the fan-out was given another ``authorize``); a refusal
+  is an error frame with the token's code and nothing subscribed. ``account_all`` and
   ``user_stats`` are public, as on Lighter.
 
 Cost: with no account channel subscribed, nothing per block. Otherwise O(watched accounts) to
@@ -187,13 +188,6 @@ def parse(channel: object) -> AccountChannel | None:
         return None
     a = _index(parts[1])
     return None if a is None else AccountChannel(kind, a)
-
-
-def channels_of(account: int, markets: Iterable[int]) -> list[AccountChannel]:
-    """Every channel of ``account`` (``account_orders`` for each of ``markets``)."""
-    out = [AccountChannel(k, account) for k in ACCOUNT_WIDE]
-    out += [AccountChannel("account_orders", account, m) for m in markets]
-    return out
 
 
 # ---- message pieces ------------------------------------------------------------------------------
