@@ -70,14 +70,14 @@ from raydex.codecs import (
     OrderUpdated,
     PositionChanged,
     TxExecuted,
-    lots_to_str,
     ticks_to_str,
     tx_type_of,
     usdc_to_str,
 )
 from raydex.engine.rules import notional_multiplier
 
-from . import public_views, views
+from . import private_views, public_views, views
+from .ledger import FundingPayment
 from .margin import liquidation_prices
 
 if TYPE_CHECKING:
@@ -202,73 +202,17 @@ def order_json(
     height: int,
     ts_ms: int,
 ) -> dict[str, Any]:
-    """Lighter's ``Order`` for a resting order (``OrderRecord``) or one the block wrote
-    (``OrderUpdated``, any status). ``filled_quote`` in micro-USDC; times: ``timestamp`` in s
-    (ccxt reads it so), the others in ms."""
-    pd, sd = m.price_decimals, m.size_decimals
-    filled = o.initial_base_amount - o.remaining_base_amount
-    coi = int(o.client_order_index)
-    oi = int(o.order_index)
-    return {
-        "order_index": oi,
-        "client_order_index": coi,
-        "order_id": str(oi),
-        "client_order_id": str(coi),
-        "market_index": int(o.market_index),
-        "owner_account_index": int(o.account_index),
-        "initial_base_amount": lots_to_str(o.initial_base_amount, sd),
-        "price": ticks_to_str(o.price, pd),
-        "nonce": nonce,
-        "remaining_base_amount": lots_to_str(o.remaining_base_amount, sd),
-        "is_ask": bool(o.is_ask),
-        "base_size": int(o.remaining_base_amount),
-        "base_price": int(o.price),
-        "filled_base_amount": lots_to_str(filled, sd),
-        "filled_quote_amount": usdc_to_str(filled_quote),
-        "side": "",
-        "type": _TYPE[o.order_type] if o.order_type < len(_TYPE) else "limit",
-        "time_in_force": _TIF[o.time_in_force] if o.time_in_force < len(_TIF) else "Unknown",
-        "reduce_only": bool(o.reduce_only),
-        "trigger_price": ticks_to_str(0, pd),
-        "order_expiry": int(o.order_expiry),
-        "status": _STATUS.get(status, "canceled"),
-        "trigger_status": "na",
-        "trigger_time": 0,
-        "parent_order_index": 0,
-        "parent_order_id": "0",
-        "to_trigger_order_id_0": "0",
-        "to_trigger_order_id_1": "0",
-        "to_cancel_order_id_0": "0",
-        "block_height": height,
-        "timestamp": ts_ms // 1000,
-        "created_at": ts_ms,
-        "updated_at": ts_ms,
-        "transaction_time": ts_ms,
-        "integrator_fee_collector_index": "0",
-        "integrator_maker_fee": "0",
-        "integrator_taker_fee": "0",
-        "order_flags": 0,
-        "order_version": 0,
-        "market_symbol": m.symbol,
-        "market_kind": "perps",
-    }
+    """Lighter's ``Order`` (private_views.order, the REST reads' own) with the ``nonce`` the
+    channel knows; ``filled_quote`` in ticks x lots, as the ledger counts it."""
+    out = private_views.order(o, m, status, filled_quote, height, ts_ms)
+    out["nonce"] = nonce
+    return out
 
 
-def funding_entry(
-    ts_ms: int, mi: int, funding_id: int, change: int, rate: int, size: int, m: MarketRecord
-) -> dict[str, Any]:
-    """Lighter's ``PositionFunding``: ``change`` micro-USDC the position received (< 0: paid),
-    ``rate`` the hourly rate in 1e-8 (as percent, like ``fundings``)."""
-    return {
-        "timestamp": ts_ms // 1000,
-        "market_id": mi,
-        "funding_id": funding_id,
-        "change": usdc_to_str(change),
-        "discount": "0",
-        "rate": views.funding_pct(rate),
-        "position_size": lots_to_str(abs(size), m.size_decimals),
-        "position_side": "long" if size >= 0 else "short",
-    }
+def funding_entry(p: FundingPayment, m: MarketRecord) -> dict[str, Any]:
+    """Lighter's ``PositionFunding`` (private_views.position_funding, as ``positionFunding``
+    answers it: ``funding_id`` is the block height)."""
+    return private_views.position_funding(p, m, p.block_height)
 
 
 def _ratio(num: int, den: int, decimals: int) -> str:
@@ -372,28 +316,18 @@ def recent_fundings(st: ReplicaState, ai: int) -> dict[str, list[Any]]:
         return out
     n = len(log.fundings)
     for f in itertools.islice(log.fundings, max(0, n - RECENT), n):
-        m = st.markets[f.market_index]
-        entry = funding_entry(
-            f.timestamp_ms,
-            f.market_index,
-            f.timestamp_ms // 3_600_000,
-            f.change,
-            f.rate,
-            f.position_size,
-            m,
-        )
+        entry = funding_entry(f, st.markets[f.market_index])
         out.setdefault(str(f.market_index), []).append(entry)
     return out
 
 
 def seed_filled(st: ReplicaState, ai: int, filled: dict[int, int]) -> None:
-    """Start the filled-quote memo of ``ai``'s resting orders from the ledger's (exact for the
-    fills this replica applied; 0 for an order it saw no fill of)."""
-    for oi, o in st.accounts[ai].orders.items():
+    """Start the filled-quote memo (ticks x lots) of ``ai``'s resting orders from the ledger's
+    (exact for the fills this replica applied; 0 for an order it saw no fill of)."""
+    for oi in st.accounts[ai].orders:
         q = st.ledger.filled_quote(oi)
         if q:
-            m = st.markets[o.market_index]
-            filled[oi] = q * notional_multiplier(m.price_decimals, m.size_decimals)
+            filled[oi] = q
 
 
 def _resting(st: ReplicaState, ai: int, market: int, filled: dict[int, int]) -> dict[str, Any]:
@@ -521,9 +455,7 @@ class AccountUpdates:
                 ):
                     if ai in hits:
                         self.trades.setdefault(ai, []).append(r)
-                        m = st.markets[t.market_index]
-                        mult = notional_multiplier(m.price_decimals, m.size_decimals)
-                        filled[oi] = filled.get(oi, 0) + t.price * t.size * mult
+                        filled[oi] = filled.get(oi, 0) + t.price * t.size
         settled: set[int] = set()
         tx_account, tx_nonce = -1, 0
         for ev in applied.events:
@@ -560,8 +492,8 @@ class AccountUpdates:
         mi = ev.market_index
         clock = st.history.funding.get(mi)
         rate = clock.last_rate if clock is not None else 0
-        fid = clock.last_funding_ms // 3_600_000 if clock is not None else 0
-        entry = funding_entry(ts_ms, mi, fid, old - ev.funding_paid, rate, ev.size, st.markets[mi])
+        paid = FundingPayment(mi, old - ev.funding_paid, ev.size, rate, st.height, ts_ms)
+        entry = funding_entry(paid, st.markets[mi])
         self.fundings.setdefault(ev.account_index, {}).setdefault(str(mi), []).append(entry)
 
     def order_bodies(

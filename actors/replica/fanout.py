@@ -179,7 +179,7 @@ class Fanout:
         self._watched: dict[int, int] = {}
         #: subscription key -> its parsed account channel
         self._account_keys: dict[str, AccountChannel] = {}
-        #: watched accounts' order index -> filled quote seen (account_channels.AccountUpdates)
+        #: watched accounts' order index -> filled quote (ticks x lots; account_channels.py)
         self._filled: dict[int, int] = {}
         #: watched account -> market -> the position's funding_paid last seen
         self._funding_paid: dict[int, dict[int, int]] = {}
