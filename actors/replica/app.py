@@ -606,6 +606,47 @@ class _Api:
                     break
         return self._ok({"orders": out})
 
+    async def account_orders(self, request: web.Request) -> web.Response:
+        """``Orders`` by ``client_order_indexes`` (comma-separated, at most 20): the account's
+        resting orders and the orders of its ledger that left the book, newest first. The
+        account defaults to the token's."""
+        q = request.query
+        if q.get("account_index") is None:
+            token = auth.token_of(request.headers, q)
+            try:
+                ai = auth.authenticate(
+                    token or "", time.time(), self.state, self.config.auth_max_lifetime_s
+                )[0]
+            except auth.AuthError as e:
+                raise ApiError(e.code, e.message, e.status) from None
+            if ai not in self.state.accounts:
+                raise ApiError(int(ResultCode.ACCOUNT_NOT_FOUND), f"account {ai} not found", 404)
+        else:
+            ai = self._private(request)
+        raw = q.get("client_order_indexes", "")
+        parts = raw.split(",") if raw else []
+        if not 1 <= len(parts) <= 20:
+            raise ApiError(
+                int(ResultCode.INVALID_PARAM), "client_order_indexes: 1 to 20 comma-separated"
+            )
+        wanted = {_int({"c": p.strip()}, "c", 0, MAX_48) for p in parts}
+        st = self.state
+        ts = st.timestamp_ns // 1_000_000
+        ledger = st.ledger
+        out = [
+            private_views.order(
+                o, st.markets[o.market_index], _ACTIVE, ledger.filled_quote(o.order_index),
+                st.height, ts,
+            )
+            for o in sorted(st.accounts[ai].orders.values(), key=lambda o: -o.order_index)
+            if o.client_order_index in wanted
+        ]  # fmt: skip
+        log = ledger.log(ai)
+        for d in reversed(log.orders if log is not None else ()):
+            if d.order.client_order_index in wanted:
+                out.append(private_views.done_order(d, st.markets[d.order.market_index]))
+        return self._ok({"orders": out})
+
     async def trades(self, request: web.Request) -> web.Response:
         """``Trades``: with ``account_index``, the account's own fills (authenticated), newest
         first; without, the market's tape (``market_id`` required)."""
@@ -1066,6 +1107,7 @@ def build_app(
         ("fundings", api.fundings),
         ("accountActiveOrders", api.account_active_orders),
         ("accountInactiveOrders", api.account_inactive_orders),
+        ("accountOrders", api.account_orders),
         ("trades", api.trades),
         ("deposit/history", api.deposit_history),
         ("withdraw/history", api.withdraw_history),

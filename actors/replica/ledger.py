@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, NamedTuple
 from raydex.codecs import (
     BalanceChanged,
     FundingChanged,
+    LevelChanged,
+    NonceUpdated,
     OrderStatus,
     OrderUpdated,
     PositionChanged,
@@ -78,6 +80,7 @@ FLOW_TYPES = frozenset({int(TxType.DEPOSIT), int(TxType.TRANSFER), int(TxType.WI
 _HOUR_MS = 3_600_000
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
 _TRANSFER = int(TxType.TRANSFER)
+_FLAT = (0, 0, 0)
 #: Blocks queued before :meth:`Ledger.add_block` folds them itself.
 MAX_PENDING = 256
 
@@ -287,36 +290,48 @@ class Ledger:
     def _fold(
         self, events: Sequence[object], txs: Sequence[TxRecord], height: int, ts_ms: int
     ) -> None:
+        """One block's events into the logs. Branches by frequency; fields by position (a
+        NamedTuple's attribute is a property call, its index is not): per tx a TxExecuted, a
+        NonceUpdated, order updates and levels; per fill a trade, two balances, two positions."""
         tx_type = tx_account = 0
         tx_hash = b""
         position = -1
         collateral = self._collateral
+        positions = self._positions
+        log_of = self._log
         for ev in events:
             t = type(ev)
-            if t is TxExecuted:
+            if t is LevelChanged or t is NonceUpdated:
+                continue
+            if t is OrderUpdated:
+                o: OrderUpdated = ev  # type: ignore[assignment]
+                if o[12] != _ACTIVE or not o[7]:  # status, remaining_base_amount
+                    quote = self._quote.pop(o[1], 0)
+                    log_of(o[2]).orders.append(DoneOrder(o, quote, height, ts_ms))
+            elif t is TxExecuted:
                 position += 1
                 rec = txs[position]
-                tx_hash, tx_type, tx_account = rec.tx_hash, rec.tx_type, rec.account_index
-                self._log(tx_account).txs.append(rec)
-            elif t is TradeExecuted:
-                self._fill(ev, tx_hash, height, ts_ms)  # type: ignore[arg-type]
-            elif t is OrderUpdated:
-                o: OrderUpdated = ev  # type: ignore[assignment]
-                if o.status != _ACTIVE or not o.remaining_base_amount:
-                    quote = self._quote.pop(o.order_index, 0)
-                    self._log(o.account_index).orders.append(DoneOrder(o, quote, height, ts_ms))
+                tx_hash, tx_type, tx_account = rec[0], rec[1], rec[2]
+                log_of(tx_account).txs.append(rec)
             elif t is BalanceChanged:
                 b: BalanceChanged = ev  # type: ignore[assignment]
-                old = collateral.get(b.account_index, 0)
-                collateral[b.account_index] = b.collateral
+                ai, new = b[0], b[1]
+                old = collateral.get(ai, 0)
+                collateral[ai] = new
                 if tx_type in FLOW_TYPES:
-                    self._flow(tx_type, tx_hash, tx_account, b.account_index,
-                               b.collateral - old, height, ts_ms)  # fmt: skip
+                    self._flow(tx_type, tx_hash, tx_account, ai, new - old, height, ts_ms)
             elif t is PositionChanged:
-                self._position(ev, height, ts_ms)  # type: ignore[arg-type]
+                p: PositionChanged = ev  # type: ignore[assignment]
+                key = (p[0], p[1])
+                was = positions.get(key, _FLAT)
+                positions[key] = (p[4], p[5], p[2])  # realized pnl, funding paid, size
+                if was[0] != p[4] or was[1] != p[5]:
+                    self._position(p, was, height, ts_ms)
+            elif t is TradeExecuted:
+                self._fill(ev, tx_hash, height, ts_ms)  # type: ignore[arg-type]
             elif t is PositionLiquidated:
                 liq: PositionLiquidated = ev  # type: ignore[assignment]
-                self._log(liq.account_index).liquidations.append(
+                log_of(liq.account_index).liquidations.append(
                     Liquidation(liq, tx_hash, height, ts_ms)
                 )
             elif t is FundingChanged:
@@ -359,16 +374,14 @@ class Ledger:
             log.bucket(ts_ms).outflow -= delta
         log.flows.append(Flow(tx_type, tx_hash, src, account, abs(delta), height, ts_ms))
 
-    def _position(self, p: PositionChanged, height: int, ts_ms: int) -> None:
-        key = (p.account_index, p.market_index)
-        old = self._positions.get(key, (0, 0, 0))
-        self._positions[key] = (p.realized_pnl, p.funding_paid, p.size)
-        pnl, paid = p.realized_pnl - old[0], p.funding_paid - old[1]
-        if not (pnl or paid):
-            return
+    def _position(
+        self, p: PositionChanged, was: tuple[int, int, int], height: int, ts_ms: int
+    ) -> None:
+        """A position's realized pnl or funding paid changed (``was``: the mirror before)."""
+        pnl, paid = p.realized_pnl - was[0], p.funding_paid - was[1]
         log = self._log(p.account_index)
         if pnl:
             log.bucket(ts_ms).trade_pnl += pnl
         if paid:  # charged on the size held before this change
             rate = self._rates.get(p.market_index, 0)
-            log.fundings.append(FundingPayment(p.market_index, -paid, old[2], rate, height, ts_ms))
+            log.fundings.append(FundingPayment(p.market_index, -paid, was[2], rate, height, ts_ms))

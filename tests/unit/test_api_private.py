@@ -392,3 +392,28 @@ def test_funding_payments_and_a_liquidation_show_in_the_accounts_history() -> No
             await server.close()
 
     run(main())
+
+
+def test_account_orders_finds_open_and_closed_orders_by_client_order_index() -> None:
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a = ts[0]
+        await r.send(a.order(310_000, 100, 1, coi=41))
+        await r.send(a.order(320_000, 100, 1, coi=42))
+        _, mine = await r.get("/api/v1/accountActiveOrders", token(a), account_index=a.account)
+        await r.send(a.cancel(next(o for o in mine["orders"] if o["client_order_index"] == 42)[
+            "order_index"]))  # fmt: skip
+        # no account_index: the token's account
+        got = await r.valid(models.Orders, "/api/v1/accountOrders", a,
+                            client_order_indexes="41,42,43")  # fmt: skip
+        assert [(o["client_order_index"], o["status"]) for o in got["orders"]] == [
+            (41, "open"), (42, "canceled"),
+        ]  # fmt: skip
+        for bad in ("", "1,x", ",".join(["1"] * 21)):
+            status, reply = await r.get(
+                "/api/v1/accountOrders", token(a), account_index=a.account, client_order_indexes=bad
+            )
+            assert (status, reply["code"]) == (400, ResultCode.INVALID_PARAM), bad
+        status, reply = await r.get("/api/v1/accountOrders", None, client_order_indexes="41")
+        assert (status, reply["code"]) == (401, ResultCode.AUTH_REQUIRED)
+
+    with_rig(body)
