@@ -6,7 +6,8 @@ What is timed, per block, exactly as the replica's apply loop runs it (``actors/
 is ``ns_per_delta``: the three together per event of the stream (the issue-9 goal is <= 254 ns,
 what nautilus-trader's Rust L2 book costs per delta called from Python), with each step apart and
 per-block percentiles. ``ledger_ns_per_delta`` is the per-account history fold the service runs
-after each block's fan-out (``ledger.py``), off the latency path, so not in ``ns_per_delta``.
+after each block's fan-out (``ledger.py``, and the account channels' trade counts,
+``volumes.py``), off the latency path, so not in ``ns_per_delta``.
 
 The stream: the ``raydex bench engine`` workload (``observability/loadtest/workload.py``: 8
 markets, market makers re-quoting, takers, cancels, transfers, oracle moves, liquidations) run
