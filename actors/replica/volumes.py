@@ -12,12 +12,13 @@ A window whose period has passed reads as zero, whether or not the account trade
 Volume is the quote amount (``price * size * notional multiplier``, micro-USDC).
 
 Cost: O(trades in the block): per trade and side one dict lookup and four additions (a new
-day for the account: one append); a read is O(days kept), at most 32 entries.
+day for the account: a fold of the finished day); a read is O(1).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 from collections import deque
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -28,13 +29,11 @@ if TYPE_CHECKING:
 
     from .state import TradeRow
 
-__all__ = ["KEEP_DAYS", "MAX_PENDING", "AccountVolumes", "Volumes"]
+__all__ = ["MAX_PENDING", "AccountVolumes", "Volumes"]
 
 _DAY_MS = 86_400_000
 #: 1970-01-01 was a Thursday: ISO weeks start 4 days later (Monday 1970-01-05)
 _WEEK_SHIFT_MS = 4 * _DAY_MS
-#: earlier days kept per account (a month's worth, for the monthly figure)
-KEEP_DAYS = 31
 #: blocks queued before :meth:`AccountVolumes.queue` counts them inline (bounds the backlog)
 MAX_PENDING = 256
 
@@ -55,21 +54,26 @@ class Volumes(NamedTuple):
 ZERO = Volumes(0, 0, 0, 0, 0, 0, 0, 0)
 
 
-def _month(ts_ms: int) -> int:
-    d = _dt.datetime.fromtimestamp(ts_ms // 1000, _dt.UTC)
+@functools.lru_cache(maxsize=128)
+def _month(day: int) -> int:
+    """The calendar month (``year * 12 + month``) of a UTC day number (cached: reads ask the
+    same few dozen days again and again)."""
+    d = _dt.datetime.fromtimestamp(day * (_DAY_MS // 1000), _dt.UTC)
     return d.year * 12 + d.month
 
 
-class AccountVolumes:
-    """Account -> ``[day, n, vol, total n, total vol]`` plus its earlier days (module docstring).
+def _week(day: int) -> int:
+    return (day * _DAY_MS - _WEEK_SHIFT_MS) // (7 * _DAY_MS)
 
-    Per trade and side: one dict lookup and four additions; a new UTC day moves the account's
-    day into its history (at most ``KEEP_DAYS`` kept, enough for the month). Weekly and monthly
-    figures are summed from the kept days when read."""
+
+class AccountVolumes:
+    """Account -> ``[day, n, vol, total n, total vol, week, n, vol, month, n, vol]``: the day the
+    account last traded with its figures, the totals, and the sums of its earlier days of that
+    day's week and month (folded in when a new day starts). Per trade and side: one dict lookup
+    and four additions; a read is O(1)."""
 
     def __init__(self) -> None:
         self._rows: dict[int, list[int]] = {}
-        self._days: dict[int, deque[tuple[int, int, int]]] = {}
         self._pending: deque[tuple[dict[int, list[TradeRow]], dict[int, MarketRecord]]] = deque()
 
     def queue(self, trades: dict[int, list[TradeRow]], markets: dict[int, MarketRecord]) -> None:
@@ -101,23 +105,14 @@ class AccountVolumes:
                 taker, maker = t.taker_account_index, t.maker_account_index
                 for ai in (taker, maker) if taker != maker else (taker,):
                     r = rows_of.get(ai)
-                    if r is None or r[0] != day:
-                        r = self._roll(ai, r, day)
+                    if r is None:
+                        r = rows_of[ai] = [day, 0, 0, 0, 0, _week(day), 0, 0, _month(day), 0, 0]
+                    elif r[0] != day:
+                        _roll(r, day)
                     r[1] += 1
                     r[2] += quote
                     r[3] += 1
                     r[4] += quote
-
-    def _roll(self, ai: int, r: list[int] | None, day: int) -> list[int]:
-        if r is None:
-            r = self._rows[ai] = [day, 0, 0, 0, 0]
-            return r
-        days = self._days.get(ai)
-        if days is None:
-            days = self._days[ai] = deque(maxlen=KEEP_DAYS)
-        days.append((r[0], r[1], r[2]))
-        r[0], r[1], r[2] = day, 0, 0
-        return r
 
     def get(self, ai: int, now_ms: int) -> Volumes:
         """``ai``'s figures as of ``now_ms`` (the newest block's time): windows passed read 0."""
@@ -126,16 +121,35 @@ class AccountVolumes:
         if r is None:
             return ZERO
         day = now_ms // _DAY_MS
-        week = (day * _DAY_MS - _WEEK_SHIFT_MS) // (7 * _DAY_MS)
-        month = _month(day * _DAY_MS)
-        d = w = mo = (0, 0)
-        for dd, n, v in (*self._days.get(ai, ()), (r[0], r[1], r[2])):
-            if dd > day:
-                continue
-            if dd == day:
-                d = (d[0] + n, d[1] + v)
-            if (dd * _DAY_MS - _WEEK_SHIFT_MS) // (7 * _DAY_MS) == week:
-                w = (w[0] + n, w[1] + v)
-            if _month(dd * _DAY_MS) == month:
-                mo = (mo[0] + n, mo[1] + v)
-        return Volumes(*d, *w, *mo, r[3], r[4])
+        week, month = _week(day), _month(day)
+        last = r[0]
+        today = last == day
+        in_week = _week(last) == week
+        in_month = _month(last) == month
+        earlier_w = r[5] == week
+        earlier_m = r[8] == month
+        return Volumes(
+            r[1] if today else 0,
+            r[2] if today else 0,
+            (r[1] if in_week else 0) + (r[6] if earlier_w else 0),
+            (r[2] if in_week else 0) + (r[7] if earlier_w else 0),
+            (r[1] if in_month else 0) + (r[9] if earlier_m else 0),
+            (r[2] if in_month else 0) + (r[10] if earlier_m else 0),
+            r[3],
+            r[4],
+        )
+
+
+def _roll(r: list[int], day: int) -> None:
+    """A new day for an account: fold the finished day into its week's and month's sums."""
+    done = r[0]
+    week, month = _week(done), _month(done)
+    if r[5] != week:
+        r[5], r[6], r[7] = week, 0, 0
+    if r[8] != month:
+        r[8], r[9], r[10] = month, 0, 0
+    r[6] += r[1]
+    r[7] += r[2]
+    r[9] += r[1]
+    r[10] += r[2]
+    r[0], r[1], r[2] = day, 0, 0
