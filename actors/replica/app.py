@@ -556,12 +556,14 @@ class _Api:
         except auth.AuthError as e:
             raise ApiError(e.code, e.message, e.status) from None
 
-    def _private(self, request: web.Request, name: str = "account_index") -> int:
-        """The account of a private read, authorized; ``cursor`` paging is not offered."""
+    def _private(
+        self, request: web.Request, name: str = "account_index", paged: bool = False
+    ) -> int:
+        """The account of a private read, authorized; ``cursor`` paging only where ``paged``."""
         q = request.query
         ai = self._account_param(q, name)
         self._authorize(request, ai)
-        if q.get("cursor"):
+        if q.get("cursor") and not paged:
             raise ApiError(int(ResultCode.INVALID_PARAM), "cursor paging is not supported")
         return ai
 
@@ -649,32 +651,45 @@ class _Api:
 
     async def trades(self, request: web.Request) -> web.Response:
         """``Trades``: with ``account_index``, the account's own fills (authenticated), newest
-        first; without, the market's tape (``market_id`` required)."""
+        first (``sort_dir=asc``: oldest first); without, the market's tape (``market_id``
+        required). Paged by ``cursor``: the ``next_cursor`` of a full page (a trade id)."""
         q = request.query
         limit = self._list_limit(q)
         if q.get("sort_by", "timestamp") not in ("timestamp", "trade_id", "block_height"):
             raise ApiError(int(ResultCode.INVALID_PARAM), "sort_by must be timestamp or trade_id")
         asc = q.get("sort_dir", "desc") == "asc"
+        after = _int(q, "cursor", 0, 2**63 - 1, default=-1)
         if q.get("account_index") is None:
             mi = self._market(q)
-            tape = list(self.state.trades[mi])
-            rows = tape[:limit] if asc else tape[::-1][:limit]
+            rows_in: list[Any] = list(self.state.trades[mi])
+            ai, markets, side = -1, {mi}, -1
         else:
-            ai = self._private(request)
+            ai = self._private(request, paged=True)
             markets = set(self._markets(q))
             side = _int(q, "ask_filter", -1, 1, default=-1)
             log = self.state.ledger.log(ai)
-            fills = list(log.trades) if log is not None else []
-            rows = []
-            for row in fills if asc else reversed(fills):
-                t = row.trade
+            rows_in = list(log.trades) if log is not None else []
+        rows = []
+        for row in rows_in if asc else reversed(rows_in):
+            t = row.trade
+            if after >= 0 and (t.trade_id <= after if asc else t.trade_id >= after):
+                continue
+            if t.market_index not in markets:
+                continue
+            if side >= 0:
                 mine_ask = t.taker_is_ask if t.taker_account_index == ai else not t.taker_is_ask
-                if t.market_index in markets and (side < 0 or int(mine_ask) == side):
-                    rows.append(row)
-                    if len(rows) >= limit:
-                        break
+                if int(mine_ask) != side:
+                    continue
+            rows.append(row)
+            if len(rows) >= limit:
+                break
         markets_ = self.state.markets
-        return self._ok({"trades": [views.trade(r, markets_[r.trade.market_index]) for r in rows]})
+        body: dict[str, Any] = {
+            "trades": [views.trade(r, markets_[r.trade.market_index]) for r in rows]
+        }
+        if len(rows) == limit:
+            body["next_cursor"] = str(rows[-1].trade.trade_id)
+        return self._ok(body)
 
     def _flows(self, ai: int) -> list[Any]:
         log = self.state.ledger.log(ai)

@@ -359,7 +359,7 @@ class ReplicaState:
         kept (what it holds stays true), the blocks the resync skipped recorded as a gap."""
         ledger = self.ledger
         ledger.skipped(self.seq + 1, other.seq)
-        ledger.rebase(other.ledger)
+        ledger.rebase(other.ledger, other.orders)
         self.__dict__.update(other.__dict__)
         self.ledger = ledger
 

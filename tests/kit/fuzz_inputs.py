@@ -35,7 +35,23 @@ READS = (
     "currentHeight",
     "block",
     "blocks",
+    # the authenticated reads (issue 11): a random token or none is always refused
+    "accountActiveOrders",
+    "accountInactiveOrders",
+    "accountOrders",
+    "trades",
+    "deposit/history",
+    "withdraw/history",
+    "transfer/history",
+    "positionFunding",
+    "liquidations",
+    "pnl",
+    "accountTxs",
+    "accountLimits",
+    "accountMetadata",
 )
+#: parameters of the authenticated reads; ``auth`` takes random text and token-shaped strings
+PRIVATE_PARAMS = ("auth", "cursor", "client_order_indexes", "resolution", "sort_dir", "ask_filter")
 PARAMS = (
     "market_id",
     "limit",
@@ -179,7 +195,7 @@ class Campaign:
         r = self.rng
         out = []
         for _ in range(r.randint(0, 4)):
-            name = r.choice(PARAMS) if r.random() < 0.8 else self.text(6)
+            name = r.choice(PARAMS + PRIVATE_PARAMS) if r.random() < 0.8 else self.text(6)
             v = self.scalar()
             out.append((name, v if isinstance(v, str) else json.dumps(v)))
         return out

@@ -443,3 +443,29 @@ def test_port_and_deadline_knobs_that_contradict_each_other_are_refused() -> Non
         with pytest.raises(ValueError):
             ApiConfig(**bad)
     assert ApiConfig(join_lag_blocks=5, leave_lag_blocks=5).leave_lag_blocks == 5
+
+
+def test_the_replica_folds_its_account_ledger_after_each_block_without_a_read(
+    tmp_path: Path,
+) -> None:
+    alice = Trader(1)
+
+    async def run() -> None:
+        async with stack(tmp_path, [alice]) as s:
+            r = await s.replica("r")
+            try:
+                async with aiohttp.ClientSession() as http:
+                    body = await send(http, r.port, alice.order(300_000, 100, is_ask=1))
+                    assert body["code"] == 200, body
+                target = s.seq.status()["seq"]
+                # ``pending`` does not fold (``log`` would): only the service's own fold empties it
+                await until(
+                    lambda: r.state.seq >= target and r.state.ledger.pending == 0,
+                    "the ledger folded after the block",
+                )
+                log = r.state.ledger.log(alice.account)
+                assert log is not None and [t.tx_type for t in log.txs][-1] == 14
+            finally:
+                await r.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 90))
