@@ -6,7 +6,7 @@ are counted after the block's fan-out, with the ledger's fold, or on the next re
 of every trade count it. Windows are calendar windows in UTC from the block's time: the day,
 the ISO week (Monday 00:00), the month; ``total`` since this replica booted (a replica booted
 from a snapshot counts from its boot on, as its candles do: the block stream carries no
-per-account history).
+per-account history; a resync from a snapshot starts it again, with the rest of ``History``).
 A window whose period has passed reads as zero, whether or not the account traded since.
 
 Volume is the quote amount (``price * size * notional multiplier``, micro-USDC).
