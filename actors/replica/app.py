@@ -982,8 +982,10 @@ class _Api:
         if kind == "ping":
             fanout.send(c, {"type": "pong"})
         elif kind in ("subscribe", "unsubscribe"):
-            op = fanout.subscribe if kind == "subscribe" else fanout.unsubscribe
-            code, message = op(c, obj.get("channel"))
+            if kind == "subscribe":
+                code, message = fanout.subscribe(c, obj.get("channel"), obj.get("auth"))
+            else:
+                code, message = fanout.unsubscribe(c, obj.get("channel"))
             if code != _OK:
                 fanout.send(c, _ws_error(code, message))
         elif kind in ("jsonapi/sendtx", "jsonapi/sendtxbatch"):

@@ -23,15 +23,21 @@ Invariants:
   with WS close code 1008 and reason ``30006``; both are counted in :meth:`Fanout.stats`.
 - One writer task per connection drains its queue; a connection that closes removes itself from
   every channel.
-- Channels: ``order_book/{m}``, ``trade/{m}``, ``market_stats/{m|all}``, ``account_all/{a}``,
-  ``height``, ``ticker/{m}``, ``candle/{m}/{resolution}``. ``market_stats`` is pushed for the
-  markets that traded in the block (``all``: one message holding every such market, keyed by market
-  id as a string, as Lighter sends it). ``ticker`` (best ask and bid, Lighter's ``Ticker``) is
-  pushed when a block moved a market's best level; ``candle`` (the open candle at that resolution,
-  Lighter's ``Candle``; candles.py) when a block traded in the market.
+- Channels: ``order_book/{m}``, ``trade/{m}``, ``market_stats/{m|all}``, ``height``,
+  ``ticker/{m}``, ``candle/{m}/{resolution}``, and the account channels (``account_all/{a}``,
+  ``user_stats/{a}``, ``account_all_orders/{a}``, ``account_orders/{m}/{a}``,
+  ``account_all_trades/{a}``, ``account_all_positions/{a}``, ``account_all_assets/{a}``,
+  ``account_tx/{a}``:
+  account_channels.py, the private ones behind the ``authorize`` callable). ``market_stats`` is
+  pushed for the markets that traded in the block (``all``: one message holding every such
+  market, keyed by market id as a string, as Lighter sends it). ``ticker`` (best ask and bid,
+  Lighter's ``Ticker``) is pushed when a block moved a market's best level; ``candle`` (the open
+  candle at that resolution, Lighter's ``Candle``; candles.py) when a block traded in the market.
 
 Cost per block: one ``msgspec`` encode per changed market with subscribers (O(levels changed)),
-one deque append per subscriber, plus one encode per slow client per conflated market.
+one deque append per subscriber, plus one encode per slow client per conflated market. Account
+channels: nothing while none is subscribed; else O(watched accounts) per block, and for a block
+that touched a watched account one walk over its events (account_channels.py).
 """
 
 from __future__ import annotations
@@ -42,14 +48,16 @@ import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from aiohttp import WSMsgType, web
 
 from raydex.codecs import ResultCode, usdc_to_str
 
-from . import public_views, views
+from . import account_channels, public_views, views
+from .account_channels import AccountChannel, AccountUpdates, Authorize
+from .auth import AuthError, KeySource, require_account
 from .candles import (
     MAX_ANSWER,
     RESOLUTIONS,
@@ -122,7 +130,7 @@ def split_channel(channel: object) -> tuple[str, int] | None:
     if channel == "height":
         return ("height", -1)
     kind, sep, arg = channel.partition("/")
-    if not sep or kind not in ("order_book", "trade", "account_all", "market_stats", "ticker"):
+    if not sep or kind not in ("order_book", "trade", "market_stats", "ticker"):
         return None
     if kind == "market_stats" and arg == "all":
         return (kind, ALL_MARKETS)
@@ -150,9 +158,14 @@ def channel_key(kind: str, arg: int) -> str:
 class Fanout:
     """Connections, channel subscriptions and the per-block publish; see the module docstring."""
 
-    def __init__(self, state: ReplicaState, config: ApiConfig) -> None:
+    def __init__(
+        self, state: ReplicaState, config: ApiConfig, authorize: Authorize | None = None
+    ) -> None:
         self.state = state
         self.config = config
+        #: checks a private account channel's ``auth`` token: Lighter's auth tokens (auth.py)
+        #: unless another check is given (the apply benchmark accepts every token)
+        self.authorize: Authorize = authorize if authorize is not None else self._check_token
         self.clients: set[Client] = set()
         self._subs: dict[str, set[Client]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -162,6 +175,14 @@ class Fanout:
         self.disconnects = 0
         #: market -> the best (ask, bid) last sent on ``ticker`` (change detection)
         self._tops: dict[int, tuple[Any, Any]] = {}
+        #: account -> its account-channel subscriptions (all clients); empty: no account work
+        self._watched: dict[int, int] = {}
+        #: subscription key -> its parsed account channel
+        self._account_keys: dict[str, AccountChannel] = {}
+        #: watched accounts' order index -> filled quote (ticks x lots; account_channels.py)
+        self._filled: dict[int, int] = {}
+        #: watched account -> market -> the position's funding_paid last seen
+        self._funding_paid: dict[int, dict[int, int]] = {}
 
     # ---- connections ----------------------------------------------------------------------------
 
@@ -190,6 +211,9 @@ class Fanout:
             subs = self._subs.get(ch)
             if subs is not None:
                 subs.discard(c)
+            acc = self._account_keys.get(ch)
+            if acc is not None:
+                self._drop_account_key(ch, acc)
         c.channels.clear()
         c.queue.clear()
         c.pending.clear()
@@ -215,8 +239,12 @@ class Fanout:
 
     # ---- subscriptions --------------------------------------------------------------------------
 
-    def subscribe(self, c: Client, channel: object) -> tuple[int, str]:
-        """Subscribe and queue the channel's snapshot; returns ``(code, message)``."""
+    def subscribe(self, c: Client, channel: object, auth: object = None) -> tuple[int, str]:
+        """Subscribe and queue the channel's snapshot; returns ``(code, message)``. ``auth``:
+        the subscribe message's token, checked for the private account channels."""
+        acc = account_channels.parse(channel)
+        if acc is not None:
+            return self._subscribe_account(c, acc, auth)
         candle = _candle(channel)
         parsed = split_channel(channel) if candle is None else ("candle", candle[0])
         if parsed is None:
@@ -238,7 +266,86 @@ class Fanout:
         self._put(c, _Msg(_encode(snapshot)))
         return int(ResultCode.OK), ""
 
+    def _subscribe_account(self, c: Client, acc: AccountChannel, auth: object) -> tuple[int, str]:
+        key = acc.key
+        if key in c.channels:
+            return int(ResultCode.WS_ALREADY_SUBSCRIBED), f"already subscribed to {key}"
+        if len(c.channels) >= self.config.max_subscriptions:
+            return int(ResultCode.WS_TOO_MANY_SUBSCRIPTIONS), "too many subscriptions"
+        st = self.state
+        if acc.account not in st.accounts or (acc.market >= 0 and acc.market not in st.markets):
+            return int(ResultCode.WS_INVALID_CHANNEL), f"unknown market or account in {key}"
+        if acc.private:
+            code, message = self.authorize(auth, acc.account)
+            if code != int(ResultCode.OK):
+                return code, message
+        self._watch(acc.account)  # first: seeds the filled quotes the snapshot shows
+        ts_ms = time.time_ns() // 1_000_000
+        if acc.kind == "account_all":
+            body = self._account_body(acc.account, "subscribed/account_all", ts_ms)
+            trades = account_channels.recent_trades(st, acc.account)
+            fundings = account_channels.recent_fundings(st, acc.account)
+            body.update(account_channels.account_all_extra(st, acc.account, trades, fundings))
+        else:
+            snap = account_channels.snapshot(st, acc, ts_ms, self._filled)
+            assert snap is not None  # account and market checked above
+            body = snap
+        c.channels.add(key)
+        self._subs.setdefault(key, set()).add(c)
+        self._account_keys[key] = acc
+        self._put(c, _Msg(_encode(body)))
+        return int(ResultCode.OK), ""
+
+    def _check_token(self, token: object, account: int) -> tuple[int, str]:
+        """Lighter's auth token for ``account`` (auth.py): ``(200, "")`` or its refusal."""
+        if token is not None and not isinstance(token, str):
+            return int(ResultCode.AUTH_MALFORMED), "auth token must be a string"
+        try:
+            keys = cast(KeySource, self.state)
+            require_account(token, account, time.time(), keys, self.config.auth_max_lifetime_s)
+        except AuthError as e:
+            return e.code, e.message
+        return int(ResultCode.OK), ""
+
+    def _drop_account_key(self, key: str, acc: AccountChannel) -> None:
+        """One subscription of ``key`` ended: forget the key once nobody has it (account keys
+        are per account: a client cycling through accounts must not grow these maps)."""
+        if not self._subs.get(key):
+            self._subs.pop(key, None)
+            self._account_keys.pop(key, None)
+        self._unwatch(acc.account)
+
+    def _watch(self, ai: int) -> None:
+        n = self._watched.get(ai, 0)
+        if n == 0:
+            acct = self.state.accounts[ai]
+            self._funding_paid[ai] = {mi: p.funding_paid for mi, p in acct.positions.items()}
+            account_channels.seed_filled(self.state, ai, self._filled)
+        self._watched[ai] = n + 1
+
+    def _unwatch(self, ai: int) -> None:
+        n = self._watched.get(ai, 0) - 1
+        if n > 0:
+            self._watched[ai] = n
+            return
+        self._watched.pop(ai, None)
+        self._funding_paid.pop(ai, None)
+        acct = self.state.accounts.get(ai)
+        if acct is not None:
+            for oi in acct.orders:
+                self._filled.pop(oi, None)
+
     def unsubscribe(self, c: Client, channel: object) -> tuple[int, str]:
+        acc = account_channels.parse(channel)
+        if acc is not None:
+            key = acc.key
+            if key not in c.channels:
+                return int(ResultCode.WS_NOT_SUBSCRIBED), f"not subscribed to {channel}"
+            c.channels.discard(key)
+            self._subs[key].discard(c)
+            self._drop_account_key(key, acc)
+            self._put(c, _Msg(_encode({"type": "unsubscribed", "channel": acc.reply})))
+            return int(ResultCode.OK), ""
         candle = _candle(channel)
         parsed = split_channel(channel) if candle is None else ("candle", candle[0])
         if parsed is None:
@@ -265,11 +372,6 @@ class Fanout:
                 "timestamp": ts_ms,
                 "type": "subscribed/height",
             }
-        if kind == "account_all":
-            acct = st.accounts.get(arg)
-            if acct is None:
-                return None
-            return self._account_body(arg, "subscribed/account_all", ts_ms)
         if kind == "market_stats":
             mids = sorted(st.markets) if arg == ALL_MARKETS else [arg]
             if any(mi not in st.markets for mi in mids):
@@ -390,12 +492,8 @@ class Fanout:
         self._publish_stats(sorted(applied.trades))
         self._publish_tickers(applied, ts_ms)
         self._publish_candles(applied, ts_ms)
-        for ai in applied.accounts:
-            subs = self._subs.get(f"account_all:{ai}")
-            if subs:
-                self._put_all(
-                    subs, _Msg(_encode(self._account_body(ai, "update/account_all", ts_ms)))
-                )
+        if self._watched:
+            self._publish_accounts(applied, ts_ms)
         subs = self._subs.get("height")
         if subs:
             data = _encode(
@@ -408,6 +506,45 @@ class Fanout:
                 }
             )
             self._put_all(subs, _Msg(data))
+
+    def _publish_accounts(self, applied: Applied, ts_ms: int) -> None:
+        """The account channels of the watched accounts this block touched: one pass over the
+        block for them, then one message per subscribed channel (account_channels.py)."""
+        touched = applied.accounts
+        watched = self._watched
+        hits = {ai for ai in watched if ai in touched}
+        # a rejected tx touches nothing but is still its account's (account_tx)
+        hits.update(r.account_index for r in applied.txs if r.account_index in watched)
+        if not hits:
+            return
+        st = self.state
+        filled = self._filled
+        ups = AccountUpdates(st, applied, hits, filled, self._funding_paid)
+        subs_of = self._subs.get
+        for ai in sorted(hits):
+            subs = subs_of(f"account_all:{ai}")
+            if subs:
+                body = self._account_body(ai, "update/account_all", ts_ms)
+                extra = account_channels.account_all_extra(
+                    st, ai, ups.trades.get(ai, ()), ups.fundings.get(ai, {}), ups.trade_views
+                )
+                body.update(extra)
+                self._put_all(subs, _Msg(_encode(body)))
+            for kind in account_channels.ACCOUNT_WIDE:
+                if kind == "account_all":
+                    continue
+                subs = subs_of(f"{kind}:{ai}")
+                if subs:
+                    up = ups.update(st, AccountChannel(kind, ai), ts_ms, filled)
+                    if up is not None:
+                        self._put_all(subs, _Msg(_encode(up)))
+            for mi in {ev.market_index for ev, _ in ups.orders.get(ai, {}).values()}:
+                subs = subs_of(f"account_orders:{mi}:{ai}")
+                if subs:
+                    up = ups.update(st, AccountChannel("account_orders", ai, mi), ts_ms, filled)
+                    if up is not None:
+                        self._put_all(subs, _Msg(_encode(up)))
+        ups.forget_final(filled)
 
     def _publish_stats(self, mids: list[int]) -> None:
         """``market_stats`` for the markets that traded in this block (their last price, volume

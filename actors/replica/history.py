@@ -4,7 +4,8 @@ submitted, candles. Fed once per applied block (``ReplicaState.apply_block`` cal
 ::
 
     apply_block ─► Applied ─► History.add ─► blocks: seq -> (TxRecord, ...)   (txs, blockTxs)
-                                          └► candles (candles.py)             (candles, candle WS)
+                                          ├► candles (candles.py)             (candles, candle WS)
+                                          └► volumes (volumes.py)             (account WS channels)
     app.send_txs ─► History.note_sent(hash, tx): the tx body for ``tx``'s ``info``
 
 Semantics:
@@ -30,8 +31,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from raydex.codecs import FundingChanged, FundingRecord
 
 from .candles import Candles
+from .volumes import AccountVolumes
 
 if TYPE_CHECKING:
+    from raydex.codecs import MarketRecord
+
     from .state import Applied, TxRecord
 
 __all__ = ["FUNDINGS_KEPT", "POSITION_BITS", "Funding", "History", "Settlement", "sequence_index"]
@@ -77,12 +81,14 @@ class History:
         self._txs = 0
         self._bodies: OrderedDict[bytes, Any] = OrderedDict()
         self.candles = Candles()
+        #: account -> trade counts and volumes per window (volumes.py; account WS channels)
+        self.volumes = AccountVolumes()
         #: market -> its funding clock (``market_stats``, ``funding-rates``)
         self.funding: dict[int, Funding] = {}
         #: market -> its settlements, oldest first (``fundings``)
         self.settlements: dict[int, deque[Settlement]] = {}
 
-    def add(self, applied: Applied) -> None:
+    def add(self, applied: Applied, markets: dict[int, MarketRecord]) -> None:
         """One applied block (not a duplicate): its txs and trades."""
         if applied.txs:
             self.blocks[applied.seq] = applied.txs
@@ -92,6 +98,7 @@ class History:
                 self._txs -= len(dropped)
         if applied.trades:
             self.candles.add(applied.trades)
+            self.volumes.queue(applied.trades, markets)
 
     # ---- funding --------------------------------------------------------------------------------
 

@@ -572,6 +572,7 @@ class ReplicaService:
     def _fold_ledger(self) -> None:
         self._fold_scheduled = False
         self.state.ledger.catch_up()
+        self.state.history.volumes.catch_up()  # the account channels' trade counts (volumes.py)
 
     async def _resync(self) -> None:
         """Rebuild the caches from the newest snapshot and catch up (after a failed apply: a

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -232,6 +232,9 @@ class Applied:
     accounts: frozenset[int]
     txs: tuple[TxRecord, ...]
     duplicate: bool = False
+    #: the block's events, by reference (the account channels walk them only when the block
+    #: touched an account someone watches)
+    events: Sequence[Any] = ()
 
 
 @dataclass(slots=True)
@@ -571,9 +574,16 @@ class ReplicaState:
                 begin,
             )
         applied = Applied(
-            seq, blk.height, blk.timestamp_ns, deltas, trades, frozenset(touched), tuple(txs)
+            seq,
+            blk.height,
+            blk.timestamp_ns,
+            deltas,
+            trades,
+            frozenset(touched),
+            tuple(txs),
+            events=blk.events,
         )
-        self.history.add(applied)
+        self.history.add(applied, self.markets)
         self.ledger.add_block(blk.events, applied.txs, seq, ts_ms)
         return applied
 
@@ -798,6 +808,15 @@ class ReplicaState:
             return 0
         equity, num = self._equity_imr(acct, self._open_lots(acct))
         return int(equity - -(-num // BPS))
+
+    def equity_and_margin(self, account: int) -> tuple[int, int]:
+        """(equity, initial-margin requirement), micro-USDC, as :meth:`available_balance` counts
+        them (the requirement rounded up); (0, 0) for an unknown account."""
+        acct = self.accounts.get(account)
+        if acct is None:
+            return 0, 0
+        equity, num = self._equity_imr(acct, self._open_lots(acct))
+        return int(equity), int(-(-num // BPS))
 
     # ---- hash and self-check --------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ What is timed, per block, exactly as the replica's apply loop runs it (``actors/
 is ``ns_per_delta``: the three together per event of the stream (the issue-9 goal is <= 254 ns,
 what nautilus-trader's Rust L2 book costs per delta called from Python), with each step apart and
 per-block percentiles. ``ledger_ns_per_delta`` is the per-account history fold the service runs
-after each block's fan-out (``ledger.py``), off the latency path, so not in ``ns_per_delta``.
+after each block's fan-out (``ledger.py``, and the account channels' trade counts,
+``volumes.py``), off the latency path, so not in ``ns_per_delta``.
 
 The stream: the ``raydex bench engine`` workload (``observability/loadtest/workload.py``: 8
 markets, market makers re-quoting, takers, cancels, transfers, oracle moves, liquidations) run
@@ -18,7 +19,11 @@ snapshot, and the next ``commands`` commands are the measured blocks (all encode
 Subscribers (no sockets: each client's queue is emptied after each block, as its writer would):
 two clients on ``order_book`` of every market, one on ``trade`` of every market, one on
 ``market_stats/all``, one on ``height``, one ``account_all`` for each of 40 accounts (20 market
-makers, 20 takers).
+makers, 20 takers). ``--watched N`` changes the 40 (0: no account channel at all, the cost of
+the account fan-out when nobody watches); ``--account-channels all`` subscribes each watched
+account to every account channel (``account_all``, ``user_stats``, ``account_all_orders``,
+``account_orders`` of each market, ``account_all_trades``, ``account_all_positions``,
+``account_all_assets``, ``account_tx``; their auth check accepts every token here).
 
 Timing: the CPU time of this thread (``time.thread_time_ns``, CLOCK_THREAD_CPUTIME_ID) around
 each step, so other processes on a shared machine do not inflate it (what they do to the caches
@@ -106,7 +111,21 @@ def _blocks(
     return out
 
 
-def _subscribe(fanout: Fanout, state: ReplicaState) -> list[Client]:
+#: the account channels ``--account-channels all`` subscribes per watched account
+_ALL_ACCOUNT_CHANNELS = (
+    "account_all",
+    "user_stats",
+    "account_all_orders",
+    "account_all_trades",
+    "account_all_positions",
+    "account_all_assets",
+    "account_tx",
+)
+
+
+def _subscribe(
+    fanout: Fanout, state: ReplicaState, watched: int = 40, account_channels: str = "account_all"
+) -> list[Client]:
     clients = []
 
     def client(*channels: str) -> None:
@@ -123,10 +142,15 @@ def _subscribe(fanout: Fanout, state: ReplicaState) -> list[Client]:
     client(*(f"trade/{m}" for m in markets))
     client("market_stats/all")
     client("height")
-    makers = sorted(state.accounts)[1:21]
-    takers = sorted(state.accounts)[-20:]
+    half = watched // 2
+    makers = sorted(state.accounts)[1 : 1 + half]
+    takers = sorted(state.accounts)[len(state.accounts) - (watched - half) :] if watched else []
     for a in makers + takers:
-        client(f"account_all/{a}")
+        if account_channels == "all":
+            kinds = [f"{k}/{a}" for k in _ALL_ACCOUNT_CHANNELS]
+            client(*kinds, *(f"account_orders/{m}/{a}" for m in markets))
+        else:
+            client(f"account_all/{a}")
     return clients
 
 
@@ -137,11 +161,22 @@ def _drain(clients: list[Client]) -> None:
         c.conflations = 0
 
 
-def run_once(seq: int, height: int, records: list[Any], frames: list[bytes]) -> dict[str, Any]:
+def _accept(token: object, account: int) -> tuple[int, str]:
+    return 200, ""
+
+
+def run_once(
+    seq: int,
+    height: int,
+    records: list[Any],
+    frames: list[bytes],
+    watched: int = 40,
+    account_channels: str = "account_all",
+) -> dict[str, Any]:
     """Boot a replica from ``records`` and time every block of ``frames`` through it."""
     state = ReplicaState.from_records(records, seq, height)
-    fanout = Fanout(state, ApiConfig())
-    clients = _subscribe(fanout, state)
+    fanout = Fanout(state, ApiConfig(), authorize=_accept)
+    clients = _subscribe(fanout, state, watched, account_channels)
     _drain(clients)
     hist = {k: Histogram() for k in ("decode", "cache_update", "fanout", "apply", "ledger")}
     totals = dict.fromkeys(hist, 0)
@@ -159,6 +194,7 @@ def run_once(seq: int, height: int, records: list[Any], frames: list[bytes]) -> 
             fanout.publish(applied)
             t3 = pc()
             state.ledger.catch_up()  # after the block's fan-out, as the service schedules it
+            state.history.volumes.catch_up()
             t4 = pc()
             _drain(clients)
             events += len(block.events)
@@ -192,12 +228,17 @@ def run(
     accounts: int = 2_000,
     repeat: int = 3,
     json_out: bool = False,
+    watched: int = 40,
+    account_channels: str = "account_all",
 ) -> dict[str, Any]:
     t = time.perf_counter()
     _, seq, height, frames, records = build_stream(commands, warmup, block_txs, seed, accounts)
     build_s = time.perf_counter() - t
     ref_before = reference_loop_ns()
-    runs = [run_once(seq, height, records, frames) for _ in range(max(1, repeat))]
+    runs = [
+        run_once(seq, height, records, frames, watched, account_channels)
+        for _ in range(max(1, repeat))
+    ]
     ref = min(ref_before, reference_loop_ns())
     runs.sort(key=lambda r: r["ns_per_delta"]["apply"])
     best = runs[len(runs) // 2]
@@ -224,6 +265,8 @@ def run(
         "commands": commands,
         "warmup": warmup,
         "seed": seed,
+        "watched_accounts": watched,
+        "account_channels": account_channels,
     }
     if json_out:
         print(json.dumps(result))
@@ -256,8 +299,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1, help="workload seed (1)")
     p.add_argument("--repeat", type=int, default=3, help="runs; the median is reported (3)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--watched", type=int, default=40, help="accounts with subscribers (40)")
+    p.add_argument(
+        "--account-channels",
+        choices=("account_all", "all"),
+        default="account_all",
+        help="what each watched account is subscribed to (account_all)",
+    )
     a = p.parse_args(argv)
-    run(a.commands, a.warmup, a.block_txs, a.seed, a.accounts, a.repeat, a.json)
+    run(
+        a.commands,
+        a.warmup,
+        a.block_txs,
+        a.seed,
+        a.accounts,
+        a.repeat,
+        a.json,
+        a.watched,
+        a.account_channels,
+    )
     return 0
 
 

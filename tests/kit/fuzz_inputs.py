@@ -62,7 +62,22 @@ PARAMS = (
     "asset_id",
     "index",
 )
-CHANNELS = ("order_book", "trade", "account_all", "market_stats", "height", "ticker", "")
+CHANNELS = (
+    "order_book",
+    "trade",
+    "account_all",
+    "market_stats",
+    "height",
+    "ticker",
+    "",
+    "user_stats",
+    "account_all_orders",
+    "account_orders",
+    "account_orders/0",
+    "account_all_trades",
+    "account_all_positions",
+    "account_all_assets",
+)
 WS_TYPES = ("subscribe", "unsubscribe", "jsonapi/sendtx", "jsonapi/sendtxbatch", "ping", "")
 
 
@@ -319,6 +334,10 @@ class Campaign:
         if kind in ("subscribe", "unsubscribe"):
             if r.random() < 0.9:
                 msg["channel"] = self._channel()
+            if r.random() < 0.3:  # a bad auth token: never valid here
+                msg["auth"] = r.choice(
+                    [self.scalar(), self.text(20), f"{2**40}:1:0:{'ab' * 80}", "1:1:1:" + "0" * 160]
+                )
         elif kind.startswith("jsonapi/"):
             if r.random() < 0.1:
                 msg["data"] = self.value()
