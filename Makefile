@@ -28,7 +28,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e '.[test,lint,profile]'
+	$(BIN)/python -m pip install -e '.[test,lint,profile,sdk]'
 	touch $(STAMP)
 
 $(ENGINE_STAMP): $(STAMP) $(ENGINE_SRC)

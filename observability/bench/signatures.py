@@ -5,8 +5,9 @@ Methods (same key, same CreateOrder, same process):
 - ``c``: raydex's C backend (``raydex.codecs.signing`` with ``_accel``), the one replicas run;
 - ``pure``: the pure-Python reference, the fallback when the extension is missing;
 - ``sdk``: lighter-sdk's bundled Go signer (``SignerClient.sign_create_order`` through ctypes:
-  hashing, signing and JSON encoding in one call; it has no verify). Left out, with the reason
-  in the report, where lighter-sdk or its library cannot load.
+  hashing, signing and JSON encoding in one call; it has no verify). The optional extra
+  ``raydex[sdk]`` (``make install`` has it); left out, with the reason in the report, where
+  lighter-sdk or its library cannot load.
 
 Operations: ``sign`` (``message_hash`` + ``sign`` of a CreateOrder), ``verify_cached`` (the key
 decoded once, as a replica's :class:`KeyCache` holds it), ``verify_uncached`` (decode + verify: a

@@ -195,7 +195,7 @@ VENV = "/v/lib/python3.11/site-packages/ray"
 
 
 def _procs() -> dict[int, ProcInfo]:
-    tmp = f"/tmp/ray/{SESSION}"
+    tmp = f"ray-temp/{SESSION}"  # command-line text only: nothing on disk is read
     rows = [
         (100, 1, "python", "python driver.py"),
         (101, 100, "gcs_server", f"{VENV}/core/src/ray/gcs/gcs_server --log_dir={tmp}/logs"),
