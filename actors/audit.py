@@ -84,7 +84,6 @@ class SignatureAudit:
         self, chain_id: int = DEFAULT_CHAIN_ID, max_pending: int = 50_000, keep_failures: int = 100
     ) -> None:
         self.verifier = Verifier(chain_id)
-        self.chain_id = chain_id
         self.max_pending = max_pending
         self.keep_failures = keep_failures
         #: audited through this seq (the key table is as of this block)
@@ -214,7 +213,7 @@ class SignatureAudit:
         ttype = tx_type_of(cls)
         if ttype != executed.tx_type:
             return f"tx type {ttype} in the WAL, {executed.tx_type} in the block"
-        hm = tx_hash_of(tx, self.chain_id)
+        hm = tx_hash_of(tx, self.verifier.chain_id)
         if hm != executed.tx_hash:
             return "the published tx hash is not the hash of the logged tx"
         if ttype in OPERATOR_TX_TYPES or not is_signed_type(cls):

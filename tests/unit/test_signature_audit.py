@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from pathlib import Path
 
 import pytest
 from eth_account import Account as EthAccount
 from eth_account.messages import encode_defunct
-from kit.faults import until
+from kit.faults import free_ports, until
 
 from raydex.actors.audit import SignatureAudit
 from raydex.actors.committer import CommitterFollower
@@ -176,19 +175,12 @@ def test_an_audit_too_far_behind_passes_blocks_unaudited_but_keeps_the_keys(
     assert audit.audit(3, closed[2].wal_record) == [] and audit.audited_txs == 1
 
 
-def _ports() -> tuple[int, int]:
-    with socket.socket() as s1, socket.socket() as s2:
-        s1.bind(("127.0.0.1", 0))
-        s2.bind(("127.0.0.1", 0))
-        return s1.getsockname()[1], s2.getsockname()[1]
-
-
 def test_a_deployment_sequencer_trusts_its_members_and_the_committer_withholds_forged_blocks(
     tmp_path: Path,
 ) -> None:
     """Real sequencer with a data-plane secret (so it does not verify) and a real committer
     follower auditing through the tx log on loopback."""
-    ports = _ports()
+    ports = free_ports(2)
     cfg = SequencerConfig(
         wal_dir=str(tmp_path / "wal"), snapshot_dir=str(tmp_path / "snap"),
         grpc_port=ports[0], txlog_port=ports[1], data_plane_secret=SECRET,
