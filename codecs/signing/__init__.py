@@ -214,17 +214,24 @@ def is_valid_public_key(pk: bytes, backend: Backend = ACTIVE) -> bool:
 
 class KeyCache:
     """Decoded public keys, one decode per key (a square root in GF(p^5), plus in C a table of
-    multiples that makes every later verify ~2x cheaper). Bounded: when ``max_keys`` entries
-    are held the cache is cleared (simple; the working set of active keys refills it at once).
-    Refused keys are cached too (as None), so a flood of one bad key costs one decode.
-    Memory: ~6 KB per key with the C backend, ~1 KB pure."""
+    multiples, ``_accel.KEY_TABLE_BYTES`` = 40 KB, that makes every later verify ~2x cheaper).
+    Bounded by ``max_keys`` entries and by ``max_bytes`` of key tables (the default, 512 MiB, is
+    ~13,000 keys in C); when full, the oldest entry is evicted (insertion order: one dict
+    operation, no work on a hit), so an evicted key costs one decode (~1-2 ms) when it returns.
+    Refused keys are cached too (as None), so a flood of one bad key costs one decode."""
 
-    __slots__ = ("_keys", "backend", "decodes", "max_keys")
+    __slots__ = ("_keys", "backend", "capacity", "decodes", "evictions", "max_keys")
 
-    def __init__(self, max_keys: int = 50_000, backend: Backend = ACTIVE) -> None:
+    def __init__(
+        self, max_keys: int = 50_000, backend: Backend = ACTIVE, max_bytes: int = 512 << 20
+    ) -> None:
         self.backend = backend
         self.max_keys = max_keys
+        per_key = int(getattr(backend.module, "KEY_TABLE_BYTES", 1024))
+        #: The entries held at most: ``max_keys``, lowered to what ``max_bytes`` allows.
+        self.capacity = max(1, min(max_keys, max_bytes // max(per_key, 1)))
         self.decodes = 0
+        self.evictions = 0
         self._keys: dict[bytes, Any] = {}
 
     def key(self, pk: bytes) -> Any:
@@ -238,9 +245,11 @@ class KeyCache:
         key = None
         if isinstance(pk, bytes) and len(pk) == PUBLIC_KEY_SIZE:
             key = self.backend.module.decode_public_key(pk)
-        if len(self._keys) >= self.max_keys:
-            self._keys.clear()
-        self._keys[pk] = key
+        keys = self._keys
+        while len(keys) >= self.capacity:
+            del keys[next(iter(keys))]
+            self.evictions += 1
+        keys[pk] = key
         self.decodes += 1
         return key
 

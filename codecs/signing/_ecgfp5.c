@@ -663,7 +663,7 @@ static int pt_decode(point *r, const fp5 *w)
 /* ------------------------------------------------ tables and scalar recoding */
 
 #ifndef G_W
-#define G_W 8 /* fixed-base window: 40 digit positions x 128 multiples x 80 B = 400 KB */
+#define G_W 10 /* fixed-base window: 32 digit positions x 512 multiples x 80 B = 1.3 MB */
 #endif
 #define G_DIGITS ((320 + G_W - 1) / G_W)
 #define G_ENTRIES (1 << (G_W - 1))
@@ -672,7 +672,7 @@ static int pt_decode(point *r, const fp5 *w)
 #define PK_W 5
 #endif
 #ifndef PK_CHUNKS
-#define PK_CHUNKS 8 /* per-key table: 8 x 16 affine points = 10 KB; 40 shared doublings */
+#define PK_CHUNKS 32 /* per-key table: 32 x 16 affine points = 40 KB; 5 shared doublings */
 #endif
 #define PK_CHUNK_BITS (320 / PK_CHUNKS)
 #define PK_DPC (PK_CHUNK_BITS / PK_W) /* digits per chunk */
@@ -753,6 +753,19 @@ static int build_g_table(void)
     batch_affine(&G_TABLE[0][0], pts, n, scratch);
     PyMem_Free(pts);
     PyMem_Free(scratch);
+    return 0;
+}
+
+/* G_TABLE is built on first use (~20-30 ms), not at import: most processes that import the
+ * package never sign or verify. Called with the GIL held, so one thread builds it. */
+static int g_ready = 0;
+static int ensure_g_table(void)
+{
+    if (g_ready)
+        return 0;
+    if (build_g_table() < 0)
+        return -1;
+    g_ready = 1;
     return 0;
 }
 
@@ -944,7 +957,7 @@ static PyObject *py_public_key(PyObject *self, PyObject *args)
         return NULL;
     int ok = load_scalar(k, &b, "private key");
     PyBuffer_Release(&b);
-    if (!ok)
+    if (!ok || ensure_g_table() < 0)
         return NULL;
     point acc;
     pt_neutral(&acc);
@@ -969,7 +982,7 @@ static PyObject *py_sign_challenge(PyObject *self, PyObject *args)
     }
     PyBuffer_Release(&kb);
     PyBuffer_Release(&hb);
-    if (!ok)
+    if (!ok || ensure_g_table() < 0)
         return NULL;
     point acc;
     pt_neutral(&acc);
@@ -1013,7 +1026,7 @@ PyDoc_STRVAR(verify_doc,
 static PyObject *py_verify(PyObject *self, PyObject *args)
 {
     Py_buffer kb, hb, sb;
-    if (!PyArg_ParseTuple(args, "y*y*y*", &kb, &hb, &sb))
+    if (ensure_g_table() < 0 || !PyArg_ParseTuple(args, "y*y*y*", &kb, &hb, &sb))
         return NULL;
     int ok = kb.len == (Py_ssize_t)PK_TABLE_BYTES && hb.len == 40 && sb.len == 80;
     uint64_t s[5], e[5], e2[5];
@@ -1147,8 +1160,6 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__accel(void)
 {
-    if (build_g_table() < 0)
-        return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
