@@ -868,6 +868,101 @@ static void challenge(uint64_t *e, const fp5 *r, const gl *hm)
     }
 }
 
+/* ------------------------------------------------------- scalars mod n (signing) */
+
+/* DELTA = 2^319 - n < 2^290, so 2^319 = DELTA (mod n): a value reduces by folding its bits
+ * from 319 up, times DELTA, into its low 319 bits (~29 bits shed per fold) */
+static uint64_t DELTA[5];
+
+static void init_delta(void)
+{
+    static const uint64_t two319[5] = {0, 0, 0, 0, 1ULL << 63};
+    u128 borrow = 0;
+    for (int i = 0; i < 5; i++) {
+        u128 d = (u128)two319[i] - N_LIMBS[i] - borrow;
+        DELTA[i] = (uint64_t)d;
+        borrow = (d >> 64) ? 1 : 0;
+    }
+}
+
+/* x (nx <= 11 limbs) mod n into out[5] */
+static void scalar_reduce(uint64_t *out, const uint64_t *x, int nx)
+{
+    uint64_t t[11] = {0};
+    memcpy(t, x, sizeof(uint64_t) * (size_t)nx);
+    for (;;) {
+        /* hi = t >> 319 (up to 6 limbs), t = low 319 bits */
+        uint64_t hi[6];
+        int any = 0;
+        for (int i = 0; i < 6; i++) {
+            uint64_t a = t[4 + i] >> 63, b = (4 + i + 1 < 11) ? t[5 + i] << 1 : 0;
+            hi[i] = a | b;
+            any |= hi[i] != 0;
+        }
+        if (!any)
+            break;
+        t[4] &= 0x7FFFFFFFFFFFFFFFULL;
+        for (int i = 5; i < 11; i++)
+            t[i] = 0;
+        /* t += hi * DELTA (< 2^(321 + 290), fits 11 limbs) */
+        for (int i = 0; i < 6; i++) {
+            if (!hi[i])
+                continue;
+            u128 carry = 0;
+            for (int j = 0; j < 5; j++) {
+                u128 m = (u128)hi[i] * DELTA[j] + t[i + j] + carry;
+                t[i + j] = (uint64_t)m;
+                carry = m >> 64;
+            }
+            for (int k = i + 5; carry && k < 11; k++) {
+                u128 m = (u128)t[k] + carry;
+                t[k] = (uint64_t)m;
+                carry = m >> 64;
+            }
+        }
+    }
+    /* t < 2^319 < 2n */
+    if (!scalar_canonical(t)) {
+        u128 borrow = 0;
+        for (int i = 0; i < 5; i++) {
+            u128 d = (u128)t[i] - N_LIMBS[i] - borrow;
+            t[i] = (uint64_t)d;
+            borrow = (d >> 64) ? 1 : 0;
+        }
+    }
+    memcpy(out, t, sizeof(uint64_t) * 5);
+}
+
+/* s = k - e x mod n (k, e, x < n) */
+static void scalar_sign(uint64_t *s, const uint64_t *k, const uint64_t *e, const uint64_t *x)
+{
+    uint64_t prod[10] = {0}, ex[5];
+    for (int i = 0; i < 5; i++) {
+        u128 carry = 0;
+        for (int j = 0; j < 5; j++) {
+            u128 m = (u128)e[i] * x[j] + prod[i + j] + carry;
+            prod[i + j] = (uint64_t)m;
+            carry = m >> 64;
+        }
+        prod[i + 5] = (uint64_t)carry;
+    }
+    scalar_reduce(ex, prod, 10);
+    u128 borrow = 0;
+    for (int i = 0; i < 5; i++) {
+        u128 d = (u128)k[i] - ex[i] - borrow;
+        s[i] = (uint64_t)d;
+        borrow = (d >> 64) ? 1 : 0;
+    }
+    if (borrow) { /* k < e x mod n: add n back */
+        u128 carry = 0;
+        for (int i = 0; i < 5; i++) {
+            u128 a = (u128)s[i] + N_LIMBS[i] + carry;
+            s[i] = (uint64_t)a;
+            carry = a >> 64;
+        }
+    }
+}
+
 static int fp5_from_canonical(fp5 *r, const unsigned char *b)
 {
     load_limbs(r->v, b);
@@ -993,6 +1088,71 @@ static PyObject *py_sign_challenge(PyObject *self, PyObject *args)
     challenge(e, &r, hm.v);
     unsigned char out[40];
     store_limbs(out, e);
+    return PyBytes_FromStringAndSize((const char *)out, 40);
+}
+
+PyDoc_STRVAR(sign_doc,
+             "sign(sk40, hm40, k40) -> sig80: the Schnorr signature S || E of hm under sk with the "
+             "nonce k (sk, k canonical nonzero scalars; hm canonical limbs): e = H(encode(k G) || "
+             "hm) mod n, s = k - e sk mod n, all in C.");
+static PyObject *py_sign(PyObject *self, PyObject *args)
+{
+    Py_buffer xb, hb, kb;
+    uint64_t x[5], k[5];
+    fp5 hm;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &xb, &hb, &kb))
+        return NULL;
+    int ok = load_scalar(x, &xb, "private key") && get40(&hb, "message hash") &&
+             load_scalar(k, &kb, "nonce");
+    if (ok && !fp5_from_canonical(&hm, hb.buf)) {
+        PyErr_SetString(PyExc_ValueError, "message hash needs canonical GF(p^5) limbs");
+        ok = 0;
+    }
+    PyBuffer_Release(&xb);
+    PyBuffer_Release(&hb);
+    PyBuffer_Release(&kb);
+    if (!ok || ensure_g_table() < 0)
+        return NULL;
+    point acc;
+    pt_neutral(&acc);
+    mul_g(&acc, k);
+    fp5 r;
+    pt_encode(&r, &acc);
+    uint64_t e[5], s[5];
+    challenge(e, &r, hm.v);
+    scalar_sign(s, k, e, x);
+    unsigned char out[80];
+    store_limbs(out, s);
+    store_limbs(out + 40, e);
+    return PyBytes_FromStringAndSize((const char *)out, 80);
+}
+
+PyDoc_STRVAR(scalar_mul_sub_doc,
+             "scalar_mul_sub(k40, e40, x40) -> s40: k - e x mod n for scalars below n (the "
+             "signing equation; exposed for tests).");
+static PyObject *py_scalar_mul_sub(PyObject *self, PyObject *args)
+{
+    Py_buffer kb, eb, xb;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &kb, &eb, &xb))
+        return NULL;
+    uint64_t k[5], e[5], x[5], s[5];
+    int ok = get40(&kb, "k") && get40(&eb, "e") && get40(&xb, "x");
+    if (ok) {
+        load_limbs(k, kb.buf);
+        load_limbs(e, eb.buf);
+        load_limbs(x, xb.buf);
+        ok = scalar_canonical(k) && scalar_canonical(e) && scalar_canonical(x);
+        if (!ok)
+            PyErr_SetString(PyExc_ValueError, "scalars must be below n");
+    }
+    PyBuffer_Release(&kb);
+    PyBuffer_Release(&eb);
+    PyBuffer_Release(&xb);
+    if (!ok)
+        return NULL;
+    scalar_sign(s, k, e, x);
+    unsigned char out[40];
+    store_limbs(out, s);
     return PyBytes_FromStringAndSize((const char *)out, 40);
 }
 
@@ -1146,6 +1306,8 @@ static PyMethodDef methods[] = {
     {"hash_to_quintic_bytes", py_hash_to_quintic_bytes, METH_O, quintic_doc},
     {"public_key", py_public_key, METH_VARARGS, public_key_doc},
     {"sign_challenge", py_sign_challenge, METH_VARARGS, sign_challenge_doc},
+    {"sign", py_sign, METH_VARARGS, sign_doc},
+    {"scalar_mul_sub", py_scalar_mul_sub, METH_VARARGS, scalar_mul_sub_doc},
     {"decode_public_key", py_decode_public_key, METH_VARARGS, decode_doc},
     {"verify", py_verify, METH_VARARGS, verify_doc},
     {"hash_no_pad", py_hash_no_pad, METH_VARARGS, hash_doc},
@@ -1160,6 +1322,7 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__accel(void)
 {
+    init_delta();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;

@@ -1,7 +1,7 @@
 """The C backend: ``_accel`` (``_ecgfp5.c``) behind the byte-level backend interface of ``_pure``.
 
-The C code does the curve and the hashing; the scalar arithmetic of signing
-(``s = k - e sk mod n``, ~1 us with Python's integers) stays here.
+The C code does everything of a signature, the scalar arithmetic ``s = k - e sk mod n`` included
+(``_accel.sign``: no Python integers per call).
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import _accel  # type: ignore[attr-defined]
-from ._curve import N
 
 NAME = "c"
 KEY_TABLE_BYTES: int = _accel.KEY_TABLE_BYTES
@@ -20,12 +19,7 @@ def public_key(sk: bytes) -> bytes:
 
 
 def sign(sk: bytes, hm: bytes, k: bytes) -> bytes:
-    e = _accel.sign_challenge(k, hm)
-    x = int.from_bytes(sk, "little")
-    if not 0 < x < N:
-        raise ValueError("needs a canonical nonzero 40-byte scalar")
-    s = (int.from_bytes(k, "little") - int.from_bytes(e, "little") * x) % N
-    return s.to_bytes(40, "little") + bytes(e)
+    return bytes(_accel.sign(sk, hm, k))
 
 
 def decode_public_key(pk: bytes) -> bytes | None:
