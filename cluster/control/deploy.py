@@ -279,8 +279,9 @@ def deploy(
         started, bind, lambda: ray.get(sequencer.status.remote(), timeout=timeout_s)
     )
     plane = started["data_plane"]["plane"]
-    delta_target = target_of(plane, host, started["grpc_port"])
-    txlog_target = target_of(plane, host, started["txlog_port"])
+    unix = started["data_plane"].get("unix") or {}
+    delta_target = target_of(plane, host, started["grpc_port"], unix.get("blocks"))
+    txlog_target = target_of(plane, host, started["txlog_port"], unix.get("txlog"))
     secret: str = ray.get(sequencer.data_plane_secret.remote(), timeout=timeout_s)
     # CreateMarket of an existing market is refused (MARKET_EXISTS) and changes nothing.
     ray.get(sequencer.operator.remote(list(spec.markets)), timeout=timeout_s)
