@@ -52,17 +52,20 @@ __all__ = [
     "CpuSample",
     "Ledger",
     "ProcInfo",
+    "Rss",
     "WindowSampler",
     "build_ledger",
     "classify_ray",
     "format_ledger",
     "machine_busy_ticks",
+    "memory_by_role",
     "proc_info",
     "ray_session_of",
     "sample_cpu",
 ]
 
 CLK_TCK: int = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE_SIZE: int = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 OTHER = "other processes"
 UNATTRIBUTED = "unattributed"
@@ -103,6 +106,7 @@ class ProcInfo:
     ticks: int  # utime + stime, in clock ticks
     start: int  # start time, clock ticks after boot (tells a reused pid apart)
     cmdline: str
+    rss: int = 0  # resident set size, bytes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -123,7 +127,7 @@ def proc_info(pid: int, proc: Path = Path("/proc")) -> ProcInfo | None:
     # comm is in parentheses and may hold spaces or ')': split at the last ')'
     head, _, rest = stat.rpartition(")")
     fields = rest.split()
-    # fields[0] is state (field 3); ppid field 4, utime 14, stime 15, starttime 22
+    # fields[0] is state (field 3); ppid field 4, utime 14, stime 15, starttime 22, rss 24
     return ProcInfo(
         pid=pid,
         ppid=int(fields[1]),
@@ -131,6 +135,7 @@ def proc_info(pid: int, proc: Path = Path("/proc")) -> ProcInfo | None:
         ticks=int(fields[11]) + int(fields[12]),
         start=int(fields[19]),
         cmdline=raw.replace(b"\x00", b" ").decode(errors="replace").strip(),
+        rss=int(fields[21]) * PAGE_SIZE,
     )
 
 
@@ -162,29 +167,75 @@ def sample_cpu(proc: Path = Path("/proc")) -> CpuSample:
     return CpuSample(at, (busy0 + busy1) // 2, (total0 + total1) // 2, procs)
 
 
+@dataclasses.dataclass(slots=True)
+class Rss:
+    """One process's resident memory over the window (bytes): first and last sight, peak."""
+
+    start: int
+    end: int
+    peak: int
+
+    def see(self, rss: int) -> None:
+        self.end = rss
+        self.peak = max(self.peak, rss)
+
+
 class WindowSampler:
     """The window's two samples, plus what was seen in between: :meth:`tick` (every second or
     so) remembers each process's latest ticks, so one that exits inside the window is charged
-    what it had used when last seen rather than falling into ``unattributed``. Cost: one
-    ``/proc`` walk per tick (~7 ms of CPU for ~100 processes here)."""
+    what it had used when last seen rather than falling into ``unattributed``; and each
+    process's resident memory at every sample (:attr:`memory`: start, end, peak), for the
+    report's memory table (a soak's "RSS flat"). Cost: one ``/proc`` walk per tick (~7 ms of
+    CPU for ~100 processes here)."""
 
     def __init__(self) -> None:
         self.before: CpuSample | None = None
         self.seen: dict[int, ProcInfo] = {}
+        self.memory: dict[int, Rss] = {}
+
+    def _remember(self, sample: CpuSample) -> CpuSample:
+        memory = self.memory
+        for pid, p in sample.procs.items():
+            m = memory.get(pid)
+            if m is None:
+                memory[pid] = Rss(p.rss, p.rss, p.rss)
+            else:
+                m.see(p.rss)
+        return sample
 
     def begin(self) -> None:
-        self.before = sample_cpu()
+        self.before = self._remember(sample_cpu())
 
     def tick(self) -> None:
-        self.seen.update(sample_cpu().procs)
+        self.seen.update(self._remember(sample_cpu()).procs)
 
     def end(self) -> tuple[CpuSample, CpuSample]:
         """(before, after): ``after`` holds the live processes and the last sight of the gone."""
         if self.before is None:
             raise RuntimeError("WindowSampler.end() before begin()")
-        after = sample_cpu()
+        after = self._remember(sample_cpu())
         procs = {**self.seen, **after.procs}
         return self.before, dataclasses.replace(after, procs=procs)
+
+
+def memory_by_role(
+    memory: Mapping[int, Rss], roles: Mapping[int, str]
+) -> dict[str, dict[str, float]]:
+    """Resident memory (MiB) of each role's process over the window: start, end, peak, and the
+    growth end - start (a soak's "flat" check). Roles whose process was never seen are left out."""
+    mib = 1 << 20
+    out: dict[str, dict[str, float]] = {}
+    for pid, role in sorted(roles.items(), key=lambda kv: _order(kv[1])):
+        m = memory.get(pid)
+        if m is None:
+            continue
+        out[role] = {
+            "start_mib": round(m.start / mib, 1),
+            "end_mib": round(m.end / mib, 1),
+            "peak_mib": round(m.peak / mib, 1),
+            "growth_mib": round((m.end - m.start) / mib, 1),
+        }
+    return out
 
 
 def classify_ray(cmdline: str) -> str:

@@ -25,6 +25,7 @@ from raydex.observability.loadtest.ledger import (
     classify_ray,
     format_ledger,
     machine_busy_ticks,
+    memory_by_role,
     proc_info,
     ray_session_of,
     sample_cpu,
@@ -264,3 +265,47 @@ def test_the_window_sampler_keeps_the_cpu_of_processes_that_exit_inside_the_wind
     assert parent.pid in after.procs  # gone, but remembered
     led = build_ledger(before, after, {parent.pid: "parent role"}, 1)
     assert led.by_role["parent role"] >= burned - 2 * TICK
+
+
+#: A child that grows its heap by 64 MiB when told, then frees it when told again.
+GROWER = textwrap.dedent(
+    """
+    import sys
+    print("ready", flush=True)
+    sys.stdin.readline()
+    blob = bytearray(64 << 20)  # zero-filled: every page touched
+    print("grown", flush=True)
+    sys.stdin.readline()
+    del blob
+    print("freed", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_the_window_sampler_tracks_each_processs_resident_memory_start_end_and_peak() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", GROWER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        sampler = WindowSampler()
+        sampler.begin()
+        child.stdin.write("grow\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "grown"
+        sampler.tick()
+        child.stdin.write("free\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "freed"
+        sampler.end()
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+    mem = memory_by_role(sampler.memory, {child.pid: "grower", 2**22 + 7: "never seen"})
+    assert list(mem) == ["grower"]  # a role whose process was never seen is left out
+    m = mem["grower"]
+    assert m["peak_mib"] >= m["start_mib"] + 60  # the 64 MiB were resident at the tick
+    assert m["end_mib"] < m["peak_mib"] - 60  # and returned to the OS when freed
+    assert m["growth_mib"] == pytest.approx(m["end_mib"] - m["start_mib"], abs=0.2)
