@@ -107,6 +107,7 @@ class ProcInfo:
     start: int  # start time, clock ticks after boot (tells a reused pid apart)
     cmdline: str
     rss: int = 0  # resident set size, bytes
+    sys_ticks: int = 0  # stime alone (inside ``ticks``): the kernel's share
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -136,6 +137,7 @@ def proc_info(pid: int, proc: Path = Path("/proc")) -> ProcInfo | None:
         start=int(fields[19]),
         cmdline=raw.replace(b"\x00", b" ").decode(errors="replace").strip(),
         rss=int(fields[21]) * PAGE_SIZE,
+        sys_ticks=int(fields[12]),
     )
 
 
@@ -299,6 +301,9 @@ class Ledger:
     pids: Mapping[str, tuple[int, ...]]
     top_other: tuple[tuple[str, float], ...]  # (command, CPU s) of the busiest other processes
     session: str | None
+    #: of ``by_role``, the seconds spent in the kernel (system time: syscalls, the network stack,
+    #: wake-ups); UNATTRIBUTED has none
+    sys_by_role: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def us_per_tx(self) -> dict[str, float]:
         """``{role: µs, ..., "total": µs}``; every role, ``other processes`` and
@@ -324,6 +329,9 @@ class Ledger:
                     "pct_of_machine": round(100 * s / cap, 1) if cap else 0.0,
                     "cores": round(s / self.window_s, 3) if self.window_s else 0.0,
                     "us_per_tx": self.us_per_tx()[r],
+                    "system_pct": round(100 * self.sys_by_role.get(r, 0.0) / s, 1)
+                    if s > 0
+                    else 0.0,
                     "pids": list(self.pids.get(r, ())),
                 }
                 for r, s in self.by_role.items()
@@ -366,17 +374,21 @@ def build_ledger(
     secs: dict[str, float] = {r: 0.0 for r in sorted(set(roles.values()), key=_order)}
     pids: dict[str, list[int]] = {}
     other: dict[str, float] = {}
+    sys_secs: dict[str, float] = {}
     attributed = 0
     for pid, p in after.procs.items():
         old = before.procs.get(pid)
         # a pid not seen before (or reused) started inside the window: all its ticks count
-        base = old.ticks if old is not None and old.start == p.start else 0
+        same = old is not None and old.start == p.start
+        base = old.ticks if old is not None and same else 0
         d = p.ticks - base
         if d <= 0:
             continue
         attributed += d
         role = _role_of(p, after.procs, marks, session)
         secs[role] = secs.get(role, 0.0) + d / CLK_TCK
+        d_sys = p.sys_ticks - (old.sys_ticks if old is not None and same else 0)
+        sys_secs[role] = sys_secs.get(role, 0.0) + max(d_sys, 0) / CLK_TCK
         pids.setdefault(role, []).append(pid)
         if role == OTHER:
             name = (p.cmdline or f"[{p.comm}]")[:80]
@@ -392,6 +404,7 @@ def build_ledger(
         committed_txs=committed_txs,
         busy_s=busy / CLK_TCK,
         by_role=ordered,
+        sys_by_role=sys_secs,
         pids={r: tuple(sorted(v)) for r, v in pids.items()},
         top_other=top,
         session=session,
@@ -401,18 +414,19 @@ def build_ledger(
 def format_ledger(led: Mapping[str, Any]) -> list[str]:
     """Markdown table rows of a ledger's JSON form (``Ledger.as_json``)."""
     lines = [
-        "| role | CPU s | % of machine | µs per committed tx |",
-        "|---|---:|---:|---:|",
+        "| role | CPU s | % of machine | µs per committed tx | of it in the kernel |",
+        "|---|---:|---:|---:|---:|",
     ]
     for role, row in led["by_role"].items():
+        kernel = f"{row['system_pct']:.0f}%" if "system_pct" in row and role != UNATTRIBUTED else ""
         lines.append(
             f"| {role} | {row['cpu_s']:.2f} | {row['pct_of_machine']:.1f} "
-            f"| {row['us_per_tx']:,.1f} |"
+            f"| {row['us_per_tx']:,.1f} | {kernel} |"
         )
     n = max(int(led["committed_txs"]), 1)
     total_us = led["machine_busy_s"] * 1e6 / n
     lines.append(
         f"| **total (machine busy)** | {led['machine_busy_s']:.2f} | "
-        f"{led['machine_busy_pct']:.1f} | **{total_us:,.1f}** |"
+        f"{led['machine_busy_pct']:.1f} | **{total_us:,.1f}** | |"
     )
     return lines
