@@ -187,10 +187,13 @@ def public_key_of(sk: bytes, backend: Backend = ACTIVE) -> bytes:
     return backend.module.public_key(_scalar(sk))
 
 
+def _nonce_digest(sk: bytes, hm: bytes) -> bytes:
+    return hashlib.blake2b(sk + hm, digest_size=64, person=b"raydex-ecgfp5-k").digest()
+
+
 def nonce_for(sk: bytes, hm: bytes) -> bytes:
     """The deterministic signing nonce: BLAKE2b-512(sk || hm) mod n (never 0)."""
-    d = hashlib.blake2b(sk + hm, digest_size=64, person=b"raydex-ecgfp5-k").digest()
-    k = int.from_bytes(d, "little") % GROUP_ORDER or 1
+    k = int.from_bytes(_nonce_digest(sk, hm), "little") % GROUP_ORDER or 1
     return k.to_bytes(PRIVATE_KEY_SIZE, "little")
 
 
@@ -198,6 +201,13 @@ def sign(sk: bytes, hm: bytes, backend: Backend = ACTIVE) -> bytes:
     """The 80-byte signature ``S || E`` of the 40-byte message hash ``hm`` under ``sk``."""
     if len(hm) != 40:
         raise ValueError(f"message hash needs 40 bytes, got {len(hm)}")
+    fast = getattr(backend.module, "sign_digest", None)
+    if fast is not None and type(sk) is bytes and len(sk) == PRIVATE_KEY_SIZE:
+        # C: the nonce's reduction and the whole signature in one call; None when sk is not
+        # canonical (>= n or 0): then the general path below reduces it first
+        sig: bytes | None = fast(sk, hm, _nonce_digest(sk, hm))
+        if sig is not None:
+            return sig
     sk = _scalar(sk)
     return backend.module.sign(sk, hm, nonce_for(sk, hm))
 

@@ -1132,6 +1132,64 @@ static PyObject *py_sign(PyObject *self, PyObject *args)
     return PyBytes_FromStringAndSize((const char *)out, 80);
 }
 
+PyDoc_STRVAR(sign_digest_doc,
+             "sign_digest(sk40, hm40, digest64) -> sig80 | None: sign() with the nonce k = digest "
+             "mod n (1 if that is 0), the 64-byte digest read little-endian; None when sk is not "
+             "a canonical nonzero scalar (the caller reduces it and derives the nonce again).");
+static PyObject *py_sign_digest(PyObject *self, PyObject *args)
+{
+    Py_buffer xb, hb, db;
+    uint64_t x[5], k[5], d[8];
+    fp5 hm;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &xb, &hb, &db))
+        return NULL;
+    int ok = get40(&hb, "message hash");
+    if (ok && db.len != 64) {
+        PyErr_Format(PyExc_ValueError, "digest needs 64 bytes, got %zd", db.len);
+        ok = 0;
+    }
+    if (ok && !fp5_from_canonical(&hm, hb.buf)) {
+        PyErr_SetString(PyExc_ValueError, "message hash needs canonical GF(p^5) limbs");
+        ok = 0;
+    }
+    int canonical = 0;
+    if (ok && xb.len == 40) {
+        load_limbs(x, xb.buf);
+        canonical = scalar_canonical(x) && !scalar_is_zero(x);
+    }
+    if (ok && canonical) {
+        const unsigned char *db8 = db.buf;
+        for (int i = 0; i < 8; i++) {
+            uint64_t v = 0;
+            for (int j = 7; j >= 0; j--)
+                v = (v << 8) | db8[8 * i + j];
+            d[i] = v;
+        }
+    }
+    PyBuffer_Release(&xb);
+    PyBuffer_Release(&hb);
+    PyBuffer_Release(&db);
+    if (!ok || ensure_g_table() < 0)
+        return NULL;
+    if (!canonical)
+        Py_RETURN_NONE;
+    scalar_reduce(k, d, 8);
+    if (scalar_is_zero(k))
+        k[0] = 1;
+    point acc;
+    pt_neutral(&acc);
+    mul_g(&acc, k);
+    fp5 r;
+    pt_encode(&r, &acc);
+    uint64_t e[5], sc[5];
+    challenge(e, &r, hm.v);
+    scalar_sign(sc, k, e, x);
+    unsigned char out[80];
+    store_limbs(out, sc);
+    store_limbs(out + 40, e);
+    return PyBytes_FromStringAndSize((const char *)out, 80);
+}
+
 PyDoc_STRVAR(scalar_mul_sub_doc,
              "scalar_mul_sub(k40, e40, x40) -> s40: k - e x mod n for scalars below n (the "
              "signing equation; exposed for tests).");
@@ -1312,6 +1370,7 @@ static PyMethodDef methods[] = {
     {"public_key", py_public_key, METH_VARARGS, public_key_doc},
     {"sign_challenge", py_sign_challenge, METH_VARARGS, sign_challenge_doc},
     {"sign", py_sign, METH_VARARGS, sign_doc},
+    {"sign_digest", py_sign_digest, METH_VARARGS, sign_digest_doc},
     {"scalar_mul_sub", py_scalar_mul_sub, METH_VARARGS, scalar_mul_sub_doc},
     {"decode_public_key", py_decode_public_key, METH_VARARGS, decode_doc},
     {"verify", py_verify, METH_VARARGS, verify_doc},
