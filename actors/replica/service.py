@@ -825,7 +825,9 @@ class ReplicaActor:
             on_fatal=exit_process,
         )
         port = await self.service.start()
-        self.runtime.after_boot(self.service.metrics, busy_poll=self.config.busy_poll)
+        self.runtime.after_boot(
+            self.service.metrics, busy_poll=self.config.busy_poll, live=self.__repr__
+        )
         return port
 
     async def start(self) -> dict[str, Any]:

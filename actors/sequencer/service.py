@@ -653,7 +653,9 @@ class SequencerActor:
         except Exception as exc:  # any failed start: exit so that Ray restarts (and retries) us
             log.exception("sequencer start failed")
             exit_process(f"sequencer start failed: {exc!r}")
-        self.runtime.after_boot(self.service.metrics, busy_poll=self.service.config.busy_poll)
+        self.runtime.after_boot(
+            self.service.metrics, busy_poll=self.service.config.busy_poll, live=self.__repr__
+        )
         return port
 
     async def _ensure_started(self) -> SequencerService:

@@ -437,7 +437,7 @@ class SnapshotActor:
         except Exception as exc:  # any failed start: exit so that Ray restarts (and retries) us
             log.exception("snapshot holder start failed")
             exit_process(f"snapshot holder start failed: {exc!r}")
-        self.runtime.after_boot(self.service.metrics)
+        self.runtime.after_boot(self.service.metrics, live=self.__repr__)
 
     def _put(self, seq: int, height: int, tables: dict[str, pa.Table]) -> None:
         import ray

@@ -267,7 +267,8 @@ def deploy(
     ray.get(ray.get_actor(SNAPSHOT, namespace=namespace).start.remote(), timeout=timeout_s)
     if COMMITTER not in existing:
         args_c = (delta_target, SNAPSHOT, namespace, secret, txlog_target, spec.chain_id)
-        _spawn(CommitterActor, COMMITTER, namespace, None, args_c)
+        kw_c = {"bundle": bundle("committer"), "gc_spec": spec.committer.gc}
+        _spawn(CommitterActor, COMMITTER, namespace, bundle("committer"), args_c, kwargs=kw_c)
         created.append(COMMITTER)
 
     desired: dict[str, BundlePlacement | None] = {}

@@ -8,19 +8,20 @@
     ┌ numa0 ──────────┬ numa1 ───────┐ ┌ numa0 ─────────┬ numa1 ────────┐
     │ sequencer  [7]  │ replica [8]  │ │ replica [0]    │ replica [8]   │   one placement group
     │ snapshot   [6]  │ replica [9]  │ │ replica [1]    │ replica [9]   │   per replica group;
-    │ replica [0] [1] │              │ │                │               │   sequencer, snapshot:
-    └─────────────────┴──────────────┘ └────────────────┴───────────────┘   one each
+    │ committer  [5]  │              │ │                │               │   sequencer, snapshot,
+    │ replica [0] [1] │              │ │                │               │   committer: one each
+    └─────────────────┴──────────────┘ └────────────────┴───────────────┘
 
 Two steps. ``placement_for(spec, topology_by_node)`` is pure: it decides every bundle's host, NUMA
 node and exact cores from the spec and each host's ``Topology`` (keys: host labels, as advertised
-by ``raydex node-args``; dict order matters: the first host is the default for the sequencer and the
-snapshot holder, so put the head first). ``create_placement_groups`` turns the plan into Ray
-placement groups: bundle ``{"CPU": r, "numa<N>": r}`` plus the label selector
+by ``raydex node-args``; dict order matters: the first host is the default for the sequencer, the
+snapshot holder and the committer, so put the head first). ``create_placement_groups`` turns the
+plan into Ray placement groups: bundle ``{"CPU": r, "numa<N>": r}`` plus the label selector
 ``{"raydex.io/host": host}``, so Ray reserves the bundle on that host and charges that NUMA node.
 
-Core assignment, per (host, NUMA node): the sequencer and the snapshot holder are served first,
-from the highest-numbered cores (CPU 0 usually takes housekeeping and interrupts); replicas then
-take the least-used cores, lowest first, avoiding the sequencer's and holder's cores while any
+Core assignment, per (host, NUMA node): the sequencer, the snapshot holder and the committer are
+served first, from the highest-numbered cores (CPU 0 usually takes housekeeping and interrupts);
+replicas then take the least-used cores, lowest first, avoiding those three's cores while any
 other core is free. When the node has fewer cores than requested (a laptop, CI), bundles share
 cores (``shared=True``) and each bundle's Ray request ``r`` is scaled down by the node's
 oversubscription factor (rounded down to Ray's 1e-4 resource granularity) so the plan still fits;
@@ -50,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bundle import BundlePlacement, Role, pin_bundle
 from ..topology import HOST_LABEL, ROLE_LABEL, Topology, numa_resource, read_topology
-from .spec import DeploySpec, ReplicaGroupSpec
+from .spec import CommitterSpec, DeploySpec, ReplicaGroupSpec, SequencerSpec, SnapshotSpec
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
@@ -76,7 +77,8 @@ class PlacementError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class GroupPlacement:
-    """The bundles of one placement group: a replica group, sequencer or snapshot holder."""
+    """The bundles of one placement group: a replica group, sequencer, snapshot holder or
+    committer."""
 
     name: str
     bundles: tuple[BundlePlacement, ...]
@@ -91,8 +93,12 @@ def placement_for(
     planner = _Planner(topology_by_node)
     head = next(iter(topology_by_node))
     core: list[GroupPlacement] = []
-    for role in ("sequencer", "snapshot"):
-        part = spec.sequencer if role == "sequencer" else spec.snapshot
+    parts: tuple[tuple[Role, SequencerSpec | SnapshotSpec | CommitterSpec], ...] = (
+        ("sequencer", spec.sequencer),
+        ("snapshot", spec.snapshot),
+        ("committer", spec.committer),
+    )
+    for role, part in parts:
         slot = (part.host or head, part.numa_node)
         planner.check_slot(slot, part.cpus, role)
         bundle = planner.take(role, role, 0, slot, part.cpus, part.pin, part.realtime)
@@ -134,7 +140,7 @@ class _Planner:
     def __init__(self, topology_by_node: Mapping[str, Topology]) -> None:
         self.topologies = topology_by_node
         self.usage: dict[tuple[str, int], dict[int, int]] = {}
-        self.reserved: set[tuple[str, int]] = set()  # (host, cpu) of sequencer/snapshot
+        self.reserved: set[tuple[str, int]] = set()  # (host, cpu) of sequencer/snapshot/committer
         self.requested: dict[tuple[str, int], int] = {}
 
     def cpus_of(self, slot: tuple[str, int]) -> tuple[int, ...]:
