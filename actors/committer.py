@@ -404,7 +404,7 @@ class CommitterActor:
 
     async def _start(self) -> None:
         self.runtime.before_boot()
-        self.runtime.after_boot(self.metrics, live=self.__repr__)  # GC, placement; flush task
+        self.runtime.after_boot(self.metrics, live=self.live)  # GC, placement; flush task
         self.follower.start()
 
     async def commitment(self, seq: int) -> dict[str, Any] | None:
@@ -427,10 +427,15 @@ class CommitterActor:
             "loop_restarts": f.supervisor.restarts("committer"),
             "signature_audit": f.audit.status() if f.audit is not None else None,
             **self.runtime.status(),
-            "repr": repr(self),
+            "repr": self.live(),
         }
 
     def __repr__(self) -> str:
+        """What Ray records when ``__init__`` returns: the fixed facts of :meth:`live` and where
+        the live ones are (``actors/runtime/shell.py``)."""
+        return self.live(fixed=True)
+
+    def live(self, fixed: bool = False) -> str:
         """Role, deployment/name, the committed seq, the head of the hash chain, placement."""
         c = self.committer
         return self.runtime.describe(
@@ -441,6 +446,7 @@ class CommitterActor:
                 "follows": self.delta_target,
                 "audit": "on" if self.follower.audit is not None else "off",
             },
+            fixed=fixed,
         )
 
 

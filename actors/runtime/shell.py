@@ -3,22 +3,24 @@ its metrics (GC and placement on top of the service's own; flushed every ``METRI
 describe itself in one line (``ActorRuntime.describe``, each shell's ``__repr__``) and write that
 line to its log every ``LIVE_LOG_INTERVAL_S``.
 
-The repr and Ray: Ray 2.60 records an actor's ``repr()`` once, when its ``__init__`` returns (the
-actor-creation branch of ``execute_task``), and shows that string in the dashboard's Actors page
-and as ``repr_name`` in ``ray.util.state.list_actors``; it never asks again (not on state-API
-calls, not on later tasks), except when Ray restarts the actor. So what the Actors page shows is
-what ``__init__`` knows: role, deployment (namespace), name, group, configured ports, and the
-planned node/NUMA node/cores/scheduling policy (the bundle the actor was created for). The same
-``__repr__`` called later (``raydex status``, the actor's ``describe()``, logs) gives the live
-line: seq, lag, short state hash with its seq, bound ports, the placement in force.
+The repr and Ray: Ray 2.60 records an actor's ``repr()`` once, right after its ``__init__``
+returns (the actor-creation branch of ``execute_task``; an async actor's boot task may already
+have run a little by then), and shows that string in the dashboard's Actors page and as
+``repr_name`` in ``ray.util.state.list_actors``; it never asks again (not on state-API calls, not
+on later tasks), except when Ray restarts the actor. There is no way to refresh it: the core
+worker sends its repr to the GCS only in the reply to the actor-creation task
+(``CoreWorker::SetActorReprName``: "included as part of actor creation task reply"), and the
+dashboard reads that record.
 
-Ray 2.60 has no way to refresh it: the core worker sends its repr to the GCS only in the reply to
-the actor-creation task (``CoreWorker::SetActorReprName``: "included as part of actor creation
-task reply"), and the dashboard reads that record. So the recorded repr ends with ``live=log``
-(``LIVE_HINT``): the live line is written to the actor's stdout every ``LIVE_LOG_INTERVAL_S``,
-prefixed ``LIVE_LOG_PREFIX`` and stamped, and the dashboard's Actors page links that file (the
-actor's "Log" tab, ``.out``); ``raydex status`` asks every actor now. Cost: one ``repr`` and one
-short write per interval, on the actor's event loop, never inside a block.
+So each actor has two lines. ``__repr__`` (``describe(..., fixed=True)``), what Ray records: role,
+deployment (namespace), name, group, configured ports, node/NUMA node/cores/scheduling policy,
+then ``live=log`` (``LIVE_HINT``); the changing facts (``LIVE_FACTS``) are left out, since Ray
+would show them frozen at their creation values. ``live()``, the live line: the same plus state,
+seq, lag, short state hash with its seq, bound ports, the placement in force. It is written to
+the actor's stdout every ``LIVE_LOG_INTERVAL_S``, prefixed ``LIVE_LOG_PREFIX`` and stamped (the
+dashboard's Actors page links that file: the actor's log, ``.out``), and ``raydex status`` asks
+every actor for it now. Cost: one line and one short write per interval, on the actor's event
+loop, never inside a block.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ METRICS_INTERVAL_S = 2.0
 LIVE_LOG_INTERVAL_S = 10.0
 #: the start of every live line in an actor's ``.out`` log
 LIVE_LOG_PREFIX = "raydex live"
-#: what the repr recorded before the boot ends with: where the live figures are
+#: what the repr Ray records ends with: where the live figures are
 LIVE_HINT = "live=log"
+#: the facts of an actor's line that change while it runs (left out of the repr Ray records)
+LIVE_FACTS = frozenset({"state", "seq", "lag", "hash", "snapshot", "chain", "direct"})
 
 
 def advertised_host() -> str:
@@ -119,7 +123,6 @@ class ActorRuntime:
         self._scheduled: asyncio.Task[None] | None = None
         self._spinner: asyncio.Task[None] | None = None
         self._live: asyncio.Task[None] | None = None
-        self.booted = False
 
     def before_boot(self) -> None:
         self.monitor.install()
@@ -148,7 +151,6 @@ class ActorRuntime:
             self._spinner = loop.create_task(busy_poll_loop())
         if metrics is not None:
             self.start_metrics(metrics)
-        self.booted = True
         if live is not None:
             self._live = loop.create_task(live_log_loop(live, LIVE_LOG_INTERVAL_S))
 
@@ -200,17 +202,22 @@ class ActorRuntime:
         parts.append(f"policy={policy or ('SCHED_OTHER' if cpus else 'unpinned')}")
         return " ".join(parts)
 
-    def describe(self, role: str, facts: dict[str, Any]) -> str:
+    def describe(self, role: str, facts: dict[str, Any], fixed: bool = False) -> str:
         """One line naming the actor and what matters live (see the module docstring): role,
         ``deployment/name``, the ``facts`` given (None values left out), then :meth:`where`.
-        Before the boot (what Ray records) it ends with ``LIVE_HINT``. Never raises (Ray calls
-        ``__repr__`` while creating the actor)."""
+        ``fixed``: what Ray records (the actor's ``__repr__``): the facts that never change
+        (``LIVE_FACTS`` left out, they would be frozen at their creation values) and, last,
+        ``LIVE_HINT``. Never raises (Ray calls ``__repr__`` while creating the actor)."""
         try:
-            live = " ".join(f"{k}={v}" for k, v in facts.items() if v is not None)
+            live = " ".join(
+                f"{k}={v}"
+                for k, v in facts.items()
+                if v is not None and not (fixed and k in LIVE_FACTS)
+            )
             where = self.where()
         except Exception as exc:  # a repr must not fail the actor's creation
             live, where = "", f"(placement unknown: {exc!r})"
-        hint = "" if self.booted else LIVE_HINT
+        hint = LIVE_HINT if fixed else ""
         return " ".join(x for x in (role, _who(), live, where, hint) if x)
 
     @property

@@ -246,7 +246,7 @@ def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
         text = found[name]
         assert text.startswith(f"{role} {NS}/{name} "), text
         assert re.search(r" node=\S+ ", text) and " cpus=" in text and " policy=" in text, text
-        assert text.endswith(f" {LIVE_HINT}"), text
+        assert text.endswith(f" {LIVE_HINT}") and " seq=" not in text, text
     assert re.search(r" numa=\d+ cpus=\d", found[dep.SEQUENCER]), found[dep.SEQUENCER]
     assert " grpc=" in found[dep.SEQUENCER] and " port=" in found["raydex-replica-metrics-0"]
     assert " group=metrics " in found["raydex-replica-metrics-0"]

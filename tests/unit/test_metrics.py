@@ -344,12 +344,17 @@ def test_an_actor_runtime_adds_gc_and_placement_series_and_starts_flushing() -> 
     assert runtime.status()["metrics"] == {"flushes": rec.flushes, "dropped_samples": 0}
 
 
-def test_an_actor_says_where_its_live_figures_are_until_booted_then_writes_them_to_its_log(
+def test_an_actor_says_where_its_live_figures_are_and_writes_them_to_its_log(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     runtime = ActorRuntime()
     seq = [7]
-    assert runtime.describe("replica", {"seq": None}).endswith(f" {LIVE_HINT}")
+    facts = {"group": "api", "port": 8080, "seq": 7, "lag": 0, "hash": "ab12cd34@7"}
+    recorded = runtime.describe("replica", facts, fixed=True)
+    assert recorded.startswith("replica group=api port=8080 node=") and recorded.endswith(
+        f" {LIVE_HINT}"
+    )
+    assert " seq=" not in recorded and " hash=" not in recorded  # Ray would show them frozen
 
     async def run() -> None:
         runtime.before_boot()
@@ -359,7 +364,6 @@ def test_an_actor_says_where_its_live_figures_are_until_booted_then_writes_them_
         runtime.monitor.uninstall()
 
     asyncio.run(run())
-    assert LIVE_HINT not in runtime.describe("replica", {})
     (line,) = capsys.readouterr().out.splitlines()
     assert re.fullmatch(
         rf"{LIVE_LOG_PREFIX} \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ replica seq=7 node=\S+ "
