@@ -147,6 +147,15 @@ def test_on_a_two_core_laptop_bundles_share_cores_and_scale_their_requests_down(
     # sequencer, snapshot holder, committer, two replicas: five cores asked of two
     assert len(bundles) == 5 and all(b.shared and b.request == 0.4 for b in bundles)
     assert sum(b.request for b in bundles) == 2.0
+    # one replica per core; the committer, planned last, joins the holder, not the sequencer
+    cores = {(g.name, b.index): b.cpus for g in plan for b in g.bundles}
+    assert cores == {
+        ("sequencer", 0): (1,),
+        ("snapshot", 0): (0,),
+        ("committer", 0): (0,),
+        ("public", 0): (0,),
+        ("public", 1): (1,),
+    }
 
 
 def test_a_total_replica_count_spreads_over_hosts_before_numa_nodes() -> None:
