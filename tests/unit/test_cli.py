@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from raydex.cluster.cli.commands import build_parser, main
+from raydex.cluster.cli.commands import build_parser, deploy_job_name, main
+from raydex.cluster.control.spec import load_spec
 
 ENGINE_KEYS = {
     "commands_per_s",
@@ -224,3 +225,12 @@ def test_deposit_refuses_a_bad_address_or_amount_before_connecting_to_ray(
 ) -> None:
     assert main(["deposit", *argv]) == 2
     assert why in capsys.readouterr().err
+
+
+def test_a_deploying_driver_is_named_in_rays_jobs_page_by_what_it_deploys_where() -> None:
+    repo_spec = str(Path(__file__).parents[2] / "raydex.yaml")
+    name = deploy_job_name("raydex up", repo_spec, load_spec(repo_spec))
+    assert name == (
+        "raydex up: deploys raydex.yaml into namespace raydex "
+        "(sequencer, snapshot holder, committer; replica groups public x2)"
+    )
