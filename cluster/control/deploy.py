@@ -455,7 +455,8 @@ class HostLoad:
             return (
                 f"host {self.host}: {self.cores} cores, {self.pinned} pinned requests: "
                 f"oversubscribed, Ray reserves {amounts} CPU per actor "
-                f"({len(self.actors)} actors share the cores)"
+                f"({len(self.actors)} actors share the cores; Ray counts them as nearly free: "
+                "run no other Ray work on this host)"
             )
         return (
             f"host {self.host}: {self.cores} cores, {self.pinned} pinned by "

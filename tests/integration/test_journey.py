@@ -272,8 +272,8 @@ def test_ray_start_then_raydex_deploy_serves_scales_live_reports_and_goes_down(
     for name in ("raydex-sequencer", "raydex-replica-public-0"):
         assert after[name]["pid"] == before[name]["pid"], f"{name} restarted"
     cores = os.cpu_count() or 1
-    if cores < 4:  # this machine: sequencer, holder and two replicas pin 4 cores
-        assert re.search(rf"host \S+: {cores} cores, 4 pinned requests: oversubscribed, "
+    if cores < 5:  # this machine: sequencer, holder, committer and two replicas pin 5 cores
+        assert re.search(rf"host \S+: {cores} cores, 5 pinned requests: oversubscribed, "
                          r"Ray reserves 0\.05 CPU per actor", text), text  # fmt: skip
 
     out = raydex("down", env=head.env)
@@ -448,14 +448,14 @@ def test_raydex_up_on_a_two_host_cluster_scales_onto_the_second_host_and_reserve
     st = json.loads(raydex("status", "--json", "--address", address, env=env))
     hosts = {h["host"]: h for h in st["hosts"]}
     assert hosts["host-a"]["actors"] == [
-        "raydex-replica-public-0", "raydex-sequencer", "raydex-snapshot"
+        "raydex-committer", "raydex-replica-public-0", "raydex-sequencer", "raydex-snapshot"
     ]  # fmt: skip
     assert hosts["host-b"]["actors"] == ["raydex-replica-public-1"]
     cores = hosts["host-b"]["cores"]
     # host-b has room: its replica's bundle reserves the core it pins
     assert hosts["host-b"]["pinned"] == 1 and hosts["host-b"]["reserved"] == [1.0]
     assert not hosts["host-b"]["oversubscribed"]
-    if cores < 3:  # host-a pins 3 cores: oversubscribed, and status says so
+    if cores < 4:  # host-a pins 4 cores: oversubscribed, and status says so
         assert hosts["host-a"]["oversubscribed"] and hosts["host-a"]["reserved"] == [0.05]
         assert "oversubscribed, Ray reserves 0.05 CPU per actor" in hosts["host-a"]["line"]
 

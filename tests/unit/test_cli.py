@@ -168,7 +168,8 @@ def test_the_status_line_of_an_oversubscribed_host_says_so_and_what_ray_reserves
     assert crowded.oversubscribed
     assert crowded.line() == (
         "host demo: 2 cores, 4 pinned requests: oversubscribed, Ray reserves 0.05 CPU per actor "
-        "(4 actors share the cores)"
+        "(4 actors share the cores; Ray counts them as nearly free: run no other Ray work on "
+        "this host)"
     )
     roomy = HostLoad("big", 16, 4, names, (1.0,))
     assert not roomy.oversubscribed
