@@ -228,14 +228,19 @@ def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
 ) -> None:
     """Ray records ``repr()`` when ``__init__`` returns: role, deployment/name, configured ports,
     the planned placement and where the live figures are (``live=log``). ``status()["repr"]`` is
-    the same ``__repr__`` now: seq, lag, hash; and each actor writes it to its ``.out`` log."""
-    from ray.util.state import get_log, list_actors
+    the same ``__repr__`` now: seq, lag, hash; and each actor writes it to its ``.out`` log.
+
+    The log is read from the session's log folder (``worker-<id>-<job>-<pid>.out``, the file the
+    dashboard's actor Log tab serves): Ray's log API goes through the node's dashboard agent,
+    which cannot start when another Ray on this host holds the agent's fixed default port."""
+    from ray.util.state import list_actors
 
     # this session's Ray by its address: other Rays may run on the host (autodetection refuses)
     gcs = ray.get_runtime_context().gcs_address
     listed = list_actors(address=gcs, filters=[("ray_namespace", "=", NS)], detail=True, limit=1000)
     found = {a.name: a.repr_name for a in listed if a.state == "ALIVE"}
-    ids = {a.name: a.actor_id for a in listed if a.state == "ALIVE"}
+    pids = {a.name: a.pid for a in listed if a.state == "ALIVE"}
+    needs = {a.name: a.required_resources for a in listed if a.state == "ALIVE"}
     roles = {
         dep.SEQUENCER: "sequencer",
         dep.SNAPSHOT: "snapshot",
@@ -247,7 +252,12 @@ def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
         assert text.startswith(f"{role} {NS}/{name} "), text
         assert re.search(r" node=\S+ ", text) and " cpus=" in text and " policy=" in text, text
         assert text.endswith(f" {LIVE_HINT}") and " seq=" not in text, text
-    assert re.search(r" numa=\d+ cpus=\d", found[dep.SEQUENCER]), found[dep.SEQUENCER]
+    for name in (dep.SEQUENCER, dep.COMMITTER):  # pinned to planned cores, the committer too
+        assert re.search(r" numa=\d+ cpus=\d", found[name]), found[name]
+    # every actor, the committer included, asks Ray for CPU of its own placement group's bundle
+    # (the Actors page's "Required resources"; a token amount on this oversubscribed host)
+    for name in roles:
+        assert any(k.startswith("CPU_group_") and v > 0 for k, v in needs[name].items()), needs
     assert " grpc=" in found[dep.SEQUENCER] and " port=" in found["raydex-replica-metrics-0"]
     assert " group=metrics " in found["raydex-replica-metrics-0"]
     live = dep.status(NS)
@@ -259,9 +269,11 @@ def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
     assert f" hash={digest[:8]}@{seq} " in replica["repr"]
     assert " state=serving " in replica["repr"] and " direct=" in replica["repr"]
 
+    logs = Path(ray._private.worker.global_worker.node.get_logs_dir_path())
+
     def live_lines(name: str) -> list[str]:
-        text = "".join(get_log(address=gcs, actor_id=ids[name], suffix="out", tail=50))
-        return [ln for ln in text.splitlines() if ln.startswith(f"{LIVE_LOG_PREFIX} ")]
+        (out,) = logs.glob(f"worker-*-{pids[name]}.out")
+        return [ln for ln in out.read_text().splitlines() if ln.startswith(f"{LIVE_LOG_PREFIX} ")]
 
     # every actor's log has its live line; the replica's catches up with the seq seen above
     deadline = time.monotonic() + 2 * SCRAPE_S
