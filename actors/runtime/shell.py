@@ -135,7 +135,7 @@ class ActorRuntime:
         live: Callable[[], str] | None = None,
     ) -> None:
         """``busy_poll``: the event loop never parks (see :func:`busy_poll`); for a role with a
-        core of its own only. ``live``: the actor's live line (its ``__repr__``), written to its
+        core of its own only. ``live``: the actor's live line (its ``live()``), written to its
         log now and every ``LIVE_LOG_INTERVAL_S`` (:func:`live_log_loop`)."""
         from raydex.cluster.pinning import renice_all_threads
 
