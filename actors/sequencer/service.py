@@ -152,7 +152,7 @@ class SequencerConfig:
     #: None (auto): only when the data plane is open to anyone on loopback (no
     #: ``data_plane_secret``); a deployment's replicas are members that verified every tx in
     #: their dry-run, and its committer re-verifies every executed tx off the hot path
-    #: (``actors/audit.py``), so the sequencer saves a verify (~50 µs) per tx. True: always.
+    #: (``actors/audit.py``), so the sequencer saves a verify (~30 µs) per tx. True: always.
     verify_signatures: bool | None = None
     #: Busy-poll the event loop (it never parks: see ``actors/runtime/shell.py``): less wake-up
     #: latency per batch, one whole core burnt; only where the sequencer has a core of its own.
