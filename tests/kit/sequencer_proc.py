@@ -4,7 +4,9 @@ Runs the production ``SequencerActor`` shell outside Ray, so a failed start or a
 this process exactly as it ends an actor's (``exit_process``: status 70). SPEC is JSON:
 ``{"config": SequencerConfig fields, "setup": bool}``; with ``setup`` and a fresh exchange it
 creates the market and funds the kit's traders. Prints ``READY <grpc port> <txlog port>`` on
-stdout once serving; logs go to stderr. Stopped by the parent with SIGKILL.
+stdout once serving; logs go to stderr, and so does whatever else prints (the shell's ``raydex
+live`` line, which an actor writes to its stdout for Ray's log view). Stopped by the parent with
+SIGKILL.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from .faults import setup_ops
 
 
 async def main(spec: dict[str, object]) -> None:
+    ready, sys.stdout = sys.stdout, sys.stderr  # stdout carries READY only
     cfg = SequencerConfig(**spec["config"])  # type: ignore[arg-type]
     actor = SequencerActor(cfg)
     status = await actor.start()
     if spec.get("setup") and status["seq"] == 0:
         await actor.operator(setup_ops(range(1, 9)))
-    print(f"READY {cfg.grpc_port} {cfg.txlog_port}", flush=True)
+    print(f"READY {cfg.grpc_port} {cfg.txlog_port}", file=ready, flush=True)
     await asyncio.Event().wait()
 
 
