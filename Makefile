@@ -16,7 +16,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.make-stamp
 ENGINE_STAMP := $(VENV)/.engine-stamp
-ENGINE_SRC := $(wildcard engine/*.py) setup.py
+# The same build compiles the signing C extension (codecs/signing/_ecgfp5.c): an edit of it
+# rebuilds too, or an existing .venv would keep the old _accel.
+ENGINE_SRC := $(wildcard engine/*.py) $(wildcard codecs/signing/*.c) setup.py
 # Folders installed as raydex.<folder>; mypy runs strict (pyproject.toml) on all of them.
 PKG_DIRS := actors codecs cluster engine observability
 
