@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from heapq import heapify, heappop, heappush
-from typing import Any
+from typing import Any, Final
 
 from raydex.codecs import (
     CancelAllOrders,
@@ -94,6 +94,21 @@ from .rules import (
     unrealized_pnl,
 )
 
+# Compiled, a name imported from the (interpreted) codecs is a globals-dict lookup per use; a
+# Final alias is a C static (see ``_state``).
+NONCE_UPDATED: Final = NonceUpdated
+ORDER_UPDATED: Final = OrderUpdated
+TRADE_EXECUTED: Final = TradeExecuted
+
+# The order commands' layouts as plain tuples. Unpacked through one of these, a compiled build
+# checks the tuple once and reads its items directly (a command is a NamedTuple, so a tuple);
+# unpacked as the (interpreted, so untyped) codecs type it iterates item by item, several
+# times slower. The signature stays an ``object``: the engine never reads it.
+CreateOrderT = tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int, object]
+CancelOrderT = tuple[int, int, int, int, int, int, object]
+ModifyOrderT = tuple[int, int, int, int, int, int, int, int, int, object]
+CancelAllOrdersT = tuple[int, int, int, int, int, int, object]
+
 
 class OrderPath(EngineState):
     """The order commands and everything a fill touches. See the module docstring."""
@@ -115,13 +130,14 @@ class OrderPath(EngineState):
         if not expired_at >= now:
             return TX_EXPIRED
         key.nonce = nonce
-        out.append(_new(NonceUpdated, (ai, ki, nonce)))
+        out.append(_new(NONCE_UPDATED, (ai, ki, nonce)))
         return 0
 
     # ---- orders ---------------------------------------------------------------------------------
 
     def _create_order(self, c: CreateOrder, now: int, out: list[Any]) -> int:
-        ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = c
+        t: CreateOrderT = c
+        ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = t
         code = self._auth(ai, ki, nonce, exp_at, now, out)
         if code:
             return code
@@ -230,7 +246,7 @@ class OrderPath(EngineState):
             status = ACTIVE_LIMIT
         out.append(
             _new(
-                OrderUpdated,
+                ORDER_UPDATED,
                 (
                     mi,
                     oi,
@@ -348,15 +364,10 @@ class OrderPath(EngineState):
         taker_fee_ppm = m.liquidation_fee if liquidation else m.taker_fee
         maker_fee_ppm = m.maker_fee
         dirty_levels = self._dirty_levels
-        append = out.append
         traded = self._traded
-        positions_get_default = position_for
-        apply_fill = self._apply_fill
-        open_lots = self._open
         taker_fees = 0
         maker_fees = 0
         taker_ai = acct.index
-        t_sign = -1 if is_ask else 1
         taker_ro = t.reduce_only
         traded.append(acct)
         last_price = 0
@@ -379,7 +390,7 @@ class OrderPath(EngineState):
                     continue
                 mpos = macct.positions.get(mi)
                 if mpos is None:
-                    mpos = positions_get_default(macct, m)
+                    mpos = position_for(macct, m)
                 rem = t.remaining
                 q = rem if rem < o.remaining else o.remaining
                 if taker_ro:
@@ -403,24 +414,24 @@ class OrderPath(EngineState):
                 notional = pq * q
                 tfee = fee(notional, taker_fee_ppm)
                 mfee = fee(notional, maker_fee_ppm)
-                acct.collateral += apply_fill(pos, t_sign * q, pq) - tfee
-                macct.collateral += apply_fill(mpos, -t_sign * q, pq) - mfee
+                acct.collateral += self._apply_fill(pos, -q if is_ask else q, pq) - tfee
+                macct.collateral += self._apply_fill(mpos, q if is_ask else -q, pq) - mfee
                 taker_fees += tfee
                 maker_fees += mfee
                 t.remaining -= q
                 o.remaining -= q
                 lvl.size -= q
                 if not o.reduce_only:
-                    open_lots(mpos, o.is_ask, -q)
+                    self._open(mpos, o.is_ask, -q)
                 if not macct.dirty:
                     macct.dirty = True
                     self._dirty_accounts.append(macct)
                 traded.append(macct)
                 tid = self._next_trade_id
                 self._next_trade_id = tid + 1
-                append(
+                out.append(
                     _new(
-                        TradeExecuted,
+                        TRADE_EXECUTED,
                         (
                             mi,
                             tid,
@@ -545,7 +556,7 @@ class OrderPath(EngineState):
             self._open(acct.positions[m.index], is_ask, -rem)
         out.append(
             _new(
-                OrderUpdated,
+                ORDER_UPDATED,
                 (
                     m.index,
                     idx,
@@ -568,7 +579,7 @@ class OrderPath(EngineState):
     def _emit_order(self, o: Order, status: int, out: list[Any]) -> None:
         out.append(
             _new(
-                OrderUpdated,
+                ORDER_UPDATED,
                 (
                     o.market.index,
                     o.index,
@@ -615,7 +626,8 @@ class OrderPath(EngineState):
         return o
 
     def _cancel_order(self, c: CancelOrder, now: int, out: list[Any]) -> int:
-        ai, ki, mi, index, exp_at, nonce, _s = c
+        t: CancelOrderT = c
+        ai, ki, mi, index, exp_at, nonce, _s = t
         code = self._auth(ai, ki, nonce, exp_at, now, out)
         if code:
             return code
@@ -631,7 +643,8 @@ class OrderPath(EngineState):
         return OK
 
     def _modify_order(self, c: ModifyOrder, now: int, out: list[Any]) -> int:
-        ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s = c
+        t: ModifyOrderT = c
+        ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s = t
         code = self._auth(ai, ki, nonce, exp_at, now, out)
         if code:
             return code
@@ -786,7 +799,8 @@ class OrderPath(EngineState):
 
 def cancel_all(eng: OrderPath, c: CancelAllOrders, now: int, out: list[Any]) -> int:
     """CancelAllOrders: every resting order of the account, by order index (time_in_force 0)."""
-    ai, ki, tif, _time, exp_at, nonce, _s = c
+    t: CancelAllOrdersT = c
+    ai, ki, tif, _time, exp_at, nonce, _s = t
     code = eng._auth(ai, ki, nonce, exp_at, now, out)
     if code:
         return code
