@@ -206,9 +206,9 @@ class Side:
         if price == self.best:
             heap = self.heap
             levels = self.levels
-            sign = 1 if self.is_ask else -1
+            is_ask = self.is_ask
             while heap:
-                p = heap[0] * sign
+                p = heap[0] if is_ask else -heap[0]
                 if p in levels:
                     self.best = p
                     return
