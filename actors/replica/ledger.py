@@ -29,10 +29,13 @@ Semantics and limits:
 - A fresh replica holds the history of the blocks it applied since its snapshot (``from_seq``):
   older events are not in a snapshot. A resync from a snapshot keeps the log (what it holds is
   still true) and records the skipped blocks in ``gaps``: their events are missing from it.
-- Memory: at most ``max_accounts`` logs (the least recently active dropped first) of at most the
-  caps each; a list exists once it has an entry (measured: ~100 bytes for a log, ~1.7 KB once it
-  holds a tx and a pnl hour), entries ~100-200 bytes; a ``TradeRow`` is shared by the two
-  accounts.
+- Memory: at most ``max_accounts`` logs of at most the caps each, and at most ``max_entries``
+  entries over all logs: past either bound the least recently active account's whole log is
+  dropped first (its reads then start empty, as for an account not seen since boot). The per-list
+  caps alone would let memory grow with the number of accounts (100,000 accounts x ~5,000 entries);
+  the entry budget keeps it flat in a long run. A list exists once it has an entry (measured: ~100
+  bytes for a log, ~1.7 KB once it holds a tx and a pnl hour), entries ~100-250 bytes with what
+  they reference; a ``TradeRow`` is shared by the two accounts (counted in both).
 
 Cost: O(1) per block on the apply loop; the fold is O(events) dict and deque work after it;
 reads walk at most one account's capped lists.
@@ -94,6 +97,9 @@ class LedgerCaps:
 
     #: accounts with a log; the least recently active beyond are forgotten
     max_accounts: int = 100_000
+    #: entries over all logs (~100-250 bytes each): beyond, the least recently active accounts'
+    #: logs are forgotten, so the ledger's memory stays flat however many accounts trade
+    max_entries: int = 500_000
     orders: int = 1_000
     trades: int = 1_000
     flows: int = 500
@@ -176,10 +182,14 @@ class AccountLog:
     tuple until its first entry (an empty ``deque`` costs ~600 bytes; most accounts fill a few
     of the seven), then a ``deque`` bounded by its cap."""
 
-    __slots__ = ("caps", "flows", "fundings", "liquidations", "orders", "pnl", "trades", "txs")
+    __slots__ = ("caps", "entries", "flows", "fundings", "liquidations", "orders", "owner", "pnl",
+                 "trades", "txs")  # fmt: skip
 
-    def __init__(self, caps: LedgerCaps) -> None:
+    def __init__(self, caps: LedgerCaps, owner: Ledger | None = None) -> None:
         self.caps = caps
+        #: entries held (each list's length summed); ``owner`` counts them over all logs
+        self.entries = 0
+        self.owner = owner
         self.orders: deque[DoneOrder] | tuple[()] = ()
         self.trades: deque[TradeRow] | tuple[()] = ()
         self.flows: deque[Flow] | tuple[()] = ()
@@ -192,36 +202,48 @@ class AccountLog:
         d = self.orders
         if isinstance(d, tuple):
             d = self.orders = deque(maxlen=self.caps.orders)
+        if len(d) != d.maxlen:
+            self._grew()
         d.append(x)
 
     def add_trade(self, x: TradeRow) -> None:
         d = self.trades
         if isinstance(d, tuple):
             d = self.trades = deque(maxlen=self.caps.trades)
+        if len(d) != d.maxlen:
+            self._grew()
         d.append(x)
 
     def add_flow(self, x: Flow) -> None:
         d = self.flows
         if isinstance(d, tuple):
             d = self.flows = deque(maxlen=self.caps.flows)
+        if len(d) != d.maxlen:
+            self._grew()
         d.append(x)
 
     def add_funding(self, x: FundingPayment) -> None:
         d = self.fundings
         if isinstance(d, tuple):
             d = self.fundings = deque(maxlen=self.caps.fundings)
+        if len(d) != d.maxlen:
+            self._grew()
         d.append(x)
 
     def add_liquidation(self, x: Liquidation) -> None:
         d = self.liquidations
         if isinstance(d, tuple):
             d = self.liquidations = deque(maxlen=self.caps.liquidations)
+        if len(d) != d.maxlen:
+            self._grew()
         d.append(x)
 
     def add_tx(self, x: TxRecord) -> None:
         d = self.txs
         if isinstance(d, tuple):
             d = self.txs = deque(maxlen=self.caps.txs)
+        if len(d) != d.maxlen:
+            self._grew()
         d.append(x)
 
     def bucket(self, ts_ms: int) -> PnlBucket:
@@ -231,8 +253,15 @@ class AccountLog:
         if isinstance(pnl, tuple):
             pnl = self.pnl = deque(maxlen=self.caps.pnl_hours)
         if not pnl or pnl[-1].start_ms != start:
+            if len(pnl) != pnl.maxlen:
+                self._grew()
             pnl.append(PnlBucket(start))
         return pnl[-1]
+
+    def _grew(self) -> None:
+        self.entries += 1
+        if self.owner is not None:
+            self.owner.entries += 1
 
 
 class Ledger:
@@ -247,6 +276,9 @@ class Ledger:
         #: ``(first, last)`` seq ranges skipped by resyncs: their events are missing
         self.gaps: list[tuple[int, int]] = []
         self._logs: OrderedDict[int, AccountLog] = OrderedDict()
+        #: entries over all logs (``LedgerCaps.max_entries``); ``dropped``: logs forgotten
+        self.entries = 0
+        self.dropped = 0
         self._pending: deque[tuple[Sequence[object], Sequence[TxRecord], int, int]] = deque()
         #: mirrors: account -> collateral; (account, market) -> [realized pnl, funding, size]
         self._collateral: dict[int, int] = {}
@@ -328,12 +360,22 @@ class Ledger:
         logs = self._logs
         log = logs.get(account)
         if log is None:
-            log = logs[account] = AccountLog(self.caps)
+            log = logs[account] = AccountLog(self.caps, self)
             if len(logs) > self.caps.max_accounts:
-                logs.popitem(last=False)
+                self._forget()
         else:
             logs.move_to_end(account)
+        if self.entries > self.caps.max_entries:
+            while self.entries > self.caps.max_entries and len(logs) > 1:
+                self._forget()
         return log
+
+    def _forget(self) -> None:
+        """Drop the least recently active account's log."""
+        _, old = self._logs.popitem(last=False)
+        self.entries -= old.entries
+        old.owner = None
+        self.dropped += 1
 
     def _fold(
         self, events: Sequence[object], txs: Sequence[TxRecord], height: int, ts_ms: int

@@ -715,6 +715,19 @@ class ReplicaService:
             "batched_txs": self.batcher.txs,
             "timeouts": {"sequencer": self.batcher.timeouts, "apply": self.apply_timeouts},
             "reconnects": self.source.reconnects,
+            # the per-account history (ledger.py): logs, entries against the budget, logs dropped
+            "ledger": {
+                "accounts": len(st.ledger),
+                "entries": st.ledger.entries,
+                "max_entries": st.ledger.caps.max_entries,
+                "dropped": st.ledger.dropped,
+            },
+            # the data plane's streams go through the sequencer's Unix socket (same host, TCP
+            # plane); False: over the network
+            "local_data_plane": {
+                "blocks": getattr(self.source, "local", False),
+                "txs": getattr(self.channel, "local", False),
+            },
             "limits": dataclasses.asdict(self.app[LIMITS].stats()) if self.app else {},
             "overload": self.overload_stats(),
             "ws": {

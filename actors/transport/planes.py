@@ -25,15 +25,24 @@ TxChannelImpl = GrpcTxChannel | TcpTxChannel
 DataPlaneServer = GrpcDataPlaneServer | TcpDataPlaneServer
 
 
-def target_of(plane: str, host: str, port: int) -> str:
-    """The target followers dial for ``plane`` at ``host:port``."""
-    return f"{TCP_SCHEME}{host}:{port}" if plane == "tcp" else f"{host}:{port}"
+UNIX_QUERY = "?unix="
 
 
-def _split(target: str) -> tuple[bool, str]:
+def target_of(plane: str, host: str, port: int, unix_path: str | None = None) -> str:
+    """The target followers dial for ``plane`` at ``host:port``; on the TCP plane ``unix_path``
+    (the server's Unix-domain socket, ``tcp_plane``) rides along as ``?unix=PATH`` for followers
+    on the same host."""
+    if plane != "tcp":
+        return f"{host}:{port}"
+    return f"{TCP_SCHEME}{host}:{port}" + (f"{UNIX_QUERY}{unix_path}" if unix_path else "")
+
+
+def _split(target: str) -> tuple[bool, str, str | None]:
+    """(tcp, host:port, unix path or None) of a target."""
     if target.startswith(TCP_SCHEME):
-        return True, target[len(TCP_SCHEME) :]
-    return False, target
+        address, _, unix = target[len(TCP_SCHEME) :].partition(UNIX_QUERY)
+        return True, address, unix or None
+    return False, target, None
 
 
 def block_source(
@@ -41,17 +50,17 @@ def block_source(
 ) -> BlockSourceImpl:
     """The block source for ``target`` (``tcp://host:port`` or ``host:port`` for gRPC), carrying
     the deployment's data-plane ``secret`` (empty: none)."""
-    tcp, address = _split(target)
+    tcp, address, unix = _split(target)
     if tcp:
-        return TcpBlockSource(address, name=name, secret=secret, backoff=backoff)
+        return TcpBlockSource(address, name=name, secret=secret, backoff=backoff, unix_path=unix)
     return GrpcBlockSource(address, name=name, secret=secret, backoff=backoff)
 
 
 def tx_channel(target: str, *, secret: str = "") -> TxChannelImpl:
     """The tx channel for ``target`` (as :func:`block_source`)."""
-    tcp, address = _split(target)
+    tcp, address, unix = _split(target)
     if tcp:
-        return TcpTxChannel(address, secret=secret)
+        return TcpTxChannel(address, secret=secret, unix_path=unix)
     return GrpcTxChannel(address, secret=secret)
 
 
@@ -64,12 +73,21 @@ def data_plane_server(
     port: int,
     secret: str = "",
     max_inflight: int = 64,
+    unix_dir: str | None = None,
 ) -> DataPlaneServer:
     """The publisher's server on ``plane`` ("grpc" or "tcp"): both serve only callers that carry
-    ``secret`` (when set) and run at most ``max_inflight`` tx batches at once."""
+    ``secret`` (when set) and run at most ``max_inflight`` tx batches at once; the TCP one also
+    listens on a Unix-domain socket in ``unix_dir`` when given ("" = the temp folder), for
+    followers on the same host."""
     if plane == "tcp":
         return TcpDataPlaneServer(
-            hub, tx_handler, host=host, port=port, secret=secret, max_inflight=max_inflight
+            hub,
+            tx_handler,
+            host=host,
+            port=port,
+            secret=secret,
+            max_inflight=max_inflight,
+            unix_dir=unix_dir,
         )
     if plane != "grpc":
         raise ValueError(f"unknown data plane {plane!r} (grpc or tcp)")

@@ -42,6 +42,15 @@ each stream uses is decided by ``raydex bench transport`` and the loadtest's CPU
 stays the default until they say otherwise.
 
 Cost: per message one header pack and one copy of the frame (header + frame joined once).
+
+Same host, no TCP: with ``unix_dir`` the server also listens on a Unix-domain socket there,
+:func:`unix_path_for` its port (mode 0600, the same protocol, the same secret). A follower given
+the path (``tcp://host:port?unix=PATH``, ``planes.target_of``) connects through it when ``host``
+is one of its own addresses and the path exists, else over TCP. A loopback TCP round trip costs
+~3x the CPU of a Unix-socket one here (the kernel runs the whole TCP stack for both ends in the
+sender's context): ``raydex bench transport``. A follower that finds no socket (the sequencer
+moved to another node) uses TCP; a socket file left
+by a dead server is replaced (its TCP port is ours now, so its owner is gone).
 """
 
 from __future__ import annotations
@@ -50,7 +59,11 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import os
+import socket
+import stat
 import struct
+import tempfile
 from collections.abc import AsyncIterator
 
 from .core import (
@@ -114,6 +127,42 @@ def _host_port(target: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def unix_path_for(port: int, folder: str = "") -> str:
+    """The Unix-domain socket of the TCP-plane server on ``port``: one per port on a host (two
+    live servers cannot hold one port), in ``folder`` (empty: the temp folder)."""
+    return os.path.join(folder or tempfile.gettempdir(), f"raydex-dataplane-{port}.sock")
+
+
+_LOCAL: dict[str, bool] = {}
+
+
+def is_local_host(host: str) -> bool:
+    """``host`` is an address of this machine (it can be bound here). Cached per host."""
+    local = _LOCAL.get(host)
+    if local is None:
+        try:
+            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+                probe.bind((host, 0))
+            local = True
+        except OSError:
+            local = False
+        _LOCAL[host] = local
+    return local
+
+
+async def open_stream(
+    host: str, port: int, unix_path: str | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+    """A connection to the server at ``host:port``: through ``unix_path`` when given, ``host`` is
+    this machine and the socket is there (True), else over TCP (False)."""
+    if unix_path and is_local_host(host) and os.path.exists(unix_path):
+        with contextlib.suppress(OSError):
+            reader, writer = await asyncio.open_unix_connection(unix_path)
+            return reader, writer, True
+    reader, writer = await asyncio.open_connection(host, port)
+    return reader, writer, False
+
+
 class TcpDataPlaneServer:
     """Serves a :class:`BlockHub` and a tx handler on ``host:port`` (see module docstring).
 
@@ -132,6 +181,7 @@ class TcpDataPlaneServer:
         max_inflight_per_stream: int = 4,
         max_inflight: int = 64,
         max_request_bytes: int = 8 << 20,
+        unix_dir: str | None = None,
     ) -> None:
         if max_inflight_per_stream < 1 or max_inflight < 1 or max_request_bytes < 64:
             raise ValueError("in-flight bounds must be >= 1 and max_request_bytes >= 64")
@@ -147,6 +197,11 @@ class TcpDataPlaneServer:
         self._host = host
         self._port = port
         self._server: asyncio.Server | None = None
+        #: where it also serves a Unix-domain socket (module docstring; "" = the temp folder);
+        #: None: TCP only. ``unix_path`` is the socket, once started.
+        self._unix_dir = unix_dir
+        self.unix_path: str | None = None
+        self._unix: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._subs: set[Subscription] = set()
 
@@ -162,6 +217,16 @@ class TcpDataPlaneServer:
             )
         self._server = await asyncio.start_server(self._serve, self._host, self._port)
         self._port = int(self._server.sockets[0].getsockname()[1])
+        if self._unix_dir is not None:
+            path = self.unix_path = unix_path_for(self._port, self._unix_dir)
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(os.lstat(path).st_mode):  # a dead server's: its port is ours
+                    os.unlink(path)
+            old = os.umask(0o177)  # created 0600: only this user may even try the secret
+            try:
+                self._unix = await asyncio.start_unix_server(self._serve, path)
+            finally:
+                os.umask(old)
         return self._port
 
     async def stop(self, grace: float = 0.0) -> None:
@@ -170,11 +235,15 @@ class TcpDataPlaneServer:
             sub.close()
         for w in tuple(self._writers):
             w.close()
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
-            self._server = None
+        for server in (self._server, self._unix):
+            if server is not None:
+                server.close()
+                with contextlib.suppress(Exception):
+                    await server.wait_closed()
+        if self._unix is not None and self.unix_path:
+            with contextlib.suppress(OSError):
+                os.unlink(self.unix_path)
+        self._server = self._unix = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
@@ -279,14 +348,18 @@ class TcpBlockSource:
         name: str = "",
         secret: str = "",
         backoff: Backoff = DEFAULT_BACKOFF,
+        unix_path: str | None = None,
     ) -> None:
         self._target = target
+        self._unix_path = unix_path
         self._hello = _hello(secret.encode())
         self._name = name.encode()
         self._backoff = backoff
         self._writers: set[asyncio.StreamWriter] = set()
         self.reconnects = 0
         self.duplicates = 0
+        #: the stream open now (or last) goes through the Unix-domain socket
+        self.local = False
 
     def subscribe(self, from_seq: int) -> AsyncIterator[Frame]:
         return self._stream(from_seq)
@@ -304,7 +377,7 @@ class TcpBlockSource:
             cause: object = "stream ended"
             writer: asyncio.StreamWriter | None = None
             try:
-                reader, writer = await asyncio.open_connection(host, port)
+                reader, writer, self.local = await open_stream(host, port, self._unix_path)
                 self._writers.add(writer)
                 writer.write(self._hello)
                 writer.write(_HEAD.pack(1 + _U64.size + len(self._name), BLOCKS))
@@ -345,8 +418,11 @@ class TcpBlockSource:
 class TcpTxChannel:
     """Replica side of the tx stream: implements :class:`TxChannel` (module docstring)."""
 
-    def __init__(self, target: str, *, secret: str = "") -> None:
+    def __init__(self, target: str, *, secret: str = "", unix_path: str | None = None) -> None:
         self._target = target
+        self._unix_path = unix_path
+        #: the connection open now (or last) goes through the Unix-domain socket
+        self.local = False
         self._hello = _hello(secret.encode())
         self._conn: _TxConn | None = None
         self._readers: set[asyncio.Task[None]] = set()
@@ -381,7 +457,7 @@ class TcpTxChannel:
         if conn is None or conn.writer.is_closing():
             host, port = _host_port(self._target)
             try:
-                reader, writer = await asyncio.open_connection(host, port)
+                reader, writer, self.local = await open_stream(host, port, self._unix_path)
             except OSError as exc:
                 raise TxStreamBroken(f"cannot open the tx stream: {exc}") from exc
             writer.write(self._hello + _HEAD.pack(1, TXS))

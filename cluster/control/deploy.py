@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
 import re
 import socket
 import time
@@ -75,23 +76,53 @@ COMMITTER = "raydex-committer"
 REPLICA_PREFIX = "raydex-replica-"
 
 
+#: Ports :func:`free_port` never hands out: Ray's default worker port range. The kernel's
+#: ephemeral range (``ip_local_port_range``) is avoided too, read at call time.
+RAY_WORKER_PORTS = range(10002, 20000)
+
+
+def _ephemeral_range() -> range:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return range(low, high + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(pair: bool = False) -> int:
     """A free TCP port on 127.0.0.1 (``pair``: one whose successor is free too, for the
-    sequencer's blocks + tx-log ports). Racy by nature: a port free now may be taken before it
-    is bound; callers bind soon after and tests retry with another."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if not pair:
+    sequencer's blocks + tx-log ports), chosen at random outside the kernel's ephemeral range
+    and Ray's worker ports. A port the OS hands out for ``bind(0)`` lies in the ephemeral range,
+    where any outgoing connection (Ray opens many) may take it before the listener binds it:
+    a loadtest's replica once failed to start with EADDRINUSE that way. Still racy against
+    other listeners choosing at random; callers bind soon after."""
+    ephemeral = _ephemeral_range()
+    candidates = [
+        p
+        for p in range(1024, 65535)
+        if p not in ephemeral and p not in RAY_WORKER_PORTS and p + 1 not in ephemeral
+    ]
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.choice(candidates) if candidates else 0
+        if port == 0:
+            break
+        if _bindable(port) and (not pair or _bindable(port + 1)):
             return port
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port")
+    raise RuntimeError(
+        f"no free port outside the ephemeral range {ephemeral.start}-{ephemeral.stop - 1} "
+        f"and Ray's worker ports {RAY_WORKER_PORTS.start}-{RAY_WORKER_PORTS.stop - 1}"
+    )
 
 
 def replica_name(group: str, index: int) -> str:
@@ -248,8 +279,9 @@ def deploy(
         started, bind, lambda: ray.get(sequencer.status.remote(), timeout=timeout_s)
     )
     plane = started["data_plane"]["plane"]
-    delta_target = target_of(plane, host, started["grpc_port"])
-    txlog_target = target_of(plane, host, started["txlog_port"])
+    unix = started["data_plane"].get("unix") or {}
+    delta_target = target_of(plane, host, started["grpc_port"], unix.get("blocks"))
+    txlog_target = target_of(plane, host, started["txlog_port"], unix.get("txlog"))
     secret: str = ray.get(sequencer.data_plane_secret.remote(), timeout=timeout_s)
     # CreateMarket of an existing market is refused (MARKET_EXISTS) and changes nothing.
     ray.get(sequencer.operator.remote(list(spec.markets)), timeout=timeout_s)

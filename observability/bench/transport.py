@@ -15,6 +15,8 @@ transport differs between runs:
 - ``grpc``: :class:`GrpcBlockSource` over the hub's gRPC server (``raydex.actors.transport``).
 - ``tcp``: :class:`TcpBlockSource` over the hub's plain-TCP server (``tcp_plane``: asyncio
   streams, length-prefixed frames, the same hub and reconnect semantics as gRPC).
+- ``unix``: the same server and source through its Unix-domain socket, as followers on the
+  sequencer's host connect (``tcp_plane``: ``tcp://host:port?unix=PATH``).
 - ``ray``: :class:`RayBlockFanout` pumping ``on_block`` actor calls (window of 32 in flight).
 - ``tcp_floor``: length-prefixed frames over a bare asyncio TCP stream, no hub: the floor.
 
@@ -27,9 +29,11 @@ The payload is a real 200-event block from :func:`raydex.codecs.encode_block` ov
   header timestamp, over all but the first ``WARMUP`` blocks.
 - latency at the sequencer's ~1 ms cadence (``p50_us_1ms``, ``p99_us_1ms``): the same with
   ``CADENCE_S``; a transport that cannot sustain 1,000 blocks/s shows its queueing here.
-- tx round trips (``tx_rtt_p50_us``, ``tx_rtt_p99_us``; ``grpc`` and ``tcp``): ``TX_ROUND_TRIPS``
-  batches of ``TX_BATCH_BYTES`` from the subscriber to the publisher's tx handler (an echo of 40
-  bytes) one after the other: the replica -> sequencer hop without the sequencer's work.
+- tx round trips (``tx_rtt_p50_us``, ``tx_rtt_p99_us``; ``grpc``, ``tcp`` and ``unix``):
+  ``TX_ROUND_TRIPS`` batches of ``TX_BATCH_BYTES`` from the subscriber to the publisher's tx
+  handler (an echo of 40 bytes) one after the other: the replica -> sequencer hop without the
+  sequencer's work. ``tx_rtt_cpu_us``: CPU time (user+system) of both processes per round trip
+  over those batches: what the hop costs the machine, which is what the CPU ledger adds up.
 - throughput: ``THROUGHPUT_BLOCKS`` blocks published back to back (the publisher yields to its
   loop between blocks, as a sequencer does); blocks/s = count / (last receive - first publish).
 
@@ -62,13 +66,16 @@ from raydex.actors.transport import (
     RayBlockSource,
     TcpBlockSource,
     TcpDataPlaneServer,
-    TcpTxChannel,
+    target_of,
+    tx_channel,
 )
+from raydex.actors.transport import block_source as tcp_source
 from raydex.codecs import encode_block
 
 from .codecs import typical_events
 
-KINDS = ("grpc", "tcp", "ray", "tcp_floor")
+KINDS = ("grpc", "tcp", "unix", "ray", "tcp_floor")
+TX_KINDS = ("grpc", "tcp", "unix")
 PLANES = ("grpc", "tcp", "ray")
 LATENCY_BLOCKS = 400
 THROUGHPUT_BLOCKS = 1_000
@@ -113,18 +120,24 @@ class BenchPublisher:
         self.hub = BlockHub(ring_size=4_096, queue_size=4_096)
         self.fanout = RayBlockFanout(self.hub, window=32)
         self.grpc = GrpcDataPlaneServer(self.hub, _echo)
-        self.tcp = TcpDataPlaneServer(self.hub, _echo)
+        self.tcp = TcpDataPlaneServer(self.hub, _echo, unix_dir="")
         self.tcp_clients: list[asyncio.StreamWriter] = []
         self.tcp_server: asyncio.Server | None = None
 
-    async def start(self) -> tuple[str, str, int, int]:
-        """Start the servers; returns (grpc address, tcp plane address, tcp floor port, frame
-        size)."""
+    async def start(self) -> tuple[str, str, str, int, int]:
+        """Start the servers; returns (grpc address, tcp plane target, the same through its Unix
+        socket, tcp floor port, frame size)."""
         await self.grpc.start()
-        await self.tcp.start()
+        port = await self.tcp.start()
         self.tcp_server = await asyncio.start_server(self._on_tcp, "127.0.0.1", 0)
         tcp_port = int(self.tcp_server.sockets[0].getsockname()[1])
-        return self.grpc.address, self.tcp.address, tcp_port, len(self.template)
+        tcp = target_of("tcp", "127.0.0.1", port)
+        unix = target_of("tcp", "127.0.0.1", port, self.tcp.unix_path)
+        return self.grpc.address, tcp, unix, tcp_port, len(self.template)
+
+    def cpu_s(self) -> float:
+        """This process's CPU time (user+system) so far."""
+        return time.process_time()
 
     async def stop(self) -> None:
         await self.fanout.close()
@@ -192,8 +205,8 @@ class BenchSubscriber:
         net_source: GrpcBlockSource | TcpBlockSource | None = None
         if kind == "grpc":
             net_source = GrpcBlockSource(target, name="bench")
-        elif kind == "tcp":
-            net_source = TcpBlockSource(target, name="bench")
+        elif kind in ("tcp", "unix"):
+            net_source = tcp_source(target, name="bench")
         source = net_source or self.ray_source
         stamps: list[tuple[int, int]] = []
         stream = source.subscribe(from_seq)
@@ -208,19 +221,24 @@ class BenchSubscriber:
                 await net_source.close()
         return stamps
 
-    async def round_trips(self, kind: str, target: str, count: int) -> list[int]:
-        """``count`` tx batches of ``TX_BATCH_BYTES`` one after the other: round trips in ns."""
-        channel = GrpcTxChannel(target) if kind == "grpc" else TcpTxChannel(target)
+    async def round_trips(self, kind: str, target: str, count: int) -> tuple[list[int], float]:
+        """``count`` tx batches of ``TX_BATCH_BYTES`` one after the other: round trips in ns, and
+        this process's CPU seconds over them."""
+        channel = GrpcTxChannel(target) if kind == "grpc" else tx_channel(target)
         frame = bytes(TX_BATCH_BYTES)
         out: list[int] = []
+        cpu = time.process_time()
         try:
             for _ in range(count):
                 t0 = time.perf_counter_ns()
                 await channel.submit(frame)
                 out.append(time.perf_counter_ns() - t0)
+            cpu = time.process_time() - cpu
+            if kind == "unix" and not getattr(channel, "local", False):
+                raise RuntimeError("the unix run went over TCP: no socket found")
         finally:
             await channel.close()
-        return out
+        return out, cpu
 
     async def _receive_tcp(self, port: str, count: int) -> list[tuple[int, int]]:
         reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
@@ -289,12 +307,13 @@ def measure_all() -> dict[str, Any]:
     publisher = PublisherActor.remote()
     subscriber = SubscriberActor.remote(publisher)
     try:
-        grpc_address, tcp_address, tcp_port, frame_bytes = ray.get(
+        grpc_address, tcp_target, unix_target, tcp_port, frame_bytes = ray.get(
             publisher.start.remote(), timeout=TIMEOUT_S
         )
         targets = {
             "grpc": grpc_address,
-            "tcp": tcp_address,
+            "tcp": tcp_target,
+            "unix": unix_target,
             "ray": "",
             "tcp_floor": str(tcp_port),
         }
@@ -305,15 +324,18 @@ def measure_all() -> dict[str, Any]:
             cadence = _measure(publisher, subscriber, kind, target, count, CADENCE_S)
             burst = _measure(publisher, subscriber, kind, target, THROUGHPUT_BLOCKS, 0.0)
             result[kind] = _figures(paced, cadence, burst)
-        for kind in ("grpc", "tcp"):
-            rtt = sorted(
-                ray.get(
-                    subscriber.round_trips.remote(kind, targets[kind], TX_ROUND_TRIPS + WARMUP),
-                    timeout=TIMEOUT_S,
-                )[WARMUP:]
+        for kind in TX_KINDS:
+            before: float = ray.get(publisher.cpu_s.remote(), timeout=TIMEOUT_S)
+            trips, client_cpu = ray.get(
+                subscriber.round_trips.remote(kind, targets[kind], TX_ROUND_TRIPS + WARMUP),
+                timeout=TIMEOUT_S,
             )
+            server_cpu = ray.get(publisher.cpu_s.remote(), timeout=TIMEOUT_S) - before
+            rtt = sorted(trips[WARMUP:])
             result[kind]["tx_rtt_p50_us"] = round(_percentile(rtt, 0.50) / 1_000, 1)
             result[kind]["tx_rtt_p99_us"] = round(_percentile(rtt, 0.99) / 1_000, 1)
+            per_trip = (client_cpu + server_cpu) / len(trips)
+            result[kind]["tx_rtt_cpu_us"] = round(per_trip * 1e6, 1)
         ray.get(publisher.stop.remote(), timeout=TIMEOUT_S)
     finally:
         ray.kill(subscriber)

@@ -52,17 +52,20 @@ __all__ = [
     "CpuSample",
     "Ledger",
     "ProcInfo",
+    "Rss",
     "WindowSampler",
     "build_ledger",
     "classify_ray",
     "format_ledger",
     "machine_busy_ticks",
+    "memory_by_role",
     "proc_info",
     "ray_session_of",
     "sample_cpu",
 ]
 
 CLK_TCK: int = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE_SIZE: int = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 OTHER = "other processes"
 UNATTRIBUTED = "unattributed"
@@ -103,6 +106,8 @@ class ProcInfo:
     ticks: int  # utime + stime, in clock ticks
     start: int  # start time, clock ticks after boot (tells a reused pid apart)
     cmdline: str
+    rss: int = 0  # resident set size, bytes
+    sys_ticks: int = 0  # stime alone (inside ``ticks``): the kernel's share
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -123,7 +128,7 @@ def proc_info(pid: int, proc: Path = Path("/proc")) -> ProcInfo | None:
     # comm is in parentheses and may hold spaces or ')': split at the last ')'
     head, _, rest = stat.rpartition(")")
     fields = rest.split()
-    # fields[0] is state (field 3); ppid field 4, utime 14, stime 15, starttime 22
+    # fields[0] is state (field 3); ppid field 4, utime 14, stime 15, starttime 22, rss 24
     return ProcInfo(
         pid=pid,
         ppid=int(fields[1]),
@@ -131,6 +136,8 @@ def proc_info(pid: int, proc: Path = Path("/proc")) -> ProcInfo | None:
         ticks=int(fields[11]) + int(fields[12]),
         start=int(fields[19]),
         cmdline=raw.replace(b"\x00", b" ").decode(errors="replace").strip(),
+        rss=int(fields[21]) * PAGE_SIZE,
+        sys_ticks=int(fields[12]),
     )
 
 
@@ -162,29 +169,75 @@ def sample_cpu(proc: Path = Path("/proc")) -> CpuSample:
     return CpuSample(at, (busy0 + busy1) // 2, (total0 + total1) // 2, procs)
 
 
+@dataclasses.dataclass(slots=True)
+class Rss:
+    """One process's resident memory over the window (bytes): first and last sight, peak."""
+
+    start: int
+    end: int
+    peak: int
+
+    def see(self, rss: int) -> None:
+        self.end = rss
+        self.peak = max(self.peak, rss)
+
+
 class WindowSampler:
     """The window's two samples, plus what was seen in between: :meth:`tick` (every second or
     so) remembers each process's latest ticks, so one that exits inside the window is charged
-    what it had used when last seen rather than falling into ``unattributed``. Cost: one
-    ``/proc`` walk per tick (~7 ms of CPU for ~100 processes here)."""
+    what it had used when last seen rather than falling into ``unattributed``; and each
+    process's resident memory at every sample (:attr:`memory`: start, end, peak), for the
+    report's memory table (a soak's "RSS flat"). Cost: one ``/proc`` walk per tick (~7 ms of
+    CPU for ~100 processes here)."""
 
     def __init__(self) -> None:
         self.before: CpuSample | None = None
         self.seen: dict[int, ProcInfo] = {}
+        self.memory: dict[int, Rss] = {}
+
+    def _remember(self, sample: CpuSample) -> CpuSample:
+        memory = self.memory
+        for pid, p in sample.procs.items():
+            m = memory.get(pid)
+            if m is None:
+                memory[pid] = Rss(p.rss, p.rss, p.rss)
+            else:
+                m.see(p.rss)
+        return sample
 
     def begin(self) -> None:
-        self.before = sample_cpu()
+        self.before = self._remember(sample_cpu())
 
     def tick(self) -> None:
-        self.seen.update(sample_cpu().procs)
+        self.seen.update(self._remember(sample_cpu()).procs)
 
     def end(self) -> tuple[CpuSample, CpuSample]:
         """(before, after): ``after`` holds the live processes and the last sight of the gone."""
         if self.before is None:
             raise RuntimeError("WindowSampler.end() before begin()")
-        after = sample_cpu()
+        after = self._remember(sample_cpu())
         procs = {**self.seen, **after.procs}
         return self.before, dataclasses.replace(after, procs=procs)
+
+
+def memory_by_role(
+    memory: Mapping[int, Rss], roles: Mapping[int, str]
+) -> dict[str, dict[str, float]]:
+    """Resident memory (MiB) of each role's process over the window: start, end, peak, and the
+    growth end - start (a soak's "flat" check). Roles whose process was never seen are left out."""
+    mib = 1 << 20
+    out: dict[str, dict[str, float]] = {}
+    for pid, role in sorted(roles.items(), key=lambda kv: _order(kv[1])):
+        m = memory.get(pid)
+        if m is None:
+            continue
+        out[role] = {
+            "start_mib": round(m.start / mib, 1),
+            "end_mib": round(m.end / mib, 1),
+            "peak_mib": round(m.peak / mib, 1),
+            "growth_mib": round((m.end - m.start) / mib, 1),
+        }
+    return out
 
 
 def classify_ray(cmdline: str) -> str:
@@ -248,6 +301,9 @@ class Ledger:
     pids: Mapping[str, tuple[int, ...]]
     top_other: tuple[tuple[str, float], ...]  # (command, CPU s) of the busiest other processes
     session: str | None
+    #: of ``by_role``, the seconds spent in the kernel (system time: syscalls, the network stack,
+    #: wake-ups); UNATTRIBUTED has none
+    sys_by_role: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def us_per_tx(self) -> dict[str, float]:
         """``{role: µs, ..., "total": µs}``; every role, ``other processes`` and
@@ -273,6 +329,9 @@ class Ledger:
                     "pct_of_machine": round(100 * s / cap, 1) if cap else 0.0,
                     "cores": round(s / self.window_s, 3) if self.window_s else 0.0,
                     "us_per_tx": self.us_per_tx()[r],
+                    "system_pct": round(100 * self.sys_by_role.get(r, 0.0) / s, 1)
+                    if s > 0
+                    else 0.0,
                     "pids": list(self.pids.get(r, ())),
                 }
                 for r, s in self.by_role.items()
@@ -315,17 +374,21 @@ def build_ledger(
     secs: dict[str, float] = {r: 0.0 for r in sorted(set(roles.values()), key=_order)}
     pids: dict[str, list[int]] = {}
     other: dict[str, float] = {}
+    sys_secs: dict[str, float] = {}
     attributed = 0
     for pid, p in after.procs.items():
         old = before.procs.get(pid)
         # a pid not seen before (or reused) started inside the window: all its ticks count
-        base = old.ticks if old is not None and old.start == p.start else 0
+        same = old is not None and old.start == p.start
+        base = old.ticks if old is not None and same else 0
         d = p.ticks - base
         if d <= 0:
             continue
         attributed += d
         role = _role_of(p, after.procs, marks, session)
         secs[role] = secs.get(role, 0.0) + d / CLK_TCK
+        d_sys = p.sys_ticks - (old.sys_ticks if old is not None and same else 0)
+        sys_secs[role] = sys_secs.get(role, 0.0) + max(d_sys, 0) / CLK_TCK
         pids.setdefault(role, []).append(pid)
         if role == OTHER:
             name = (p.cmdline or f"[{p.comm}]")[:80]
@@ -341,6 +404,7 @@ def build_ledger(
         committed_txs=committed_txs,
         busy_s=busy / CLK_TCK,
         by_role=ordered,
+        sys_by_role=sys_secs,
         pids={r: tuple(sorted(v)) for r, v in pids.items()},
         top_other=top,
         session=session,
@@ -350,18 +414,19 @@ def build_ledger(
 def format_ledger(led: Mapping[str, Any]) -> list[str]:
     """Markdown table rows of a ledger's JSON form (``Ledger.as_json``)."""
     lines = [
-        "| role | CPU s | % of machine | µs per committed tx |",
-        "|---|---:|---:|---:|",
+        "| role | CPU s | % of machine | µs per committed tx | of it in the kernel |",
+        "|---|---:|---:|---:|---:|",
     ]
     for role, row in led["by_role"].items():
+        kernel = f"{row['system_pct']:.0f}%" if "system_pct" in row and role != UNATTRIBUTED else ""
         lines.append(
             f"| {role} | {row['cpu_s']:.2f} | {row['pct_of_machine']:.1f} "
-            f"| {row['us_per_tx']:,.1f} |"
+            f"| {row['us_per_tx']:,.1f} | {kernel} |"
         )
     n = max(int(led["committed_txs"]), 1)
     total_us = led["machine_busy_s"] * 1e6 / n
     lines.append(
         f"| **total (machine busy)** | {led['machine_busy_s']:.2f} | "
-        f"{led['machine_busy_pct']:.1f} | **{total_us:,.1f}** |"
+        f"{led['machine_busy_pct']:.1f} | **{total_us:,.1f}** | |"
     )
     return lines

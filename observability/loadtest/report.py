@@ -13,6 +13,10 @@ plain data. JSON keys (the contract ``--json-out`` promises):
 - ``apply_steps_us``: ``{decode, cache_update, fanout}`` of the same shape;
 - ``lifecycle_us``: per tx type name, planned-send -> confirmed (the reply follows the block);
 - ``gc``: per replica, collections and pause percentiles per generation;
+- ``latency_drift``: per group, the answered txs' latency in the window's first and last span
+  (a minute each when the window is >= 3 minutes, else a third of it) and the last/first ratio
+  of p50 and p99 (a soak's "no drift"); ``memory_mib``: each deployment process's resident
+  memory over the window (start, end, peak, growth; a soak's "RSS flat");
 - ``groups``: the same keys per replica group, and ``ab_diff_pct`` (B relative to A, in %) for
   A/B runs; ``targets``: each issue target, the measured value and whether it is met.
 
@@ -40,6 +44,7 @@ __all__ = [
     "build_report",
     "draw_ledger",
     "hist_from",
+    "latency_drift",
     "pct_diff",
     "render_markdown",
     "write_ledger_plot",
@@ -228,6 +233,7 @@ def build_report(
         for path, op, target, label in TARGETS
     ]
     report["timeline"] = {g.name: _timeline(g) for g in groups}
+    report["latency_drift"] = {g.name: latency_drift(g.recorder.per_second) for g in groups}
     span_files = [Path(p) for p in run.get("spans_files", []) if Path(p).exists()]
     report["span_breakdown_us"] = span_breakdown(span_files) if span_files else {}
     return report
@@ -282,6 +288,26 @@ def _met(value: Any, op: str, target: float) -> bool | None:
     if not isinstance(value, int | float):
         return None
     return {">=": value >= target, "<=": value <= target, "<": value < target}[op]
+
+
+def latency_drift(per_second: Sequence[Histogram]) -> dict[str, Any]:
+    """Latency of the txs answered in the window's first and last span (60 s each when the window
+    is >= 180 s, else a third of it): ``{span_s, first, last, p50_ratio, p99_ratio}``, ratios
+    last / first (None when a span answered nothing)."""
+    n = len(per_second)
+    span = 60 if n >= 180 else max(1, n // 3)
+    first, last = Histogram(), Histogram()
+    for h in per_second[:span]:
+        first.merge(h)
+    for h in per_second[max(span, n - span) :]:
+        last.merge(h)
+    a, b = first.summary_us(), last.summary_us()
+
+    def ratio(q: str) -> float | None:
+        return round(b[q] / a[q], 2) if a["count"] and b["count"] and a[q] else None
+
+    return {"span_s": span, "first": a, "last": b,
+            "p50_ratio": ratio("p50"), "p99_ratio": ratio("p99")}  # fmt: skip
 
 
 def _timeline(g: GroupData) -> list[dict[str, float]]:
@@ -383,6 +409,20 @@ def render_markdown(r: Mapping[str, Any]) -> str:
             lines.append("Busiest other processes: " + "; ".join(
                 f"`{t['command'][:50]}` {t['cpu_s']:.2f} s" for t in top[:3]) + ".")  # fmt: skip
         lines += ["", "![CPU ledger](cpu_ledger.png)"]
+    memory = r.get("memory_mib") or {}
+    drift = r.get("latency_drift") or {}
+    if memory or drift:
+        lines += ["", "## Memory and drift over the window (a soak's checks)", ""]
+    if memory:
+        lines += ["| process | RSS start MiB | end MiB | peak MiB | growth MiB |",
+                  "|---|---:|---:|---:|---:|"]  # fmt: skip
+        for role, m in memory.items():
+            lines.append(f"| {role} | {m['start_mib']:,.1f} | {m['end_mib']:,.1f} "
+                         f"| {m['peak_mib']:,.1f} | {m['growth_mib']:+,.1f} |")  # fmt: skip
+    for name, d in drift.items():
+        lines += ["", f"Latency of the txs answered (group `{name}`), first {d['span_s']} s vs "
+                  f"last {d['span_s']} s (p50 / p99 µs): {_q(d['first'])} vs {_q(d['last'])}; "
+                  f"ratio last/first p50 {d['p50_ratio']}, p99 {d['p99_ratio']}."]  # fmt: skip
     profiles = r.get("profiles") or {}
     if profiles:
         lines += ["", "## Profiles (py-spy, speedscope JSON: https://www.speedscope.app)", ""]

@@ -45,7 +45,7 @@ from raydex.cluster.control.deploy import free_port
 from raydex.cluster.control.spec import DeploySpec, GcSpec, ReplicaGroupSpec
 
 from ..hist import Histogram
-from .ledger import CpuSample, WindowSampler, build_ledger, ray_session_of
+from .ledger import CpuSample, Rss, WindowSampler, build_ledger, memory_by_role, ray_session_of
 from .loadgen import (
     BookWatch,
     Item,
@@ -456,6 +456,8 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
         )  # fmt: skip
         report["cpu_ledger"] = led.as_json()
         report["cpu_us_per_tx"] = led.us_per_tx()
+    if win.memory:
+        report["memory_mib"] = memory_by_role(win.memory, roles)
     if win.profiles:
         report["profiles"] = win.profiles
     report["replicas"] = sorted(hashes)
@@ -514,6 +516,8 @@ class _Window:
     loadgen_cpu_s: float
     cpu_before: CpuSample | None = None
     cpu_after: CpuSample | None = None
+    #: each process's resident memory over the window (``WindowSampler.memory``)
+    memory: dict[int, Rss] = dataclasses.field(default_factory=dict)
     profiles: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     #: how late the generator's own event loop ran (ns): past a few ms, the latencies measured
     #: from planned times are partly the generator's, not the stack's
@@ -580,6 +584,7 @@ def _drive(
                 sampler.tick()
             await lanes_done
             win.cpu_before, win.cpu_after = sampler.end()
+            win.memory = sampler.memory
         finally:
             stop_load.set()
             if not lanes_done.done():

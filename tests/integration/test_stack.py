@@ -199,8 +199,12 @@ def test_the_deployed_data_plane_refuses_a_client_without_the_deployments_secret
     assert status["data_plane"]["authenticated"] is True
     plane = status["data_plane"]["plane"]
 
-    async def stranger(port: int) -> tuple[bool, bool]:
-        target = target_of(plane, "127.0.0.1", port)
+    unix = status["data_plane"]["unix"]
+    if plane == "tcp":  # the same host: its streams are on Unix sockets too, secret and all
+        assert unix["blocks"] and unix["txlog"]
+
+    async def stranger(port: int, unix_path: str | None = None) -> tuple[bool, bool]:
+        target = target_of(plane, "127.0.0.1", port, unix_path)
         source = block_source(target, name="stranger", secret=new_secret(), backoff=ONE_ATTEMPT)
         channel = tx_channel(target, secret=new_secret())
         try:
@@ -219,11 +223,18 @@ def test_the_deployed_data_plane_refuses_a_client_without_the_deployments_secret
             await source.close()
             await channel.close()
 
-    for port in (status["grpc_port"], status["txlog_port"]):
+    for port, path in (
+        (status["grpc_port"], unix["blocks"]),
+        (status["txlog_port"], unix["txlog"]),
+    ):
         assert asyncio.run(stranger(port)) == (True, True)
+        if path:
+            assert asyncio.run(stranger(port, path)) == (True, True)
     snap = ray.get(ray.get_actor(dep.SNAPSHOT, namespace=NS).status.remote(), timeout=WAIT)
     assert snap["seq"] > 0  # the holder, a member, follows the streams
     until(lambda: replicas_at(exchange, sequencer_seq(), count=2), "members caught up")
+    if plane == "tcp":  # members on the sequencer's host follow through its Unix socket
+        assert all(r["local_data_plane"]["blocks"] for r in exchange.replicas().values())
 
 
 def test_a_replica_killed_under_load_is_restarted_and_catches_up_with_no_gap(

@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections import Counter
@@ -39,6 +38,7 @@ from raydex.actors.local import eth_market
 from raydex.actors.sequencer import BlockProducer, SequencerConfig, Wal, WalError
 from raydex.actors.snapshot import SnapshotConfig, SnapshotService
 from raydex.actors.transport import GrpcTxChannel, TransportError
+from raydex.cluster.control.deploy import free_port
 from raydex.codecs import (
     DEFAULT_CHAIN_ID,
     CreateOrder,
@@ -65,14 +65,13 @@ TALLY: Counter[str] = Counter()
 
 
 def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` distinct free ports (see ``deploy.free_port``: outside the ephemeral range)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 def sequencer_config(tmp: Path, **kw: Any) -> SequencerConfig:

@@ -326,6 +326,43 @@ def test_the_ledger_keeps_at_most_its_caps_and_survives_a_resync_with_the_gap_re
     with_rig(body)
 
 
+def test_the_ledger_keeps_at_most_max_entries_over_all_accounts_forgetting_the_least_active() -> (
+    None
+):
+    """The entry budget bounds memory however many accounts trade: past it, the least recently
+    active account's whole log goes (its reads start empty), the counts stay exact."""
+
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a, b, c = ts
+        ledger = r.state.ledger = Ledger(LedgerCaps(max_entries=24), from_seq=r.state.seq + 1)
+        ledger.last_seq = r.state.seq
+        for i in range(3):  # a and b trade with each other: both logs grow
+            await r.send(a.order(305_000 + i, 10, 1))
+            await r.send(b.order(305_000 + i, 10, 0))
+        ledger.catch_up()
+
+        def held() -> int:
+            return sum(
+                len(x) for log in ledger._logs.values()
+                for x in (log.orders, log.trades, log.flows, log.fundings, log.liquidations,
+                          log.txs, log.pnl)
+            )  # fmt: skip
+
+        assert ledger.entries == held() <= 24 + 8  # one block's entries past the check at most
+        for i in range(3):  # now c trades: the least recently active logs make room
+            await r.send(c.order(305_000 + i, 10, 1))
+            await r.send(b.order(305_000 + i, 10, 0))
+        ledger.catch_up()
+        assert ledger.entries == held() <= 24 + 8
+        assert ledger.dropped >= 1
+        assert ledger.log(a.account) is None  # a was the least recently active: forgotten
+        log_b, log_c = ledger.log(b.account), ledger.log(c.account)
+        assert log_b is not None and log_c is not None  # the active ones are kept
+        assert log_b.entries >= 1 and log_c.entries >= 1
+
+    with_rig(body, n=3)
+
+
 def test_a_fresh_replica_serves_active_orders_from_its_snapshot_and_history_from_then_on() -> None:
     async def body(r: Rig, ts: list[Trader]) -> None:
         a = ts[0]
@@ -337,7 +374,7 @@ def test_a_fresh_replica_serves_active_orders_from_its_snapshot_and_history_from
     with_rig(body)
 
 
-@pytest.mark.parametrize("cap", ["orders", "max_accounts"])
+@pytest.mark.parametrize("cap", ["orders", "max_accounts", "max_entries"])
 def test_ledger_caps_below_one_are_refused(cap: str) -> None:
     with pytest.raises(ValueError, match=cap):
         LedgerCaps(**{cap: 0})

@@ -25,6 +25,7 @@ from raydex.observability.loadtest.ledger import (
     classify_ray,
     format_ledger,
     machine_busy_ticks,
+    memory_by_role,
     proc_info,
     ray_session_of,
     sample_cpu,
@@ -264,3 +265,98 @@ def test_the_window_sampler_keeps_the_cpu_of_processes_that_exit_inside_the_wind
     assert parent.pid in after.procs  # gone, but remembered
     led = build_ledger(before, after, {parent.pid: "parent role"}, 1)
     assert led.by_role["parent role"] >= burned - 2 * TICK
+
+
+#: A child that grows its heap by 64 MiB when told, then frees it when told again.
+GROWER = textwrap.dedent(
+    """
+    import sys
+    print("ready", flush=True)
+    sys.stdin.readline()
+    blob = bytearray(64 << 20)  # zero-filled: every page touched
+    print("grown", flush=True)
+    sys.stdin.readline()
+    del blob
+    print("freed", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_the_window_sampler_tracks_each_processs_resident_memory_start_end_and_peak() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", GROWER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        sampler = WindowSampler()
+        sampler.begin()
+        child.stdin.write("grow\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "grown"
+        sampler.tick()
+        child.stdin.write("free\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "freed"
+        sampler.end()
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+    mem = memory_by_role(sampler.memory, {child.pid: "grower", 2**22 + 7: "never seen"})
+    assert list(mem) == ["grower"]  # a role whose process was never seen is left out
+    m = mem["grower"]
+    assert m["peak_mib"] >= m["start_mib"] + 60  # the 64 MiB were resident at the tick
+    assert m["end_mib"] < m["peak_mib"] - 60  # and returned to the OS when freed
+    assert m["growth_mib"] == pytest.approx(m["end_mib"] - m["start_mib"], abs=0.2)
+
+
+def test_the_ledger_splits_each_roles_cpu_into_user_and_kernel_time() -> None:
+    """A process busy in syscalls is charged mostly system time; one computing in Python, user
+    time: the ``system_pct`` column tells per-message kernel work from Python work."""
+    code = textwrap.dedent(
+        """
+        import os, sys, time
+        print("ready", flush=True)
+        sys.stdin.readline()
+        t = time.process_time()
+        fd, buf = os.open("/dev/zero", os.O_RDONLY), bytearray(1 << 20)
+        while time.process_time() - t < 0.5:
+            if sys.argv[1] == "kernel":  # the kernel zeroes 1 MiB into our buffer
+                os.readv(fd, [buf])
+            else:
+                sum(range(20000))
+        print("done", flush=True)
+        sys.stdin.read()
+        """
+    )
+    kids = {
+        kind: subprocess.Popen(
+            [sys.executable, "-c", code, kind],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for kind in ("kernel", "user")
+    }
+    try:
+        for p in kids.values():
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        before = sample_cpu()
+        for p in kids.values():
+            assert p.stdin is not None and p.stdout is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in kids.values():
+            assert p.stdout is not None and p.stdout.readline().strip() == "done"
+        after = sample_cpu()
+    finally:
+        for p in kids.values():
+            assert p.stdin is not None
+            p.stdin.close()
+            p.wait(timeout=60)
+    led = build_ledger(before, after, {p.pid: k for k, p in kids.items()}, 1).as_json()
+    kernel, user = led["by_role"]["kernel"], led["by_role"]["user"]
+    assert kernel["cpu_s"] >= 0.4 and user["cpu_s"] >= 0.4
+    assert kernel["system_pct"] > 50 > user["system_pct"]
+    assert "of it in the kernel" in format_ledger(led)[0]

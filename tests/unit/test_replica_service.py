@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from raydex.actors.replica.service import MicroBatcher, ReplicaConfig, ReplicaSe
 from raydex.actors.sequencer.service import SequencerConfig, SequencerService
 from raydex.actors.snapshot.holder import SnapshotConfig, SnapshotService
 from raydex.actors.transport import BlockHub, GrpcDataPlaneServer, GrpcTxChannel
+from raydex.cluster.control.deploy import free_port
 from raydex.codecs import (
     ResultCode,
     decode_batch,
@@ -178,9 +178,7 @@ def test_a_late_replica_boots_from_the_snapshot_and_serves_the_same_state(tmp_pa
 
 
 def test_two_replicas_share_one_port() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     alice = Trader(1)
 
     async def run() -> None:
@@ -201,12 +199,6 @@ def test_two_replicas_share_one_port() -> None:
 
 
 # ---- lagging replicas: off the shared port, and every wait has a deadline ----------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def refused(port: int) -> bool:

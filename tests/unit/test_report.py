@@ -156,3 +156,19 @@ def test_the_span_breakdown_splits_a_traced_tx_into_its_stages(tmp_path: Path) -
     assert b["replica_handler"]["p50"] == 8_000
     assert b["replica_to_client"]["p50"] == 1_000
     assert b["client_total"]["count"] == 1 and b["client_total"]["p50"] == 10_000
+
+
+def test_latency_drift_compares_the_windows_first_and_last_span() -> None:
+    from raydex.observability.loadtest.report import latency_drift
+
+    # 10 minutes: spans of 60 s; latency doubles over the run
+    seconds = [_hist([1_000_000 + 1_000 * s] * 10) for s in range(600)]
+    d = latency_drift(seconds)
+    assert d["span_s"] == 60
+    assert d["first"]["count"] == d["last"]["count"] == 600
+    assert 1.5 <= d["p50_ratio"] <= 1.7 and 1.5 <= d["p99_ratio"] <= 1.7
+    # a short run: thirds; flat latency: ratio 1
+    flat = latency_drift([_hist([2_000_000] * 5) for _ in range(30)])
+    assert flat["span_s"] == 10 and flat["p50_ratio"] == 1.0
+    # nothing answered at the end: no ratio rather than a made-up one
+    assert latency_drift([_hist([1_000])] * 10 + [Histogram()] * 20)["p99_ratio"] is None

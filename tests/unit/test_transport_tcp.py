@@ -378,8 +378,9 @@ def test_a_sequencer_on_the_tcp_plane_serves_batches_and_a_holder_built_from_its
         )
         svc = SequencerService(cfg)
         await svc.start()
-        blocks = target_of("tcp", "127.0.0.1", svc.port)
-        txlog = target_of("tcp", "127.0.0.1", svc.txlog_port)
+        unix = svc.status()["data_plane"]["unix"]  # the same host: followers use its sockets
+        blocks = target_of("tcp", "127.0.0.1", svc.port, unix["blocks"])
+        txlog = target_of("tcp", "127.0.0.1", svc.txlog_port, unix["txlog"])
         assert blocks.startswith("tcp://") and svc.status()["data_plane"]["plane"] == "tcp"
         holder = SnapshotService(
             SnapshotConfig(dir=str(tmp_path / "snap"), data_plane_secret=SECRET)
@@ -397,6 +398,7 @@ def test_a_sequencer_on_the_tcp_plane_serves_batches_and_a_holder_built_from_its
             for i in range(4):
                 reply = await channel.submit(encode_batch([order(1, i, 1), order(2, i, 0)]))
                 codes += [o.code for o in decode_outcomes(reply)]
+            assert channel.local
             stream = source.subscribe(1)
             seqs = [decode_block(f).seq for _, f in await take(stream, 5)]
             await stream.aclose()  # type: ignore[attr-defined]
@@ -415,3 +417,98 @@ def test_a_sequencer_on_the_tcp_plane_serves_batches_and_a_holder_built_from_its
 
     want, got, codes = run(scenario())
     assert got == want and codes == [200] * 8
+
+
+# ---- the same host: Unix-domain sockets -------------------------------------------------------
+
+
+def test_a_follower_on_the_same_host_streams_and_submits_through_the_unix_socket(
+    tmp_path: Any,
+) -> None:
+    """The target carries the socket (``?unix=``); blocks and batches flow through it, with the
+    secret checked there as on TCP; the socket is 0600 and gone after stop."""
+    import os
+    import stat
+
+    from raydex.actors.transport import block_source, target_of, tx_channel
+
+    async def handler(frame: bytes) -> bytes:
+        return b"ok:" + frame
+
+    async def scenario() -> None:
+        hub = BlockHub()
+        async with serving(hub, handler, secret=SECRET, unix_dir=str(tmp_path)) as server:
+            path = server.unix_path
+            assert path is not None and path.startswith(str(tmp_path))
+            assert stat.S_ISSOCK(os.stat(path).st_mode)
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+            target = target_of("tcp", "127.0.0.1", int(server.address.rpartition(":")[2]), path)
+            source = block_source(target, secret=SECRET, backoff=FAST)
+            channel = tx_channel(target, secret=SECRET)
+            assert isinstance(source, TcpBlockSource) and isinstance(channel, TcpTxChannel)
+            stream = source.subscribe(1)
+            publish_range(hub, 1, 5)
+            assert [seq for seq, _ in await take(stream, 5)] == [1, 2, 3, 4, 5]
+            assert source.local
+            assert await channel.submit(b"batch") == b"ok:batch"
+            assert channel.local
+            # a wrong secret is refused on the socket too
+            intruder = block_source(target, secret=new_secret(), backoff=FAST)
+            with pytest.raises(NotAMember):
+                await anext(intruder.subscribe(1))
+            assert server.refused == 1
+            await stream.aclose()  # type: ignore[attr-defined]
+            await channel.close()
+        assert not os.path.exists(path)
+
+    run(scenario())
+
+
+def test_without_the_socket_or_on_another_host_the_follower_uses_tcp(tmp_path: Any) -> None:
+    """A path that does not exist (the sequencer moved) falls back to TCP; a host that is not
+    this machine's never tries the local path."""
+    from raydex.actors.transport import target_of, tx_channel
+    from raydex.actors.transport.tcp_plane import is_local_host
+
+    async def handler(frame: bytes) -> bytes:
+        return frame
+
+    assert is_local_host("127.0.0.1")
+    assert not is_local_host("203.0.113.7")  # TEST-NET-3: never an address of this machine
+
+    async def scenario() -> None:
+        async with serving(BlockHub(), handler) as server:
+            port = int(server.address.rpartition(":")[2])
+            assert server.unix_path is None  # no unix_dir: TCP only
+            channel = tx_channel(target_of("tcp", "127.0.0.1", port, str(tmp_path / "gone.sock")))
+            assert isinstance(channel, TcpTxChannel)
+            assert await channel.submit(b"x") == b"x"
+            assert not channel.local
+            await channel.close()
+
+    run(scenario())
+
+
+def test_a_socket_file_left_by_a_dead_server_is_replaced(tmp_path: Any) -> None:
+    import socket as socketlib
+
+    from raydex.actors.transport.tcp_plane import unix_path_for
+
+    async def scenario() -> None:
+        hub = BlockHub()
+        probe = TcpDataPlaneServer(hub)
+        port = await probe.start()
+        await probe.stop()
+        stale = unix_path_for(port, str(tmp_path))
+        dead = socketlib.socket(socketlib.AF_UNIX)
+        dead.bind(stale)  # bound, never listening, then abandoned: what a kill -9 leaves
+        dead.close()
+        async with serving(hub, port=port, unix_dir=str(tmp_path)) as server:
+            assert server.unix_path == stale
+            source = TcpBlockSource(server.address, backoff=FAST, unix_path=stale)
+            stream = source.subscribe(1)
+            publish_range(hub, 1, 2)
+            assert len(await take(stream, 2)) == 2 and source.local
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    run(scenario())
