@@ -143,8 +143,8 @@ def initial_margin_ok(
     # the adverse move, counted only when it is a loss (q, mult >= 1: its sign is gap's)
     gap = mark - est if is_ask else est - mark
     if gap > 0:
-        equity -= gap * q * mult
-    equity -= fee(est * q * mult, taker_fee)
+        equity -= gap * (q * mult)
+    equity -= fee(est * (q * mult), taker_fee)
     return equity * BPS >= im_num + grow * (mark * mult) * imf
 
 
@@ -172,7 +172,9 @@ def order_amount_code(
     """0, or BELOW_MIN_AMOUNT (under the market's minimum size in lots or notional in
     micro-USDC), or FAT_FINGER_PRICE (``price`` outside ``|price - mark| <= mark * dev / 1e4``),
     checked in that order."""
-    if size < min_base or price * size * mult < min_quote:
+    # price * (size * mult), not (price * size) * mult: the same integer, and compiled its two
+    # operands stay small (a mypyc int product is fast only while both are below 2**30)
+    if size < min_base or price * (size * mult) < min_quote:
         return BELOW_MIN_AMOUNT
     dev = price - mark
     if dev < 0:
