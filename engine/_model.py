@@ -22,10 +22,15 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+import heapq
 from typing import Final
 
 from .rules import notional_multiplier
+
+#: heapq's push and pop as Final names (the engine modules import them from here): compiled, a
+#: function imported by ``from heapq import`` is a globals-dict lookup per call, a Final a static.
+heappush: Final = heapq.heappush
+heappop: Final = heapq.heappop
 
 #: ``Market.next_expiry`` of a market without resting orders: later than any valid time.
 NO_EXPIRY: Final = 1 << 127

@@ -24,7 +24,7 @@ Hot methods keep locals and inline their helpers (Side.append, Side.unlink, _ope
 from __future__ import annotations
 
 from collections.abc import Iterator
-from heapq import heapify, heappop, heappush
+from heapq import heapify
 from typing import Any, Final
 
 from raydex.codecs import (
@@ -37,7 +37,7 @@ from raydex.codecs import (
     TradeExecuted,
 )
 
-from ._model import NO_EXPIRY, Account, Level, Market, Order, Position, Side
+from ._model import NO_EXPIRY, Account, Level, Market, Order, Position, Side, heappop, heappush
 from ._state import (
     BPS,
     DEFAULT_ORDER_LIFETIME_MS,
