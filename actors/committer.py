@@ -346,16 +346,19 @@ class CommitterActor:
         data_plane_secret: str = "",
         txlog_target: str = "",
         chain_id: int = DEFAULT_CHAIN_ID,
+        bundle: Any = None,
+        gc_spec: Any = None,
     ) -> None:
         """``txlog_target``: the sequencer's tx log; with it the committer also audits every
-        executed tx's signature (``actors/audit.py``); without it, no audit."""
+        executed tx's signature (``actors/audit.py``); without it, no audit. ``bundle``: its
+        planned slot (pinned after the boot), None when unplaced."""
         from .snapshot import ONE_ATTEMPT
         from .transport import block_source, tx_channel
 
         self.delta_target = delta_target
         self.holder_name = holder_name
         self.namespace = namespace
-        self.runtime = ActorRuntime(nice=None)
+        self.runtime = ActorRuntime(bundle, gc_spec, nice=None)
         self.metrics = Recorder("committer", "committer")
         source = block_source(
             delta_target, name="committer", secret=data_plane_secret, backoff=ONE_ATTEMPT
@@ -401,7 +404,7 @@ class CommitterActor:
 
     async def _start(self) -> None:
         self.runtime.before_boot()
-        self.runtime.after_boot(self.metrics)  # GC + placement series; starts the flush task
+        self.runtime.after_boot(self.metrics, live=self.live)  # GC, placement; flush task
         self.follower.start()
 
     async def commitment(self, seq: int) -> dict[str, Any] | None:
@@ -424,10 +427,15 @@ class CommitterActor:
             "loop_restarts": f.supervisor.restarts("committer"),
             "signature_audit": f.audit.status() if f.audit is not None else None,
             **self.runtime.status(),
-            "repr": repr(self),
+            "repr": self.live(),
         }
 
     def __repr__(self) -> str:
+        """What Ray records when ``__init__`` returns: the fixed facts of :meth:`live` and where
+        the live ones are (``actors/runtime/shell.py``)."""
+        return self.live(fixed=True)
+
+    def live(self, fixed: bool = False) -> str:
         """Role, deployment/name, the committed seq, the head of the hash chain, placement."""
         c = self.committer
         return self.runtime.describe(
@@ -438,6 +446,7 @@ class CommitterActor:
                 "follows": self.delta_target,
                 "audit": "on" if self.follower.audit is not None else "off",
             },
+            fixed=fixed,
         )
 
 

@@ -147,7 +147,8 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef(
             "raydex_block_seq",
             "gauge",
-            "Newest block seq this actor holds; lag = sequencer's minus a follower's.",
+            "Newest block seq this actor holds (two actors' are sampled seconds apart: "
+            "a replica's lag is raydex_replica_lag_blocks, measured where it is true).",
         ),
         # snapshot holder
         _h("raydex_snapshot_build_seconds", "Snapshot build: records, Arrow, IPC write, put."),

@@ -838,7 +838,9 @@ class ReplicaActor:
             on_fatal=exit_process,
         )
         port = await self.service.start()
-        self.runtime.after_boot(self.service.metrics, busy_poll=self.config.busy_poll)
+        self.runtime.after_boot(
+            self.service.metrics, busy_poll=self.config.busy_poll, live=self.live
+        )
         return port
 
     async def start(self) -> dict[str, Any]:
@@ -849,10 +851,15 @@ class ReplicaActor:
     async def status(self, state_hash: bool = True) -> dict[str, Any]:
         """The service's status (``state_hash=False``: the last computed hash, for pollers)."""
         if self.service is None:
-            return {"name": self.config.name, "booting": True, "repr": repr(self)}
-        return {**self.service.status(state_hash), **self.runtime.status(), "repr": repr(self)}
+            return {"name": self.config.name, "booting": True, "repr": self.live()}
+        return {**self.service.status(state_hash), **self.runtime.status(), "repr": self.live()}
 
     def __repr__(self) -> str:
+        """What Ray records when ``__init__`` returns: the fixed facts of :meth:`live` and where
+        the live ones are (``actors/runtime/shell.py``)."""
+        return self.live(fixed=True)
+
+    def live(self, fixed: bool = False) -> str:
         """Role, deployment/name, group, seq, lag (behind the newest seq seen), the last state
         hash computed (with its seq), ports (shared: serving or off; direct) and placement."""
         svc = self.service
@@ -872,7 +879,7 @@ class ReplicaActor:
                 "port": svc.port or cfg.http_port or None,
                 "direct": svc.direct_port or None,
             }
-        return self.runtime.describe("replica", facts)
+        return self.runtime.describe("replica", facts, fixed=fixed)
 
     async def state_hash(self) -> dict[str, Any]:
         """The current state hash (O(state), on the replica's loop; ``status`` is cheap)."""

@@ -5,10 +5,14 @@ role."""
 
 from .shell import (
     DEPLOYMENT_ENV,
+    LIVE_HINT,
+    LIVE_LOG_INTERVAL_S,
+    LIVE_LOG_PREFIX,
     METRICS_INTERVAL_S,
     ActorRuntime,
     advertised_host,
     current_namespace,
+    live_line,
     pin_actor,
     short_hash,
 )
@@ -17,12 +21,16 @@ from .supervise import EXIT_STATUS, Supervisor, exit_process, log_fatal
 __all__ = [
     "DEPLOYMENT_ENV",
     "EXIT_STATUS",
+    "LIVE_HINT",
+    "LIVE_LOG_INTERVAL_S",
+    "LIVE_LOG_PREFIX",
     "METRICS_INTERVAL_S",
     "ActorRuntime",
     "Supervisor",
     "advertised_host",
     "current_namespace",
     "exit_process",
+    "live_line",
     "log_fatal",
     "pin_actor",
     "short_hash",

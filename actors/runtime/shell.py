@@ -1,15 +1,26 @@
 """What every Ray actor shell of raydex does the same way: pin itself, say where it is, export
 its metrics (GC and placement on top of the service's own; flushed every ``METRICS_INTERVAL_S``),
-and describe itself in one line (``ActorRuntime.describe``, each shell's ``__repr__``).
+describe itself in one line (``ActorRuntime.describe``, each shell's ``__repr__``) and write that
+line to its log every ``LIVE_LOG_INTERVAL_S``.
 
-The repr and Ray: Ray 2.60 records an actor's ``repr()`` once, when its ``__init__`` returns (the
-actor-creation branch of ``execute_task``), and shows that string in the dashboard's Actors page
-and as ``repr_name`` in ``ray.util.state.list_actors``; it never asks again (not on state-API
-calls, not on later tasks), except when Ray restarts the actor. So what the Actors page shows is
-what ``__init__`` knows: role, deployment (namespace), name, group, configured ports, and the
-planned node/NUMA node/cores/scheduling policy (the bundle the actor was created for). The same
-``__repr__`` called later (``raydex status``, the actor's ``describe()``, logs) gives the live
-line: seq, lag, short state hash with its seq, bound ports, the placement in force.
+The repr and Ray: Ray 2.60 records an actor's ``repr()`` once, right after its ``__init__``
+returns (the actor-creation branch of ``execute_task``; an async actor's boot task may already
+have run a little by then), and shows that string in the dashboard's Actors page and as
+``repr_name`` in ``ray.util.state.list_actors``; it never asks again (not on state-API calls, not
+on later tasks), except when Ray restarts the actor. There is no way to refresh it: the core
+worker sends its repr to the GCS only in the reply to the actor-creation task
+(``CoreWorker::SetActorReprName``: "included as part of actor creation task reply"), and the
+dashboard reads that record.
+
+So each actor has two lines. ``__repr__`` (``describe(..., fixed=True)``), what Ray records: role,
+deployment (namespace), name, group, configured ports, node/NUMA node/cores/scheduling policy,
+then ``live=log`` (``LIVE_HINT``); the changing facts (``LIVE_FACTS``) are left out, since Ray
+would show them frozen at their creation values. ``live()``, the live line: the same plus state,
+seq, lag, short state hash with its seq, bound ports, the placement in force. It is written to
+the actor's stdout every ``LIVE_LOG_INTERVAL_S``, prefixed ``LIVE_LOG_PREFIX`` and stamped (the
+dashboard's Actors page links that file: the actor's log, ``.out``), and ``raydex status`` asks
+every actor for it now. Cost: one line and one short write per interval, on the actor's event
+loop, never inside a block.
 """
 
 from __future__ import annotations
@@ -18,6 +29,8 @@ import asyncio
 import dataclasses
 import os
 import sys
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,6 +38,15 @@ if TYPE_CHECKING:
 
 #: how often an actor's Recorder exports (Ray's agent scrapes workers every ~10 s anyway)
 METRICS_INTERVAL_S = 2.0
+#: how often an actor writes its live line to its log (shorter: a fresher line in the dashboard's
+#: log view, a longer log file: ~200 bytes a line)
+LIVE_LOG_INTERVAL_S = 10.0
+#: the start of every live line in an actor's ``.out`` log
+LIVE_LOG_PREFIX = "raydex live"
+#: what the repr Ray records ends with: where the live figures are
+LIVE_HINT = "live=log"
+#: the facts of an actor's line that change while it runs (left out of the repr Ray records)
+LIVE_FACTS = frozenset({"state", "seq", "lag", "hash", "snapshot", "chain", "direct"})
 
 
 def advertised_host() -> str:
@@ -100,14 +122,21 @@ class ActorRuntime:
         self.metrics: Recorder | None = None
         self._scheduled: asyncio.Task[None] | None = None
         self._spinner: asyncio.Task[None] | None = None
+        self._live: asyncio.Task[None] | None = None
 
     def before_boot(self) -> None:
         self.monitor.install()
         self.gc.apply()
 
-    def after_boot(self, metrics: Recorder | None = None, busy_poll: bool = False) -> None:
+    def after_boot(
+        self,
+        metrics: Recorder | None = None,
+        busy_poll: bool = False,
+        live: Callable[[], str] | None = None,
+    ) -> None:
         """``busy_poll``: the event loop never parks (see :func:`busy_poll`); for a role with a
-        core of its own only."""
+        core of its own only. ``live``: the actor's live line (its ``live()``), written to its
+        log now and every ``LIVE_LOG_INTERVAL_S`` (:func:`live_log_loop`)."""
         from raydex.cluster.pinning import renice_all_threads
 
         self.placement = pin_actor(self.bundle)
@@ -122,6 +151,8 @@ class ActorRuntime:
             self._spinner = loop.create_task(busy_poll_loop())
         if metrics is not None:
             self.start_metrics(metrics)
+        if live is not None:
+            self._live = loop.create_task(live_log_loop(live, LIVE_LOG_INTERVAL_S))
 
     def start_metrics(self, rec: Recorder) -> None:
         """Add this process's GC and placement series to ``rec`` and start its flush task."""
@@ -171,16 +202,23 @@ class ActorRuntime:
         parts.append(f"policy={policy or ('SCHED_OTHER' if cpus else 'unpinned')}")
         return " ".join(parts)
 
-    def describe(self, role: str, facts: dict[str, Any]) -> str:
+    def describe(self, role: str, facts: dict[str, Any], fixed: bool = False) -> str:
         """One line naming the actor and what matters live (see the module docstring): role,
         ``deployment/name``, the ``facts`` given (None values left out), then :meth:`where`.
-        Never raises (Ray calls ``__repr__`` while creating the actor)."""
+        ``fixed``: what Ray records (the actor's ``__repr__``): the facts that never change
+        (``LIVE_FACTS`` left out, they would be frozen at their creation values) and, last,
+        ``LIVE_HINT``. Never raises (Ray calls ``__repr__`` while creating the actor)."""
         try:
-            live = " ".join(f"{k}={v}" for k, v in facts.items() if v is not None)
+            live = " ".join(
+                f"{k}={v}"
+                for k, v in facts.items()
+                if v is not None and not (fixed and k in LIVE_FACTS)
+            )
             where = self.where()
         except Exception as exc:  # a repr must not fail the actor's creation
             live, where = "", f"(placement unknown: {exc!r})"
-        return " ".join(x for x in (role, _who(), live, where) if x)
+        hint = LIVE_HINT if fixed else ""
+        return " ".join(x for x in (role, _who(), live, where, hint) if x)
 
     @property
     def busy_polling(self) -> bool:
@@ -196,6 +234,23 @@ class ActorRuntime:
             m = self.metrics
             out["metrics"] = {"flushes": m.flushes, "dropped_samples": m.dropped}
         return out
+
+
+def live_line(describe: Callable[[], str]) -> str:
+    """``raydex live <UTC time> <the actor's line>``; never raises."""
+    try:
+        line = describe()
+    except Exception as exc:  # the log line must not kill its loop
+        line = f"(describe failed: {exc!r})"
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return f"{LIVE_LOG_PREFIX} {stamp} {line}"
+
+
+async def live_log_loop(describe: Callable[[], str], interval_s: float) -> None:
+    """Write the live line to stdout (the actor's ``.out`` log) now and every ``interval_s``."""
+    while True:
+        print(live_line(describe), flush=True)
+        await asyncio.sleep(interval_s)
 
 
 async def busy_poll_loop() -> None:

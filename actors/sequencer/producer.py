@@ -25,7 +25,7 @@ Invariants:
   block), else an older one, else seq 0 and the whole WAL; each skipped snapshot is logged.
 
 Cost: per tx one dict lookup for the key, one Lighter signature check for user txs (message
-hash ~8 µs + verify ~50 µs with the key decoded once in a ``KeyCache``, C backend), the
+hash ~6 µs + verify ~30 µs with the key decoded once in a ``KeyCache``, C backend), the
 engine's execute, one sha256 for the tx hash; per block one WAL write (+fsync), one
 ``encode_block``.
 """

@@ -152,7 +152,7 @@ class SequencerConfig:
     #: None (auto): only when the data plane is open to anyone on loopback (no
     #: ``data_plane_secret``); a deployment's replicas are members that verified every tx in
     #: their dry-run, and its committer re-verifies every executed tx off the hot path
-    #: (``actors/audit.py``), so the sequencer saves a verify (~50 µs) per tx. True: always.
+    #: (``actors/audit.py``), so the sequencer saves a verify (~30 µs) per tx. True: always.
     verify_signatures: bool | None = None
     #: Busy-poll the event loop (it never parks: see ``actors/runtime/shell.py``): less wake-up
     #: latency per batch, one whole core burnt; only where the sequencer has a core of its own.
@@ -665,7 +665,9 @@ class SequencerActor:
         except Exception as exc:  # any failed start: exit so that Ray restarts (and retries) us
             log.exception("sequencer start failed")
             exit_process(f"sequencer start failed: {exc!r}")
-        self.runtime.after_boot(self.service.metrics, busy_poll=self.service.config.busy_poll)
+        self.runtime.after_boot(
+            self.service.metrics, busy_poll=self.service.config.busy_poll, live=self.live
+        )
         return port
 
     async def _ensure_started(self) -> SequencerService:
@@ -698,10 +700,15 @@ class SequencerActor:
             **svc.status(),
             **self.runtime.status(),
             "address": advertised_host(),
-            "repr": repr(self),
+            "repr": self.live(),
         }
 
     def __repr__(self) -> str:
+        """What Ray records when ``__init__`` returns: the fixed facts of :meth:`live` and where
+        the live ones are (``actors/runtime/shell.py``)."""
+        return self.live(fixed=True)
+
+    def live(self, fixed: bool = False) -> str:
         """Role, deployment/name, state, seq, the newest snapshot's state hash (with its seq),
         ports and placement (see ``actors/runtime/shell.py`` for what Ray shows of it)."""
         svc = self.service
@@ -718,6 +725,7 @@ class SequencerActor:
                 "grpc": svc.port or cfg.grpc_port or None,
                 "txlog": svc.txlog_port or cfg.txlog_port or None,
             },
+            fixed=fixed,
         )
 
     async def data_plane_secret(self) -> str:

@@ -437,7 +437,7 @@ class SnapshotActor:
         except Exception as exc:  # any failed start: exit so that Ray restarts (and retries) us
             log.exception("snapshot holder start failed")
             exit_process(f"snapshot holder start failed: {exc!r}")
-        self.runtime.after_boot(self.service.metrics)
+        self.runtime.after_boot(self.service.metrics, live=self.live)
 
     def _put(self, seq: int, height: int, tables: dict[str, pa.Table]) -> None:
         import ray
@@ -474,9 +474,14 @@ class SnapshotActor:
 
     async def status(self) -> dict[str, Any]:
         await self._started
-        return {**self.service.status(), **self.runtime.status(), "repr": repr(self)}
+        return {**self.service.status(), **self.runtime.status(), "repr": self.live()}
 
     def __repr__(self) -> str:
+        """What Ray records when ``__init__`` returns: the fixed facts of :meth:`live` and where
+        the live ones are (``actors/runtime/shell.py``)."""
+        return self.live(fixed=True)
+
+    def live(self, fixed: bool = False) -> str:
         """Role, deployment/name, seq, lag (delta blocks seen beyond the tx-log blocks applied),
         the last state hash computed (with its seq), the newest snapshot and placement."""
         svc = self.service
@@ -490,6 +495,7 @@ class SnapshotActor:
                 "hash": short_hash(digest, seq),
                 "snapshot": svc.snapshot_seq if svc.snapshot_seq >= 0 else None,
             },
+            fixed=fixed,
         )
 
     async def stop(self) -> None:

@@ -212,21 +212,41 @@ def _resolve_address(address: str | None) -> str | None:
 
 def job_metadata(**facts: str) -> dict[str, str]:
     """What Ray's Jobs page shows of this driver (its metadata; ``job_name`` is the key Ray's own
-    job supervisor uses): the raydex command it ran, e.g. ``raydex deploy raydex.yaml``. Ray marks
-    every driver job SUCCEEDED once the driver disconnects, whatever its exit status (only jobs
-    submitted through the Jobs API can show FAILED), so the command's outcome is its exit status and
-    output, not this row."""
+    job supervisor uses): the raydex command it ran, e.g. ``raydex status --json``, or the
+    ``job_name`` of ``facts`` (what a deploying driver does: :func:`deploy_job_name`). Ray marks
+    every driver job SUCCEEDED once the driver disconnects, whatever its exit status (its job record
+    has no exit status; only jobs submitted through the Jobs API, ``ray job submit``, can show
+    FAILED), so the command's outcome is its exit status and output, not this row."""
     args = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))
     return {"job_name": args or "raydex", "raydex_command": args, **facts}
 
 
-def _connect(address: str | None) -> Any:
+def deploy_job_name(command: str, spec_path: str, spec: Any) -> str:
+    """The Jobs page name of a deploying driver: what it deploys where, e.g. ``raydex up: deploys
+    raydex.yaml into namespace raydex (sequencer, snapshot holder, committer; replica group
+    public x2)``. Known from the spec before connecting (a job's metadata is fixed then)."""
+    from ..control.deploy import NAMESPACE
+
+    groups = ", ".join(
+        f"{g.name} x{g.replicas}"
+        if g.replicas is not None
+        else f"{g.name} x{g.replicas_per_numa_node} per NUMA node"
+        for g in spec.replica_groups
+    )
+    parts = "sequencer, snapshot holder, committer"
+    if groups:
+        parts += f"; replica groups {groups}"
+    return f"{command}: deploys {os.path.basename(spec_path)} into namespace {NAMESPACE} ({parts})"
+
+
+def _connect(address: str | None, job_name: str | None = None) -> Any:
     import ray
     from ray.job_config import JobConfig
 
+    named = {"job_name": job_name} if job_name else {}
     try:
         return ray.init(address=address or "auto", log_to_driver=False,
-                        job_config=JobConfig(metadata=job_metadata()))  # fmt: skip
+                        job_config=JobConfig(metadata=job_metadata(**named)))  # fmt: skip
     except ConnectionError:
         if "RAY_AUTH_MODE" not in os.environ:
             print(
@@ -259,7 +279,7 @@ def _up(args: argparse.Namespace) -> int:
         print(f"raydex up: started a Ray head (pid {head.pid}, {head.address}; log {head.log}); "
               f"`raydex down --stop-ray` stops it and only it")  # fmt: skip
         _print_dashboard(head.dashboard_url, env)
-    _connect(address)
+    _connect(address, deploy_job_name("raydex up", args.spec, spec))
     bind = args.bind or ("127.0.0.1" if args.address is None else "0.0.0.0")
     try:
         result = deploy.deploy(spec, bind=bind)
@@ -292,7 +312,7 @@ def _deploy(args: argparse.Namespace) -> int:
     from ..control.spec import load_spec
 
     spec = load_spec(args.spec)
-    _connect(address)
+    _connect(address, deploy_job_name("raydex deploy", args.spec, spec))
     result = deploy.deploy(spec, bind=args.bind)
     print(f"created: {list(result.created)}  removed: {list(result.removed)}  "
           f"replicas: {list(result.replicas)}")  # fmt: skip

@@ -299,7 +299,8 @@ def deploy(
     ray.get(ray.get_actor(SNAPSHOT, namespace=namespace).start.remote(), timeout=timeout_s)
     if COMMITTER not in existing:
         args_c = (delta_target, SNAPSHOT, namespace, secret, txlog_target, spec.chain_id)
-        _spawn(CommitterActor, COMMITTER, namespace, None, args_c)
+        kw_c = {"bundle": bundle("committer"), "gc_spec": spec.committer.gc}
+        _spawn(CommitterActor, COMMITTER, namespace, bundle("committer"), args_c, kwargs=kw_c)
         created.append(COMMITTER)
 
     desired: dict[str, BundlePlacement | None] = {}
@@ -454,7 +455,8 @@ class HostLoad:
             return (
                 f"host {self.host}: {self.cores} cores, {self.pinned} pinned requests: "
                 f"oversubscribed, Ray reserves {amounts} CPU per actor "
-                f"({len(self.actors)} actors share the cores)"
+                f"({len(self.actors)} actors share the cores; Ray counts them as nearly free: "
+                "run no other Ray work on this host)"
             )
         return (
             f"host {self.host}: {self.cores} cores, {self.pinned} pinned by "

@@ -17,7 +17,9 @@ every Ray on the host. A group whose leader is gone is stopped only if a member'
 names the recorded GCS address.
 
 Environment of the head: the caller's, plus ``RAY_DASHBOARD_ENABLE_PROFILING=1`` unless set (the
-dashboard's stack trace and flame graph buttons), and ``RAY_AUTH_MODE=token`` when a Ray token is
+dashboard's stack trace and flame graph buttons), this interpreter's folder first on ``PATH`` (the
+dashboard agent runs the ``py-spy`` it finds there: a virtualenv that was not activated would
+otherwise answer "py-spy is not installed"), and ``RAY_AUTH_MODE=token`` when a Ray token is
 available and the mode is unset (what ``ray start`` itself would choose), so the driver connecting
 by explicit address uses the same mode. ``RAY_PROMETHEUS_HOST``, ``RAY_GRAFANA_HOST`` and
 ``RAY_GRAFANA_IFRAME_HOST`` pass through as given.
@@ -119,6 +121,11 @@ def head_env(base: Mapping[str, str]) -> dict[str, str]:
     """The head's environment (see the module docstring)."""
     env = dict(base)
     env.setdefault("RAY_DASHBOARD_ENABLE_PROFILING", "1")
+    # the dashboard agent runs py-spy found on PATH: this environment's, activated or not
+    here = str(Path(sys.executable).parent)
+    path = env.get("PATH", "")
+    if path.split(os.pathsep)[0] != here:
+        env["PATH"] = os.pathsep.join(p for p in (here, path) if p)
     if "RAY_AUTH_MODE" not in env:
         env["RAY_AUTH_MODE"] = "token" if _token_available(env) else "disabled"
     return env

@@ -8,23 +8,25 @@
     ┌ numa0 ──────────┬ numa1 ───────┐ ┌ numa0 ─────────┬ numa1 ────────┐
     │ sequencer  [7]  │ replica [8]  │ │ replica [0]    │ replica [8]   │   one placement group
     │ snapshot   [6]  │ replica [9]  │ │ replica [1]    │ replica [9]   │   per replica group;
-    │ replica [0] [1] │              │ │                │               │   sequencer, snapshot:
-    └─────────────────┴──────────────┘ └────────────────┴───────────────┘   one each
+    │ committer  [5]  │              │ │                │               │   sequencer, snapshot,
+    │ replica [0] [1] │              │ │                │               │   committer: one each
+    └─────────────────┴──────────────┘ └────────────────┴───────────────┘
 
 Two steps. ``placement_for(spec, topology_by_node)`` is pure: it decides every bundle's host, NUMA
 node and exact cores from the spec and each host's ``Topology`` (keys: host labels, as advertised
-by ``raydex node-args``; dict order matters: the first host is the default for the sequencer and the
-snapshot holder, so put the head first). ``create_placement_groups`` turns the plan into Ray
-placement groups: bundle ``{"CPU": r, "numa<N>": r}`` plus the label selector
+by ``raydex node-args``; dict order matters: the first host is the default for the sequencer, the
+snapshot holder and the committer, so put the head first). ``create_placement_groups`` turns the
+plan into Ray placement groups: bundle ``{"CPU": r, "numa<N>": r}`` plus the label selector
 ``{"raydex.io/host": host}``, so Ray reserves the bundle on that host and charges that NUMA node.
 
 Core assignment, per (host, NUMA node): the sequencer and the snapshot holder are served first,
 from the highest-numbered cores (CPU 0 usually takes housekeeping and interrupts); replicas then
-take the least-used cores, lowest first, avoiding the sequencer's and holder's cores while any
-other core is free. When the node has fewer cores than requested (a laptop, CI), bundles share
-cores (``shared=True``) and each bundle's Ray request ``r`` is scaled down by the node's
-oversubscription factor (rounded down to Ray's 1e-4 resource granularity) so the plan still fits;
-otherwise ``r`` is exactly the core count and no two bundles share a core.
+take the least-used cores, lowest first, avoiding those two's cores while any other core is free;
+the committer (background work) comes last: the least-used core left, highest first, and not the
+sequencer's while another is as free. When the node has fewer cores than requested (a laptop,
+CI), bundles share cores (``shared=True``) and each bundle's Ray request ``r`` is scaled down by
+the node's oversubscription factor (rounded down to Ray's 1e-4 resource granularity) so the plan
+still fits; otherwise ``r`` is exactly the core count and no two bundles share a core.
 
 Invariants of a plan: every bundle's cores belong to its NUMA node on its host; if a NUMA node's
 requests fit, all its bundles' core sets are disjoint; per (host, NUMA node) the ``r`` of its
@@ -50,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bundle import BundlePlacement, Role, pin_bundle
 from ..topology import HOST_LABEL, ROLE_LABEL, Topology, numa_resource, read_topology
-from .spec import DeploySpec, ReplicaGroupSpec
+from .spec import CommitterSpec, DeploySpec, ReplicaGroupSpec, SequencerSpec, SnapshotSpec
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
@@ -76,7 +78,8 @@ class PlacementError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class GroupPlacement:
-    """The bundles of one placement group: a replica group, sequencer or snapshot holder."""
+    """The bundles of one placement group: a replica group, sequencer, snapshot holder or
+    committer."""
 
     name: str
     bundles: tuple[BundlePlacement, ...]
@@ -90,17 +93,19 @@ def placement_for(
         raise PlacementError("no hosts to place on")
     planner = _Planner(topology_by_node)
     head = next(iter(topology_by_node))
-    core: list[GroupPlacement] = []
-    for role in ("sequencer", "snapshot"):
-        part = spec.sequencer if role == "sequencer" else spec.snapshot
+
+    def single(role: Role, part: SequencerSpec | SnapshotSpec | CommitterSpec) -> GroupPlacement:
         slot = (part.host or head, part.numa_node)
         planner.check_slot(slot, part.cpus, role)
         bundle = planner.take(role, role, 0, slot, part.cpus, part.pin, part.realtime)
-        core.append(GroupPlacement(role, (bundle,)))
+        return GroupPlacement(role, (bundle,))
+
+    core = [single("sequencer", spec.sequencer), single("snapshot", spec.snapshot)]
     groups = [
         GroupPlacement(g.name, tuple(_replica_bundles(planner, g))) for g in spec.replica_groups
     ]
-    return [_scaled(g, planner) for g in [*core, *groups]]
+    committer = single("committer", spec.committer)  # last: it takes what the hot path left
+    return [_scaled(g, planner) for g in [*core, committer, *groups]]
 
 
 def _replica_bundles(planner: _Planner, group: ReplicaGroupSpec) -> list[BundlePlacement]:
@@ -135,6 +140,7 @@ class _Planner:
         self.topologies = topology_by_node
         self.usage: dict[tuple[str, int], dict[int, int]] = {}
         self.reserved: set[tuple[str, int]] = set()  # (host, cpu) of sequencer/snapshot
+        self.sequencer_cores: set[tuple[str, int]] = set()
         self.requested: dict[tuple[str, int], int] = {}
 
     def cpus_of(self, slot: tuple[str, int]) -> tuple[int, ...]:
@@ -185,6 +191,10 @@ class _Planner:
 
             def key(cpu: int) -> tuple[int, int, int]:
                 return (usage[cpu], (host, cpu) in self.reserved, cpu)
+        elif role == "committer":
+
+            def key(cpu: int) -> tuple[int, int, int]:
+                return (usage[cpu], (host, cpu) in self.sequencer_cores, -cpu)
         else:
 
             def key(cpu: int) -> tuple[int, int, int]:
@@ -194,8 +204,10 @@ class _Planner:
         shared = any(usage[c] for c in chosen)
         for c in chosen:
             usage[c] += 1
-            if role != "replica":
+            if role in ("sequencer", "snapshot"):
                 self.reserved.add((host, c))
+            if role == "sequencer":
+                self.sequencer_cores.add((host, c))
         self.requested[slot] = self.requested.get(slot, 0) + k
         return BundlePlacement(
             role, group, index, host, numa, tuple(chosen), float(k), shared, pin, realtime

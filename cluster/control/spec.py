@@ -9,6 +9,7 @@ Shape (every key below is optional unless marked *required*)::
                 host, numa_node, cpus, pin, realtime, gc}
     snapshot:  {<SnapshotConfig knobs: dir*, every_blocks, every_seconds, ring_size, keep>,
                 host, numa_node, cpus, pin, realtime, gc}
+    committer: {host, numa_node, cpus, pin, realtime, gc}
     markets:   [{<CreateMarket fields: market_index*, symbol*, price_decimals*, size_decimals*,
                  min_base_amount, ..., max_price_deviation>, initial_mark*}]
     replica_groups: [{name*, replicas_per_numa_node | replicas, numa_nodes, hosts,
@@ -70,6 +71,7 @@ from raydex.codecs import MAX_BATCH_TXS, CreateMarket, MarketIndex, MarketStatus
 
 __all__ = [
     "MARKET_DEFAULTS",
+    "CommitterSpec",
     "DeploySpec",
     "GcSpec",
     "PortsSpec",
@@ -81,7 +83,7 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?")
-_RESERVED_GROUP_NAMES = frozenset({"sequencer", "snapshot"})
+_RESERVED_GROUP_NAMES = frozenset({"sequencer", "snapshot", "committer"})
 _Problems = Iterator[tuple[str, str]]
 _D = TypeVar("_D")
 
@@ -253,6 +255,23 @@ class SnapshotSpec:
         for key in ("ring_size", "keep"):
             if getattr(c, key) < 1:
                 yield key, f"must be >= 1, got {getattr(c, key)}"
+        yield from _placement_problems(self.host, self.numa_node, self.cpus)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitterSpec:
+    """Where the committer runs (as ``SequencerSpec``; it has no knobs of its own). Off the hot
+    path, but it hashes and re-verifies every block: its ``cpus`` are reserved in Ray like any
+    other actor's, so nothing else is scheduled onto the cores it pins."""
+
+    host: str | None = None
+    numa_node: int = 0
+    cpus: int = 1
+    pin: bool = True
+    realtime: bool = False
+    gc: GcSpec = GcSpec()
+
+    def _problems(self) -> _Problems:
         yield from _placement_problems(self.host, self.numa_node, self.cpus)
 
 
@@ -478,6 +497,7 @@ class DeploySpec:
     markets: tuple[CreateMarket, ...]
     replica_groups: tuple[ReplicaGroupSpec, ...] = ()
     ports: PortsSpec = PortsSpec()
+    committer: CommitterSpec = CommitterSpec()
 
     def __post_init__(self) -> None:
         seq = self.sequencer

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from . import _curve, _field, _poseidon2, _schnorr
 
 NAME = "pure"
+#: Rough bytes per decoded key (a point of 4 x 5 ints), for KeyCache's memory bound.
+KEY_TABLE_BYTES = 1024
 
 
 def _fp5(b: bytes) -> _field.Fp5:

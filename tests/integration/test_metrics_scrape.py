@@ -6,9 +6,11 @@ and WebSocket, then scrapes ``http://127.0.0.1:<MetricsExportPort>/metrics`` unt
 series is there (Recorders flush every 2 s; Ray's agent exports every ~10 s). The session's Ray
 runs with the dashboard, for the state API: each actor's repr as Ray recorded it is checked there.
 
-Also: every series carries the deployment (the Ray namespace), every counter exists from the start,
-and every metric a query of ``observability/grafana_dashboard.json`` reads is one the endpoint
-exports (both parsed)."""
+Also: every series carries the deployment (the Ray namespace), every counter of the catalog is on
+the endpoint right after the deploy, before any traffic, every metric a query of
+``observability/grafana_dashboard.json`` reads is one the endpoint exports (both parsed), and each
+actor's live line (seq, lag, state hash) reaches its log file, which the dashboard's Actors page
+links, as Ray's log API serves it."""
 
 from __future__ import annotations
 
@@ -26,10 +28,12 @@ import pytest
 import ray
 
 from raydex.actors.local import Trader
+from raydex.actors.runtime import LIVE_HINT, LIVE_LOG_PREFIX
 from raydex.cluster.control import deploy as dep
 from raydex.cluster.control.spec import load_spec
 from raydex.cluster.topology import Topology
 from raydex.codecs import tx_to_json_str
+from raydex.observability.metrics import CATALOG
 
 pytestmark = pytest.mark.integration
 
@@ -168,11 +172,32 @@ def grafana_metric_names() -> set[str]:
     return {n for e in exprs for n in re.findall(r"\bray_raydex_[a-z_]+", e)}
 
 
-def test_the_stacks_metrics_appear_on_the_nodes_prometheus_endpoint(replica_port: int) -> None:
-    trade_a_little(replica_port, [Trader(1), Trader(2)])
+def metrics_port() -> int:
     nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
     (node,) = [n for n in nodes if n["Alive"]]
-    port = int(node["MetricsExportPort"])
+    return int(node["MetricsExportPort"])
+
+
+def test_every_counter_is_on_the_endpoint_right_after_the_deploy_before_any_traffic(
+    replica_port: int,
+) -> None:
+    """A rate panel reads 0, not "no data", from the first scrape: conflations, slow-consumer
+    disconnects, dropped samples, loop restarts, audit failures and the rest included."""
+    counters = {f"ray_{n}" for n, d in CATALOG.items() if d.kind == "counter"}
+    deadline = time.monotonic() + SCRAPE_S
+    lacking = sorted(counters)
+    while time.monotonic() < deadline:
+        ours = {n for n, labels, _ in scrape(metrics_port()) if f'deployment="{NS}"' in labels}
+        lacking = sorted(counters - ours)
+        if not lacking:
+            break
+        time.sleep(1.0)
+    assert not lacking, f"counters not exported after {SCRAPE_S:.0f} s: {lacking}"
+
+
+def test_the_stacks_metrics_appear_on_the_nodes_prometheus_endpoint(replica_port: int) -> None:
+    trade_a_little(replica_port, [Trader(1), Trader(2)])
+    port = metrics_port()
     deadline = time.monotonic() + SCRAPE_S
     lacking: list[str] = ["(not scraped yet)"]
     while time.monotonic() < deadline:
@@ -201,14 +226,21 @@ def test_the_stacks_metrics_appear_on_the_nodes_prometheus_endpoint(replica_port
 def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
     replica_port: int,
 ) -> None:
-    """Ray records ``repr()`` when ``__init__`` returns: role, deployment/name, configured ports
-    and the planned placement. ``status()["repr"]`` is the same ``__repr__`` now: seq, lag, hash."""
+    """Ray records ``repr()`` when ``__init__`` returns: role, deployment/name, configured ports,
+    the planned placement and where the live figures are (``live=log``). ``status()["repr"]`` is
+    the same ``__repr__`` now: seq, lag, hash; and each actor writes it to its ``.out`` log.
+
+    The log is read from the session's log folder (``worker-<id>-<job>-<pid>.out``, the file the
+    dashboard's actor Log tab serves): Ray's log API goes through the node's dashboard agent,
+    which cannot start when another Ray on this host holds the agent's fixed default port."""
     from ray.util.state import list_actors
 
     # this session's Ray by its address: other Rays may run on the host (autodetection refuses)
     gcs = ray.get_runtime_context().gcs_address
     listed = list_actors(address=gcs, filters=[("ray_namespace", "=", NS)], detail=True, limit=1000)
     found = {a.name: a.repr_name for a in listed if a.state == "ALIVE"}
+    pids = {a.name: a.pid for a in listed if a.state == "ALIVE"}
+    needs = {a.name: a.required_resources for a in listed if a.state == "ALIVE"}
     roles = {
         dep.SEQUENCER: "sequencer",
         dep.SNAPSHOT: "snapshot",
@@ -219,7 +251,13 @@ def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
         text = found[name]
         assert text.startswith(f"{role} {NS}/{name} "), text
         assert re.search(r" node=\S+ ", text) and " cpus=" in text and " policy=" in text, text
-    assert re.search(r" numa=\d+ cpus=\d", found[dep.SEQUENCER]), found[dep.SEQUENCER]
+        assert text.endswith(f" {LIVE_HINT}") and " seq=" not in text, text
+    for name in (dep.SEQUENCER, dep.COMMITTER):  # pinned to planned cores, the committer too
+        assert re.search(r" numa=\d+ cpus=\d", found[name]), found[name]
+    # every actor, the committer included, asks Ray for CPU of its own placement group's bundle
+    # (the Actors page's "Required resources"; a token amount on this oversubscribed host)
+    for name in roles:
+        assert any(k.startswith("CPU_group_") and v > 0 for k, v in needs[name].items()), needs
     assert " grpc=" in found[dep.SEQUENCER] and " port=" in found["raydex-replica-metrics-0"]
     assert " group=metrics " in found["raydex-replica-metrics-0"]
     live = dep.status(NS)
@@ -230,6 +268,28 @@ def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
     assert f" seq={replica['seq']} lag=" in replica["repr"]
     assert f" hash={digest[:8]}@{seq} " in replica["repr"]
     assert " state=serving " in replica["repr"] and " direct=" in replica["repr"]
+
+    logs = Path(ray._private.worker.global_worker.node.get_logs_dir_path())
+
+    def live_lines(name: str) -> list[str]:
+        (out,) = logs.glob(f"worker-*-{pids[name]}.out")
+        return [ln for ln in out.read_text().splitlines() if ln.startswith(f"{LIVE_LOG_PREFIX} ")]
+
+    # every actor's log has its live line; the replica's catches up with the seq seen above
+    deadline = time.monotonic() + 2 * SCRAPE_S
+    while True:
+        lines = {name: live_lines(name) for name in roles}
+        last = lines["raydex-replica-metrics-0"][-1:] or [""]
+        m = re.search(r" seq=(\d+) lag=\d+ ", last[0])
+        if all(lines.values()) and m and int(m[1]) >= replica["seq"]:
+            break
+        assert time.monotonic() < deadline, f"no fresh live lines: {lines}"
+        time.sleep(1.0)
+    for name, role in roles.items():
+        assert f" {role} {NS}/{name} " in lines[name][-1], lines[name]
+        assert LIVE_HINT not in lines[name][-1]
+    assert re.search(r" hash=[0-9a-f]{8}@\d+ ", last[0]), last
+    assert " seq=" in lines[dep.SEQUENCER][-1] and " chain=" in lines[dep.COMMITTER][-1]
 
 
 def test_grafana_install_puts_the_dashboard_where_rays_grafana_provisioning_reads(

@@ -86,6 +86,10 @@ SPEC: dict[str, Any] = {
     ],
 }  # fmt: skip
 
+# The cluster scenario's spec: the committer on a worker (host-a's two single-core NUMA nodes
+# hold the sequencer and the snapshot holder), beside host-b's NUMA node 0 replica.
+CLUSTER_SPEC: dict[str, Any] = {**SPEC, "committer": {"host": "host-b", "numa_node": 0}}
+
 # One more replica on host-c's NUMA node 1, which the plan above already fills.
 EXTRA = {"name": "extra", "replicas": 1, "hosts": ["host-c"], "numa_nodes": [1]}
 OVERFLOW: dict[str, Any] = {**SPEC, "replica_groups": [EXTRA]}
@@ -97,7 +101,7 @@ OVERFLOW: dict[str, Any] = {**SPEC, "replica_groups": [EXTRA]}
 def spec_with(groups: list[dict[str, Any]], **core: Any) -> DeploySpec:
     tree = {**SPEC, "replica_groups": groups}
     for part, extra in core.items():
-        tree[part] = {**tree[part], **extra}
+        tree[part] = {**tree.get(part, {}), **extra}
     return load_spec(yaml.safe_dump(tree))
 
 
@@ -124,6 +128,8 @@ def test_on_a_roomy_host_nobody_shares_a_core_and_the_sequencer_takes_the_top_on
     (seq,) = by_group["sequencer"]
     assert (seq.host, seq.numa_node, seq.cpus, seq.request) == ("big", 0, (7,), 1.0)
     assert by_group["snapshot"][0].cpus == (15,)  # SPEC puts it on NUMA node 1
+    (committer,) = by_group["committer"]
+    assert (committer.numa_node, committer.cpus, committer.request) == (0, (6,), 1.0)
     assert [(b.numa_node, b.cpus) for b in by_group["r"]] == [
         (0, (0,)),
         (0, (1,)),
@@ -138,8 +144,18 @@ def test_on_a_two_core_laptop_bundles_share_cores_and_scale_their_requests_down(
     plan = placement_for(load_spec(REPO / "raydex.yaml"), hosts)
     check_invariants(plan, hosts)
     bundles = [b for g in plan for b in g.bundles]
-    assert len(bundles) == 4 and all(b.shared and b.request == 0.5 for b in bundles)
+    # sequencer, snapshot holder, committer, two replicas: five cores asked of two
+    assert len(bundles) == 5 and all(b.shared and b.request == 0.4 for b in bundles)
     assert sum(b.request for b in bundles) == 2.0
+    # one replica per core; the committer, planned last, joins the holder, not the sequencer
+    cores = {(g.name, b.index): b.cpus for g in plan for b in g.bundles}
+    assert cores == {
+        ("sequencer", 0): (1,),
+        ("snapshot", 0): (0,),
+        ("committer", 0): (0,),
+        ("public", 0): (0,),
+        ("public", 1): (1,),
+    }
 
 
 def test_a_total_replica_count_spreads_over_hosts_before_numa_nodes() -> None:
@@ -150,12 +166,18 @@ def test_a_total_replica_count_spreads_over_hosts_before_numa_nodes() -> None:
 
 
 def test_replicas_avoid_the_sequencer_cores_while_others_are_free() -> None:
-    hosts = {"h": Topology.single(range(4))}
+    hosts = {"h": Topology.single(range(5))}
     plan = placement_for(
         spec_with([{"name": "r", "replicas": 2}], snapshot={"numa_node": 0}), hosts
     )
     cores = {(g.name, b.index): b.cpus for g in plan for b in g.bundles}
-    assert cores == {("sequencer", 0): (3,), ("snapshot", 0): (2,), ("r", 0): (0,), ("r", 1): (1,)}
+    assert cores == {
+        ("sequencer", 0): (4,),
+        ("snapshot", 0): (3,),
+        ("committer", 0): (2,),
+        ("r", 0): (0,),
+        ("r", 1): (1,),
+    }
 
 
 @pytest.mark.parametrize(
@@ -164,6 +186,7 @@ def test_replicas_avoid_the_sequencer_cores_while_others_are_free() -> None:
         ([{"name": "r", "replicas": 1, "hosts": ["nowhere"]}], {}, "unknown host 'nowhere'"),
         ([], {"sequencer": {"host": "ghost"}}, "sequencer: unknown host 'ghost'"),
         ([], {"snapshot": {"numa_node": 5}}, "snapshot: host 'host-a' has no NUMA node 5"),
+        ([], {"committer": {"host": "ghost"}}, "committer: unknown host 'ghost'"),
         ([{"name": "r", "replicas": 1, "cpus_per_replica": 3}], {}, "3 cpus requested"),
         ([{"name": "r", "replicas": 1, "numa_nodes": [7]}], {}, "no host has its NUMA nodes"),
     ],
@@ -233,7 +256,7 @@ def _cluster_scenario() -> dict[str, Any]:
             )
         ray.init(address=cluster.address, log_to_driver=False)
         discovered = discover_topologies(timeout_s=READY_TIMEOUT_S)
-        plan = placement_for(load_spec(yaml.safe_dump(SPEC)), HOSTS)
+        plan = placement_for(load_spec(yaml.safe_dump(CLUSTER_SPEC)), HOSTS)
         groups = create_placement_groups(plan, timeout_s=READY_TIMEOUT_S)
         landed = []
         for group, pg in groups:
@@ -310,10 +333,11 @@ def test_every_actor_lands_on_the_host_the_spec_says_on_a_three_node_cluster(
 ) -> None:
     landed = cluster_result["landed"]
     where = {(x["planned"]["group"], x["planned"]["index"]): x for x in landed}
-    assert {g for g, _ in where} == {"sequencer", "snapshot", "public", "edge"}
+    assert {g for g, _ in where} == {"sequencer", "snapshot", "committer", "public", "edge"}
     for x in landed:
         assert x["labels"][HOST_LABEL] == x["planned"]["host"]
     assert where["sequencer", 0]["labels"][ROLE_LABEL] == "head"
+    assert where["committer", 0]["labels"][HOST_LABEL] == "host-b"
     public = sorted((x["planned"]["host"], x["planned"]["numa_node"]) for x in landed
                     if x["planned"]["group"] == "public")  # fmt: skip
     assert public == [("host-b", 0), ("host-b", 1), ("host-c", 0), ("host-c", 1)]
@@ -381,7 +405,7 @@ def test_actors_in_their_bundles_pin_every_thread_to_their_planned_cores(
         for probe in probes:
             ray.kill(probe)
         remove_placement_groups(pg for _, pg in groups)
-    assert [b.group for b, _ in results] == ["sequencer", "snapshot", "r", "r"]
+    assert [b.group for b, _ in results] == ["sequencer", "snapshot", "committer", "r", "r"]
     for bundle, (report, affinity) in results:
         assert report.cpus == bundle.cpus and report.threads_pinned == len(affinity) > 1
         assert all(cpus == list(bundle.cpus) for cpus in affinity.values())

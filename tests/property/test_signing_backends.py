@@ -101,3 +101,47 @@ def test_out_of_range_scalars_are_refused_alike(s: int, hm: bytes) -> None:
     for sig in (big + good[40:], good[:40] + big):
         assert C.verify(key_c, hm, sig) is False
         assert PY.verify(key_p, hm, sig) is False
+
+
+@settings(max_examples=500, deadline=None)
+@given(scalar, scalar, scalar)
+@example(b"\0" * 40, (N - 1).to_bytes(40, "little"), (N - 1).to_bytes(40, "little"))
+@example((N - 1).to_bytes(40, "little"), b"\0" * 40, (N - 1).to_bytes(40, "little"))
+def test_c_scalar_arithmetic_matches_python_ints(k: bytes, e: bytes, x: bytes) -> None:
+    # the signing equation s = k - e x mod n, done in C by folding 2^319 = 2^319 - n (mod n)
+    from raydex.codecs.signing import _accel  # type: ignore[attr-defined]
+
+    def i(b: bytes) -> int:
+        return int.from_bytes(b, "little")
+
+    want = (i(k) - i(e) * i(x)) % N
+    assert _accel.scalar_mul_sub(k, e, x) == want.to_bytes(40, "little")
+
+
+@SLOW
+@given(scalar, fp5)
+def test_the_one_call_c_signature_is_the_general_one(sk: bytes, hm: bytes) -> None:
+    # S.sign's C fast path (nonce digest reduced in C, sign_digest) gives the signature of the
+    # general path: sk reduced, nonce_for, the backend's sign (pure here)
+    want = S.PURE.module.sign(sk, hm, S.nonce_for(sk, hm))
+    assert S.sign(sk, hm, S.ACCEL) == want
+    # a key >= n takes the general path (sign_digest answers None) and signs as its reduction
+    big = int.from_bytes(sk, "little") + N
+    if big < 1 << 320:
+        assert C.sign_digest(big.to_bytes(40, "little"), hm, bytes(64)) is None
+        assert S.sign(big.to_bytes(40, "little"), hm, S.ACCEL) == want
+
+
+def test_sign_digest_reduces_the_nonce_and_never_uses_zero() -> None:
+    sk, hm = (5).to_bytes(40, "little"), bytes(40)
+    one = (1).to_bytes(40, "little")
+    # a digest of n (mod n: 0) signs with k = 1, as nonce_for does
+    assert C.sign_digest(sk, hm, N.to_bytes(64, "little")) == C.sign(sk, hm, one)
+    d = (1 << 512) - 1
+    k = (d % N).to_bytes(40, "little")
+    assert C.sign_digest(sk, hm, d.to_bytes(64, "little")) == C.sign(sk, hm, k)
+    assert C.sign_digest(bytes(40), hm, bytes(64)) is None  # zero key: general path refuses it
+    with pytest.raises(ValueError):
+        C.sign_digest(sk, hm, bytes(63))
+    with pytest.raises(ValueError):
+        S.sign(bytes(40), hm)

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from raydex.cluster.cli.commands import build_parser, main
+from raydex.cluster.cli.commands import build_parser, deploy_job_name, main
+from raydex.cluster.control.spec import load_spec
 
 ENGINE_KEYS = {
     "commands_per_s",
@@ -167,7 +168,8 @@ def test_the_status_line_of_an_oversubscribed_host_says_so_and_what_ray_reserves
     assert crowded.oversubscribed
     assert crowded.line() == (
         "host demo: 2 cores, 4 pinned requests: oversubscribed, Ray reserves 0.05 CPU per actor "
-        "(4 actors share the cores)"
+        "(4 actors share the cores; Ray counts them as nearly free: run no other Ray work on "
+        "this host)"
     )
     roomy = HostLoad("big", 16, 4, names, (1.0,))
     assert not roomy.oversubscribed
@@ -224,3 +226,12 @@ def test_deposit_refuses_a_bad_address_or_amount_before_connecting_to_ray(
 ) -> None:
     assert main(["deposit", *argv]) == 2
     assert why in capsys.readouterr().err
+
+
+def test_a_deploying_driver_is_named_in_rays_jobs_page_by_what_it_deploys_where() -> None:
+    repo_spec = str(Path(__file__).parents[2] / "raydex.yaml")
+    name = deploy_job_name("raydex up", repo_spec, load_spec(repo_spec))
+    assert name == (
+        "raydex up: deploys raydex.yaml into namespace raydex "
+        "(sequencer, snapshot holder, committer; replica groups public x2)"
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,10 +137,18 @@ def test_the_head_environment_enables_profiling_and_passes_prometheus_and_grafan
     env = head_env(base)
     assert env["RAY_DASHBOARD_ENABLE_PROFILING"] == "1"
     assert {k: env[k] for k in base} == base
+    # the dashboard agent finds this environment's py-spy, as the profiling buttons need
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    assert shutil.which("py-spy", path=env["PATH"]) is not None
     assert env["RAY_AUTH_MODE"] == "disabled"  # no token: what `ray start` itself would do
     token.write_text("x" * 64)
     assert head_env(base)["RAY_AUTH_MODE"] == "token"
-    explicit = {**base, "RAY_DASHBOARD_ENABLE_PROFILING": "0", "RAY_AUTH_MODE": "disabled"}
+    explicit = {
+        **base,
+        "RAY_DASHBOARD_ENABLE_PROFILING": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin"]),
+    }
     assert head_env(explicit) == explicit
 
 

@@ -20,7 +20,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from raydex.actors.local import Trader, new_exchange
-from raydex.actors.runtime import ActorRuntime
+from raydex.actors.runtime import LIVE_HINT, LIVE_LOG_PREFIX, ActorRuntime, live_line
 from raydex.actors.sequencer.service import SequencerConfig, SequencerService
 from raydex.codecs import tx_to_json_str, tx_type_of
 from raydex.observability.hist import Histogram
@@ -342,6 +342,41 @@ def test_an_actor_runtime_adds_gc_and_placement_series_and_starts_flushing() -> 
     assert sink.value("raydex_gc_collections_total", gen="0") >= 1
     assert sink.histogram("raydex_gc_pause_seconds", gen="0").count >= 1
     assert runtime.status()["metrics"] == {"flushes": rec.flushes, "dropped_samples": 0}
+
+
+def test_an_actor_says_where_its_live_figures_are_and_writes_them_to_its_log(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    runtime = ActorRuntime()
+    seq = [7]
+    facts = {"group": "api", "port": 8080, "seq": 7, "lag": 0, "hash": "ab12cd34@7"}
+    recorded = runtime.describe("replica", facts, fixed=True)
+    assert recorded.startswith("replica group=api port=8080 node=") and recorded.endswith(
+        f" {LIVE_HINT}"
+    )
+    assert " seq=" not in recorded and " hash=" not in recorded  # Ray would show them frozen
+
+    async def run() -> None:
+        runtime.before_boot()
+        runtime.after_boot(live=lambda: runtime.describe("replica", {"seq": seq[0]}))
+        await asyncio.sleep(0)  # the live loop writes its first line at once
+        seq[0] = 8
+        runtime.monitor.uninstall()
+
+    asyncio.run(run())
+    (line,) = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(
+        rf"{LIVE_LOG_PREFIX} \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ replica seq=7 node=\S+ "
+        r"numa=any cpus=any policy=unpinned",
+        line,
+    ), line
+
+
+def test_a_live_line_whose_describe_fails_says_so_instead_of_raising() -> None:
+    def broken() -> str:
+        raise RuntimeError("half-booted")
+
+    assert live_line(broken).endswith("(describe failed: RuntimeError('half-booted'))")
 
 
 # ---- the Grafana dashboard -----------------------------------------------------------------------

@@ -57,7 +57,7 @@ def with_change(path: str, value: Any) -> str:
             keys.append(int(rest.rstrip("]")))
     node = tree
     for k in keys[:-1]:
-        node = node[k]
+        node = node.setdefault(k, {}) if isinstance(node, dict) else node[k]
     if value is ...:
         del node[keys[-1]]
     else:
@@ -209,6 +209,8 @@ def test_an_unquoted_numeric_mark_keeps_the_digits_as_written() -> None:
         ("sequencer.ring_size", 0, "sequencer.ring_size: must be >= 1, got 0"),
         ("sequencer.verify_signatures", 1, "sequencer.verify_signatures: expected bool"),
         ("snapshot.keep", 0, "snapshot.keep: must be >= 1, got 0"),
+        ("committer.cpus", 0, "committer.cpus: must be >= 1, got 0"),
+        ("committer.wal_dir", "/x", "committer.wal_dir: unknown key"),
         ("replica_groups[0].max_batch_txs", 0, "replica_groups[0].max_batch_txs: must be >= 1"),
         ("replica_groups[0].chain_id", 1, "replica_groups[0].chain_id: not settable here"),
         ("replica_groups[0].api", {"network_id": 1}, "replica_groups[0].api.network_id: not set"),
@@ -221,6 +223,7 @@ def test_an_unquoted_numeric_mark_keeps_the_digits_as_written() -> None:
         ("replica_groups[0].replicas", ..., "replica_groups[0].replicas: set exactly one"),
         ("replica_groups[0].name", "Bad_Name", "replica_groups[0].name: must match"),
         ("replica_groups[0].name", "sequencer", "replica_groups[0].name: 'sequencer' is reserved"),
+        ("replica_groups[0].name", "committer", "replica_groups[0].name: 'committer' is reserved"),
         ("replica_groups[1].name", "a", "replica_groups[1].name: duplicate 'a'"),
         ("replica_groups[0].numa_nodes", [0, 0], "replica_groups[0].numa_nodes: has duplicates"),
         ("replica_groups[0].numa_nodes", [0, "1"], "replica_groups[0].numa_nodes[1]: expected int"),
