@@ -62,9 +62,18 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   is over those accounts only, not over every unarmed account); fills check the traders
   exactly, in O(1).
 - Speed: ~95% of commands are CreateOrder/CancelOrder/ModifyOrder, dispatched first by an
-  identity test; hot paths keep locals and inline their helpers. Module constants are ``Final``
-  so a mypyc build (``RAYDEX_MYPYC=1``, see ``setup.py``) inlines them; the pure-Python modules
-  are the default and the reference, and both produce the same events and state hash.
+  identity test; hot paths keep locals and inline their helpers. ``make`` compiles the engine
+  with mypyc (``setup.py``); the pure-Python modules are the reference and the fallback, and both
+  produce the same events and state hash. What the compiled build rewards, and the hot path
+  therefore does: module constants, event types and heapq functions are ``Final`` names (C
+  statics, not globals-dict lookups); order commands are unpacked through plain tuple types
+  (``_orders.CreateOrderT``, ...: one check, direct reads, instead of iterating the interpreted
+  codecs NamedTuple); ``out.append`` and ``self._method`` are called directly (a bound-method
+  local is a generic Python call); int products keep non-negative operands below 2**30 where
+  the value allows (mypyc boxes anything else through ``PyNumber_Multiply``). What remains per
+  command is CPython object work: building the event NamedTuples (``tuple.__new__``: boxed ints
+  and three temporary tuples each), int-keyed dict lookups and inserts (accounts, keys, orders,
+  levels), and the products that do exceed 2**30 (notional * fee, equity * BPS).
 - Funding: ``size * mark * mult * rate / 1e8``; payers round up, receivers down; the residue goes
   to the insurance fund. ``ApplyFunding`` charges a given rate; ``FundingTick`` runs a market's
   funding clock (``_funding``: premium sampled each minute, the hour's rate charged on the hour).

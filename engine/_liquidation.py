@@ -21,12 +21,12 @@ O(markets the account holds); a liquidation is O(its orders + positions + matche
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
+from heapq import heapify
 from typing import Any
 
 from raydex.codecs import PositionDeleveraged, PositionLiquidated, TradeExecuted
 
-from ._model import Account, Market, Order, Position
+from ._model import Account, Market, Order, Position, heappop, heappush
 from ._orders import OrderPath
 from ._state import BPS, _new
 from .codes import CANCELED_LIQUIDATION, IOC, MARKET

@@ -22,10 +22,15 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+import heapq
 from typing import Final
 
 from .rules import notional_multiplier
+
+#: heapq's push and pop as Final names (the engine modules import them from here): compiled, a
+#: function imported by ``from heapq import`` is a globals-dict lookup per call, a Final a static.
+heappush: Final = heapq.heappush
+heappop: Final = heapq.heappop
 
 #: ``Market.next_expiry`` of a market without resting orders: later than any valid time.
 NO_EXPIRY: Final = 1 << 127
@@ -206,9 +211,9 @@ class Side:
         if price == self.best:
             heap = self.heap
             levels = self.levels
-            sign = 1 if self.is_ask else -1
+            is_ask = self.is_ask
             while heap:
-                p = heap[0] * sign
+                p = heap[0] if is_ask else -heap[0]
                 if p in levels:
                     self.best = p
                     return

@@ -2,8 +2,8 @@
 
 ~95% of commands are CreateOrder / CancelOrder / ModifyOrder; their whole life is in this module:
 
-- gates (:meth:`OrderPath._auth`, inlined in the two hottest handlers): account, API key, nonce,
-  tx deadline; passing them consumes the nonce (``NonceUpdated``);
+- gates (:meth:`OrderPath._gate`, which also hands the order handlers the account): account,
+  API key, nonce, tx deadline; passing them consumes the nonce (``NonceUpdated``);
 - :meth:`OrderPath._place`: field and market checks (the pure ones from ``rules``), reduce-only
   and the pre-trade initial-margin check, then match or rest;
 - :meth:`OrderPath._match`: price-time matching at the makers' prices, self-trade prevention
@@ -14,15 +14,18 @@
   mark move (``_epoch``).
 
 Cost: a resting order is O(1) plus one heap push for a new level or an expiry; a fill is O(1);
-a margin check is O(1) unless the marks moved since the account's last check.
+a margin check is O(1) unless the marks moved since the account's last check. Compiled (mypyc),
+an ``int`` product takes the fast path only when both operands are non-negative and below
+2**30; otherwise it boxes both and calls ``PyNumber_Multiply``. So signed products are written
+``x * y if x > 0 else -(-x * y)`` on the per-fill path: the same value, the fast path more often.
 Hot methods keep locals and inline their helpers (Side.append, Side.unlink, _open) on purpose.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from heapq import heapify, heappop, heappush
-from typing import Any
+from heapq import heapify
+from typing import Any, Final
 
 from raydex.codecs import (
     CancelAllOrders,
@@ -34,7 +37,7 @@ from raydex.codecs import (
     TradeExecuted,
 )
 
-from ._model import NO_EXPIRY, Account, Level, Market, Order, Position, Side
+from ._model import NO_EXPIRY, Account, Level, Market, Order, Position, Side, heappop, heappush
 from ._state import (
     BPS,
     DEFAULT_ORDER_LIFETIME_MS,
@@ -94,6 +97,21 @@ from .rules import (
     unrealized_pnl,
 )
 
+# Compiled, a name imported from the (interpreted) codecs is a globals-dict lookup per use; a
+# Final alias is a C static (see ``_state``).
+NONCE_UPDATED: Final = NonceUpdated
+ORDER_UPDATED: Final = OrderUpdated
+TRADE_EXECUTED: Final = TradeExecuted
+
+# The order commands' layouts as plain tuples. Unpacked through one of these, a compiled build
+# checks the tuple once and reads its items directly (a command is a NamedTuple, so a tuple);
+# unpacked as the (interpreted, so untyped) codecs type it iterates item by item, several
+# times slower. The signature stays an ``object``: the engine never reads it.
+CreateOrderT = tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int, object]
+CancelOrderT = tuple[int, int, int, int, int, int, object]
+ModifyOrderT = tuple[int, int, int, int, int, int, int, int, int, object]
+CancelAllOrdersT = tuple[int, int, int, int, int, int, object]
+
 
 class OrderPath(EngineState):
     """The order commands and everything a fill touches. See the module docstring."""
@@ -102,31 +120,39 @@ class OrderPath(EngineState):
 
     def _auth(self, ai: int, ki: int, nonce: int, expired_at: int, now: int, out: list[Any]) -> int:
         """The four gates of a user tx (see ``_engine``); 0 when passed."""
+        return self._gate(ai, ki, nonce, expired_at, now, out)[0]
+
+    def _gate(
+        self, ai: int, ki: int, nonce: int, expired_at: int, now: int, out: list[Any]
+    ) -> tuple[int, Account | None]:
+        """:meth:`_auth` that also returns the account when passed (``(0, account)``), so the
+        order handlers look it up once (``(code, None)`` when refused)."""
         acct = self._accounts.get(ai)
         if acct is None:
-            return ACCOUNT_NOT_FOUND
+            return ACCOUNT_NOT_FOUND, None
         key = acct.keys.get(ki)
         if key is None:
-            return API_KEY_NOT_FOUND
+            return API_KEY_NOT_FOUND, None
         if nonce != key.nonce + 1:
             nonce = accepted_nonce(key.nonce, nonce)  # SkipNonce (rules); -1: refused
             if nonce < 0:
-                return INVALID_NONCE
+                return INVALID_NONCE, None
         if not expired_at >= now:
-            return TX_EXPIRED
+            return TX_EXPIRED, None
         key.nonce = nonce
-        out.append(_new(NonceUpdated, (ai, ki, nonce)))
-        return 0
+        out.append(_new(NONCE_UPDATED, (ai, ki, nonce)))
+        return 0, acct
 
     # ---- orders ---------------------------------------------------------------------------------
 
     def _create_order(self, c: CreateOrder, now: int, out: list[Any]) -> int:
-        ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = c
-        code = self._auth(ai, ki, nonce, exp_at, now, out)
-        if code:
+        t: CreateOrderT = c
+        ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = t
+        code, acct = self._gate(ai, ki, nonce, exp_at, now, out)
+        if acct is None:
             return code
         return self._place(
-            self._accounts[ai], mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out, False
+            acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out, False
         )
 
     def _place(
@@ -230,7 +256,7 @@ class OrderPath(EngineState):
             status = ACTIVE_LIMIT
         out.append(
             _new(
-                OrderUpdated,
+                ORDER_UPDATED,
                 (
                     mi,
                     oi,
@@ -348,15 +374,10 @@ class OrderPath(EngineState):
         taker_fee_ppm = m.liquidation_fee if liquidation else m.taker_fee
         maker_fee_ppm = m.maker_fee
         dirty_levels = self._dirty_levels
-        append = out.append
         traded = self._traded
-        positions_get_default = position_for
-        apply_fill = self._apply_fill
-        open_lots = self._open
         taker_fees = 0
         maker_fees = 0
         taker_ai = acct.index
-        t_sign = -1 if is_ask else 1
         taker_ro = t.reduce_only
         traded.append(acct)
         last_price = 0
@@ -379,7 +400,7 @@ class OrderPath(EngineState):
                     continue
                 mpos = macct.positions.get(mi)
                 if mpos is None:
-                    mpos = positions_get_default(macct, m)
+                    mpos = position_for(macct, m)
                 rem = t.remaining
                 q = rem if rem < o.remaining else o.remaining
                 if taker_ro:
@@ -403,24 +424,24 @@ class OrderPath(EngineState):
                 notional = pq * q
                 tfee = fee(notional, taker_fee_ppm)
                 mfee = fee(notional, maker_fee_ppm)
-                acct.collateral += apply_fill(pos, t_sign * q, pq) - tfee
-                macct.collateral += apply_fill(mpos, -t_sign * q, pq) - mfee
+                acct.collateral += self._apply_fill(pos, -q if is_ask else q, pq) - tfee
+                macct.collateral += self._apply_fill(mpos, q if is_ask else -q, pq) - mfee
                 taker_fees += tfee
                 maker_fees += mfee
                 t.remaining -= q
                 o.remaining -= q
                 lvl.size -= q
                 if not o.reduce_only:
-                    open_lots(mpos, o.is_ask, -q)
+                    self._open(mpos, o.is_ask, -q)
                 if not macct.dirty:
                     macct.dirty = True
                     self._dirty_accounts.append(macct)
                 traded.append(macct)
                 tid = self._next_trade_id
                 self._next_trade_id = tid + 1
-                append(
+                out.append(
                     _new(
-                        TradeExecuted,
+                        TRADE_EXECUTED,
                         (
                             mi,
                             tid,
@@ -470,13 +491,14 @@ class OrderPath(EngineState):
         realized = 0
         if s == 0 or (s > 0) == (d > 0):
             pos.size = ns = s + d
-            pos.entry_quote = neq = eq + d * pq
+            # (sign kept out of the products: see the module docstring, Cost)
+            pos.entry_quote = neq = eq + d * pq if d > 0 else eq - -d * pq
         else:
             a_s = s if s > 0 else -s
             a_d = d if d > 0 else -d
             c = a_d if a_d < a_s else a_s
             removed = eq * c // a_s if eq >= 0 else -((-eq) * c // a_s)
-            realized = (pq * c if s > 0 else -pq * c) - removed
+            realized = (pq * c if s > 0 else -(pq * c)) - removed
             pos.realized_pnl += realized
             if a_d > c:
                 ns = d + s
@@ -497,13 +519,13 @@ class OrderPath(EngineState):
                 m.unarmed[acct] = None
         if acct.c_epoch == self._epoch:
             mq = m.mark_q
-            acct.c_upnl += (ns - s) * mq - (neq - eq)
-            a_ns = ns if ns > 0 else -ns
-            a_s = s if s > 0 else -s
-            acct.c_mm += (a_ns - a_s) * mq * m.maintenance_mf
+            acct.c_upnl += (d * mq if d > 0 else -(-d * mq)) - (neq - eq)
+            g = (ns if ns > 0 else -ns) - (s if s > 0 else -s)
+            acct.c_mm += g * mq * m.maintenance_mf if g > 0 else -(-g * mq * m.maintenance_mf)
             bo = pos.bid_open
             ao = pos.ask_open
-            acct.c_im += (exposure(ns, bo, ao) - exposure(s, bo, ao)) * mq * pos.imf
+            g = exposure(ns, bo, ao) - exposure(s, bo, ao)
+            acct.c_im += g * mq * pos.imf if g > 0 else -(-g * mq * pos.imf)
         if not pos.dirty:
             pos.dirty = True
             self._dirty_positions.append(pos)
@@ -522,8 +544,9 @@ class OrderPath(EngineState):
         acct = pos.account
         if acct.c_epoch == self._epoch:
             s = pos.size
-            grow = exposure(s, nbo, nao) - exposure(s, bo, ao)
-            acct.c_im += grow * pos.market.mark_q * pos.imf
+            g = exposure(s, nbo, nao) - exposure(s, bo, ao)
+            mq = pos.market.mark_q
+            acct.c_im += g * mq * pos.imf if g > 0 else -(-g * mq * pos.imf)
 
     def _remove_resting(self, o: Order, status: int, out: list[Any]) -> None:
         """Take a resting order off the book and its account, and report it with ``status``."""
@@ -545,7 +568,7 @@ class OrderPath(EngineState):
             self._open(acct.positions[m.index], is_ask, -rem)
         out.append(
             _new(
-                OrderUpdated,
+                ORDER_UPDATED,
                 (
                     m.index,
                     idx,
@@ -568,7 +591,7 @@ class OrderPath(EngineState):
     def _emit_order(self, o: Order, status: int, out: list[Any]) -> None:
         out.append(
             _new(
-                OrderUpdated,
+                ORDER_UPDATED,
                 (
                     o.market.index,
                     o.index,
@@ -615,32 +638,33 @@ class OrderPath(EngineState):
         return o
 
     def _cancel_order(self, c: CancelOrder, now: int, out: list[Any]) -> int:
-        ai, ki, mi, index, exp_at, nonce, _s = c
-        code = self._auth(ai, ki, nonce, exp_at, now, out)
-        if code:
+        t: CancelOrderT = c
+        ai, ki, mi, index, exp_at, nonce, _s = t
+        code, acct = self._gate(ai, ki, nonce, exp_at, now, out)
+        if acct is None:
             return code
         m = self._markets.get(mi)
         if m is None:
             return MARKET_NOT_FOUND
         if m.next_expiry < now:
             self._expire(m, now, out)
-        o = self._find_order(self._accounts[ai], mi, index)
+        o = self._find_order(acct, mi, index)
         if o is None:
             return NOT_ACTIVE_LIMIT_ORDER
         self._remove_resting(o, CANCELED, out)
         return OK
 
     def _modify_order(self, c: ModifyOrder, now: int, out: list[Any]) -> int:
-        ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s = c
-        code = self._auth(ai, ki, nonce, exp_at, now, out)
-        if code:
+        t: ModifyOrderT = c
+        ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s = t
+        code, acct = self._gate(ai, ki, nonce, exp_at, now, out)
+        if acct is None:
             return code
         m = self._markets.get(mi)
         if m is None:
             return MARKET_NOT_FOUND
         if m.next_expiry < now:
             self._expire(m, now, out)
-        acct = self._accounts[ai]
         o = self._find_order(acct, mi, index)
         if o is None:
             return NOT_ACTIVE_LIMIT_ORDER
@@ -786,7 +810,8 @@ class OrderPath(EngineState):
 
 def cancel_all(eng: OrderPath, c: CancelAllOrders, now: int, out: list[Any]) -> int:
     """CancelAllOrders: every resting order of the account, by order index (time_in_force 0)."""
-    ai, ki, tif, _time, exp_at, nonce, _s = c
+    t: CancelAllOrdersT = c
+    ai, ki, tif, _time, exp_at, nonce, _s = t
     code = eng._auth(ai, ki, nonce, exp_at, now, out)
     if code:
         return code

@@ -30,6 +30,13 @@ from ._model import Account, Level, Market, Order, Position
 
 # Final: a compiled (mypyc) build binds these once instead of looking them up per use.
 _new: Final = tuple.__new__
+# The event types built on every command, as Final names: compiled, a name imported from the
+# (interpreted) codecs is a globals-dict lookup per use, a Final one a C static.
+LEVEL_CHANGED: Final = LevelChanged
+POSITION_CHANGED: Final = PositionChanged
+BALANCE_CHANGED: Final = BalanceChanged
+MARKET_STATS_CHANGED: Final = MarketStatsChanged
+EXCHANGE_BALANCES_CHANGED: Final = ExchangeBalancesChanged
 FIRST_ORDER_INDEX: Final[int] = _codecs.FIRST_ORDER_INDEX
 MAX_48: Final[int] = _codecs.MAX_48
 MAX_API_KEY_INDEX: Final[int] = _codecs.MAX_API_KEY_INDEX
@@ -108,21 +115,23 @@ class EngineState:
     # ---- end of command -------------------------------------------------------------------------
 
     def _flush(self, out: list[Any]) -> None:
-        """Emit one event per object the command touched, with its final values."""
-        append = out.append
+        """Emit one event per object the command touched, with its final values.
+
+        ``out.append`` is called, not bound to a local: compiled, ``list.append`` on a ``list``
+        is a direct C call, a bound method a generic Python call."""
         dirty = self._dirty_levels
         if dirty:
             for lvl in dirty:
                 lvl.dirty = False
-                append(_new(LevelChanged, (lvl.market_index, lvl.is_ask, lvl.price, lvl.size)))
+                out.append(_new(LEVEL_CHANGED, (lvl.market_index, lvl.is_ask, lvl.price, lvl.size)))
             dirty.clear()
         dirty_p = self._dirty_positions
         if dirty_p:
             for p in dirty_p:
                 p.dirty = False
-                append(
+                out.append(
                     _new(
-                        PositionChanged,
+                        POSITION_CHANGED,
                         (
                             p.account.index,
                             p.market.index,
@@ -140,15 +149,15 @@ class EngineState:
         if dirty_a:
             for a in dirty_a:
                 a.dirty = False
-                append(_new(BalanceChanged, (a.index, a.collateral)))
+                out.append(_new(BALANCE_CHANGED, (a.index, a.collateral)))
             dirty_a.clear()
         dirty_m = self._dirty_markets
         if dirty_m:
             for m in dirty_m:
                 m.dirty = False
-                append(
+                out.append(
                     _new(
-                        MarketStatsChanged,
+                        MARKET_STATS_CHANGED,
                         (
                             m.index,
                             m.mark,
@@ -160,9 +169,9 @@ class EngineState:
             dirty_m.clear()
         if self._exchange_dirty:
             self._exchange_dirty = False
-            append(
+            out.append(
                 _new(
-                    ExchangeBalancesChanged,
+                    EXCHANGE_BALANCES_CHANGED,
                     (
                         self.fee_pool,
                         self.insurance_fund,

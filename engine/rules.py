@@ -120,7 +120,9 @@ def initial_margin(worst: int, mark_q: int, imf: int) -> int:
 
 def fee(notional: int, ppm: int) -> int:
     """Fee (micro-USDC) of ``notional`` at ``ppm``, rounded up (the exchange never undercharges)."""
-    return -(-notional * ppm // PPM)
+    # ceil(a / b) == (a + b - 1) // b for any integer a and b > 0; no negated product (the
+    # compiled build's fast multiply takes non-negative operands only)
+    return (notional * ppm + PPM - 1) // PPM
 
 
 def initial_margin_ok(
@@ -138,10 +140,11 @@ def initial_margin_ok(
     """``equity - adverse - fee >= IMR`` after an order of ``q`` lots at estimated price ``est``
     that raises the worst case by ``grow`` lots; ``im_num`` is the account's IMR numerator
     before it, ``imf`` the position's initial margin fraction."""
-    adverse = (mark - est) * q * mult if is_ask else (est - mark) * q * mult
-    if adverse > 0:
-        equity -= adverse
-    equity -= fee(est * q * mult, taker_fee)
+    # the adverse move, counted only when it is a loss (q, mult >= 1: its sign is gap's)
+    gap = mark - est if is_ask else est - mark
+    if gap > 0:
+        equity -= gap * (q * mult)
+    equity -= fee(est * (q * mult), taker_fee)
     return equity * BPS >= im_num + grow * (mark * mult) * imf
 
 
@@ -169,7 +172,9 @@ def order_amount_code(
     """0, or BELOW_MIN_AMOUNT (under the market's minimum size in lots or notional in
     micro-USDC), or FAT_FINGER_PRICE (``price`` outside ``|price - mark| <= mark * dev / 1e4``),
     checked in that order."""
-    if size < min_base or price * size * mult < min_quote:
+    # price * (size * mult), not (price * size) * mult: the same integer, and compiled its two
+    # operands stay small (a mypyc int product is fast only while both are below 2**30)
+    if size < min_base or price * (size * mult) < min_quote:
         return BELOW_MIN_AMOUNT
     dev = price - mark
     if dev < 0:
