@@ -88,7 +88,10 @@ def _who() -> str:
     ray = _ray_worker()
     if ray is None:
         return ""
-    return f"{current_namespace()}/{ray.get_runtime_context().get_actor_name() or '?'}"
+    ctx = ray.get_runtime_context()
+    if ctx.get_actor_id() is None:  # a driver connected to Ray (a test, a CLI), not an actor
+        return ""
+    return f"{current_namespace()}/{ctx.get_actor_name() or '?'}"
 
 
 def pin_actor(bundle: Any) -> dict[str, Any]:
