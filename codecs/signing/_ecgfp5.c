@@ -1091,6 +1091,24 @@ static PyObject *py_sign_challenge(PyObject *self, PyObject *args)
     return PyBytes_FromStringAndSize((const char *)out, 40);
 }
 
+/* S||E of the message hash hm under the scalar x with the nonce k (both canonical, k nonzero):
+ * r = Encode(k*G), e = H(r || hm), s = k - e*x mod n. The G table must be built. */
+static PyObject *signature(const uint64_t *k, const fp5 *hm, const uint64_t *x)
+{
+    point acc;
+    pt_neutral(&acc);
+    mul_g(&acc, k);
+    fp5 r;
+    pt_encode(&r, &acc);
+    uint64_t e[5], s[5];
+    challenge(e, &r, hm->v);
+    scalar_sign(s, k, e, x);
+    unsigned char out[80];
+    store_limbs(out, s);
+    store_limbs(out + 40, e);
+    return PyBytes_FromStringAndSize((const char *)out, 80);
+}
+
 PyDoc_STRVAR(sign_doc,
              "sign(sk40, hm40, k40) -> sig80: the Schnorr signature S || E of hm under sk with the "
              "nonce k (sk, k canonical nonzero scalars; hm canonical limbs): e = H(encode(k G) || "
@@ -1113,18 +1131,7 @@ static PyObject *py_sign(PyObject *self, PyObject *args)
     PyBuffer_Release(&kb);
     if (!ok || ensure_g_table() < 0)
         return NULL;
-    point acc;
-    pt_neutral(&acc);
-    mul_g(&acc, k);
-    fp5 r;
-    pt_encode(&r, &acc);
-    uint64_t e[5], s[5];
-    challenge(e, &r, hm.v);
-    scalar_sign(s, k, e, x);
-    unsigned char out[80];
-    store_limbs(out, s);
-    store_limbs(out + 40, e);
-    return PyBytes_FromStringAndSize((const char *)out, 80);
+    return signature(k, &hm, x);
 }
 
 PyDoc_STRVAR(sign_digest_doc,
@@ -1171,18 +1178,7 @@ static PyObject *py_sign_digest(PyObject *self, PyObject *args)
     scalar_reduce(k, d, 8);
     if (scalar_is_zero(k))
         k[0] = 1;
-    point acc;
-    pt_neutral(&acc);
-    mul_g(&acc, k);
-    fp5 r;
-    pt_encode(&r, &acc);
-    uint64_t e[5], sc[5];
-    challenge(e, &r, hm.v);
-    scalar_sign(sc, k, e, x);
-    unsigned char out[80];
-    store_limbs(out, sc);
-    store_limbs(out + 40, e);
-    return PyBytes_FromStringAndSize((const char *)out, 80);
+    return signature(k, &hm, x);
 }
 
 PyDoc_STRVAR(scalar_mul_sub_doc,
