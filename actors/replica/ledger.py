@@ -365,9 +365,8 @@ class Ledger:
                 self._forget()
         else:
             logs.move_to_end(account)
-        if self.entries > self.caps.max_entries:
-            while self.entries > self.caps.max_entries and len(logs) > 1:
-                self._forget()
+        while self.entries > self.caps.max_entries and len(logs) > 1:
+            self._forget()
         return log
 
     def _forget(self) -> None:

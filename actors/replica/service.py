@@ -725,6 +725,7 @@ class ReplicaService:
             # the data plane's streams go through the sequencer's Unix socket (same host, TCP
             # plane); False: over the network
             "local_data_plane": {
+                # any BlockSource / TxChannel may be plugged in (Ray plane, tests): not all say
                 "blocks": getattr(self.source, "local", False),
                 "txs": getattr(self.channel, "local", False),
             },

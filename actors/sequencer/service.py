@@ -611,8 +611,8 @@ class SequencerService:
                 "authenticated": bool(self.config.data_plane_secret),
                 # the Unix-domain sockets followers on this host use (TCP plane; else None)
                 "unix": {
-                    "blocks": getattr(self.server, "unix_path", None),
-                    "txlog": getattr(self.txlog_server, "unix_path", None),
+                    "blocks": self.server.unix_path if self.server else None,
+                    "txlog": self.txlog_server.unix_path if self.txlog_server else None,
                 },
                 "refused_calls": sum(
                     srv.refused for srv in (self.server, self.txlog_server) if srv is not None

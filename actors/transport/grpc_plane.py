@@ -136,6 +136,8 @@ class GrpcDataPlaneServer:
         self._subs: set[Subscription] = set()
         #: calls ended UNAUTHENTICATED (no or a wrong secret)
         self.refused = 0
+        #: the TCP plane's Unix-domain socket; gRPC serves none
+        self.unix_path: str | None = None
 
     @property
     def address(self) -> str:
@@ -290,6 +292,8 @@ class GrpcBlockSource:
         self._options = tuple(options)
         self._channel: grpc.aio.Channel | None = None
         self.reconnects = 0
+        #: streams through a Unix-domain socket (the TCP plane's); gRPC is always network
+        self.local = False
         self.duplicates = 0
 
     def subscribe(self, from_seq: int) -> AsyncIterator[Frame]:
@@ -361,6 +365,7 @@ class GrpcTxChannel:
         options: Sequence[tuple[str, Any]] = CLIENT_OPTIONS,
     ) -> None:
         self._target = target
+        self.local = False  # as GrpcBlockSource.local
         self._metadata = _auth_metadata(secret)
         self._options = tuple(options)
         self._channel: grpc.aio.Channel | None = None

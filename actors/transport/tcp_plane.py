@@ -222,11 +222,16 @@ class TcpDataPlaneServer:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISSOCK(os.lstat(path).st_mode):  # a dead server's: its port is ours
                     os.unlink(path)
-            old = os.umask(0o177)  # created 0600: only this user may even try the secret
+            # bound, made 0600, then listening: no one else may even try the secret (no umask
+            # change: it is process-wide, and other threads create files)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                self._unix = await asyncio.start_unix_server(self._serve, path)
-            finally:
-                os.umask(old)
+                sock.bind(path)
+                os.chmod(path, 0o600)
+                self._unix = await asyncio.start_unix_server(self._serve, sock=sock)
+            except BaseException:
+                sock.close()
+                raise
         return self._port
 
     async def stop(self, grace: float = 0.0) -> None:

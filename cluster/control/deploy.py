@@ -107,16 +107,11 @@ def free_port(pair: bool = False) -> int:
     a loadtest's replica once failed to start with EADDRINUSE that way. Still racy against
     other listeners choosing at random; callers bind soon after."""
     ephemeral = _ephemeral_range()
-    candidates = [
-        p
-        for p in range(1024, 65535)
-        if p not in ephemeral and p not in RAY_WORKER_PORTS and p + 1 not in ephemeral
-    ]
     rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.choice(candidates) if candidates else 0
-        if port == 0:
-            break
+    for _ in range(1000):
+        port = rng.randrange(1024, 65535)
+        if port in ephemeral or port + 1 in ephemeral or port in RAY_WORKER_PORTS:
+            continue
         if _bindable(port) and (not pair or _bindable(port + 1)):
             return port
     raise RuntimeError(

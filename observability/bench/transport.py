@@ -234,7 +234,7 @@ class BenchSubscriber:
                 await channel.submit(frame)
                 out.append(time.perf_counter_ns() - t0)
             cpu = time.process_time() - cpu
-            if kind == "unix" and not getattr(channel, "local", False):
+            if kind == "unix" and not channel.local:
                 raise RuntimeError("the unix run went over TCP: no socket found")
         finally:
             await channel.close()
