@@ -14,7 +14,7 @@ build, see ``setup.py``), False for the pure-Python default; both behave identic
 
 from . import _engine
 from ._bare_book import BareBook
-from ._digest import state_digest
+from ._digest import digest_steps, state_digest
 from ._engine import (
     DEFAULT_ORDER_LIFETIME_MS,
     Engine,
@@ -38,6 +38,7 @@ __all__ = [
     "Result",
     "exposure",
     "funding_rate",
+    "digest_steps",
     "state_digest",
     "records_hash",
 ]

@@ -26,7 +26,7 @@ one short line per record; ~1 µs per record here. Callers cache it per seq.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 
 from raydex.codecs import (
@@ -40,11 +40,27 @@ from raydex.codecs import (
     PositionRecord,
 )
 
-__all__ = ["state_digest"]
+__all__ = ["digest_steps", "state_digest"]
 
 
 def state_digest(records: Iterable[Any]) -> bytes:
     """sha256 of the state in ``records`` every role holds (see the module docstring)."""
+    steps = digest_steps(records)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            digest: bytes = done.value
+            return digest
+
+
+def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, None, bytes]:
+    """:func:`state_digest` in steps: yields after every ``chunk`` records keyed and every
+    ``chunk`` lines hashed, returns the digest. An event loop drives it a step per turn
+    (``actors/runtime/checks.py``), so hashing a large state never holds the loop for more
+    than one chunk (~2 ms). Same digest whatever the chunk."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
     exchange = (0, 0)
     markets: dict[int, MarketRecord] = {}
     accounts: dict[int, int] = {}
@@ -52,7 +68,9 @@ def state_digest(records: Iterable[Any]) -> bytes:
     keys: dict[tuple[int, int], ApiKeyRecord] = {}
     orders: dict[int, tuple[Any, ...]] = {}
     l1: dict[int, bytes] = {}
-    for r in records:
+    for n, r in enumerate(records, 1):
+        if n % chunk == 0:
+            yield
         t = type(r)
         if t is OrderRecord:
             orders[r.order_index] = tuple(r[:-1])  # all but priority
@@ -72,10 +90,39 @@ def state_digest(records: Iterable[Any]) -> bytes:
             continue  # funding clocks: see the module docstring
         else:
             raise TypeError(f"not a snapshot record: {t.__name__}")
-    lines = [f"exchange|{exchange[0]}|{exchange[1]}"]
-    lines += [f"market|{tuple(markets[m])}" for m in sorted(markets)]
-    lines += [f"account|{a}|{accounts[a]}" for a in sorted(accounts)]
-    lines += [f"l1|{a}|{l1[a].hex()}" for a in sorted(l1)]
+    # sha256 over the lines joined by "\n", fed a chunk of lines at a time
+    h = hashlib.sha256()
+    sep = b""
+    buf: list[str] = []
+    for line in _lines(exchange, markets, accounts, positions, keys, orders, l1):
+        buf.append(line)
+        if len(buf) == chunk:
+            h.update(sep + "\n".join(buf).encode())
+            sep = b"\n"
+            buf.clear()
+            yield
+    if buf:
+        h.update(sep + "\n".join(buf).encode())
+    return h.digest()
+
+
+def _lines(
+    exchange: tuple[int, int],
+    markets: dict[int, MarketRecord],
+    accounts: dict[int, int],
+    positions: dict[tuple[int, int], PositionRecord],
+    keys: dict[tuple[int, int], ApiKeyRecord],
+    orders: dict[int, tuple[Any, ...]],
+    l1: dict[int, bytes],
+) -> Iterator[str]:
+    """One line per record, in the digest's canonical order."""
+    yield f"exchange|{exchange[0]}|{exchange[1]}"
+    for mi in sorted(markets):
+        yield f"market|{tuple(markets[mi])}"
+    for a in sorted(accounts):
+        yield f"account|{a}|{accounts[a]}"
+    for a in sorted(l1):
+        yield f"l1|{a}|{l1[a].hex()}"
     for k in sorted(positions):
         p = positions[k]
         m = markets.get(p.market_index)
@@ -89,7 +136,8 @@ def state_digest(records: Iterable[Any]) -> bytes:
             and p.initial_margin_fraction == default_imf
         ):
             continue
-        lines.append(f"position|{tuple(p)}")
-    lines += [f"key|{tuple(keys[k])}" for k in sorted(keys)]
-    lines += [f"order|{orders[o]}" for o in sorted(orders)]
-    return hashlib.sha256("\n".join(lines).encode()).digest()
+        yield f"position|{tuple(p)}"
+    for k in sorted(keys):
+        yield f"key|{tuple(keys[k])}"
+    for o in sorted(orders):
+        yield f"order|{orders[o]}"

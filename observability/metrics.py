@@ -197,6 +197,18 @@ CATALOG: dict[str, MetricDef] = {
             "gauge",
             "Newest block seq seen on the stream/catch-up minus the seq applied.",
         ),
+        # snapshot holder and replicas: state checks (actors/runtime/checks.py)
+        MetricDef(
+            "raydex_state_check_seq",
+            "gauge",
+            "Newest checkpoint seq whose state this follower hashed (-1: none yet).",
+        ),
+        MetricDef(
+            "raydex_state_divergences_total",
+            "counter",
+            "Checkpoints at which the replica's state hash differed from the snapshot holder's "
+            "(an alarm: any increase).",
+        ),
         # every actor
         MetricDef(
             "raydex_signing_info",

@@ -82,6 +82,7 @@ from raydex.observability.hist import Histogram
 from raydex.observability.metrics import ApiCounters, Recorder
 
 from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal, short_hash
+from ..runtime.checks import COMPARE_INTERVAL_S, StateChecks
 from ..transport import (
     ResyncRequired,
     TransportError,
@@ -126,6 +127,9 @@ class ReplicaConfig:
     busy_poll: bool = False
     #: the deployment's data-plane secret (``raydex deploy``; never in raydex.yaml)
     data_plane_secret: str = field(default="", repr=False)
+    #: hash the state after every block whose seq is a multiple of this, to compare with the
+    #: snapshot holder's (``actors/runtime/checks.py``); the spec sets the holder's value here
+    state_check_blocks: int = 1000
 
 
 class _Pending:
@@ -354,6 +358,8 @@ class ReplicaService:
         self.seen_seq = 0
         #: (seq, state hash hex) last computed (see ``state_hash``)
         self._digest: tuple[int, str] = (-1, "")
+        #: the state hashed at every checkpoint seq, and the last comparison with the holder's
+        self.checks = StateChecks(config.state_check_blocks)
         self.metrics = Recorder("replica", config.name, group=_group_of(config))
         m = self.metrics
         m.histogram("raydex_apply_seconds", self.apply_time)
@@ -366,6 +372,9 @@ class ReplicaService:
             accelerated=str(signing.ACCELERATED).lower(),
         )
         m.gauge("raydex_replica_lag_blocks", self.lag)
+        checks = self.checks
+        m.gauge("raydex_state_check_seq", lambda: (checks.latest() or (-1, ""))[0])
+        m.counter_fn("raydex_state_divergences_total", lambda: checks.divergences)
         self.publish_delay = m.histogram("raydex_book_publish_delay_seconds")
         self._sequenced = m.histogram_family(
             "raydex_tx_lifecycle_seconds", "tx_type", stage="sequenced"
@@ -413,10 +422,16 @@ class ReplicaService:
 
     # ---- boot -----------------------------------------------------------------------------------
 
-    async def _boot(self) -> None:
+    async def _load_snapshot(self) -> int:
+        """Replace the caches with the holder's newest snapshot; its seq."""
         seq, height, tables = await self.fetch_snapshot()
         fresh = ReplicaState.from_records(tables_to_records(tables), seq, height, self.verifier)
         self.state.reload(fresh)
+        self.checks.forget_after(seq)  # hashes of a state after this one are not ours any more
+        return seq
+
+    async def _boot(self) -> None:
+        await self._load_snapshot()
         self.boots += 1
         await self._catch_up()
 
@@ -426,9 +441,7 @@ class ReplicaService:
             try:
                 last, frames = await self.fetch_blocks(self.state.seq)
             except ResyncRequired:
-                seq, height, tables = await self.fetch_snapshot()
-                records = tables_to_records(tables)
-                self.state.reload(ReplicaState.from_records(records, seq, height, self.verifier))
+                await self._load_snapshot()
                 self.resyncs += 1
                 continue
             await self._saw(last)
@@ -562,6 +575,8 @@ class ReplicaService:
             _, _, fut = heapq.heappop(waiters)
             if not fut.done():
                 fut.set_result(None)
+        if self.checks.due(seq):
+            self.checks.take(seq, self.state.records())
         if not self._fold_scheduled:  # the ledger folds after the woken waiters ran (ledger.py)
             self._fold_scheduled = True
             asyncio.get_running_loop().call_soon(self._fold_ledger)
@@ -578,9 +593,7 @@ class ReplicaService:
         """Rebuild the caches from the newest snapshot and catch up (after a failed apply: a
         block may have been applied half-way, so the caches cannot be trusted)."""
         self._stream_since = None
-        seq, height, tables = await self.fetch_snapshot()
-        fresh = ReplicaState.from_records(tables_to_records(tables), seq, height, self.verifier)
-        self.state.reload(fresh)
+        seq = await self._load_snapshot()
         self.resyncs += 1
         await self._catch_up()
         log.warning("replica %s: resynced from the snapshot at seq %d; now at seq %d",
@@ -705,6 +718,7 @@ class ReplicaService:
             "height": st.height,
             "state_hash": self._digest[1],
             "state_hash_seq": self._digest[0],
+            **self.checks.status(),
             "loop_restarts": {n: self.supervisor.restarts(n) for n in ("apply", "port")},
             "boots": self.boots,
             "resyncs": self.resyncs,
@@ -789,6 +803,7 @@ class ReplicaActor:
         self.holder_name = holder_name
         self.namespace = namespace
         self.service: ReplicaService | None = None
+        self._comparing: asyncio.Task[None] | None = None
         # booted from __init__: also after Ray restarts a crashed replica
         self._started = asyncio.get_event_loop().create_task(self._start())
 
@@ -842,7 +857,20 @@ class ReplicaActor:
         self.runtime.after_boot(
             self.service.metrics, busy_poll=self.config.busy_poll, live=self.live
         )
+        self._comparing = asyncio.get_running_loop().create_task(self._compare_loop())
         return port
+
+    async def _compare_loop(self) -> None:
+        """Every ``COMPARE_INTERVAL_S``, compare the state checks with the snapshot holder's
+        (``actors/runtime/checks.py``): one small Ray call, off the hot path."""
+        assert self.service is not None
+        checks = self.service.checks
+        while True:
+            await asyncio.sleep(COMPARE_INTERVAL_S)
+            try:
+                checks.compare("holder", await self._holder().state_checks.remote())
+            except Exception as exc:  # the holder restarting: the last verdict stands
+                log.debug("replica %s: no state checks from the holder: %r", self.config.name, exc)
 
     async def start(self) -> dict[str, Any]:
         """Wait for the boot; the replica's status."""
@@ -877,6 +905,7 @@ class ReplicaActor:
                 "seq": svc.state.seq,
                 "lag": svc.lag(),
                 "hash": short_hash(digest, seq),
+                **svc.checks.facts(),
                 "port": svc.port or cfg.http_port or None,
                 "direct": svc.direct_port or None,
             }
@@ -895,5 +924,7 @@ class ReplicaActor:
             await self.service.stop()
 
     async def stop(self) -> None:
+        if self._comparing is not None:
+            self._comparing.cancel()
         if self.service is not None:
             await self.service.stop()

@@ -46,7 +46,9 @@ LIVE_LOG_PREFIX = "raydex live"
 #: what the repr Ray records ends with: where the live figures are
 LIVE_HINT = "live=log"
 #: the facts of an actor's line that change while it runs (left out of the repr Ray records)
-LIVE_FACTS = frozenset({"state", "seq", "lag", "hash", "snapshot", "chain", "direct"})
+LIVE_FACTS = frozenset(
+    {"state", "seq", "lag", "hash", "check", "agrees", "snapshot", "chain", "direct"}
+)
 
 
 def advertised_host() -> str:

@@ -78,6 +78,7 @@ from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
 from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal, short_hash
+from ..runtime.checks import StateChecks
 from ..transport import ResyncRequired, TransportError, block_source, tx_channel
 from .deltas import DeltaState
 from .follow import ONE_ATTEMPT, Diverged, Reconnect, block_digest, follow
@@ -104,6 +105,10 @@ class SnapshotConfig:
     every_blocks: int = 1000
     #: ... or after this many seconds, whichever comes first (only when something changed)
     every_seconds: float = 5.0
+    #: state checks: the holder and every replica hash their state after each block whose seq is
+    #: a multiple of this, so their hashes compare at equal seq (``actors/runtime/checks.py``);
+    #: fewer blocks: divergence seen sooner, one O(state) hash per follower more often
+    check_every_blocks: int = 1000
     #: how many recent delta blocks are kept for replicas catching up
     ring_size: int = 50_000
     #: snapshot folders kept on disk (older ones are deleted); the sequencer keeps its WAL back to
@@ -142,6 +147,8 @@ class SnapshotService:
         self.snapshot_hash = ""
         #: (seq, state_digest hex) of the state last hashed
         self._digest: tuple[int, str] = (-1, "")
+        #: the state hashed at every checkpoint seq, for replicas and operators to compare
+        self.checks = StateChecks(config.check_every_blocks)
         self.snapshots_written = 0
         self.last_snapshot_s = 0.0
         self.ring: deque[tuple[int, bytes]] = deque(maxlen=config.ring_size)
@@ -160,6 +167,7 @@ class SnapshotService:
         self.metrics = Recorder("snapshot", "snapshot")
         self.metrics.histogram("raydex_snapshot_build_seconds", self.build_time)
         self.metrics.gauge("raydex_block_seq", lambda: self.seq)
+        self.metrics.gauge("raydex_state_check_seq", self._check_seq)
         self.supervisor = Supervisor(self.metrics, on_fatal)
 
     @property
@@ -233,6 +241,8 @@ class SnapshotService:
         self.height = block.height
         self.record_crc = crc
         self._hold(seq, deltas)
+        if self.checks.due(seq):
+            self.checks.take(seq, self.state.records())
         if self._due():
             self.snapshot()
 
@@ -260,6 +270,8 @@ class SnapshotService:
         self.seq = seq
         self.height += len(block.txs)
         self.record_crc = wal_record_crc(record)
+        if self.checks.due(seq):
+            self.checks.take(seq, engine.records())
         if self._due():
             self.snapshot()
 
@@ -317,6 +329,7 @@ class SnapshotService:
                 moved = quarantine(path, "diverged")
                 log.error("snapshot %s belongs to the diverged history: moved to %s", path, moved)
         self._load(load_newest_snapshot(self.folder, max_seq=exc.seq - 1))
+        self.checks.forget_after(self.seq)
         self._restart_ring(self.seq)
         log.warning("tx log: rebuilt from snapshot seq %d; following again", self.seq)
         self.snapshot()
@@ -382,9 +395,14 @@ class SnapshotService:
             self._digest = (self.seq, state_digest(model.records()).hex())
         return {"seq": self._digest[0], "state_hash": self._digest[1]}
 
+    def _check_seq(self) -> float:
+        latest = self.checks.latest()
+        return float(latest[0]) if latest is not None else -1.0
+
     def status(self) -> dict[str, Any]:
         """The current state hash with its seq (``state_hash_seq``; O(state) once per seq, off
-        the trading path) and the last snapshot's (``snapshot_hash``, ``snapshot_seq``)."""
+        the trading path), the last snapshot's (``snapshot_hash``, ``snapshot_seq``) and the
+        state checks (``state_checks``: checkpoint seq -> hash)."""
         current = self.state_hash()
         return {
             "seq": self.seq,
@@ -398,6 +416,7 @@ class SnapshotService:
             "state_hash": current["state_hash"],
             "state_hash_seq": current["seq"],
             "divergences": self.divergences,
+            **self.checks.status(),
             "wal_records_read": self.wal_records_read,
             "loop_restarts": {n: self.supervisor.restarts(n) for n in self.supervisor.tasks},
         }
@@ -472,6 +491,11 @@ class SnapshotActor:
         await self._started
         return self.service.state_hash()
 
+    async def state_checks(self) -> dict[int, str]:
+        """The state hashes at the last checkpoint seqs (``actors/runtime/checks.py``): what
+        replicas compare theirs with."""
+        return dict(self.service.checks.done)
+
     async def status(self) -> dict[str, Any]:
         await self._started
         return {**self.service.status(), **self.runtime.status(), "repr": self.live()}
@@ -493,6 +517,7 @@ class SnapshotActor:
                 "seq": svc.seq if self._latest is not None else None,
                 "lag": max(0, svc.delta_seq - svc.seq) if self._latest is not None else None,
                 "hash": short_hash(digest, seq),
+                **svc.checks.facts(),
                 "snapshot": svc.snapshot_seq if svc.snapshot_seq >= 0 else None,
             },
             fixed=fixed,

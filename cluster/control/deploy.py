@@ -390,14 +390,25 @@ class Agreement:
 
 def state_agreement(statuses: Mapping[str, Mapping[str, Any]]) -> list[Agreement]:
     """Group the state hashes of ``statuses`` (from ``status()``) by the seq they reflect
-    (``state_hash_seq``; the sequencer's is its newest snapshot's). Hashes are comparable only at
-    equal seq: every role hashes the same state the same way (``raydex.engine.state_digest``), so
-    two different hashes at one seq are a real divergence."""
+    (``state_hash_seq``; the sequencer's is its newest snapshot's), with the followers' hashes
+    at the newest checkpoint seq they share (``state_checks``) and at any where they differ.
+    Hashes are comparable only at equal seq: every role hashes the same state the same way
+    (``raydex.engine.state_digest``), so two different hashes at one seq are a real divergence."""
     by_seq: dict[int, dict[str, str]] = {}
+    checks: dict[int, dict[str, str]] = {}
     for name, st in statuses.items():
         h, seq = st.get("state_hash"), st.get("state_hash_seq")
         if h and isinstance(seq, int) and seq >= 0:
             by_seq.setdefault(seq, {})[name] = str(h)
+        for check_seq, digest in (st.get("state_checks") or {}).items():
+            checks.setdefault(int(check_seq), {})[name] = str(digest)
+    # the followers' state checks (actors/runtime/checks.py): hashes at the same checkpoint seqs.
+    # Every checkpoint two of them hashed is compared; shown: the newest, and any that differs.
+    shared = sorted(s for s, hashes in checks.items() if len(hashes) > 1)
+    shown = {s for s in shared if len(set(checks[s].values())) > 1}
+    shown.update(shared[-1:])
+    for s in shown:
+        by_seq.setdefault(s, {}).update(checks[s])
     return [Agreement(seq, by_seq[seq]) for seq in sorted(by_seq)]
 
 

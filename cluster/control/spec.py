@@ -7,7 +7,8 @@ Shape (every key below is optional unless marked *required*)::
     sequencer: {<SequencerConfig knobs: wal_dir*, block_close, block_interval_ms, block_max_txs,
                 wal_fsync, oracle_interval_ms, oracle_max_step_bps, ring_size, ...>,
                 host, numa_node, cpus, pin, realtime, gc}
-    snapshot:  {<SnapshotConfig knobs: dir*, every_blocks, every_seconds, ring_size, keep>,
+    snapshot:  {<SnapshotConfig knobs: dir*, every_blocks, every_seconds, ring_size, keep,
+                check_every_blocks>,
                 host, numa_node, cpus, pin, realtime, gc}
     committer: {host, numa_node, cpus, pin, realtime, gc}
     markets:   [{<CreateMarket fields: market_index*, symbol*, price_decimals*, size_decimals*,
@@ -30,10 +31,12 @@ Wired fields: a config field that the deployment decides is not a key of the sec
 from elsewhere in the spec are filled in when the ``DeploySpec`` is built (so the embedded configs
 tell the truth, and ``dataclasses.replace`` of a ``DeploySpec`` fills them again): the one
 ``chain_id`` (the sequencer's, every replica's and the ``/info`` ``network_id``), the snapshot
-folder the sequencer recovers from (``snapshot.dir``), the gRPC ports (``ports.grpc`` and the next
-one), each replica's HTTP port (``http_port`` or ``ports.http``) and group. Those known only at
-deploy time (listen address, actor names, the sequencer's advertised address) are filled in by
-``deploy``. Writing a wired key is an error saying where it comes from.
+folder the sequencer recovers from (``snapshot.dir``), every replica's state-check interval
+(``snapshot.check_every_blocks``: followers compare hashes at the same seqs), the gRPC ports
+(``ports.grpc`` and the next one), each replica's HTTP port (``http_port`` or ``ports.http``)
+and group. Those known only at deploy time (listen address, actor names, the sequencer's
+advertised address) are filled in by ``deploy``. Writing a wired key is an error saying where
+it comes from.
 
 A replica group sets exactly one of ``replicas_per_numa_node`` (scale with the hardware) or
 ``replicas`` (a total, spread round-robin over the hosts' NUMA nodes); ``numa_nodes``/``hosts``
@@ -248,6 +251,8 @@ class SnapshotSpec:
         c = self.config
         if c.every_blocks < 1:
             yield "every_blocks", f"must be >= 1, got {c.every_blocks}"
+        if c.check_every_blocks < 1:
+            yield "check_every_blocks", f"must be >= 1, got {c.check_every_blocks}"
         if c.every_seconds <= 0:
             yield "every_seconds", f"must be > 0, got {c.every_seconds}"
         if not c.dir:
@@ -383,6 +388,7 @@ _REPLICA_WIRED = {
     "reuse_port": "the deployment (replicas of a host share its port)",
     "chain_id": "the top-level chain_id",
     "group": "the group's name",
+    "state_check_blocks": "snapshot.check_every_blocks",
     "api.network_id": "the top-level chain_id",
     "data_plane_secret": _SECRET_SOURCE,
 }
@@ -520,6 +526,7 @@ class DeploySpec:
             group=group.name,
             http_port=group.http_port if group.http_port is not None else self.ports.http,
             reuse_port=True,
+            state_check_blocks=self.snapshot.config.check_every_blocks,
             api=dataclasses.replace(r.api, network_id=self.chain_id),
         )
         return dataclasses.replace(group, replica=replica)

@@ -30,7 +30,7 @@ def spec_text(tmp: Path, replicas: int, http: int, grpc: int) -> str:
 chain_id: 304
 ports: {{http: {http}, grpc: {grpc}}}
 sequencer: {{wal_dir: {tmp}/wal, wal_fsync: block, cpus: 1, data_plane: tcp}}
-snapshot: {{dir: {tmp}/snap, every_blocks: 20, every_seconds: 1.0, cpus: 1}}
+snapshot: {{dir: {tmp}/snap, every_blocks: 20, every_seconds: 1.0, check_every_blocks: 4, cpus: 1}}
 markets:
   - {{market_index: 0, symbol: ETH, price_decimals: 2, size_decimals: 4, initial_mark: "3000.00",
      taker_fee: 200, liquidation_fee: 5000, max_price_deviation: 5000}}
@@ -161,6 +161,49 @@ def test_an_order_sent_to_one_replica_appears_on_another_replicas_order_book(
 
     audit = until(audited, "the committer's signature audit reaches the sequencer")
     assert audit["failed_txs"] == 0 and audit["failed_at"] is None
+
+
+def test_the_holder_and_the_replicas_hash_the_same_checkpoints_and_each_replica_says_it_agrees(
+    exchange: Exchange,
+) -> None:
+    reps = exchange.replicas()
+    port = reps[sorted(reps)[0]]["direct_port"]
+    carol = exchange.traders[2]
+
+    async def orders() -> None:  # one block each at least: past a checkpoint (every 4 blocks)
+        async with aiohttp.ClientSession() as http:
+            for i in range(6):
+                tx = carol.order(250_000 - 100 * i, 10, is_ask=0)
+                assert (await send(http, port, tx))["code"] == 200
+
+    asyncio.run(orders())
+    target = sequencer_seq() // 4 * 4
+
+    def agreed() -> dict[str, Any] | None:
+        st = exchange.status()
+        verdicts = [v.get("state_check", {}) for k, v in st.items()
+                    if k.startswith(dep.REPLICA_PREFIX)]  # fmt: skip
+        done = len(verdicts) == 2 and all(
+            v.get("agrees") is not None and v["seq"] >= target for v in verdicts
+        )
+        return st if done else None
+
+    st = until(agreed, "both replicas compared a checkpoint at or past the orders with the holder")
+    holder = st[dep.SNAPSHOT]
+    for name in (n for n in st if n.startswith(dep.REPLICA_PREFIX)):
+        check = st[name]["state_check"]
+        assert check["agrees"] is True and check["peer"] == "holder" and check["divergences"] == 0
+        seq = check["seq"]
+        assert seq % 4 == 0 and st[name]["state_checks"][seq] == holder["state_checks"][seq]
+        # the live line (the actor's log, what the dashboard's Actors page opens) says so
+        assert f"agrees=holder@{seq}" in st[name]["repr"]
+        assert f"check={holder['state_checks'][seq][:8]}@" in st[name]["repr"]
+    # raydex status compares the newest checkpoint all of them hashed
+    shared = [a for a in dep.state_agreement(st) if len(a.hashes) >= 3]
+    assert shared and not any(a.diverged for a in dep.state_agreement(st))
+    assert {dep.SNAPSHOT, *(n for n in st if n.startswith(dep.REPLICA_PREFIX))} <= set(
+        shared[-1].hashes
+    )
 
 
 def test_a_replica_added_by_a_redeploy_boots_from_the_snapshot_and_matches(

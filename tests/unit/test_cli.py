@@ -203,6 +203,28 @@ def test_status_compares_state_hashes_only_at_equal_seq_and_names_a_divergence()
     )
 
 
+def test_status_compares_state_checks_at_the_newest_shared_and_any_differing_seq() -> None:
+    from raydex.cluster.control.deploy import state_agreement
+
+    h = {n: f"{n:02d}" * 32 for n in range(10)}
+    statuses = {
+        "raydex-sequencer": {"state_hash": h[9], "state_hash_seq": 1234},
+        "raydex-snapshot": {"state_checks": {1000: h[1], 2000: h[2], 3000: h[3]}},
+        "raydex-replica-api-0": {"state_checks": {1000: h[1], 2000: h[2]}},
+        "raydex-replica-api-1": {"state_checks": {1000: h[1], 2000: h[2]}},
+    }
+    found = state_agreement(statuses)
+    # 3000: the holder alone; 1000: agreed, older than the newest shared one; both left out
+    assert [(a.seq, sorted(a.hashes), a.diverged) for a in found] == [
+        (1234, ["raydex-sequencer"], False),
+        (2000, ["raydex-replica-api-0", "raydex-replica-api-1", "raydex-snapshot"], False),
+    ]
+    statuses["raydex-replica-api-1"] = {"state_checks": {1000: h[5], 2000: h[6]}}
+    found = state_agreement(statuses)
+    assert [(a.seq, a.diverged) for a in found] == [(1000, True), (1234, False), (2000, True)]
+    assert found[0].line().startswith("STATE DIVERGED at seq 1000: ")
+
+
 def test_grafana_install_refuses_a_folder_that_is_no_ray_session(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
