@@ -16,9 +16,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.make-stamp
 ENGINE_STAMP := $(VENV)/.engine-stamp
-# The same build compiles the signing C extension (codecs/signing/_ecgfp5.c): an edit of it
+# The same build compiles the C extensions (codecs/signing/_ecgfp5.c, actors/_smt.c): an edit of one
 # rebuilds too, or an existing .venv would keep the old _accel.
-ENGINE_SRC := $(wildcard engine/*.py) $(wildcard codecs/signing/*.c) setup.py
+ENGINE_SRC := $(wildcard engine/*.py) $(wildcard codecs/signing/*.c) $(wildcard actors/*.c) setup.py
 # Folders installed as raydex.<folder>; mypy runs strict (pyproject.toml) on all of them.
 PKG_DIRS := actors codecs cluster engine observability
 

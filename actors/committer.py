@@ -50,6 +50,11 @@ from .transport import BlockSource, ResyncRequired, TransportError, TxChannel
 
 log = logging.getLogger(__name__)
 
+try:  # the tree update in C (actors/_smt.c; optional, like the signing extension)
+    from . import _smt  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - no compiler where it was installed
+    _smt = None
+
 _EMPTY = bytes(32)
 _ACCOUNT = struct.Struct("<Qq")
 _POSITION = struct.Struct("<Bqq")
@@ -75,7 +80,9 @@ class SparseMerkleTree:
     Empty subtrees hash to precomputed defaults, so the root depends only on the leaf contents,
     never on the order accounts appeared in: a committer that booted from a snapshot and one that
     saw every block agree. :meth:`update` recomputes each touched path once per batch.
-    Cost: ~48 sha256 per touched leaf (less where paths share ancestors).
+    Cost: ~48 sha256 per touched leaf (less where paths share ancestors): ~0.85 µs each in
+    Python (hashlib's per-call overhead dominates a 64-byte digest), a few times less in C
+    (``actors/_smt.c``, SHA-NI where the CPU has it), which :meth:`update` uses when built.
     """
 
     DEPTH = 48
@@ -91,7 +98,14 @@ class SparseMerkleTree:
     def update(self, leaves: dict[int, bytes]) -> None:
         nodes = self._nodes
         nodes[0].update(leaves)
-        touched = set(leaves)
+        if _smt is not None:  # the same loop in C (actors/_smt.c)
+            _smt.update(nodes, self._defaults, list(leaves))
+            return
+        self._update_py(set(leaves))
+
+    def _update_py(self, touched: set[int]) -> None:
+        """:meth:`update` above the leaves, in Python (no C extension; the reference)."""
+        nodes = self._nodes
         sha = hashlib.sha256
         for level in range(self.DEPTH):
             below = nodes[level]
