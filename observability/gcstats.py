@@ -30,7 +30,8 @@ class GcMonitor:
     def __init__(self) -> None:
         self.pauses = [Histogram(), Histogram(), Histogram()]
         self.collections = [0, 0, 0]
-        self.collected = 0
+        #: unreachable objects the collections of each generation freed (cyclic garbage)
+        self.collected = [0, 0, 0]
         self._t0 = 0
         self.installed = False
 
@@ -41,7 +42,7 @@ class GcMonitor:
         gen = int(info.get("generation", 0))
         self.pauses[gen].record(time.perf_counter_ns() - self._t0)
         self.collections[gen] += 1
-        self.collected += int(info.get("collected", 0))
+        self.collected[gen] += int(info.get("collected", 0))
 
     def install(self) -> GcMonitor:
         if not self.installed:
@@ -56,7 +57,11 @@ class GcMonitor:
 
     def summary(self) -> dict[str, Any]:
         return {
-            f"gen{g}": {"collections": self.collections[g], "pause_us": self.pauses[g].summary_us()}
+            f"gen{g}": {
+                "collections": self.collections[g],
+                "collected": self.collected[g],
+                "pause_us": self.pauses[g].summary_us(),
+            }
             for g in range(3)
         } | {"frozen": gc.get_freeze_count(), "thresholds": list(gc.get_threshold())}
 
@@ -69,6 +74,9 @@ class GcPolicy:
         self.spec = spec
         self.scheduled = 0
         self.thawed = 0
+        #: the last thawed (whole-heap) collection: its pause (ns) and the objects it freed, the
+        #: cycles that had formed among frozen objects since the previous one
+        self.last_thaw: tuple[int, int] | None = None
 
     def apply(self) -> None:
         if self.spec is None:
@@ -96,9 +104,13 @@ class GcPolicy:
         freezing = bool(getattr(spec, "freeze_after_collect", False))
         thaw_every = int(getattr(spec, "thaw_every", 0))
         self.scheduled += 1
-        if freezing and thaw_every and self.scheduled % thaw_every == 0:
+        thaw = freezing and thaw_every and self.scheduled % thaw_every == 0
+        t0 = time.perf_counter_ns()
+        if thaw:
             gc.unfreeze()
             self.thawed += 1
-        gc.collect(2)
+        freed = gc.collect(2)
+        if thaw:
+            self.last_thaw = (time.perf_counter_ns() - t0, freed)
         if freezing:
             gc.freeze()

@@ -161,7 +161,7 @@ class InstrumentedReplicaActor(ReplicaActor):  # type: ignore[misc]
     def __init__(self, *args: Any, instrumentation: Instrumentation | None = None) -> None:
         self.probe = _Probe(args[0].name, instrumentation or Instrumentation("/tmp/raydex-lt"))
         #: GC collections and pause snapshots per generation at the last reset
-        self._gc_base: tuple[list[int], list[dict[int, int]]] | None = None
+        self._gc_base: tuple[list[int], list[dict[int, int]], list[int]] | None = None
         super().__init__(*args)
 
     def hooks(self) -> ReplicaHooks:
@@ -172,7 +172,7 @@ class InstrumentedReplicaActor(ReplicaActor):  # type: ignore[misc]
         the last ``reset=True`` call (the loadtest resets right before its timed window)."""
         p = self.probe
         mon = self.runtime.monitor
-        empty: tuple[list[int], list[dict[int, int]]] = ([0, 0, 0], [{}, {}, {}])
+        empty: tuple[list[int], list[dict[int, int]], list[int]] = ([0] * 3, [{}, {}, {}], [0] * 3)
         base = self._gc_base or empty
         gens: dict[str, Any] = {}
         pauses = Histogram()
@@ -181,6 +181,7 @@ class InstrumentedReplicaActor(ReplicaActor):  # type: ignore[misc]
             pauses.merge(since)
             gens[f"gen{g}"] = {
                 "collections": mon.collections[g] - base[0][g],
+                "collected": mon.collected[g] - base[2][g],
                 "pause_us": _with_max(since).summary_us(),
             }
         out = {
@@ -191,6 +192,9 @@ class InstrumentedReplicaActor(ReplicaActor):  # type: ignore[misc]
                 "thresholds": list(gc.get_threshold()),
                 "frozen": gc.get_freeze_count(),
                 "scheduled_full_collections": self.runtime.gc.scheduled,
+                "thawed_collections": self.runtime.gc.thawed,
+                # (pause ns, objects freed) of the last whole-heap collection, if any
+                "last_thaw": self.runtime.gc.last_thaw,
             },
             "slow_events": p.trigger.seen_slow,
             "flight_dumps": list(p.dumps),
@@ -200,7 +204,11 @@ class InstrumentedReplicaActor(ReplicaActor):  # type: ignore[misc]
             for h in p.hists.values():
                 h.reset()
             p.liquidations = 0
-            self._gc_base = (list(mon.collections), [h.snapshot() for h in mon.pauses])
+            self._gc_base = (
+                list(mon.collections),
+                [h.snapshot() for h in mon.pauses],
+                list(mon.collected),
+            )
         if p.provider is not None:
             p.provider.force_flush()
         return out

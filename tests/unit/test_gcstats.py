@@ -33,6 +33,16 @@ def test_the_monitor_records_each_collection_by_generation() -> None:
         mon.uninstall()
     s = mon.summary()
     assert s["gen0"]["collections"] >= 1 and s["gen2"]["collections"] >= 1
+    # what they freed is counted by generation: a cycle dropped before a collection is in it
+    mon.install()
+    try:
+        a: list[object] = []
+        a.append(a)
+        del a
+        gc.collect(1)
+    finally:
+        mon.uninstall()
+    assert mon.summary()["gen1"]["collected"] >= 1
     assert s["gen2"]["pause_us"]["count"] == s["gen2"]["collections"]
 
 
@@ -76,9 +86,12 @@ def test_freezing_after_each_collection_leaves_the_next_only_the_new_heap() -> N
         gone = weakref.ref(a)
         del a, b, kept
         policy.collect_scheduled()  # the second: frozen objects are not traversed
-        assert policy.thawed == 0 and gone() is not None
+        assert policy.thawed == 0 and gone() is not None and policy.last_thaw is None
         policy.collect_scheduled()  # the third: thawed, collected whole, frozen again
         assert policy.thawed == 1 and gone() is None and gc.get_freeze_count() > 0
+        assert policy.last_thaw is not None
+        pause_ns, freed = policy.last_thaw
+        assert pause_ns > 0 and freed >= 2  # the two nodes of the cycle (and their dicts)
     finally:
         gc.unfreeze()
 
