@@ -77,7 +77,7 @@ __all__ = [
 #: GC presets of ``gc:``: tuned is raydex.yaml's replica policy (each scheduled full collection
 #: freezes its survivors), scheduled the same without freezing, default is CPython's.
 GC_PRESETS: dict[str, GcSpec] = {
-    "tuned": GcSpec((50_000, 20, 100), True, True, 10.0, True, 60),
+    "tuned": GcSpec((50_000, 20, 100), True, True, 10.0, True, 360),
     "scheduled": GcSpec((50_000, 20, 100), True, True, 30.0),
     "default": GcSpec(),
 }
