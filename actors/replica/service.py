@@ -458,6 +458,10 @@ class ReplicaService:
         await self._boot()
         self.supervisor.start("apply", self._apply_loop)
         self.supervisor.start("loop_lag", self.loop_lag.run)
+        state = self.state
+        self.supervisor.start(
+            "checks", lambda: self.checks.run_quiet(lambda: state.seq, state.records)
+        )
         self.app = build_app(
             self.state,
             self.execute_txs,

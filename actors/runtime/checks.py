@@ -14,6 +14,10 @@ same state, and:
   (``raydex_state_divergences_total``);
 - ``raydex status`` compares every actor's checkpoints and flags a difference (exit code 3).
 
+A quiet exchange (no traffic: no block for a while) may never reach the next checkpoint, so a
+follower whose seq has not moved for ``QUIET_S`` also hashes its current seq (``run_quiet``): all
+of them stand at the same last seq then, and compare there.
+
 Cost: at a checkpoint, the state is listed (``records()``: its records are immutable tuples, so
 the list is the state at that seq whatever is applied next; O(state) on the loop, ~0.1 µs per
 record) and then hashed a chunk of records per event-loop turn (``digest_steps``, ~2 ms a chunk),
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +40,9 @@ log = logging.getLogger(__name__)
 
 #: how often a replica fetches the holder's checkpoints to compare (a Ray call each time)
 COMPARE_INTERVAL_S = 5.0
+#: a follower whose seq has not moved for this long hashes its current seq too (see the module
+#: docstring: a quiet exchange reaches no checkpoint)
+QUIET_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +76,7 @@ class StateChecks:
         #: checkpoints at which a comparison disagreed (each counted once)
         self.divergences = 0
         self._task: asyncio.Task[None] | None = None
+        self._last_look = -1
 
     def due(self, seq: int) -> bool:
         """Whether block ``seq`` (just applied) is a checkpoint."""
@@ -101,6 +109,24 @@ class StateChecks:
         self.done[seq] = digest
         while len(self.done) > self.keep:
             del self.done[next(iter(self.done))]
+
+    async def run_quiet(
+        self,
+        seq: Callable[[], int],
+        records: Callable[[], Iterable[Any]],
+        interval_s: float = QUIET_S,
+    ) -> None:
+        """:meth:`look` every ``interval_s``: a supervised loop of the follower."""
+        while True:
+            await asyncio.sleep(interval_s)
+            self.look(seq(), records)
+
+    def look(self, seq: int, records: Callable[[], Iterable[Any]]) -> None:
+        """If ``seq`` is where the previous look found the follower and is not hashed yet, hash
+        it (``records()``: the state at that seq)."""
+        if seq == self._last_look and seq > 0 and seq not in self.done:
+            self.take(seq, records())
+        self._last_look = seq
 
     def forget_after(self, seq: int) -> None:
         """Drop the checkpoints after ``seq`` (the follower went back to an older state: those

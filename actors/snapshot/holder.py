@@ -58,7 +58,7 @@ import logging
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,6 +189,14 @@ class SnapshotService:
         self._sources = [txlog]
         self._reader = tx_channel(txlog_target, secret=secret)
         self.supervisor.start("txlog", lambda: self._follow_txlog(txlog))
+        self.supervisor.start(
+            "checks", lambda: self.checks.run_quiet(lambda: self.seq, self._records)
+        )
+
+    def _records(self) -> Iterable[Any]:
+        """The state's records now (the engine's during a WAL catch-up)."""
+        model = self._replaying if self._replaying is not None else self.state
+        return model.records()
 
     async def stop(self) -> None:
         await self.supervisor.stop()
@@ -391,8 +399,7 @@ class SnapshotService:
         """The current state hash (``raydex.engine.state_digest``, the one every role reports)
         and its seq: O(state) once per seq (cached), for ``status``, tests and operators."""
         if self._digest[0] != self.seq:
-            model = self._replaying if self._replaying is not None else self.state
-            self._digest = (self.seq, state_digest(model.records()).hex())
+            self._digest = (self.seq, state_digest(self._records()).hex())
         return {"seq": self._digest[0], "state_hash": self._digest[1]}
 
     def _check_seq(self) -> float:

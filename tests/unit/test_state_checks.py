@@ -146,3 +146,32 @@ def test_checkpoints_after_a_reload_to_an_older_state_are_forgotten_and_bad_inpu
     assert checks.compare("holder", {99: "x"}) is None  # nothing in common: no verdict
     with pytest.raises(ValueError):
         StateChecks(every_blocks=0)
+
+
+def test_a_follower_whose_seq_stands_still_hashes_it_though_it_is_no_checkpoint() -> None:
+    async def run() -> None:
+        frames = list(blocks(accounts=20, commands=100, per_block=20, seed=8))
+        replica = ReplicaState()
+        checks = StateChecks(every_blocks=10**6)  # no checkpoint in reach
+        for _, frame, _ in frames:  # moving: a new seq at every look, nothing hashed
+            replica.apply_block(frame)
+            checks.look(replica.seq, replica.records)
+        assert not checks.done
+        checks.look(replica.seq, replica.records)  # standing still since the last look
+        await checks.settled()
+        assert checks.done == {replica.seq: frames[-1][2].hex()}
+        checks.look(replica.seq, replica.records)  # hashed once per seq
+        assert checks._task is not None and checks._task.done()
+        # the loop does the same by itself
+        other = StateChecks(every_blocks=10**6)
+        task = asyncio.get_running_loop().create_task(
+            other.run_quiet(lambda: replica.seq, replica.records, interval_s=0.01)
+        )
+        for _ in range(500):  # bounded
+            if other.done:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        assert other.done == checks.done
+
+    asyncio.run(run())
