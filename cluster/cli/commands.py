@@ -247,15 +247,16 @@ def _connect(address: str | None, job_name: str | None = None) -> Any:
     try:
         return ray.init(address=address or "auto", log_to_driver=False,
                         job_config=JobConfig(metadata=job_metadata(**named)))  # fmt: skip
-    except ConnectionError:
+    except ConnectionError as exc:  # a clear line and exit 2, not a traceback
+        print(f"raydex: could not connect to Ray ({exc})", file=sys.stderr)
         if "RAY_AUTH_MODE" not in os.environ:
             print(
-                "raydex: could not connect; if the cluster uses Ray's token authentication "
-                "(the default for `ray start` when ~/.ray/auth_token exists), an explicit "
-                "address (--address, RAY_ADDRESS) needs RAY_AUTH_MODE=token",
+                "raydex: if the cluster uses Ray's token authentication (the default for `ray "
+                "start` when ~/.ray/auth_token exists), an explicit address (--address, "
+                "RAY_ADDRESS) needs RAY_AUTH_MODE=token",
                 file=sys.stderr,
             )
-        raise
+        raise SystemExit(2) from None
 
 
 def _up(args: argparse.Namespace) -> int:
