@@ -171,15 +171,26 @@ def sample_cpu(proc: Path = Path("/proc")) -> CpuSample:
 
 @dataclasses.dataclass(slots=True)
 class Rss:
-    """One process's resident memory over the window (bytes): first and last sight, peak."""
+    """One process's resident memory over the window (bytes): first and last sight, peak, and
+    every sight (the sampler's ticks are about a second apart: ~8 bytes a second per process)."""
 
     start: int
     end: int
     peak: int
+    seen: list[int] = dataclasses.field(default_factory=list)
 
     def see(self, rss: int) -> None:
         self.end = rss
         self.peak = max(self.peak, rss)
+        self.seen.append(rss)
+
+    def growth_by_third(self) -> tuple[int, int, int]:
+        """Growth over each third of the sights (bytes): a flat process ends near 0 in the last
+        third; bounded caches filling grow less each third; a leak keeps growing."""
+        seen = self.seen or [self.start]
+        n = len(seen) - 1
+        at = [seen[round(n * k / 3)] for k in range(4)]
+        return (at[1] - at[0], at[2] - at[1], at[3] - at[2])
 
 
 class WindowSampler:
@@ -200,7 +211,7 @@ class WindowSampler:
         for pid, p in sample.procs.items():
             m = memory.get(pid)
             if m is None:
-                memory[pid] = Rss(p.rss, p.rss, p.rss)
+                memory[pid] = Rss(p.rss, p.rss, p.rss, [p.rss])
             else:
                 m.see(p.rss)
         return sample
@@ -222,11 +233,13 @@ class WindowSampler:
 
 def memory_by_role(
     memory: Mapping[int, Rss], roles: Mapping[int, str]
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, Any]]:
     """Resident memory (MiB) of each role's process over the window: start, end, peak, and the
-    growth end - start (a soak's "flat" check). Roles whose process was never seen are left out."""
+    growth end - start and per third of the window (a soak's "flat" check: bounded caches that
+    fill grow less each third, a leak does not). Roles whose process was never seen are left
+    out."""
     mib = 1 << 20
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for pid, role in sorted(roles.items(), key=lambda kv: _order(kv[1])):
         m = memory.get(pid)
         if m is None:
@@ -236,6 +249,7 @@ def memory_by_role(
             "end_mib": round(m.end / mib, 1),
             "peak_mib": round(m.peak / mib, 1),
             "growth_mib": round((m.end - m.start) / mib, 1),
+            "growth_by_third_mib": [round(g / mib, 1) for g in m.growth_by_third()],
         }
     return out
 

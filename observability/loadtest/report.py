@@ -414,11 +414,14 @@ def render_markdown(r: Mapping[str, Any]) -> str:
     if memory or drift:
         lines += ["", "## Memory and drift over the window (a soak's checks)", ""]
     if memory:
-        lines += ["| process | RSS start MiB | end MiB | peak MiB | growth MiB |",
-                  "|---|---:|---:|---:|---:|"]  # fmt: skip
+        lines += ["| process | RSS start MiB | end MiB | peak MiB | growth MiB "
+                  "| growth per third MiB |",
+                  "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
         for role, m in memory.items():
+            thirds = " / ".join(f"{g:+,.1f}" for g in m.get("growth_by_third_mib", ()))
             lines.append(f"| {role} | {m['start_mib']:,.1f} | {m['end_mib']:,.1f} "
-                         f"| {m['peak_mib']:,.1f} | {m['growth_mib']:+,.1f} |")  # fmt: skip
+                         f"| {m['peak_mib']:,.1f} | {m['growth_mib']:+,.1f} "
+                         f"| {thirds} |")  # fmt: skip
     for name, d in drift.items():
         lines += ["", f"Latency of the txs answered (group `{name}`), first {d['span_s']} s vs "
                   f"last {d['span_s']} s (p50 / p99 µs): {_q(d['first'])} vs {_q(d['last'])}; "

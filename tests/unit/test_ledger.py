@@ -20,6 +20,7 @@ from raydex.observability.loadtest.ledger import (
     UNATTRIBUTED,
     CpuSample,
     ProcInfo,
+    Rss,
     WindowSampler,
     build_ledger,
     classify_ray,
@@ -309,6 +310,23 @@ def test_the_window_sampler_tracks_each_processs_resident_memory_start_end_and_p
     assert m["peak_mib"] >= m["start_mib"] + 60  # the 64 MiB were resident at the tick
     assert m["end_mib"] < m["peak_mib"] - 60  # and returned to the OS when freed
     assert m["growth_mib"] == pytest.approx(m["end_mib"] - m["start_mib"], abs=0.2)
+    # three sights (begin, the tick, end): up by the 64 MiB in the first third(s), down after
+    thirds = m["growth_by_third_mib"]
+    assert len(thirds) == 3 and sum(thirds) == pytest.approx(m["growth_mib"], abs=0.3)
+    assert max(thirds) >= 60 and min(thirds) <= -60
+
+
+def test_growth_by_third_tells_a_filling_cache_from_a_leak() -> None:
+    mib = 1 << 20
+    filling = Rss(100 * mib, 100 * mib, 100 * mib, [100 * mib])
+    leaking = Rss(100 * mib, 100 * mib, 100 * mib, [100 * mib])
+    for t in range(1, 91):
+        filling.see(100 * mib + min(t, 40) * mib)  # fills for 40 s, then flat
+        leaking.see(100 * mib + t * mib)
+    assert filling.growth_by_third() == (30 * mib, 10 * mib, 0)
+    assert leaking.growth_by_third() == (30 * mib, 30 * mib, 30 * mib)
+    lone = Rss(5, 5, 5)  # never seen again: no growth
+    assert lone.growth_by_third() == (0, 0, 0)
 
 
 def test_the_ledger_splits_each_roles_cpu_into_user_and_kernel_time() -> None:
