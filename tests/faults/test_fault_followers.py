@@ -45,9 +45,13 @@ def test_a_holder_paused_far_beyond_the_ring_catches_up_from_the_wal(
                 TALLY["faults injected"] += 1
                 await load.run_until_acked(80)  # ~80 blocks: five rings
                 assert svc.hub is not None and svc.hub.statistics().floor > holder.seq
-                assert list(paused) == ["txlog"]  # one stream: deltas stamped with WAL crcs
+                # one stream (deltas stamped with WAL crcs), and the quiet state check
+                assert list(paused) == ["txlog", "checks"]
                 source = holder._sources[0]
                 holder.supervisor.start("txlog", lambda s=source: holder._follow_txlog(s))  # type: ignore[misc]
+                holder.supervisor.start(
+                    "checks", lambda: holder.checks.run_quiet(lambda: holder.seq, holder._records)
+                )
                 await until(lambda: holder.seq == svc.state_hash()["seq"], "holder caught up")
                 TALLY["faults survived"] += 1
             await verify(tmp_path, cfg, holder, load, svc.state_hash)
