@@ -422,6 +422,11 @@ def render_markdown(r: Mapping[str, Any]) -> str:
             lines.append(f"| {role} | {m['start_mib']:,.1f} | {m['end_mib']:,.1f} "
                          f"| {m['peak_mib']:,.1f} | {m['growth_mib']:+,.1f} "
                          f"| {thirds} |")  # fmt: skip
+    for name, led in (r.get("replica_ledgers") or {}).items():
+        lines += ["", f"Replica `{name}`'s per-account ledger at the end: {led['entries']:,} of "
+                  f"{led['max_entries']:,} entries ({led['accounts']:,} accounts, "
+                  f"{led['dropped']:,} logs dropped): a replica's RSS grows until it is "
+                  "full."]  # fmt: skip
     for name, d in drift.items():
         lines += ["", f"Latency of the txs answered (group `{name}`), first {d['span_s']} s vs "
                   f"last {d['span_s']} s (p50 / p99 µs): {_q(d['first'])} vs {_q(d['last'])}; "

@@ -417,6 +417,8 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
                 final = dep.status(namespace)
             seq_status = final.get(dep.SEQUENCER, {})
             hashes = {k: v.get("state_hash") for k, v in final.items() if k in reps}
+            # each replica's per-account ledger against its budget (a soak: still filling?)
+            ledgers = {k: v["ledger"] for k, v in final.items() if k in reps and "ledger" in v}
         finally:
             _say(opts, f"loadtest: tearing down namespace {namespace}")
             try:
@@ -458,6 +460,7 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
         report["cpu_us_per_tx"] = led.us_per_tx()
     if win.memory:
         report["memory_mib"] = memory_by_role(win.memory, roles)
+    report["replica_ledgers"] = ledgers
     if win.profiles:
         report["profiles"] = win.profiles
     report["replicas"] = sorted(hashes)

@@ -46,6 +46,12 @@ def test_a_short_loadtest_writes_markdown_json_and_plots(tmp_path: Path) -> None
     assert report["gc"] and set(report["groups"]) == {"main"}
     assert set(report["apply_steps_us"]) == {"decode", "cache_update", "fanout"}
     assert report["nonce_gaps"] == 0 and report["replica_state_hashes_equal"] is True
+    # each replica's ledger against its budget, in the JSON and the markdown
+    (name, ledger), *_ = report["replica_ledgers"].items()
+    assert 0 < ledger["entries"] <= ledger["max_entries"] == 500_000 and ledger["dropped"] == 0
+    assert f"Replica `{name}`'s per-account ledger at the end" in (out / "report.md").read_text()
+    # each process's memory per third of the window
+    assert len(report["memory_mib"]["replica main-0"]["growth_by_third_mib"]) == 3
     assert set(report["requests_by_path"]) == {"rest", "rest_batch", "ws"}
     # OTel spans of sampled txs, from the client and from the replica that served them
     spans = [
