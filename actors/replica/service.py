@@ -373,7 +373,7 @@ class ReplicaService:
         )
         m.gauge("raydex_replica_lag_blocks", self.lag)
         checks = self.checks
-        m.gauge("raydex_state_check_seq", lambda: (checks.latest() or (-1, ""))[0])
+        m.gauge("raydex_state_check_seq", checks.latest_seq)
         m.counter_fn("raydex_state_divergences_total", lambda: checks.divergences)
         self.publish_delay = m.histogram("raydex_book_publish_delay_seconds")
         self._sequenced = m.histogram_family(
@@ -688,10 +688,11 @@ class ReplicaService:
 
     def state_hash(self) -> dict[str, Any]:
         """The state hash of the caches (the one every role reports) and the seq it reflects.
-        O(state) on the event loop the first time per seq, then cached."""
+        O(state) on the event loop the first time per seq (none if a state check hashed it),
+        then cached."""
         seq = self.state.seq
         if self._digest[0] != seq:
-            self._digest = (seq, self.state.state_hash().hex())
+            self._digest = (seq, self.checks.done.get(seq) or self.state.state_hash().hex())
         return {"seq": self._digest[0], "state_hash": self._digest[1]}
 
     def status(self, state_hash: bool = True) -> dict[str, Any]:

@@ -139,6 +139,10 @@ class StateChecks:
         if self._task is not None:
             await asyncio.shield(self._task)
 
+    def latest_seq(self) -> int:
+        """The newest checkpoint's seq, -1 before the first (a metrics gauge)."""
+        return next(reversed(self.done), -1)
+
     def latest(self) -> tuple[int, str] | None:
         """The newest checkpoint hashed: (seq, digest hex)."""
         if not self.done:

@@ -167,7 +167,7 @@ class SnapshotService:
         self.metrics = Recorder("snapshot", "snapshot")
         self.metrics.histogram("raydex_snapshot_build_seconds", self.build_time)
         self.metrics.gauge("raydex_block_seq", lambda: self.seq)
-        self.metrics.gauge("raydex_state_check_seq", self._check_seq)
+        self.metrics.gauge("raydex_state_check_seq", self.checks.latest_seq)
         self.supervisor = Supervisor(self.metrics, on_fatal)
 
     @property
@@ -398,13 +398,10 @@ class SnapshotService:
     def state_hash(self) -> dict[str, Any]:
         """The current state hash (``raydex.engine.state_digest``, the one every role reports)
         and its seq: O(state) once per seq (cached), for ``status``, tests and operators."""
-        if self._digest[0] != self.seq:
-            self._digest = (self.seq, state_digest(self._records()).hex())
+        if self._digest[0] != self.seq:  # a state check may have hashed this seq already
+            digest = self.checks.done.get(self.seq) or state_digest(self._records()).hex()
+            self._digest = (self.seq, digest)
         return {"seq": self._digest[0], "state_hash": self._digest[1]}
-
-    def _check_seq(self) -> float:
-        latest = self.checks.latest()
-        return float(latest[0]) if latest is not None else -1.0
 
     def status(self) -> dict[str, Any]:
         """The current state hash with its seq (``state_hash_seq``; O(state) once per seq, off

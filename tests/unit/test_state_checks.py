@@ -142,6 +142,7 @@ def test_checkpoints_after_a_reload_to_an_older_state_are_forgotten_and_bad_inpu
     assert list(checks.done) == [10, 20, 30]
     checks.forget_after(20)
     assert list(checks.done) == [10, 20] and checks.latest() == (20, checks.done[20])
+    assert checks.latest_seq() == 20 and StateChecks(every_blocks=10).latest_seq() == -1
     assert not checks.due(0) and not checks.due(15) and checks.due(40)
     assert checks.compare("holder", {99: "x"}) is None  # nothing in common: no verdict
     with pytest.raises(ValueError):
