@@ -17,7 +17,8 @@ never *reply - actual send*, so when the generator or the server falls behind th
 a lane keeps its accounts' txs in order: a WS lane sends on one connection (the replica handles a
 connection's messages in order), a REST lane sends an account's next request only after that
 account's previous one was answered, on the same keep-alive connection, hence to the same replica
-(other accounts' requests overlap freely, up to ``rest_connections`` per lane). A WS lane keeps
+(other accounts' requests are pipelined on the lane's ``rest_connections`` connections meanwhile;
+the server answers a connection's requests in order). A WS lane keeps
 at most the replica's ``ws_max_inflight_txs`` txs unanswered (beyond, the replica would refuse).
 
 **After a rejection** (``NonceKeeper``): a rejection that did not consume its nonce makes the
@@ -35,15 +36,18 @@ modify of an order already filled, IOC without liquidity) are counted apart from
 ``INTENDED_CODES``.
 
 **Cost.** Planning signs and encodes every tx (~170 µs each on this VM, before the window). In
-the window the generator does per tx: a timer check, one pre-encoded write, one reply parse
-(msgspec) and one histogram record; coroutines: one per lane, one per in-flight REST request, one
-per WS reader and per order_book watcher. REST lanes reuse keep-alive connections. After a
-rejection: one GET per episode and ~100 µs of signing per re-signed tx.
+the window the generator does per tx: a timer check, one write of bytes built from the
+pre-encoded body (``rawclient``: no client library's request and response objects), one reply
+parse (msgspec) and one histogram record; coroutines: one per lane and one per in-flight REST
+request; WebSocket answers and order_book updates are taken in the connection's read callback,
+with no task switch. After a rejection: one GET per episode and ~100 µs of signing per re-signed
+tx.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -54,7 +58,6 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import aiohttp
 import msgspec
 
 from raydex.actors.local import FAR_MS, Trader
@@ -73,6 +76,7 @@ from raydex.codecs import (
 from raydex.engine.rules import notional_multiplier
 
 from ..hist import Histogram
+from .rawclient import HttpConnection, WsConnection
 
 __all__ = [
     "CLIENT_ERROR",
@@ -97,7 +101,10 @@ __all__ = [
 ]
 
 _decode = msgspec.json.Decoder().decode
-_FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+_HOST = "127.0.0.1"
+_API = "/api/v1/"
+#: a REST answer not back after this long is a client error (aiohttp's total timeout before)
+_TIMEOUT_S = 60.0
 _OK = 200
 _INVALID_NONCE = int(ResultCode.INVALID_NONCE)
 _UNAVAILABLE = int(ResultCode.SEQUENCER_UNAVAILABLE)
@@ -627,19 +634,16 @@ class NonceKeeper:
             ev = self._drained.setdefault(account, asyncio.Event())
             await ev.wait()
 
-    async def resync(
-        self, http: aiohttp.ClientSession, base: str, item: Item, rec: Recorder
-    ) -> None:
+    async def resync(self, http: HttpConnection, item: Item, rec: Recorder) -> None:
         """Ask the server for ``item``'s account's next nonce; set the shift from it."""
         a = item.account
         key = int(getattr(item.txs[0], "api_key_index", 0)) if item.txs else 0
         try:
-            async with http.get(
-                f"{base}nextNonce", params={"account_index": a, "api_key_index": key}
-            ) as r:
-                body = _decode(await r.read())
-            nonce = int(body["nonce"])
-        except (aiohttp.ClientError, msgspec.DecodeError, TimeoutError, KeyError, TypeError):
+            _, raw = await asyncio.wait_for(
+                http.get(f"{_API}nextNonce?account_index={a}&api_key_index={key}"), _TIMEOUT_S
+            )
+            nonce = int(_decode(raw)["nonce"])
+        except (ConnectionError, msgspec.DecodeError, TimeoutError, KeyError, TypeError):
             return  # still stale: the next tx of the account tries again
         rec.resyncs += 1
         self.stale.discard(a)
@@ -668,39 +672,51 @@ async def _rest_lane(
     connections: int,
     nonces: NonceKeeper | None,
 ) -> None:
-    base = f"http://127.0.0.1:{lane.port}/api/v1/"
     prev: dict[int, asyncio.Task[None]] = {}
-    timeout = aiohttp.ClientTimeout(total=60)
-    # One keep-alive connection per session, an account always on the same one: its requests
-    # reach the same replica, whose nonce cache has applied the account's previous tx (replicas
-    # behind a shared port apply blocks at their own pace; another one may still be behind).
-    sessions = [
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), timeout=timeout)
-        for _ in range(connections)
-    ]
+    # Keep-alive connections, an account always on the same one: its requests reach the same
+    # replica, whose nonce cache has applied the account's previous tx (replicas behind a
+    # shared port apply blocks at their own pace; another one may still be behind). Other
+    # accounts' requests are pipelined on it meanwhile (the server answers them in order).
+    conns = [await HttpConnection.open(_HOST, lane.port) for _ in range(connections)]
+    reopening: dict[int, asyncio.Future[HttpConnection]] = {}
+
+    async def conn(i: int) -> HttpConnection:
+        """Connection ``i``, opened again if the server closed it."""
+        c = conns[i]
+        if c.lost is None:
+            return c
+        fut = reopening.get(i)
+        if fut is None:
+            fut = reopening[i] = asyncio.ensure_future(HttpConnection.open(_HOST, lane.port))
+            fut.add_done_callback(lambda _f: reopening.pop(i, None))
+        c = conns[i] = await asyncio.shield(fut)
+        return c
 
     async def one(item: Item, before: asyncio.Task[None] | None) -> None:
-        http = sessions[item.account % connections]
         if before is not None and not before.done():
             await asyncio.wait([before])
         planned = t0 + item.at_ns
+        n = len(item.types)
+        http: HttpConnection | None = None
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+            http = await conn(item.account % connections)
         epoch = 0
         if nonces is not None:
-            if item.account in nonces.stale:  # its previous tx was answered: nothing in flight
-                await nonces.resync(http, base, item, rec)
+            if http is not None and item.account in nonces.stale:
+                await nonces.resync(http, item, rec)  # its previous tx was answered: none in flight
             item = nonces.prepare(item, rec)
             epoch = nonces.sent(item)
         sent = time.monotonic_ns()
-        rec.sent_at(planned, sent, len(item.types))
-        headers = _FORM
-        if trace is not None and item.sampled:
-            headers = {**_FORM, **trace(item, planned, sent, 0)}
-        n = len(item.types)
+        rec.sent_at(planned, sent, n)
+        headers = trace(item, planned, sent, 0) if trace is not None and item.sampled else None
         try:
-            async with http.post(base + item.rest_path, data=item.rest_body, headers=headers) as r:
-                body = _decode(await r.read())
-            codes, committed, stale = reply_facts(body, n)
-        except (aiohttp.ClientError, msgspec.DecodeError, TimeoutError):
+            if http is None:
+                raise ConnectionError("no connection to the replica")
+            _, raw = await asyncio.wait_for(
+                http.post(_API + item.rest_path, item.rest_body, headers=headers), _TIMEOUT_S
+            )
+            codes, committed, stale = reply_facts(_decode(raw), n)
+        except (ConnectionError, msgspec.DecodeError, TimeoutError):
             codes, committed, stale = [CLIENT_ERROR] * n, 0, True
         done = time.monotonic_ns()
         follow = nonces.answered(item, epoch, stale) if nonces is not None else False
@@ -720,12 +736,11 @@ async def _rest_lane(
         if prev:
             await asyncio.wait(list(prev.values()))
     finally:
-        for http in sessions:
-            await http.close()
+        for c in conns:
+            c.close()
 
 
 async def _ws_lane(
-    http: aiohttp.ClientSession,
     lane: LaneSpec,
     items: list[Item],
     t0: int,
@@ -737,45 +752,47 @@ async def _ws_lane(
 ) -> None:
     """One WebSocket: an account's txs are pipelined in plan order, at most ``max_inflight``
     unanswered on the connection (the server's ``ws_max_inflight_txs``: a polite client waits
-    rather than being refused). After a rejection that left the account stale, its later txs
-    wait in a backlog while a fixer task lets its in-flight txs be answered, re-syncs the nonce
-    over REST (same port) and sends the backlog re-signed; other accounts' txs keep flowing."""
-    base = f"http://127.0.0.1:{lane.port}/api/v1/"
-    ws = await http.ws_connect(f"http://127.0.0.1:{lane.port}/stream", heartbeat=30)
-    await ws.receive(timeout=10)  # {"type": "connected"}
+    rather than being refused). Answers are taken in the connection's read callback. After a
+    rejection that left the account stale, its later txs wait in a backlog while a fixer task
+    lets its in-flight txs be answered, re-syncs the nonce over REST (same port) and sends the
+    backlog re-signed; other accounts' txs keep flowing."""
     waiting: dict[int, tuple[Item, int]] = {}
-    all_sent = asyncio.Event()
+    answered = asyncio.Event()  # set when the last unanswered tx is answered
     backlog: dict[int, deque[Item]] = {}
     fixers: set[asyncio.Task[None]] = set()
     ids = [0]
     slots = asyncio.Semaphore(max_inflight)
+    greeted: list[bool] = []
+    rest: list[HttpConnection] = []  # for nonce re-syncs, opened on the first one
 
-    async def reader() -> None:
-        while waiting or not all_sent.is_set() or fixers:
-            try:
-                msg = await ws.receive(timeout=1.0)
-            except TimeoutError:
-                if stop.is_set() and all_sent.is_set() and not fixers:
-                    break
-                continue
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                break
-            done = time.monotonic_ns()
-            reply = _decode(msg.data)
-            got = waiting.pop(reply.get("id", -1), None)
-            if got is None:
-                continue
-            slots.release()
-            item, epoch = got
-            codes, committed, stale = reply_facts(reply, len(item.types))
-            follow = nonces.answered(item, epoch, stale) if nonces is not None else False
-            rec.by_path["ws"] += 1
-            rec.finished(t0 + item.at_ns, done, t0, item.types, codes, committed, follow)
+    def on_message(data: bytes) -> None:
+        if not greeted:  # {"type": "connected"}
+            greeted.append(True)
+            return
+        done = time.monotonic_ns()
+        try:
+            reply = _decode(data)
+        except msgspec.DecodeError:
+            return
+        got = waiting.pop(reply.get("id", -1), None) if isinstance(reply, dict) else None
+        if got is None:
+            return
+        slots.release()
+        item, epoch = got
+        codes, committed, stale = reply_facts(reply, len(item.types))
+        follow = nonces.answered(item, epoch, stale) if nonces is not None else False
+        rec.by_path["ws"] += 1
+        rec.finished(t0 + item.at_ns, done, t0, item.types, codes, committed, follow)
+        if not waiting:
+            answered.set()
+
+    ws = await WsConnection.open(_HOST, lane.port, "/stream", on_message)
+    gone = ws.closed
 
     async def send(item: Item) -> None:
         if slots.locked():
             slot = asyncio.ensure_future(slots.acquire())
-            await asyncio.wait([slot, task], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([slot, gone], return_when=asyncio.FIRST_COMPLETED)
             if not slot.done():
                 slot.cancel()
                 return  # the connection is gone: the lane stops
@@ -788,55 +805,68 @@ async def _ws_lane(
         ids[0] += 1
         k = ids[0]
         waiting[k] = (item, epoch)
+        answered.clear()
         rec.sent_at(t0 + item.at_ns, time.monotonic_ns(), len(item.types))
-        await ws.send_str(item.ws_text % k)
+        ws.send_text((item.ws_text % k).encode())
+
+    async def resync(item: Item) -> None:
+        assert nonces is not None
+        try:
+            if not rest or rest[0].lost is not None:
+                rest[:] = [await HttpConnection.open(_HOST, lane.port)]
+        except (OSError, TimeoutError):
+            return
+        await nonces.resync(rest[0], item, rec)
 
     async def fix(account: int) -> None:
         assert nonces is not None
         queue = backlog[account]
-        while queue and not task.done():
+        while queue and not gone.done():
             if account in nonces.stale:
                 drained = asyncio.ensure_future(nonces.drained(account))
-                await asyncio.wait([drained, task], return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([drained, gone], return_when=asyncio.FIRST_COMPLETED)
                 drained.cancel()
-                if task.done():
+                if gone.done():
                     break
-                await nonces.resync(http, base, queue[0], rec)
+                await resync(queue[0])
                 if account in nonces.stale:  # the server did not answer: try again shortly
                     await asyncio.sleep(0.05)
                     continue
-            while queue and account not in nonces.stale and not task.done():
+            while queue and account not in nonces.stale and not gone.done():
                 await send(queue.popleft())
         del backlog[account]  # no await since the last check: nothing was added in between
 
-    task = asyncio.get_running_loop().create_task(reader())
-    for item in items:
-        if stop.is_set() or task.done():
-            break
-        await _sleep_until(t0 + item.at_ns)
-        a = item.account
-        if nonces is not None and (a in backlog or a in nonces.stale):
-            queue = backlog.get(a)
-            if queue is None:
-                queue = backlog[a] = deque()
-                fixer = asyncio.get_running_loop().create_task(fix(a))
-                fixers.add(fixer)
-                fixer.add_done_callback(fixers.discard)
-            queue.append(item)
-            continue
-        await send(item)
-    if fixers:
-        await asyncio.wait(list(fixers))
-    all_sent.set()
     try:
-        await asyncio.wait_for(task, timeout=reply_timeout_s)
-    except TimeoutError:
-        task.cancel()
-    gave_up = time.monotonic_ns()
-    for item, _ in waiting.values():
-        rec.finished(t0 + item.at_ns, gave_up, t0, item.types, [NO_REPLY] * len(item.types))
-    waiting.clear()
-    await ws.close()
+        for item in items:
+            if stop.is_set() or gone.done():
+                break
+            await _sleep_until(t0 + item.at_ns)
+            a = item.account
+            if nonces is not None and (a in backlog or a in nonces.stale):
+                queue = backlog.get(a)
+                if queue is None:
+                    queue = backlog[a] = deque()
+                    fixer = asyncio.get_running_loop().create_task(fix(a))
+                    fixers.add(fixer)
+                    fixer.add_done_callback(fixers.discard)
+                queue.append(item)
+                continue
+            await send(item)
+        if fixers:
+            await asyncio.wait(list(fixers))
+        if waiting:
+            last = asyncio.ensure_future(answered.wait())
+            await asyncio.wait([last, gone], timeout=reply_timeout_s,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            last.cancel()
+        gave_up = time.monotonic_ns()
+        for item, _ in waiting.values():
+            rec.finished(t0 + item.at_ns, gave_up, t0, item.types, [NO_REPLY] * len(item.types))
+        waiting.clear()
+    finally:
+        ws.close()
+        for c in rest:
+            c.close()
 
 
 async def run_lanes(
@@ -862,17 +892,16 @@ async def run_lanes(
     for it in items:
         by_lane[it.lane].append(it)
     nonces = NonceKeeper(seeds) if seeds is not None else None
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
-        jobs = []
-        for ln in lanes:
-            rec = recorders[ln.group]
-            mine = by_lane[ln.index]
-            if ln.kind == "ws":
-                ws_args = (nonces, ws_max_inflight, reply_timeout_s)
-                jobs.append(_ws_lane(http, ln, mine, t0, rec, stop, *ws_args))
-            else:
-                jobs.append(_rest_lane(ln, mine, t0, rec, trace, stop, rest_connections, nonces))
-        await asyncio.gather(*jobs)
+    jobs = []
+    for ln in lanes:
+        rec = recorders[ln.group]
+        mine = by_lane[ln.index]
+        if ln.kind == "ws":
+            ws_args = (nonces, ws_max_inflight, reply_timeout_s)
+            jobs.append(_ws_lane(ln, mine, t0, rec, stop, *ws_args))
+        else:
+            jobs.append(_rest_lane(ln, mine, t0, rec, trace, stop, rest_connections, nonces))
+    await asyncio.gather(*jobs)
 
 
 # ---- order_book freshness ----------------------------------------------------------------------
@@ -928,21 +957,24 @@ async def watch_books(
     ready: asyncio.Event | None = None,
 ) -> BookWatch:
     """Subscribe to ``markets``' order_book on ``port`` until ``stop``; fills ``watch``."""
-    async with aiohttp.ClientSession() as http:
-        ws = await http.ws_connect(f"http://127.0.0.1:{port}/stream")
-        await ws.receive(timeout=10)
+    last: dict[str, int] = {}
+    greeted: list[bool] = []
+
+    def on_message(data: bytes) -> None:
+        if not greeted:  # {"type": "connected"}
+            greeted.append(True)
+            return
+        watch.on_message(_decode(data), time.time_ns() // 1000, t0_wall_us, last)
+
+    ws = await WsConnection.open(_HOST, port, "/stream", on_message)
+    try:
         for m in markets:
-            await ws.send_str(json.dumps({"type": "subscribe", "channel": f"order_book/{m}"}))
+            ws.send_text(b'{"type": "subscribe", "channel": "order_book/%d"}' % m)
         if ready is not None:
             ready.set()
-        last: dict[str, int] = {}
-        while not stop.is_set():
-            try:
-                msg = await ws.receive(timeout=0.2)
-            except TimeoutError:
-                continue
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                break
-            watch.on_message(_decode(msg.data), time.time_ns() // 1000, t0_wall_us, last)
-        await ws.close()
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([stopped, ws.closed], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+    finally:
+        ws.close()
     return watch

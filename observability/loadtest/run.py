@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import os
 import shutil
 import signal
@@ -603,9 +604,16 @@ def _drive(
         stop_watch.set()
         await asyncio.gather(*watchers, return_exceptions=True)
 
+    # The plan (every signed tx of the window: millions of tracked objects in a long run) is
+    # moved out of the collector's reach, as a replica freezes what it loaded at boot: a
+    # whole-heap collection would otherwise walk all of it, stalling every lane's sends for as
+    # long (the open-loop latency charges that stall to the server).
+    gc.collect()
+    gc.freeze()
     try:
         asyncio.run(main())
     finally:
+        gc.unfreeze()
         if tracer is not None:
             tracer.provider.shutdown()
     return win
