@@ -79,7 +79,7 @@ from .candles import RESOLUTIONS
 from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
 from .hooks import ReplicaHooks, StepProbe
-from .limits import WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
+from .limits import CACHED_CODES, WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
 from .state import LevelOrders, Levels, ReplicaState
 
 __all__ = [
@@ -904,15 +904,17 @@ class _Api:
         """Decode, dry-run and execute a sendTx (``types``/``infos``: ``tx_type``/``tx_info``)
         or sendTxBatch request; a signature rejection is remembered by the request's bytes and
         a byte-for-byte replay answered from memory (limits.py)."""
-        key = RejectionCache.key(batch, types, infos)
-        hit = self.limits.replayed(key)
-        if hit is not None:
-            raise ApiError(hit[0], hit[1])
+        limits = self.limits
+        if limits.holds_rejections():  # the request's digest only when it can be a replay
+            hit = limits.replayed(RejectionCache.key(batch, types, infos))
+            if hit is not None:
+                raise ApiError(hit[0], hit[1])
         txs = self._batch(types, infos) if batch else [self._decode_tx(types, infos)]
         try:
             outcomes = await self.send_txs(txs, ip)
         except ApiError as e:
-            self.limits.remember(key, e.code, e.message)
+            if e.code in CACHED_CODES:
+                limits.remember(RejectionCache.key(batch, types, infos), e.code, e.message)
             raise
         return self._tx_reply(outcomes, batch)
 

@@ -135,6 +135,9 @@ class RejectionCache:
         text = repr(parts).encode("utf-8", "surrogatepass")
         return hashlib.blake2b(text, digest_size=16).digest()
 
+    def __len__(self) -> int:
+        return len(self._seen)
+
     def get(self, key: bytes, now: float) -> tuple[int, str] | None:
         hit = self._seen.get(key)
         if hit is None:
@@ -230,6 +233,11 @@ class Limits:
             self.ws[ip] = n
         else:
             del self.ws[ip]
+
+    def holds_rejections(self) -> bool:
+        """Any rejection remembered (expired ones included until looked up): until then no
+        request can be a replay, and its key need not be computed."""
+        return len(self.rejections) > 0
 
     def replayed(self, key: bytes) -> tuple[int, str] | None:
         hit = self.rejections.get(key, self.clock())
