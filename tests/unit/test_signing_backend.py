@@ -167,7 +167,9 @@ def test_bench_signatures_reports_c_pure_and_the_sdk(capsys: object) -> None:
             == set(med["pure"])
             == {
                 "sign",
+                "sign_varied",
                 "verify_cached",
+                "verify_varied",
                 "verify_uncached",
                 "message_hash",
                 "public_key",
@@ -175,4 +177,5 @@ def test_bench_signatures_reports_c_pure_and_the_sdk(capsys: object) -> None:
         )
         # the reference is orders of magnitude slower: a mixed-up label would show here
         assert med["pure"]["verify_cached"] > 20 * med["c"]["verify_cached"]
+        assert med["pure"]["verify_varied"] > 20 * med["c"]["verify_varied"]
     assert "sign" in report["medians_us"].get("sdk", {}) or "sdk" in report["notes"]
