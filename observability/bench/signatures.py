@@ -37,7 +37,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from raydex.codecs import signing as S
@@ -89,7 +89,9 @@ VARIED = 256
 PURE_VARIED = 8
 
 
-def _varied(backend: S.Backend, n: int) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes, bytes]]]:
+def _varied(
+    backend: S.Backend, n: int
+) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes, bytes]]]:
     """``n`` key pairs with one distinct CreateOrder each: (sk, hm) to sign, (pk, hm, sig) to
     verify. Signed with the fastest backend (a signature is the same bits whichever signs)."""
     signer = S.ACCEL or backend
@@ -102,7 +104,7 @@ def _varied(backend: S.Backend, n: int) -> tuple[list[tuple[bytes, bytes]], list
     return to_sign, to_verify
 
 
-def _rotating(fn: Callable[..., Any], args: list[tuple[bytes, ...]]) -> Callable[[], Any]:
+def _rotating(fn: Callable[..., Any], args: Sequence[tuple[bytes, ...]]) -> Callable[[], Any]:
     """A no-argument call of ``fn`` on the next of ``args`` each time (round-robin)."""
     state = [0]
     n = len(args)
@@ -115,9 +117,7 @@ def _rotating(fn: Callable[..., Any], args: list[tuple[bytes, ...]]) -> Callable
     return call
 
 
-def _methods(
-    backend: S.Backend, sk: bytes, pk: bytes, varied: int
-) -> dict[str, Callable[[], Any]]:
+def _methods(backend: S.Backend, sk: bytes, pk: bytes, varied: int) -> dict[str, Callable[[], Any]]:
     hm = S.message_hash(14, ORDER, CHAIN, backend)
     sig = S.sign(sk, hm, backend)
     cache = S.KeyCache(backend=backend)
@@ -248,8 +248,15 @@ def run(json_out: bool = False, rounds: int = 15, pure_rounds: int = 3) -> dict[
 
 
 def _print_table(r: dict[str, Any]) -> None:
-    ops = ["sign", "sign_varied", "verify_cached", "verify_varied", "verify_uncached",
-           "message_hash", "public_key"]
+    ops = [
+        "sign",
+        "sign_varied",
+        "verify_cached",
+        "verify_varied",
+        "verify_uncached",
+        "message_hash",
+        "public_key",
+    ]
     print(f"Lighter signatures (Schnorr/ECgFp5/Poseidon2), {r['unit']}; in use: "
           f"{r['backend_in_use']}; load average {r['load_average'][0]:.2f}")  # fmt: skip
     for title, key in (("wall", "medians_us"), ("CPU of the calling thread", "cpu_medians_us")):

@@ -787,11 +787,11 @@ async def _ws_lane(
             answered.set()
 
     ws = await WsConnection.open(_HOST, lane.port, "/stream", on_message)
-    gone = ws.closed
+    gone: asyncio.Future[Any] = ws.closed
 
     async def send(item: Item) -> None:
         if slots.locked():
-            slot = asyncio.ensure_future(slots.acquire())
+            slot: asyncio.Future[Any] = asyncio.ensure_future(slots.acquire())
             await asyncio.wait([slot, gone], return_when=asyncio.FIRST_COMPLETED)
             if not slot.done():
                 slot.cancel()
@@ -823,7 +823,7 @@ async def _ws_lane(
         queue = backlog[account]
         while queue and not gone.done():
             if account in nonces.stale:
-                drained = asyncio.ensure_future(nonces.drained(account))
+                drained: asyncio.Future[Any] = asyncio.ensure_future(nonces.drained(account))
                 await asyncio.wait([drained, gone], return_when=asyncio.FIRST_COMPLETED)
                 drained.cancel()
                 if gone.done():
@@ -855,7 +855,7 @@ async def _ws_lane(
         if fixers:
             await asyncio.wait(list(fixers))
         if waiting:
-            last = asyncio.ensure_future(answered.wait())
+            last: asyncio.Future[Any] = asyncio.ensure_future(answered.wait())
             await asyncio.wait([last, gone], timeout=reply_timeout_s,
                                return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
             last.cancel()
@@ -972,8 +972,9 @@ async def watch_books(
             ws.send_text(b'{"type": "subscribe", "channel": "order_book/%d"}' % m)
         if ready is not None:
             ready.set()
-        stopped = asyncio.ensure_future(stop.wait())
-        await asyncio.wait([stopped, ws.closed], return_when=asyncio.FIRST_COMPLETED)
+        stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+        gone: asyncio.Future[Any] = ws.closed
+        await asyncio.wait([stopped, gone], return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
     finally:
         ws.close()
