@@ -5,17 +5,20 @@ exactly. The Ray classification is checked on command lines as Ray 2.60 writes t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from raydex.observability.loadtest.ledger import (
     CLK_TCK,
+    INTERRUPTS,
     OTHER,
     UNATTRIBUTED,
     CpuSample,
@@ -26,6 +29,7 @@ from raydex.observability.loadtest.ledger import (
     classify_ray,
     format_ledger,
     machine_busy_ticks,
+    machine_ticks,
     memory_by_role,
     proc_info,
     ray_session_of,
@@ -190,6 +194,34 @@ def test_a_reused_pid_is_not_charged_its_predecessors_ticks() -> None:
     led = build_ledger(before, after, {4242: "x"}, 10)
     assert led.by_role["x"] == 30 / CLK_TCK
     assert led.by_role[UNATTRIBUTED] == 70 / CLK_TCK
+
+
+def test_interrupt_time_gets_a_row_steal_is_reported_apart_and_all_adds_up() -> None:
+    p = ProcInfo(77, 1, "seq", ticks=500, start=100, cmdline="seq")
+    before = CpuSample(0, 10_000, 40_000, {77: p}, steal=1_000, interrupts=300)
+    later = dataclasses.replace(p, ticks=900)
+    # 1,000 busy ticks: 400 the process's, 50 of interrupts, 550 no live process accounts for;
+    # 250 were stolen by the hypervisor (in the rows or in the remainder: a fact, not a row)
+    after = CpuSample(10**9, 11_000, 42_000, {77: later}, steal=1_250, interrupts=350)
+    led = build_ledger(before, after, {77: "sequencer"}, 10)
+    assert led.by_role[INTERRUPTS] == 50 / CLK_TCK
+    assert led.by_role[UNATTRIBUTED] == 550 / CLK_TCK
+    assert abs(sum(led.by_role.values()) - 1_000 / CLK_TCK) < 1e-9
+    assert led.steal_s == 250 / CLK_TCK
+    rows = list(led.by_role)
+    assert rows.index(INTERRUPTS) < rows.index(UNATTRIBUTED) == len(rows) - 1
+    js = led.as_json()
+    assert js["steal_s"] == round(250 / CLK_TCK, 3) and js["steal_pct"] > 0
+    table = "\n".join(format_ledger(js))
+    assert f"| of it hypervisor steal | {250 / CLK_TCK:.2f} |" in table
+
+
+def test_machine_ticks_read_steal_and_interrupts_from_proc_stat(tmp_path: Path) -> None:
+    (tmp_path / "stat").write_text(
+        "cpu  100 5 40 1000 7 3 2 11 0 0\ncpu0 50 2 20 500 3 1 1 5 0 0\n"
+    )
+    busy, total, steal, irq = machine_ticks(tmp_path)
+    assert (busy, total, steal, irq) == (100 + 5 + 40 + 3 + 2 + 11, 161 + 1000 + 7, 11, 5)
 
 
 SESSION = "session_2026-12-03_06-03-26_495985_10476"
