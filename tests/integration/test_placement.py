@@ -107,13 +107,16 @@ def spec_with(groups: list[dict[str, Any]], **core: Any) -> DeploySpec:
 
 def check_invariants(plan: list[GroupPlacement], hosts: dict[str, Topology]) -> None:
     bundles = [b for g in plan for b in g.bundles]
-    demand: dict[tuple[str, int], float] = {}
+    # Ray accounts resources in fixed-point units of 1e-4: summed as floats, requests on that
+    # grid can pass the capacity by a rounding error (12 x 0.25 + ... = 3.0000000000000004)
+    demand: dict[tuple[str, int], int] = {}
     for b in bundles:
         assert set(b.cpus) <= set(hosts[b.host].node(b.numa_node).cpus)
         assert abs(round(b.request * 10_000) - b.request * 10_000) < 1e-6  # Ray's 1e-4 steps
-        demand[b.host, b.numa_node] = demand.get((b.host, b.numa_node), 0) + b.request
+        key = (b.host, b.numa_node)
+        demand[key] = demand.get(key, 0) + round(b.request * 10_000)
     for (host, numa), total in demand.items():
-        assert total <= len(hosts[host].node(numa).cpus)
+        assert total <= len(hosts[host].node(numa).cpus) * 10_000
         here = [b for b in bundles if (b.host, b.numa_node) == (host, numa)]
         if not any(b.shared for b in here):
             used = [c for b in here for c in b.cpus]
