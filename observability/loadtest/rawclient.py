@@ -54,6 +54,19 @@ def _head_value(head: bytes, name: bytes) -> bytes | None:
     return head[i : j if j >= 0 else len(head)].strip()
 
 
+def _take_head(buf: bytearray, what: str) -> bytes | None:
+    """The head of the HTTP answer at the front of ``buf`` (lower case, without its blank line),
+    taken off the buffer; None while it is incomplete. ProtocolError past 64 KiB."""
+    end = buf.find(_END)
+    if end < 0:
+        if len(buf) > _MAX_HEAD:
+            raise ProtocolError(f"{what} head is over 64 KiB")
+        return None
+    head = bytes(buf[:end]).lower()
+    del buf[: end + 4]
+    return head
+
+
 class HttpConnection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection (see the module docstring)."""
 
@@ -136,13 +149,9 @@ class HttpConnection(asyncio.Protocol):
         """Parse one answer off the buffer if it is all there; True if one was."""
         buf = self._buf
         if self._need < 0:
-            end = buf.find(_END)
-            if end < 0:
-                if len(buf) > _MAX_HEAD:
-                    raise ProtocolError("an answer's head is over 64 KiB")
+            head = _take_head(buf, "an answer's")
+            if head is None:
                 return False
-            head = bytes(buf[:end]).lower()
-            del buf[: end + 4]
             if not head.startswith(b"http/1.") or len(head) < 12:
                 raise ProtocolError(f"not an HTTP/1.x answer: {head[:40]!r}")
             self._status = int(head[9:12])
@@ -269,14 +278,9 @@ class WsConnection(asyncio.Protocol):
             self.abort()
 
     def _handshake(self) -> bool:
-        buf = self._buf
-        end = buf.find(_END)
-        if end < 0:
-            if len(buf) > _MAX_HEAD:
-                raise ProtocolError("the handshake answer's head is over 64 KiB")
+        head = _take_head(self._buf, "the handshake answer's")
+        if head is None:
             return False
-        head = bytes(buf[:end]).lower()
-        del buf[: end + 4]
         accept = base64.b64encode(hashlib.sha1(self._key + _WS_GUID).digest()).lower()
         if not head.startswith(b"http/1.1 101"):
             status = head.split(b"\r\n", 1)[0]
