@@ -79,7 +79,7 @@ from .candles import RESOLUTIONS
 from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
 from .hooks import ReplicaHooks, StepProbe
-from .limits import CACHED_CODES, WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
+from .limits import WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
 from .state import LevelOrders, Levels, ReplicaState
 
 __all__ = [
@@ -913,7 +913,7 @@ class _Api:
         try:
             outcomes = await self.send_txs(txs, ip)
         except ApiError as e:
-            if e.code in CACHED_CODES:
+            if limits.remembers(e.code):
                 limits.remember(RejectionCache.key(batch, types, infos), e.code, e.message)
             raise
         return self._tx_reply(outcomes, batch)

@@ -147,8 +147,12 @@ class RejectionCache:
             return None
         return hit[1], hit[2]
 
+    def remembers(self, code: int) -> bool:
+        """Whether a rejection with ``code`` is kept (so its key is worth computing)."""
+        return self.ttl_s > 0 and code in CACHED_CODES
+
     def put(self, key: bytes, code: int, message: str, now: float) -> None:
-        if self.ttl_s <= 0 or code not in CACHED_CODES:
+        if not self.remembers(code):
             return
         self._seen[key] = (now + self.ttl_s, code, message)
         self._seen.move_to_end(key)
@@ -244,6 +248,11 @@ class Limits:
         if hit is not None:
             self.replays_answered += 1
         return hit
+
+    def remembers(self, code: int) -> bool:
+        """Whether a rejection with ``code`` is remembered by the request's bytes: the caller
+        computes the request's key only then."""
+        return self.rejections.remembers(code)
 
     def remember(self, key: bytes, code: int, message: str) -> None:
         self.rejections.put(key, code, message, self.clock())

@@ -272,3 +272,21 @@ def test_the_budgets_are_set_in_raydex_yaml() -> None:
         assert "ws_max_connections_per_ip" in str(exc)
     else:
         raise AssertionError("a cap of 0 was accepted")
+
+
+def test_only_signature_rejections_are_remembered_and_only_with_a_ttl() -> None:
+    from raydex.actors.replica.limits import RejectionCache
+
+    cache = RejectionCache(ttl_s=60.0, max_items=4)
+    bad_sig, nonce = int(ResultCode.INVALID_SIGNATURE), int(ResultCode.INVALID_NONCE)
+    assert cache.remembers(bad_sig) and not cache.remembers(nonce)
+    key = RejectionCache.key(False, 14, "{}")
+    cache.put(key, nonce, "invalid nonce", now=0.0)
+    assert cache.get(key, now=1.0) is None  # depends on the account's state: never replayed
+    cache.put(key, bad_sig, "invalid signature", now=0.0)
+    assert cache.get(key, now=1.0) == (bad_sig, "invalid signature")
+    assert cache.get(key, now=61.0) is None  # expired
+    off = RejectionCache(ttl_s=0.0, max_items=4)
+    assert not off.remembers(bad_sig)
+    off.put(key, bad_sig, "invalid signature", now=0.0)
+    assert len(off) == 0
