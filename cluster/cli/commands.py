@@ -170,7 +170,8 @@ def _add_loadtest(sub: Any) -> None:
     p.add_argument("--seconds", type=float, default=30.0, help="timed window (30)")
     p.add_argument("--accounts", type=_positive, default=200, help="synthetic accounts (200)")
     p.add_argument("--markets", type=_positive, default=4, help="markets from the spec (4)")
-    p.add_argument("--replicas", type=_positive, default=2, help="replicas per group (2)")
+    p.add_argument("--replicas", type=_positive, default=None,
+                   help="replicas per group (the spec's: 1 per NUMA node)")  # fmt: skip
     p.add_argument("--clients", type=_positive, default=8, help="client lanes, WS and REST (8)")
     p.add_argument("--ab", nargs="+", default=None, metavar="NAME=SETTINGS",
                    help="two groups, e.g. pinned=pin:on,unpinned=pin:off "

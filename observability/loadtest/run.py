@@ -107,18 +107,24 @@ class GroupSettings:
     #: the replicas' ``busy_poll``
     busy: bool | None = None
 
-    def apply(self, base: ReplicaGroupSpec, replicas: int, port: int) -> ReplicaGroupSpec:
+    def apply(self, base: ReplicaGroupSpec, replicas: int | None, port: int) -> ReplicaGroupSpec:
+        """``base`` with these settings; ``replicas`` None keeps the base's count (the spec's
+        ``replicas_per_numa_node`` or ``replicas``; one per NUMA node if it sets neither)."""
         replica = base.replica
         if self.door is not None:
             api = dataclasses.replace(replica.api, admission_max_delay_s=self.door)
             replica = dataclasses.replace(replica, api=api)
         if self.busy is not None:
             replica = dataclasses.replace(replica, busy_poll=self.busy)
+        count = self.replicas or replicas
+        per_node = base.replicas_per_numa_node
+        if count is None and per_node is None and base.replicas is None:
+            per_node = 1
         return dataclasses.replace(
             base,
             name=self.name,
-            replicas=self.replicas or replicas,
-            replicas_per_numa_node=None,
+            replicas=count if count is not None else base.replicas,
+            replicas_per_numa_node=None if count is not None else per_node,
             pin=base.pin if self.pin is None else self.pin,
             realtime=base.realtime if self.realtime is None else self.realtime,
             gc=base.gc if self.gc is None else GC_PRESETS[self.gc],
@@ -199,7 +205,8 @@ class LoadtestOptions:
     seconds: float = 30.0
     accounts: int = 200
     markets: int = 4
-    replicas: int = 2
+    #: replicas per group; None: the spec's count (raydex.yaml: one per NUMA node)
+    replicas: int | None = None
     clients: int = 8
     ab: tuple[GroupSettings, GroupSettings] | None = None
     spec_path: str = "raydex.yaml"

@@ -285,9 +285,10 @@ def loadtest_argv(opts: Any) -> list[str]:
     """``raydex loadtest`` arguments that reproduce ``opts`` (a ``LoadtestOptions``, no A/B)."""
     argv = ["loadtest", "--tps", f"{opts.tps:g}", "--seconds", f"{opts.seconds:g}",
             "--accounts", str(opts.accounts), "--markets", str(opts.markets),
-            "--replicas", str(opts.replicas), "--clients", str(opts.clients),
-            "--spec", opts.spec_path, "--sample-every", str(opts.sample_every),
-            "--seed", str(opts.seed)]  # fmt: skip
+            "--clients", str(opts.clients), "--spec", opts.spec_path,
+            "--sample-every", str(opts.sample_every), "--seed", str(opts.seed)]  # fmt: skip
+    if opts.replicas is not None:
+        argv += ["--replicas", str(opts.replicas)]
     for flag, value in (("--out", opts.out_dir), ("--json-out", opts.json_out),
                         ("--address", opts.address)):  # fmt: skip
         if value is not None:

@@ -37,6 +37,7 @@ from raydex.observability.loadtest.loadgen import (
 from raydex.observability.loadtest.run import (
     GC_PRESETS,
     AbError,
+    GroupSettings,
     LoadtestOptions,
     OptionError,
     build_spec,
@@ -234,6 +235,17 @@ def test_ab_settings_apply_onto_the_base_replica_group() -> None:
     assert (group.name, group.pin, group.cpus_per_replica, group.http_port) == ("fast", False, 2,
                                                                                 9000)  # fmt: skip
     assert group.gc == GC_PRESETS["default"] and group.replicas == 1
+
+
+def test_without_replicas_the_loadtest_deploys_the_specs_count(tmp_path: Path) -> None:
+    (main,) = build_spec(load_spec("raydex.yaml"), LoadtestOptions(), tmp_path).replica_groups
+    assert (main.replicas_per_numa_node, main.replicas) == (1, None)  # raydex.yaml's
+    plain = GroupSettings("main")
+    assert plain.apply(ReplicaGroupSpec("g", replicas=3), None, 9000).replicas == 3
+    bare = plain.apply(ReplicaGroupSpec("g"), None, 9000)  # a spec that sets neither
+    assert (bare.replicas_per_numa_node, bare.replicas) == (1, None)
+    two = plain.apply(ReplicaGroupSpec("g", replicas_per_numa_node=1), 2, 9000)  # --replicas 2
+    assert (two.replicas_per_numa_node, two.replicas) == (None, 2)
 
 
 def test_ab_door_setting_sets_the_groups_overload_door() -> None:

@@ -71,7 +71,7 @@ def test_the_repository_raydex_yaml_loads() -> None:
     assert isinstance(spec, DeploySpec)
     assert 3 <= len(spec.markets) <= 4
     (group,) = spec.replica_groups
-    assert group.replicas == 2
+    assert (group.replicas_per_numa_node, group.replicas) == (1, None)
     assert spec.sequencer.config.wal_fsync in ("block", "none")
     assert spec.sequencer.config.oracle_interval_ms == 1000.0
 

@@ -142,3 +142,5 @@ def test_each_point_is_the_same_loadtest_command_at_its_own_rate(tmp_path: Path)
     )
     assert args.profile and args.no_resync and args.quiet and args.out == str(tmp_path)
     assert args.sweep is None and args.ab is None
+    default = build_parser().parse_args(loadtest_argv(LoadtestOptions()))
+    assert default.replicas is None  # the spec's count, as the sweep's own command had it
