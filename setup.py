@@ -5,6 +5,10 @@ compiler exists. Everything else comes from pyproject.toml.
 SHA-256 on the CPU's SHA extensions where it has them) is optional the same way: without it the
 committer runs the same update in Python.
 
+``raydex.observability._untrack`` (``observability/_untrack.c``: immutable records out of the
+cyclic GC's lists) is optional too: without it the records stay tracked and collections pause
+longer.
+
 ``raydex.codecs.signing._accel`` (``codecs/signing/_ecgfp5.c``, Lighter's Schnorr/ECgFp5/
 Poseidon2) is built by every ``pip install`` (``make install``). It is an optional extension: if
 the C compiler or the Python headers are missing, the install still succeeds, setuptools prints
@@ -156,4 +160,13 @@ MERKLE_EXTENSION = Extension(
     optional=True,
 )
 
-setup(ext_modules=[SIGNING_EXTENSION, MERKLE_EXTENSION, *_mypyc_extensions()])
+#: immutable records (NamedTuples of atoms) out of the cyclic GC's lists (observability/_untrack.c);
+#: optional: without it the records stay tracked and every collection walks them (longer pauses)
+UNTRACK_EXTENSION = Extension(
+    "raydex.observability._untrack",
+    sources=["observability/_untrack.c"],
+    extra_compile_args=["-O2", "-std=gnu11"],
+    optional=True,
+)
+
+setup(ext_modules=[SIGNING_EXTENSION, MERKLE_EXTENSION, UNTRACK_EXTENSION, *_mypyc_extensions()])

@@ -6,6 +6,12 @@ the third threshold out of reach so no full collection runs mid-block, and ``run
 ``after_boot()`` freezes the boot-time heap (caches loaded from a snapshot) so no collection ever
 traverses it again.
 
+``untrack(obj)`` / ``untrack_all(items)`` take immutable records (NamedTuples of atoms: tx
+results, trades, done orders, the decoded events a replica keeps) out of the collector's lists,
+as CPython does by itself for exact tuples only (``observability/_untrack.c``); a collection then
+walks only what can be cyclic garbage. Without the C extension they do nothing (``UNTRACKING``
+is False) and the records stay tracked.
+
 ``GcMonitor`` hooks ``gc.callbacks``: per generation it counts collections and records each pause
 (start -> stop) in a histogram, at ~1 µs per collection, never per allocation. Its ``summary()``
 is what status pages and metrics report.
@@ -19,6 +25,22 @@ import time
 from typing import Any
 
 from .hist import Histogram
+
+try:  # optional C extension (observability/_untrack.c), built by every install where a compiler is
+    from ._untrack import untrack, untrack_all  # type: ignore[import-not-found]
+
+    UNTRACKING = True
+except ImportError:  # pragma: no cover - a build without a C compiler
+    UNTRACKING = False
+
+    def untrack(obj: object) -> bool:
+        """Without the extension: nothing changes (the object stays tracked)."""
+        return False
+
+    def untrack_all(items: Any) -> int:
+        """Without the extension: nothing changes."""
+        return 0
+
 
 #: gc threshold meaning "never by itself" (CPython compares counts with it).
 _NEVER = 2**31 - 1
@@ -63,7 +85,12 @@ class GcMonitor:
                 "pause_us": self.pauses[g].summary_us(),
             }
             for g in range(3)
-        } | {"frozen": gc.get_freeze_count(), "thresholds": list(gc.get_threshold())}
+        } | {
+            "frozen": gc.get_freeze_count(),
+            "thresholds": list(gc.get_threshold()),
+            # whether immutable records leave the collector's lists (observability/_untrack.c)
+            "untracking": UNTRACKING,
+        }
 
 
 class GcPolicy:

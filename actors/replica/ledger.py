@@ -60,6 +60,7 @@ from raydex.codecs import (
     TxExecuted,
     TxType,
 )
+from raydex.observability.gcstats import untrack
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
@@ -205,6 +206,7 @@ class AccountLog:
         if len(d) != d.maxlen:
             self._grew()
         d.append(x)
+        untrack(x)
 
     def add_trade(self, x: TradeRow) -> None:
         d = self.trades
@@ -213,6 +215,7 @@ class AccountLog:
         if len(d) != d.maxlen:
             self._grew()
         d.append(x)
+        untrack(x)
 
     def add_flow(self, x: Flow) -> None:
         d = self.flows
@@ -221,6 +224,7 @@ class AccountLog:
         if len(d) != d.maxlen:
             self._grew()
         d.append(x)
+        untrack(x)
 
     def add_funding(self, x: FundingPayment) -> None:
         d = self.fundings
@@ -229,6 +233,7 @@ class AccountLog:
         if len(d) != d.maxlen:
             self._grew()
         d.append(x)
+        untrack(x)
 
     def add_liquidation(self, x: Liquidation) -> None:
         d = self.liquidations
@@ -237,6 +242,7 @@ class AccountLog:
         if len(d) != d.maxlen:
             self._grew()
         d.append(x)
+        untrack(x)
 
     def add_tx(self, x: TxRecord) -> None:
         d = self.txs
@@ -245,6 +251,7 @@ class AccountLog:
         if len(d) != d.maxlen:
             self._grew()
         d.append(x)
+        untrack(x)
 
     def bucket(self, ts_ms: int) -> PnlBucket:
         """The hourly pnl bucket holding ``ts_ms`` (created when the hour is new)."""

@@ -99,6 +99,7 @@ from raydex.engine.rules import (
     reduce_only_increases,
     unrealized_pnl,
 )
+from raydex.observability.gcstats import untrack_all
 
 from .history import History
 from .ledger import Ledger
@@ -573,6 +574,12 @@ class ReplicaState:
                 seq,
                 begin,
             )
+        # Every record the block made is an immutable tuple of atoms: out of the collector's lists
+        # (observability/_untrack.c), so no collection walks the history the replica keeps.
+        untrack_all(blk.events)
+        untrack_all(txs)
+        for rows in trades.values():
+            untrack_all(rows)
         applied = Applied(
             seq,
             blk.height,

@@ -36,6 +36,7 @@ from raydex.actors.replica import Applied, ReplicaActor, ReplicaHooks
 from raydex.codecs import Block, PositionLiquidated, TxOutcome
 
 from ..flight import FlightRecorder, SlowTrigger
+from ..gcstats import UNTRACKING
 from ..hist import Histogram
 
 __all__ = ["Instrumentation", "InstrumentedReplicaActor"]
@@ -191,6 +192,7 @@ class InstrumentedReplicaActor(ReplicaActor):  # type: ignore[misc]
                 "pause_hist": pauses.snapshot(),
                 "thresholds": list(gc.get_threshold()),
                 "frozen": gc.get_freeze_count(),
+                "untracking": UNTRACKING,
                 "scheduled_full_collections": self.runtime.gc.scheduled,
                 "thawed_collections": self.runtime.gc.thawed,
                 # (pause ns, objects freed) of the last whole-heap collection, if any

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
+from typing import NamedTuple
+
+import pytest
 
 from raydex.cluster.control.spec import GcSpec
-from raydex.observability.gcstats import GcMonitor, GcPolicy
+from raydex.observability.gcstats import UNTRACKING, GcMonitor, GcPolicy, untrack, untrack_all
 
 
 def test_the_policy_applies_thresholds_and_disables_full_collections() -> None:
@@ -101,3 +104,75 @@ def test_the_plain_scheduled_collection_freezes_nothing() -> None:
     policy = GcPolicy(GcSpec(gen2_disabled=True, collect_interval_s=1))
     policy.collect_scheduled()
     assert gc.get_freeze_count() == 0 and policy.scheduled == 1
+
+
+# ---- immutable records out of the collector's lists (observability/_untrack.c) -----------------
+
+
+class _Fill(NamedTuple):
+    price: int
+    size: int
+    tx_hash: bytes
+
+
+class _Row(NamedTuple):
+    fill: _Fill
+    note: str | None
+    extra: object
+
+
+class _Open(tuple):  # type: ignore[type-arg]  # a tuple subclass with a __dict__: mutable
+    pass
+
+
+needs_untrack = pytest.mark.skipif(not UNTRACKING, reason="built without a C compiler")
+
+
+@needs_untrack
+def test_a_named_tuple_of_atoms_leaves_the_collectors_lists_nested_ones_too() -> None:
+    fill = _Fill(100, 2, b"h")
+    row = _Row(fill, None, 7)
+    assert gc.is_tracked(row) and gc.is_tracked(fill)
+    assert untrack(row) is True
+    assert not gc.is_tracked(row) and not gc.is_tracked(fill)
+    assert row == (fill, None, 7) and row.fill.price == 100  # the same value, read as before
+    assert untrack(row) is True  # already out: still True, nothing changes
+
+
+@needs_untrack
+def test_a_record_holding_any_other_container_stays_tracked() -> None:
+    class Anything:
+        pass
+
+    for extra in ([], {}, {"k": 1}, _Open((1,)), Anything()):
+        row = _Row(_Fill(1, 1, b""), None, extra)
+        assert untrack(row) is False, extra
+        assert gc.is_tracked(row), extra  # an empty dict may get a container later: kept
+    mutable = _Open((1, 2))
+    assert untrack(mutable) is False and gc.is_tracked(mutable)
+    assert untrack(5) is False and untrack([1]) is False  # not tuples: nothing to do
+
+
+@needs_untrack
+def test_untrack_all_counts_what_is_out_and_skips_the_rest() -> None:
+    rows = [_Fill(i, i, b"") for i in range(5)] + [_Row(_Fill(0, 0, b""), None, [])] + ["x"]
+    assert untrack_all(rows) == 5
+    assert [gc.is_tracked(r) for r in rows[:6]] == [False] * 5 + [True]
+    assert untrack_all(iter(rows[:5])) == 5  # any iterable
+    with pytest.raises(TypeError):
+        untrack_all(3)
+
+
+@needs_untrack
+def test_a_cycle_that_holds_an_untracked_record_is_still_collected() -> None:
+    class Holder:
+        pass
+
+    h = Holder()
+    h.row = _Row(_Fill(1, 2, b"x"), "n", 3)  # type: ignore[attr-defined]
+    h.me = h  # type: ignore[attr-defined]
+    assert untrack(h.row)  # type: ignore[attr-defined]
+    gone = weakref.ref(h)
+    del h
+    gc.collect()
+    assert gone() is None

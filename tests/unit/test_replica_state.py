@@ -4,6 +4,7 @@ sequencer's codes from the caches alone."""
 
 from __future__ import annotations
 
+import gc
 import random
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from raydex.actors.local import FAR_MS, LocalExchange, Trader, new_exchange
 from raydex.actors.replica.state import GapError, ReplicaState
 from raydex.codecs import CreateOrder, ResultCode, SetMarkPrice, sign_tx
+from raydex.observability.gcstats import UNTRACKING
 
 
 def replica_from_start(ex: LocalExchange) -> ReplicaState:
@@ -199,3 +201,19 @@ def test_a_book_snapshot_is_handed_out_by_reference_until_a_block_changes_its_ma
     assert list(now.asks) == ex.producer.engine.book_levels(0, 1, 100)
     assert first.bids == ((299_000, 10),)  # the old snapshot is immutable
     st.validate()
+
+
+@pytest.mark.skipif(not UNTRACKING, reason="built without a C compiler")
+def test_the_records_a_block_leaves_behind_are_out_of_the_collectors_lists() -> None:
+    traders = [Trader(i) for i in range(1, 5)]
+    ex = new_exchange(traders)
+    trade_a_while(ex, traders, 40, seed=2)
+    st = replica_from_start(ex)
+    trades = [row for tape in st.trades.values() for row in tape]
+    kept = [*st.txs.values(), *trades]
+    assert st.txs and trades
+    assert not any(gc.is_tracked(r) for r in kept)  # tx results, the trade tape and its fills
+    logs = [st.ledger.log(t.account) for t in traders]
+    done = [x for log in logs if log is not None for x in (*log.orders, *log.trades)]
+    assert done and not any(gc.is_tracked(x) for x in done)
+    st.validate()  # and they read the same: the caches still agree with each other
