@@ -89,7 +89,9 @@ def write_spec(path: Path, state: Path, http: int, grpc: int, **group: Any) -> P
     tree["snapshot"]["dir"] = str(state / "snapshots")
     tree["markets"] = tree["markets"][:2]
     (base,) = tree["replica_groups"]
-    base.pop("replicas", None)
+    if group:  # the group's own count replaces the repository's (one per NUMA node)
+        base.pop("replicas", None)
+        base.pop("replicas_per_numa_node", None)
     tree["replica_groups"] = [{**base, **group}]
     path.write_text(yaml.safe_dump(tree))
     return path

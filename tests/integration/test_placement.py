@@ -147,7 +147,30 @@ def test_on_a_two_core_laptop_bundles_share_cores_and_scale_their_requests_down(
     plan = placement_for(load_spec(REPO / "raydex.yaml"), hosts)
     check_invariants(plan, hosts)
     bundles = [b for g in plan for b in g.bundles]
-    # sequencer, snapshot holder, committer, two replicas: five cores asked of two
+    # sequencer, snapshot holder, committer and the one replica of the one NUMA node: four
+    # cores asked of two
+    assert len(bundles) == 4 and all(b.shared and b.request == 0.5 for b in bundles)
+    assert sum(b.request for b in bundles) == 2.0
+    # two roles per core; the committer, planned last, takes the core the replica does not share
+    cores = {(g.name, b.index): b.cpus for g in plan for b in g.bundles}
+    assert cores == {
+        ("sequencer", 0): (1,),
+        ("snapshot", 0): (0,),
+        ("committer", 0): (1,),
+        ("public", 0): (0,),
+    }
+
+
+def test_two_replicas_on_a_two_core_laptop_take_one_core_each() -> None:
+    hosts = {"laptop": Topology.single([0, 1])}
+    tree = yaml.safe_load((REPO / "raydex.yaml").read_text())
+    (group,) = tree["replica_groups"]
+    group.pop("replicas_per_numa_node", None)
+    group["replicas"] = 2
+    plan = placement_for(load_spec(yaml.safe_dump(tree)), hosts)
+    check_invariants(plan, hosts)
+    bundles = [b for g in plan for b in g.bundles]
+    # five cores asked of two
     assert len(bundles) == 5 and all(b.shared and b.request == 0.4 for b in bundles)
     assert sum(b.request for b in bundles) == 2.0
     # one replica per core; the committer, planned last, joins the holder, not the sequencer

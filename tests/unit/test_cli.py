@@ -255,5 +255,5 @@ def test_a_deploying_driver_is_named_in_rays_jobs_page_by_what_it_deploys_where(
     name = deploy_job_name("raydex up", repo_spec, load_spec(repo_spec))
     assert name == (
         "raydex up: deploys raydex.yaml into namespace raydex "
-        "(sequencer, snapshot holder, committer; replica groups public x2)"
+        "(sequencer, snapshot holder, committer; replica groups public x1 per NUMA node)"
     )
