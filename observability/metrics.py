@@ -244,6 +244,12 @@ CATALOG: dict[str, MetricDef] = {
             "Blocks passed unaudited (the WAL no longer held them, or the audit fell far behind).",
         ),
         MetricDef(
+            "raydex_signature_audit_wal_reads_total",
+            "counter",
+            "Range reads of the sequencer's WAL by the audit (while it keeps up, one per linger "
+            "of ~10 ms for all the blocks committed meanwhile).",
+        ),
+        MetricDef(
             "raydex_signature_audit_lag_blocks",
             "gauge",
             "Blocks committed but not yet audited.",

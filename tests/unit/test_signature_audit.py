@@ -228,6 +228,55 @@ def test_a_deployment_sequencer_trusts_its_members_and_the_committer_withholds_f
     assert not follower.withheld(4) and follower.withheld(5) and follower.withheld(6)
 
 
+def test_an_audit_that_keeps_up_reads_the_blocks_of_its_linger_in_one_wal_read(
+    tmp_path: Path,
+) -> None:
+    """While the audit is level with the committer it lingers before each WAL read, so blocks
+    committed meanwhile come in one range read, not one round trip each; every tx is still
+    audited, in order."""
+    ports = free_ports(2)
+    cfg = SequencerConfig(
+        wal_dir=str(tmp_path / "wal"), snapshot_dir=str(tmp_path / "snap"),
+        grpc_port=ports[0], txlog_port=ports[1], data_plane_secret=SECRET,
+    )  # fmt: skip
+    blocks = 11
+
+    async def no_snapshot() -> tuple[int, list[object], bytes | None]:
+        raise AssertionError("the committer follows from seq 0 here")
+
+    async def run() -> tuple[int, int, int, int | None]:
+        svc = SequencerService(cfg)
+        await svc.start()
+        source = GrpcBlockSource(
+            f"127.0.0.1:{ports[0]}", name="committer", secret=SECRET, backoff=ONE_ATTEMPT
+        )
+        follower = CommitterFollower(
+            source,
+            no_snapshot,
+            retry_s=0.05,
+            txlog=GrpcTxChannel(f"127.0.0.1:{ports[1]}", secret=SECRET),
+            audit=SignatureAudit(),
+            audit_linger_s=1.0,
+        )
+        follower.start()
+        audit = follower.audit
+        assert audit is not None
+        try:
+            await svc.submit(setup_block(), operator=True)
+            for i in range(blocks - 1):  # one block each: every submit waits for durability
+                await svc.submit([order(1, i, 300_000, 1), order(2, i, 299_000, 0)])
+            await until(lambda: audit.seq == blocks, f"the audit reaches block {blocks}")
+            return audit.audited_blocks, audit.audited_txs, follower.audit_reads, audit.failed_at
+        finally:
+            await follower.stop()
+            await source.close()
+            await svc.stop()
+
+    audited_blocks, audited_txs, reads, failed_at = asyncio.run(run())
+    assert audited_blocks == blocks and audited_txs == 2 * (blocks - 1) and failed_at is None
+    assert 1 <= reads <= blocks // 2  # a read per block would be 11
+
+
 @pytest.mark.parametrize(
     ("secret", "verify"), [("", None), (SECRET, True)], ids=["no-secret", "forced"]
 )
