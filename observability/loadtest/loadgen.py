@@ -55,7 +55,7 @@ import random
 import time
 import urllib.parse
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -557,6 +557,24 @@ def encode_item(at: int, lane: int, account: int, txs: list[Any], sampled: bool 
 SpanHook = Callable[[Item, int, int, int], dict[str, str]]
 
 
+def _open_http(port: int) -> Awaitable[HttpConnection]:
+    """A keep-alive connection to the replica whose answers time out after ``_TIMEOUT_S``."""
+    return HttpConnection.open(_HOST, port, answer_timeout_s=_TIMEOUT_S)
+
+
+def _when_done(task: asyncio.Future[Any]) -> asyncio.Future[None]:
+    """Resolves (never fails) once ``task`` is done: ``asyncio.wait([task])`` without the set,
+    the coroutine check and the callback bookkeeping it does per call, once per REST tx here."""
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake(_: object) -> None:
+        if not waiter.done():  # the waiting caller may have been cancelled
+            waiter.set_result(None)
+
+    task.add_done_callback(wake)
+    return waiter
+
+
 async def _sleep_until(t_ns: int) -> None:
     delay = (t_ns - time.monotonic_ns()) / 1e9
     if delay > 0.0005:
@@ -639,9 +657,7 @@ class NonceKeeper:
         a = item.account
         key = int(getattr(item.txs[0], "api_key_index", 0)) if item.txs else 0
         try:
-            _, raw = await asyncio.wait_for(
-                http.get(f"{_API}nextNonce?account_index={a}&api_key_index={key}"), _TIMEOUT_S
-            )
+            _, raw = await http.get(f"{_API}nextNonce?account_index={a}&api_key_index={key}")
             nonce = int(_decode(raw)["nonce"])
         except (ConnectionError, msgspec.DecodeError, TimeoutError, KeyError, TypeError):
             return  # still stale: the next tx of the account tries again
@@ -677,7 +693,7 @@ async def _rest_lane(
     # replica, whose nonce cache has applied the account's previous tx (replicas behind a
     # shared port apply blocks at their own pace; another one may still be behind). Other
     # accounts' requests are pipelined on it meanwhile (the server answers them in order).
-    conns = [await HttpConnection.open(_HOST, lane.port) for _ in range(connections)]
+    conns = [await _open_http(lane.port) for _ in range(connections)]
     reopening: dict[int, asyncio.Future[HttpConnection]] = {}
 
     async def conn(i: int) -> HttpConnection:
@@ -687,14 +703,14 @@ async def _rest_lane(
             return c
         fut = reopening.get(i)
         if fut is None:
-            fut = reopening[i] = asyncio.ensure_future(HttpConnection.open(_HOST, lane.port))
+            fut = reopening[i] = asyncio.ensure_future(_open_http(lane.port))
             fut.add_done_callback(lambda _f: reopening.pop(i, None))
         c = conns[i] = await asyncio.shield(fut)
         return c
 
     async def one(item: Item, before: asyncio.Task[None] | None) -> None:
         if before is not None and not before.done():
-            await asyncio.wait([before])
+            await _when_done(before)
         planned = t0 + item.at_ns
         n = len(item.types)
         http: HttpConnection | None = None
@@ -712,9 +728,7 @@ async def _rest_lane(
         try:
             if http is None:
                 raise ConnectionError("no connection to the replica")
-            _, raw = await asyncio.wait_for(
-                http.post(_API + item.rest_path, item.rest_body, headers=headers), _TIMEOUT_S
-            )
+            _, raw = await http.post(_API + item.rest_path, item.rest_body, headers=headers)
             codes, committed, stale = reply_facts(_decode(raw), n)
         except (ConnectionError, msgspec.DecodeError, TimeoutError):
             codes, committed, stale = [CLIENT_ERROR] * n, 0, True
@@ -813,7 +827,7 @@ async def _ws_lane(
         assert nonces is not None
         try:
             if not rest or rest[0].lost is not None:
-                rest[:] = [await HttpConnection.open(_HOST, lane.port)]
+                rest[:] = [await _open_http(lane.port)]
         except (OSError, TimeoutError):
             return
         await nonces.resync(rest[0], item, rec)

@@ -19,7 +19,10 @@ function (WebSocket), with no task per message.
                      a close frame answered and the connection closed
 
 A lost connection fails every answer still owed with ``ConnectionError``; it is not reopened
-here (the caller decides: :func:`reopen`). Loopback and trusted test servers only: no TLS, no
+here (the caller decides: :func:`reopen`). With ``answer_timeout_s`` an HTTP connection fails an
+answer owed that long with ``TimeoutError`` (one timer per connection, not one per request as
+``asyncio.wait_for`` would arm); the connection stays usable, and the late answer, when it comes,
+is matched to its request and dropped. Loopback and trusted test servers only: no TLS, no
 proxies, no redirects, no compression.
 """
 
@@ -70,10 +73,13 @@ def _take_head(buf: bytearray, what: str) -> bytes | None:
 class HttpConnection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection (see the module docstring)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, answer_timeout_s: float | None = None) -> None:
         self._host = f"{host}:{port}".encode()
         self._transport: asyncio.Transport | None = None
-        self._owed: deque[asyncio.Future[tuple[int, bytes]]] = deque()
+        #: the callers' futures in request order, each with the loop time it was sent
+        self._owed: deque[tuple[asyncio.Future[tuple[int, bytes]], float]] = deque()
+        self._timeout = answer_timeout_s
+        self._watch: asyncio.TimerHandle | None = None
         self._buf = bytearray()
         self._status = 0
         self._need = -1  # body bytes of the answer being read; -1: its head is being read
@@ -81,10 +87,14 @@ class HttpConnection(asyncio.Protocol):
         self.lost: BaseException | None = None
 
     @classmethod
-    async def open(cls, host: str, port: int, timeout_s: float = 10.0) -> HttpConnection:
+    async def open(
+        cls, host: str, port: int, timeout_s: float = 10.0, answer_timeout_s: float | None = None
+    ) -> HttpConnection:
+        """Connect within ``timeout_s``; ``answer_timeout_s``: see the module docstring."""
         loop = asyncio.get_running_loop()
         _, conn = await asyncio.wait_for(
-            loop.create_connection(lambda: cls(host, port), host, port), timeout_s
+            loop.create_connection(lambda: cls(host, port, answer_timeout_s), host, port),
+            timeout_s,
         )
         return conn
 
@@ -108,16 +118,36 @@ class HttpConnection(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
 
     def _send(self, data: bytes) -> asyncio.Future[tuple[int, bytes]]:
-        fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[int, bytes]] = loop.create_future()
         t = self._transport
         if self.lost is not None or t is None or t.is_closing():
             fut.set_exception(ConnectionError(f"connection lost: {self.lost!r}"))
             return fut
-        self._owed.append(fut)
+        now = loop.time()
+        self._owed.append((fut, now))
+        if self._timeout is not None and self._watch is None:
+            self._watch = loop.call_at(now + self._timeout, self._expire)
         t.write(data)
         return fut
+
+    def _expire(self) -> None:
+        """Fail the answers owed ``answer_timeout_s`` or longer (oldest first: the deque is in
+        send order); look again when the oldest still owed is due."""
+        self._watch = None
+        assert self._timeout is not None
+        now = asyncio.get_running_loop().time()
+        for fut, sent in self._owed:
+            if sent + self._timeout > now:
+                self._watch = asyncio.get_running_loop().call_at(sent + self._timeout, self._expire)
+                return
+            if not fut.done():
+                fut.set_exception(TimeoutError(f"no answer within {self._timeout:g} s"))
 
     # ---- asyncio.Protocol
 
@@ -141,9 +171,12 @@ class HttpConnection(asyncio.Protocol):
         if self.lost is None:
             self.lost = exc
         while self._owed:
-            fut = self._owed.popleft()
+            fut, _ = self._owed.popleft()
             if not fut.done():
                 fut.set_exception(ConnectionError(str(exc)))
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
 
     def _answer(self) -> bool:
         """Parse one answer off the buffer if it is all there; True if one was."""
@@ -166,8 +199,8 @@ class HttpConnection(asyncio.Protocol):
         self._need = -1
         if not self._owed:
             raise ProtocolError("an answer to no request")
-        fut = self._owed.popleft()
-        if not fut.done():  # its caller may have given up (timeout)
+        fut, _ = self._owed.popleft()
+        if not fut.done():  # failed already: no answer within answer_timeout_s
             fut.set_result((self._status, body))
         return True
 

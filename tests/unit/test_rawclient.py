@@ -86,6 +86,21 @@ def test_pipelined_requests_are_answered_in_order_with_their_own_bodies() -> Non
                            (429, b"/api/v1/c||t1")]  # fmt: skip
 
 
+def test_an_answer_owed_past_its_timeout_fails_and_the_late_answer_is_dropped_in_order() -> None:
+    async def main() -> tuple[BaseException | None, tuple[int, bytes], BaseException | None]:
+        async with serve(web.post("/api/v1/{name}", echo_form)) as port:
+            c = await HttpConnection.open(HOST, port, answer_timeout_s=1.0)
+            slow = await await_exc(c.post("/api/v1/a?sleep=1.5", b"x=1"))
+            # the slow answer (due 0.5 s from now) must not be taken for this one's
+            got = await c.post("/api/v1/b", b"y=2")
+            c.close()
+            return slow, got, c.lost
+
+    slow, got, lost = run(main())
+    assert isinstance(slow, TimeoutError) and "1 s" in str(slow)
+    assert got == (200, b"/api/v1/b|y=2|") and lost is None
+
+
 def test_a_get_carries_its_query() -> None:
     async def main() -> tuple[int, bytes]:
         async with serve(web.get("/api/v1/nextNonce", query)) as port:
