@@ -9,8 +9,9 @@ Subcommands (every one of them works; nothing here is a placeholder):
   generated workload (no Ray) and summarizes it.
 - ``raydex loadtest [--tps T] [--seconds S] [--accounts N] [--markets M] [--replicas R]
   [--clients C] [--ab A=SETTINGS,B=SETTINGS] [--out DIR] [--json-out FILE] [--address ADDR]
-  [--profile] [--no-resync] [--sweep RATES]``: an isolated instrumented deployment under
-  open-loop signed load; Markdown, JSON and PNG reports (with the CPU ledger) in one folder
+  [--profile] [--no-resync] [--generator-cpus any|auto|CPUS] [--sweep RATES]``: an isolated
+  instrumented deployment under open-loop signed load; Markdown, JSON and PNG reports (with the
+  CPU ledger) in one folder
   (``observability.loadtest``); ``--sweep`` runs one per rate and adds sweep.md/json/png.
   Exit 2 on a bad ``--ab`` or ``--sweep``, or ``--profile`` without py-spy.
 - ``raydex up [--spec raydex.yaml] [--address ADDR] [--port P] [--temp-dir D] [--dashboard-port
@@ -117,7 +118,7 @@ def _loadtest(args: argparse.Namespace) -> int:
         replicas=args.replicas, clients=args.clients, ab=ab, spec_path=args.spec,
         out_dir=args.out, json_out=args.json_out, address=args.address,
         sample_every=args.sample_every, seed=args.seed, quiet=args.quiet,
-        profile=args.profile, resync=not args.no_resync,
+        profile=args.profile, resync=not args.no_resync, generator_cpus=args.generator_cpus,
     )  # fmt: skip
     if args.sweep is not None:
         return _sweep(args, opts)
@@ -190,6 +191,10 @@ def _add_loadtest(sub: Any) -> None:
                    help="a capacity sweep instead of one run: one loadtest per offered rate, "
                    "e.g. 1000,2000,3000 or 1000:5000:1000 (start:stop:step); sweep.md/json/png "
                    "in --out")  # fmt: skip
+    p.add_argument("--generator-cpus", default="any", metavar="any|auto|CPUS",
+                   help="where the generator runs in the window: any (where the kernel puts "
+                   "it; default), auto (off the replicas' cores when they are pinned and others "
+                   "remain), or a list like 1,3")  # fmt: skip
     p.add_argument("--no-resync", action="store_true",
                    help="after a rejection keep sending the planned nonces (no nextNonce "
                    "re-sync; the account's later txs then fail INVALID_NONCE)")  # fmt: skip

@@ -44,6 +44,7 @@ from typing import Any
 
 from raydex.cluster.control.deploy import free_port
 from raydex.cluster.control.spec import DeploySpec, GcSpec, ReplicaGroupSpec
+from raydex.cluster.pinning import pin_all_threads
 
 from ..hist import Histogram
 from .ledger import CpuSample, Rss, WindowSampler, build_ledger, memory_by_role, ray_session_of
@@ -221,6 +222,9 @@ class LoadtestOptions:
     #: after a rejection, re-sync the account's nonce from the server (a real client); False
     #: sends the plan's nonces regardless (every later tx of the account then fails)
     resync: bool = True
+    #: where the generator runs during the window: "any" (wherever the kernel puts it), "auto"
+    #: (off the replicas' cores when they are pinned and this host has others), or "1,3"
+    generator_cpus: str = "any"
 
 
 def check_options(opts: LoadtestOptions) -> None:
@@ -236,6 +240,48 @@ def check_options(opts: LoadtestOptions) -> None:
         raise OptionError("--sample-every must be >= 0 (0: no spans)")
     if opts.profile:
         find_py_spy()
+    if opts.generator_cpus not in ("auto", "any"):
+        parse_cpus(opts.generator_cpus)
+
+
+def parse_cpus(text: str) -> frozenset[int]:
+    """``--generator-cpus 1,3``: CPUs this process may run on, else OptionError."""
+    allowed = os.sched_getaffinity(0)
+    try:
+        cpus = frozenset(int(c) for c in text.split(","))
+    except ValueError:
+        cpus = frozenset()
+    if not cpus or not cpus <= allowed:
+        raise OptionError(f"--generator-cpus must be auto, any or CPUs of {sorted(allowed)} "
+                          f"joined by commas, got {text!r}")  # fmt: skip
+    return cpus
+
+
+def generator_cpus(choice: str, roles: dict[int, str], local: bool) -> frozenset[int] | None:
+    """The CPUs the generator keeps to during the window (None: it floats).
+
+    ``auto``: every CPU this process may use but the replicas' (their pinned affinities, read
+    from ``roles``' pids), when the deployment is local (``roles`` pids are of this host) and
+    such CPUs remain. On a small host the replicas' own core is the stack's ceiling: a floating
+    generator is woken where the replica that answered it runs (the kernel's wake-affine
+    placement) and takes that core's time from it; the generator of a real deployment runs on
+    other hosts."""
+    if choice == "any":
+        return None
+    if choice != "auto":
+        return parse_cpus(choice)
+    if not local:
+        return None
+    mine = os.sched_getaffinity(0)
+    taken: set[int] = set()
+    for pid, role in roles.items():
+        if role.startswith("replica "):
+            try:
+                taken |= os.sched_getaffinity(pid)
+            except OSError:  # gone, or not ours to read: nothing to keep off
+                return None
+    rest = frozenset(mine - taken)
+    return rest if taken and rest else None
 
 
 def find_py_spy() -> str:
@@ -415,8 +461,17 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
             reps = _replicas(namespace)
             roles = {**actor_roles(namespace), os.getpid(): "loadgen"}
             ray.get([a.loadtest_stats.remote(reset=True) for a in reps.values()], timeout=30)
-            win = _drive(opts, plan, lanes, group_ports, out, roles,
-                         spec.replica_groups[0].api.ws_max_inflight_txs)  # fmt: skip
+            gen_cpus = generator_cpus(opts.generator_cpus, roles, local=opts.address is None)
+            own_cpus = os.sched_getaffinity(0)
+            if gen_cpus is not None:
+                pin_all_threads(gen_cpus)
+                _say(opts, f"loadtest: the generator keeps to CPUs {sorted(gen_cpus)}")
+            try:
+                win = _drive(opts, plan, lanes, group_ports, out, roles,
+                             spec.replica_groups[0].api.ws_max_inflight_txs)  # fmt: skip
+            finally:
+                if gen_cpus is not None:
+                    pin_all_threads(own_cpus)
             stats = dict(zip(reps, ray.get([a.loadtest_stats.remote() for a in reps.values()],
                                            timeout=60), strict=True))  # fmt: skip
             try:
@@ -455,6 +510,7 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
         "loadgen_cpu_pct_of_core": round(100 * cpu_s / elapsed, 1) if elapsed else 0.0,
         "loadgen_cpu_pct_of_machine": round(100 * cpu_s / elapsed / cpus, 1) if elapsed else 0.0,
         "loadgen_loop_lag_us": win.loop_lag.summary_us(),
+        "generator_cpus": "any" if gen_cpus is None else sorted(gen_cpus),
         "spans_files": sorted(str(p) for p in out.glob("spans-*.jsonl")),
         "out_dir": str(out),
     }  # fmt: skip

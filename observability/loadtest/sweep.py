@@ -286,7 +286,8 @@ def loadtest_argv(opts: Any) -> list[str]:
     argv = ["loadtest", "--tps", f"{opts.tps:g}", "--seconds", f"{opts.seconds:g}",
             "--accounts", str(opts.accounts), "--markets", str(opts.markets),
             "--clients", str(opts.clients), "--spec", opts.spec_path,
-            "--sample-every", str(opts.sample_every), "--seed", str(opts.seed)]  # fmt: skip
+            "--sample-every", str(opts.sample_every), "--seed", str(opts.seed),
+            "--generator-cpus", opts.generator_cpus]  # fmt: skip
     if opts.replicas is not None:
         argv += ["--replicas", str(opts.replicas)]
     for flag, value in (("--out", opts.out_dir), ("--json-out", opts.json_out),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import sys
 import time
@@ -43,6 +44,7 @@ from raydex.observability.loadtest.run import (
     build_spec,
     check_options,
     find_py_spy,
+    generator_cpus,
     parse_ab,
 )
 
@@ -301,6 +303,8 @@ def test_an_ab_deployment_gets_its_own_ports_and_folders_per_group(tmp_path: Pat
         (LoadtestOptions(accounts=3), "--accounts must be >= 6"),
         (LoadtestOptions(clients=1), "--clients must be >= 2"),
         (LoadtestOptions(clients=3, ab=parse_ab("a=pin:on,b=pin:off")), "--clients must be >= 4"),
+        (LoadtestOptions(generator_cpus="1-3"), "--generator-cpus must be auto, any or CPUs"),
+        (LoadtestOptions(generator_cpus="4096"), "--generator-cpus must be auto, any or CPUs"),
     ],
 )
 def test_options_no_run_can_satisfy_are_refused_up_front(
@@ -308,6 +312,31 @@ def test_options_no_run_can_satisfy_are_refused_up_front(
 ) -> None:
     with pytest.raises(OptionError, match=message):
         check_options(opts)
+
+
+def test_the_generator_keeps_off_a_pinned_replicas_core_when_the_host_has_another() -> None:
+    """Real processes: a stand-in replica pinned to this process's first CPU (its ledger role
+    names it a replica); ``auto`` gives the generator the other CPUs, ``any`` lets it float."""
+    import subprocess
+
+    mine = sorted(os.sched_getaffinity(0))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.sched_setaffinity(proc.pid, {mine[0]})
+        roles = {proc.pid: "replica main-0", os.getpid(): "loadgen"}
+        auto = generator_cpus("auto", roles, local=True)
+        assert auto == (frozenset(mine[1:]) if len(mine) > 1 else None)
+        assert generator_cpus("any", roles, local=True) is None
+        assert generator_cpus("auto", roles, local=False) is None  # pids of other hosts
+        assert generator_cpus(str(mine[-1]), roles, local=True) == frozenset({mine[-1]})
+        # a replica the kernel may put anywhere leaves nothing to keep off
+        os.sched_setaffinity(proc.pid, set(mine))
+        assert generator_cpus("auto", roles, local=True) is None
+    finally:
+        proc.kill()
+        proc.wait()
+    # a replica that is gone: nothing to read, the generator floats
+    assert generator_cpus("auto", {proc.pid: "replica main-0"}, local=True) is None
 
 
 def test_the_cli_exits_2_with_the_reason_on_a_bad_ab(capsys: pytest.CaptureFixture[str]) -> None:
