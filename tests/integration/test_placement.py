@@ -142,46 +142,41 @@ def test_on_a_roomy_host_nobody_shares_a_core_and_the_sequencer_takes_the_top_on
     assert not any(b.shared for g in plan for b in g.bundles)
 
 
-def test_on_a_two_core_laptop_bundles_share_cores_and_scale_their_requests_down() -> None:
-    hosts = {"laptop": Topology.single([0, 1])}
-    plan = placement_for(load_spec(REPO / "raydex.yaml"), hosts)
-    check_invariants(plan, hosts)
-    bundles = [b for g in plan for b in g.bundles]
-    # sequencer, snapshot holder, committer and the one replica of the one NUMA node: four
-    # cores asked of two
-    assert len(bundles) == 4 and all(b.shared and b.request == 0.5 for b in bundles)
-    assert sum(b.request for b in bundles) == 2.0
-    # two roles per core; the committer, planned last, takes the core the replica does not share
-    cores = {(g.name, b.index): b.cpus for g in plan for b in g.bundles}
-    assert cores == {
-        ("sequencer", 0): (1,),
-        ("snapshot", 0): (0,),
-        ("committer", 0): (1,),
-        ("public", 0): (0,),
-    }
-
-
-def test_two_replicas_on_a_two_core_laptop_take_one_core_each() -> None:
-    hosts = {"laptop": Topology.single([0, 1])}
+def repo_spec_with_replicas(count: int | None) -> DeploySpec:
+    """The repository's raydex.yaml; ``count`` replaces its one replica per NUMA node."""
     tree = yaml.safe_load((REPO / "raydex.yaml").read_text())
-    (group,) = tree["replica_groups"]
-    group.pop("replicas_per_numa_node", None)
-    group["replicas"] = 2
-    plan = placement_for(load_spec(yaml.safe_dump(tree)), hosts)
+    if count is not None:
+        (group,) = tree["replica_groups"]
+        group.pop("replicas_per_numa_node", None)
+        group["replicas"] = count
+    return load_spec(yaml.safe_dump(tree))
+
+
+@pytest.mark.parametrize(
+    ("replicas", "request_each", "cores"),
+    [
+        # the shipped spec: sequencer, holder, committer and the one NUMA node's replica, four
+        # cores asked of two; the committer, planned last, takes the core the replica does not
+        (None, 0.5, {("sequencer", 0): (1,), ("snapshot", 0): (0,), ("committer", 0): (1,),
+                     ("public", 0): (0,)}),
+        # two replicas, five cores asked of two: one replica per core, and the committer joins
+        # the holder, not the sequencer
+        (2, 0.4, {("sequencer", 0): (1,), ("snapshot", 0): (0,), ("committer", 0): (0,),
+                  ("public", 0): (0,), ("public", 1): (1,)}),
+    ],
+    ids=["one-per-numa-node", "two-replicas"],
+)  # fmt: skip
+def test_on_a_two_core_laptop_bundles_share_cores_and_scale_their_requests_down(
+    replicas: int | None, request_each: float, cores: dict[tuple[str, int], tuple[int, ...]]
+) -> None:
+    hosts = {"laptop": Topology.single([0, 1])}
+    plan = placement_for(repo_spec_with_replicas(replicas), hosts)
     check_invariants(plan, hosts)
     bundles = [b for g in plan for b in g.bundles]
-    # five cores asked of two
-    assert len(bundles) == 5 and all(b.shared and b.request == 0.4 for b in bundles)
+    assert len(bundles) == len(cores)
+    assert all(b.shared and b.request == request_each for b in bundles)
     assert sum(b.request for b in bundles) == 2.0
-    # one replica per core; the committer, planned last, joins the holder, not the sequencer
-    cores = {(g.name, b.index): b.cpus for g in plan for b in g.bundles}
-    assert cores == {
-        ("sequencer", 0): (1,),
-        ("snapshot", 0): (0,),
-        ("committer", 0): (0,),
-        ("public", 0): (0,),
-        ("public", 1): (1,),
-    }
+    assert {(g.name, b.index): b.cpus for g in plan for b in g.bundles} == cores
 
 
 def test_a_total_replica_count_spreads_over_hosts_before_numa_nodes() -> None:
