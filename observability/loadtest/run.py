@@ -262,10 +262,10 @@ def generator_cpus(choice: str, roles: dict[int, str], local: bool) -> frozenset
 
     ``auto``: every CPU this process may use but the replicas' (their pinned affinities, read
     from ``roles``' pids), when the deployment is local (``roles`` pids are of this host) and
-    such CPUs remain. On a small host the replicas' own core is the stack's ceiling: a floating
-    generator is woken where the replica that answered it runs (the kernel's wake-affine
-    placement) and takes that core's time from it; the generator of a real deployment runs on
-    other hosts."""
+    such CPUs remain. A floating generator tends to run where the replica that answered it runs
+    (the kernel places a woken task near its waker), so it takes that core's time; on a 2-core
+    host keeping it off balanced the cores but did not raise throughput beyond noise (README,
+    capacity), hence ``any`` by default."""
     if choice == "any":
         return None
     if choice != "auto":
