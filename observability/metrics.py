@@ -196,6 +196,12 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef(
             "raydex_ws_slow_disconnects_total", "counter", "Slow consumers disconnected (30006)."
         ),
+        MetricDef("raydex_ws_messages_total", "counter", "WebSocket messages queued for clients."),
+        MetricDef(
+            "raydex_ws_socket_writes_total",
+            "counter",
+            "Socket writes of WebSocket frames (queued messages go out together).",
+        ),
         MetricDef(
             "raydex_replica_lag_blocks",
             "gauge",

@@ -392,6 +392,8 @@ class ReplicaService:
         m.gauge("raydex_ws_queue_depth_messages", lambda: fan.stats().max_queue_depth)
         m.counter_fn("raydex_ws_conflations_total", lambda: fan.conflations)
         m.counter_fn("raydex_ws_slow_disconnects_total", lambda: fan.disconnects)
+        m.counter_fn("raydex_ws_messages_total", lambda: fan.messages)
+        m.counter_fn("raydex_ws_socket_writes_total", lambda: fan.writes)
         #: the apply loop and the port loop; a failure is logged, counted
         #: (``raydex_loop_restarts_total{loop}``) and the loop restarted; too many exit the actor
         self.supervisor = Supervisor(m, on_fatal)
@@ -754,6 +756,8 @@ class ReplicaService:
                 "connections": fan.connections,
                 "conflations": fan.conflations,
                 "disconnects": fan.disconnects,
+                "messages": fan.messages,
+                "writes": fan.writes,
             },
         }
 

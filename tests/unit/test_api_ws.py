@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestServer
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
@@ -207,6 +208,46 @@ def test_trade_account_and_height_channels_push_what_a_block_changed() -> None:
             ]
             assert got["update/account_all"]["positions"]["0"]["position"] == "0.0050"
             assert got["update/height"]["height"] == r.state.height
+
+    with_rig(body)
+
+
+@pytest.mark.parametrize("compress", [0, 15], ids=["plain", "permessage-deflate"])
+def test_what_a_block_queues_for_a_connection_goes_out_in_one_socket_write(compress: int) -> None:
+    """Plain frames are written together; with permessage-deflate negotiated every message is a
+    compressed frame of its own (aiohttp's writer). Either way a real client reads each one."""
+
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a, b = ts
+        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url, compress=compress) as ws:
+            await recv(ws)
+            for ch in ("trade/0", f"account_all/{b.account}", "height"):
+                assert (await subscribe(ws, ch))["type"].startswith("subscribed/")
+            before = r.fanout.stats()
+            r.ex.run([a.order(300_000, 50, 1), b.order(300_000, 50, 0)])
+            kinds = sorted([(await recv(ws))["type"] for _ in range(3)])
+            assert kinds == ["update/account_all", "update/height", "update/trade"]
+            after = r.fanout.stats()
+            assert after.messages - before.messages == 3
+            assert after.writes - before.writes == (1 if not compress else 3)
+
+    with_rig(body)
+
+
+def test_coalesced_frames_of_every_length_class_reach_a_real_client_intact() -> None:
+    """RFC 6455 has three length encodings (7-bit, 16-bit, 64-bit): one write carries one each."""
+
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as ws:
+            await recv(ws)
+            (c,) = r.fanout.clients
+            sizes = [0, 100, 125, 126, 65_535, 65_536, 200_000]
+            before = r.fanout.stats().writes
+            for i, n in enumerate(sizes):
+                r.fanout.send(c, {"type": "pad", "i": i, "pad": "x" * n})
+            got = [await recv(ws) for _ in sizes]
+            assert [(m["i"], len(m["pad"])) for m in got] == list(enumerate(sizes))
+            assert r.fanout.stats().writes - before < len(sizes)
 
     with_rig(body)
 
