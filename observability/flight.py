@@ -15,13 +15,13 @@ Invariants:
   ``thread_name`` metadata event (``"ph": "M"``) per track.
 
 Cost: ``record`` is a tuple build and a deque append plus an amortized popleft (~1 µs); loadtest
-only (DESIGN.md: too costly to keep on in production). ``dump`` is milliseconds, off the hot path
-by the caller's choice (it is synchronous: call it between blocks).
+only (DESIGN.md: too costly to keep on in production). ``dump`` is synchronous and costs ~1.5 µs
+per span held (a replica's 5 s at 3,000 tx/s, ~40,000 spans: ~60 ms, of which the msgspec encode
+is ~9 ms where ``json.dumps`` took ~85): the caller chooses when (between blocks).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import deque
@@ -29,7 +29,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import msgspec
+
 __all__ = ["FlightRecorder", "SlowTrigger", "Span", "chrome_trace"]
+
+#: JSON of a trace document; a value JSON has no type for (an arg) is written as its str()
+_encode = msgspec.json.Encoder(enc_hook=str).encode
 
 
 class Span(NamedTuple):
@@ -81,7 +86,7 @@ class FlightRecorder:
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
         doc = chrome_trace(self.spans(), process, {"reason": reason, "pid": os.getpid()})
-        out.write_text(json.dumps(doc, default=str))
+        out.write_bytes(_encode(doc))
         return out
 
 
