@@ -1,30 +1,35 @@
 """The API replica: boots hot from a snapshot, applies the block stream, serves REST + WebSocket.
 
-===========  =============================================================================
-``service``  ``ReplicaService`` (boot, apply loop, micro-batched ``execute_txs``, the shared
-             port; owns its fan-out and counters) and ``ReplicaActor`` (the Ray shell)
-``state``    ``ReplicaState``: the caches (books, accounts, keys, trades), ``apply_block``, dry-run
-``app``      the aiohttp app: Lighter REST under ``/api/v1/`` and the ``/stream`` WebSocket
-``fanout``   WebSocket fan-out: one encode per market per block, bounded per-client queues
-``views``    Lighter JSON shapes built from the caches
-``hooks``    ``ReplicaHooks``: a ``StepProbe`` and middlewares a measurement plugs in
-``config``   ``ApiConfig``: the replica's knobs (limits, queues, ports, deadlines)
-===========  =============================================================================
+============  =============================================================================
+``service``   ``ReplicaService`` (boot, apply loop, micro-batched ``execute_txs``, the shared
+              port; owns its fan-out and counters) and ``ReplicaActor`` (the Ray shell)
+``state``     ``ReplicaState``: the caches (books, accounts, keys, trades), ``apply_block``, dry-run
+``app``       the aiohttp app: Lighter REST under ``/api/v1/`` and the ``/stream`` WebSocket
+``fastlane``  ``sendTx``/``sendTxBatch`` over plain HTTP/1.1 in front of the app (aiohttp: the rest)
+``fanout``    WebSocket fan-out: one encode per market per block, bounded per-client queues
+``views``     Lighter JSON shapes built from the caches
+``hooks``     ``ReplicaHooks``: a ``StepProbe`` and middlewares a measurement plugs in
+``config``    ``ApiConfig``: the replica's knobs (limits, queues, ports, deadlines)
+============  =============================================================================
 """
 
-from .app import ApiError, ExecuteTxs, OutcomePending, build_app
+from .app import API_CONFIG, FAST_SEND, ApiError, ExecuteTxs, OutcomePending, build_app
 from .config import ApiConfig
 from .fanout import Fanout
+from .fastlane import FastLaneServer
 from .hooks import Middleware, ReplicaHooks, StepProbe
 from .service import ReplicaActor, ReplicaConfig, ReplicaService
 from .state import Applied, GapError, ReplicaState
 
 __all__ = [
+    "API_CONFIG",
     "ApiConfig",
     "ApiError",
     "Applied",
     "ExecuteTxs",
+    "FAST_SEND",
     "Fanout",
+    "FastLaneServer",
     "GapError",
     "Middleware",
     "OutcomePending",

@@ -53,6 +53,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
+from urllib.parse import parse_qsl
 
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -78,17 +79,20 @@ from .admission import Admission
 from .candles import RESOLUTIONS
 from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
+from .fastlane import FastSend
 from .hooks import ReplicaHooks, StepProbe
 from .limits import WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
 from .state import LevelOrders, Levels, ReplicaState
 
 __all__ = [
     "ADMISSION",
+    "API_CONFIG",
     "ApiConfig",
     "ApiError",
     "CommitmentSource",
     "LIMITS",
     "ExecuteTxs",
+    "FAST_SEND",
     "Fanout",
     "FanoutStats",
     "OutcomePending",
@@ -162,6 +166,10 @@ class Overloaded(RateLimited):
 LIMITS = web.AppKey("limits", Limits)
 #: the app's overload door (its owner reports ``stats()``)
 ADMISSION = web.AppKey("admission", Admission)
+#: ``sendTx``/``sendTxBatch`` for the fast lane (fastlane.py), answered as the app answers them
+FAST_SEND = web.AppKey("fast_send", FastSend)
+#: the app's knobs (the fast lane reads ``max_body_bytes``)
+API_CONFIG = web.AppKey("api_config", ApiConfig)
 
 
 class OutcomePending(ApiError):
@@ -260,6 +268,20 @@ def _parse_json(raw: str | bytes, code: int, what: str) -> Any:
         return _decode(raw)
     except (msgspec.DecodeError, UnicodeDecodeError):
         raise ApiError(code, f"{what} is not valid JSON") from None
+
+
+def _body_fields(content_type: str, body: bytes) -> Mapping[str, Any]:
+    """The fast lane's ``_fields``: a JSON object's keys or a utf-8 urlencoded form's fields."""
+    if content_type == "application/json":
+        obj = _parse_json(body, int(ResultCode.INVALID_PARAM), "body")
+        if not isinstance(obj, dict):
+            raise ApiError(int(ResultCode.INVALID_PARAM), "body must be a JSON object")
+        return obj
+    try:
+        # as aiohttp's ``request.post()`` reads a form (the last value of a repeated field wins)
+        return dict(parse_qsl(body.rstrip().decode("utf-8"), keep_blank_values=True))
+    except ValueError as e:  # not utf-8
+        raise ApiError(int(ResultCode.INVALID_PARAM), f"malformed form: {e}") from None
 
 
 async def _fields(request: web.Request) -> Mapping[str, Any]:
@@ -942,6 +964,27 @@ class _Api:
         reply = await self._send(request.remote, True, f.get("tx_types"), f.get("tx_infos"))
         return _json(reply)
 
+    async def fast_send(
+        self, path: str, ip: str | None, content_type: str, body: bytes
+    ) -> tuple[int, bytes, str | None]:
+        """``sendTx``/``sendTxBatch`` for the fast lane (fastlane.py): (status, JSON body,
+        Retry-After) exactly as the app answers it through ``_errors`` and ``_budget``."""
+        batch = path.endswith("Batch")
+        try:
+            wait = self.limits.charge_ip(ip, rest_weight(path))
+            if wait:
+                raise RateLimited(wait, "requests from this IP")
+            f = _body_fields(content_type, body)
+            if batch:
+                reply = await self._send(ip, True, f.get("tx_types"), f.get("tx_infos"))
+                return 200, _encode(reply), None
+            reply = await self._send(ip, False, f.get("tx_type"), f.get("tx_info"))
+            return (200 if reply["code"] == _OK else 400), _encode(reply), None
+        except RateLimited as e:
+            return e.status, _encode(e.body(False)), str(e.retry_after)
+        except ApiError as e:
+            return e.status, _encode(e.body(batch)), None
+
     # ---- WebSocket ------------------------------------------------------------------------------
 
     async def stream(self, request: web.Request) -> web.WebSocketResponse:
@@ -1123,6 +1166,8 @@ def build_app(
     )
     app[LIMITS] = limits
     app[ADMISSION] = admission
+    app[FAST_SEND] = api.fast_send
+    app[API_CONFIG] = cfg
     r = app.router
     r.add_get("/", api.info)
     r.add_get("/info", api.info)

@@ -13,6 +13,9 @@ class ApiConfig:
     #: Largest accepted request body (bytes); beyond it HTTP 413 / code 20004. Bigger admits larger
     #: batches but lets one client make the replica buffer more.
     max_body_bytes: int = 256 * 1024
+    #: Serve ``sendTx``/``sendTxBatch`` through the fast lane (fastlane.py: a plain HTTP/1.1
+    #: protocol in front of aiohttp, ~30 µs less CPU per request here); False: aiohttp serves all.
+    fast_lane: bool = True
     #: Most txs in one ``sendTxBatch`` (Lighter: 50; code 21514 beyond).
     max_batch: int = 50
     #: Largest WS message a client may send (aiohttp closes the socket with 1009 beyond).

@@ -7,6 +7,7 @@
         app:         dry_run(tx) ──────────────────────────────────► probe.on_dry_run(...)
                      execute_txs (sequenced, confirmed) ────────────► probe.on_execute(...)
                      every request ─► _errors ─► *middlewares ─► handler
+                     fast lane (sendTx*) ─► request_span(name, headers) ─► fast_send
 
 Semantics: the probe is told *after* each step, with the durations the service measured anyway
 (``perf_counter_ns`` deltas), so a probe never changes what it measures and the production path
@@ -30,6 +31,7 @@ from aiohttp.typedefs import Middleware
 
 from raydex.codecs import Block, TxOutcome
 
+from .fastlane import RequestSpan
 from .state import Applied
 
 __all__ = ["Middleware", "ReplicaHooks", "StepProbe"]
@@ -61,3 +63,6 @@ class ReplicaHooks:
     probe: StepProbe | None = None
     #: run after the replica's own error middleware, in order, around every handler
     middlewares: tuple[Middleware, ...] = ()
+    #: the fast lane's counterpart of a middleware (fastlane.py): a context around a request that
+    #: carries ``traceparent``, given its name (``sendTx``) and those headers
+    request_span: RequestSpan | None = None

@@ -92,9 +92,18 @@ from ..transport import (
     tx_channel,
 )
 from .admission import LoopLag
-from .app import ADMISSION, LIMITS, ApiError, CommitmentSource, OutcomePending, build_app
+from .app import (
+    ADMISSION,
+    FAST_SEND,
+    LIMITS,
+    ApiError,
+    CommitmentSource,
+    OutcomePending,
+    build_app,
+)
 from .config import ApiConfig
 from .fanout import Fanout
+from .fastlane import FastLaneServer
 from .hooks import ReplicaHooks
 from .state import GapError, ReplicaState
 
@@ -349,7 +358,10 @@ class ReplicaService:
         self.runner: web.AppRunner | None = None
         #: the shared (SO_REUSEPORT) port; its site is open only while caught up
         self.port = 0
-        self._shared: web.TCPSite | None = None
+        self._shared: web.TCPSite | asyncio.AbstractServer | None = None
+        #: the fast lane in front of the app (None: ``api.fast_lane`` off) and its listeners
+        self.lane: FastLaneServer | None = None
+        self._listeners: list[asyncio.AbstractServer] = []
         self.port_joins = 0
         self.port_leaves = 0
         self.direct_port = 0
@@ -497,11 +509,17 @@ class ReplicaService:
         )
         self.runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
         await self.runner.setup()
+        if self.config.api.fast_lane:
+            assert self.runner.server is not None
+            self.lane = FastLaneServer(
+                self.runner.server,
+                self.app[FAST_SEND],
+                self.config.api.max_body_bytes,
+                self.hooks.request_span,
+            )
         # A private port per replica, so an operator (or a test) can reach this very instance,
         # also while it is off the shared port.
-        direct = web.TCPSite(self.runner, self.config.http_host, 0)
-        await direct.start()
-        self.direct_port = _bound_port(direct)
+        _, self.direct_port = await self._listen(0, reuse_port=False)
         # The first decision waits one check interval, so a block stream that cannot serve our
         # next seq (the publisher's ring moved past a stale snapshot) has told us so by then.
         await asyncio.sleep(self.config.api.port_check_interval_s)
@@ -511,6 +529,10 @@ class ReplicaService:
 
     async def stop(self) -> None:
         await self.supervisor.stop()
+        for server in self._listeners:
+            server.close()
+        if self.lane is not None:
+            self.lane.close()
         if self.runner is not None:
             await self.runner.cleanup()
         self._shared = None
@@ -552,24 +574,40 @@ class ReplicaService:
         site = self._shared
         if site is None:
             if self.runner is not None and self._caught_up():
-                site = web.TCPSite(
-                    self.runner,
-                    self.config.http_host,
-                    self.port or self.config.http_port,
-                    reuse_port=self.config.reuse_port,
+                site, bound = await self._listen(
+                    self.port or self.config.http_port, self.config.reuse_port
                 )
-                await site.start()
                 self._shared = site
-                self.port = _bound_port(site) or self.config.http_port
+                self.port = bound or self.config.http_port
                 self.port_joins += 1
                 log.info("replica %s: on the shared port %d (lag %d)", self.config.name,
                          self.port, lag)  # fmt: skip
         elif lag > api.leave_lag_blocks:
             self._shared = None
-            await site.stop()
+            if isinstance(site, asyncio.AbstractServer):
+                site.close()  # stops accepting; its connections stay, as with a site
+                self._listeners.remove(site)
+            else:
+                await site.stop()
             self.port_leaves += 1
             log.warning("replica %s: %d blocks behind; off the shared port until caught up",
                         self.config.name, lag)  # fmt: skip
+
+    async def _listen(
+        self, port: int, reuse_port: bool
+    ) -> tuple[web.TCPSite | asyncio.AbstractServer, int]:
+        """A listening socket on ``port`` (0: any) for the app: through the fast lane when it is
+        on, else an aiohttp site; with the port it got."""
+        host = self.config.http_host
+        if self.lane is None:
+            assert self.runner is not None
+            site = web.TCPSite(self.runner, host, port, reuse_port=reuse_port or None)
+            await site.start()
+            return site, _bound_port(site)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(self.lane, host, port, reuse_port=reuse_port or None)
+        self._listeners.append(server)
+        return server, server.sockets[0].getsockname()[1]
 
     async def _port_loop(self) -> None:
         """Control plane: re-check the shared port every ``port_check_interval_s``."""

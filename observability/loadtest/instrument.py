@@ -23,6 +23,7 @@ inside the apply loop but after the apply has been timed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import time
@@ -140,16 +141,28 @@ class _Probe:
             span.end(end_time=end)
 
 
-def _tracing_middleware(probe: _Probe) -> Any:
+def _request_span(probe: _Probe) -> Any:
+    """A ``replica.<name>`` span under the client's trace context (``traceparent``), or nothing
+    for an untraced request; the fast lane's hook and the middleware's body."""
     from ..tracing import extract_context
+
+    def span(name: str, headers: Any) -> contextlib.AbstractContextManager[Any]:
+        ctx = extract_context(headers) if probe.tracer is not None else None
+        if ctx is None or probe.tracer is None:
+            return contextlib.nullcontext()
+        out: contextlib.AbstractContextManager[Any]
+        out = probe.tracer.start_as_current_span(f"replica.{name}", context=ctx)
+        return out
+
+    return span
+
+
+def _tracing_middleware(probe: _Probe) -> Any:
+    span = _request_span(probe)
 
     @web.middleware
     async def mw(request: web.Request, handler: Any) -> web.StreamResponse:
-        ctx = extract_context(request.headers) if probe.tracer is not None else None
-        if ctx is None:
-            return await handler(request)  # type: ignore[no-any-return]
-        with probe.tracer.start_as_current_span(f"replica.{request.path.rsplit('/', 1)[-1]}",
-                                                context=ctx):  # fmt: skip
+        with span(request.path.rsplit("/", 1)[-1], request.headers):
             return await handler(request)  # type: ignore[no-any-return]
 
     return mw
@@ -166,7 +179,9 @@ class InstrumentedReplicaActor(ReplicaActor):  # type: ignore[misc]
         super().__init__(*args)
 
     def hooks(self) -> ReplicaHooks:
-        return ReplicaHooks(self.probe, (_tracing_middleware(self.probe),))
+        return ReplicaHooks(
+            self.probe, (_tracing_middleware(self.probe),), _request_span(self.probe)
+        )
 
     async def loadtest_stats(self, reset: bool = False) -> dict[str, Any]:
         """Histogram snapshots (ns buckets), GC figures, slow events and flight dumps, all since

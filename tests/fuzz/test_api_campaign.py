@@ -27,8 +27,8 @@ import random
 from typing import Any
 
 import aiohttp
-from aiohttp.test_utils import TestServer
 from kit.fuzz_inputs import Campaign, Rest, Ws
+from kit.lane import LaneServer
 
 from raydex.actors.local import Trader, new_exchange
 from raydex.actors.replica import ApiConfig
@@ -174,7 +174,7 @@ def test_every_bad_input_is_answered_with_a_4xx_code_and_changes_nothing() -> No
     tally = Tally()
 
     async def main() -> None:
-        server = TestServer(replica.app, host="127.0.0.1", port=0)
+        server = LaneServer(replica.app)  # as a replica serves it: sendTx* through the fast lane
         await server.start_server()
         base = str(server.make_url("")).rstrip("/")
         before = state.state_hash()

@@ -12,9 +12,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kit.lane import LaneServer
 
 from raydex.actors.local import Trader, new_exchange
 from raydex.actors.replica import ApiConfig
@@ -28,7 +28,7 @@ class Live:
         ex = new_exchange([self.trader, Trader(11)])
         replica = ex.serve(ApiConfig(max_body_bytes=16 * 1024))
         self.state = replica.state
-        self.server = TestServer(replica.app, host="127.0.0.1", port=0)
+        self.server = LaneServer(replica.app)  # sendTx* via the fast lane
         self.loop.run_until_complete(self.server.start_server())
         self.http = self.loop.run_until_complete(self._session())
         self.template = tx_to_json(self.trader.order(299_000, 10, 0))

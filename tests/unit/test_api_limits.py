@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import aiohttp
-from aiohttp.test_utils import TestServer
+from kit.lane import LaneServer
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
 from raydex.actors.replica import ApiConfig, ReplicaState
@@ -38,7 +38,7 @@ class CountingVerifier(Verifier):
 
 
 class Rig:
-    def __init__(self, ex: LocalExchange, state: ReplicaState, server: TestServer) -> None:
+    def __init__(self, ex: LocalExchange, state: ReplicaState, server: LaneServer) -> None:
         self.ex, self.state, self.server = ex, state, server
         self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
 
@@ -65,7 +65,7 @@ async def rig(traders: list[Trader], config: ApiConfig) -> AsyncIterator[Rig]:
     ex = new_exchange(traders)
     replica = ex.serve(config)
     replica.state.verifier = CountingVerifier()
-    server = TestServer(replica.app, host="127.0.0.1", port=0)
+    server = LaneServer(replica.app)  # as a replica serves it: sendTx* through the fast lane
     await server.start_server()
     r = Rig(ex, replica.state, server)
     try:

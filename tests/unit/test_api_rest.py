@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import aiohttp
-from aiohttp.test_utils import TestServer
+from kit.lane import LaneServer
 from pydantic import BaseModel
 
 from raydex.actors.local import FAR_MS, LocalExchange, Trader, new_exchange
@@ -47,7 +47,7 @@ class Rig:
         self,
         ex: LocalExchange,
         state: ReplicaState,
-        server: TestServer,
+        server: LaneServer,
         http: aiohttp.ClientSession,
     ) -> None:
         self.ex, self.state, self.server, self.http = ex, state, server, http
@@ -73,7 +73,7 @@ class Rig:
 async def rig(traders: list[Trader], config: ApiConfig | None = None) -> AsyncIterator[Rig]:
     ex = new_exchange(traders)
     replica = ex.serve(config)
-    server = TestServer(replica.app, host="127.0.0.1", port=0)
+    server = LaneServer(replica.app)  # as a replica serves it: sendTx* through the fast lane
     await server.start_server()
     try:
         async with aiohttp.ClientSession() as http:
