@@ -198,6 +198,16 @@ CATALOG: dict[str, MetricDef] = {
         ),
         MetricDef("raydex_ws_messages_total", "counter", "WebSocket messages queued for clients."),
         MetricDef(
+            "raydex_fastlane_requests_total",
+            "counter",
+            "sendTx/sendTxBatch requests answered by the replica's fast lane.",
+        ),
+        MetricDef(
+            "raydex_fastlane_handoffs_total",
+            "counter",
+            "Connections the fast lane handed to aiohttp (reads, WebSocket, multipart, ...).",
+        ),
+        MetricDef(
             "raydex_ws_socket_writes_total",
             "counter",
             "Socket writes of WebSocket frames (queued messages go out together).",

@@ -427,6 +427,10 @@ class ReplicaService:
         m.counter_fn("raydex_ws_slow_disconnects_total", lambda: fan.disconnects)
         m.counter_fn("raydex_ws_messages_total", lambda: fan.messages)
         m.counter_fn("raydex_ws_socket_writes_total", lambda: fan.writes)
+        m.counter_fn("raydex_fastlane_requests_total", lambda: self.lane.served if self.lane else 0)
+        m.counter_fn(
+            "raydex_fastlane_handoffs_total", lambda: self.lane.handoffs if self.lane else 0
+        )
         #: the apply loop and the port loop; a failure is logged, counted
         #: (``raydex_loop_restarts_total{loop}``) and the loop restarted; too many exit the actor
         self.supervisor = Supervisor(m, on_fatal)
@@ -818,6 +822,15 @@ class ReplicaService:
                 "messages": fan.messages,
                 "writes": fan.writes,
             },
+            "fast_lane": (
+                {
+                    "served": self.lane.served,
+                    "handoffs": self.lane.handoffs,
+                    "connections": len(self.lane.connections),
+                }
+                if self.lane is not None
+                else None
+            ),
         }
 
 
