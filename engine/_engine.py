@@ -71,9 +71,10 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   codecs NamedTuple); ``out.append`` and ``self._method`` are called directly (a bound-method
   local is a generic Python call); int products keep non-negative operands below 2**30 where
   the value allows (mypyc boxes anything else through ``PyNumber_Multiply``). What remains per
-  command is CPython object work: building the event NamedTuples (``tuple.__new__``: boxed ints
-  and three temporary tuples each), int-keyed dict lookups and inserts (accounts, keys, orders,
-  levels), and the products that do exceed 2**30 (notional * fee, equity * BPS).
+  command is CPython object work: building the event NamedTuples (``_state.event``: boxed ints
+  and one allocation each with the C constructor, ``engine/_event.c``; three temporary tuples
+  more through its ``tuple.__new__`` fallback), int-keyed dict lookups and inserts (accounts,
+  keys, orders, levels), and the products that do exceed 2**30 (notional * fee, equity * BPS).
 - Funding: ``size * mark * mult * rate / 1e8``; payers round up, receivers down; the residue goes
   to the insurance fund. ``ApplyFunding`` charges a given rate; ``FundingTick`` runs a market's
   funding clock (``_funding``: premium sampled each minute, the hour's rate charged on the hour).

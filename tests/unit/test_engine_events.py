@@ -109,3 +109,31 @@ def test_folding_the_events_reproduces_the_engine_state() -> None:
     }
     (ex,) = [r for r in recs if type(r) is ExchangeRecord]
     assert fold.exchange == (ex.fee_pool, ex.insurance_fund)
+
+
+def test_the_event_constructor_builds_what_tuple_new_builds() -> None:
+    """``_state.event`` (the C constructor where it was built, engine/_event.c) and its
+    reference ``tuple.__new__(T, fields)`` give the same type, fields and GC tracking."""
+    import gc
+
+    import pytest
+
+    from raydex.codecs import ApiKeyChanged, LevelChanged, OrderUpdated
+    from raydex.engine import _state
+
+    for event in {_state.event, _state._event_py}:
+        for t, fields in (
+            (LevelChanged, (1, 0, 123_456, 2**70)),
+            (OrderUpdated, tuple(range(-3, 11))),
+            (ApiKeyChanged, (7, 3, bytes(40))),
+        ):
+            got = event(t, *fields)
+            want = tuple.__new__(t, fields)
+            assert type(got) is t
+            assert got == want and tuple(got) == fields
+            assert gc.is_tracked(got) == gc.is_tracked(want)
+            assert got._asdict() == want._asdict()
+        with pytest.raises(TypeError):
+            event(5, 1, 2)
+        with pytest.raises(TypeError):
+            event(dict, 1, 2)
