@@ -7,7 +7,8 @@ committer runs the same update in Python.
 
 ``raydex.observability._untrack`` (``observability/_untrack.c``: immutable records out of the
 cyclic GC's lists) is optional too: without it the records stay tracked and collections pause
-longer.
+longer. So is ``raydex.engine._event`` (``engine/_event.c``: the engine's events built in one
+allocation): without it the engine builds them with ``tuple.__new__`` (the same objects).
 
 ``raydex.codecs.signing._accel`` (``codecs/signing/_ecgfp5.c``, Lighter's Schnorr/ECgFp5/
 Poseidon2) is built by every ``pip install`` (``make install``). It is an optional extension: if
@@ -169,4 +170,21 @@ UNTRACK_EXTENSION = Extension(
     optional=True,
 )
 
-setup(ext_modules=[SIGNING_EXTENSION, MERKLE_EXTENSION, UNTRACK_EXTENSION, *_mypyc_extensions()])
+#: the engine's event constructor (engine/_event.c: an event NamedTuple in one allocation instead
+#: of tuple.__new__'s temporary tuples); optional: without it the engine calls tuple.__new__
+EVENT_EXTENSION = Extension(
+    "raydex.engine._event",
+    sources=["engine/_event.c"],
+    extra_compile_args=["-O2", "-std=gnu11"],
+    optional=True,
+)
+
+setup(
+    ext_modules=[
+        SIGNING_EXTENSION,
+        MERKLE_EXTENSION,
+        UNTRACK_EXTENSION,
+        EVENT_EXTENSION,
+        *_mypyc_extensions(),
+    ]
+)

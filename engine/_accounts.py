@@ -41,7 +41,7 @@ from raydex.codecs.signing import is_valid_public_key as _is_valid_public_key
 from ._liquidation import rearm
 from ._model import Account, ApiKey
 from ._orders import OrderPath, position_for
-from ._state import BPS, MAX_48, MAX_API_KEY_INDEX, MAX_I63, _new, is_int
+from ._state import BPS, MAX_48, MAX_API_KEY_INDEX, MAX_I63, event, is_int
 from .codes import (
     ACCOUNT_NOT_FOUND,
     INSUFFICIENT_BALANCE,
@@ -155,7 +155,7 @@ def change_pub_key(eng: OrderPath, c: ChangePubKey, now: int, out: list[Any]) ->
         return INVALID_PUBLIC_KEY
     set_key(eng, acct, ki, bytes(pub), out)
     acct.keys[ki].nonce = n
-    out.append(_new(NonceUpdated, (ai, ki, n)))
+    out.append(event(NonceUpdated, ai, ki, n))
     return OK
 
 
@@ -163,10 +163,10 @@ def set_key(eng: OrderPath, acct: Account, ki: int, pub: bytes, out: list[Any]) 
     key = acct.keys.get(ki)
     if key is None:
         key = acct.keys[ki] = ApiKey(pub)
-        out.append(_new(NonceUpdated, (acct.index, ki, key.nonce)))
+        out.append(event(NonceUpdated, acct.index, ki, key.nonce))
     else:
         key.pub_key = pub
-    out.append(_new(ApiKeyChanged, (acct.index, ki, pub)))
+    out.append(event(ApiKeyChanged, acct.index, ki, pub))
 
 
 def account_for(eng: OrderPath, ai: int) -> Account:
@@ -205,7 +205,7 @@ def l1_deposit(eng: OrderPath, c: L1Deposit, now: int, out: list[Any]) -> int:
         acct = account_for(eng, ai)
         acct.l1_address = addr
         eng._by_l1[addr] = ai
-        out.append(_new(L1AddressSet, (ai, addr)))
+        out.append(event(L1AddressSet, ai, addr))
     else:
         acct = eng._accounts[ai]
     acct.collateral += amount

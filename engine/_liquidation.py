@@ -28,7 +28,7 @@ from raydex.codecs import PositionDeleveraged, PositionLiquidated, TradeExecuted
 
 from ._model import Account, Market, Order, Position, heappop, heappush
 from ._orders import OrderPath
-from ._state import BPS, _new
+from ._state import BPS, event
 from .codes import CANCELED_LIQUIDATION, IOC, MARKET
 from .rules import MAX_PRICE, unrealized_pnl
 
@@ -198,16 +198,7 @@ def liquidate(eng: OrderPath, acct: Account, now: int, out: list[Any]) -> None:
             quote = closed_quote(acct.index, m, out, mark_len)
             fee = eng.insurance_fund - fund_before
             out.append(
-                _new(
-                    PositionLiquidated,
-                    (
-                        acct.index,
-                        m.index,
-                        closed,
-                        quote // abs(closed),
-                        fee,
-                    ),
-                )
+                event(PositionLiquidated, acct.index, m.index, closed, quote // abs(closed), fee)
             )
         if pos.size:
             deleverage(eng, acct, pos, out)
@@ -246,18 +237,7 @@ def deleverage(eng: OrderPath, acct: Account, pos: Position, out: list[Any]) -> 
         cp.account.collateral += eng._apply_fill(cp, -d, pq)
         eng._mark_account(acct)
         eng._mark_account(cp.account)
-        out.append(
-            _new(
-                PositionDeleveraged,
-                (
-                    acct.index,
-                    cp.account.index,
-                    m.index,
-                    -d,
-                    bp,
-                ),
-            )
-        )
+        out.append(event(PositionDeleveraged, acct.index, cp.account.index, m.index, -d, bp))
         eng._traded.append(cp.account)
     eng._mark_market(m)
 

@@ -48,7 +48,7 @@ from ._state import (
     MAX_I63,
     MAX_OPEN_ORDERS_PER_ACCOUNT,
     EngineState,
-    _new,
+    event,
 )
 from .codes import (
     ACCOUNT_NOT_FOUND,
@@ -140,7 +140,7 @@ class OrderPath(EngineState):
         if not expired_at >= now:
             return TX_EXPIRED, None
         key.nonce = nonce
-        out.append(_new(NONCE_UPDATED, (ai, ki, nonce)))
+        out.append(event(NONCE_UPDATED, ai, ki, nonce))
         return 0, acct
 
     # ---- orders ---------------------------------------------------------------------------------
@@ -255,24 +255,22 @@ class OrderPath(EngineState):
             self._rest(m, o, acct, pos)
             status = ACTIVE_LIMIT
         out.append(
-            _new(
+            event(
                 ORDER_UPDATED,
-                (
-                    mi,
-                    oi,
-                    acct.index,
-                    coi,
-                    is_ask,
-                    price,
-                    size,
-                    size,
-                    expiry,
-                    otype,
-                    tif,
-                    ro,
-                    status,
-                    pr,
-                ),
+                mi,
+                oi,
+                acct.index,
+                coi,
+                is_ask,
+                price,
+                size,
+                size,
+                expiry,
+                otype,
+                tif,
+                ro,
+                status,
+                pr,
             )
         )
         return OK
@@ -440,21 +438,19 @@ class OrderPath(EngineState):
                 tid = self._next_trade_id
                 self._next_trade_id = tid + 1
                 out.append(
-                    _new(
+                    event(
                         TRADE_EXECUTED,
-                        (
-                            mi,
-                            tid,
-                            best,
-                            q,
-                            taker_ai,
-                            macct.index,
-                            t.index,
-                            o.index,
-                            is_ask,
-                            tfee,
-                            mfee,
-                        ),
+                        mi,
+                        tid,
+                        best,
+                        q,
+                        taker_ai,
+                        macct.index,
+                        t.index,
+                        o.index,
+                        is_ask,
+                        tfee,
+                        mfee,
                     )
                 )
                 last_price = best
@@ -567,47 +563,43 @@ class OrderPath(EngineState):
         if rem and not o.reduce_only:
             self._open(acct.positions[m.index], is_ask, -rem)
         out.append(
-            _new(
+            event(
                 ORDER_UPDATED,
-                (
-                    m.index,
-                    idx,
-                    acct.index,
-                    coi,
-                    is_ask,
-                    o.price,
-                    o.initial,
-                    rem,
-                    o.expiry,
-                    o.order_type,
-                    o.tif,
-                    o.reduce_only,
-                    status,
-                    o.priority,
-                ),
+                m.index,
+                idx,
+                acct.index,
+                coi,
+                is_ask,
+                o.price,
+                o.initial,
+                rem,
+                o.expiry,
+                o.order_type,
+                o.tif,
+                o.reduce_only,
+                status,
+                o.priority,
             )
         )
 
     def _emit_order(self, o: Order, status: int, out: list[Any]) -> None:
         out.append(
-            _new(
+            event(
                 ORDER_UPDATED,
-                (
-                    o.market.index,
-                    o.index,
-                    o.account.index,
-                    o.client_index,
-                    o.is_ask,
-                    o.price,
-                    o.initial,
-                    o.remaining,
-                    o.expiry,
-                    o.order_type,
-                    o.tif,
-                    o.reduce_only,
-                    status,
-                    o.priority,
-                ),
+                o.market.index,
+                o.index,
+                o.account.index,
+                o.client_index,
+                o.is_ask,
+                o.price,
+                o.initial,
+                o.remaining,
+                o.expiry,
+                o.order_type,
+                o.tif,
+                o.reduce_only,
+                status,
+                o.priority,
             )
         )
 

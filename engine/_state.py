@@ -14,6 +14,7 @@ Also here: the limits every module shares (``Final``: a mypyc build binds them o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from raydex import codecs as _codecs
@@ -30,6 +31,20 @@ from ._model import Account, Level, Market, Order, Position
 
 # Final: a compiled (mypyc) build binds these once instead of looking them up per use.
 _new: Final = tuple.__new__
+
+
+def _event_py(t: type, *fields: object) -> Any:
+    """The reference for ``event``: ``tuple.__new__(t, fields)``."""
+    return _new(t, fields)
+
+
+try:  # optional C extension (engine/_event.c, built where a compiler is): one allocation
+    from ._event import event as _event_c  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # no compiler: the same events through tuple.__new__
+    _event_c = None
+#: ``event(T, *fields)``: the event NamedTuple ``T`` with those fields, as ``_new(T, fields)``
+#: builds it, without the temporary tuples (engine/_event.c says what it saves).
+event: Final[Callable[..., Any]] = _event_py if _event_c is None else _event_c
 # The event types built on every command, as Final names: compiled, a name imported from the
 # (interpreted) codecs is a globals-dict lookup per use, a Final one a C static.
 LEVEL_CHANGED: Final = LevelChanged
@@ -123,25 +138,23 @@ class EngineState:
         if dirty:
             for lvl in dirty:
                 lvl.dirty = False
-                out.append(_new(LEVEL_CHANGED, (lvl.market_index, lvl.is_ask, lvl.price, lvl.size)))
+                out.append(event(LEVEL_CHANGED, lvl.market_index, lvl.is_ask, lvl.price, lvl.size))
             dirty.clear()
         dirty_p = self._dirty_positions
         if dirty_p:
             for p in dirty_p:
                 p.dirty = False
                 out.append(
-                    _new(
+                    event(
                         POSITION_CHANGED,
-                        (
-                            p.account.index,
-                            p.market.index,
-                            p.size,
-                            p.entry_quote,
-                            p.realized_pnl,
-                            p.funding_paid,
-                            p.imf,
-                            p.margin_mode,
-                        ),
+                        p.account.index,
+                        p.market.index,
+                        p.size,
+                        p.entry_quote,
+                        p.realized_pnl,
+                        p.funding_paid,
+                        p.imf,
+                        p.margin_mode,
                     )
                 )
             dirty_p.clear()
@@ -149,34 +162,26 @@ class EngineState:
         if dirty_a:
             for a in dirty_a:
                 a.dirty = False
-                out.append(_new(BALANCE_CHANGED, (a.index, a.collateral)))
+                out.append(event(BALANCE_CHANGED, a.index, a.collateral))
             dirty_a.clear()
         dirty_m = self._dirty_markets
         if dirty_m:
             for m in dirty_m:
                 m.dirty = False
                 out.append(
-                    _new(
-                        MARKET_STATS_CHANGED,
-                        (
-                            m.index,
-                            m.mark,
-                            m.last_trade_price,
-                            m.open_interest,
-                        ),
+                    event(
+                        MARKET_STATS_CHANGED, m.index, m.mark, m.last_trade_price, m.open_interest
                     )
                 )
             dirty_m.clear()
         if self._exchange_dirty:
             self._exchange_dirty = False
             out.append(
-                _new(
+                event(
                     EXCHANGE_BALANCES_CHANGED,
-                    (
-                        self.fee_pool,
-                        self.insurance_fund,
-                        self.total_deposits,
-                        self.total_withdrawals,
-                    ),
+                    self.fee_pool,
+                    self.insurance_fund,
+                    self.total_deposits,
+                    self.total_withdrawals,
                 )
             )

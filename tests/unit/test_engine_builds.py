@@ -4,8 +4,10 @@ hash through both.
 
 Each build runs in its own interpreter: the default one (compiled where ``make`` could build it)
 and one where a meta-path finder loads every ``raydex.engine`` module from its ``.py`` source,
-so the compiled extensions beside them are ignored. Where nothing is compiled (no C compiler) both
-runs are pure Python and the test still checks the run is deterministic across processes.
+so the compiled extensions beside them are ignored (and the C-only event constructor,
+``engine/_event.c``, is refused: the pure engine takes its ``tuple.__new__`` fallback). Where
+nothing is compiled (no C compiler) both runs are pure Python and the test still checks the run
+is deterministic across processes.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ if sys.argv[1] == "pure":
                 src = engine_dir / (name.rsplit(".", 1)[1] + ".py")
                 if src.is_file():
                     return importlib.util.spec_from_file_location(name, src)
+                # a C-only module (engine/_event.c) is refused: the engine takes its fallback
+                raise ModuleNotFoundError(name)
             return None
 
     sys.meta_path.insert(0, _PureEngine())
