@@ -17,8 +17,10 @@ messages (``VARIED`` of them, keys cached), the shape of real traffic. One repea
 the CPU's branch predictors learn the data-dependent branches of that one computation (the
 carries of the field additions, the signs of the scalar digits), which no two real signatures
 share: on this VM a repeated verify measured ~60 us where a varied one measured ~120 us with
-branchy field code (~85 us once it was made branch-free). The varied figures are the ones the
-goals are held to.
+branchy field code (~85 us once it was made branch-free). Later the gap that remained (~19 us
+repeated, ~34 us varied) was the key and generator tables' cache misses, which a rotating key
+stream pays and one key does not; verify now prefetches its table entries (~20 us varied). The
+varied figures are the ones the goals are held to.
 
 Timing: per-call medians (microseconds), wall clock and the calling thread's CPU time (the
 latter is what a call costs with a core to itself; a loaded shared machine inflates the wall
