@@ -53,7 +53,7 @@ from typing import Any, cast
 import msgspec
 from aiohttp import WSMsgType, web
 
-from raydex.codecs import ResultCode, usdc_to_str
+from raydex.codecs import USDC_DECIMALS, ResultCode
 
 from . import account_channels, public_views, views
 from .account_channels import AccountChannel, AccountUpdates, Authorize
@@ -432,8 +432,8 @@ class Fanout:
         return {
             "channel": f"account_all:{ai}",
             "account": ai,
-            "collateral": usdc_to_str(acct.collateral),
-            "available_balance": usdc_to_str(st.available_balance(ai)),
+            "collateral": views.decimal_str(acct.collateral, USDC_DECIMALS),
+            "available_balance": views.decimal_str(st.available_balance(ai), USDC_DECIMALS),
             "positions": positions,
             "total_order_count": len(acct.orders),
             "seq": st.seq,

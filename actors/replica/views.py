@@ -43,6 +43,53 @@ from .state import (
 )
 
 _PPM_DECIMALS = 6
+#: Entries one decimal-string memo holds before it starts over (``decimal_memo``).
+MEMO_ENTRIES = 8_192
+_POW10 = tuple(10**i for i in range(31))
+
+
+def decimal_str(ticks: int, decimals: int) -> str:
+    """``ticks_to_str(ticks, decimals)``, a quarter of its cost for a value with a whole part
+    (the digits of ``str(ticks)`` with the point put in: ~170 ns against ~640 on the 2-core VM);
+    anything else (zero, negative, below one, no decimals) goes to ``ticks_to_str``."""
+    if 0 < decimals < 31 and ticks >= _POW10[decimals]:
+        s = str(ticks)
+        return s[:-decimals] + "." + s[-decimals:]
+    out: str = ticks_to_str(ticks, decimals)
+    return out
+
+
+class _DecimalMemo(dict[int, str]):
+    """``ticks -> decimal_str(ticks, decimals)``, remembered: a book's prices recur block after
+    block, and a hit is one dict lookup (~35 ns). Bounded: cleared once it holds
+    ``MEMO_ENTRIES`` (well under 1 MB), so a drifting price only costs misses. The apply loop and
+    the readers share one thread; a lookup racing a clear would only miss."""
+
+    __slots__ = ("decimals",)
+
+    def __init__(self, decimals: int) -> None:
+        super().__init__()
+        self.decimals = decimals
+
+    def __missing__(self, ticks: int) -> str:
+        if len(self) >= MEMO_ENTRIES:
+            self.clear()
+        s = self[ticks] = decimal_str(ticks, self.decimals)
+        return s
+
+
+#: decimals -> its memo (the few distinct price decimals of the markets)
+_MEMOS: dict[int, _DecimalMemo] = {}
+
+
+def decimal_memo(decimals: int) -> dict[int, str]:
+    """The memo of ``ticks_to_str(., decimals)`` for values that recur (prices): ``memo[ticks]``
+    is that string. Sizes and balances recur too seldom to pay for the misses:
+    :func:`decimal_str`."""
+    memo = _MEMOS.get(decimals)
+    if memo is None:
+        memo = _MEMOS[decimals] = _DecimalMemo(decimals)
+    return memo
 
 
 def _mult(m: MarketRecord) -> int:
@@ -153,17 +200,18 @@ def market_stats(m: MarketRecord, s: MarketStats, funding: Funding | None = None
     percent per hour: ``current_funding_rate`` the rate the running hour would settle at now,
     ``funding_rate`` the last settled one, ``funding_timestamp`` its hour mark (ms); the daily
     figures are ``market_detail``'s."""
-    pd, sd = m.price_decimals, m.size_decimals
+    prices = decimal_memo(m.price_decimals)
     current = funding_rate(funding.premium_sum, funding.samples) if funding else 0
+    mark = prices[m.mark_price]
     return {
         "market_id": int(m.market_index),
-        "index_price": ticks_to_str(m.mark_price, pd),
-        "mark_price": ticks_to_str(m.mark_price, pd),
-        "open_interest": lots_to_str(m.open_interest, sd),
+        "index_price": mark,
+        "mark_price": mark,
+        "open_interest": decimal_str(m.open_interest, m.size_decimals),
         "open_interest_limit": "",
         "funding_clamp_small": "0",
         "funding_clamp_big": "0",
-        "last_trade_price": ticks_to_str(m.last_trade_price, pd),
+        "last_trade_price": prices[m.last_trade_price],
         "current_funding_rate": funding_pct(current),
         "funding_rate": funding_pct(funding.last_rate if funding else 0),
         "funding_timestamp": funding.last_funding_ms if funding else 0,
@@ -187,8 +235,8 @@ def simple_order(o: OrderRecord, m: MarketRecord, ts_ms: int) -> dict[str, Any]:
 
 def levels(levels: tuple[tuple[int, int], ...], m: MarketRecord) -> list[dict[str, str]]:
     """``[{"price": "3327.46", "size": "29.0915"}, ...]`` for WS order-book messages."""
-    pd, sd = m.price_decimals, m.size_decimals
-    return [{"price": ticks_to_str(p, pd), "size": lots_to_str(q, sd)} for p, q in levels]
+    prices, sd, fmt = decimal_memo(m.price_decimals), m.size_decimals, decimal_str
+    return [{"price": prices[p], "size": fmt(q, sd)} for p, q in levels]
 
 
 def book_body(b: BookSnapshot, m: MarketRecord, offset: int) -> dict[str, Any]:
@@ -217,9 +265,9 @@ def trade(row: TradeRow, m: MarketRecord) -> dict[str, Any]:
         "tx_hash": row.tx_hash.hex(),
         "type": "trade",
         "market_id": int(t.market_index),
-        "size": lots_to_str(t.size, sd),
-        "price": ticks_to_str(t.price, pd),
-        "usd_amount": usdc_to_str(t.price * t.size * _mult(m)),
+        "size": decimal_str(t.size, sd),
+        "price": decimal_memo(pd)[t.price],
+        "usd_amount": decimal_str(t.price * t.size * _mult(m), USDC_DECIMALS),
         "ask_id": int(ask_id),
         "bid_id": int(bid_id),
         "ask_account_id": int(ask_acct),
@@ -275,18 +323,20 @@ def position(
     return {
         "market_id": int(m.market_index),
         "symbol": m.symbol,
-        "initial_margin_fraction": ticks_to_str(p.initial_margin_fraction, 2),
+        "initial_margin_fraction": decimal_str(p.initial_margin_fraction, 2),
         "open_order_count": open_orders,
         "pending_order_count": 0,
         "position_tied_order_count": 0,
         "sign": 1 if size >= 0 else -1,
-        "position": lots_to_str(abs(size), sd),
-        "avg_entry_price": ticks_to_str(avg, pd),
-        "position_value": usdc_to_str(value),
-        "unrealized_pnl": usdc_to_str(unrealized_pnl(size, m.mark_price * mult, p.entry_quote)),
-        "realized_pnl": usdc_to_str(p.realized_pnl),
-        "liquidation_price": ticks_to_str(liquidation_price, pd) if liquidation_price else "0",
-        "total_funding_paid_out": usdc_to_str(p.funding_paid),
+        "position": decimal_str(abs(size), sd),
+        "avg_entry_price": decimal_str(avg, pd),
+        "position_value": decimal_str(value, USDC_DECIMALS),
+        "unrealized_pnl": decimal_str(
+            unrealized_pnl(size, m.mark_price * mult, p.entry_quote), USDC_DECIMALS
+        ),
+        "realized_pnl": decimal_str(p.realized_pnl, USDC_DECIMALS),
+        "liquidation_price": decimal_str(liquidation_price, pd) if liquidation_price else "0",
+        "total_funding_paid_out": decimal_str(p.funding_paid, USDC_DECIMALS),
         "margin_mode": int(p.margin_mode),
         "allocated_margin": "0.000000",
         "total_discount": "0",
