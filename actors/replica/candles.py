@@ -73,6 +73,7 @@ MAX_ANSWER = 500
 # One candle: [t, open, high, low, close, base volume, quote volume, last trade id]
 Candle = list[int]
 _T, _O, _H, _L, _C, _V, _Q, _I = range(8)
+_WIDTHS = tuple(RESOLUTIONS.values())
 
 
 class Candles:
@@ -81,6 +82,9 @@ class Candles:
     def __init__(self) -> None:
         #: (market, resolution) -> candles, oldest first; the last one is the open candle
         self._series: dict[tuple[int, str], deque[Candle]] = {}
+        #: market -> the same deques in ``RESOLUTIONS`` order (the fold walks them without a
+        #: key built and looked up per resolution)
+        self._by_market: dict[int, tuple[deque[Candle], ...]] = {}
 
     def add(self, trades: Mapping[int, Iterable[TradeRow]]) -> None:
         """Fold one block's trades (``Applied.trades``) into every resolution: the trades of a
@@ -111,28 +115,30 @@ class Candles:
 
     def _fold(self, mi: int, part: Candle) -> None:
         """Merge one minute's sum into the open candle of every resolution (or start one)."""
-        series = self._series
-        ts = part[_T]
-        for res, width in RESOLUTIONS.items():
-            key = (mi, res)
-            candles = series.get(key)
-            if candles is None:
-                candles = series[key] = deque(maxlen=KEEP)
+        row = self._by_market.get(mi)
+        if row is None:
+            series = self._series
+            row = self._by_market[mi] = tuple(
+                series.setdefault((mi, res), deque(maxlen=KEEP)) for res in RESOLUTIONS
+            )
+        ts, high, low, close, volume, quote, last_id = (
+            part[_T], part[_H], part[_L], part[_C], part[_V], part[_Q], part[_I]
+        )  # fmt: skip
+        for width, candles in zip(_WIDTHS, row, strict=True):
             start = ts - ts % width
-            last = candles[-1] if candles else None
-            if last is None or start > last[_T]:
+            if not candles or start > (last := candles[-1])[_T]:
                 c = part.copy()
                 c[_T] = start
                 candles.append(c)
                 continue
-            if part[_H] > last[_H]:
-                last[_H] = part[_H]
-            if part[_L] < last[_L]:
-                last[_L] = part[_L]
-            last[_C] = part[_C]
-            last[_V] += part[_V]
-            last[_Q] += part[_Q]
-            last[_I] = part[_I]
+            if high > last[_H]:
+                last[_H] = high
+            if low < last[_L]:
+                last[_L] = low
+            last[_C] = close
+            last[_V] += volume
+            last[_Q] += quote
+            last[_I] = last_id
 
     def last(self, mi: int, res: str) -> Candle | None:
         """The newest candle of ``mi`` at ``res`` (the one a trade just moved), or None."""

@@ -56,7 +56,7 @@ from typing import Any, cast
 import msgspec
 from aiohttp import WSMsgType, web
 
-from raydex.codecs import ResultCode, usdc_to_str
+from raydex.codecs import USDC_DECIMALS, ResultCode
 
 from . import account_channels, public_views, views
 from .account_channels import AccountChannel, AccountUpdates, Authorize
@@ -453,8 +453,8 @@ class Fanout:
         return {
             "channel": f"account_all:{ai}",
             "account": ai,
-            "collateral": usdc_to_str(acct.collateral),
-            "available_balance": usdc_to_str(st.available_balance(ai)),
+            "collateral": views.decimal_str(acct.collateral, USDC_DECIMALS),
+            "available_balance": views.decimal_str(st.available_balance(ai), USDC_DECIMALS),
             "positions": positions,
             "total_order_count": len(acct.orders),
             "seq": st.seq,
@@ -490,6 +490,8 @@ class Fanout:
         ts_ms = now_us // 1000
         engine_us = applied.timestamp_ns // 1000
         markets = self.state.markets
+        #: trade id -> its Lighter JSON, rendered once for the trade channel and the accounts
+        trade_views: dict[int, dict[str, Any]] = {}
         for mi, d in applied.books.items():
             subs = self._subs.get(f"order_book:{mi}")
             if subs:
@@ -501,10 +503,14 @@ class Fanout:
             subs = self._subs.get(f"trade:{mi}")
             if subs:
                 m = markets[mi]
+                rendered = []
+                for r in rows:
+                    view = trade_views[r[0][1]] = views.trade(r, m)  # by trade id
+                    rendered.append(view)
                 data = _encode(
                     {
                         "channel": f"trade:{mi}",
-                        "trades": [views.trade(r, m) for r in rows],
+                        "trades": rendered,
                         "timestamp": ts_ms,
                         "type": "update/trade",
                     }
@@ -514,7 +520,7 @@ class Fanout:
         self._publish_tickers(applied, ts_ms)
         self._publish_candles(applied, ts_ms)
         if self._watched:
-            self._publish_accounts(applied, ts_ms)
+            self._publish_accounts(applied, ts_ms, trade_views)
         subs = self._subs.get("height")
         if subs:
             data = _encode(
@@ -528,29 +534,38 @@ class Fanout:
             )
             self._put_all(subs, _Msg(data))
 
-    def _publish_accounts(self, applied: Applied, ts_ms: int) -> None:
+    def _publish_accounts(
+        self, applied: Applied, ts_ms: int, trade_views: dict[int, dict[str, Any]]
+    ) -> None:
         """The account channels of the watched accounts this block touched: one pass over the
-        block for them, then one message per subscribed channel (account_channels.py)."""
-        touched = applied.accounts
+        block for them, then one message per subscribed channel (account_channels.py).
+        ``trade_views``: the trades the trade channel rendered (trade id -> JSON), reused."""
         watched = self._watched
-        hits = {ai for ai in watched if ai in touched}
+        hits = set(watched.keys() & applied.accounts)
         # a rejected tx touches nothing but is still its account's (account_tx)
-        hits.update(r.account_index for r in applied.txs if r.account_index in watched)
+        hits.update(r[2] for r in applied.txs if r[2] in watched)  # account_index
         if not hits:
             return
         st = self.state
         filled = self._filled
         ups = AccountUpdates(st, applied, hits, filled, self._funding_paid)
+        ups.trade_views.update(trade_views)
         subs_of = self._subs.get
         for ai in sorted(hits):
+            # the account's subscriptions over all clients: once the account_all ones are
+            # served, the other channels are looked up only if some remain
+            left = watched[ai]
             subs = subs_of(f"account_all:{ai}")
             if subs:
+                left -= len(subs)
                 body = self._account_body(ai, "update/account_all", ts_ms)
                 extra = account_channels.account_all_extra(
                     st, ai, ups.trades.get(ai, ()), ups.fundings.get(ai, {}), ups.trade_views
                 )
                 body.update(extra)
                 self._put_all(subs, _Msg(_encode(body)))
+            if not left:
+                continue
             for kind in account_channels.ACCOUNT_WIDE:
                 if kind == "account_all":
                     continue
