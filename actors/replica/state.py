@@ -883,6 +883,7 @@ class ReplicaState:
         keys = {(a, k) for a, ks in self.account_keys.items() for k in ks}
         if keys != self.api_keys.keys():
             raise AssertionError("the per-account key index differs from the keys")
+        for mi in self.markets:
             b = self.books[mi]
             if dict(b.bids) != self._bids[mi] or dict(b.asks) != self._asks[mi]:
                 raise AssertionError(f"market {mi}: snapshot differs from the book")
