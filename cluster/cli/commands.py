@@ -191,10 +191,10 @@ def _add_loadtest(sub: Any) -> None:
                    help="a capacity sweep instead of one run: one loadtest per offered rate, "
                    "e.g. 1000,2000,3000 or 1000:5000:1000 (start:stop:step); sweep.md/json/png "
                    "in --out")  # fmt: skip
-    p.add_argument("--generator-cpus", default="any", metavar="any|auto|CPUS",
-                   help="where the generator runs in the window: any (where the kernel puts "
-                   "it; default), auto (off the replicas' cores when they are pinned and others "
-                   "remain), or a list like 1,3")  # fmt: skip
+    p.add_argument("--generator-cpus", default="auto", metavar="any|auto|CPUS",
+                   help="where the generator runs in the window: auto (off the replicas' cores "
+                   "when they are pinned and others remain; default), any (where the kernel "
+                   "puts it), or a list like 1,3")  # fmt: skip
     p.add_argument("--no-resync", action="store_true",
                    help="after a rejection keep sending the planned nonces (no nextNonce "
                    "re-sync; the account's later txs then fail INVALID_NONCE)")  # fmt: skip

@@ -222,9 +222,9 @@ class LoadtestOptions:
     #: after a rejection, re-sync the account's nonce from the server (a real client); False
     #: sends the plan's nonces regardless (every later tx of the account then fails)
     resync: bool = True
-    #: where the generator runs during the window: "any" (wherever the kernel puts it), "auto"
-    #: (off the replicas' cores when they are pinned and this host has others), or "1,3"
-    generator_cpus: str = "any"
+    #: where the generator runs during the window: "auto" (off the replicas' cores when they
+    #: are pinned and this host has others), "any" (wherever the kernel puts it), or "1,3"
+    generator_cpus: str = "auto"
 
 
 def check_options(opts: LoadtestOptions) -> None:
@@ -263,9 +263,10 @@ def generator_cpus(choice: str, roles: dict[int, str], local: bool) -> frozenset
     ``auto``: every CPU this process may use but the replicas' (their pinned affinities, read
     from ``roles``' pids), when the deployment is local (``roles`` pids are of this host) and
     such CPUs remain. A floating generator tends to run where the replica that answered it runs
-    (the kernel places a woken task near its waker), so it takes that core's time; on a 2-core
-    host keeping it off balanced the cores but did not raise throughput beyond noise (README,
-    capacity), hence ``any`` by default."""
+    (the kernel places a woken task near its waker), so it takes that core's time: on a 2-core
+    host, once the replica's own cost per tx had come down, ``auto`` achieved more in every
+    alternated pair at 5,000 offered (README, capacity), hence the default; a client does not
+    run on the replica's core in production either."""
     if choice == "any":
         return None
     if choice != "auto":

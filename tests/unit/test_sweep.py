@@ -130,10 +130,10 @@ def test_each_point_is_the_same_loadtest_command_at_its_own_rate(tmp_path: Path)
 
     opts = LoadtestOptions(
         tps=1500, seconds=10, accounts=40, replicas=1, clients=2, out_dir=str(tmp_path),
-        profile=True, resync=False, quiet=True, generator_cpus="auto",
+        profile=True, resync=False, quiet=True, generator_cpus="any",
     )  # fmt: skip
     args = build_parser().parse_args(loadtest_argv(opts))
-    assert args.generator_cpus == "auto"
+    assert args.generator_cpus == "any"
     assert (args.tps, args.seconds, args.accounts, args.replicas, args.clients) == (
         1500,
         10,
@@ -145,4 +145,4 @@ def test_each_point_is_the_same_loadtest_command_at_its_own_rate(tmp_path: Path)
     assert args.sweep is None and args.ab is None
     default = build_parser().parse_args(loadtest_argv(LoadtestOptions()))
     assert default.replicas is None  # the spec's count, as the sweep's own command had it
-    assert default.generator_cpus == "any"
+    assert default.generator_cpus == "auto"
