@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,9 @@ class _Probe:
         self.dumps: list[str] = []
         self.liquidations = 0
         self.tracer: Any = None
+        #: traced requests being served now (``_request_span``): while none is, a dry-run or an
+        #: execute has no span to hang under and ``_child_span`` returns at once
+        self.traced = 0
         self.provider: Any = None
         if cfg.trace:
             from ..tracing import file_tracer
@@ -130,8 +133,8 @@ class _Probe:
 
     def _child_span(self, name: str, start: int, end: int, attrs: dict[str, Any]) -> None:
         """A finished span under the current one, if a traced request is being served."""
-        if self.tracer is None:
-            return
+        if not self.traced or self.tracer is None:
+            return  # the common case (1 request in --sample-every is traced): no lookup at all
         from opentelemetry import trace
 
         if trace.get_current_span().is_recording():
@@ -146,13 +149,20 @@ def _request_span(probe: _Probe) -> Any:
     for an untraced request; the fast lane's hook and the middleware's body."""
     from ..tracing import extract_context
 
+    @contextlib.contextmanager
+    def traced(name: str, ctx: Any) -> Iterator[None]:
+        probe.traced += 1
+        try:
+            with probe.tracer.start_as_current_span(f"replica.{name}", context=ctx):
+                yield
+        finally:
+            probe.traced -= 1
+
     def span(name: str, headers: Any) -> contextlib.AbstractContextManager[Any]:
         ctx = extract_context(headers) if probe.tracer is not None else None
         if ctx is None or probe.tracer is None:
             return contextlib.nullcontext()
-        out: contextlib.AbstractContextManager[Any]
-        out = probe.tracer.start_as_current_span(f"replica.{name}", context=ctx)
-        return out
+        return traced(name, ctx)
 
     return span
 

@@ -62,6 +62,7 @@ def test_a_short_loadtest_writes_markdown_json_and_plots(tmp_path: Path) -> None
         "client.send",
         "replica.sendTxBatch",
     } <= names
+    assert "replica.dry_run" in names  # the replica's steps under the traced request
     # the CPU ledger: table, stacked bars, per-role µs per committed tx adding up to the total
     led = report["cpu_ledger"]
     assert led["committed_txs"] == report["committed_txs"] > 0
