@@ -33,11 +33,12 @@ from typing import Any, NamedTuple
 from raydex.codecs import (
     DEFAULT_CHAIN_ID,
     AccountRecord,
+    ApiKeyChanged,
     BalanceChanged,
     PositionChanged,
     PositionRecord,
     TxExecuted,
-    decode_block,
+    decode_block_of,
     decode_wal_read_reply,
     encode_wal_read_request,
 )
@@ -61,6 +62,11 @@ except ImportError:  # pragma: no cover - no compiler where it was installed
     _smt = None
 
 _EMPTY = bytes(32)
+#: the events a block's commitment and its signature audit read (``SignatureAudit.note_block``):
+#: the others (book levels, orders, trades, stats) are stepped over by the decoder, never built
+_COMMITTED: frozenset[type] = frozenset(
+    {TxExecuted, BalanceChanged, PositionChanged, ApiKeyChanged}
+)
 _ACCOUNT = struct.Struct("<Qq")
 _POSITION = struct.Struct("<Bqq")
 
@@ -136,7 +142,8 @@ class Committer:
     """Per-block commitments (see module docstring). Pure; the Ray shell feeds it frames."""
 
     def __init__(self, keep: int = 10_000) -> None:
-        #: called with ``(seq, events)`` of each block committed (the signature audit's feed)
+        #: called with ``(seq, events)`` of each block committed, the ``_COMMITTED`` kinds only
+        #: (the signature audit's feed)
         self.on_block: Callable[[int, Sequence[Any]], None] | None = None
         self.seq = 0
         self.chain = _EMPTY
@@ -187,7 +194,7 @@ class Committer:
 
     def apply(self, frame: bytes) -> Commitment | None:
         """Commit one block frame; None for an already-committed seq; GapError on a gap."""
-        block = decode_block(frame)
+        block = decode_block_of(frame, _COMMITTED)
         if block.seq <= self.seq:
             return None
         if block.seq != self.seq + 1:

@@ -225,6 +225,33 @@ def decode_block(buf: Buffer) -> Block:
     return Block(seq, height, ts, events)
 
 
+def decode_block_of(buf: Buffer, kinds: frozenset[type]) -> Block:
+    """:func:`decode_block` keeping only the events whose class is in ``kinds``, in order; the
+    others are stepped over (every layout has a fixed size) and never built. For a follower that
+    reads a few kinds of a block (the committer: balances, positions, tx outcomes, key changes)."""
+    seq, height, ts, count = peek_block_header(buf)
+    table = _DECODE
+    classes: list[type] = []
+    values: list[Any] = []
+    off = HEADER_SIZE
+    try:
+        for _ in repeat(None, count):
+            unpack, cls, step = table[buf[off]]
+            if cls in kinds:
+                classes.append(cls)
+                values.append(unpack(buf, off))
+            off += step
+    except (IndexError, struct.error):
+        off = len(buf) + 1
+    if off > len(buf):  # a stepped-over event may end past the buffer too
+        raise CodecError(
+            f"truncated: {count} events need more than {len(buf)} bytes", type_name="Block"
+        )
+    if off != len(buf):
+        raise CodecError(f"{len(buf) - off} trailing bytes after {count} events", type_name="Block")
+    return Block(seq, height, ts, list(starmap(_NEW, zip(classes, values, strict=True))))
+
+
 def _truncated(buf: Buffer, off: int, done: int, count: int) -> CodecError:
     return CodecError(
         f"truncated at event {done} of {count} (offset {off}, buffer {len(buf)} bytes)",
