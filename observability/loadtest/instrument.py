@@ -86,7 +86,7 @@ class _Probe:
     def slow(self, what: str, dur_ns: int) -> None:
         if self.trigger.observe(what, dur_ns):
             path = Path(self.cfg.out_dir) / f"flight-{self.name}-{self.trigger.fired}.json"
-            self.flight.dump(path, self.name, f"{what} took {dur_ns / 1000:.0f} µs")
+            self.flight.dump_soon(path, self.name, f"{what} took {dur_ns / 1000:.0f} µs")
             self.dumps.append(str(path))
 
     # ---- StepProbe ------------------------------------------------------------------------------
