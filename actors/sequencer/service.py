@@ -305,7 +305,12 @@ class SequencerService:
             max_inflight=cfg.max_inflight_batches,
             unix_dir=cfg.unix_socket_dir if cfg.unix_sockets else None,
         )
-        self.port = await self.server.start()
+        try:
+            self.port = await self.server.start()
+        except BaseException:
+            self.server = None
+            await self.stop()
+            raise
         self.txlog_server = data_plane_server(
             cfg.data_plane,
             self.txlog,
@@ -315,7 +320,12 @@ class SequencerService:
             secret=cfg.data_plane_secret,
             unix_dir=cfg.unix_socket_dir if cfg.unix_sockets else None,
         )
-        self.txlog_port = await self.txlog_server.start()
+        try:
+            self.txlog_port = await self.txlog_server.start()
+        except BaseException:
+            self.txlog_server = None
+            await self.stop()  # the block port and the WAL opened above
+            raise
         loop = asyncio.get_running_loop()
         self.journal = Journal(wal, loop, self._on_durable, self._on_journal_error)
         self.journal.start()

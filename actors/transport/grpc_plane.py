@@ -156,7 +156,14 @@ class GrpcDataPlaneServer:
         if self._tx_handler is not None:
             handlers["Txs"] = grpc.stream_stream_rpc_method_handler(self._txs)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-        self._port = server.add_insecure_port(f"{self._host}:{self._port}")
+        address = f"{self._host}:{self._port}"
+        try:
+            self._port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            # A server that never started still owns core resources: shut it down here, on this
+            # loop, rather than leave it to a finalizer that runs on whatever loop comes next.
+            await server.stop(None)
+            raise OSError(f"data plane cannot bind {address}: {exc}") from exc
         await server.start()
         self._server = server
         return self._port

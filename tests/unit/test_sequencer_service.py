@@ -403,3 +403,38 @@ def test_the_timer_cadence_still_closes_blocks_on_its_tick(tmp_path: Path) -> No
             await svc.stop()
 
     assert asyncio.run(run()) == [2] * 6
+
+
+@pytest.mark.parametrize("taken", ["block", "txlog"])
+def test_a_port_already_in_use_fails_the_start_and_leaves_nothing_running(
+    tmp_path: Path, taken: str
+) -> None:
+    """A sequencer whose block or txlog port is taken fails its start with the address named, and
+    what it had opened (the other port, the WAL) is closed: the same WAL directory starts cleanly
+    right after, and the busy port's owner is untouched."""
+    import socket
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+
+    async def run() -> None:
+        key = "grpc_port" if taken == "block" else "txlog_port"
+        failed = SequencerService(dataclasses.replace(config(tmp_path), **{key: port}))
+        with pytest.raises(OSError, match=f"127.0.0.1:{port}"):
+            await failed.start()
+        assert failed.server is None or failed.server._server is None
+        again = SequencerService(config(tmp_path))
+        await again.start()
+        try:
+            outs = await again.submit([ETH], operator=True)
+            assert [o.code for o in outs] == [ResultCode.OK]
+        finally:
+            await again.stop()
+
+    try:
+        asyncio.run(asyncio.wait_for(run(), 60))
+        assert busy.fileno() != -1 and busy.getsockname()[1] == port
+    finally:
+        busy.close()
