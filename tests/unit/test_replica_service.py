@@ -308,7 +308,12 @@ def test_a_replica_that_falls_behind_leaves_the_shared_port_and_rejoins_when_cau
         await service.stop()
 
     async def run() -> None:
-        s1 = SequencerService(SequencerConfig(wal_dir=wal, snapshot_dir=snaps, ring_size=8))
+        # a fixed port outside the ephemeral range: the restart below takes it back, and no
+        # port-0 socket opened meanwhile (s2, the holders, clients) can land on it
+        fixed = free_port()
+        s1 = SequencerService(
+            SequencerConfig(wal_dir=wal, snapshot_dir=snaps, ring_size=8, grpc_port=fixed)
+        )
         p = await s1.start()
         alive.append(s1)
         h1 = holder_for()
