@@ -305,12 +305,6 @@ class SequencerService:
             max_inflight=cfg.max_inflight_batches,
             unix_dir=cfg.unix_socket_dir if cfg.unix_sockets else None,
         )
-        try:
-            self.port = await self.server.start()
-        except BaseException:
-            self.server = None
-            await self.stop()
-            raise
         self.txlog_server = data_plane_server(
             cfg.data_plane,
             self.txlog,
@@ -321,10 +315,10 @@ class SequencerService:
             unix_dir=cfg.unix_socket_dir if cfg.unix_sockets else None,
         )
         try:
+            self.port = await self.server.start()
             self.txlog_port = await self.txlog_server.start()
         except BaseException:
-            self.txlog_server = None
-            await self.stop()  # the block port and the WAL opened above
+            await self.stop()  # a port bound above and the WAL (an unstarted server: a no-op)
             raise
         loop = asyncio.get_running_loop()
         self.journal = Journal(wal, loop, self._on_durable, self._on_journal_error)
