@@ -25,6 +25,7 @@ further writes), and the sequencer must exit so that it restarts from what reach
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 from collections.abc import Callable
 
@@ -45,9 +46,8 @@ class Journal:
         self.loop = loop
         self.on_durable = on_durable
         self.on_error = on_error
-        self._queue: list[tuple[int, bytes]] = []
-        self._cv = threading.Condition()
-        self._stop = False
+        # None: stop once what was queued before it is written and synced
+        self._queue: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="raydex-journal", daemon=True)
         self.syncs = 0
         self.records = 0
@@ -60,38 +60,43 @@ class Journal:
         self._thread.start()
 
     def submit(self, seq: int, record: bytes) -> None:
-        """Queue block ``seq``'s record (loop thread; never blocks on the disk)."""
-        with self._cv:
-            self._queue.append((seq, record))
-            self._cv.notify()
+        """Queue block ``seq``'s record (loop thread; never blocks on the disk, takes no lock the
+        journal thread holds: a ``SimpleQueue`` put wakes the thread only if it waits)."""
+        self._queue.put((seq, record))
 
     def _run(self) -> None:
         wal = self.wal
+        get, get_nowait = self._queue.get, self._queue.get_nowait
         while True:
-            with self._cv:
-                while not self._queue and not self._stop:
-                    self._cv.wait()
-                batch, self._queue = self._queue, []
-                if not batch and self._stop:
+            batch: list[tuple[int, bytes]] = []
+            stop = False
+            item = get()  # waits (GIL released) until a record or the stop comes
+            while True:  # and takes everything queued meanwhile: one fsync for all of it
+                if item is None:
+                    stop = True
+                else:
+                    batch.append(item)
+                try:
+                    item = get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                try:
+                    for seq, record in batch:
+                        wal.write_record(seq, record)
+                    sync_ns = wal.sync()
+                except BaseException as exc:  # the loop decides; nothing is acknowledged after
+                    self.error = exc
+                    self.loop.call_soon_threadsafe(self.on_error, exc)
                     return
-            try:
-                for seq, record in batch:
-                    wal.write_record(seq, record)
-                sync_ns = wal.sync()
-            except BaseException as exc:  # the loop decides; nothing is acknowledged after this
-                self.error = exc
-                with self._cv:
-                    self._queue = []
-                self.loop.call_soon_threadsafe(self.on_error, exc)
+                self.durable_seq = batch[-1][0]
+                self.syncs += 1
+                self.records += len(batch)
+                self.loop.call_soon_threadsafe(self.on_durable, batch[-1][0], sync_ns)
+            if stop:
                 return
-            self.durable_seq = batch[-1][0]
-            self.syncs += 1
-            self.records += len(batch)
-            self.loop.call_soon_threadsafe(self.on_durable, batch[-1][0], sync_ns)
 
     def close(self) -> None:
         """Drain what is queued (written and synced), then stop the thread."""
-        with self._cv:
-            self._stop = True
-            self._cv.notify()
+        self._queue.put(None)
         self._thread.join()

@@ -4,6 +4,7 @@ logged, publishes every block in order, and a restarted sequencer has the same s
 from __future__ import annotations
 
 import asyncio
+import threading
 import dataclasses
 import errno
 import logging
@@ -364,9 +365,17 @@ def test_a_block_closes_when_the_previous_one_is_durable_so_blocks_grow_with_the
                 outs = await svc.submit([order(1 + i % 2, i // 2, 300_000 + i, i % 2)])
                 acked.append(outs[0].seq)
 
-            # Hold the journal thread before its next write (its condition's lock is reentrant
-            # for this thread, so the loop still hands it blocks): the disk "is slow".
-            with svc.journal._cv:
+            # The disk "is slow": the journal thread's next fsync waits for the gate.
+            wal = svc.journal.wal
+            gate = threading.Event()
+            real_sync = wal.sync
+
+            def slow_sync() -> int:
+                gate.wait(30)
+                return real_sync()
+
+            wal.sync = slow_sync  # type: ignore[method-assign]
+            try:
                 tasks = [asyncio.create_task(send(0))]
                 for _ in range(3):
                     await asyncio.sleep(0)  # block 2 (1 tx) is closed and handed to the journal
@@ -377,6 +386,8 @@ def test_a_block_closes_when_the_previous_one_is_durable_so_blocks_grow_with_the
                     await asyncio.sleep(0)
                 during = list(acked)
                 closed = svc.producer.seq
+            finally:
+                gate.set()
             await asyncio.gather(*tasks)
             return during, closed, sorted(acked)
         finally:
