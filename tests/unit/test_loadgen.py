@@ -28,6 +28,7 @@ from raydex.observability.loadtest.loadgen import (
     LaneSpec,
     MarketInfo,
     OpenLoopClock,
+    Pacer,
     Recorder,
     form_encode,
     lane_specs,
@@ -79,6 +80,51 @@ def test_planned_times_never_decrease_and_match_the_rate(sizes: list[int], tps: 
     times = [clock.take(k) for k in sizes]
     assert times == sorted(times)
     assert abs(clock.now_ns - sum(sizes) * 1e9 / tps) <= 1
+
+
+def test_the_pacer_never_wakes_a_send_early_and_lanes_share_a_tick() -> None:
+    """Nine lanes due within one tick share one timer; each wakes at or after its planned time;
+    a time already past is no wait at all."""
+
+    async def main() -> tuple[list[tuple[int, int]], Pacer, object]:
+        pacer = Pacer(tick_ns=1_000_000)
+        tick = pacer.tick_ns
+        base = (time.monotonic_ns() // tick + 30) * tick  # a tick boundary 30 ms ahead
+        woke: list[tuple[int, int]] = []
+
+        async def lane(at: int) -> None:
+            due = pacer.until(at)
+            assert due is not None
+            await due
+            woke.append((at, time.monotonic_ns()))
+
+        await asyncio.gather(*(lane(base + 1 + k * 100_000) for k in range(9)))
+        past = pacer.until(time.monotonic_ns() - 1)
+        return woke, pacer, past
+
+    woke, pacer, past = asyncio.run(main())
+    assert len(woke) == 9
+    assert all(at <= now for at, now in woke)  # never early
+    assert (pacer.waits, pacer.timers) == (9, 1)  # one timer for the nine
+    assert past is None
+
+
+@given(st.lists(st.integers(0, 3_000_000), min_size=1, max_size=40))
+def test_paced_sends_keep_their_planned_order_and_are_never_early(offsets: list[int]) -> None:
+    async def main() -> list[tuple[int, int]]:
+        pacer = Pacer(tick_ns=500_000)
+        t0 = time.monotonic_ns()
+        sent: list[tuple[int, int]] = []
+        for at in sorted(offsets):  # one lane: its plan, in order
+            due = pacer.until(t0 + at)
+            if due is not None:
+                await due
+            sent.append((t0 + at, time.monotonic_ns()))
+        return sent
+
+    sent = asyncio.run(main())
+    assert [at for at, _ in sent] == sorted(t0 for t0, _ in sent)
+    assert all(at <= now for at, now in sent)
 
 
 # ---- latency counts from the planned time ------------------------------------------------------
