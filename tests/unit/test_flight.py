@@ -91,3 +91,38 @@ def test_the_trigger_stops_after_max_dumps() -> None:
     trig = SlowTrigger({"dry_run": 0}, min_interval_s=0.0, max_dumps=2)
     fired = [trig.observe("dry_run", 5, now_ns=i * S) for i in range(5)]
     assert fired == [True, True, False, False, False]
+
+
+def test_a_capture_holds_the_spans_of_its_moment_and_is_written_later_whole(
+    tmp_path: Path,
+) -> None:
+    fr = FlightRecorder(window_s=5)
+    for i in range(300):
+        fr.record("apply", 10 * S + i * 1_000, 500, "apply", {"seq": i})
+    shot = fr.capture("raydex-replica-a-0", "apply took 3000 µs")
+    fr.record("later", 11 * S, 500)  # after the capture: not in it
+    path = tmp_path / "d" / "flight.json"
+    assert not path.exists()  # nothing is written until asked
+    assert shot.write(path) == path
+    doc = json.loads(path.read_text())
+    assert [e["args"]["seq"] for e in doc["traceEvents"] if e["ph"] == "X"] == list(range(300))
+    assert doc["otherData"]["reason"] == "apply took 3000 µs"
+    assert not list(path.parent.glob("*.part"))
+
+
+def test_the_loadtest_probe_writes_its_dumps_after_the_window_not_on_the_slow_event(
+    tmp_path: Path,
+) -> None:
+    from raydex.observability.loadtest.instrument import Instrumentation, _Probe
+
+    probe = _Probe("raydex-replica-a-0", Instrumentation(str(tmp_path), trace=False))
+    probe.on_dry_run(object(), 0, 50_000)  # under the 1 ms threshold: no dump
+    probe.on_dry_run(object(), 0, 5_000_000)  # 5 ms: a dump is due
+    assert len(probe.dumps) == 1
+    path = Path(probe.dumps[0])
+    assert not path.exists()  # captured, not written in the window
+    probe.write_dumps()
+    doc = json.loads(path.read_text())
+    durs = [e["dur"] for e in doc["traceEvents"] if e["name"] == "dry_run"]
+    assert durs == [50.0, 5000.0]
+    assert probe.captured == []
