@@ -725,7 +725,14 @@ async def _rest_lane(
     # replica, whose nonce cache has applied the account's previous tx (replicas behind a
     # shared port apply blocks at their own pace; another one may still be behind). Other
     # accounts' requests are pipelined on it meanwhile (the server answers them in order).
+    # Accounts take the connections round-robin in plan order: ``account % connections`` put
+    # every account of a lane on one connection (the lanes already split accounts by
+    # ``account % lanes``, 8 and 8), so the server answered the whole lane one at a time.
     conns = [await _open_http(lane.port) for _ in range(connections)]
+    conn_of: dict[int, int] = {}
+    for it in items:
+        if it.account not in conn_of:
+            conn_of[it.account] = len(conn_of) % connections
     reopening: dict[int, asyncio.Future[HttpConnection]] = {}
 
     async def conn(i: int) -> HttpConnection:
@@ -747,7 +754,7 @@ async def _rest_lane(
         n = len(item.types)
         http: HttpConnection | None = None
         with contextlib.suppress(ConnectionError, OSError, TimeoutError):
-            http = await conn(item.account % connections)
+            http = await conn(conn_of[item.account])
         epoch = 0
         if nonces is not None:
             if http is not None and item.account in nonces.stale:

@@ -5,6 +5,7 @@ for a replica where a server is needed (a real server, not a mock of the client)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -180,6 +181,43 @@ class _SlowReplica:
         self.arrivals.append(str(form["tx_info"]))
         await asyncio.sleep(self.delay_s)
         return web.json_response({"code": 200})
+
+
+def test_a_rest_lane_spreads_its_accounts_over_its_connections() -> None:
+    """A lane's accounts share a residue modulo the lane count (8 lanes: accounts 3, 11, 19,
+    ...); with as many connections they must still use all of them, since the server answers a
+    connection's requests one at a time."""
+
+    async def main() -> set[int]:
+        ports: set[int] = set()
+
+        async def send_tx(request: web.Request) -> web.Response:
+            assert request.transport is not None
+            ports.add(request.transport.get_extra_info("peername")[1])
+            return web.json_response({"code": 200})
+
+        app = web.Application()
+        app.router.add_post("/api/v1/sendTx", send_tx)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        items = [_item(0, 3 + 8 * k, f"tx{k}") for k in range(8)]
+        try:
+            await run_lanes(
+                [LaneSpec(3, "g", port, "rest")],
+                [dataclasses.replace(it, lane=3) for it in items],
+                {"g": Recorder("g")},
+                time.monotonic_ns(),
+                asyncio.Event(),
+                rest_connections=8,
+            )
+        finally:
+            await runner.cleanup()
+        return ports
+
+    assert len(asyncio.run(main())) == 8
 
 
 def _item(at_ns: int, account: int, tag: str) -> Item:
