@@ -35,6 +35,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from raydex.observability.gcstats import untrack
+
 __all__ = ["Capture", "FlightRecorder", "SlowTrigger", "Span", "chrome_trace"]
 
 #: JSON of a trace document; a value JSON has no type for (an arg) is written as its str()
@@ -42,11 +44,14 @@ _encode = msgspec.json.Encoder(enc_hook=str).encode
 
 
 class Span(NamedTuple):
+    """One span; ``args`` as (key, value) pairs of atoms, so the span holds no mutable container
+    and is out of the cyclic GC's lists (see :meth:`FlightRecorder.record`)."""
+
     name: str
     track: str
     start_ns: int
     dur_ns: int
-    args: Mapping[str, Any] | None = None
+    args: tuple[tuple[str, Any], ...] | None = None
 
 
 class FlightRecorder:
@@ -68,7 +73,11 @@ class FlightRecorder:
         args: Mapping[str, Any] | None = None,
     ) -> None:
         ring = self._ring
-        ring.append(Span(name, track, start_ns, dur_ns, args))
+        span = Span(name, track, start_ns, dur_ns, tuple(args.items()) if args else None)
+        # Out of the collector's lists: the ring holds a few seconds of spans (~20,000 on a
+        # replica at 5,000 tx/s), which every collection would otherwise walk, args dicts too.
+        untrack(span)
+        ring.append(span)
         self.recorded += 1
         horizon = start_ns + dur_ns - self.window_ns
         while ring and ring[0].start_ns + ring[0].dur_ns < horizon:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from raydex.observability.flight import FlightRecorder, SlowTrigger
+from raydex.observability.flight import FlightRecorder, SlowTrigger, chrome_trace
 
 S = 1_000_000_000
 
@@ -126,3 +126,22 @@ def test_the_loadtest_probe_writes_its_dumps_after_the_window_not_on_the_slow_ev
     durs = [e["dur"] for e in doc["traceEvents"] if e["name"] == "dry_run"]
     assert durs == [50.0, 5000.0]
     assert probe.captured == []
+
+
+def test_recorded_spans_are_out_of_the_collectors_lists_unless_an_arg_is_a_container() -> None:
+    import gc
+
+    from raydex.observability.gcstats import UNTRACKING
+
+    fr = FlightRecorder(window_s=5)
+    fr.record("dry_run", 10 * S, 500, "requests", {"code": 200, "type": "CreateOrder"})
+    fr.record("apply", 10 * S, 500, "apply", {"seqs": [1, 2]})  # a list: could be in a cycle
+    atoms, holder = fr.spans()
+    assert atoms.args == (("code", 200), ("type", "CreateOrder"))
+    assert gc.is_tracked(atoms) is not UNTRACKING  # untracked where the extension is built
+    assert gc.is_tracked(holder)
+    doc = chrome_trace([atoms, holder], "p")
+    assert [e["args"] for e in doc["traceEvents"] if e["ph"] == "X"] == [
+        {"code": 200, "type": "CreateOrder"},
+        {"seqs": [1, 2]},
+    ]
