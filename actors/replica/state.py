@@ -99,7 +99,7 @@ from raydex.engine.rules import (
     reduce_only_increases,
     unrealized_pnl,
 )
-from raydex.observability.gcstats import untrack_all
+from raydex.observability.gcstats import untrack, untrack_all
 
 from .history import History
 from .ledger import Ledger
@@ -495,7 +495,9 @@ class ReplicaState:
             t = type(ev)
             if t is OrderUpdated:
                 if ev[12] == _ACTIVE and ev[7] > 0:  # status, remaining_base_amount
-                    put_order(_new(OrderRecord, (*ev[:12], ev[13])))
+                    order = _new(OrderRecord, (*ev[:12], ev[13]))
+                    untrack(order)  # the records the caches keep: see the end of the loop
+                    put_order(order)
                 else:
                     drop_order(ev[1])
                 touch(ev[2])
@@ -532,7 +534,8 @@ class ReplicaState:
                 k = (ai, ki)
                 key = api_keys.get(k)
                 if key is not None:  # built directly: NamedTuple._replace costs ~3x as much
-                    api_keys[k] = _new(ApiKeyRecord, (ai, ki, nonce, key[3]))
+                    api_keys[k] = key = _new(ApiKeyRecord, (ai, ki, nonce, key[3]))
+                    untrack(key)
             elif t is BalanceChanged:
                 ai = ev[0]
                 acct = accounts.get(ai)
@@ -545,7 +548,8 @@ class ReplicaState:
                 acct = accounts.get(ai)
                 if acct is None:
                     acct = self._account(ai)
-                acct.positions[ev[1]] = _new(PositionRecord, ev)
+                acct.positions[ev[1]] = pos = _new(PositionRecord, ev)
+                untrack(pos)
                 touch(ai)
             elif t is TradeExecuted:
                 row = _new(TradeRow, (ev, tx_hash, seq, ts_ms))
@@ -564,7 +568,8 @@ class ReplicaState:
                 # NamedTuple._replace costs ~5x as much
                 mi, mark, last, oi = ev
                 m = self.markets[mi]
-                self.markets[mi] = _new(MarketRecord, (*m[:14], mark, m[15], last, oi))
+                self.markets[mi] = m = _new(MarketRecord, (*m[:14], mark, m[15], last, oi))
+                untrack(m)
             elif t is ExchangeBalancesChanged:
                 self.fee_pool, self.insurance_fund = ev.fee_pool, ev.insurance_fund
             elif t is ApiKeyChanged:
@@ -601,7 +606,8 @@ class ReplicaState:
                 begin,
             )
         # Every record the block made is an immutable tuple of atoms: out of the collector's lists
-        # (observability/_untrack.c), so no collection walks the history the replica keeps.
+        # (observability/_untrack.c), so no collection walks the history the replica keeps, nor
+        # the current orders, positions, key nonces and market stats (untracked as made, above).
         untrack_all(blk.events)
         untrack_all(txs)
         for rows in trades.values():
