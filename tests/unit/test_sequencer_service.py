@@ -4,11 +4,11 @@ logged, publishes every block in order, and a restarted sequencer has the same s
 from __future__ import annotations
 
 import asyncio
-import threading
 import dataclasses
 import errno
 import logging
 import os
+import threading
 from pathlib import Path
 
 import pytest
