@@ -586,7 +586,8 @@ class Pacer:
 
     def __init__(self, tick_ns: int = 1_000_000) -> None:
         self.tick_ns = tick_ns
-        self._ticks: dict[int, asyncio.Future[None]] = {}
+        # each wait has its own future (a lane cancelled while it waits cancels only its own)
+        self._ticks: dict[int, list[asyncio.Future[None]]] = {}
         #: waits (a lane was ahead of its plan) and loop timers set, for tests and the curious
         self.waits = 0
         self.timers = 0
@@ -597,19 +598,21 @@ class Pacer:
             return None
         self.waits += 1
         tick = -(-t_ns // self.tick_ns)  # the first tick at or after t_ns
-        fut = self._ticks.get(tick)
-        if fut is None:
-            loop = asyncio.get_running_loop()
-            fut = self._ticks[tick] = loop.create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        waiting = self._ticks.get(tick)
+        if waiting is None:
+            waiting = self._ticks[tick] = []
             # loop.time() is time.monotonic(); call_at never fires early
             loop.call_at(tick * self.tick_ns / 1e9, self._fire, tick)
             self.timers += 1
+        waiting.append(fut)
         return fut
 
     def _fire(self, tick: int) -> None:
-        fut = self._ticks.pop(tick)
-        if not fut.done():
-            fut.set_result(None)
+        for fut in self._ticks.pop(tick):
+            if not fut.done():
+                fut.set_result(None)
 
 
 def reply_facts(reply: Any, n: int) -> tuple[list[int], int, bool]:

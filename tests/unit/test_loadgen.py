@@ -110,6 +110,26 @@ def test_the_pacer_never_wakes_a_send_early_and_lanes_share_a_tick() -> None:
     assert past is None
 
 
+def test_a_lane_cancelled_while_paced_does_not_cancel_the_others_on_its_tick() -> None:
+    async def main() -> tuple[bool, bool, int]:
+        pacer = Pacer(tick_ns=1_000_000)
+        at = (time.monotonic_ns() // pacer.tick_ns + 20) * pacer.tick_ns + 1
+
+        async def lane() -> None:
+            due = pacer.until(at)
+            assert due is not None
+            await due
+
+        gone, stays = asyncio.create_task(lane()), asyncio.create_task(lane())
+        await asyncio.sleep(0)
+        gone.cancel()
+        await asyncio.wait([gone, stays])
+        return gone.cancelled(), stays.cancelled(), pacer.timers
+
+    gone, stays, timers = asyncio.run(main())
+    assert gone and not stays and timers == 1
+
+
 @given(st.lists(st.integers(0, 3_000_000), min_size=1, max_size=40))
 def test_paced_sends_keep_their_planned_order_and_are_never_early(offsets: list[int]) -> None:
     async def main() -> list[tuple[int, int]]:
