@@ -732,10 +732,7 @@ async def _rest_lane(
     # every account of a lane on one connection (the lanes already split accounts by
     # ``account % lanes``, 8 and 8), so the server answered the whole lane one at a time.
     conns = [await _open_http(lane.port) for _ in range(connections)]
-    conn_of: dict[int, int] = {}
-    for it in items:
-        if it.account not in conn_of:
-            conn_of[it.account] = len(conn_of) % connections
+    conn_of: dict[int, int] = {}  # filled as each account's first request is dispatched
     reopening: dict[int, asyncio.Future[HttpConnection]] = {}
 
     async def conn(i: int) -> HttpConnection:
@@ -788,6 +785,8 @@ async def _rest_lane(
             due = pacer.until(t0 + item.at_ns)
             if due is not None:
                 await due
+            if item.account not in conn_of:
+                conn_of[item.account] = len(conn_of) % connections
             prev[item.account] = asyncio.get_running_loop().create_task(
                 one(item, prev.get(item.account))
             )
