@@ -17,16 +17,15 @@ Invariants:
 Cost: ``record`` is a tuple build and a deque append plus an amortized popleft (~1 µs); loadtest
 only (DESIGN.md: too costly to keep on in production). ``dump`` is synchronous and costs ~1.5 µs
 per span held (a replica's 5 s at 3,000 tx/s, ~40,000 spans: ~60 ms, of which the msgspec encode
-is ~9 ms where ``json.dumps`` took ~85); ``dump_soon`` copies the spans and does the rest on a
-thread, so the caller's loop is held in slices rather than once for the whole dump (what a
-replica's probe uses: a dump on its loop delays every request queued behind it, a tail in the
-very latencies the loadtest reports).
+is ~9 ms where ``json.dumps`` took ~85); ``capture`` only copies the spans and
+``Capture.write`` does the rest later (what a replica's probe uses: it writes its captures after
+the loadtest's timed window, off its loop; a dump on the loop delays every request queued behind
+it, a tail in the very latencies the loadtest reports).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -103,17 +102,6 @@ class FlightRecorder:
     def dump(self, path: str | os.PathLike[str], process: str, reason: str) -> Path:
         """Write the ring as Chrome-trace JSON to ``path`` (parents created); returns the path."""
         return self.capture(process, reason).write(path)
-
-    def dump_soon(self, path: str | os.PathLike[str], process: str, reason: str) -> Path:
-        """:meth:`dump` off the caller's thread: the spans are taken now (a list copy), and a
-        thread builds, encodes and writes the trace under a temporary name, renamed once whole
-        (so a reader sees the whole file or none). The thread takes the GIL in slices (the
-        encode is one ~9 ms slice): with 40,000 spans a ticking event loop's longest stall fell
-        from ~70 to ~20 ms (medians of 5), the total time it was held about the same. Returns
-        the final path."""
-        shot = self.capture(process, reason)
-        threading.Thread(target=shot.write, args=(path,), name="flight-dump", daemon=True).start()
-        return Path(path)
 
 
 class Capture(NamedTuple):
