@@ -159,6 +159,11 @@ CATALOG: dict[str, MetricDef] = {
         # replica
         _h("raydex_apply_seconds", "Hot-path apply per block: decode, caches, fan-out."),
         _h(
+            "raydex_apply_cpu_seconds",
+            "The same apply on the thread's CPU clock: what exceeds it in raydex_apply_seconds "
+            "the thread spent off the CPU (another process ran on its core).",
+        ),
+        _h(
             "raydex_book_publish_delay_seconds",
             "Engine timestamp of a block -> its order-book updates queued to clients.",
         ),

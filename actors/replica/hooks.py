@@ -41,10 +41,18 @@ class StepProbe(Protocol):
     """Told about each step of the replica's work, after it happened (durations in ns)."""
 
     def on_apply(
-        self, block: Block, applied: Applied, decode_ns: int, cache_ns: int, fanout_ns: int
+        self,
+        block: Block,
+        applied: Applied,
+        decode_ns: int,
+        cache_ns: int,
+        fanout_ns: int,
+        cpu_ns: int,
     ) -> None:
         """One block went through decode, ``ReplicaState.apply_block`` (cache update) and
-        ``Fanout.publish`` (``fanout_ns`` is 0 for a replayed block, which is not published)."""
+        ``Fanout.publish`` (``fanout_ns`` is 0 for a replayed block, which is not published);
+        ``cpu_ns`` is the three on the thread's CPU clock (the rest of their wall time the thread
+        was off the CPU)."""
 
     def on_dry_run(self, tx: Any, code: int, dur_ns: int) -> None:
         """One tx was dry-run against the caches with result ``code``."""

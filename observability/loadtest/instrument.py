@@ -5,9 +5,11 @@ path) that hands the service a probe and a middleware through ``ReplicaActor.hoo
 
 - the probe (a ``StepProbe``) gets each applied block's step times as the service measured them:
   ``decode`` (the hot codec), ``cache_update`` (``ReplicaState.apply_block``) and ``fanout``
-  (``Fanout.publish``), each to a histogram and to the flight recorder; each dry-run's time (a
-  histogram, the flight recorder, and a ``replica.dry_run`` span under a traced request); each
-  executed batch (a ``replica.submit`` span: sequencer round trip + local apply);
+  (``Fanout.publish``), each to a histogram and to the flight recorder, and the three on the
+  thread's CPU clock (``apply_cpu``: what the apply cost, apart from time it waited off the
+  CPU); each dry-run's time (a histogram, the flight recorder, and a ``replica.dry_run`` span
+  under a traced request); each executed batch (a ``replica.submit`` span: sequencer round
+  trip + local apply);
 - the middleware opens an OpenTelemetry span for requests carrying a ``traceparent`` header
   (sampled txs), so the probe's spans become its children.
 
@@ -66,8 +68,8 @@ class _Probe:
     def __init__(self, name: str, cfg: Instrumentation) -> None:
         self.name = name
         self.cfg = cfg
-        self.hists = {k: Histogram() for k in ("apply", "decode", "cache_update", "fanout",
-                                                "dry_run")}  # fmt: skip
+        self.hists = {k: Histogram() for k in ("apply", "apply_cpu", "decode", "cache_update",
+                                                "fanout", "dry_run")}  # fmt: skip
         self.flight = FlightRecorder(window_s=cfg.window_s)
         self.trigger = SlowTrigger(
             {"apply": cfg.apply_slow_us * 1000, "dry_run": cfg.dry_run_slow_us * 1000},
@@ -105,12 +107,19 @@ class _Probe:
     # ---- StepProbe ------------------------------------------------------------------------------
 
     def on_apply(
-        self, block: Block, applied: Applied, decode_ns: int, cache_ns: int, fanout_ns: int
+        self,
+        block: Block,
+        applied: Applied,
+        decode_ns: int,
+        cache_ns: int,
+        fanout_ns: int,
+        cpu_ns: int,
     ) -> None:
         total = decode_ns + cache_ns + fanout_ns
         w0 = time.time_ns() - total  # the probe runs right after the last step
         h = self.hists
         h["apply"].record(total)
+        h["apply_cpu"].record(cpu_ns)
         h["decode"].record(decode_ns)
         h["cache_update"].record(cache_ns)
         h["fanout"].record(fanout_ns)

@@ -10,7 +10,9 @@ plain data. JSON keys (the contract ``--json-out`` promises):
 - ``freshness_engine_to_client_us``, ``freshness_replica_to_client_us``, ``apply_us``,
   ``dry_run_us``, ``request_latency_us``, ``admitted_latency_us`` (the sequenced txs'): each
   ``{count, p50, p90, p99, p999, max}`` in µs;
-- ``apply_steps_us``: ``{decode, cache_update, fanout}`` of the same shape;
+- ``apply_steps_us``: ``{decode, cache_update, fanout}`` of the same shape; ``apply_cpu_us``:
+  the apply on the replica thread's CPU clock (``apply_us`` less the time the thread waited off
+  the CPU while the kernel ran another process on its core);
 - ``lifecycle_us``: per tx type name, planned-send -> confirmed (the reply follows the block);
 - ``gc``: per replica, collections and pause percentiles per generation;
 - ``latency_drift``: per group, the answered txs' latency in the window's first and last span
@@ -125,6 +127,7 @@ def _group_report(g: GroupData) -> dict[str, Any]:
         "lifecycle_us": {k: h.summary_us() for k, h in sorted(rec.by_type.items())},
         **g.books.summary(),
         "apply_us": g.hist("apply").summary_us(),
+        "apply_cpu_us": g.hist("apply_cpu").summary_us(),
         "apply_steps_us": {s: g.hist(s).summary_us() for s in STEPS},
         "dry_run_us": g.hist("dry_run").summary_us(),
         "gc": {name: r.get("gc", {}) for name, r in g.replicas.items()},
@@ -372,6 +375,7 @@ def render_markdown(r: Mapping[str, Any]) -> str:
         ("freshness engine→client", "freshness_engine_to_client_us", True),
         ("freshness replica→client", "freshness_replica_to_client_us", True),
         ("apply per block", "apply_us", True),
+        ("  on the CPU", "apply_cpu_us", True),
         ("  decode", "apply_steps_us.decode", True),
         ("  cache update", "apply_steps_us.cache_update", True),
         ("  fan-out", "apply_steps_us.fanout", True),
@@ -492,7 +496,9 @@ def _where(r: Mapping[str, Any]) -> list[str]:
     out = [
         f"- apply per block p99 {(r.get('apply_us') or {}).get('p99')} µs; by step p99: "
         + ", ".join(f"{s} {v:,.0f} µs" for s, v in p99s.items())
-        + (f" (largest: {top})" if top else ""),
+        + (f" (largest: {top})" if top else "")
+        + f"; on the replica thread's CPU p99 {(r.get('apply_cpu_us') or {}).get('p99')} µs "
+        "(the rest of the wall time it waited off the CPU)",
         f"- request latency p99 {(r.get('request_latency_us') or {}).get('p99')} µs of which the "
         f"generator's own send lag p99 is {(r.get('send_lag_us') or {}).get('p99')} µs",
         f"- block time p99 {(r.get('block_time_us') or {}).get('p99')} µs (sequencer execute + "

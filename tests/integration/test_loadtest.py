@@ -45,6 +45,9 @@ def test_a_short_loadtest_writes_markdown_json_and_plots(tmp_path: Path) -> None
     assert {"CREATE_ORDER", "CANCEL_ORDER"} <= set(report["lifecycle_us"])
     assert report["gc"] and set(report["groups"]) == {"main"}
     assert set(report["apply_steps_us"]) == {"decode", "cache_update", "fanout"}
+    # the same applies on the thread's CPU clock, measured inside their wall interval
+    cpu, wall = report["apply_cpu_us"], report["apply_us"]
+    assert cpu["count"] == wall["count"] and cpu["max"] <= wall["max"]
     assert report["nonce_gaps"] == 0 and report["replica_state_hashes_equal"] is True
     # each replica's ledger against its budget, in the JSON and the markdown
     (name, ledger), *_ = report["replica_ledgers"].items()

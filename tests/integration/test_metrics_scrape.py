@@ -125,6 +125,7 @@ EXPECTED: tuple[tuple[str, str, bool], ...] = (
     ("ray_raydex_block_seq", 'role="committer"', True),
     ("ray_raydex_snapshot_build_seconds_count", 'role="snapshot"', True),
     ("ray_raydex_apply_seconds_count", GROUP, True),
+    ("ray_raydex_apply_cpu_seconds_count", GROUP, True),
     ("ray_raydex_blocks_total", GROUP, True),
     ("ray_raydex_block_seq", GROUP, True),
     ("ray_raydex_book_publish_delay_seconds_count", GROUP, True),
