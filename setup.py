@@ -178,10 +178,20 @@ EVENT_EXTENSION = Extension(
     extra_compile_args=["-O2", "-std=gnu11"],
     optional=True,
 )
+#: ``raydex.codecs._blockdec`` (``codecs/_blockdec.c``): a block's events decoded in one C loop
+#: (the replica's and the holder's hot decode). Optional: without it ``decode_block`` runs its
+#: Python loop (the same events).
+BLOCKDEC_EXTENSION = Extension(
+    "raydex.codecs._blockdec",
+    sources=["codecs/_blockdec.c"],
+    extra_compile_args=["-O2", "-std=gnu11"],
+    optional=True,
+)
 
 setup(
     ext_modules=[
         SIGNING_EXTENSION,
+        BLOCKDEC_EXTENSION,
         MERKLE_EXTENSION,
         UNTRACK_EXTENSION,
         EVENT_EXTENSION,

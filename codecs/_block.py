@@ -12,8 +12,10 @@ and the benchmark; the hot versions are derived from the same registry.
 
 - :func:`encode_block`: one ``struct.pack`` per event (tag baked into a per-class Struct), joined
   once. Raises CodecError for an unregistered event class or an unencodable value.
-- :func:`decode_block`: trusted bytes from our sequencer. One ``unpack_from`` per event with a
-  running offset and a tag-indexed table, then the NamedTuples built in one C-level pass; raises
+- :func:`decode_block`: trusted bytes from our sequencer. One C loop over the events
+  (``codecs/_blockdec.c``, configured from the same registry) where the extension is built,
+  else one ``unpack_from`` per event with a running offset and a tag-indexed table, then the
+  NamedTuples built in one C-level pass; raises
   CodecError only (truncated, unknown tag, trailing bytes), but does not check ``Range`` extras.
   Holds every event's plain value tuple until the block is built (~2x the events' memory, briefly).
 - :func:`decode_block_checked`: untrusted bytes. Adds a count sanity check before the loop and
@@ -156,6 +158,24 @@ for _c in _EVENT_CODECS.values():
 
 _NEW: Callable[..., Any] = tuple.__new__
 
+try:  # optional C extension (codecs/_blockdec.c), built by every install where a compiler is
+    from . import _blockdec  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - exercised where no C compiler exists
+    _blockdec = None
+if _blockdec is not None:
+    _blockdec.configure(
+        [
+            (c.tag, c.cls, c.struct.format[1:], _DECODE[c.tag][0] if c.text_fields else None)
+            for c in _EVENT_CODECS.values()
+        ],
+        HEADER_SIZE,
+    )
+    _decode_events: Callable[[Buffer, int], list[Any] | None] | None = _blockdec.decode_events
+else:  # pragma: no cover
+    _decode_events = None
+#: whether :func:`decode_block` runs the C loop (``codecs/_blockdec.c``)
+BLOCK_DECODE_ACCELERATED = _decode_events is not None
+
 
 def encode_block(seq: int, height: int, timestamp_ns: int, events: Sequence[Event]) -> bytes:
     """Header + tagged events, packed per event and joined once."""
@@ -199,12 +219,28 @@ def unstamp_block(buf: bytes) -> tuple[int, bytes]:
 def decode_block(buf: Buffer) -> Block:
     """Decode a trusted block (our sequencer's). Raises CodecError only; no Range checks.
 
-    Two phases: a Python loop walks the tags, unpacking each event's values into a plain tuple
-    and noting its class; then ``starmap(tuple.__new__, zip(classes, values))`` builds the
-    NamedTuples in C. Building them inside the loop (``new(cls, unpack(...))`` per event) costs
-    ~20% more: per call the interpreter makes an argument tuple that ``zip`` reuses here.
+    With the C extension (``codecs/_blockdec.c``) one C loop builds the events: on the
+    ``raydex bench apply`` stream ~124 against ~308 ns per event for the Python loop (CPU time,
+    2,000 blocks of 10 txs, best of 5, same process). On a malformed body it returns None and
+    the Python loop raises the CodecError.
+
+    The Python loop (:func:`_decode_block_py`) has two phases: a loop walks the tags, unpacking
+    each event's values into a plain tuple and noting its class; then
+    ``starmap(tuple.__new__, zip(classes, values))`` builds the NamedTuples in C. Building them
+    inside the loop (``new(cls, unpack(...))`` per event) costs ~20% more: per call the
+    interpreter makes an argument tuple that ``zip`` reuses here.
     """
     seq, height, ts, count = peek_block_header(buf)
+    if _decode_events is not None:
+        events = _decode_events(buf, count)
+        if events is not None:
+            return Block(seq, height, ts, events)
+        # malformed: the loop below raises the CodecError that says how
+    return _decode_block_py(buf, seq, height, ts, count)
+
+
+def _decode_block_py(buf: Buffer, seq: int, height: int, ts: int, count: int) -> Block:
+    """:func:`decode_block`'s Python loop (the fallback, and the error path of the C one)."""
     table = _DECODE
     classes: list[type] = []
     values: list[Any] = []
