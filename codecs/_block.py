@@ -239,6 +239,12 @@ def decode_block(buf: Buffer) -> Block:
     return _decode_block_py(buf, seq, height, ts, count)
 
 
+def decode_block_loop(buf: Buffer) -> Block:
+    """:func:`decode_block` by its Python loop alone, C extension or not: what runs where the
+    extension is not built (and the reference the extension is tested against)."""
+    return _decode_block_py(buf, *peek_block_header(buf))
+
+
 def _decode_block_py(buf: Buffer, seq: int, height: int, ts: int, count: int) -> Block:
     """:func:`decode_block`'s Python loop (the fallback, and the error path of the C one)."""
     table = _DECODE

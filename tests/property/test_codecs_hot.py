@@ -11,6 +11,7 @@ from kit.wire_strategies import blocks, field_values, wire_values
 
 from raydex.codecs import (
     BLOCK_CONSTRUCT,
+    BLOCK_DECODE_ACCELERATED,
     BY_CLASS,
     HEADER_SIZE,
     REGISTRY,
@@ -21,6 +22,7 @@ from raydex.codecs import (
     codec_of,
     decode_block,
     decode_block_checked,
+    decode_block_loop,
     decode_block_reference,
     decode_tx,
     encode_block,
@@ -31,7 +33,6 @@ from raydex.codecs import (
     peek_block_header,
     spec_of,
 )
-from raydex.codecs._block import BLOCK_DECODE_ACCELERATED, _decode_block_py
 
 ALL_TYPES = sorted(BY_CLASS, key=lambda c: (spec_of(c).family, int(spec_of(c).tag)))
 TX_TYPES = [s.cls for s in REGISTRY["tx"].values()]
@@ -132,10 +133,6 @@ needs_c_decoder = pytest.mark.skipif(
 )
 
 
-def _python_loop(buf: bytes) -> Any:
-    return _decode_block_py(buf, *peek_block_header(buf))
-
-
 def _outcome(decode: Any, buf: bytes) -> Any:
     try:
         block = decode(buf)
@@ -154,7 +151,7 @@ def test_the_c_decoder_and_the_python_loop_agree_on_blocks_and_on_damaged_bodies
     a byte changed, the count changed) the same CodecError, or the same events where the damage
     still decodes (a changed value byte)."""
     buf = encode_block(*block)
-    assert _outcome(decode_block, buf) == _outcome(_python_loop, buf)
+    assert _outcome(decode_block, buf) == _outcome(decode_block_loop, buf)
     assert _outcome(decode_block, buf)[0] == "block"
     cut = data.draw(st.integers(HEADER_SIZE, len(buf)), label="cut")
     extra = data.draw(st.binary(max_size=3), label="extra")
@@ -166,7 +163,7 @@ def test_the_c_decoder_and_the_python_loop_agree_on_blocks_and_on_damaged_bodies
     count = data.draw(st.sampled_from([0, 1, 2**31, 2**32 - 1]), label="count")
     damaged.append(buf[: HEADER_SIZE - 4] + count.to_bytes(4, "little") + buf[HEADER_SIZE:])
     for bad in damaged:
-        assert _outcome(decode_block, bad) == _outcome(_python_loop, bad)
+        assert _outcome(decode_block, bad) == _outcome(decode_block_loop, bad)
 
 
 @needs_c_decoder
