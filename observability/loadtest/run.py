@@ -79,7 +79,7 @@ __all__ = [
 #: GC presets of ``gc:``: tuned is raydex.yaml's replica policy (each scheduled full collection
 #: freezes its survivors), scheduled the same without freezing, default is CPython's.
 GC_PRESETS: dict[str, GcSpec] = {
-    "tuned": GcSpec((50_000, 20, 100), True, True, 10.0, True, 360),
+    "tuned": GcSpec((50_000, 20, 100), True, True, 2.0, True, 1800),
     "scheduled": GcSpec((50_000, 20, 100), True, True, 30.0),
     "default": GcSpec(),
 }

@@ -343,6 +343,11 @@ def test_ab_settings_apply_onto_the_base_replica_group() -> None:
     assert group.gc == GC_PRESETS["default"] and group.replicas == 1
 
 
+def test_the_tuned_gc_preset_is_the_replica_policy_raydex_yaml_ships() -> None:
+    (group,) = load_spec("raydex.yaml").replica_groups
+    assert GC_PRESETS["tuned"] == group.gc
+
+
 def test_without_replicas_the_loadtest_deploys_the_specs_count(tmp_path: Path) -> None:
     (main,) = build_spec(load_spec("raydex.yaml"), LoadtestOptions(), tmp_path).replica_groups
     assert (main.replicas_per_numa_node, main.replicas) == (1, None)  # raydex.yaml's
