@@ -255,16 +255,20 @@ class _Tally:
         self.volume: dict[int, int] = {}
         self.events: dict[str, int] = {}
         self._hist: dict[str, Histogram] = {}
+        self._ns: dict[str, int] = {}  # timed ns per command type, summed
         self._mult = [notional_multiplier(m.price_decimals, m.size_decimals) for m in MARKETS]
 
     def add(self, commands: list[Any], lat: array[int], events: list[Any]) -> None:
         hists = self._hist
+        sums = self._ns
         for cmd, ns in zip(commands, lat, strict=True):
             name = type(cmd).__name__
             h = hists.get(name)
             if h is None:
                 h = hists[name] = Histogram()
+                sums[name] = 0
             h.record(ns)
+            sums[name] += ns
         by_type: Counter[type] = Counter(map(type, events))
         for t, n in by_type.items():
             self.events[t.__name__] = self.events.get(t.__name__, 0) + n
@@ -287,10 +291,13 @@ class _Tally:
         return merged
 
     def by_type(self) -> dict[str, dict[str, float]]:
-        """Count, p50, p99 and max (us) per command type, most frequent first."""
+        """Count, p50, p99 and max (us) per command type, most frequent first, and the type's
+        share of the timed engine time (``time_share``: where the engine's seconds went)."""
+        timed = sum(self._ns.values()) or 1
         return {
             name: {
                 "count": h.total,
+                "time_share": round(self._ns[name] / timed, 4),
                 "p50_us": round(h.percentile(0.5) / 1000, 2),
                 "p99_us": round(h.percentile(0.99) / 1000, 2),
                 "max_us": round(h.max / 1000, 2),
@@ -368,11 +375,14 @@ def format_report(r: dict[str, Any]) -> str:
     total = r["commands"]
     for name, n in sorted(r["codes"].items(), key=lambda kv: -kv[1]):
         lines.append(f"    {name:<32}{n:>10,}  {n / total:7.2%}")
-    lines.append("  by command type:        count     share    p50 us    p99 us    max us")
+    lines.append(
+        "  by command type:        count     share    p50 us    p99 us    max us   of the time"
+    )
     for name, t in r["by_type"].items():
         lines.append(
             f"    {name:<18}{t['count']:>10,}  {t['count'] / total:7.2%}"
             f"{t['p50_us']:>10.1f}{t['p99_us']:>10.1f}{t['max_us']:>10.1f}"
+            f"{t['time_share']:>13.1%}"
         )
     return "\n".join(lines)
 

@@ -64,6 +64,8 @@ def test_bench_engine_json_through_the_console_entry_point_prints_one_object_wit
     assert report["bare_book_ops_per_s"] > 0 and report["commands_per_s"] > 0
     assert 0 < report["p50_us"] <= report["p99_us"] <= report["p999_us"] <= report["max_us"]
     assert sum(t["count"] for t in report["by_type"].values()) == 3_000
+    shares = [t["time_share"] for t in report["by_type"].values()]
+    assert all(s >= 0 for s in shares) and abs(sum(shares) - 1) < 0.01  # the whole timed time
 
 
 def test_engine_demo_json_reports_trades_volume_state_hash_and_a_valid_state(
