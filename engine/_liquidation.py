@@ -7,7 +7,8 @@ Functions over the engine (``OrderPath``); the rules are in ``_engine``'s docstr
   (:func:`liquidate_crossed`) checks exactly only the accounts whose trigger it crossed, plus the
   "unarmed" holders of that market (accounts whose risk changed since they were armed).
 - After fills (:func:`check_traded`) the traders are checked exactly and left unarmed; transfers
-  and withdrawals (:func:`rearm`) unarm the account; funding and market updates check holders.
+  and withdrawals (:func:`rearm`) unarm the account; market updates check holders, funding the
+  payers whose payment does not fit in the reserve their triggers left out (:func:`arm`).
 - :func:`liquidate`: cancel all resting orders, close each position with an internal reduce-only
   market order inside the fat-finger band (liquidation fee to the insurance fund), deleverage
   (:func:`deleverage`) what the book cannot absorb against the most profitable opposite
@@ -22,7 +23,7 @@ O(markets the account holds); a liquidation is O(its orders + positions + matche
 from __future__ import annotations
 
 from heapq import heapify
-from typing import Any
+from typing import Any, Final
 
 from raydex.codecs import PositionDeleveraged, PositionLiquidated, TradeExecuted
 
@@ -31,6 +32,10 @@ from ._orders import OrderPath
 from ._state import BPS, event
 from .codes import CANCELED_LIQUIDATION, IOC, MARKET
 from .rules import MAX_PRICE, unrealized_pnl
+
+#: ``arm`` keeps back ``1/RESERVE_DIV`` of an account's maintenance buffer from its triggers, for
+#: funding payments to spend without an exact check (measured: ``raydex bench engine``, README).
+RESERVE_DIV: Final = 8
 
 
 def liquidate_holders(eng: OrderPath, m: Market, now: int, out: list[Any]) -> None:
@@ -91,16 +96,22 @@ def check_accounts(eng: OrderPath, indexes: list[int], now: int, out: list[Any])
 def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
     """Record, per market the account holds, the mark beyond which it may be liquidatable.
 
-    ``buffer = equity*BPS - maintenance numerator >= 0`` is split evenly across its ``k``
-    positions: while every mark stays strictly inside its trigger the total loss is below the
-    buffer, so no liquidation is missed (triggers are conservative, checks are exact).
+    ``buffer = equity*BPS - maintenance numerator >= 0``: a ``1/RESERVE_DIV`` part is kept back
+    as the account's ``reserve`` and the rest is split evenly across its ``k`` positions. While
+    every mark stays strictly inside its trigger the marks' total loss is below the split part,
+    so the buffer stays above the reserve: funding payments that fit in what is left of the
+    reserve cannot put the account under maintenance (``apply_funding`` spends it instead of
+    an exact check), and no liquidation is missed (triggers are conservative, checks exact).
     A mark move of one tick costs ``|size| * mult * (BPS -/+ mmf)`` of buffer (long/short)."""
     v = acct.risk_version + 1
     acct.risk_version = v
     positions = [p for p in acct.positions.values() if p.size]
     if not positions:
         return
-    share = buffer // len(positions)
+    reserve = buffer // RESERVE_DIV
+    acct.reserve = reserve
+    acct.reserve_version = v
+    share = (buffer - reserve) // len(positions)
     ai = acct.index
     for p in positions:
         m = p.market

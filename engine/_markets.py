@@ -6,7 +6,9 @@ snapshot code shares (:func:`valid_params`, :func:`set_params`, :func:`market_fi
 - A mark move or a parameter change bumps the engine's ``_epoch`` (every cached account risk sum
   is stale) and runs the liquidation checks for that market (``_liquidation``).
 - Funding: ``size * mark * mult * rate / 1e8`` per holder, in account order; payers round up,
-  receivers down; the residue goes to the insurance fund; payers are checked for maintenance.
+  receivers down; the residue goes to the insurance fund; a payer is checked for maintenance
+  unless its payment fits in the reserve its liquidation triggers left out (``_liquidation.arm``:
+  then it cannot be under maintenance, and the reserve shrinks by the payment).
 
 Cost: CreateMarket / UpdateMarket O(1) plus the holders' checks; SetMarkPrice O(crossed triggers
 + unarmed holders); ApplyFunding O(holders log holders).
@@ -108,7 +110,14 @@ def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: list[Any]) -> 
         if raw > 0:
             amount = -(-raw // FUNDING_SCALE)
             paid += amount
-            payers.append(ai)
+            acct = pos.account
+            # Spent from the reserve its triggers left out (``arm``): still above maintenance,
+            # the triggers still conservative; otherwise checked exactly below.
+            cost = amount * BPS
+            if acct.reserve_version == acct.risk_version and cost <= acct.reserve:
+                acct.reserve -= cost
+            else:
+                payers.append(ai)
         else:
             amount = -((-raw) // FUNDING_SCALE)
             received -= amount
@@ -123,7 +132,8 @@ def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: list[Any]) -> 
             dirty_accounts.append(acct)
     eng.insurance_fund += paid - received
     eng._exchange_dirty = True
-    # Only payers lost buffer; receivers' triggers stay conservative.
+    # Only payers lost buffer (receivers' triggers stay conservative), and only those whose
+    # payment did not fit in their reserve need the exact check.
     check_accounts(eng, payers, now, out)
     return OK
 

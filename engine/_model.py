@@ -59,6 +59,8 @@ class Account:
         "l1_address",
         "orders",
         "positions",
+        "reserve",
+        "reserve_version",
         "risk_version",
     )
 
@@ -75,6 +77,10 @@ class Account:
         self.dirty = False
         #: Version of this account's liquidation triggers; older heap entries are stale.
         self.risk_version = 0
+        #: The part of the maintenance buffer (BPS-scaled) its triggers left out (``arm``) and
+        #: funding has not spent yet; valid while ``reserve_version == risk_version``.
+        self.reserve = 0
+        self.reserve_version = -1
         #: Cached risk sums (see ``Engine._refresh``), valid while ``c_epoch == engine epoch``.
         self.c_epoch = -1
         self.c_upnl = 0

@@ -6,6 +6,8 @@ Account 1 holds $10 and buys 100 lots at 10_000 (exactly its initial margin)."""
 
 from __future__ import annotations
 
+import random
+
 from kit.engine import OK, Desk, market
 
 DOLLAR = 1_000_000
@@ -81,6 +83,49 @@ def test_funding_moves_cash_from_longs_to_shorts() -> None:
     assert d.eng.position(1, 0).funding_paid == DOLLAR  # type: ignore[union-attr]
     assert d.funding(-1_000_000) == OK
     assert (d.cash(1), d.cash(2)) == before
+
+
+def test_funding_that_leaves_a_payer_under_maintenance_liquidates_it_in_the_same_command() -> None:
+    # Account 1: $10 at 10_000, maintenance $5 there; each tick down costs its buffer $0.0095.
+    # Armed at 10_000 with 1/8 of the $5 held back as the reserve funding may spend without a
+    # check ($0.625), its trigger is ~9_540: at 9_560 nothing re-checks it and it keeps $0.82.
+    d = _long_100()
+    assert d.mark(10_000) == OK
+    assert d.mark(9_560) == OK
+    assert d.size(1) == 100
+    assert d.funding(941_500) == OK  # $0.90: more than the reserve and than the buffer
+    closed = d.of("PositionLiquidated") + d.of("PositionDeleveraged")
+    assert [e.account_index for e in closed] == [1]
+    assert d.size(1) == 0
+
+
+def test_a_reserve_set_aside_before_a_withdrawal_is_not_spent_after_it() -> None:
+    # Armed with $50 of equity at 10_000 (buffer $45, reserve ~$5.6); the withdrawal of $40 leaves
+    # it at initial margin (buffer $5), so a $5.50 payment must be checked, not taken from the
+    # reserve the old triggers had left out.
+    d = _long_100()
+    assert d.deposit(1, 40 * DOLLAR) == OK
+    assert d.mark(10_000) == OK
+    assert d.withdraw(1, 40 * DOLLAR) == OK
+    assert d.funding(5_500_000) == OK
+    closed = d.of("PositionLiquidated") + d.of("PositionDeleveraged")
+    assert [e.account_index for e in closed] == [1]
+
+
+def test_payments_a_reserve_absorbs_never_hide_an_account_under_maintenance() -> None:
+    # Small payments are spent from the reserve without an exact check; the Desk validates after
+    # every command that no account is left under maintenance, whatever the mix of mark moves.
+    for seed in range(3):
+        d = _long_100()
+        rng = random.Random(seed)
+        steps = 0
+        while d.size(1) and steps < 2_000:
+            steps += 1
+            if rng.random() < 0.3:
+                assert d.mark(rng.randint(9_500, 10_100)) == OK
+            else:
+                assert d.funding(rng.randint(-5_000, 30_000)) == OK
+        assert d.size(1) == 0, f"seed {seed}: the payments outran 2,000 steps"
 
 
 def test_funding_rounds_in_the_exchanges_favour_and_keeps_the_residue() -> None:
