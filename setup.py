@@ -187,11 +187,20 @@ BLOCKDEC_EXTENSION = Extension(
     extra_compile_args=["-O2", "-std=gnu11"],
     optional=True,
 )
+#: ``raydex.actors.replica._cacheloop`` (``actors/replica/_cacheloop.c``): a block's per-tx
+#: events into the replica's caches in one C loop; optional, the Python loop otherwise.
+CACHELOOP_EXTENSION = Extension(
+    "raydex.actors.replica._cacheloop",
+    sources=["actors/replica/_cacheloop.c"],
+    extra_compile_args=["-O2", "-std=gnu11"],
+    optional=True,
+)
 
 setup(
     ext_modules=[
         SIGNING_EXTENSION,
         BLOCKDEC_EXTENSION,
+        CACHELOOP_EXTENSION,
         MERKLE_EXTENSION,
         UNTRACK_EXTENSION,
         EVENT_EXTENSION,

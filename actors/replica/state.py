@@ -288,6 +288,31 @@ class AccountCache:
                 del cois[coi]
 
 
+try:  # optional C extension (actors/replica/_cacheloop.c), built where a compiler is
+    from . import _cacheloop  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - exercised where no C compiler exists
+    _cacheloop = None
+if _cacheloop is not None:
+    _cacheloop.configure(
+        (
+            OrderUpdated,
+            LevelChanged,
+            TxExecuted,
+            NonceUpdated,
+            BalanceChanged,
+            PositionChanged,
+            OrderRecord,
+            TxRecord,
+            ApiKeyRecord,
+            PositionRecord,
+        ),
+        _ACTIVE,
+        untrack,
+    )
+#: whether ``apply_block`` runs the C loop (``_cacheloop.c``) or ``_apply_events``
+CACHE_LOOP_ACCELERATED = _cacheloop is not None
+
+
 class ReplicaState:
     """Every cache the API serves from; see the module docstring for the invariants."""
 
@@ -319,6 +344,8 @@ class ReplicaState:
         self.by_l1: dict[bytes, int] = {}
         self.trades: dict[int, deque[TradeRow]] = {}
         self.txs: OrderedDict[bytes, TxRecord] = OrderedDict()
+        #: tx results ``txs`` keeps (the oldest dropped first)
+        self.tx_results = TX_RESULTS
         self.fee_pool = 0
         self.insurance_fund = 0
         self._pending: dict[tuple[int, int], dict[int, int]] = {}
@@ -479,115 +506,13 @@ class ReplicaState:
         changed: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
         trades: dict[int, list[TradeRow]] = {}
         touched: set[int] = set()
-        touch = touched.add
         txs: list[TxRecord] = []
-        tx_hash = b""
-        bids, asks = self._bids, self._asks
-        bid_prices, ask_prices = self._prices
-        accounts = self.accounts
-        api_keys = self.api_keys
-        pending = self._pending
-        remember = self.txs
-        put_order, drop_order = self._put_order, self._drop_order
-        # Branches in order of frequency (per tx: a TxExecuted, a NonceUpdated, one or two order
-        # updates and levels; per fill: a trade, two balances, two positions, stats, fees).
-        for ev in blk.events:
-            t = type(ev)
-            if t is OrderUpdated:
-                if ev[12] == _ACTIVE and ev[7] > 0:  # status, remaining_base_amount
-                    order = _new(OrderRecord, (*ev[:12], ev[13]))
-                    untrack(order)  # the records the caches keep: see the end of the loop
-                    put_order(order)
-                else:
-                    drop_order(ev[1])
-                touch(ev[2])
-            elif t is LevelChanged:
-                mi, is_ask, price, size = ev
-                if is_ask:
-                    book, prices = asks[mi], ask_prices[mi]
-                else:
-                    book, prices = bids[mi], bid_prices[mi]
-                if size:
-                    if price not in book:
-                        insort(prices, price)
-                    book[price] = size
-                elif price in book:
-                    del book[price]
-                    del prices[bisect_left(prices, price)]
-                d = changed.get(mi)
-                if d is None:
-                    d = changed[mi] = ({}, {})
-                d[is_ask][price] = size
-            elif t is TxExecuted:
-                tx_hash, ttype, ai, ki, nonce, code = ev
-                rec = _new(
-                    TxRecord, (tx_hash, ttype, ai, ki, nonce, code, seq, seq, ts_ms, len(txs))
-                )
-                txs.append(rec)
-                remember[tx_hash] = rec
-                if len(remember) > TX_RESULTS:
-                    remember.popitem(last=False)
-                if pending and (ai, ki) in pending:
-                    self._clear_pending(ai, ki, nonce)
-            elif t is NonceUpdated:
-                ai, ki, nonce = ev
-                k = (ai, ki)
-                key = api_keys.get(k)
-                if key is not None:  # built directly: NamedTuple._replace costs ~3x as much
-                    api_keys[k] = key = _new(ApiKeyRecord, (ai, ki, nonce, key[3]))
-                    untrack(key)
-            elif t is BalanceChanged:
-                ai = ev[0]
-                acct = accounts.get(ai)
-                if acct is None:
-                    acct = self._account(ai)
-                acct.collateral = ev[1]
-                touch(ai)
-            elif t is PositionChanged:
-                ai = ev[0]
-                acct = accounts.get(ai)
-                if acct is None:
-                    acct = self._account(ai)
-                acct.positions[ev[1]] = pos = _new(PositionRecord, ev)
-                untrack(pos)
-                touch(ai)
-            elif t is TradeExecuted:
-                row = _new(TradeRow, (ev, tx_hash, seq, ts_ms))
-                mi = ev[0]
-                self.trades[mi].append(row)
-                rows = trades.get(mi)
-                if rows is None:
-                    trades[mi] = [row]
-                else:
-                    rows.append(row)
-                self._count_trade(ev, ts_ms)
-                touch(ev.taker_account_index)
-                touch(ev.maker_account_index)
-            elif t is MarketStatsChanged:
-                # mark_price (14), last_trade_price (16), open_interest (17): built directly,
-                # NamedTuple._replace costs ~5x as much
-                mi, mark, last, oi = ev
-                m = self.markets[mi]
-                self.markets[mi] = m = _new(MarketRecord, (*m[:14], mark, m[15], last, oi))
-                untrack(m)
-            elif t is ExchangeBalancesChanged:
-                self.fee_pool, self.insurance_fund = ev.fee_pool, ev.insurance_fund
-            elif t is ApiKeyChanged:
-                old = self.api_keys.get((ev.account_index, ev.api_key_index))
-                nonce = old.nonce if old is not None else -1
-                self._put_key(ApiKeyRecord(ev.account_index, ev.api_key_index, nonce, ev.pub_key))
-                self._account(ev.account_index)
-            elif t is MarketChanged:
-                old_m = self.markets.get(ev.market_index)
-                ltp, oi = (old_m.last_trade_price, old_m.open_interest) if old_m else (0, 0)
-                self._add_market(MarketRecord(*ev, ltp, oi))
-            elif t is FundingChanged:
-                self.history.funding_changed(ev, self.markets[ev.market_index].mark_price)
-            elif t is L1AddressSet:
-                self.l1_addresses[ev.account_index] = ev.l1_address
-                self.by_l1[ev.l1_address] = ev.account_index
-            # PositionLiquidated / PositionDeleveraged are informational: their effects arrive as
-            # PositionChanged / BalanceChanged / LevelChanged events.
+        if _cacheloop is not None:
+            _cacheloop.apply_events(
+                self, blk.events, seq, ts_ms, changed, trades, touched, txs, self._apply_rare
+            )
+        else:
+            self._apply_events(blk.events, seq, ts_ms, changed, trades, touched, txs)
         self.seq = seq
         self.height = blk.height
         self.timestamp_ns = blk.timestamp_ns
@@ -625,6 +550,145 @@ class ReplicaState:
         self.history.add(applied, self.markets)
         self.ledger.add_block(blk.events, applied.txs, seq, ts_ms)
         return applied
+
+    def _apply_events(
+        self,
+        events: Sequence[Any],
+        seq: int,
+        ts_ms: int,
+        changed: dict[int, tuple[dict[int, int], dict[int, int]]],
+        trades: dict[int, list[TradeRow]],
+        touched: set[int],
+        txs: list[TxRecord],
+    ) -> None:
+        """A block's events into the caches: the Python loop, where ``_cacheloop.c`` is not
+        built, and the reference it is tested against. Writes what the block changed into
+        ``changed`` (market -> (bid, ask) price -> size), ``trades``, ``touched`` and ``txs``."""
+        touch = touched.add
+        tx_hash = b""
+        bids, asks = self._bids, self._asks
+        bid_prices, ask_prices = self._prices
+        accounts = self.accounts
+        api_keys = self.api_keys
+        pending = self._pending
+        remember, keep = self.txs, self.tx_results
+        put_order, drop_order = self._put_order, self._drop_order
+        rare = self._apply_rare
+        # Branches in order of frequency (per tx: a TxExecuted, a NonceUpdated, one or two order
+        # updates and levels; per fill: a trade, two balances, two positions, stats, fees).
+        for ev in events:
+            t = type(ev)
+            if t is OrderUpdated:
+                if ev[12] == _ACTIVE and ev[7] > 0:  # status, remaining_base_amount
+                    order = _new(OrderRecord, (*ev[:12], ev[13]))
+                    untrack(order)  # the records the caches keep: see apply_block's end
+                    put_order(order)
+                else:
+                    drop_order(ev[1])
+                touch(ev[2])
+            elif t is LevelChanged:
+                mi, is_ask, price, size = ev
+                if is_ask:
+                    book, prices = asks[mi], ask_prices[mi]
+                else:
+                    book, prices = bids[mi], bid_prices[mi]
+                if size:
+                    if price not in book:
+                        insort(prices, price)
+                    book[price] = size
+                elif price in book:
+                    del book[price]
+                    del prices[bisect_left(prices, price)]
+                d = changed.get(mi)
+                if d is None:
+                    d = changed[mi] = ({}, {})
+                d[is_ask][price] = size
+            elif t is TxExecuted:
+                tx_hash, ttype, ai, ki, nonce, code = ev
+                rec = _new(
+                    TxRecord, (tx_hash, ttype, ai, ki, nonce, code, seq, seq, ts_ms, len(txs))
+                )
+                txs.append(rec)
+                remember[tx_hash] = rec
+                if len(remember) > keep:
+                    remember.popitem(last=False)
+                if pending and (ai, ki) in pending:
+                    self._clear_pending(ai, ki, nonce)
+            elif t is NonceUpdated:
+                ai, ki, nonce = ev
+                k = (ai, ki)
+                key = api_keys.get(k)
+                if key is not None:  # built directly: NamedTuple._replace costs ~3x as much
+                    api_keys[k] = key = _new(ApiKeyRecord, (ai, ki, nonce, key[3]))
+                    untrack(key)
+            elif t is BalanceChanged:
+                ai = ev[0]
+                acct = accounts.get(ai)
+                if acct is None:
+                    acct = self._account(ai)
+                acct.collateral = ev[1]
+                touch(ai)
+            elif t is PositionChanged:
+                ai = ev[0]
+                acct = accounts.get(ai)
+                if acct is None:
+                    acct = self._account(ai)
+                acct.positions[ev[1]] = pos = _new(PositionRecord, ev)
+                untrack(pos)
+                touch(ai)
+            else:
+                rare(ev, tx_hash, seq, ts_ms, trades, touched)
+
+    def _apply_rare(
+        self,
+        ev: Any,
+        tx_hash: bytes,
+        seq: int,
+        ts_ms: int,
+        trades: dict[int, list[TradeRow]],
+        touched: set[int],
+    ) -> None:
+        """The events of a block other than the six per-tx kinds (both loops call this):
+        trades, market stats and parameters, exchange balances, keys, funding, L1 addresses.
+        ``tx_hash``: the block's last ``TxExecuted`` before ``ev`` (its trade's tx)."""
+        t = type(ev)
+        if t is TradeExecuted:
+            row = _new(TradeRow, (ev, tx_hash, seq, ts_ms))
+            mi = ev[0]
+            self.trades[mi].append(row)
+            rows = trades.get(mi)
+            if rows is None:
+                trades[mi] = [row]
+            else:
+                rows.append(row)
+            self._count_trade(ev, ts_ms)
+            touched.add(ev.taker_account_index)
+            touched.add(ev.maker_account_index)
+        elif t is MarketStatsChanged:
+            # mark_price (14), last_trade_price (16), open_interest (17): built directly,
+            # NamedTuple._replace costs ~5x as much
+            mi, mark, last, oi = ev
+            m = self.markets[mi]
+            self.markets[mi] = m = _new(MarketRecord, (*m[:14], mark, m[15], last, oi))
+            untrack(m)
+        elif t is ExchangeBalancesChanged:
+            self.fee_pool, self.insurance_fund = ev.fee_pool, ev.insurance_fund
+        elif t is ApiKeyChanged:
+            old = self.api_keys.get((ev.account_index, ev.api_key_index))
+            nonce = old.nonce if old is not None else -1
+            self._put_key(ApiKeyRecord(ev.account_index, ev.api_key_index, nonce, ev.pub_key))
+            self._account(ev.account_index)
+        elif t is MarketChanged:
+            old_m = self.markets.get(ev.market_index)
+            ltp, oi = (old_m.last_trade_price, old_m.open_interest) if old_m else (0, 0)
+            self._add_market(MarketRecord(*ev, ltp, oi))
+        elif t is FundingChanged:
+            self.history.funding_changed(ev, self.markets[ev.market_index].mark_price)
+        elif t is L1AddressSet:
+            self.l1_addresses[ev.account_index] = ev.l1_address
+            self.by_l1[ev.l1_address] = ev.account_index
+        # PositionLiquidated / PositionDeleveraged are informational: their effects arrive as
+        # PositionChanged / BalanceChanged / LevelChanged events.
 
     def _count_trade(self, ev: TradeExecuted, ts_ms: int) -> None:
         s = self.stats[ev.market_index]

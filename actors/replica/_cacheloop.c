@@ -1,0 +1,978 @@
+/* raydex.actors.replica._cacheloop: a block's per-tx events into the replica's caches in one C
+ * loop (actors/replica/state.py, ReplicaState.apply_block).
+ *
+ * configure(classes, active, untrack) sets, once per process, the ten NamedTuple classes
+ * (OrderUpdated, LevelChanged, TxExecuted, NonceUpdated, BalanceChanged, PositionChanged,
+ * OrderRecord, TxRecord, ApiKeyRecord, PositionRecord), the ACTIVE_LIMIT order status and the
+ * ``untrack`` function the records go through (observability/gcstats.py).
+ *
+ * apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, rare) does exactly what
+ * ReplicaState._apply_events does, the Python loop this is tested against: the six kinds of event
+ * every tx makes (OrderUpdated with _put_order / _drop_order / AccountCache.index, LevelChanged,
+ * TxExecuted with _clear_pending, NonceUpdated, BalanceChanged, PositionChanged) are applied here,
+ * any other event is handed to ``rare(ev, tx_hash, seq, ts_ms, trades, touched)`` in block order.
+ * It reads the caches from ``state``'s attributes on every call (a resync swaps them). Records
+ * are built with tp_alloc as tuple.__new__ builds them for a subclass. On an error (a missing
+ * market or order a block refers to: KeyError, as the Python loop raises) it returns NULL with
+ * the caches changed half-way, as the Python loop leaves them; the replica resyncs.
+ *
+ * What it saves over the Python loop, per event: the bytecode dispatch of the type tests and
+ * branches, the unpacking into locals, the bound-method calls of _put_order / AccountCache.index,
+ * and the temporary tuples of the record constructors.
+ *
+ * Optional (setup.py): without a C compiler state.py runs the Python loop.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+enum {
+    C_ORDER_UPDATED,
+    C_LEVEL_CHANGED,
+    C_TX_EXECUTED,
+    C_NONCE_UPDATED,
+    C_BALANCE_CHANGED,
+    C_POSITION_CHANGED,
+    C_ORDER_RECORD,
+    C_TX_RECORD,
+    C_API_KEY_RECORD,
+    C_POSITION_RECORD,
+    N_CLASSES
+};
+
+static PyTypeObject *cls[N_CLASSES];
+static PyObject *active;     /* OrderStatus.ACTIVE_LIMIT as an int */
+static PyObject *untrack_fn;
+
+/* interned attribute names */
+static PyObject *s_bids, *s_asks, *s_prices, *s_accounts, *s_api_keys, *s_pending, *s_txs,
+    *s_orders, *s_level_orders, *s_account, *s_collateral, *s_positions, *s_open_lots, *s_cois,
+    *s_order_counts, *s_popitem, *s_tx_results;
+
+typedef struct {
+    PyObject *state;
+    PyObject *bids, *asks, *bid_prices, *ask_prices, *accounts, *api_keys, *pending, *remember,
+        *orders, *level_orders;
+    Py_ssize_t tx_results; /* state.tx_results: the tx results ``remember`` keeps */
+} caches_t;
+
+static void
+caches_clear(caches_t *c)
+{
+    Py_CLEAR(c->bids);
+    Py_CLEAR(c->asks);
+    Py_CLEAR(c->bid_prices);
+    Py_CLEAR(c->ask_prices);
+    Py_CLEAR(c->accounts);
+    Py_CLEAR(c->api_keys);
+    Py_CLEAR(c->pending);
+    Py_CLEAR(c->remember);
+    Py_CLEAR(c->orders);
+    Py_CLEAR(c->level_orders);
+}
+
+static int
+get_dict(PyObject *state, PyObject *name, PyObject **out)
+{
+    PyObject *v = PyObject_GetAttr(state, name);
+    if (v == NULL) {
+        return -1;
+    }
+    if (!PyDict_Check(v)) {
+        Py_DECREF(v);
+        PyErr_Format(PyExc_TypeError, "state.%U is not a dict", name);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int
+caches_load(caches_t *c, PyObject *state)
+{
+    memset(c, 0, sizeof(*c));
+    c->state = state;
+    if (get_dict(state, s_bids, &c->bids) < 0 || get_dict(state, s_asks, &c->asks) < 0
+        || get_dict(state, s_accounts, &c->accounts) < 0
+        || get_dict(state, s_api_keys, &c->api_keys) < 0
+        || get_dict(state, s_pending, &c->pending) < 0
+        || get_dict(state, s_orders, &c->orders) < 0
+        || get_dict(state, s_level_orders, &c->level_orders) < 0) {
+        goto fail;
+    }
+    c->remember = PyObject_GetAttr(state, s_txs);
+    if (c->remember == NULL) {
+        goto fail;
+    }
+    PyObject *keep = PyObject_GetAttr(state, s_tx_results);
+    if (keep == NULL) {
+        goto fail;
+    }
+    c->tx_results = PyLong_AsSsize_t(keep);
+    Py_DECREF(keep);
+    if (c->tx_results == -1 && PyErr_Occurred()) {
+        goto fail;
+    }
+    PyObject *prices = PyObject_GetAttr(state, s_prices);
+    if (prices == NULL) {
+        goto fail;
+    }
+    if (!PyTuple_Check(prices) || PyTuple_GET_SIZE(prices) != 2) {
+        Py_DECREF(prices);
+        PyErr_SetString(PyExc_TypeError, "state._prices is not a pair");
+        goto fail;
+    }
+    c->bid_prices = Py_NewRef(PyTuple_GET_ITEM(prices, 0));
+    c->ask_prices = Py_NewRef(PyTuple_GET_ITEM(prices, 1));
+    Py_DECREF(prices);
+    return 0;
+fail:
+    caches_clear(c);
+    return -1;
+}
+
+/* d[key] as a borrowed reference; KeyError (like d[key]) when absent. */
+static PyObject *
+item(PyObject *d, PyObject *key)
+{
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v == NULL && !PyErr_Occurred()) {
+        PyObject *arg = PyTuple_Pack(1, key); /* KeyError(key), also for a tuple key */
+        if (arg != NULL) {
+            PyErr_SetObject(PyExc_KeyError, arg);
+            Py_DECREF(arg);
+        }
+    }
+    return v;
+}
+
+/* A record of class tp from n borrowed items (new reference, GC-tracked as tuple.__new__'s). */
+static PyObject *
+record(PyTypeObject *tp, PyObject *const *items, Py_ssize_t n)
+{
+    PyObject *t = tp->tp_alloc(tp, n);
+    if (t == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyTuple_SET_ITEM(t, i, Py_NewRef(items[i]));
+    }
+    return t;
+}
+
+static int
+untrack(PyObject *obj)
+{
+    PyObject *r = PyObject_CallOneArg(untrack_fn, obj);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* accounts.get(ai), else state._account(ai): a new reference. */
+static PyObject *
+account_of(caches_t *c, PyObject *ai)
+{
+    PyObject *acct = PyDict_GetItemWithError(c->accounts, ai);
+    if (acct != NULL) {
+        return Py_NewRef(acct);
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyObject_CallMethodOneArg(c->state, s_account, ai);
+}
+
+/* The 0/1 side an is_ask value selects, as Python's tuple/list indexing would read it. */
+static Py_ssize_t
+side_of(PyObject *is_ask)
+{
+    Py_ssize_t k = PyNumber_AsSsize_t(is_ask, PyExc_IndexError);
+    if (k == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (k < 0) {
+        k += 2;
+    }
+    if (k < 0 || k > 1) {
+        PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+        return -1;
+    }
+    return k;
+}
+
+/* AccountCache.index(r, sign). */
+static int
+acct_index(PyObject *acct, PyObject *r, int sign)
+{
+    int reduce_only = PyObject_IsTrue(PyTuple_GET_ITEM(r, 11));
+    if (reduce_only < 0) {
+        return -1;
+    }
+    if (!reduce_only) {
+        PyObject *open_lots = PyObject_GetAttr(acct, s_open_lots);
+        if (open_lots == NULL) {
+            return -1;
+        }
+        PyObject *mi = PyTuple_GET_ITEM(r, 0);
+        PyObject *lots = PyDict_GetItemWithError(open_lots, mi); /* borrowed */
+        if (lots == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(open_lots);
+                return -1;
+            }
+            lots = PyList_New(2);
+            if (lots == NULL) {
+                Py_DECREF(open_lots);
+                return -1;
+            }
+            PyObject *zero = PyLong_FromLong(0);
+            PyList_SET_ITEM(lots, 0, zero);
+            PyList_SET_ITEM(lots, 1, Py_NewRef(zero));
+            if (PyDict_SetItem(open_lots, mi, lots) < 0) {
+                Py_DECREF(lots);
+                Py_DECREF(open_lots);
+                return -1;
+            }
+            Py_DECREF(lots); /* the dict holds it */
+        }
+        Py_INCREF(lots);
+        int rc = -1;
+        Py_ssize_t k = side_of(PyTuple_GET_ITEM(r, 4));
+        if (k < 0 || !PyList_Check(lots) || PyList_GET_SIZE(lots) != 2) {
+            if (k >= 0) {
+                PyErr_SetString(PyExc_TypeError, "open_lots entry is not a 2-list");
+            }
+            goto lots_done;
+        }
+        PyObject *cur = PyList_GET_ITEM(lots, k);
+        PyObject *amount = PyTuple_GET_ITEM(r, 7);
+        PyObject *nv = sign > 0 ? PyNumber_Add(cur, amount) : PyNumber_Subtract(cur, amount);
+        if (nv == NULL) {
+            goto lots_done;
+        }
+        PyList_SetItem(lots, k, nv); /* steals nv */
+        int a = PyObject_IsTrue(PyList_GET_ITEM(lots, 0));
+        int b = a < 0 ? -1 : PyObject_IsTrue(PyList_GET_ITEM(lots, 1));
+        if (a < 0 || b < 0) {
+            goto lots_done;
+        }
+        if (!a && !b && PyDict_DelItem(open_lots, mi) < 0) {
+            goto lots_done;
+        }
+        rc = 0;
+    lots_done:
+        Py_DECREF(lots);
+        Py_DECREF(open_lots);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    PyObject *coi = PyTuple_GET_ITEM(r, 3);
+    int has_coi = PyObject_IsTrue(coi);
+    if (has_coi < 0) {
+        return -1;
+    }
+    if (has_coi) {
+        PyObject *cois = PyObject_GetAttr(acct, s_cois);
+        if (cois == NULL) {
+            return -1;
+        }
+        int rc = -1;
+        PyObject *n = NULL;
+        PyObject *cur = PyDict_GetItemWithError(cois, coi);
+        if (cur == NULL && PyErr_Occurred()) {
+            goto coi_done;
+        }
+        PyObject *step = PyLong_FromLong(sign);
+        if (step == NULL) {
+            goto coi_done;
+        }
+        if (cur == NULL) {
+            n = step;
+        } else {
+            n = PyNumber_Add(cur, step);
+            Py_DECREF(step);
+            if (n == NULL) {
+                goto coi_done;
+            }
+        }
+        int nz = PyObject_IsTrue(n);
+        if (nz < 0) {
+            goto coi_done;
+        }
+        if (nz ? PyDict_SetItem(cois, coi, n) < 0 : PyDict_DelItem(cois, coi) < 0) {
+            goto coi_done;
+        }
+        rc = 0;
+    coi_done:
+        Py_XDECREF(n);
+        Py_DECREF(cois);
+        return rc;
+    }
+    return 0;
+}
+
+/* The level_orders side dict of record r (borrowed). */
+static PyObject *
+level_side(caches_t *c, PyObject *r)
+{
+    PyObject *pair = item(c->level_orders, PyTuple_GET_ITEM(r, 0));
+    if (pair == NULL) {
+        return NULL;
+    }
+    Py_ssize_t k = side_of(PyTuple_GET_ITEM(r, 4));
+    if (k < 0) {
+        return NULL;
+    }
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        PyErr_SetString(PyExc_TypeError, "level_orders entry is not a pair");
+        return NULL;
+    }
+    PyObject *side = PyTuple_GET_ITEM(pair, k);
+    if (!PyDict_Check(side)) {
+        PyErr_SetString(PyExc_TypeError, "level_orders side is not a dict");
+        return NULL;
+    }
+    return side;
+}
+
+/* ReplicaState._unlevel(r): r out of its level's order map (the level dropped when empty). */
+static int
+unlevel(caches_t *c, PyObject *r)
+{
+    PyObject *side = level_side(c, r);
+    if (side == NULL) {
+        return -1;
+    }
+    PyObject *price = PyTuple_GET_ITEM(r, 5);
+    PyObject *level = item(side, price);
+    if (level == NULL) {
+        return -1;
+    }
+    if (!PyDict_Check(level)) {
+        PyErr_SetString(PyExc_TypeError, "level is not a dict");
+        return -1;
+    }
+    if (PyDict_DelItem(level, PyTuple_GET_ITEM(r, 1)) < 0) {
+        return -1;
+    }
+    if (PyDict_GET_SIZE(level) == 0 && PyDict_DelItem(side, price) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* ReplicaState._put_order(r). */
+static int
+put_order(caches_t *c, PyObject *r)
+{
+    PyObject *mi = PyTuple_GET_ITEM(r, 0), *oi = PyTuple_GET_ITEM(r, 1);
+    PyObject *price = PyTuple_GET_ITEM(r, 5);
+    PyObject *acct = account_of(c, PyTuple_GET_ITEM(r, 2));
+    if (acct == NULL) {
+        return -1;
+    }
+    int rc = -1;
+    PyObject *old = PyDict_GetItemWithError(c->orders, oi);
+    if (old == NULL) {
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        PyObject *counts = PyObject_GetAttr(acct, s_order_counts);
+        if (counts == NULL) {
+            goto done;
+        }
+        PyObject *cur = PyDict_GetItemWithError(counts, mi);
+        PyObject *n = NULL;
+        if (cur == NULL) {
+            n = PyErr_Occurred() ? NULL : PyLong_FromLong(1);
+        } else {
+            PyObject *one = PyLong_FromLong(1);
+            n = one == NULL ? NULL : PyNumber_Add(cur, one);
+            Py_XDECREF(one);
+        }
+        int bad = n == NULL || PyDict_SetItem(counts, mi, n) < 0;
+        Py_XDECREF(n);
+        Py_DECREF(counts);
+        if (bad) {
+            goto done;
+        }
+    } else {
+        Py_INCREF(old);
+        int bad = acct_index(acct, old, -1) < 0;
+        if (!bad) {
+            int moved = PyObject_RichCompareBool(PyTuple_GET_ITEM(old, 5), price, Py_NE);
+            if (moved == 0) {
+                moved = PyObject_RichCompareBool(
+                    PyTuple_GET_ITEM(old, 4), PyTuple_GET_ITEM(r, 4), Py_NE);
+            }
+            bad = moved < 0 || (moved && unlevel(c, old) < 0);
+        }
+        Py_DECREF(old);
+        if (bad) {
+            goto done;
+        }
+    }
+    if (PyDict_SetItem(c->orders, oi, r) < 0) {
+        goto done;
+    }
+    PyObject *side = level_side(c, r);
+    if (side == NULL) {
+        goto done;
+    }
+    PyObject *level = PyDict_GetItemWithError(side, price);
+    if (level == NULL) {
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        PyObject *fresh = PyDict_New();
+        if (fresh == NULL) {
+            goto done;
+        }
+        int bad = PyDict_SetItem(fresh, oi, r) < 0 || PyDict_SetItem(side, price, fresh) < 0;
+        Py_DECREF(fresh);
+        if (bad) {
+            goto done;
+        }
+    } else if (PyObject_SetItem(level, oi, r) < 0) {
+        goto done;
+    }
+    PyObject *acct_orders = PyObject_GetAttr(acct, s_orders);
+    if (acct_orders == NULL) {
+        goto done;
+    }
+    int bad = PyObject_SetItem(acct_orders, oi, r) < 0;
+    Py_DECREF(acct_orders);
+    if (bad || acct_index(acct, r, 1) < 0) {
+        goto done;
+    }
+    rc = 0;
+done:
+    Py_DECREF(acct);
+    return rc;
+}
+
+/* ReplicaState._drop_order(oi). */
+static int
+drop_order(caches_t *c, PyObject *oi)
+{
+    PyObject *r = PyDict_GetItemWithError(c->orders, oi);
+    if (r == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    Py_INCREF(r);
+    int rc = -1;
+    PyObject *acct = NULL;
+    if (PyDict_DelItem(c->orders, oi) < 0 || unlevel(c, r) < 0) {
+        goto done;
+    }
+    acct = item(c->accounts, PyTuple_GET_ITEM(r, 2));
+    if (acct == NULL) {
+        goto done;
+    }
+    Py_INCREF(acct);
+    PyObject *acct_orders = PyObject_GetAttr(acct, s_orders);
+    if (acct_orders == NULL) {
+        goto done;
+    }
+    int bad = PyObject_DelItem(acct_orders, oi) < 0;
+    Py_DECREF(acct_orders);
+    if (bad || acct_index(acct, r, -1) < 0) {
+        goto done;
+    }
+    PyObject *counts = PyObject_GetAttr(acct, s_order_counts);
+    if (counts == NULL) {
+        goto done;
+    }
+    PyObject *mi = PyTuple_GET_ITEM(r, 0);
+    PyObject *cur = item(counts, mi);
+    PyObject *n = NULL;
+    if (cur != NULL) {
+        PyObject *one = PyLong_FromLong(1);
+        n = one == NULL ? NULL : PyNumber_Subtract(cur, one);
+        Py_XDECREF(one);
+    }
+    int nz = n == NULL ? -1 : PyObject_IsTrue(n);
+    bad = nz < 0 || (nz ? PyDict_SetItem(counts, mi, n) < 0 : PyDict_DelItem(counts, mi) < 0);
+    Py_XDECREF(n);
+    Py_DECREF(counts);
+    if (bad) {
+        goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(acct);
+    Py_DECREF(r);
+    return rc;
+}
+
+/* bisect over an ascending list of prices: the first index whose item is > x (right) or >= x. */
+static Py_ssize_t
+bisect(PyObject *list, PyObject *x, int right)
+{
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(list);
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        PyObject *m = PyList_GET_ITEM(list, mid);
+        int below = right ? PyObject_RichCompareBool(x, m, Py_LT)
+                          : PyObject_RichCompareBool(m, x, Py_LT);
+        if (below < 0) {
+            return -1;
+        }
+        if (right ? below : !below) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    return lo;
+}
+
+static int
+level_changed(caches_t *c, PyObject *ev, PyObject *changed)
+{
+    PyObject *mi = PyTuple_GET_ITEM(ev, 0), *is_ask = PyTuple_GET_ITEM(ev, 1);
+    PyObject *price = PyTuple_GET_ITEM(ev, 2), *size = PyTuple_GET_ITEM(ev, 3);
+    int ask = PyObject_IsTrue(is_ask);
+    if (ask < 0) {
+        return -1;
+    }
+    PyObject *book = item(ask ? c->asks : c->bids, mi);
+    if (book == NULL) {
+        return -1;
+    }
+    PyObject *prices = item(ask ? c->ask_prices : c->bid_prices, mi);
+    if (prices == NULL) {
+        return -1;
+    }
+    if (!PyDict_Check(book) || !PyList_Check(prices)) {
+        PyErr_SetString(PyExc_TypeError, "a book is not a dict and a sorted list");
+        return -1;
+    }
+    int nonzero = PyObject_IsTrue(size);
+    if (nonzero < 0) {
+        return -1;
+    }
+    int has = PyDict_Contains(book, price);
+    if (has < 0) {
+        return -1;
+    }
+    if (nonzero) {
+        if (!has) {
+            Py_ssize_t at = bisect(prices, price, 1);
+            if (at < 0 || PyList_Insert(prices, at, price) < 0) {
+                return -1;
+            }
+        }
+        if (PyDict_SetItem(book, price, size) < 0) {
+            return -1;
+        }
+    } else if (has) {
+        if (PyDict_DelItem(book, price) < 0) {
+            return -1;
+        }
+        Py_ssize_t at = bisect(prices, price, 0);
+        if (at < 0) {
+            return -1;
+        }
+        if (at >= PyList_GET_SIZE(prices)) {
+            PyErr_SetString(PyExc_IndexError, "list assignment index out of range");
+            return -1;
+        }
+        if (PyList_SetSlice(prices, at, at + 1, NULL) < 0) {
+            return -1;
+        }
+    }
+    PyObject *d = PyDict_GetItemWithError(changed, mi);
+    if (d == NULL) {
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        PyObject *b = PyDict_New(), *a = PyDict_New();
+        d = (b == NULL || a == NULL) ? NULL : PyTuple_Pack(2, b, a);
+        Py_XDECREF(b);
+        Py_XDECREF(a);
+        if (d == NULL) {
+            return -1;
+        }
+        int bad = PyDict_SetItem(changed, mi, d) < 0;
+        Py_DECREF(d); /* changed holds it */
+        if (bad) {
+            return -1;
+        }
+    }
+    Py_ssize_t k = side_of(is_ask);
+    if (k < 0) {
+        return -1;
+    }
+    return PyDict_SetItem(PyTuple_GET_ITEM(d, k), price, size);
+}
+
+/* ReplicaState._clear_pending(ai, ki, nonce), with the (ai, ki) key already built. */
+static int
+clear_pending(caches_t *c, PyObject *key, PyObject *nonce)
+{
+    PyObject *per = PyDict_GetItemWithError(c->pending, key);
+    if (per == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!PyDict_Check(per)) {
+        PyErr_SetString(PyExc_TypeError, "a pending entry is not a dict");
+        return -1;
+    }
+    PyObject *count = PyDict_GetItemWithError(per, nonce);
+    if (count == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    PyObject *one = PyLong_FromLong(1);
+    if (one == NULL) {
+        return -1;
+    }
+    int more = PyObject_RichCompareBool(count, one, Py_GT);
+    int rc = -1;
+    if (more > 0) {
+        PyObject *n = PyNumber_Subtract(count, one);
+        rc = n == NULL ? -1 : PyDict_SetItem(per, nonce, n);
+        Py_XDECREF(n);
+    } else if (more == 0) {
+        rc = PyDict_DelItem(per, nonce);
+        if (rc == 0 && PyDict_GET_SIZE(per) == 0) {
+            rc = PyDict_DelItem(c->pending, key);
+        }
+    }
+    Py_DECREF(one);
+    return rc;
+}
+
+static int
+tx_executed(caches_t *c, PyObject *ev, PyObject *seq, PyObject *ts_ms, PyObject *txs)
+{
+    PyObject *pos = PyLong_FromSsize_t(PyList_GET_SIZE(txs));
+    if (pos == NULL) {
+        return -1;
+    }
+    PyObject *items[10] = {
+        PyTuple_GET_ITEM(ev, 0), PyTuple_GET_ITEM(ev, 1), PyTuple_GET_ITEM(ev, 2),
+        PyTuple_GET_ITEM(ev, 3), PyTuple_GET_ITEM(ev, 4), PyTuple_GET_ITEM(ev, 5),
+        seq, seq, ts_ms, pos,
+    };
+    PyObject *rec = record(cls[C_TX_RECORD], items, 10);
+    Py_DECREF(pos);
+    if (rec == NULL) {
+        return -1;
+    }
+    int bad = PyList_Append(txs, rec) < 0
+        || PyObject_SetItem(c->remember, PyTuple_GET_ITEM(ev, 0), rec) < 0;
+    Py_DECREF(rec);
+    if (bad) {
+        return -1;
+    }
+    Py_ssize_t kept = PyObject_Size(c->remember);
+    if (kept < 0) {
+        return -1;
+    }
+    if (kept > c->tx_results) {
+        PyObject *r = PyObject_CallMethodObjArgs(c->remember, s_popitem, Py_False, NULL);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    if (PyDict_GET_SIZE(c->pending) > 0) {
+        PyObject *key = PyTuple_Pack(2, PyTuple_GET_ITEM(ev, 2), PyTuple_GET_ITEM(ev, 3));
+        if (key == NULL) {
+            return -1;
+        }
+        int rc = clear_pending(c, key, PyTuple_GET_ITEM(ev, 4));
+        Py_DECREF(key);
+        return rc;
+    }
+    return 0;
+}
+
+static int
+nonce_updated(caches_t *c, PyObject *ev)
+{
+    PyObject *key = PyTuple_Pack(2, PyTuple_GET_ITEM(ev, 0), PyTuple_GET_ITEM(ev, 1));
+    if (key == NULL) {
+        return -1;
+    }
+    int rc = -1;
+    PyObject *old = PyDict_GetItemWithError(c->api_keys, key);
+    if (old == NULL) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    if (!PyTuple_Check(old) || PyTuple_GET_SIZE(old) < 4) {
+        PyErr_SetString(PyExc_TypeError, "an api key record is not a 4-tuple");
+        goto done;
+    }
+    PyObject *items[4] = {
+        PyTuple_GET_ITEM(ev, 0), PyTuple_GET_ITEM(ev, 1), PyTuple_GET_ITEM(ev, 2),
+        PyTuple_GET_ITEM(old, 3),
+    };
+    PyObject *rec = record(cls[C_API_KEY_RECORD], items, 4);
+    if (rec == NULL) {
+        goto done;
+    }
+    rc = PyDict_SetItem(c->api_keys, key, rec) < 0 || untrack(rec) < 0 ? -1 : 0;
+    Py_DECREF(rec);
+done:
+    Py_DECREF(key);
+    return rc;
+}
+
+static int
+order_updated(caches_t *c, PyObject *ev, PyObject *touched)
+{
+    int live = PyObject_RichCompareBool(PyTuple_GET_ITEM(ev, 12), active, Py_EQ);
+    if (live > 0) {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL) {
+            return -1;
+        }
+        live = PyObject_RichCompareBool(PyTuple_GET_ITEM(ev, 7), zero, Py_GT);
+        Py_DECREF(zero);
+    }
+    if (live < 0) {
+        return -1;
+    }
+    if (live) {
+        PyObject *items[13];
+        for (int i = 0; i < 12; i++) {
+            items[i] = PyTuple_GET_ITEM(ev, i);
+        }
+        items[12] = PyTuple_GET_ITEM(ev, 13);
+        PyObject *r = record(cls[C_ORDER_RECORD], items, 13);
+        if (r == NULL) {
+            return -1;
+        }
+        int bad = untrack(r) < 0 || put_order(c, r) < 0;
+        Py_DECREF(r);
+        if (bad) {
+            return -1;
+        }
+    } else if (drop_order(c, PyTuple_GET_ITEM(ev, 1)) < 0) {
+        return -1;
+    }
+    return PySet_Add(touched, PyTuple_GET_ITEM(ev, 2));
+}
+
+static int
+balance_changed(caches_t *c, PyObject *ev, PyObject *touched)
+{
+    PyObject *ai = PyTuple_GET_ITEM(ev, 0);
+    PyObject *acct = account_of(c, ai);
+    if (acct == NULL) {
+        return -1;
+    }
+    int bad = PyObject_SetAttr(acct, s_collateral, PyTuple_GET_ITEM(ev, 1)) < 0;
+    Py_DECREF(acct);
+    return bad ? -1 : PySet_Add(touched, ai);
+}
+
+static int
+position_changed(caches_t *c, PyObject *ev, PyObject *touched)
+{
+    PyObject *ai = PyTuple_GET_ITEM(ev, 0);
+    PyObject *acct = account_of(c, ai);
+    if (acct == NULL) {
+        return -1;
+    }
+    int rc = -1;
+    PyObject *positions = PyObject_GetAttr(acct, s_positions);
+    if (positions == NULL) {
+        goto done;
+    }
+    PyObject *rec = record(cls[C_POSITION_RECORD], ((PyTupleObject *)ev)->ob_item,
+                           PyTuple_GET_SIZE(ev));
+    if (rec != NULL) {
+        rc = PyObject_SetItem(positions, PyTuple_GET_ITEM(ev, 1), rec) < 0 || untrack(rec) < 0
+            ? -1 : 0;
+        Py_DECREF(rec);
+    }
+    Py_DECREF(positions);
+    if (rc == 0) {
+        rc = PySet_Add(touched, ai);
+    }
+done:
+    Py_DECREF(acct);
+    return rc;
+}
+
+/* The fields each handled event kind must have (its NamedTuple's). */
+static const Py_ssize_t min_fields[6] = {14, 4, 6, 3, 2, 8};
+
+static PyObject *
+apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, "
+                        "rare)");
+        return NULL;
+    }
+    if (untrack_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "apply_events before configure");
+        return NULL;
+    }
+    PyObject *state = args[0], *seq = args[2], *ts_ms = args[3], *changed = args[4];
+    PyObject *trades = args[5], *touched = args[6], *txs = args[7], *rare = args[8];
+    if (!PyDict_Check(changed) || !PySet_Check(touched) || !PyList_Check(txs)) {
+        PyErr_SetString(PyExc_TypeError, "changed, touched, txs: a dict, a set, a list");
+        return NULL;
+    }
+    PyObject *events = PySequence_Fast(args[1], "events must be a sequence");
+    if (events == NULL) {
+        return NULL;
+    }
+    caches_t c;
+    if (caches_load(&c, state) < 0) {
+        Py_DECREF(events);
+        return NULL;
+    }
+    PyObject *tx_hash = PyBytes_FromStringAndSize(NULL, 0);
+    PyObject *result = NULL;
+    if (tx_hash == NULL) {
+        goto done;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(events);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ev = PySequence_Fast_GET_ITEM(events, i);
+        PyTypeObject *t = Py_TYPE(ev);
+        int kind = -1;
+        for (int k = 0; k <= C_POSITION_CHANGED; k++) {
+            if (t == cls[k]) {
+                kind = k;
+                break;
+            }
+        }
+        if (kind >= 0 && PyTuple_GET_SIZE(ev) < min_fields[kind]) {
+            PyErr_Format(PyExc_ValueError, "%s with %zd fields", t->tp_name,
+                         PyTuple_GET_SIZE(ev));
+            goto done;
+        }
+        int rc;
+        switch (kind) {
+        case C_ORDER_UPDATED: rc = order_updated(&c, ev, touched); break;
+        case C_LEVEL_CHANGED: rc = level_changed(&c, ev, changed); break;
+        case C_TX_EXECUTED:
+            rc = tx_executed(&c, ev, seq, ts_ms, txs);
+            if (rc == 0) {
+                Py_SETREF(tx_hash, Py_NewRef(PyTuple_GET_ITEM(ev, 0)));
+            }
+            break;
+        case C_NONCE_UPDATED: rc = nonce_updated(&c, ev); break;
+        case C_BALANCE_CHANGED: rc = balance_changed(&c, ev, touched); break;
+        case C_POSITION_CHANGED: rc = position_changed(&c, ev, touched); break;
+        default: {
+            PyObject *call[6] = {ev, tx_hash, seq, ts_ms, trades, touched};
+            PyObject *r = PyObject_Vectorcall(rare, call, 6, NULL);
+            rc = r == NULL ? -1 : 0;
+            Py_XDECREF(r);
+        }
+        }
+        if (rc < 0) {
+            goto done;
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(tx_hash);
+    caches_clear(&c);
+    Py_DECREF(events);
+    return result;
+}
+
+static PyObject *
+configure(PyObject *module, PyObject *args)
+{
+    PyObject *classes, *act, *untrack_obj;
+    if (!PyArg_ParseTuple(args, "OOO", &classes, &act, &untrack_obj)) {
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(classes, "classes must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    if (PySequence_Fast_GET_SIZE(fast) != N_CLASSES) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "expected %d classes", N_CLASSES);
+        return NULL;
+    }
+    for (int k = 0; k < N_CLASSES; k++) {
+        PyObject *tp = PySequence_Fast_GET_ITEM(fast, k);
+        if (!PyType_Check(tp) || !PyType_IsSubtype((PyTypeObject *)tp, &PyTuple_Type)) {
+            Py_DECREF(fast);
+            PyErr_Format(PyExc_TypeError, "class %d is not a tuple subclass", k);
+            return NULL;
+        }
+    }
+    if (!PyCallable_Check(untrack_obj)) {
+        Py_DECREF(fast);
+        PyErr_SetString(PyExc_TypeError, "untrack must be callable");
+        return NULL;
+    }
+    for (int k = 0; k < N_CLASSES; k++) {
+        Py_XSETREF(cls[k], (PyTypeObject *)Py_NewRef(PySequence_Fast_GET_ITEM(fast, k)));
+    }
+    Py_DECREF(fast);
+    Py_XSETREF(active, Py_NewRef(act));
+    Py_XSETREF(untrack_fn, Py_NewRef(untrack_obj));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)configure, METH_VARARGS,
+     "configure(classes, active, untrack): see the module docstring."},
+    {"apply_events", (PyCFunction)(void (*)(void))apply_events, METH_FASTCALL,
+     "apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, rare) -> None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static void
+module_free(void *m)
+{
+    for (int k = 0; k < N_CLASSES; k++) {
+        Py_CLEAR(cls[k]);
+    }
+    Py_CLEAR(active);
+    Py_CLEAR(untrack_fn);
+}
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "raydex.actors.replica._cacheloop", NULL, 0, methods,
+    NULL, NULL, NULL, module_free,
+};
+
+#define INTERN(var, text)                                                                     \
+    do {                                                                                      \
+        if ((var) == NULL && ((var) = PyUnicode_InternFromString(text)) == NULL) {            \
+            return NULL;                                                                      \
+        }                                                                                     \
+    } while (0)
+
+PyMODINIT_FUNC
+PyInit__cacheloop(void)
+{
+    INTERN(s_bids, "_bids");
+    INTERN(s_asks, "_asks");
+    INTERN(s_prices, "_prices");
+    INTERN(s_accounts, "accounts");
+    INTERN(s_api_keys, "api_keys");
+    INTERN(s_pending, "_pending");
+    INTERN(s_txs, "txs");
+    INTERN(s_orders, "orders");
+    INTERN(s_level_orders, "level_orders");
+    INTERN(s_account, "_account");
+    INTERN(s_collateral, "collateral");
+    INTERN(s_positions, "positions");
+    INTERN(s_open_lots, "open_lots");
+    INTERN(s_cois, "cois");
+    INTERN(s_order_counts, "order_counts");
+    INTERN(s_popitem, "popitem");
+    INTERN(s_tx_results, "tx_results");
+    return PyModule_Create(&module);
+}
