@@ -229,6 +229,14 @@ CATALOG: dict[str, MetricDef] = {
             "Newest checkpoint seq whose state this follower hashed (-1: none yet).",
         ),
         MetricDef(
+            "raydex_replica_native_info",
+            "gauge",
+            "1, labelled with whether the replica's apply runs its C loops (true) or the Python "
+            "fallbacks: block_decode (codecs/_blockdec.c), cache_loop "
+            "(actors/replica/_cacheloop.c).",
+            ("block_decode", "cache_loop"),
+        ),
+        MetricDef(
             "raydex_state_divergences_total",
             "counter",
             "Checkpoints at which the replica's state hash differed from the snapshot holder's "

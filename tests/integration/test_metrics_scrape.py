@@ -126,6 +126,9 @@ EXPECTED: tuple[tuple[str, str, bool], ...] = (
     ("ray_raydex_snapshot_build_seconds_count", 'role="snapshot"', True),
     ("ray_raydex_apply_seconds_count", GROUP, True),
     ("ray_raydex_apply_cpu_seconds_count", GROUP, True),
+    # the replica says it runs its C loops (make builds them here)
+    ("ray_raydex_replica_native_info", 'block_decode="true"', True),
+    ("ray_raydex_replica_native_info", 'cache_loop="true"', True),
     ("ray_raydex_blocks_total", GROUP, True),
     ("ray_raydex_block_seq", GROUP, True),
     ("ray_raydex_book_publish_delay_seconds_count", GROUP, True),
