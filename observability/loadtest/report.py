@@ -131,6 +131,7 @@ def _group_report(g: GroupData) -> dict[str, Any]:
         "apply_steps_us": {s: g.hist(s).summary_us() for s in STEPS},
         "dry_run_us": g.hist("dry_run").summary_us(),
         "gc": {name: r.get("gc", {}) for name, r in g.replicas.items()},
+        "native": {name: r.get("native", {}) for name, r in g.replicas.items()},
         "flight_dumps": [d for r in g.replicas.values() for d in r.get("flight_dumps", [])],
         "slow_events": sum(int(r.get("slow_events", 0)) for r in g.replicas.values()),
         # every replica applies every block: the group saw the most any of its replicas saw
@@ -397,6 +398,10 @@ def render_markdown(r: Mapping[str, Any]) -> str:
             d = diffs.get(f"{path}.p99" if is_hist else path)
             extra = f" | {d:+.1f}% |" if isinstance(d, float) else " | |"
         lines.append(f"| {label} | " + " | ".join(cells) + (extra or " |"))
+    for n in names:
+        for rep, native in sorted(r["groups"][n].get("native", {}).items()):
+            loops = ", ".join(f"{k} {'C' if v else 'Python'}" for k, v in sorted(native.items()))
+            lines.append(f"\nReplica `{rep}` applied with: {loops}.")
     lines += ["", "## Lifecycle per tx type (planned send → confirmed; p50 / p99 / p99.9, µs)", ""]
     for name, h in r["lifecycle_us"].items():
         lines.append(f"- `{name}`: {_q(h)} (n={h['count']})")
