@@ -532,7 +532,8 @@ class ReplicaState:
             )
         # Every record the block made is an immutable tuple of atoms: out of the collector's lists
         # (observability/_untrack.c), so no collection walks the history the replica keeps, nor
-        # the current orders, positions, key nonces and market stats (untracked as made, above).
+        # the current orders, positions, key nonces and market stats (untracked as made, by the
+        # loop).
         untrack_all(blk.events)
         untrack_all(txs)
         for rows in trades.values():
