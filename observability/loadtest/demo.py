@@ -101,9 +101,9 @@ def format_report(r: dict[str, Any]) -> str:
             f"  CPU ledger: µs of CPU per committed tx over the {led['window_s']:.0f} s window "
             f"({led['committed_txs']:,} txs; machine {led['machine_busy_pct']}% busy):",
             *(f"    {line}" for line in format_ledger(led)),
-            "    (interrupts: irq + softirq charged to no process; unattributed: CPU no live "
-            "process accounts for; other processes: not the deployment; hypervisor steal: "
-            "the last line, in the rows or in unattributed)",
+            "    (unattributed: CPU no live process accounts for; other processes: not the "
+            "deployment; hypervisor steal and irq + softirq: the last lines, in the rows or in "
+            "unattributed)",
         ]
     lines.append(
         f"  full report (Markdown, JSON, plots, CPU ledger, flight recorder dumps): "
