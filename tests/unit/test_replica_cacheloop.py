@@ -11,10 +11,23 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from raydex.actors.replica import state as replica_state
 from raydex.actors.replica.state import CACHE_LOOP_ACCELERATED, ReplicaState
-from raydex.codecs import Block, LevelChanged, OrderStatus, OrderUpdated, TxExecuted, decode_block
+from raydex.codecs import (
+    BalanceChanged,
+    Block,
+    LevelChanged,
+    NonceUpdated,
+    OrderStatus,
+    OrderUpdated,
+    PositionChanged,
+    TradeExecuted,
+    TxExecuted,
+    decode_block,
+)
 from raydex.observability.bench.apply import build_stream
 
 pytestmark = pytest.mark.skipif(
@@ -125,3 +138,124 @@ def test_both_loops_refuse_a_block_about_an_unknown_market_alike(
                 st.apply_block(bad)
         errors.append(info.value.args)
     assert errors[0] == errors[1] == (99,)
+
+
+# ---- synthetic blocks: the corners a realistic stream seldom reaches ----------------------------
+
+ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
+ACCOUNTS = st.sampled_from([1, 2, 3, 250, 9_001])  # 9,001: not booted, made on first sight
+small = st.integers(0, 6)
+OWNERS = (1, 2, 3, 250, 9_001)
+order_updates = st.builds(
+    lambda oi, coi, ask, px, rem, ro, live: OrderUpdated(
+        oi % 2,
+        oi,
+        OWNERS[oi % 5],
+        coi,
+        ask,
+        px,
+        rem + 1,
+        rem,
+        0,
+        0,
+        1,
+        ro,
+        ACTIVE if live else 2,
+        oi,
+    ),
+    # order index (its market and account fixed, as the engine keeps them): updated, moved to
+    # another price or side, dropped, made again
+    st.integers(1, 6),
+    st.sampled_from([0, 0, 5, 6]),  # client order index, shared by some
+    st.integers(0, 1),  # side: an update may move an order across
+    st.integers(1, 4).map(lambda p: 1_000 * p),
+    st.integers(0, 3),  # remaining 0: dropped like a cancel
+    st.integers(0, 1),  # reduce-only orders rest too, outside the open lots
+    st.booleans(),
+)
+events = st.one_of(
+    order_updates,
+    order_updates,  # the order paths have the most branches: drawn three times as often
+    order_updates,
+    st.builds(
+        LevelChanged, st.integers(0, 1), st.integers(0, 1), small.map(lambda p: 500 * p), small
+    ),
+    st.builds(
+        TxExecuted,
+        st.binary(min_size=40, max_size=40),
+        st.just(14),
+        ACCOUNTS,
+        st.integers(0, 3),
+        st.integers(0, 3),
+        st.just(0),
+    ),
+    st.builds(NonceUpdated, ACCOUNTS, st.integers(0, 3), st.integers(0, 9)),
+    st.builds(BalanceChanged, ACCOUNTS, st.integers(-5, 5)),
+    st.builds(
+        PositionChanged,
+        ACCOUNTS,
+        st.integers(0, 1),
+        small,
+        small,
+        small,
+        small,
+        st.just(1),
+        st.just(0),
+    ),
+    st.builds(
+        lambda mi, tid, a, b: TradeExecuted(mi, tid, 1_000, 1, a, b, 1, 2, 0, 0, 0),
+        st.integers(0, 1),
+        st.integers(1, 10**6),
+        ACCOUNTS,
+        ACCOUNTS,
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def small_boot() -> tuple[int, int, list[Any]]:
+    _, seq, height, _, records = build_stream(100, 100, 10, 1, 300)
+    return seq, height, records
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    blocks=st.lists(st.lists(events, max_size=40), min_size=1, max_size=4), pending=st.booleans()
+)
+@example(  # an order that moves to the other side at the same price leaves its old level
+    blocks=[[OrderUpdated(0, 4, 250, 0, s, 2_000, 3, 2, 0, 0, 1, 0, ACTIVE, 4) for s in (0, 1)]],
+    pending=False,
+)
+def test_both_loops_agree_on_synthetic_blocks(
+    small_boot: tuple[int, int, list[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    blocks: list[list[Any]],
+    pending: bool,
+) -> None:
+    seq, height, records = small_boot
+    caches = []
+    for use_c in (True, False):
+        st_ = ReplicaState.from_records(records, seq, height)
+        st_.tx_results = 3
+        if pending:  # some of the blocks' txs as if sent through here
+            for b in blocks:
+                for ev in b:
+                    if type(ev) is TxExecuted:
+                        st_.note_sent(
+                            SimpleNamespace(
+                                account_index=ev.account_index,
+                                api_key_index=ev.api_key_index,
+                                nonce=ev.nonce,
+                            )
+                        )
+        applied: list[Any] = []
+        with monkeypatch.context() as m:
+            if not use_c:
+                m.setattr(replica_state, "_cacheloop", None)
+            for i, evs in enumerate(blocks):
+                a = st_.apply_block(Block(seq + 1 + i, height + 1 + i, 10**15, evs))
+                applied.append((a.books, a.trades, a.accounts, a.txs))
+        caches.append((_caches(st_), applied))
+    assert caches[0] == caches[1]
