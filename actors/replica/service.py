@@ -65,7 +65,6 @@ import pyarrow as pa
 from aiohttp import web
 
 from raydex.codecs import (
-    BLOCK_DECODE_ACCELERATED,
     DEFAULT_CHAIN_ID,
     ResultCode,
     TxOutcome,
@@ -106,7 +105,7 @@ from .config import ApiConfig
 from .fanout import Fanout
 from .fastlane import FastLaneServer
 from .hooks import ReplicaHooks
-from .state import CACHE_LOOP_ACCELERATED, GapError, ReplicaState
+from .state import NATIVE_LOOPS, GapError, ReplicaState
 
 log = logging.getLogger(__name__)
 
@@ -412,8 +411,7 @@ class ReplicaService:
         m.gauge(
             "raydex_replica_native_info",
             lambda: 1.0,
-            block_decode=str(BLOCK_DECODE_ACCELERATED).lower(),
-            cache_loop=str(CACHE_LOOP_ACCELERATED).lower(),
+            **{loop: str(runs).lower() for loop, runs in NATIVE_LOOPS.items()},
         )
         m.gauge("raydex_replica_lag_blocks", self.lag)
         checks = self.checks
@@ -791,11 +789,7 @@ class ReplicaService:
             "name": self.config.name,
             "pid": os.getpid(),
             "signatures": signing.BACKEND,
-            # the apply's C loops, or False where the Python fallback runs
-            "native": {
-                "block_decode": BLOCK_DECODE_ACCELERATED,
-                "cache_loop": CACHE_LOOP_ACCELERATED,
-            },
+            "native": dict(NATIVE_LOOPS),
             "port": self.port,
             "direct_port": self.direct_port,
             "serving": self.serving,

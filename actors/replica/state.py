@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from raydex.codecs import (
+    BLOCK_DECODE_ACCELERATED,
     BPS,
     OPERATOR_TX_TYPES,
     ApiKeyChanged,
@@ -311,6 +312,12 @@ if _cacheloop is not None:
     )
 #: whether ``apply_block`` runs the C loop (``_cacheloop.c``) or ``_apply_events``
 CACHE_LOOP_ACCELERATED = _cacheloop is not None
+#: the apply's C loops, each True where it runs and False where its Python twin does (status,
+#: ``raydex_replica_native_info``, the loadtest report)
+NATIVE_LOOPS: Mapping[str, bool] = {
+    "block_decode": BLOCK_DECODE_ACCELERATED,
+    "cache_loop": CACHE_LOOP_ACCELERATED,
+}
 
 
 class ReplicaState:

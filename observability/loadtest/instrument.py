@@ -40,8 +40,8 @@ from typing import Any
 from aiohttp import web
 
 from raydex.actors.replica import Applied, ReplicaActor, ReplicaHooks
-from raydex.actors.replica.state import CACHE_LOOP_ACCELERATED
-from raydex.codecs import BLOCK_DECODE_ACCELERATED, Block, PositionLiquidated, TxOutcome
+from raydex.actors.replica.state import NATIVE_LOOPS
+from raydex.codecs import Block, PositionLiquidated, TxOutcome
 
 from ..flight import Capture, FlightRecorder, SlowTrigger
 from ..gcstats import UNTRACKING
@@ -251,10 +251,7 @@ class InstrumentedReplicaActor(ReplicaActor):  # type: ignore[misc]
                 "last_thaw": self.runtime.gc.last_thaw,
             },
             # the apply's C loops in this replica process (False: the Python fallback ran)
-            "native": {
-                "block_decode": BLOCK_DECODE_ACCELERATED,
-                "cache_loop": CACHE_LOOP_ACCELERATED,
-            },
+            "native": dict(NATIVE_LOOPS),
             "slow_events": p.trigger.seen_slow,
             "flight_dumps": list(p.dumps),
             "liquidations": p.liquidations,
