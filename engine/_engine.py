@@ -70,11 +70,14 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   (``_orders.CreateOrderT``, ...: one check, direct reads, instead of iterating the interpreted
   codecs NamedTuple); ``out.append`` and ``self._method`` are called directly (a bound-method
   local is a generic Python call); int products keep non-negative operands below 2**30 where
-  the value allows (mypyc boxes anything else through ``PyNumber_Multiply``). What remains per
-  command is CPython object work: building the event NamedTuples (``_state.event``: boxed ints
-  and one allocation each with the C constructor, ``engine/_event.c``; three temporary tuples
-  more through its ``tuple.__new__`` fallback), int-keyed dict lookups and inserts (accounts,
-  keys, orders, levels), and the products that do exceed 2**30 (notional * fee, equity * BPS).
+  the value allows, and the wider ones (notional * fee, equity * BPS, margin sums) go through
+  ``rules.product``, an i64 multiply within bounds (mypyc boxes anything else through
+  ``PyNumber_Multiply``); ids used as dict keys and event fields are boxed once
+  (``Account.ref``, ``Order.ref``, ``Level.key``). What remains per command is CPython object
+  work: building the event NamedTuples (``_state.event``: boxed ints and one allocation each
+  with the C constructor, ``engine/_event.c``; three temporary tuples more through its
+  ``tuple.__new__`` fallback) and int-keyed dict lookups and inserts (accounts, keys, orders,
+  levels).
 - Funding: ``size * mark * mult * rate / 1e8``; payers round up, receivers down; the residue goes
   to the insurance fund. ``ApplyFunding`` charges a given rate; ``FundingTick`` runs a market's
   funding clock (``_funding``: premium sampled each minute, the hour's rate charged on the hour).

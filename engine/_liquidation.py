@@ -31,7 +31,7 @@ from ._model import Account, Market, Order, Position, heappop, heappush
 from ._orders import OrderPath
 from ._state import BPS, event
 from .codes import CANCELED_LIQUIDATION, IOC, MARKET
-from .rules import MAX_PRICE, unrealized_pnl
+from .rules import MAX_PRICE, product, unrealized_pnl
 
 #: ``arm`` keeps back ``1/RESERVE_DIV`` of an account's maintenance buffer from its triggers, for
 #: funding payments to spend without an exact check (measured: ``raydex bench engine``, README).
@@ -86,7 +86,7 @@ def check_accounts(eng: OrderPath, indexes: list[int], now: int, out: list[Any])
         acct = accounts[ai]
         if acct.c_epoch != eng._epoch:
             eng._refresh(acct)
-        room = (acct.collateral + acct.c_upnl) * BPS - acct.c_mm
+        room = product(acct.collateral + acct.c_upnl, BPS) - acct.c_mm
         if room < 0:
             liquidate(eng, acct, now, out)
         else:
@@ -172,7 +172,7 @@ def check_traded(eng: OrderPath, now: int, out: list[Any]) -> None:
         for acct in batch:
             if acct.c_epoch != epoch:
                 eng._refresh(acct)
-            if (acct.collateral + acct.c_upnl) * BPS < acct.c_mm:
+            if product(acct.collateral + acct.c_upnl, BPS) < acct.c_mm:
                 liquidate(eng, acct, now, out)
             elif acct not in unarmed:
                 # Its old triggers no longer bound its risk.

@@ -23,7 +23,7 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
 from __future__ import annotations
 
 import heapq
-from typing import Final
+from typing import Any, Final
 
 from .rules import notional_multiplier
 
@@ -59,6 +59,7 @@ class Account:
         "l1_address",
         "orders",
         "positions",
+        "ref",
         "reserve",
         "reserve_version",
         "risk_version",
@@ -66,6 +67,9 @@ class Account:
 
     def __init__(self, index: int, collateral: int = 0) -> None:
         self.index = index
+        #: ``index`` as one Python int object, made once: compiled (mypyc), ``index`` is a native
+        #: int and every event field or dict key made of it would allocate a new int object.
+        self.ref: Any = index
         self.collateral = collateral
         self.positions: dict[int, Position] = {}
         self.keys: dict[int, ApiKey] = {}
@@ -133,6 +137,7 @@ class Order:
         "price",
         "priority",
         "reduce_only",
+        "ref",
         "remaining",
         "tif",
     )
@@ -153,6 +158,9 @@ class Order:
         priority: int,
     ) -> None:
         self.index = index
+        #: ``index`` as one Python int object, made once: compiled (mypyc), ``index`` is a native
+        #: int and every event field or dict key made of it would allocate a new int object.
+        self.ref: Any = index
         self.account = account
         self.client_index = client_index
         self.market = market
@@ -171,12 +179,15 @@ class Order:
 
 
 class Level:
-    __slots__ = ("dirty", "head", "is_ask", "market_index", "price", "size", "tail")
+    __slots__ = ("dirty", "head", "is_ask", "key", "market_index", "price", "size", "tail")
 
     def __init__(self, market_index: int, is_ask: int, price: int) -> None:
         self.market_index = market_index
         self.is_ask = is_ask
         self.price = price
+        #: ``price`` as one Python int object (the side's dict key and the LevelChanged field),
+        #: made once: see ``Account.ref``.
+        self.key: Any = price
         self.size = 0
         self.head: Order | None = None
         self.tail: Order | None = None
@@ -213,7 +224,7 @@ class Side:
     def drop_level(self, lvl: Level) -> None:
         """Remove an empty level; recompute ``best`` from the heap when it was the best."""
         price = lvl.price
-        del self.levels[price]
+        del self.levels[lvl.key]
         if price == self.best:
             heap = self.heap
             levels = self.levels
@@ -263,6 +274,7 @@ class Market:
         "default_imf",
         "dirty",
         "expiries",
+        "expiry_queue",
         "holders",
         "index",
         "last_trade_price",
@@ -280,6 +292,7 @@ class Market:
         "next_expiry",
         "open_interest",
         "price_decimals",
+        "queue_head",
         "short_triggers",
         "size_decimals",
         "status",
@@ -321,12 +334,19 @@ class Market:
         #: and (trigger, account, version) for shorts (check when mark >= trigger).
         self.long_triggers: list[tuple[int, int, int]] = []
         self.short_triggers: list[tuple[int, int, int]] = []
-        #: Heap of ``(expiry_ms << 64) + order_index`` for resting orders (one int orders like the
-        #: pair); stale entries are skipped. ``next_expiry``: the expiry at its top (NO_EXPIRY
-        #: when empty), so "anything expired?" is one comparison.
+        #: Resting orders by expiry, in two parts: ``expiry_queue[queue_head:]``, orders sorted by
+        #: ``(expiry, index)`` (an order whose pair is not above the tail's goes to the heap
+        #: instead: with the default lifetime, ``now + 28 days``, and rising order indexes almost
+        #: every order is appended in order, one list append and no heap push), and
+        #: ``expiries``, a heap of ``(expiry_ms << 64) + order_index`` (one int orders like the
+        #: pair) for the rest. Stale entries (orders no longer resting) are skipped.
+        #: ``next_expiry``: the earlier of the two heads (NO_EXPIRY when both are empty), so
+        #: "anything expired?" is one comparison.
+        self.expiry_queue: list[Order] = []
+        self.queue_head = 0
         self.expiries: list[int] = []
         self.next_expiry = NO_EXPIRY
-        #: Rebuild ``expiries`` without stale entries when it grows past this length.
+        #: Rebuild both without stale entries when they hold more entries than this.
         self.compact_at = 1024
         self.dirty = False
 

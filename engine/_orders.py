@@ -13,18 +13,19 @@
   account, updated in O(1) by fills and order changes, recomputed in O(markets held) after a
   mark move (``_epoch``).
 
-Cost: a resting order is O(1) plus one heap push for a new level or an expiry; a fill is O(1);
-a margin check is O(1) unless the marks moved since the account's last check. Compiled (mypyc),
-an ``int`` product takes the fast path only when both operands are non-negative and below
-2**30; otherwise it boxes both and calls ``PyNumber_Multiply``. So signed products are written
-``x * y if x > 0 else -(-x * y)`` on the per-fill path: the same value, the fast path more often.
+Cost: a resting order is O(1) plus one heap push for a new level (its expiry is a list append,
+``Market.expiry_queue``); a fill is O(1); a margin check is O(1) unless the marks moved since the
+account's last check. Compiled (mypyc), an ``int`` product takes the fast path only when both
+operands are in ``[0, 2**30)``; otherwise it boxes both and calls ``PyNumber_Multiply``, so the
+margin and fee products go through ``rules.product`` (an i64 multiply within its bounds). An
+``int`` used as a dict key or an event field is boxed anew at each use, so the ids the hot path
+passes along are kept boxed once (``Account.ref``, ``Order.ref``, ``Level.key``).
 Hot methods keep locals and inline their helpers (Side.append, Side.unlink, _open) on purpose.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from heapq import heapify
 from typing import Any, Final
 
 from raydex.codecs import (
@@ -93,6 +94,7 @@ from .rules import (
     maintenance_margin,
     order_amount_code,
     order_kind_code,
+    product,
     reduce_only_increases,
     unrealized_pnl,
 )
@@ -140,7 +142,7 @@ class OrderPath(EngineState):
         if not expired_at >= now:
             return TX_EXPIRED, None
         key.nonce = nonce
-        out.append(event(NONCE_UPDATED, ai, ki, nonce))
+        out.append(event(NONCE_UPDATED, acct.ref, ki, nonce))
         return 0, acct
 
     # ---- orders ---------------------------------------------------------------------------------
@@ -258,8 +260,8 @@ class OrderPath(EngineState):
             event(
                 ORDER_UPDATED,
                 mi,
-                oi,
-                acct.index,
+                o.ref,
+                acct.ref,
                 coi,
                 is_ask,
                 price,
@@ -317,11 +319,13 @@ class OrderPath(EngineState):
         lvl = levels.get(price)
         if lvl is None:
             # Side.level_for, inlined: most resting orders open a new level here.
-            lvl = levels[price] = Level(m.index, is_ask, price)
+            lvl = Level(m.index, is_ask, price)
+            key = lvl.key  # (the price boxed once, for the three containers)
+            levels[key] = lvl
             in_heap = side.in_heap
-            if price not in in_heap:
-                in_heap.add(price)
-                heappush(side.heap, price if is_ask else -price)
+            if key not in in_heap:
+                in_heap.add(key)
+                heappush(side.heap, key if is_ask else -price)
             best = side.best
             if best == 0 or (price < best if is_ask else price > best):
                 side.best = price
@@ -338,18 +342,34 @@ class OrderPath(EngineState):
             lvl.dirty = True
             self._dirty_levels.append(lvl)
         idx = o.index
-        self._orders[idx] = o
-        acct.orders[idx] = o
+        ref = o.ref
+        self._orders[ref] = o
+        acct.orders[ref] = o
         if o.client_index:
             acct.coi[o.client_index] = o
         if not o.reduce_only:
             self._open(pos, is_ask, rem)
-        heap = m.expiries
+        # Market.expiry_queue: appended when it keeps the queue sorted by (expiry, index), as a
+        # new order with the default lifetime does; otherwise (an explicit expiry, a modified
+        # order re-entering, a snapshot load) pushed on the heap.
         exp = o.expiry
-        heappush(heap, (exp << EXPIRY_SHIFT) + idx)
+        queue = m.expiry_queue
+        head = m.queue_head
+        if head == len(queue):
+            if head:
+                queue.clear()
+                m.queue_head = 0
+            queue.append(o)
+        else:
+            last = queue[-1]
+            last_exp = last.expiry
+            if exp > last_exp or (exp == last_exp and idx > last.index):
+                queue.append(o)
+            else:
+                heappush(m.expiries, (exp << EXPIRY_SHIFT) + idx)
         if exp < m.next_expiry:
             m.next_expiry = exp
-        if len(heap) > m.compact_at:
+        if len(queue) - m.queue_head + len(m.expiries) > m.compact_at:
             self._compact_expiries(m)
 
     def _match(
@@ -375,7 +395,7 @@ class OrderPath(EngineState):
         traded = self._traded
         taker_fees = 0
         maker_fees = 0
-        taker_ai = acct.index
+        taker_ai = acct.ref
         taker_ro = t.reduce_only
         traded.append(acct)
         last_price = 0
@@ -445,9 +465,9 @@ class OrderPath(EngineState):
                         best,
                         q,
                         taker_ai,
-                        macct.index,
-                        t.index,
-                        o.index,
+                        macct.ref,
+                        t.ref,
+                        o.ref,
                         is_ask,
                         tfee,
                         mfee,
@@ -493,7 +513,7 @@ class OrderPath(EngineState):
             a_s = s if s > 0 else -s
             a_d = d if d > 0 else -d
             c = a_d if a_d < a_s else a_s
-            removed = eq * c // a_s if eq >= 0 else -((-eq) * c // a_s)
+            removed = product(eq, c) // a_s if eq >= 0 else -(product(-eq, c) // a_s)
             realized = (pq * c if s > 0 else -(pq * c)) - removed
             pos.realized_pnl += realized
             if a_d > c:
@@ -507,21 +527,21 @@ class OrderPath(EngineState):
         m.open_interest += (ns if ns > 0 else 0) - (s if s > 0 else 0)
         acct = pos.account
         if ns == 0:
-            m.holders.pop(acct.index, None)
+            m.holders.pop(acct.ref, None)
             m.unarmed.pop(acct, None)
         elif s == 0:
-            m.holders[acct.index] = pos
+            m.holders[acct.ref] = pos
             if acct in self._unarmed:
                 m.unarmed[acct] = None
         if acct.c_epoch == self._epoch:
             mq = m.mark_q
-            acct.c_upnl += (d * mq if d > 0 else -(-d * mq)) - (neq - eq)
+            acct.c_upnl += product(d, mq) - (neq - eq)
             g = (ns if ns > 0 else -ns) - (s if s > 0 else -s)
-            acct.c_mm += g * mq * m.maintenance_mf if g > 0 else -(-g * mq * m.maintenance_mf)
+            acct.c_mm += product(product(g, mq), m.maintenance_mf)
             bo = pos.bid_open
             ao = pos.ask_open
             g = exposure(ns, bo, ao) - exposure(s, bo, ao)
-            acct.c_im += g * mq * pos.imf if g > 0 else -(-g * mq * pos.imf)
+            acct.c_im += product(product(g, mq), pos.imf)
         if not pos.dirty:
             pos.dirty = True
             self._dirty_positions.append(pos)
@@ -541,8 +561,7 @@ class OrderPath(EngineState):
         if acct.c_epoch == self._epoch:
             s = pos.size
             g = exposure(s, nbo, nao) - exposure(s, bo, ao)
-            mq = pos.market.mark_q
-            acct.c_im += g * mq * pos.imf if g > 0 else -(-g * mq * pos.imf)
+            acct.c_im += product(product(g, pos.market.mark_q), pos.imf)
 
     def _remove_resting(self, o: Order, status: int, out: list[Any]) -> None:
         """Take a resting order off the book and its account, and report it with ``status``."""
@@ -554,9 +573,9 @@ class OrderPath(EngineState):
             lvl.dirty = True
             self._dirty_levels.append(lvl)
         acct = o.account
-        idx = o.index
-        del self._orders[idx]
-        del acct.orders[idx]
+        ref = o.ref
+        del self._orders[ref]
+        del acct.orders[ref]
         coi = o.client_index
         if coi:
             del acct.coi[coi]
@@ -566,8 +585,8 @@ class OrderPath(EngineState):
             event(
                 ORDER_UPDATED,
                 m.index,
-                idx,
-                acct.index,
+                ref,
+                acct.ref,
                 coi,
                 is_ask,
                 o.price,
@@ -587,8 +606,8 @@ class OrderPath(EngineState):
             event(
                 ORDER_UPDATED,
                 o.market.index,
-                o.index,
-                o.account.index,
+                o.ref,
+                o.account.ref,
                 o.client_index,
                 o.is_ask,
                 o.price,
@@ -604,24 +623,47 @@ class OrderPath(EngineState):
         )
 
     def _expire(self, m: Market, now: int, out: list[Any]) -> None:
-        """Cancel resting orders of ``m`` whose expiry is before ``now`` (CANCELED_EXPIRED)."""
+        """Cancel resting orders of ``m`` whose expiry is before ``now`` (CANCELED_EXPIRED), in
+        ``(expiry, index)`` order across ``Market.expiry_queue`` and ``Market.expiries``."""
         heap = m.expiries
+        queue = m.expiry_queue
+        head = m.queue_head
         orders = self._orders
-        while heap and heap[0] >> EXPIRY_SHIFT < now:
-            key = heappop(heap)
-            o = orders.get(key & INDEX_MASK)
-            if o is not None and o.expiry == key >> EXPIRY_SHIFT:
-                self._remove_resting(o, CANCELED_EXPIRED, out)
-        m.next_expiry = heap[0] >> EXPIRY_SHIFT if heap else NO_EXPIRY
+        while True:
+            q_exp = queue[head].expiry if head < len(queue) else NO_EXPIRY
+            h_exp = heap[0] >> EXPIRY_SHIFT if heap else NO_EXPIRY
+            if h_exp < q_exp or (
+                h_exp == q_exp and h_exp < now and heap[0] & INDEX_MASK < queue[head].index
+            ):
+                if h_exp >= now:
+                    break
+                key = heappop(heap)
+                o = orders.get(key & INDEX_MASK)
+                if o is not None and o.expiry == h_exp:
+                    self._remove_resting(o, CANCELED_EXPIRED, out)
+            else:
+                if q_exp >= now:
+                    break
+                o = queue[head]
+                head += 1
+                if o.level is not None:  # still resting (a filled or cancelled order is not)
+                    self._remove_resting(o, CANCELED_EXPIRED, out)
+        if head > 1024 and 2 * head > len(queue):
+            del queue[:head]
+            head = 0
+        m.queue_head = head
+        m.next_expiry = min(q_exp, h_exp)
 
     @staticmethod
     def _compact_expiries(m: Market) -> None:
-        """Drop stale (cancelled/filled) entries; amortised O(1) per resting order."""
-        heap = [(o.expiry << EXPIRY_SHIFT) + o.index for o in iter_market_orders(m)]
-        heapify(heap)
-        m.expiries = heap
-        m.next_expiry = heap[0] >> EXPIRY_SHIFT if heap else NO_EXPIRY
-        m.compact_at = max(1024, 4 * len(heap))
+        """Drop stale (cancelled/filled) entries; amortised O(1) per resting order. The live
+        orders, sorted by ``(expiry, index)``, become the queue (the heap is left empty)."""
+        live = sorted(iter_market_orders(m), key=expiry_key)
+        m.expiry_queue = live
+        m.queue_head = 0
+        m.expiries = []
+        m.next_expiry = live[0].expiry if live else NO_EXPIRY
+        m.compact_at = max(1024, 4 * len(live))
 
     def _find_order(self, acct: Account, mi: int, index: int) -> Order | None:
         o = acct.coi.get(index) if index < FIRST_ORDER_INDEX else self._orders.get(index)
@@ -709,8 +751,8 @@ class OrderPath(EngineState):
         if not lvl.dirty:
             lvl.dirty = True
             self._dirty_levels.append(lvl)
-        del self._orders[o.index]
-        del acct.orders[o.index]
+        del self._orders[o.ref]
+        del acct.orders[o.ref]
         if o.client_index:
             del acct.coi[o.client_index]
         if not o.reduce_only:
@@ -821,6 +863,11 @@ def position_for(acct: Account, m: Market) -> Position:
     if pos is None:
         pos = acct.positions[m.index] = Position(acct, m, m.default_imf)
     return pos
+
+
+def expiry_key(o: Order) -> tuple[int, int]:
+    """The order in which resting orders expire (``Market.expiry_queue``)."""
+    return o.expiry, o.index
 
 
 def iter_market_orders(m: Market) -> Iterator[Order]:

@@ -138,7 +138,7 @@ class EngineState:
         if dirty:
             for lvl in dirty:
                 lvl.dirty = False
-                out.append(event(LEVEL_CHANGED, lvl.market_index, lvl.is_ask, lvl.price, lvl.size))
+                out.append(event(LEVEL_CHANGED, lvl.market_index, lvl.is_ask, lvl.key, lvl.size))
             dirty.clear()
         dirty_p = self._dirty_positions
         if dirty_p:
@@ -147,7 +147,7 @@ class EngineState:
                 out.append(
                     event(
                         POSITION_CHANGED,
-                        p.account.index,
+                        p.account.ref,
                         p.market.index,
                         p.size,
                         p.entry_quote,
@@ -162,7 +162,7 @@ class EngineState:
         if dirty_a:
             for a in dirty_a:
                 a.dirty = False
-                out.append(event(BALANCE_CHANGED, a.index, a.collateral))
+                out.append(event(BALANCE_CHANGED, a.ref, a.collateral))
             dirty_a.clear()
         dirty_m = self._dirty_markets
         if dirty_m:

@@ -39,7 +39,9 @@ def validate(eng: Engine) -> None:
     if by_l1 != eng._by_l1:
         fail("the L1 address index disagrees with the accounts' L1 addresses")
     cash = eng.fee_pool + eng.insurance_fund
-    for acct in eng._accounts.values():
+    for ai, acct in eng._accounts.items():
+        if acct.index != ai or acct.ref != ai:
+            fail(f"account {ai} stored as {acct.index} (boxed {acct.ref})")
         cash += acct.collateral
         for pos in acct.positions.values():
             cash -= pos.entry_quote
@@ -133,7 +135,7 @@ def _check_side(
     for price, lvl in levels.items():
         if price not in side.in_heap:
             bad(f"price {price} missing from the heap")
-        if lvl.price != price or lvl.is_ask != side.is_ask:
+        if lvl.price != price or lvl.key != price or lvl.is_ask != side.is_ask:
             bad(f"level {price} mislabelled")
         total = 0
         prev: Order | None = None
@@ -145,6 +147,8 @@ def _check_side(
                 bad(f"broken links at order {o.index}")
             if o.price != price or o.is_ask != side.is_ask or o.market.index != mi:
                 bad(f"order {o.index} on the wrong level")
+            if o.ref != o.index:
+                bad(f"order {o.index} boxed index {o.ref}")
             if o.remaining <= 0 or o.remaining > o.initial:
                 bad(f"order {o.index} remaining {o.remaining} of {o.initial}")
             if prev is not None and prev.priority >= o.priority:
