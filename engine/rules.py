@@ -25,6 +25,7 @@ Caller duty: pass the market's current values (mark, fractions, fees); the funct
 
 from __future__ import annotations
 
+from operator import mul
 from typing import Final
 
 from mypy_extensions import i64
@@ -86,12 +87,17 @@ def product(a: int, b: int) -> int:
     instructions: a notional times a fee, a margin sum times ``BPS``). Here, while the operands
     are within ``WIDE`` / ``NARROW``, they are multiplied as ``i64`` (one instruction, no boxing;
     the bounds keep the product below 2**62); outside them, Python's exact product. Interpreted,
-    the annotations are free and it costs a call and two range checks."""
+    the bounds check costs more than it saves (measured: the pure engine ~12% slower), so an
+    interpreted ``rules`` binds ``product`` to ``operator.mul``, the same value (below)."""
     if -WIDE < a < WIDE and -NARROW < b < NARROW:
         x: i64 = a
         y: i64 = b
         return x * y
     return a * b
+
+
+if __file__.endswith(".py"):  # interpreted: modules importing ``product`` get ``operator.mul``
+    globals()["product"] = mul
 
 
 def accepted_nonce(last: int, nonce: int) -> int:

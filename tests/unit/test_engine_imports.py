@@ -59,6 +59,7 @@ def test_engine_modules_import_only_the_stdlib_allow_list_and_raydex_codecs() ->
         "raydex",
         "dataclasses",
         "mypy_extensions",
+        "operator",
     }
     for p in sorted(ENGINE_DIR.glob("*.py")):
         extra = _imported_roots(p) - allowed
