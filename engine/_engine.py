@@ -225,6 +225,7 @@ class Engine(OrderPath):
             now_ms,
             out,
             True,
+            cmd,
         )
         if self._traded:
             check_traded(self, now_ms, out)

@@ -32,7 +32,7 @@ from .codes import (
     MARKET_NOT_FOUND,
     OK,
 )
-from .rules import MAX_PRICE, USDC_DECIMALS
+from .rules import MAX_PRICE, USDC_DECIMALS, product
 
 
 def create_market(eng: OrderPath, c: CreateMarket, now: int, out: list[Any]) -> int:
@@ -106,14 +106,14 @@ def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: list[Any]) -> 
     dirty_accounts = eng._dirty_accounts
     for ai in sorted(holders):
         pos = holders[ai]
-        raw = pos.size * mq * rate
+        raw = product(product(pos.size, mq), rate)
         if raw > 0:
             amount = -(-raw // FUNDING_SCALE)
             paid += amount
             acct = pos.account
             # Spent from the reserve its triggers left out (``arm``): still above maintenance,
             # the triggers still conservative; otherwise checked exactly below.
-            cost = amount * BPS
+            cost = product(amount, BPS)
             if acct.reserve_version == acct.risk_version and cost <= acct.reserve:
                 acct.reserve -= cost
             else:

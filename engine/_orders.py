@@ -154,7 +154,7 @@ class OrderPath(EngineState):
         if acct is None:
             return code
         return self._place(
-            acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out, False
+            acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out, False, c
         )
 
     def _place(
@@ -172,8 +172,13 @@ class OrderPath(EngineState):
         now: int,
         out: list[Any],
         internal: bool,
+        cmd: tuple[Any, ...],
     ) -> int:
-        """Validate and execute one order of ``acct`` (``internal``: the engine's own)."""
+        """Validate and execute one order of ``acct`` (``internal``: the engine's own); ``cmd``
+        is the CreateOrder itself (the command object, not its unpacked ``CreateOrderT``: compiled,
+        that is a struct of native ints and passing it on would box every field): its client
+        order index, size and price, already Python int objects, go into the order's event as
+        they are (the int arguments are native ints, and an event field made of one allocates)."""
         m = self._markets.get(mi)
         if m is None:
             return MARKET_NOT_FOUND
@@ -262,11 +267,11 @@ class OrderPath(EngineState):
                 mi,
                 o.ref,
                 acct.ref,
-                coi,
+                cmd[3],
                 is_ask,
-                price,
-                size,
-                size,
+                cmd[5],
+                cmd[4],
+                cmd[4],
                 expiry,
                 otype,
                 tif,
