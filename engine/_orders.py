@@ -99,6 +99,9 @@ from .rules import (
     unrealized_pnl,
 )
 
+#: The expiry key (``Market.expiries``) of an empty queue or heap: after every real one.
+NO_EXPIRY_KEY: Final = NO_EXPIRY << EXPIRY_SHIFT
+
 # Compiled, a name imported from the (interpreted) codecs is a globals-dict lookup per use; a
 # Final alias is a C static (see ``_state``).
 NONCE_UPDATED: Final = NonceUpdated
@@ -267,11 +270,11 @@ class OrderPath(EngineState):
                 mi,
                 o.ref,
                 acct.ref,
-                cmd[3],
+                cmd[3],  # client_order_index
                 is_ask,
-                cmd[5],
-                cmd[4],
-                cmd[4],
+                cmd[5],  # price
+                cmd[4],  # base_amount: the initial size
+                cmd[4],  # and the remaining one
                 expiry,
                 otype,
                 tif,
@@ -635,21 +638,21 @@ class OrderPath(EngineState):
         head = m.queue_head
         orders = self._orders
         while True:
-            q_exp = queue[head].expiry if head < len(queue) else NO_EXPIRY
-            h_exp = heap[0] >> EXPIRY_SHIFT if heap else NO_EXPIRY
-            if h_exp < q_exp or (
-                h_exp == q_exp and h_exp < now and heap[0] & INDEX_MASK < queue[head].index
-            ):
-                if h_exp >= now:
-                    break
-                key = heappop(heap)
-                o = orders.get(key & INDEX_MASK)
-                if o is not None and o.expiry == h_exp:
-                    self._remove_resting(o, CANCELED_EXPIRED, out)
-            else:
-                if q_exp >= now:
-                    break
+            # Both heads as heap keys, (expiry << EXPIRY_SHIFT) + index: the smaller goes first.
+            if head < len(queue):
                 o = queue[head]
+                q_key = (o.expiry << EXPIRY_SHIFT) + o.index
+            else:
+                q_key = NO_EXPIRY_KEY
+            h_key = heap[0] if heap else NO_EXPIRY_KEY
+            if (q_key if q_key < h_key else h_key) >> EXPIRY_SHIFT >= now:
+                break
+            if h_key < q_key:
+                heappop(heap)
+                o_h = orders.get(h_key & INDEX_MASK)
+                if o_h is not None and o_h.expiry == h_key >> EXPIRY_SHIFT:
+                    self._remove_resting(o_h, CANCELED_EXPIRED, out)
+            else:
                 head += 1
                 if o.level is not None:  # still resting (a filled or cancelled order is not)
                     self._remove_resting(o, CANCELED_EXPIRED, out)
@@ -657,7 +660,7 @@ class OrderPath(EngineState):
             del queue[:head]
             head = 0
         m.queue_head = head
-        m.next_expiry = min(q_exp, h_exp)
+        m.next_expiry = (q_key if q_key < h_key else h_key) >> EXPIRY_SHIFT
 
     @staticmethod
     def _compact_expiries(m: Market) -> None:
