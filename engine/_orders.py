@@ -111,10 +111,12 @@ TRADE_EXECUTED: Final = TradeExecuted
 # The order commands' layouts as plain tuples. Unpacked through one of these, a compiled build
 # checks the tuple once and reads its items directly (a command is a NamedTuple, so a tuple);
 # unpacked as the (interpreted, so untyped) codecs type it iterates item by item, several
-# times slower. The signature stays an ``object``: the engine never reads it.
-CreateOrderT = tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int, object]
-CancelOrderT = tuple[int, int, int, int, int, int, object]
-ModifyOrderT = tuple[int, int, int, int, int, int, int, int, int, object]
+# times slower. The signature stays an ``object``: the engine never reads it. So do the fields
+# that serve only as dict keys or event fields (``Any``: account, API key, nonce, order index):
+# compiled, a native int made into a key or field again allocates a new int object.
+CreateOrderT = tuple[Any, Any, int, int, int, int, int, int, int, int, int, int, int, Any, object]
+CancelOrderT = tuple[Any, Any, int, Any, int, Any, object]
+ModifyOrderT = tuple[Any, Any, int, Any, int, int, int, int, Any, object]
 CancelAllOrdersT = tuple[int, int, int, int, int, int, object]
 
 
@@ -128,24 +130,27 @@ class OrderPath(EngineState):
         return self._gate(ai, ki, nonce, expired_at, now, out)[0]
 
     def _gate(
-        self, ai: int, ki: int, nonce: int, expired_at: int, now: int, out: list[Any]
+        self, ai: Any, ki: Any, nonce_obj: Any, expired_at: int, now: int, out: list[Any]
     ) -> tuple[int, Account | None]:
         """:meth:`_auth` that also returns the account when passed (``(0, account)``), so the
-        order handlers look it up once (``(code, None)`` when refused)."""
+        order handlers look it up once (``(code, None)`` when refused). ``ai``, ``ki`` and
+        ``nonce_obj`` are int objects: the order commands pass their own (see ``CreateOrderT``)."""
         acct = self._accounts.get(ai)
         if acct is None:
             return ACCOUNT_NOT_FOUND, None
         key = acct.keys.get(ki)
         if key is None:
             return API_KEY_NOT_FOUND, None
+        nonce: int = nonce_obj
         if nonce != key.nonce + 1:
             nonce = accepted_nonce(key.nonce, nonce)  # SkipNonce (rules); -1: refused
             if nonce < 0:
                 return INVALID_NONCE, None
+            nonce_obj = nonce
         if not expired_at >= now:
             return TX_EXPIRED, None
         key.nonce = nonce
-        out.append(event(NONCE_UPDATED, acct.ref, ki, nonce))
+        out.append(event(NONCE_UPDATED, acct.ref, ki, nonce_obj))
         return 0, acct
 
     # ---- orders ---------------------------------------------------------------------------------
@@ -673,8 +678,10 @@ class OrderPath(EngineState):
         m.next_expiry = live[0].expiry if live else NO_EXPIRY
         m.compact_at = max(1024, 4 * len(live))
 
-    def _find_order(self, acct: Account, mi: int, index: int) -> Order | None:
-        o = acct.coi.get(index) if index < FIRST_ORDER_INDEX else self._orders.get(index)
+    def _find_order(self, acct: Account, mi: int, index: Any) -> Order | None:
+        """``acct``'s order in market ``mi`` by client or exchange ``index`` (an int object)."""
+        i: int = index
+        o = acct.coi.get(index) if i < FIRST_ORDER_INDEX else self._orders.get(index)
         if o is None or o.account is not acct or o.market.index != mi:
             return None
         return o
