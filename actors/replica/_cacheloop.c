@@ -1,24 +1,26 @@
 /* raydex.actors.replica._cacheloop: a block's per-tx events into the replica's caches in one C
  * loop (actors/replica/state.py, ReplicaState.apply_block).
  *
- * configure(classes, active, untrack) sets, once per process, the ten NamedTuple classes
+ * configure(classes, active, untrack) sets, once per process, the fourteen NamedTuple classes
  * (OrderUpdated, LevelChanged, TxExecuted, NonceUpdated, BalanceChanged, PositionChanged,
- * OrderRecord, TxRecord, ApiKeyRecord, PositionRecord), the ACTIVE_LIMIT order status and the
- * ``untrack`` function the records go through (observability/gcstats.py).
+ * TradeExecuted, MarketStatsChanged, OrderRecord, TxRecord, ApiKeyRecord, PositionRecord,
+ * TradeRow, MarketRecord), the ACTIVE_LIMIT order status and the ``untrack`` function the
+ * records go through (observability/gcstats.py).
  *
  * apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, rare) does exactly what
- * ReplicaState._apply_events does, the Python loop this is tested against: the six kinds of event
- * every tx makes (OrderUpdated with _put_order / _drop_order / AccountCache.index, LevelChanged,
- * TxExecuted with _clear_pending, NonceUpdated, BalanceChanged, PositionChanged) are applied here,
- * any other event is handed to ``rare(ev, tx_hash, seq, ts_ms, trades, touched)`` in block order.
- * It reads the caches from ``state``'s attributes on every call (a resync swaps them). Records
- * are built with tp_alloc as tuple.__new__ builds them for a subclass. On an error (a missing
- * market or order a block refers to: KeyError, as the Python loop raises) it returns NULL with
- * the caches changed half-way, as the Python loop leaves them; the replica resyncs.
+ * ReplicaState._apply_events does, the Python loop this is tested against: the eight kinds of
+ * event a block is made of (OrderUpdated with _put_order / _drop_order / AccountCache.index,
+ * LevelChanged, TxExecuted with _clear_pending, NonceUpdated, BalanceChanged, PositionChanged,
+ * and per fill TradeExecuted and MarketStatsChanged as _apply_rare applies them) are applied
+ * here, any other event is handed to ``rare(ev, tx_hash, seq, ts_ms, trades, touched)`` in block
+ * order. It reads the caches from ``state``'s attributes on every call (a resync swaps them).
+ * Records are built with tp_alloc as tuple.__new__ builds them for a subclass. On an error (a
+ * missing market or order a block refers to: KeyError, as the Python loop raises) it returns
+ * NULL with the caches changed half-way, as the Python loop leaves them; the replica resyncs.
  *
  * What it saves over the Python loop, per event: the bytecode dispatch of the type tests and
- * branches, the unpacking into locals, the bound-method calls of _put_order / AccountCache.index,
- * and the temporary tuples of the record constructors.
+ * branches, the unpacking into locals, the bound-method calls of _put_order / AccountCache.index
+ * / _apply_rare, and the temporary tuples of the record constructors.
  *
  * Optional (setup.py): without a C compiler state.py runs the Python loop.
  */
@@ -32,26 +34,36 @@ enum {
     C_NONCE_UPDATED,
     C_BALANCE_CHANGED,
     C_POSITION_CHANGED,
+    C_TRADE_EXECUTED,
+    C_MARKET_STATS_CHANGED,
     C_ORDER_RECORD,
     C_TX_RECORD,
     C_API_KEY_RECORD,
     C_POSITION_RECORD,
+    C_TRADE_ROW,
+    C_MARKET_RECORD,
     N_CLASSES
 };
+#define N_EVENTS (C_MARKET_STATS_CHANGED + 1) /* the event kinds handled here */
+#define MARKET_FIELDS 18                      /* MarketRecord's */
 
 static PyTypeObject *cls[N_CLASSES];
 static PyObject *active;     /* OrderStatus.ACTIVE_LIMIT as an int */
 static PyObject *untrack_fn;
+/* untrack_fn's C function when it is a builtin taking one argument (observability/_untrack.c):
+ * called directly, without the vectorcall (~6% of the loop's instructions when called). */
+static PyCFunction untrack_c;
+static PyObject *untrack_self;
 
 /* interned attribute names */
 static PyObject *s_bids, *s_asks, *s_prices, *s_accounts, *s_api_keys, *s_pending, *s_txs,
     *s_orders, *s_level_orders, *s_account, *s_collateral, *s_positions, *s_open_lots, *s_cois,
-    *s_order_counts, *s_popitem, *s_tx_results;
+    *s_order_counts, *s_popitem, *s_tx_results, *s_trades, *s_markets, *s_append;
 
 typedef struct {
     PyObject *state;
     PyObject *bids, *asks, *bid_prices, *ask_prices, *accounts, *api_keys, *pending, *remember,
-        *orders, *level_orders;
+        *orders, *level_orders, *tape, *markets; /* tape: state.trades, market -> recent rows */
     Py_ssize_t tx_results; /* state.tx_results: the tx results ``remember`` keeps */
 } caches_t;
 
@@ -68,6 +80,8 @@ caches_clear(caches_t *c)
     Py_CLEAR(c->remember);
     Py_CLEAR(c->orders);
     Py_CLEAR(c->level_orders);
+    Py_CLEAR(c->tape);
+    Py_CLEAR(c->markets);
 }
 
 static int
@@ -96,7 +110,8 @@ caches_load(caches_t *c, PyObject *state)
         || get_dict(state, s_api_keys, &c->api_keys) < 0
         || get_dict(state, s_pending, &c->pending) < 0
         || get_dict(state, s_orders, &c->orders) < 0
-        || get_dict(state, s_level_orders, &c->level_orders) < 0) {
+        || get_dict(state, s_level_orders, &c->level_orders) < 0
+        || get_dict(state, s_trades, &c->tape) < 0 || get_dict(state, s_markets, &c->markets) < 0) {
         goto fail;
     }
     c->remember = PyObject_GetAttr(state, s_txs);
@@ -162,7 +177,8 @@ record(PyTypeObject *tp, PyObject *const *items, Py_ssize_t n)
 static int
 untrack(PyObject *obj)
 {
-    PyObject *r = PyObject_CallOneArg(untrack_fn, obj);
+    PyObject *r = untrack_c != NULL ? untrack_c(untrack_self, obj)
+                                    : PyObject_CallOneArg(untrack_fn, obj);
     if (r == NULL) {
         return -1;
     }
@@ -802,8 +818,91 @@ done:
     return rc;
 }
 
-/* The fields each handled event kind must have (its NamedTuple's). */
-static const Py_ssize_t min_fields[6] = {14, 4, 6, 3, 2, 8};
+/* ReplicaState._apply_rare's TradeExecuted branch: the row on the market's tape and in the
+ * block's ``trades``, both accounts touched (the day's stats are counted after the loop, from
+ * ``trades``: ReplicaState._count_trades). */
+static int
+trade_executed(caches_t *c, PyObject *ev, PyObject *tx_hash, PyObject *seq, PyObject *ts_ms,
+               PyObject *trades, PyObject *touched)
+{
+    PyObject *mi = PyTuple_GET_ITEM(ev, 0);
+    PyObject *tape = item(c->tape, mi);
+    if (tape == NULL) {
+        return -1;
+    }
+    PyObject *items[4] = {ev, tx_hash, seq, ts_ms};
+    PyObject *row = record(cls[C_TRADE_ROW], items, 4);
+    if (row == NULL) {
+        return -1;
+    }
+    int rc = -1;
+    PyObject *r = PyObject_CallMethodOneArg(tape, s_append, row);
+    if (r == NULL) {
+        goto done;
+    }
+    Py_DECREF(r);
+    PyObject *rows = PyDict_GetItemWithError(trades, mi);
+    if (rows == NULL) {
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        PyObject *fresh = PyList_New(1);
+        if (fresh == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(fresh, 0, Py_NewRef(row));
+        int bad = PyDict_SetItem(trades, mi, fresh) < 0;
+        Py_DECREF(fresh);
+        if (bad) {
+            goto done;
+        }
+    } else if (PyList_Append(rows, row) < 0) {
+        goto done;
+    }
+    if (PySet_Add(touched, PyTuple_GET_ITEM(ev, 4)) < 0
+        || PySet_Add(touched, PyTuple_GET_ITEM(ev, 5)) < 0) {
+        goto done;
+    }
+    rc = 0;
+done:
+    Py_DECREF(row);
+    return rc;
+}
+
+/* ReplicaState._apply_rare's MarketStatsChanged branch: the market record with its new mark,
+ * last trade price and open interest. */
+static int
+market_stats_changed(caches_t *c, PyObject *ev)
+{
+    PyObject *mi = PyTuple_GET_ITEM(ev, 0);
+    PyObject *m = item(c->markets, mi);
+    if (m == NULL) {
+        return -1;
+    }
+    if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) != MARKET_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "a market record is not an 18-tuple");
+        return -1;
+    }
+    PyObject *items[MARKET_FIELDS];
+    for (int i = 0; i < 14; i++) {
+        items[i] = PyTuple_GET_ITEM(m, i);
+    }
+    items[14] = PyTuple_GET_ITEM(ev, 1); /* mark_price */
+    items[15] = PyTuple_GET_ITEM(m, 15);  /* status */
+    items[16] = PyTuple_GET_ITEM(ev, 2); /* last_trade_price */
+    items[17] = PyTuple_GET_ITEM(ev, 3); /* open_interest */
+    PyObject *rec = record(cls[C_MARKET_RECORD], items, MARKET_FIELDS);
+    if (rec == NULL) {
+        return -1;
+    }
+    int rc = PyDict_SetItem(c->markets, mi, rec) < 0 || untrack(rec) < 0 ? -1 : 0;
+    Py_DECREF(rec);
+    return rc;
+}
+
+/* The fields each handled event kind must have (its NamedTuple's; MarketStatsChanged is
+ * unpacked whole by the Python loop, so exactly its 4). */
+static const Py_ssize_t min_fields[N_EVENTS] = {14, 4, 6, 3, 2, 8, 11, 4};
 
 static PyObject *
 apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -843,13 +942,14 @@ apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *ev = PySequence_Fast_GET_ITEM(events, i);
         PyTypeObject *t = Py_TYPE(ev);
         int kind = -1;
-        for (int k = 0; k <= C_POSITION_CHANGED; k++) {
+        for (int k = 0; k < N_EVENTS; k++) {
             if (t == cls[k]) {
                 kind = k;
                 break;
             }
         }
-        if (kind >= 0 && PyTuple_GET_SIZE(ev) < min_fields[kind]) {
+        if (kind >= 0 && (PyTuple_GET_SIZE(ev) < min_fields[kind]
+                          || (kind == C_MARKET_STATS_CHANGED && PyTuple_GET_SIZE(ev) != 4))) {
             PyErr_Format(PyExc_ValueError, "%s with %zd fields", t->tp_name,
                          PyTuple_GET_SIZE(ev));
             goto done;
@@ -867,6 +967,10 @@ apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         case C_NONCE_UPDATED: rc = nonce_updated(&c, ev); break;
         case C_BALANCE_CHANGED: rc = balance_changed(&c, ev, touched); break;
         case C_POSITION_CHANGED: rc = position_changed(&c, ev, touched); break;
+        case C_TRADE_EXECUTED:
+            rc = trade_executed(&c, ev, tx_hash, seq, ts_ms, trades, touched);
+            break;
+        case C_MARKET_STATS_CHANGED: rc = market_stats_changed(&c, ev); break;
         default: {
             PyObject *call[6] = {ev, tx_hash, seq, ts_ms, trades, touched};
             PyObject *r = PyObject_Vectorcall(rare, call, 6, NULL);
@@ -921,6 +1025,12 @@ configure(PyObject *module, PyObject *args)
     Py_DECREF(fast);
     Py_XSETREF(active, Py_NewRef(act));
     Py_XSETREF(untrack_fn, Py_NewRef(untrack_obj));
+    untrack_c = NULL;
+    untrack_self = NULL;
+    if (PyCFunction_Check(untrack_obj) && PyCFunction_GET_FLAGS(untrack_obj) == METH_O) {
+        untrack_c = PyCFunction_GET_FUNCTION(untrack_obj);
+        untrack_self = PyCFunction_GET_SELF(untrack_obj); /* its module: untrack_fn keeps it */
+    }
     Py_RETURN_NONE;
 }
 
@@ -940,6 +1050,8 @@ module_free(void *m)
     }
     Py_CLEAR(active);
     Py_CLEAR(untrack_fn);
+    untrack_c = NULL;
+    untrack_self = NULL;
 }
 
 static struct PyModuleDef module = {
@@ -974,5 +1086,8 @@ PyInit__cacheloop(void)
     INTERN(s_order_counts, "order_counts");
     INTERN(s_popitem, "popitem");
     INTERN(s_tx_results, "tx_results");
+    INTERN(s_trades, "trades");
+    INTERN(s_markets, "markets");
+    INTERN(s_append, "append");
     return PyModule_Create(&module);
 }

@@ -302,10 +302,14 @@ if _cacheloop is not None:
             NonceUpdated,
             BalanceChanged,
             PositionChanged,
+            TradeExecuted,
+            MarketStatsChanged,
             OrderRecord,
             TxRecord,
             ApiKeyRecord,
             PositionRecord,
+            TradeRow,
+            MarketRecord,
         ),
         _ACTIVE,
         untrack,
@@ -520,6 +524,8 @@ class ReplicaState:
             )
         else:
             self._apply_events(blk.events, seq, ts_ms, changed, trades, touched, txs)
+        for mi, rows in trades.items():
+            self._count_trades(mi, rows, ts_ms)
         self.seq = seq
         self.height = blk.height
         self.timestamp_ns = blk.timestamp_ns
@@ -658,6 +664,8 @@ class ReplicaState:
     ) -> None:
         """The events of a block other than the six per-tx kinds (both loops call this):
         trades, market stats and parameters, exchange balances, keys, funding, L1 addresses.
+        The C loop applies trades and market stats itself, as these two branches do (the
+        day's trade stats are counted after either loop: ``_count_trades``).
         ``tx_hash``: the block's last ``TxExecuted`` before ``ev`` (its trade's tx)."""
         t = type(ev)
         if t is TradeExecuted:
@@ -669,7 +677,6 @@ class ReplicaState:
                 trades[mi] = [row]
             else:
                 rows.append(row)
-            self._count_trade(ev, ts_ms)
             touched.add(ev.taker_account_index)
             touched.add(ev.maker_account_index)
         elif t is MarketStatsChanged:
@@ -698,17 +705,27 @@ class ReplicaState:
         # PositionLiquidated / PositionDeleveraged are informational: their effects arrive as
         # PositionChanged / BalanceChanged / LevelChanged events.
 
-    def _count_trade(self, ev: TradeExecuted, ts_ms: int) -> None:
-        s = self.stats[ev.market_index]
+    def _count_trades(self, mi: int, rows: list[TradeRow], ts_ms: int) -> None:
+        """Market ``mi``'s trades of one block (in block order) into its day's stats: once per
+        market per block, after the apply loop (every trade of a block has its ``ts_ms``)."""
+        s = self.stats[mi]
         day = ts_ms // _DAY_MS
         if day != s.day:
+            first = rows[0][0][2]  # TradeRow.trade.price
             s.day, s.trades, s.base_volume, s.quote_volume = day, 0, 0, 0
-            s.first_price = s.high = s.low = ev.price
-        s.trades += 1
-        s.base_volume += ev.size
-        s.quote_volume += ev.size * ev.price
-        s.high = max(s.high, ev.price)
-        s.low = min(s.low, ev.price)
+            s.first_price = s.high = s.low = first
+        base, quote, high, low = s.base_volume, s.quote_volume, s.high, s.low
+        for row in rows:
+            trade = row[0]
+            price, size = trade[2], trade[3]
+            base += size
+            quote += size * price
+            if price > high:
+                high = price
+            if price < low:
+                low = price
+        s.trades += len(rows)
+        s.base_volume, s.quote_volume, s.high, s.low = base, quote, high, low
 
     # ---- pending nonces -------------------------------------------------------------------------
 

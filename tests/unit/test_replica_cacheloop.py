@@ -20,6 +20,7 @@ from raydex.codecs import (
     BalanceChanged,
     Block,
     LevelChanged,
+    MarketStatsChanged,
     NonceUpdated,
     OrderStatus,
     OrderUpdated,
@@ -112,6 +113,9 @@ def test_the_c_loop_leaves_the_caches_as_the_python_loop_does(
     assert [gc.is_tracked(r) for r in c_state.txs.values()] == [
         gc.is_tracked(r) for r in py_state.txs.values()
     ]
+    assert [gc.is_tracked(m) for m in c_state.markets.values()] == [
+        gc.is_tracked(m) for m in py_state.markets.values()
+    ]
 
 
 @pytest.mark.parametrize(
@@ -119,6 +123,8 @@ def test_the_c_loop_leaves_the_caches_as_the_python_loop_does(
     [
         LevelChanged(99, 0, 1_000, 5),  # a market the replica does not have
         OrderUpdated(99, 7, 1, 0, 0, 1_000, 5, 5, 0, 0, 0, 0, int(OrderStatus.ACTIVE_LIMIT), 1),
+        TradeExecuted(99, 1, 1_000, 1, 1, 2, 1, 2, 0, 0, 0),
+        MarketStatsChanged(99, 1_000, 1_000, 5),
     ],
 )
 def test_both_loops_refuse_a_block_about_an_unknown_market_alike(
@@ -209,6 +215,7 @@ events = st.one_of(
         ACCOUNTS,
         ACCOUNTS,
     ),
+    st.builds(MarketStatsChanged, st.integers(0, 1), small, small, small),
 )
 
 
@@ -259,3 +266,30 @@ def test_both_loops_agree_on_synthetic_blocks(
                 applied.append((a.books, a.trades, a.accounts, a.txs))
         caches.append((_caches(st_), applied))
     assert caches[0] == caches[1]
+
+
+def test_the_day_stats_count_every_trade_of_every_block(
+    stream: tuple[int, int, list[Any], list[Block]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # counted once per market per block after the loop (ReplicaState._count_trades): the same
+    # figures as folding the trades one by one, in block order
+    seq, height, records, blocks = stream
+    booted = ReplicaState.from_records(records, seq, height)
+    want = {mi: [s.day, s.trades, s.base_volume, s.quote_volume, s.first_price, s.high, s.low]
+            for mi, s in booted.stats.items()}  # fmt: skip
+    for b in blocks:
+        day = b.timestamp_ns // 1_000_000 // 86_400_000
+        for ev in b.events:
+            if type(ev) is TradeExecuted:
+                w = want[ev.market_index]
+                if w[0] != day:
+                    w[:] = [day, 0, 0, 0, ev.price, ev.price, ev.price]
+                w[1] += 1
+                w[2] += ev.size
+                w[3] += ev.size * ev.price
+                w[5], w[6] = max(w[5], ev.price), min(w[6], ev.price)
+    st_, _ = _replay(stream, True, monkeypatch)
+    got = {mi: [s.day, s.trades, s.base_volume, s.quote_volume, s.first_price, s.high, s.low]
+           for mi, s in st_.stats.items()}  # fmt: skip
+    assert sum(w[1] for w in want.values()) > 100
+    assert got == want
