@@ -196,9 +196,12 @@ class Books(Mapping[int, BookSnapshot]):
         self._stale.discard(mi)
 
 
-@dataclass(frozen=True, slots=True)
-class BookDelta:
-    """The levels of one market a block changed (absolute sizes, 0 = removed)."""
+class BookDelta(NamedTuple):
+    """The levels of one market a block changed (absolute sizes, 0 = removed).
+
+    A NamedTuple, as ``Applied``: immutable as a frozen dataclass, and built with
+    ``tuple.__new__`` in the apply path at a fifth of a frozen dataclass's cost (its ``__init__``
+    sets each field through ``object.__setattr__``: ~17% of ``apply_block``'s instructions)."""
 
     market_index: int
     bids: Levels
@@ -222,8 +225,7 @@ class TxRecord(NamedTuple):
     position: int
 
 
-@dataclass(frozen=True, slots=True)
-class Applied:
+class Applied(NamedTuple):
     """What one block changed, for the fan-out. Empty with ``duplicate=True`` for a replayed seq."""
 
     seq: int
@@ -536,12 +538,15 @@ class ReplicaState:
             begin = nonces[mi]
             nonces[mi] = seq
             books.changed(mi)
-            deltas[mi] = BookDelta(
-                mi,
-                tuple(sorted(bid_d.items(), reverse=True)),
-                tuple(sorted(ask_d.items())),
-                seq,
-                begin,
+            deltas[mi] = _new(
+                BookDelta,
+                (
+                    mi,
+                    tuple(sorted(bid_d.items(), reverse=True)),
+                    tuple(sorted(ask_d.items())),
+                    seq,
+                    begin,
+                ),
             )
         # Every record the block made is an immutable tuple of atoms: out of the collector's lists
         # (observability/_untrack.c), so no collection walks the history the replica keeps, nor
@@ -551,15 +556,19 @@ class ReplicaState:
         untrack_all(txs)
         for rows in trades.values():
             untrack_all(rows)
-        applied = Applied(
-            seq,
-            blk.height,
-            blk.timestamp_ns,
-            deltas,
-            trades,
-            frozenset(touched),
-            tuple(txs),
-            events=blk.events,
+        applied = _new(
+            Applied,
+            (
+                seq,
+                blk.height,
+                blk.timestamp_ns,
+                deltas,
+                trades,
+                frozenset(touched),
+                tuple(txs),
+                False,
+                blk.events,
+            ),
         )
         self.history.add(applied, self.markets)
         self.ledger.add_block(blk.events, applied.txs, seq, ts_ms)
