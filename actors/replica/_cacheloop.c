@@ -1,11 +1,12 @@
 /* raydex.actors.replica._cacheloop: a block's per-tx events into the replica's caches in one C
  * loop (actors/replica/state.py, ReplicaState.apply_block).
  *
- * configure(classes, active, untrack) sets, once per process, the fourteen NamedTuple classes
- * (OrderUpdated, LevelChanged, TxExecuted, NonceUpdated, BalanceChanged, PositionChanged,
- * TradeExecuted, MarketStatsChanged, OrderRecord, TxRecord, ApiKeyRecord, PositionRecord,
- * TradeRow, MarketRecord), the ACTIVE_LIMIT order status and the ``untrack`` function the
- * records go through (observability/gcstats.py).
+ * configure(classes, active, untrack, account_class) sets, once per process, the fourteen
+ * NamedTuple classes (OrderUpdated, LevelChanged, TxExecuted, NonceUpdated, BalanceChanged,
+ * PositionChanged, TradeExecuted, MarketStatsChanged, OrderRecord, TxRecord, ApiKeyRecord,
+ * PositionRecord, TradeRow, MarketRecord), the ACTIVE_LIMIT order status, the ``untrack``
+ * function the records go through (observability/gcstats.py) and AccountCache (its slots are
+ * read at their offsets).
  *
  * apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, rare) does exactly what
  * ReplicaState._apply_events does, the Python loop this is tested against: the eight kinds of
@@ -26,6 +27,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h> /* T_OBJECT_EX: AccountCache's slots */
 
 enum {
     C_ORDER_UPDATED,
@@ -55,14 +57,52 @@ static PyObject *untrack_fn;
 static PyCFunction untrack_c;
 static PyObject *untrack_self;
 
+/* AccountCache's attributes the loop reads and writes, by name; read and written at their slot
+ * offsets when the object is exactly AccountCache (a slots dataclass: member descriptors of
+ * type T_OBJECT_EX), else through getattr/setattr. Saves the type lookup and descriptor call of
+ * ~6 attribute reads per order update (~7% of the loop's instructions). */
+enum { A_COLLATERAL, A_POSITIONS, A_ORDERS, A_OPEN_LOTS, A_COIS, A_ORDER_COUNTS, N_ACCT };
+static const char *acct_names[N_ACCT] = {
+    "collateral", "positions", "orders", "open_lots", "cois", "order_counts",
+};
+static PyObject *acct_name[N_ACCT];  /* interned */
+static PyTypeObject *acct_cls;
+static Py_ssize_t acct_off[N_ACCT]; /* -1: through getattr */
+
+/* acct.<field>: a new reference. */
+static PyObject *
+acct_get(PyObject *acct, int field)
+{
+    if (Py_TYPE(acct) == acct_cls && acct_off[field] >= 0) {
+        PyObject *v = *(PyObject **)((char *)acct + acct_off[field]);
+        if (v != NULL) {
+            return Py_NewRef(v);
+        }
+    }
+    return PyObject_GetAttr(acct, acct_name[field]); /* also raises for an unset slot */
+}
+
+/* acct.<field> = v. */
+static int
+acct_set(PyObject *acct, int field, PyObject *v)
+{
+    if (Py_TYPE(acct) == acct_cls && acct_off[field] >= 0) {
+        PyObject **slot = (PyObject **)((char *)acct + acct_off[field]);
+        Py_XSETREF(*slot, Py_NewRef(v));
+        return 0;
+    }
+    return PyObject_SetAttr(acct, acct_name[field], v);
+}
+
 /* interned attribute names */
 static PyObject *s_bids, *s_asks, *s_prices, *s_accounts, *s_api_keys, *s_pending, *s_txs,
-    *s_orders, *s_level_orders, *s_account, *s_collateral, *s_positions, *s_open_lots, *s_cois,
-    *s_order_counts, *s_popitem, *s_tx_results, *s_trades, *s_markets, *s_append;
+    *s_orders, *s_level_orders, *s_account, *s_tx_results, *s_trades, *s_markets, *s_append,
+    *s_tx_order, *s_popleft;
 
 typedef struct {
     PyObject *state;
     PyObject *bids, *asks, *bid_prices, *ask_prices, *accounts, *api_keys, *pending, *remember,
+        *tx_order, /* state._tx_order: remember's keys, oldest first */
         *orders, *level_orders, *tape, *markets; /* tape: state.trades, market -> recent rows */
     Py_ssize_t tx_results; /* state.tx_results: the tx results ``remember`` keeps */
 } caches_t;
@@ -78,6 +118,7 @@ caches_clear(caches_t *c)
     Py_CLEAR(c->api_keys);
     Py_CLEAR(c->pending);
     Py_CLEAR(c->remember);
+    Py_CLEAR(c->tx_order);
     Py_CLEAR(c->orders);
     Py_CLEAR(c->level_orders);
     Py_CLEAR(c->tape);
@@ -114,8 +155,11 @@ caches_load(caches_t *c, PyObject *state)
         || get_dict(state, s_trades, &c->tape) < 0 || get_dict(state, s_markets, &c->markets) < 0) {
         goto fail;
     }
-    c->remember = PyObject_GetAttr(state, s_txs);
-    if (c->remember == NULL) {
+    if (get_dict(state, s_txs, &c->remember) < 0) {
+        goto fail;
+    }
+    c->tx_order = PyObject_GetAttr(state, s_tx_order);
+    if (c->tx_order == NULL) {
         goto fail;
     }
     PyObject *keep = PyObject_GetAttr(state, s_tx_results);
@@ -227,7 +271,7 @@ acct_index(PyObject *acct, PyObject *r, int sign)
         return -1;
     }
     if (!reduce_only) {
-        PyObject *open_lots = PyObject_GetAttr(acct, s_open_lots);
+        PyObject *open_lots = acct_get(acct, A_OPEN_LOTS);
         if (open_lots == NULL) {
             return -1;
         }
@@ -291,7 +335,7 @@ acct_index(PyObject *acct, PyObject *r, int sign)
         return -1;
     }
     if (has_coi) {
-        PyObject *cois = PyObject_GetAttr(acct, s_cois);
+        PyObject *cois = acct_get(acct, A_COIS);
         if (cois == NULL) {
             return -1;
         }
@@ -396,7 +440,7 @@ put_order(caches_t *c, PyObject *r)
         if (PyErr_Occurred()) {
             goto done;
         }
-        PyObject *counts = PyObject_GetAttr(acct, s_order_counts);
+        PyObject *counts = acct_get(acct, A_ORDER_COUNTS);
         if (counts == NULL) {
             goto done;
         }
@@ -455,7 +499,7 @@ put_order(caches_t *c, PyObject *r)
     } else if (PyObject_SetItem(level, oi, r) < 0) {
         goto done;
     }
-    PyObject *acct_orders = PyObject_GetAttr(acct, s_orders);
+    PyObject *acct_orders = acct_get(acct, A_ORDERS);
     if (acct_orders == NULL) {
         goto done;
     }
@@ -489,7 +533,7 @@ drop_order(caches_t *c, PyObject *oi)
         goto done;
     }
     Py_INCREF(acct);
-    PyObject *acct_orders = PyObject_GetAttr(acct, s_orders);
+    PyObject *acct_orders = acct_get(acct, A_ORDERS);
     if (acct_orders == NULL) {
         goto done;
     }
@@ -498,7 +542,7 @@ drop_order(caches_t *c, PyObject *oi)
     if (bad || acct_index(acct, r, -1) < 0) {
         goto done;
     }
-    PyObject *counts = PyObject_GetAttr(acct, s_order_counts);
+    PyObject *counts = acct_get(acct, A_ORDER_COUNTS);
     if (counts == NULL) {
         goto done;
     }
@@ -679,22 +723,30 @@ tx_executed(caches_t *c, PyObject *ev, PyObject *seq, PyObject *ts_ms, PyObject 
     if (rec == NULL) {
         return -1;
     }
-    int bad = PyList_Append(txs, rec) < 0
-        || PyObject_SetItem(c->remember, PyTuple_GET_ITEM(ev, 0), rec) < 0;
+    /* remember[tx_hash] = rec, a new hash queued on tx_order; the oldest dropped past keep */
+    PyObject *h = PyTuple_GET_ITEM(ev, 0);
+    int seen = PyDict_Contains(c->remember, h);
+    int bad = seen < 0 || PyList_Append(txs, rec) < 0;
+    if (!bad && !seen) {
+        PyObject *r = PyObject_CallMethodOneArg(c->tx_order, s_append, h);
+        bad = r == NULL;
+        Py_XDECREF(r);
+    }
+    bad = bad || PyDict_SetItem(c->remember, h, rec) < 0;
     Py_DECREF(rec);
     if (bad) {
         return -1;
     }
-    Py_ssize_t kept = PyObject_Size(c->remember);
-    if (kept < 0) {
-        return -1;
-    }
-    if (kept > c->tx_results) {
-        PyObject *r = PyObject_CallMethodObjArgs(c->remember, s_popitem, Py_False, NULL);
-        if (r == NULL) {
+    if (PyDict_GET_SIZE(c->remember) > c->tx_results) {
+        PyObject *old = PyObject_CallMethodNoArgs(c->tx_order, s_popleft);
+        if (old == NULL) {
             return -1;
         }
-        Py_DECREF(r);
+        bad = PyDict_DelItem(c->remember, old) < 0;
+        Py_DECREF(old);
+        if (bad) {
+            return -1;
+        }
     }
     if (PyDict_GET_SIZE(c->pending) > 0) {
         PyObject *key = PyTuple_Pack(2, PyTuple_GET_ITEM(ev, 2), PyTuple_GET_ITEM(ev, 3));
@@ -784,7 +836,7 @@ balance_changed(caches_t *c, PyObject *ev, PyObject *touched)
     if (acct == NULL) {
         return -1;
     }
-    int bad = PyObject_SetAttr(acct, s_collateral, PyTuple_GET_ITEM(ev, 1)) < 0;
+    int bad = acct_set(acct, A_COLLATERAL, PyTuple_GET_ITEM(ev, 1)) < 0;
     Py_DECREF(acct);
     return bad ? -1 : PySet_Add(touched, ai);
 }
@@ -798,7 +850,7 @@ position_changed(caches_t *c, PyObject *ev, PyObject *touched)
         return -1;
     }
     int rc = -1;
-    PyObject *positions = PyObject_GetAttr(acct, s_positions);
+    PyObject *positions = acct_get(acct, A_POSITIONS);
     if (positions == NULL) {
         goto done;
     }
@@ -993,9 +1045,26 @@ done:
 static PyObject *
 configure(PyObject *module, PyObject *args)
 {
-    PyObject *classes, *act, *untrack_obj;
-    if (!PyArg_ParseTuple(args, "OOO", &classes, &act, &untrack_obj)) {
+    PyObject *classes, *act, *untrack_obj, *account_cls;
+    if (!PyArg_ParseTuple(args, "OOOO!", &classes, &act, &untrack_obj, &PyType_Type,
+                          &account_cls)) {
         return NULL;
+    }
+    Py_ssize_t offs[N_ACCT];
+    for (int f = 0; f < N_ACCT; f++) {
+        /* the slot's offset where the class has a plain object member for it, else -1 */
+        offs[f] = -1;
+        PyObject *d = PyDict_GetItemWithError(((PyTypeObject *)account_cls)->tp_dict,
+                                              acct_name[f]);
+        if (d == NULL && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) {
+                offs[f] = m->offset;
+            }
+        }
     }
     PyObject *fast = PySequence_Fast(classes, "classes must be a sequence");
     if (fast == NULL) {
@@ -1025,6 +1094,8 @@ configure(PyObject *module, PyObject *args)
     Py_DECREF(fast);
     Py_XSETREF(active, Py_NewRef(act));
     Py_XSETREF(untrack_fn, Py_NewRef(untrack_obj));
+    Py_XSETREF(acct_cls, (PyTypeObject *)Py_NewRef(account_cls));
+    memcpy(acct_off, offs, sizeof(acct_off));
     untrack_c = NULL;
     untrack_self = NULL;
     if (PyCFunction_Check(untrack_obj) && PyCFunction_GET_FLAGS(untrack_obj) == METH_O) {
@@ -1036,7 +1107,7 @@ configure(PyObject *module, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)configure, METH_VARARGS,
-     "configure(classes, active, untrack): see the module docstring."},
+     "configure(classes, active, untrack, account_class): see the module docstring."},
     {"apply_events", (PyCFunction)(void (*)(void))apply_events, METH_FASTCALL,
      "apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, rare) -> None."},
     {NULL, NULL, 0, NULL},
@@ -1050,6 +1121,7 @@ module_free(void *m)
     }
     Py_CLEAR(active);
     Py_CLEAR(untrack_fn);
+    Py_CLEAR(acct_cls);
     untrack_c = NULL;
     untrack_self = NULL;
 }
@@ -1079,12 +1151,11 @@ PyInit__cacheloop(void)
     INTERN(s_orders, "orders");
     INTERN(s_level_orders, "level_orders");
     INTERN(s_account, "_account");
-    INTERN(s_collateral, "collateral");
-    INTERN(s_positions, "positions");
-    INTERN(s_open_lots, "open_lots");
-    INTERN(s_cois, "cois");
-    INTERN(s_order_counts, "order_counts");
-    INTERN(s_popitem, "popitem");
+    INTERN(s_tx_order, "_tx_order");
+    INTERN(s_popleft, "popleft");
+    for (int f = 0; f < N_ACCT; f++) {
+        INTERN(acct_name[f], acct_names[f]);
+    }
     INTERN(s_tx_results, "tx_results");
     INTERN(s_trades, "trades");
     INTERN(s_markets, "markets");

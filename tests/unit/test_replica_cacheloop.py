@@ -231,6 +231,13 @@ def small_boot() -> tuple[int, int, list[Any]]:
 @given(
     blocks=st.lists(st.lists(events, max_size=40), min_size=1, max_size=4), pending=st.booleans()
 )
+@example(  # a tx hash seen again keeps its place among the results kept (oldest dropped first)
+    blocks=[
+        [TxExecuted(bytes([h]) * 40, 14, 1, 0, 0, 0) for h in (1, 2, 1, 3)],
+        [TxExecuted(bytes([h]) * 40, 14, 1, 0, 0, 0) for h in (4, 2)],
+    ],
+    pending=False,
+)
 @example(  # an order that moves to the other side at the same price leaves its old level
     blocks=[[OrderUpdated(0, 4, 250, 0, s, 2_000, 3, 2, 0, 0, 1, 0, ACTIVE, 4) for s in (0, 1)]],
     pending=False,
