@@ -9,7 +9,8 @@
  * read at their offsets).
  *
  * apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, rare) does exactly what
- * ReplicaState._apply_events does, the Python loop this is tested against: the eight kinds of
+ * ReplicaState._apply_events does, the Python loop this is tested against (``changed`` ends as
+ * market -> (bid levels descending, ask levels ascending), as BookDelta holds them): the eight kinds of
  * event a block is made of (OrderUpdated with _put_order / _drop_order / AccountCache.index,
  * LevelChanged, TxExecuted with _clear_pending, NonceUpdated, BalanceChanged, PositionChanged,
  * and per fill TradeExecuted and MarketStatsChanged as _apply_rare applies them) are applied
@@ -952,6 +953,71 @@ market_stats_changed(caches_t *c, PyObject *ev)
     return rc;
 }
 
+/* A side's changed levels, price -> size, as the ((price, size), ...) tuple a BookDelta holds:
+ * ascending, or descending for bids (``tuple(sorted(d.items(), reverse=...))``; prices are
+ * unique, so sorting the keys sorts the items). */
+static PyObject *
+sorted_levels(PyObject *d, int descending)
+{
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "a changed side is not a dict");
+        return NULL;
+    }
+    PyObject *keys = PyDict_Keys(d);
+    if (keys == NULL) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (PyList_Sort(keys) < 0 || (descending && PyList_Reverse(keys) < 0)) {
+        goto done;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    out = PyTuple_New(n);
+    if (out == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i);
+        PyObject *v = item(d, k);
+        PyObject *pair = v == NULL ? NULL : PyTuple_Pack(2, k, v);
+        if (pair == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyTuple_SET_ITEM(out, i, pair);
+    }
+done:
+    Py_DECREF(keys);
+    return out;
+}
+
+/* changed: market -> ({bid price: size}, {ask price: size}) becomes market -> (bid levels
+ * descending, ask levels ascending), as ReplicaState._sort_changed does. */
+static int
+sort_changed(PyObject *changed)
+{
+    PyObject *mi, *pair;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(changed, &pos, &mi, &pair)) {
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a changed entry is not a pair");
+            return -1;
+        }
+        PyObject *b = sorted_levels(PyTuple_GET_ITEM(pair, 0), 1);
+        PyObject *a = b == NULL ? NULL : sorted_levels(PyTuple_GET_ITEM(pair, 1), 0);
+        PyObject *sides = a == NULL ? NULL : PyTuple_Pack(2, b, a);
+        Py_XDECREF(b);
+        Py_XDECREF(a);
+        /* the key is there: replacing its value does not resize the dict under PyDict_Next */
+        int bad = sides == NULL || PyDict_SetItem(changed, mi, sides) < 0;
+        Py_XDECREF(sides);
+        if (bad) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* The fields each handled event kind must have (its NamedTuple's; MarketStatsChanged is
  * unpacked whole by the Python loop, so exactly its 4). */
 static const Py_ssize_t min_fields[N_EVENTS] = {14, 4, 6, 3, 2, 8, 11, 4};
@@ -1033,6 +1099,9 @@ apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (rc < 0) {
             goto done;
         }
+    }
+    if (sort_changed(changed) < 0) {
+        goto done;
     }
     result = Py_NewRef(Py_None);
 done:

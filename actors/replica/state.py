@@ -520,7 +520,7 @@ class ReplicaState:
         if seq != self.seq + 1:
             raise GapError(self.seq + 1, seq)
         ts_ms = blk.timestamp_ns // 1_000_000
-        changed: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
+        changed: dict[int, Any] = {}  # market -> its changed (bid, ask) levels
         trades: dict[int, list[TradeRow]] = {}
         touched: set[int] = set()
         txs: list[TxRecord] = []
@@ -538,20 +538,11 @@ class ReplicaState:
         deltas: dict[int, BookDelta] = {}
         nonces = self._book_nonces
         books = self.books
-        for mi, (bid_d, ask_d) in changed.items():
+        for mi, (bids, asks) in changed.items():
             begin = nonces[mi]
             nonces[mi] = seq
             books.changed(mi)
-            deltas[mi] = _new(
-                BookDelta,
-                (
-                    mi,
-                    tuple(sorted(bid_d.items(), reverse=True)),
-                    tuple(sorted(ask_d.items())),
-                    seq,
-                    begin,
-                ),
-            )
+            deltas[mi] = _new(BookDelta, (mi, bids, asks, seq, begin))
         # Every record the block made is an immutable tuple of atoms: out of the collector's lists
         # (observability/_untrack.c), so no collection walks the history the replica keeps, nor
         # the current orders, positions, key nonces and market stats (untracked as made, by the
@@ -583,14 +574,15 @@ class ReplicaState:
         events: Sequence[Any],
         seq: int,
         ts_ms: int,
-        changed: dict[int, tuple[dict[int, int], dict[int, int]]],
+        changed: dict[int, Any],
         trades: dict[int, list[TradeRow]],
         touched: set[int],
         txs: list[TxRecord],
     ) -> None:
         """A block's events into the caches: the Python loop, where ``_cacheloop.c`` is not
         built, and the reference it is tested against. Writes what the block changed into
-        ``changed`` (market -> (bid, ask) price -> size), ``trades``, ``touched`` and ``txs``."""
+        ``changed`` (market -> (bid levels descending, ask levels ascending), each level a
+        (price, absolute size) pair), ``trades``, ``touched`` and ``txs``."""
         touch = touched.add
         tx_hash = b""
         bids, asks = self._bids, self._asks
@@ -667,6 +659,8 @@ class ReplicaState:
                 touch(ai)
             else:
                 rare(ev, tx_hash, seq, ts_ms, trades, touched)
+        for mi, (bid_d, ask_d) in changed.items():
+            changed[mi] = (tuple(sorted(bid_d.items(), reverse=True)), tuple(sorted(ask_d.items())))
 
     def _apply_rare(
         self,
