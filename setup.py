@@ -195,12 +195,21 @@ CACHELOOP_EXTENSION = Extension(
     extra_compile_args=["-O2", "-std=gnu11"],
     optional=True,
 )
+#: ``raydex.actors.replica._bookjson`` (``actors/replica/_bookjson.c``): the order_book channel's
+#: update message rendered in C; optional, encoded from its body in Python otherwise.
+BOOKJSON_EXTENSION = Extension(
+    "raydex.actors.replica._bookjson",
+    sources=["actors/replica/_bookjson.c"],
+    extra_compile_args=["-O2", "-std=gnu11"],
+    optional=True,
+)
 
 setup(
     ext_modules=[
         SIGNING_EXTENSION,
         BLOCKDEC_EXTENSION,
         CACHELOOP_EXTENSION,
+        BOOKJSON_EXTENSION,
         MERKLE_EXTENSION,
         UNTRACK_EXTENSION,
         EVENT_EXTENSION,

@@ -102,10 +102,10 @@ from .app import (
     build_app,
 )
 from .config import ApiConfig
-from .fanout import Fanout
+from .fanout import NATIVE_PATHS, Fanout
 from .fastlane import FastLaneServer
 from .hooks import ReplicaHooks
-from .state import NATIVE_LOOPS, GapError, ReplicaState
+from .state import GapError, ReplicaState
 
 log = logging.getLogger(__name__)
 
@@ -411,7 +411,7 @@ class ReplicaService:
         m.gauge(
             "raydex_replica_native_info",
             lambda: 1.0,
-            **{loop: str(runs).lower() for loop, runs in NATIVE_LOOPS.items()},
+            **{loop: str(runs).lower() for loop, runs in NATIVE_PATHS.items()},
         )
         m.gauge("raydex_replica_lag_blocks", self.lag)
         checks = self.checks
@@ -789,7 +789,7 @@ class ReplicaService:
             "name": self.config.name,
             "pid": os.getpid(),
             "signatures": signing.BACKEND,
-            "native": dict(NATIVE_LOOPS),
+            "native": dict(NATIVE_PATHS),
             "port": self.port,
             "direct_port": self.direct_port,
             "serving": self.serving,

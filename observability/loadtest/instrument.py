@@ -40,7 +40,7 @@ from typing import Any
 from aiohttp import web
 
 from raydex.actors.replica import Applied, ReplicaActor, ReplicaHooks
-from raydex.actors.replica.state import NATIVE_LOOPS
+from raydex.actors.replica.fanout import NATIVE_PATHS
 from raydex.codecs import Block, PositionLiquidated, TxOutcome
 
 from ..flight import Capture, FlightRecorder, SlowTrigger
@@ -251,7 +251,7 @@ class InstrumentedReplicaActor(ReplicaActor):  # type: ignore[misc]
                 "last_thaw": self.runtime.gc.last_thaw,
             },
             # the apply's C loops in this replica process (False: the Python fallback ran)
-            "native": dict(NATIVE_LOOPS),
+            "native": dict(NATIVE_PATHS),
             "slow_events": p.trigger.seen_slow,
             "flight_dumps": list(p.dumps),
             "liquidations": p.liquidations,
