@@ -231,10 +231,10 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef(
             "raydex_replica_native_info",
             "gauge",
-            "1, labelled with whether the replica's apply runs its C loops (true) or the Python "
+            "1, labelled with whether the replica's apply runs its C paths (true) or the Python "
             "fallbacks: block_decode (codecs/_blockdec.c), cache_loop "
-            "(actors/replica/_cacheloop.c).",
-            ("block_decode", "cache_loop"),
+            "(actors/replica/_cacheloop.c), book_json (actors/replica/_bookjson.c).",
+            ("block_decode", "cache_loop", "book_json"),
         ),
         MetricDef(
             "raydex_state_divergences_total",

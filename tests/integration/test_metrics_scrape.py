@@ -129,6 +129,7 @@ EXPECTED: tuple[tuple[str, str, bool], ...] = (
     # the replica says it runs its C loops (make builds them here)
     ("ray_raydex_replica_native_info", 'block_decode="true"', True),
     ("ray_raydex_replica_native_info", 'cache_loop="true"', True),
+    ("ray_raydex_replica_native_info", 'book_json="true"', True),
     ("ray_raydex_blocks_total", GROUP, True),
     ("ray_raydex_block_seq", GROUP, True),
     ("ray_raydex_book_publish_delay_seconds_count", GROUP, True),
