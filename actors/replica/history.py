@@ -97,7 +97,7 @@ class History:
                 _, dropped = self.blocks.popitem(last=False)
                 self._txs -= len(dropped)
         if applied.trades:
-            self.candles.add(applied.trades)
+            self.candles.queue(applied.trades)  # folded after the block's fan-out
             self.volumes.queue(applied.trades, markets)
 
     # ---- funding --------------------------------------------------------------------------------

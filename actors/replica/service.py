@@ -667,6 +667,7 @@ class ReplicaService:
         self._fold_scheduled = False
         self.state.ledger.catch_up()
         self.state.history.volumes.catch_up()  # the account channels' trade counts (volumes.py)
+        self.state.history.candles.catch_up()  # the candles' fold (candles.py)
 
     async def _resync(self) -> None:
         """Rebuild the caches from the newest snapshot and catch up (after a failed apply: a

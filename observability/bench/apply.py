@@ -195,6 +195,7 @@ def run_once(
             t3 = pc()
             state.ledger.catch_up()  # after the block's fan-out, as the service schedules it
             state.history.volumes.catch_up()
+            state.history.candles.catch_up()
             t4 = pc()
             _drain(clients)
             events += len(block.events)

@@ -177,6 +177,34 @@ def test_candles_keep_a_bounded_history_per_resolution() -> None:
     assert set(RESOLUTIONS) == {"1m", "5m", "15m", "30m", "1h", "4h", "12h", "1d", "1w"}
 
 
+def test_queued_candles_are_folded_by_the_next_read_and_never_wait_past_the_bound() -> None:
+    # apply_block only queues a block's trades (History.add); the replica folds them after the
+    # block's fan-out, and any read folds what is still queued first
+    from raydex.actors.replica.candles import MAX_PENDING
+    from raydex.actors.replica.state import TradeRow
+
+    def block(i: int) -> dict[int, list[TradeRow]]:
+        t = TradeExecuted(0, i + 1, 300_000 + 7 * (i % 5), 10 + i, 1, 2, 3, 4, 0, 0, 0)
+        return {0: [TradeRow(t, b"", i, T0 + i * 7_000)]}
+
+    queued, folded = Candles(), Candles()
+    for i in range(30):
+        queued.queue(block(i))
+        folded.add(block(i))
+    assert queued.last(0, "1m") == folded.last(0, "1m")  # read right after queueing
+    for i in range(30, 40):
+        queued.queue(block(i))
+        folded.add(block(i))
+    for res in RESOLUTIONS:
+        assert queued.window(0, res, 0, 2**62, 0) == folded.window(0, res, 0, 2**62, 0)
+    unread = Candles()
+    for i in range(MAX_PENDING * 2):
+        unread.queue(block(i))
+        assert len(unread._pending) <= MAX_PENDING
+    unread.catch_up()
+    assert not unread._pending
+
+
 # ---- exchange stats, txs, blocks, announcements -------------------------------------------------
 
 
