@@ -199,9 +199,10 @@ class Books(Mapping[int, BookSnapshot]):
 class BookDelta(NamedTuple):
     """The levels of one market a block changed (absolute sizes, 0 = removed).
 
-    A NamedTuple, as ``Applied``: immutable as a frozen dataclass, and built with
-    ``tuple.__new__`` in the apply path at a fifth of a frozen dataclass's cost (its ``__init__``
-    sets each field through ``object.__setattr__``: ~17% of ``apply_block``'s instructions)."""
+    A NamedTuple, as ``Applied``: as immutable as the frozen dataclasses both were, and built with
+    ``tuple.__new__`` in the apply path at a fifth of the cost (a frozen dataclass's ``__init__``
+    sets each field through ``object.__setattr__``: the two were ~17% of ``apply_block``'s
+    instructions)."""
 
     market_index: int
     bids: Levels
