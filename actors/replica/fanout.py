@@ -80,6 +80,7 @@ except ImportError:  # pragma: no cover - exercised where no C compiler exists
     _bookjson = None
 
 _encode = msgspec.json.Encoder().encode
+_RES_ORDER = {res: i for i, res in enumerate(RESOLUTIONS)}
 #: the replica's C paths, each True where it runs and False where its Python twin does (status,
 #: ``raydex_replica_native_info``, the loadtest report): the apply's loops and the book render
 NATIVE_PATHS: Mapping[str, bool] = {**NATIVE_LOOPS, "book_json": _bookjson is not None}
@@ -254,6 +255,12 @@ class Fanout:
         self.authorize: Authorize = authorize if authorize is not None else self._check_token
         self.clients: set[Client] = set()
         self._subs: dict[str, set[Client]] = {}
+        #: market -> its channel keys (order_book, trade, ticker, market_stats), built once: the
+        #: per-block publish looks subscribers up without formatting a key per market and kind
+        self._market_keys: dict[int, tuple[str, str, str, str]] = {}
+        #: market -> (resolution, key) of each candle channel someone subscribed to (kept, as
+        #: ``_subs`` keeps its keys): a block's candles look up these, not every resolution
+        self._candle_keys: dict[int, list[tuple[str, str]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.offset = 0
         self.messages = 0
@@ -351,6 +358,11 @@ class Fanout:
             return int(ResultCode.WS_INVALID_CHANNEL), f"unknown market or account in {channel}"
         c.channels.add(key)
         self._subs.setdefault(key, set()).add(c)
+        if candle is not None:
+            known = self._candle_keys.setdefault(candle[0], [])
+            if (candle[1], key) not in known:
+                known.append((candle[1], key))
+                known.sort(key=lambda rk: _RES_ORDER[rk[0]])  # published in RESOLUTIONS order
         self._put(c, _Msg(_encode(snapshot)))
         return int(ResultCode.OK), ""
 
@@ -548,6 +560,15 @@ class Fanout:
 
     # ---- publish (apply loop) -------------------------------------------------------------------
 
+    def _keys(self, mi: int) -> tuple[str, str, str, str]:
+        """Market ``mi``'s channel keys: order_book, trade, ticker, market_stats."""
+        keys = self._market_keys.get(mi)
+        if keys is None:
+            keys = self._market_keys[mi] = (
+                f"order_book:{mi}", f"trade:{mi}", f"ticker:{mi}", f"market_stats:{mi}"
+            )  # fmt: skip
+        return keys
+
     def publish(self, applied: Applied) -> None:
         """Queue this block's updates for every subscriber. Synchronous; never awaits a client."""
         if applied.duplicate:
@@ -559,8 +580,9 @@ class Fanout:
         markets = self.state.markets
         #: trade id -> its Lighter JSON, rendered once for the trade channel and the accounts
         trade_views: dict[int, dict[str, Any]] = {}
+        subs_of, keys_of = self._subs.get, self._keys
         for mi, d in applied.books.items():
-            subs = self._subs.get(f"order_book:{mi}")
+            subs = subs_of(keys_of(mi)[0])
             if subs:
                 data = book_update_json(
                     mi, self.offset, d.bids, d.asks, d.begin_nonce, d.nonce, engine_us,
@@ -570,7 +592,7 @@ class Fanout:
                 for c in tuple(subs):
                     self._put(c, msg)
         for mi, rows in applied.trades.items():
-            subs = self._subs.get(f"trade:{mi}")
+            subs = subs_of(keys_of(mi)[1])
             if subs:
                 m = markets[mi]
                 rendered = []
@@ -658,9 +680,9 @@ class Fanout:
         if not mids:
             return
         for mi in mids:
-            subs = self._subs.get(f"market_stats:{mi}")
+            key = self._keys(mi)[3]
+            subs = self._subs.get(key)
             if subs:
-                key = f"market_stats:{mi}"
                 body = self._stats_body(key, [mi], False, "update/market_stats")
                 self._put_all(subs, _Msg(_encode(body)))
         subs = self._subs.get("market_stats:all")
@@ -671,7 +693,7 @@ class Fanout:
     def _publish_tickers(self, applied: Applied, ts_ms: int) -> None:
         """``ticker`` for the markets whose best ask or bid this block moved: one encode each."""
         for mi in applied.books:
-            subs = self._subs.get(f"ticker:{mi}")
+            subs = self._subs.get(self._keys(mi)[2])
             if not subs:
                 continue
             top = public_views.top_of_book(self.state.books[mi])
@@ -685,9 +707,11 @@ class Fanout:
         subscribed resolution, one encode each."""
         candles = self.state.history.candles
         for mi in applied.trades:
+            subscribed = self._candle_keys.get(mi)
+            if not subscribed:
+                continue
             m = self.state.markets[mi]
-            for res in RESOLUTIONS:
-                key = candle_channel(mi, res)
+            for res, key in subscribed:
                 subs = self._subs.get(key)
                 if not subs:
                     continue

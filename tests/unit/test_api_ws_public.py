@@ -130,3 +130,20 @@ def test_candle_channel_streams_the_open_candle_of_its_resolution() -> None:
         assert (await recv(ws))["type"] == "unsubscribed"
 
     with_ws(body)
+
+
+def test_a_trade_updates_every_subscribed_candle_resolution_in_lighters_order() -> None:
+    # subscribed 1h first, then 1m: the block's candles still come 1m, then 1h (RESOLUTIONS)
+    async def body(
+        ex: LocalExchange, ws: aiohttp.ClientWebSocketResponse, ts: list[Trader]
+    ) -> None:
+        a, b = ts
+        for ch in ("candle/0/1h", "candle/0/1m"):
+            assert (await subscribe(ws, ch))["type"] == "subscribed/candle"
+        ex.run([a.order(300_000, 500, 1)])
+        ex.run([b.order(300_000, 200, 0)])
+        ups = [await recv(ws), await recv(ws)]
+        assert [u["channel"] for u in ups] == ["candle:0:1m", "candle:0:1h"]
+        assert [u["candle"]["v"] for u in ups] == [0.02, 0.02]
+
+    with_ws(body)
