@@ -100,13 +100,38 @@ static PyObject *s_bids, *s_asks, *s_prices, *s_accounts, *s_api_keys, *s_pendin
     *s_orders, *s_level_orders, *s_account, *s_tx_results, *s_trades, *s_markets, *s_append,
     *s_tx_order, *s_popleft;
 
+#define LV_MARKETS 64
+typedef struct {
+    PyObject *book[2], *prices[2], *changed; /* strong references; changed NULL: not looked up */
+} lv_t;
+
 typedef struct {
     PyObject *state;
     PyObject *bids, *asks, *bid_prices, *ask_prices, *accounts, *api_keys, *pending, *remember,
         *tx_order, /* state._tx_order: remember's keys, oldest first */
         *orders, *level_orders, *tape, *markets; /* tape: state.trades, market -> recent rows */
     Py_ssize_t tx_results; /* state.tx_results: the tx results ``remember`` keeps */
+    PyObject *order_append, *order_popleft; /* tx_order's bound methods (popleft once needed) */
+    /* level_changed's markets, by index (below LV_MARKETS): each side's book and sorted prices
+     * (0 bids, 1 asks) and the market's entry in ``changed``, looked up once per block */
+    lv_t lv[LV_MARKETS];
+    int lv_set[LV_MARKETS], lv_n; /* the lv entries set */
+    int ints; /* the block's seq and ts_ms are exact ints */
 } caches_t;
+
+static void
+level_forget(caches_t *c)
+{
+    for (int i = 0; i < c->lv_n; i++) {
+        lv_t *e = &c->lv[c->lv_set[i]];
+        Py_CLEAR(e->book[0]);
+        Py_CLEAR(e->book[1]);
+        Py_CLEAR(e->prices[0]);
+        Py_CLEAR(e->prices[1]);
+        Py_CLEAR(e->changed);
+    }
+    c->lv_n = 0;
+}
 
 static void
 caches_clear(caches_t *c)
@@ -124,6 +149,9 @@ caches_clear(caches_t *c)
     Py_CLEAR(c->level_orders);
     Py_CLEAR(c->tape);
     Py_CLEAR(c->markets);
+    Py_CLEAR(c->order_append);
+    Py_CLEAR(c->order_popleft);
+    level_forget(c);
 }
 
 static int
@@ -163,6 +191,10 @@ caches_load(caches_t *c, PyObject *state)
     if (c->tx_order == NULL) {
         goto fail;
     }
+    c->order_append = PyObject_GetAttr(c->tx_order, s_append);
+    if (c->order_append == NULL) {
+        goto fail;
+    }
     PyObject *keep = PyObject_GetAttr(state, s_tx_results);
     if (keep == NULL) {
         goto fail;
@@ -188,6 +220,30 @@ caches_load(caches_t *c, PyObject *state)
 fail:
     caches_clear(c);
     return -1;
+}
+
+/* d.get(key) (borrowed; NULL with an error set, or without: absent) and d[key] = v for a key
+ * already hashed: CPython's KnownHash calls where this version exports them. */
+static PyObject *
+dict_get_hashed(PyObject *d, PyObject *key, Py_hash_t hash)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_GetItem_KnownHash(d, key, hash);
+#else
+    (void)hash;
+    return PyDict_GetItemWithError(d, key);
+#endif
+}
+
+static int
+dict_set_hashed(PyObject *d, PyObject *key, PyObject *v, Py_hash_t hash)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_SetItem_KnownHash(d, key, v, hash);
+#else
+    (void)hash;
+    return PyDict_SetItem(d, key, v);
+#endif
 }
 
 /* d[key] as a borrowed reference; KeyError (like d[key]) when absent. */
@@ -229,6 +285,66 @@ untrack(PyObject *obj)
     }
     Py_DECREF(r);
     return 0;
+}
+
+/* A tuple, or a tuple subclass without instance storage of its own (what untrack accepts). */
+static int
+immutable_tuple(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    return tp == &PyTuple_Type || (PyTuple_Check(op) && tp->tp_dictoffset == 0
+                                   && tp->tp_basicsize == PyTuple_Type.tp_basicsize);
+}
+
+/* untrack(rec) without the call where its outcome is plain: every item an atom (an int, bytes,
+ * str, float, None) or an immutable tuple already untracked, which is what
+ * observability/_untrack.c's rule then untracks; anything else goes through untrack(). Only
+ * where untrack is that extension's (untrack_c): else the records stay as it leaves them. */
+static int
+untrack_fast(PyObject *rec)
+{
+    if (untrack_c == NULL || !immutable_tuple(rec)) {
+        return untrack(rec);
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(rec);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(rec, i);
+        PyTypeObject *t = Py_TYPE(o);
+        if (t == &PyLong_Type || t == &PyBytes_Type || t == &PyUnicode_Type || o == Py_None
+            || t == &PyBool_Type || t == &PyFloat_Type) {
+            continue;
+        }
+        if (immutable_tuple(o) && !PyObject_GC_IsTracked(o)) {
+            continue;
+        }
+        return untrack(rec);
+    }
+    PyObject_GC_UnTrack(rec);
+    return 0;
+}
+
+/* Whether src is a record this loop may take items from without checking them: a tuple
+ * subclass (a NamedTuple) that is untracked. Only raydex untracks those (the block decoder, the
+ * untrack rule, this loop), each only when every item is an atom or such a record, so its items
+ * need no check. (CPython's own rule untracks exact tuples only, and may leave in one a dict it
+ * has untracked for now: exact tuples do not qualify.) */
+static int
+untracked_record(PyObject *src)
+{
+    return Py_TYPE(src) != &PyTuple_Type && immutable_tuple(src) && !PyObject_GC_IsTracked(src);
+}
+
+/* untrack_fast(rec) for a record whose items all come from a and b (b may be NULL) or are ints
+ * made here: untracked directly when a and b are untracked records. */
+static int
+untrack_made(PyObject *rec, PyObject *a, PyObject *b)
+{
+    if (untrack_c != NULL && Py_TYPE(rec) != &PyTuple_Type && immutable_tuple(rec)
+        && untracked_record(a) && (b == NULL || untracked_record(b))) {
+        PyObject_GC_UnTrack(rec);
+        return 0;
+    }
+    return untrack_fast(rec);
 }
 
 /* accounts.get(ai), else state._account(ai): a new reference. */
@@ -569,11 +685,34 @@ done:
     return rc;
 }
 
-/* bisect over an ascending list of prices: the first index whose item is > x (right) or >= x. */
+/* bisect over an ascending list of prices: the first index whose item is > x (right) or >= x.
+ * As C integers while x and the items probed are ints within 64 bits (a price always is; ~4x
+ * fewer instructions than a rich comparison per probe), else by rich comparison from the start. */
 static Py_ssize_t
 bisect(PyObject *list, PyObject *x, int right)
 {
     Py_ssize_t lo = 0, hi = PyList_GET_SIZE(list);
+    int overflow = 0;
+    long long xv = PyLong_CheckExact(x) ? PyLong_AsLongLongAndOverflow(x, &overflow) : 0;
+    if (PyLong_CheckExact(x) && !overflow) {
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            PyObject *m = PyList_GET_ITEM(list, mid);
+            long long mv = PyLong_CheckExact(m) ? PyLong_AsLongLongAndOverflow(m, &overflow) : 0;
+            if (!PyLong_CheckExact(m) || overflow) {
+                lo = 0;
+                hi = PyList_GET_SIZE(list);
+                goto generic;
+            }
+            if (right ? xv < mv : !(mv < xv)) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        return lo;
+    }
+generic:
     while (lo < hi) {
         Py_ssize_t mid = (lo + hi) / 2;
         PyObject *m = PyList_GET_ITEM(list, mid);
@@ -591,27 +730,85 @@ bisect(PyObject *list, PyObject *x, int right)
     return lo;
 }
 
+/* Market mi's books and sorted prices per side (0 bids, 1 asks) and its ``changed`` entry (this
+ * one created empty, as the Python loop does on the market's first level change in the block),
+ * as borrowed references: from the block's level cache when mi is an int below LV_MARKETS. */
+static int
+level_market(caches_t *c, PyObject *mi, PyObject *changed, PyObject **book, PyObject **prices,
+             PyObject **d)
+{
+    lv_t *e = NULL;
+    if (PyLong_CheckExact(mi)) {
+        int overflow = 0;
+        long m = PyLong_AsLongAndOverflow(mi, &overflow);
+        if (!overflow && m >= 0 && m < LV_MARKETS) {
+            e = &c->lv[m];
+            if (e->changed != NULL) {
+                memcpy(book, e->book, sizeof(e->book));
+                memcpy(prices, e->prices, sizeof(e->prices));
+                *d = e->changed;
+                return 0;
+            }
+        }
+    }
+    PyObject *books[2] = {c->bids, c->asks}, *lists[2] = {c->bid_prices, c->ask_prices};
+    for (int k = 0; k < 2; k++) {
+        book[k] = item(books[k], mi);
+        prices[k] = book[k] == NULL ? NULL : item(lists[k], mi);
+        if (prices[k] == NULL) {
+            return -1;
+        }
+        if (!PyDict_Check(book[k]) || !PyList_Check(prices[k])) {
+            PyErr_SetString(PyExc_TypeError, "a book is not a dict and a sorted list");
+            return -1;
+        }
+    }
+    PyObject *pair = PyDict_GetItemWithError(changed, mi);
+    if (pair == NULL) {
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        PyObject *b = PyDict_New(), *a = PyDict_New();
+        pair = (b == NULL || a == NULL) ? NULL : PyTuple_Pack(2, b, a);
+        Py_XDECREF(b);
+        Py_XDECREF(a);
+        if (pair == NULL) {
+            return -1;
+        }
+        int bad = PyDict_SetItem(changed, mi, pair) < 0;
+        Py_DECREF(pair); /* changed holds it */
+        if (bad) {
+            return -1;
+        }
+    }
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2
+        || !PyDict_Check(PyTuple_GET_ITEM(pair, 0)) || !PyDict_Check(PyTuple_GET_ITEM(pair, 1))) {
+        PyErr_SetString(PyExc_TypeError, "a changed entry is not a pair of dicts");
+        return -1;
+    }
+    *d = pair;
+    if (e != NULL) {
+        for (int k = 0; k < 2; k++) {
+            e->book[k] = Py_NewRef(book[k]);
+            e->prices[k] = Py_NewRef(prices[k]);
+        }
+        e->changed = Py_NewRef(pair);
+        c->lv_set[c->lv_n++] = (int)(e - c->lv);
+    }
+    return 0;
+}
+
 static int
 level_changed(caches_t *c, PyObject *ev, PyObject *changed)
 {
     PyObject *mi = PyTuple_GET_ITEM(ev, 0), *is_ask = PyTuple_GET_ITEM(ev, 1);
     PyObject *price = PyTuple_GET_ITEM(ev, 2), *size = PyTuple_GET_ITEM(ev, 3);
+    PyObject *books[2], *lists[2], *d;
     int ask = PyObject_IsTrue(is_ask);
-    if (ask < 0) {
+    if (ask < 0 || level_market(c, mi, changed, books, lists, &d) < 0) {
         return -1;
     }
-    PyObject *book = item(ask ? c->asks : c->bids, mi);
-    if (book == NULL) {
-        return -1;
-    }
-    PyObject *prices = item(ask ? c->ask_prices : c->bid_prices, mi);
-    if (prices == NULL) {
-        return -1;
-    }
-    if (!PyDict_Check(book) || !PyList_Check(prices)) {
-        PyErr_SetString(PyExc_TypeError, "a book is not a dict and a sorted list");
-        return -1;
-    }
+    PyObject *book = books[ask], *prices = lists[ask];
     int nonzero = PyObject_IsTrue(size);
     if (nonzero < 0) {
         return -1;
@@ -643,24 +840,6 @@ level_changed(caches_t *c, PyObject *ev, PyObject *changed)
             return -1;
         }
         if (PyList_SetSlice(prices, at, at + 1, NULL) < 0) {
-            return -1;
-        }
-    }
-    PyObject *d = PyDict_GetItemWithError(changed, mi);
-    if (d == NULL) {
-        if (PyErr_Occurred()) {
-            return -1;
-        }
-        PyObject *b = PyDict_New(), *a = PyDict_New();
-        d = (b == NULL || a == NULL) ? NULL : PyTuple_Pack(2, b, a);
-        Py_XDECREF(b);
-        Py_XDECREF(a);
-        if (d == NULL) {
-            return -1;
-        }
-        int bad = PyDict_SetItem(changed, mi, d) < 0;
-        Py_DECREF(d); /* changed holds it */
-        if (bad) {
             return -1;
         }
     }
@@ -724,12 +903,17 @@ tx_executed(caches_t *c, PyObject *ev, PyObject *seq, PyObject *ts_ms, PyObject 
     if (rec == NULL) {
         return -1;
     }
+    /* seq and ts_ms: exact ints (checked once per block), pos made here */
+    if ((c->ints ? untrack_made(rec, ev, NULL) : untrack_fast(rec)) < 0) {
+        Py_DECREF(rec);
+        return -1;
+    }
     /* remember[tx_hash] = rec, a new hash queued on tx_order; the oldest dropped past keep */
     PyObject *h = PyTuple_GET_ITEM(ev, 0);
     int seen = PyDict_Contains(c->remember, h);
     int bad = seen < 0 || PyList_Append(txs, rec) < 0;
     if (!bad && !seen) {
-        PyObject *r = PyObject_CallMethodOneArg(c->tx_order, s_append, h);
+        PyObject *r = PyObject_CallOneArg(c->order_append, h);
         bad = r == NULL;
         Py_XDECREF(r);
     }
@@ -739,7 +923,11 @@ tx_executed(caches_t *c, PyObject *ev, PyObject *seq, PyObject *ts_ms, PyObject 
         return -1;
     }
     if (PyDict_GET_SIZE(c->remember) > c->tx_results) {
-        PyObject *old = PyObject_CallMethodNoArgs(c->tx_order, s_popleft);
+        if (c->order_popleft == NULL
+            && (c->order_popleft = PyObject_GetAttr(c->tx_order, s_popleft)) == NULL) {
+            return -1;
+        }
+        PyObject *old = PyObject_CallNoArgs(c->order_popleft);
         if (old == NULL) {
             return -1;
         }
@@ -769,7 +957,12 @@ nonce_updated(caches_t *c, PyObject *ev)
         return -1;
     }
     int rc = -1;
-    PyObject *old = PyDict_GetItemWithError(c->api_keys, key);
+    /* the (ai, ki) key hashed once for the lookup and the store (a tuple's hash is not cached) */
+    Py_hash_t hash = PyObject_Hash(key);
+    if (hash == -1) {
+        goto done;
+    }
+    PyObject *old = dict_get_hashed(c->api_keys, key, hash);
     if (old == NULL) {
         rc = PyErr_Occurred() ? -1 : 0;
         goto done;
@@ -786,7 +979,8 @@ nonce_updated(caches_t *c, PyObject *ev)
     if (rec == NULL) {
         goto done;
     }
-    rc = PyDict_SetItem(c->api_keys, key, rec) < 0 || untrack(rec) < 0 ? -1 : 0;
+    rc = dict_set_hashed(c->api_keys, key, rec, hash) < 0 || untrack_made(rec, ev, old) < 0
+        ? -1 : 0;
     Py_DECREF(rec);
 done:
     Py_DECREF(key);
@@ -798,12 +992,17 @@ order_updated(caches_t *c, PyObject *ev, PyObject *touched)
 {
     int live = PyObject_RichCompareBool(PyTuple_GET_ITEM(ev, 12), active, Py_EQ);
     if (live > 0) {
-        PyObject *zero = PyLong_FromLong(0);
-        if (zero == NULL) {
-            return -1;
+        PyObject *remaining = PyTuple_GET_ITEM(ev, 7);
+        if (PyLong_CheckExact(remaining)) {
+            live = _PyLong_Sign(remaining) > 0;
+        } else {
+            PyObject *zero = PyLong_FromLong(0);
+            if (zero == NULL) {
+                return -1;
+            }
+            live = PyObject_RichCompareBool(remaining, zero, Py_GT);
+            Py_DECREF(zero);
         }
-        live = PyObject_RichCompareBool(PyTuple_GET_ITEM(ev, 7), zero, Py_GT);
-        Py_DECREF(zero);
     }
     if (live < 0) {
         return -1;
@@ -818,7 +1017,7 @@ order_updated(caches_t *c, PyObject *ev, PyObject *touched)
         if (r == NULL) {
             return -1;
         }
-        int bad = untrack(r) < 0 || put_order(c, r) < 0;
+        int bad = untrack_made(r, ev, NULL) < 0 || put_order(c, r) < 0;
         Py_DECREF(r);
         if (bad) {
             return -1;
@@ -858,7 +1057,8 @@ position_changed(caches_t *c, PyObject *ev, PyObject *touched)
     PyObject *rec = record(cls[C_POSITION_RECORD], ((PyTupleObject *)ev)->ob_item,
                            PyTuple_GET_SIZE(ev));
     if (rec != NULL) {
-        rc = PyObject_SetItem(positions, PyTuple_GET_ITEM(ev, 1), rec) < 0 || untrack(rec) < 0
+        rc = PyObject_SetItem(positions, PyTuple_GET_ITEM(ev, 1), rec) < 0
+                || untrack_made(rec, ev, NULL) < 0
             ? -1 : 0;
         Py_DECREF(rec);
     }
@@ -889,6 +1089,9 @@ trade_executed(caches_t *c, PyObject *ev, PyObject *tx_hash, PyObject *seq, PyOb
         return -1;
     }
     int rc = -1;
+    if (untrack_fast(row) < 0) {
+        goto done;
+    }
     PyObject *r = PyObject_CallMethodOneArg(tape, s_append, row);
     if (r == NULL) {
         goto done;
@@ -948,21 +1151,26 @@ market_stats_changed(caches_t *c, PyObject *ev)
     if (rec == NULL) {
         return -1;
     }
-    int rc = PyDict_SetItem(c->markets, mi, rec) < 0 || untrack(rec) < 0 ? -1 : 0;
+    int rc = PyDict_SetItem(c->markets, mi, rec) < 0 || untrack_made(rec, ev, m) < 0 ? -1 : 0;
     Py_DECREF(rec);
     return rc;
 }
 
 /* A side's changed levels, price -> size, as the ((price, size), ...) tuple a BookDelta holds:
  * ascending, or descending for bids (``tuple(sorted(d.items(), reverse=...))``; prices are
- * unique, so sorting the keys sorts the items). */
+ * unique, so sorting the keys sorts the items). Prices that are ints within 64 bits (all of a
+ * block's, in practice) are sorted as C integers by an insertion sort (a block changes a few
+ * levels per side), without the keys list, its sort's comparisons and a lookup per key; any
+ * other price falls back to the list sort. */
+#define SORT_INLINE 32
+typedef struct {
+    long long px;
+    PyObject *price, *size; /* borrowed from the dict */
+} level_t;
+
 static PyObject *
-sorted_levels(PyObject *d, int descending)
+sorted_levels_generic(PyObject *d, int descending)
 {
-    if (!PyDict_Check(d)) {
-        PyErr_SetString(PyExc_TypeError, "a changed side is not a dict");
-        return NULL;
-    }
     PyObject *keys = PyDict_Keys(d);
     if (keys == NULL) {
         return NULL;
@@ -988,6 +1196,50 @@ sorted_levels(PyObject *d, int descending)
     }
 done:
     Py_DECREF(keys);
+    return out;
+}
+
+static PyObject *
+sorted_levels(PyObject *d, int descending)
+{
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "a changed side is not a dict");
+        return NULL;
+    }
+    Py_ssize_t n = PyDict_GET_SIZE(d);
+    if (n > SORT_INLINE) {
+        return sorted_levels_generic(d, descending);
+    }
+    level_t lv[SORT_INLINE];
+    Py_ssize_t pos = 0, m = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        int overflow = 0;
+        long long px = PyLong_CheckExact(k) ? PyLong_AsLongLongAndOverflow(k, &overflow) : 0;
+        if (!PyLong_CheckExact(k) || overflow) {
+            return sorted_levels_generic(d, descending);
+        }
+        /* insertion sort, ascending (prices are unique keys) */
+        Py_ssize_t j = m++;
+        while (j > 0 && lv[j - 1].px > px) {
+            lv[j] = lv[j - 1];
+            j--;
+        }
+        lv[j] = (level_t){px, k, v};
+    }
+    PyObject *out = PyTuple_New(m);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        level_t *e = &lv[descending ? m - 1 - i : i];
+        PyObject *pair = PyTuple_Pack(2, e->price, e->size);
+        if (pair == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, pair);
+    }
     return out;
 }
 
@@ -1050,6 +1302,7 @@ apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(events);
         return NULL;
     }
+    c.ints = PyLong_CheckExact(seq) && PyLong_CheckExact(ts_ms);
     PyObject *tx_hash = PyBytes_FromStringAndSize(NULL, 0);
     PyObject *result = NULL;
     if (tx_hash == NULL) {
@@ -1059,6 +1312,11 @@ apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *ev = PySequence_Fast_GET_ITEM(events, i);
         PyTypeObject *t = Py_TYPE(ev);
+        /* the block's events are kept (history): out of the collector's lists, as the Python
+         * loop's caller does with untrack_all (the C decoder makes most of them untracked) */
+        if (untrack_c != NULL && PyObject_GC_IsTracked(ev) && untrack_fast(ev) < 0) {
+            goto done;
+        }
         int kind = -1;
         for (int k = 0; k < N_EVENTS; k++) {
             if (t == cls[k]) {
@@ -1094,6 +1352,7 @@ apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyObject *r = PyObject_Vectorcall(rare, call, 6, NULL);
             rc = r == NULL ? -1 : 0;
             Py_XDECREF(r);
+            level_forget(&c); /* Python ran: the books it cached may have been replaced */
         }
         }
         if (rc < 0) {

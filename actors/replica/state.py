@@ -547,11 +547,12 @@ class ReplicaState:
         # Every record the block made is an immutable tuple of atoms: out of the collector's lists
         # (observability/_untrack.c), so no collection walks the history the replica keeps, nor
         # the current orders, positions, key nonces and market stats (untracked as made, by the
-        # loop).
-        untrack_all(blk.events)
-        untrack_all(txs)
-        for rows in trades.values():
-            untrack_all(rows)
+        # loop; the C loop also untracks the events, tx results and trades as it goes).
+        if _cacheloop is None:
+            untrack_all(blk.events)
+            untrack_all(txs)
+            for rows in trades.values():
+                untrack_all(rows)
         applied = _new(
             Applied,
             (

@@ -265,14 +265,27 @@ def test_both_loops_agree_on_synthetic_blocks(
                             )
                         )
         applied: list[Any] = []
+        # fresh events per loop, GC-tracked as built in Python: each loop untracks them itself
+        fresh = [[type(ev)(*ev) for ev in evs] for evs in blocks]
         with monkeypatch.context() as m:
             if not use_c:
                 m.setattr(replica_state, "_cacheloop", None)
-            for i, evs in enumerate(blocks):
+            for i, evs in enumerate(fresh):
                 a = st_.apply_block(Block(seq + 1 + i, height + 1 + i, 10**15, evs))
                 applied.append((a.books, a.trades, a.accounts, a.txs))
-        caches.append((_caches(st_), applied))
+        caches.append((_caches(st_), applied, _tracking(st_, fresh, applied)))
     assert caches[0] == caches[1]
+
+
+def _tracking(st_: ReplicaState, blocks: list[list[Any]], applied: list[Any]) -> list[bool]:
+    """Whether the collector tracks each event and each record the caches and blocks keep."""
+    kept: list[Any] = [ev for evs in blocks for ev in evs]
+    for _, trades, _, txs in applied:
+        kept += txs
+        kept += [row for rows in trades.values() for row in rows]
+    kept += list(st_.orders.values()) + list(st_.api_keys.values()) + list(st_.markets.values())
+    kept += [p for ai in sorted(st_.accounts) for p in st_.accounts[ai].positions.values()]
+    return [gc.is_tracked(r) for r in kept]
 
 
 def test_the_day_stats_count_every_trade_of_every_block(
