@@ -1,21 +1,22 @@
 /* raydex.actors.replica._cacheloop: a block's per-tx events into the replica's caches in one C
  * loop (actors/replica/state.py, ReplicaState.apply_block).
  *
- * configure(classes, active, untrack, account_class) sets, once per process, the fourteen
+ * configure(classes, active, untrack, account_class) sets, once per process, the fifteen
  * NamedTuple classes (OrderUpdated, LevelChanged, TxExecuted, NonceUpdated, BalanceChanged,
  * PositionChanged, TradeExecuted, MarketStatsChanged, OrderRecord, TxRecord, ApiKeyRecord,
- * PositionRecord, TradeRow, MarketRecord), the ACTIVE_LIMIT order status, the ``untrack``
- * function the records go through (observability/gcstats.py) and AccountCache (its slots are
- * read at their offsets).
+ * PositionRecord, TradeRow, MarketRecord, BookDelta), the ACTIVE_LIMIT order status, the
+ * ``untrack`` function the records go through (observability/gcstats.py) and AccountCache (its
+ * slots are read at their offsets).
  *
- * apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, rare) does exactly what
- * ReplicaState._apply_events does, the Python loop this is tested against (``changed`` ends as
- * market -> (bid levels descending, ask levels ascending), as BookDelta holds them): the eight kinds of
- * event a block is made of (OrderUpdated with _put_order / _drop_order / AccountCache.index,
- * LevelChanged, TxExecuted with _clear_pending, NonceUpdated, BalanceChanged, PositionChanged,
- * and per fill TradeExecuted and MarketStatsChanged as _apply_rare applies them) are applied
- * here, any other event is handed to ``rare(ev, tx_hash, seq, ts_ms, trades, touched)`` in block
- * order. It reads the caches from ``state``'s attributes on every call (a resync swaps them).
+ * apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, rare, nonces) does
+ * exactly what ReplicaState._apply_events does, the Python loop this is tested against
+ * (``changed`` ends as market -> BookDelta, ``nonces``, the books' nonces, at seq for each
+ * market in it; the records it keeps, the events and the tx results untracked by the GC as the
+ * Python loop and its caller leave them): the eight kinds of event a block is made of
+ * (OrderUpdated with _put_order / _drop_order / AccountCache.index, LevelChanged, TxExecuted
+ * with _clear_pending, NonceUpdated, BalanceChanged, PositionChanged, and per fill
+ * TradeExecuted and MarketStatsChanged as _apply_rare applies them) are applied here, any other
+ * event is handed to ``rare(ev, tx_hash, seq, ts_ms, trades, touched)`` in block order. It reads the caches from ``state``'s attributes on every call (a resync swaps them).
  * Records are built with tp_alloc as tuple.__new__ builds them for a subclass. On an error (a
  * missing market or order a block refers to: KeyError, as the Python loop raises) it returns
  * NULL with the caches changed half-way, as the Python loop leaves them; the replica resyncs.
@@ -45,6 +46,7 @@ enum {
     C_POSITION_RECORD,
     C_TRADE_ROW,
     C_MARKET_RECORD,
+    C_BOOK_DELTA,
     N_CLASSES
 };
 #define N_EVENTS (C_MARKET_STATS_CHANGED + 1) /* the event kinds handled here */
@@ -1243,10 +1245,12 @@ sorted_levels(PyObject *d, int descending)
     return out;
 }
 
-/* changed: market -> ({bid price: size}, {ask price: size}) becomes market -> (bid levels
- * descending, ask levels ascending), as ReplicaState._sort_changed does. */
+/* changed: market -> ({bid price: size}, {ask price: size}) becomes market -> BookDelta(market,
+ * bid levels descending, ask levels ascending, seq, the seq of the market's previous change),
+ * with nonces[market] moved to seq: the deltas ReplicaState.apply_block makes after the Python
+ * loop (its ``_sort_changed`` and deltas loop). */
 static int
-sort_changed(PyObject *changed)
+make_deltas(PyObject *changed, PyObject *seq, PyObject *nonces)
 {
     PyObject *mi, *pair;
     Py_ssize_t pos = 0;
@@ -1255,14 +1259,24 @@ sort_changed(PyObject *changed)
             PyErr_SetString(PyExc_TypeError, "a changed entry is not a pair");
             return -1;
         }
+        PyObject *begin = item(nonces, mi);
+        if (begin == NULL) {
+            return -1;
+        }
         PyObject *b = sorted_levels(PyTuple_GET_ITEM(pair, 0), 1);
         PyObject *a = b == NULL ? NULL : sorted_levels(PyTuple_GET_ITEM(pair, 1), 0);
-        PyObject *sides = a == NULL ? NULL : PyTuple_Pack(2, b, a);
+        PyObject *delta = NULL;
+        if (a != NULL) {
+            PyObject *items[5] = {mi, b, a, seq, begin};
+            delta = record(cls[C_BOOK_DELTA], items, 5);
+        }
         Py_XDECREF(b);
         Py_XDECREF(a);
-        /* the key is there: replacing its value does not resize the dict under PyDict_Next */
-        int bad = sides == NULL || PyDict_SetItem(changed, mi, sides) < 0;
-        Py_XDECREF(sides);
+        /* the keys are there: replacing their values does not resize the dicts (changed's under
+         * PyDict_Next) */
+        int bad = delta == NULL || PyDict_SetItem(nonces, mi, seq) < 0
+                  || PyDict_SetItem(changed, mi, delta) < 0;
+        Py_XDECREF(delta);
         if (bad) {
             return -1;
         }
@@ -1277,10 +1291,10 @@ static const Py_ssize_t min_fields[N_EVENTS] = {14, 4, 6, 3, 2, 8, 11, 4};
 static PyObject *
 apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9) {
+    if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError,
                         "apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, "
-                        "rare)");
+                        "rare, nonces)");
         return NULL;
     }
     if (untrack_fn == NULL) {
@@ -1289,8 +1303,11 @@ apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *state = args[0], *seq = args[2], *ts_ms = args[3], *changed = args[4];
     PyObject *trades = args[5], *touched = args[6], *txs = args[7], *rare = args[8];
-    if (!PyDict_Check(changed) || !PySet_Check(touched) || !PyList_Check(txs)) {
-        PyErr_SetString(PyExc_TypeError, "changed, touched, txs: a dict, a set, a list");
+    PyObject *nonces = args[9];
+    if (!PyDict_Check(changed) || !PySet_Check(touched) || !PyList_Check(txs)
+        || !PyDict_Check(nonces)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "changed, touched, txs, nonces: a dict, a set, a list, a dict");
         return NULL;
     }
     PyObject *events = PySequence_Fast(args[1], "events must be a sequence");
@@ -1359,7 +1376,7 @@ apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
     }
-    if (sort_changed(changed) < 0) {
+    if (make_deltas(changed, seq, nonces) < 0) {
         goto done;
     }
     result = Py_NewRef(Py_None);
@@ -1437,7 +1454,8 @@ static PyMethodDef methods[] = {
     {"configure", (PyCFunction)configure, METH_VARARGS,
      "configure(classes, active, untrack, account_class): see the module docstring."},
     {"apply_events", (PyCFunction)(void (*)(void))apply_events, METH_FASTCALL,
-     "apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, rare) -> None."},
+     "apply_events(state, events, seq, ts_ms, changed, trades, touched, txs, rare, nonces) "
+     "-> None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -169,6 +169,10 @@ class Books(Mapping[int, BookSnapshot]):
         """Market ``mi``'s book changed: its snapshot is rebuilt on the next read."""
         self._stale.add(mi)
 
+    def changed_all(self, mis: Iterable[int]) -> None:
+        """:meth:`changed` for each market in ``mis`` (one call per block)."""
+        self._stale.update(mis)
+
     def __getitem__(self, mi: int) -> BookSnapshot:
         if mi in self._stale:
             self._stale.discard(mi)
@@ -313,6 +317,7 @@ if _cacheloop is not None:
             PositionRecord,
             TradeRow,
             MarketRecord,
+            BookDelta,
         ),
         _ACTIVE,
         untrack,
@@ -527,7 +532,16 @@ class ReplicaState:
         txs: list[TxRecord] = []
         if _cacheloop is not None:
             _cacheloop.apply_events(
-                self, blk.events, seq, ts_ms, changed, trades, touched, txs, self._apply_rare
+                self,
+                blk.events,
+                seq,
+                ts_ms,
+                changed,
+                trades,
+                touched,
+                txs,
+                self._apply_rare,
+                self._book_nonces,
             )
         else:
             self._apply_events(blk.events, seq, ts_ms, changed, trades, touched, txs)
@@ -536,14 +550,8 @@ class ReplicaState:
         self.seq = seq
         self.height = blk.height
         self.timestamp_ns = blk.timestamp_ns
-        deltas: dict[int, BookDelta] = {}
-        nonces = self._book_nonces
-        books = self.books
-        for mi, (bids, asks) in changed.items():
-            begin = nonces[mi]
-            nonces[mi] = seq
-            books.changed(mi)
-            deltas[mi] = _new(BookDelta, (mi, bids, asks, seq, begin))
+        deltas: dict[int, BookDelta] = changed  # market -> its BookDelta, made by the loop
+        self.books.changed_all(deltas)
         # Every record the block made is an immutable tuple of atoms: out of the collector's lists
         # (observability/_untrack.c), so no collection walks the history the replica keeps, nor
         # the current orders, positions, key nonces and market stats (untracked as made, by the
@@ -583,8 +591,9 @@ class ReplicaState:
     ) -> None:
         """A block's events into the caches: the Python loop, where ``_cacheloop.c`` is not
         built, and the reference it is tested against. Writes what the block changed into
-        ``changed`` (market -> (bid levels descending, ask levels ascending), each level a
-        (price, absolute size) pair), ``trades``, ``touched`` and ``txs``."""
+        ``changed`` (market -> its BookDelta: bid levels descending, ask levels ascending, each
+        level a (price, absolute size) pair; the market's book nonce moves to ``seq``),
+        ``trades``, ``touched`` and ``txs``."""
         touch = touched.add
         tx_hash = b""
         bids, asks = self._bids, self._asks
@@ -661,8 +670,12 @@ class ReplicaState:
                 touch(ai)
             else:
                 rare(ev, tx_hash, seq, ts_ms, trades, touched)
+        nonces = self._book_nonces
         for mi, (bid_d, ask_d) in changed.items():
-            changed[mi] = (tuple(sorted(bid_d.items(), reverse=True)), tuple(sorted(ask_d.items())))
+            bid_levels = tuple(sorted(bid_d.items(), reverse=True))
+            ask_levels = tuple(sorted(ask_d.items()))
+            changed[mi] = _new(BookDelta, (mi, bid_levels, ask_levels, seq, nonces[mi]))
+            nonces[mi] = seq
 
     def _apply_rare(
         self,
