@@ -493,6 +493,70 @@ acct_index(PyObject *acct, PyObject *r, int sign)
     return 0;
 }
 
+/* AccountCache.reindex(old, r): acct_index(old, -1) then acct_index(r, 1), with one open-lots
+ * update where both rest in the same market and side with the same reduce-only flag and client
+ * order id. */
+static int
+acct_reindex(PyObject *acct, PyObject *old, PyObject *r)
+{
+    static const int fields[4] = {0, 4, 11, 3}; /* market, is_ask, reduce_only, coi */
+    int same = 1;
+    for (int i = 0; i < 4 && same > 0; i++) {
+        same = PyObject_RichCompareBool(PyTuple_GET_ITEM(old, fields[i]),
+                                        PyTuple_GET_ITEM(r, fields[i]), Py_EQ);
+    }
+    if (same < 0) {
+        return -1;
+    }
+    if (same) {
+        int reduce_only = PyObject_IsTrue(PyTuple_GET_ITEM(r, 11));
+        if (reduce_only != 0) {
+            return reduce_only < 0 ? -1 : 0;
+        }
+        PyObject *open_lots = acct_get(acct, A_OPEN_LOTS);
+        if (open_lots == NULL) {
+            return -1;
+        }
+        int rc = -1;
+        PyObject *mi = PyTuple_GET_ITEM(r, 0);
+        PyObject *lots = PyDict_GetItemWithError(open_lots, mi); /* borrowed */
+        if (lots == NULL) {
+            Py_DECREF(open_lots);
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            goto two_steps; /* not indexed as it should be: as the Python method does */
+        }
+        Py_INCREF(lots);
+        Py_ssize_t k = side_of(PyTuple_GET_ITEM(r, 4));
+        if (k < 0 || !PyList_Check(lots) || PyList_GET_SIZE(lots) != 2) {
+            if (k >= 0) {
+                PyErr_SetString(PyExc_TypeError, "open_lots entry is not a 2-list");
+            }
+            goto done;
+        }
+        PyObject *step = PyNumber_Subtract(PyTuple_GET_ITEM(r, 7), PyTuple_GET_ITEM(old, 7));
+        PyObject *nv = step == NULL ? NULL : PyNumber_Add(PyList_GET_ITEM(lots, k), step);
+        Py_XDECREF(step);
+        if (nv == NULL) {
+            goto done;
+        }
+        PyList_SetItem(lots, k, nv); /* steals nv */
+        int a = PyObject_IsTrue(PyList_GET_ITEM(lots, 0));
+        int b = a < 0 ? -1 : PyObject_IsTrue(PyList_GET_ITEM(lots, 1));
+        if (a < 0 || b < 0 || (!a && !b && PyDict_DelItem(open_lots, mi) < 0)) {
+            goto done;
+        }
+        rc = 0;
+    done:
+        Py_DECREF(lots);
+        Py_DECREF(open_lots);
+        return rc;
+    }
+two_steps:
+    return acct_index(acct, old, -1) < 0 ? -1 : acct_index(acct, r, 1);
+}
+
 /* The level_orders side dict of record r (borrowed). */
 static PyObject *
 level_side(caches_t *c, PyObject *r)
@@ -579,18 +643,13 @@ put_order(caches_t *c, PyObject *r)
             goto done;
         }
     } else {
-        Py_INCREF(old);
-        int bad = acct_index(acct, old, -1) < 0;
-        if (!bad) {
-            int moved = PyObject_RichCompareBool(PyTuple_GET_ITEM(old, 5), price, Py_NE);
-            if (moved == 0) {
-                moved = PyObject_RichCompareBool(
-                    PyTuple_GET_ITEM(old, 4), PyTuple_GET_ITEM(r, 4), Py_NE);
-            }
-            bad = moved < 0 || (moved && unlevel(c, old) < 0);
+        Py_INCREF(old); /* until reindexed below (orders[oi] = r drops the dict's reference) */
+        int moved = PyObject_RichCompareBool(PyTuple_GET_ITEM(old, 5), price, Py_NE);
+        if (moved == 0) {
+            moved =
+                PyObject_RichCompareBool(PyTuple_GET_ITEM(old, 4), PyTuple_GET_ITEM(r, 4), Py_NE);
         }
-        Py_DECREF(old);
-        if (bad) {
+        if (moved < 0 || (moved && unlevel(c, old) < 0)) {
             goto done;
         }
     }
@@ -624,11 +683,12 @@ put_order(caches_t *c, PyObject *r)
     }
     int bad = PyObject_SetItem(acct_orders, oi, r) < 0;
     Py_DECREF(acct_orders);
-    if (bad || acct_index(acct, r, 1) < 0) {
+    if (bad || (old == NULL ? acct_index(acct, r, 1) : acct_reindex(acct, old, r)) < 0) {
         goto done;
     }
     rc = 0;
 done:
+    Py_XDECREF(old);
     Py_DECREF(acct);
     return rc;
 }

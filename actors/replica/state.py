@@ -295,6 +295,24 @@ class AccountCache:
             else:
                 del cois[coi]
 
+    def reindex(self, old: OrderRecord, r: OrderRecord) -> None:
+        """``index(old, -1)`` then ``index(r, 1)``: the same aggregates (as mappings), with one
+        open-lots update and none of the client order ids where both rest in the same market and
+        side with the same reduce-only flag and client order id (a modify or a partial fill,
+        most order updates)."""
+        if old[0] == r[0] and old[4] == r[4] and old[11] == r[11] and old[3] == r[3]:
+            if r[11]:  # reduce-only: outside the open lots; the client order id's count holds
+                return
+            open_lots = self.open_lots
+            lots = open_lots.get(r[0])
+            if lots is not None:
+                lots[r[4]] += r[7] - old[7]
+                if not lots[0] and not lots[1]:
+                    del open_lots[r[0]]
+                return
+        self.index(old, -1)
+        self.index(r, 1)
+
 
 try:  # optional C extension (actors/replica/_cacheloop.c), built where a compiler is
     from . import _cacheloop  # type: ignore[attr-defined]
@@ -467,10 +485,8 @@ class ReplicaState:
         if old is None:
             counts = acct.order_counts
             counts[mi] = counts.get(mi, 0) + 1
-        else:
-            acct.index(old, -1)
-            if old[5] != price or old[4] != r[4]:
-                self._unlevel(old)
+        elif old[5] != price or old[4] != r[4]:
+            self._unlevel(old)
         orders[oi] = r
         side = self.level_orders[mi][r[4]]
         level = side.get(price)
@@ -479,7 +495,10 @@ class ReplicaState:
         else:
             level[oi] = r
         acct.orders[oi] = r
-        acct.index(r, 1)
+        if old is None:
+            acct.index(r, 1)
+        else:
+            acct.reindex(old, r)
 
     def _drop_order(self, oi: int) -> None:
         r = self.orders.pop(oi, None)
