@@ -30,11 +30,18 @@ each step, so other processes on a shared machine do not inflate it (what they d
 still shows); GC disabled while timing (what the replica's tuned GC policy aims at; collections
 are a separate cost, ``raydex_gc_pause_seconds``). ``--repeat`` > 1 replays the same stream into
 fresh replicas and reports the median run.
+
+``--evict-mb N`` writes N MiB of memory before each block, outside the timed steps: what the
+other processes sharing the replica's core do to its caches between two blocks under load (the
+loadtest's 2-core machine). With N past the core's L2 the same blocks take the time a live
+replica's do (this VM, 2 MiB of L2 per core: ``apply_block`` ~2.7x its warm time at 4 MiB):
+the apply there is bound by the cache lines it touches more than by the instructions it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import statistics
@@ -172,8 +179,10 @@ def run_once(
     frames: list[bytes],
     watched: int = 40,
     account_channels: str = "account_all",
+    evict_mb: int = 0,
 ) -> dict[str, Any]:
-    """Boot a replica from ``records`` and time every block of ``frames`` through it."""
+    """Boot a replica from ``records`` and time every block of ``frames`` through it (with
+    ``evict_mb`` MiB written before each block, untimed)."""
     state = ReplicaState.from_records(records, seq, height)
     fanout = Fanout(state, ApiConfig(), authorize=_accept)
     clients = _subscribe(fanout, state, watched, account_channels)
@@ -182,10 +191,14 @@ def run_once(
     totals = dict.fromkeys(hist, 0)
     events = 0
     pc = time.thread_time_ns
+    evict = bytearray(evict_mb << 20)
+    evict_at = ctypes.addressof((ctypes.c_char * len(evict)).from_buffer(evict)) if evict else 0
     gc.collect()
     gc.disable()
     try:
-        for frame in frames:
+        for i, frame in enumerate(frames):
+            if evict_at:
+                ctypes.memset(evict_at, i & 0xFF, len(evict))  # other processes' working sets
             t0 = pc()
             block = decode_block(frame)
             t1 = pc()
@@ -231,13 +244,14 @@ def run(
     json_out: bool = False,
     watched: int = 40,
     account_channels: str = "account_all",
+    evict_mb: int = 0,
 ) -> dict[str, Any]:
     t = time.perf_counter()
     _, seq, height, frames, records = build_stream(commands, warmup, block_txs, seed, accounts)
     build_s = time.perf_counter() - t
     ref_before = reference_loop_ns()
     runs = [
-        run_once(seq, height, records, frames, watched, account_channels)
+        run_once(seq, height, records, frames, watched, account_channels, evict_mb)
         for _ in range(max(1, repeat))
     ]
     ref = min(ref_before, reference_loop_ns())
@@ -268,6 +282,7 @@ def run(
         "seed": seed,
         "watched_accounts": watched,
         "account_channels": account_channels,
+        "evict_mb": evict_mb,
     }
     if json_out:
         print(json.dumps(result))
@@ -307,7 +322,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="account_all",
         help="what each watched account is subscribed to (account_all)",
     )
+    p.add_argument(
+        "--evict-mb",
+        type=int,
+        default=0,
+        help="MiB written before each block, untimed: caches as other processes leave them (0)",
+    )
     a = p.parse_args(argv)
+    if a.evict_mb < 0:
+        p.error("--evict-mb must be >= 0")
     run(
         a.commands,
         a.warmup,
@@ -318,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         a.json,
         a.watched,
         a.account_channels,
+        a.evict_mb,
     )
     return 0
 

@@ -111,11 +111,29 @@ def test_bench_apply_json_times_decode_cache_update_and_fanout_per_delta(
     assert out["ledger_ns_per_delta"] > 0  # the account-history fold, reported apart
     assert out["ns_per_delta"] >= sum(out["steps_ns_per_delta"].values()) * 0.99
     assert out["ns_per_delta_in_reference_loops"] > 0
+    assert out["evict_mb"] == 0
+
+
+def test_bench_apply_evicts_the_caches_between_blocks_when_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "apply", "--json", "--commands", "300", "--warmup", "300", "--repeat", "1"]
+    assert main([*argv, "--evict-mb", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # the same blocks, timed the same way, with 1 MiB written before each (untimed)
+    assert out["evict_mb"] == 1 and out["blocks"] == 30 and out["events"] > 300
 
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["bench"], ["bench", "engine", "--commands", "0"], ["bench", "nothing"], ["deploy"]],
+    [
+        [],
+        ["bench"],
+        ["bench", "engine", "--commands", "0"],
+        ["bench", "apply", "--evict-mb", "-1"],
+        ["bench", "nothing"],
+        ["deploy"],
+    ],
 )
 def test_a_missing_or_unknown_subcommand_or_bad_size_exits_with_usage_error(
     argv: list[str], capsys: pytest.CaptureFixture[str]
