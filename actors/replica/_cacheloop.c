@@ -1041,7 +1041,8 @@ nonce_updated(caches_t *c, PyObject *ev)
     if (rec == NULL) {
         goto done;
     }
-    rc = dict_set_hashed(c->api_keys, key, rec, hash) < 0 || untrack_made(rec, ev, old) < 0
+    /* untracked before the store: the store may free old, which untrack_made reads */
+    rc = untrack_made(rec, ev, old) < 0 || dict_set_hashed(c->api_keys, key, rec, hash) < 0
         ? -1 : 0;
     Py_DECREF(rec);
 done:
@@ -1213,7 +1214,8 @@ market_stats_changed(caches_t *c, PyObject *ev)
     if (rec == NULL) {
         return -1;
     }
-    int rc = PyDict_SetItem(c->markets, mi, rec) < 0 || untrack_made(rec, ev, m) < 0 ? -1 : 0;
+    /* untracked before the store: the store may free m, which untrack_made reads */
+    int rc = untrack_made(rec, ev, m) < 0 || PyDict_SetItem(c->markets, mi, rec) < 0 ? -1 : 0;
     Py_DECREF(rec);
     return rc;
 }
