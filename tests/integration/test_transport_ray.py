@@ -189,9 +189,14 @@ def test_frames_delivered_out_of_order_and_twice_come_out_in_order_once(
     subscriber = SubscriberActor.remote(publisher, "scrambled")
     try:
         # In order, each once. How many of the 3 duplicates were seen (vs. arriving after the
-        # stream ended) depends on Ray's scheduling, so the count itself is not asserted.
+        # stream ended) depends on Ray's scheduling, so the count itself is not asserted. On a
+        # loaded host the source may also reopen (a hole that outlives ``buffer`` later frames,
+        # or the idle timeout), and each reopen replays all 9 frames: the 6 it yields are the
+        # only frames that are not dropped, so at most 9 * opens - 6 are counted as duplicates.
         assert ray.get(subscriber.collect.remote(1, 6), timeout=TIMEOUT_S) == [1, 2, 3, 4, 5, 6]
-        assert ray.get(subscriber.duplicates.remote(), timeout=TIMEOUT_S) <= 3
+        reconnects = ray.get(subscriber.reconnects.remote(), timeout=TIMEOUT_S)
+        duplicates = ray.get(subscriber.duplicates.remote(), timeout=TIMEOUT_S)
+        assert duplicates <= 9 * (1 + reconnects) - 6
     finally:
         ray.kill(subscriber)
         ray.kill(publisher)
