@@ -204,6 +204,15 @@ BOOKJSON_EXTENSION = Extension(
     optional=True,
 )
 
+#: ``raydex.cluster._hugearena`` (``cluster/_hugearena.c``): pymalloc's arenas from 2 MiB-aligned
+#: MADV_HUGEPAGE regions (``cluster/hugepages.py``); optional, 4 KiB-page arenas otherwise.
+HUGEARENA_EXTENSION = Extension(
+    "raydex.cluster._hugearena",
+    sources=["cluster/_hugearena.c"],
+    extra_compile_args=["-O2", "-std=gnu11"],
+    optional=True,
+)
+
 setup(
     ext_modules=[
         SIGNING_EXTENSION,
@@ -213,6 +222,7 @@ setup(
         MERKLE_EXTENSION,
         UNTRACK_EXTENSION,
         EVENT_EXTENSION,
+        HUGEARENA_EXTENSION,
         *_mypyc_extensions(),
     ]
 )

@@ -35,6 +35,8 @@ class BundlePlacement:
     shared: bool
     pin: bool
     realtime: bool
+    #: the heap on 2 MiB transparent huge pages (``raydex.cluster.hugepages``)
+    huge_pages: bool = False
 
     def bundle(self) -> dict[str, float]:
         """The Ray bundle: ``{"CPU": r, "numa<N>": r}``."""

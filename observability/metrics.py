@@ -288,8 +288,8 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef(
             "raydex_placement_info",
             "gauge",
-            "1, labelled with where the actor runs and how it is pinned.",
-            ("node", "numa_node", "cpus", "policy"),
+            "1, labelled with where the actor runs, how it is pinned and its heap's page size.",
+            ("node", "numa_node", "cpus", "policy", "pages"),
         ),
     )
 }

@@ -132,6 +132,16 @@ class ActorRuntime:
     def before_boot(self) -> None:
         self.monitor.install()
         self.gc.apply()
+        if self.huge_pages:
+            # before the boot builds the state: the arenas it fills come from huge pages
+            from raydex.cluster.hugepages import install_arenas
+
+            install_arenas()
+
+    @property
+    def huge_pages(self) -> bool:
+        """The planned bundle asks for the heap on huge pages (``BundlePlacement.huge_pages``)."""
+        return bool(self.bundle is not None and self.bundle.huge_pages)
 
     def after_boot(
         self,
@@ -145,6 +155,10 @@ class ActorRuntime:
         from raydex.cluster.pinning import renice_all_threads
 
         self.placement = pin_actor(self.bundle)
+        if self.huge_pages:
+            from raydex.cluster.hugepages import report
+
+            self.placement["huge_pages"] = report()
         if self.nice is not None:
             self.placement["nice"] = renice_all_threads(self.nice)
         else:
@@ -183,6 +197,7 @@ class ActorRuntime:
             numa_node=str(p.get("numa_node", -1)),
             cpus=",".join(str(c) for c in p.get("cpus", ())) or "any",
             policy=str(p.get("policy", "unpinned")),
+            pages=self.pages(),
         )
         rec.start(METRICS_INTERVAL_S)
 
@@ -205,7 +220,18 @@ class ActorRuntime:
         parts.append(f"numa={numa}" if numa is not None and numa >= 0 else "numa=any")
         parts.append("cpus=" + (",".join(map(str, cpus)) if cpus else "any"))
         parts.append(f"policy={policy or ('SCHED_OTHER' if cpus else 'unpinned')}")
+        parts.append(f"pages={self.pages()}")
         return " ".join(parts)
+
+    def pages(self) -> str:
+        """``2M`` when this process's arenas are on huge pages (installed, and the kernel's THP
+        mode lets them be), ``2M(planned)`` before the boot, else ``4k``."""
+        if not self.huge_pages:
+            return "4k"
+        report = self.placement.get("huge_pages")
+        if report is None:
+            return "2M(planned)"
+        return "2M" if report["arenas"] and report["thp"] in ("always", "madvise") else "4k"
 
     def describe(self, role: str, facts: dict[str, Any], fixed: bool = False) -> str:
         """One line naming the actor and what matters live (see the module docstring): role,
@@ -230,8 +256,13 @@ class ActorRuntime:
         return self._spinner is not None and not self._spinner.done()
 
     def status(self) -> dict[str, Any]:
+        placement = self.placement
+        if "huge_pages" in placement:  # its counters now, not at the boot
+            from raydex.cluster.hugepages import report
+
+            placement = {**placement, "huge_pages": report()}
         out = {
-            "placement": self.placement,
+            "placement": placement,
             "gc": self.monitor.summary(),
             "busy_poll": self.busy_polling,
         }

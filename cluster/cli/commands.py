@@ -176,7 +176,8 @@ def _add_loadtest(sub: Any) -> None:
     p.add_argument("--clients", type=_positive, default=8, help="client lanes, WS and REST (8)")
     p.add_argument("--ab", nargs="+", default=None, metavar="NAME=SETTINGS",
                    help="two groups, e.g. pinned=pin:on,unpinned=pin:off "
-                   "(settings: pin, gc, realtime, replicas, cpus; join with +)")  # fmt: skip
+                   "(settings: pin, gc, realtime, busy, huge, replicas, cpus, door; "
+                   "join with +)")  # fmt: skip
     p.add_argument("--spec", default="raydex.yaml", help="base deploy spec (raydex.yaml)")
     p.add_argument("--out", default=None, help="output folder (loadtest-out/<time>)")
     p.add_argument("--json-out", default=None, help="also write the JSON report here")

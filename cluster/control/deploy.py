@@ -58,6 +58,7 @@ from typing import Any
 
 from raydex.actors.transport import new_secret
 
+from .. import hugepages
 from ..topology import HOST_LABEL, Topology
 from .placement import (
     BundlePlacement,
@@ -207,11 +208,17 @@ def _spawn(
 
     from raydex.actors.runtime import DEPLOYMENT_ENV
 
+    # the actor's deployment, for its metrics labels and repr (see DEPLOYMENT_ENV)
+    runtime_env: dict[str, Any] = {"env_vars": {DEPLOYMENT_ENV: namespace}}
+    if bundle is not None and bundle.huge_pages:
+        # both at the worker's start: glibc reads its tunables once, and pymalloc fills the
+        # arenas it has before new ones (raydex.cluster.hugepages)
+        runtime_env["env_vars"].update(hugepages.actor_env())
+        runtime_env["py_executable"] = hugepages.worker_command()
     opts: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
-        # the actor's deployment, for its metrics labels and repr (see DEPLOYMENT_ENV)
-        "runtime_env": {"env_vars": {DEPLOYMENT_ENV: namespace}},
+        "runtime_env": runtime_env,
         "lifetime": "detached",
         "max_restarts": -1,
         "max_task_retries": 0,

@@ -97,7 +97,9 @@ def placement_for(
     def single(role: Role, part: SequencerSpec | SnapshotSpec | CommitterSpec) -> GroupPlacement:
         slot = (part.host or head, part.numa_node)
         planner.check_slot(slot, part.cpus, role)
-        bundle = planner.take(role, role, 0, slot, part.cpus, part.pin, part.realtime)
+        bundle = planner.take(
+            role, role, 0, slot, part.cpus, part.pin, part.realtime, part.huge_pages
+        )
         return GroupPlacement(role, (bundle,))
 
     core = [single("sequencer", spec.sequencer), single("snapshot", spec.snapshot)]
@@ -127,7 +129,14 @@ def _replica_bundles(planner: _Planner, group: ReplicaGroupSpec) -> list[BundleP
         planner.check_slot(slot, group.cpus_per_replica, f"replica group {group.name!r}")
     return [
         planner.take(
-            "replica", group.name, i, slot, group.cpus_per_replica, group.pin, group.realtime
+            "replica",
+            group.name,
+            i,
+            slot,
+            group.cpus_per_replica,
+            group.pin,
+            group.realtime,
+            group.huge_pages,
         )
         for i, slot in enumerate(targets)
     ]
@@ -184,6 +193,7 @@ class _Planner:
         k: int,
         pin: bool,
         realtime: bool,
+        huge_pages: bool = False,
     ) -> BundlePlacement:
         host, numa = slot
         usage = self.usage.setdefault(slot, dict.fromkeys(self.cpus_of(slot), 0))
@@ -210,7 +220,17 @@ class _Planner:
                 self.sequencer_cores.add((host, c))
         self.requested[slot] = self.requested.get(slot, 0) + k
         return BundlePlacement(
-            role, group, index, host, numa, tuple(chosen), float(k), shared, pin, realtime
+            role,
+            group,
+            index,
+            host,
+            numa,
+            tuple(chosen),
+            float(k),
+            shared,
+            pin,
+            realtime,
+            huge_pages,
         )
 
 

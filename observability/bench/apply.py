@@ -36,6 +36,12 @@ other processes sharing the replica's core do to its caches between two blocks u
 loadtest's 2-core machine). With N past the core's L2 the same blocks take the time a live
 replica's do (this VM, 2 MiB of L2 per core: ``apply_block`` ~2.7x its warm time at 4 MiB):
 the apply there is bound by the cache lines it touches more than by the instructions it runs.
+
+``--huge-pages on`` (the default, as a deployed replica's ``huge_pages``) puts this process's
+pymalloc arenas on 2 MiB pages before the stream is built (``raydex.cluster.hugepages``); glibc's
+heap follows only when ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` was set before the process
+started, as deploy does. The report's ``huge_pages`` says what was in force. ``off`` keeps
+4 KiB pages (an install cannot be undone within a process).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import argparse
 import ctypes
 import gc
 import json
+import mmap
 import statistics
 import time
 from collections.abc import Sequence
@@ -52,6 +59,7 @@ from typing import Any
 from raydex.actors.replica import ApiConfig, Fanout, ReplicaState
 from raydex.actors.replica.fanout import Client
 from raydex.actors.sequencer import BlockProducer
+from raydex.cluster import hugepages
 from raydex.codecs import Verifier, decode_block
 from raydex.engine import Engine
 from raydex.observability.hist import Histogram
@@ -191,14 +199,17 @@ def run_once(
     totals = dict.fromkeys(hist, 0)
     events = 0
     pc = time.thread_time_ns
-    evict = bytearray(evict_mb << 20)
-    evict_at = ctypes.addressof((ctypes.c_char * len(evict)).from_buffer(evict)) if evict else 0
+    # Its own anonymous mapping (4 KiB pages, as another process's memory), not the allocator's
+    # heap: a huge-page policy for the replica's heap must not change what the eviction touches.
+    evict_len = evict_mb << 20
+    evict = mmap.mmap(-1, evict_len) if evict_len else None
+    evict_at = ctypes.addressof(ctypes.c_char.from_buffer(evict)) if evict is not None else 0
     gc.collect()
     gc.disable()
     try:
         for i, frame in enumerate(frames):
             if evict_at:
-                ctypes.memset(evict_at, i & 0xFF, len(evict))  # other processes' working sets
+                ctypes.memset(evict_at, i & 0xFF, evict_len)  # other processes' working sets
             t0 = pc()
             block = decode_block(frame)
             t1 = pc()
@@ -245,7 +256,10 @@ def run(
     watched: int = 40,
     account_channels: str = "account_all",
     evict_mb: int = 0,
+    huge_pages: bool = True,
 ) -> dict[str, Any]:
+    if huge_pages:
+        hugepages.install_arenas()
     t = time.perf_counter()
     _, seq, height, frames, records = build_stream(commands, warmup, block_txs, seed, accounts)
     build_s = time.perf_counter() - t
@@ -283,6 +297,7 @@ def run(
         "watched_accounts": watched,
         "account_channels": account_channels,
         "evict_mb": evict_mb,
+        "huge_pages": hugepages.report(),
     }
     if json_out:
         print(json.dumps(result))
@@ -304,6 +319,12 @@ def _print(r: dict[str, Any]) -> None:
     )
     for k, s in r["per_block_us"].items():
         print(f"  {k:<13} per block  p50 {s['p50']:>8.1f} us  p99 {s['p99']:>8.1f} us")
+    h = r["huge_pages"]
+    print(
+        f"heap: arenas on huge pages {'yes' if h['arenas'] else 'no'}, glibc's "
+        f"{'yes' if h['glibc'] else 'no'} (THP {h['thp']}; {h['huge_page_bytes'] >> 20} MiB on "
+        f"huge pages); evicted {r['evict_mb']} MiB before each block"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -328,6 +349,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0,
         help="MiB written before each block, untimed: caches as other processes leave them (0)",
     )
+    p.add_argument(
+        "--huge-pages",
+        choices=("on", "off"),
+        default="on",
+        help="pymalloc's arenas on 2 MiB pages, as a deployed replica's (on)",
+    )
     a = p.parse_args(argv)
     if a.evict_mb < 0:
         p.error("--evict-mb must be >= 0")
@@ -342,6 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         a.watched,
         a.account_channels,
         a.evict_mb,
+        a.huge_pages == "on",
     )
     return 0
 

@@ -41,6 +41,7 @@ from aiohttp import web
 
 from raydex.actors.replica import Applied, ReplicaActor, ReplicaHooks
 from raydex.actors.replica.fanout import NATIVE_PATHS
+from raydex.cluster import hugepages
 from raydex.codecs import Block, PositionLiquidated, TxOutcome
 
 from ..flight import Capture, FlightRecorder, SlowTrigger
@@ -252,6 +253,8 @@ class InstrumentedReplicaActor(ReplicaActor):  # type: ignore[misc]
             },
             # the apply's C loops in this replica process (False: the Python fallback ran)
             "native": dict(NATIVE_PATHS),
+            # its heap's pages now (None: not planned on huge pages)
+            "heap": hugepages.report() if self.runtime.huge_pages else None,
             "slow_events": p.trigger.seen_slow,
             "flight_dumps": list(p.dumps),
             "liquidations": p.liquidations,

@@ -132,6 +132,7 @@ def _group_report(g: GroupData) -> dict[str, Any]:
         "dry_run_us": g.hist("dry_run").summary_us(),
         "gc": {name: r.get("gc", {}) for name, r in g.replicas.items()},
         "native": {name: r.get("native", {}) for name, r in g.replicas.items()},
+        "heap": {name: r.get("heap") for name, r in g.replicas.items()},
         "flight_dumps": [d for r in g.replicas.values() for d in r.get("flight_dumps", [])],
         "slow_events": sum(int(r.get("slow_events", 0)) for r in g.replicas.values()),
         # every replica applies every block: the group saw the most any of its replicas saw
@@ -402,6 +403,15 @@ def render_markdown(r: Mapping[str, Any]) -> str:
         for rep, native in sorted(r["groups"][n].get("native", {}).items()):
             loops = ", ".join(f"{k} {'C' if v else 'Python'}" for k, v in sorted(native.items()))
             lines.append(f"\nReplica `{rep}` applied with: {loops}.")
+            heap = r["groups"][n].get("heap", {}).get(rep)
+            if heap:
+                lines.append(
+                    f"Its heap: arenas on huge pages {'yes' if heap['arenas'] else 'no'}, "
+                    f"glibc's {'yes' if heap['glibc'] else 'no'} (THP {heap['thp']}, "
+                    f"{heap['huge_page_bytes'] >> 20} MiB on huge pages)."
+                )
+            elif heap is None and rep in r["groups"][n].get("heap", {}):
+                lines.append("Its heap: 4 KiB pages (`huge_pages: false`).")
     lines += ["", "## Lifecycle per tx type (planned send → confirmed; p50 / p99 / p99.9, µs)", ""]
     for name, h in r["lifecycle_us"].items():
         lines.append(f"- `{name}`: {_q(h)} (n={h['count']})")

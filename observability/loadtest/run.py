@@ -17,7 +17,7 @@ the same traffic mix (lanes alternate between the groups, so each group gets hal
 of every kind) at the same time; every metric is reported per group with B's difference from A
 in percent. SETTINGS is ``key:value`` joined by ``+``: ``pin:on|off``,
 ``gc:tuned|scheduled|default``, ``realtime:on|off``, ``busy:on|off`` (the replicas'
-``busy_poll``), ``replicas:N``, ``cpus:N``,
+``busy_poll``), ``huge:on|off`` (the replicas' heap on huge pages), ``replicas:N``, ``cpus:N``,
 ``door:off|SECONDS`` (the overload door's ``admission_max_delay_s``). ``parse_ab`` rejects
 anything else with a message naming the group and the setting.
 
@@ -107,6 +107,8 @@ class GroupSettings:
     door: float | None = None
     #: the replicas' ``busy_poll``
     busy: bool | None = None
+    #: the replicas' ``huge_pages``
+    huge: bool | None = None
 
     def apply(self, base: ReplicaGroupSpec, replicas: int | None, port: int) -> ReplicaGroupSpec:
         """``base`` with these settings; ``replicas`` None keeps the base's count (the spec's
@@ -128,6 +130,7 @@ class GroupSettings:
             replicas_per_numa_node=None if count is not None else per_node,
             pin=base.pin if self.pin is None else self.pin,
             realtime=base.realtime if self.realtime is None else self.realtime,
+            huge_pages=base.huge_pages if self.huge is None else self.huge,
             gc=base.gc if self.gc is None else GC_PRESETS[self.gc],
             cpus_per_replica=self.cpus or base.cpus_per_replica,
             http_port=port,
@@ -149,7 +152,7 @@ def _parse_group(part: str) -> GroupSettings:
             raise AbError(f"--ab: group {name!r}: expected key:value, got {item!r}")
         if key in fields:
             raise AbError(f"--ab: group {name!r}: {key!r} given twice")
-        if key in ("pin", "realtime", "busy"):
+        if key in ("pin", "realtime", "busy", "huge"):
             if value not in _ONOFF:
                 raise AbError(f"--ab: group {name!r}: {key} must be on or off, got {value!r}")
             fields[key] = _ONOFF[value]
@@ -165,8 +168,10 @@ def _parse_group(part: str) -> GroupSettings:
         elif key == "door":
             fields[key] = _door(name, value)
         else:
-            raise AbError(f"--ab: group {name!r}: unknown setting {key!r} "
-                          "(known: pin, gc, realtime, busy, replicas, cpus, door)")  # fmt: skip
+            raise AbError(
+                f"--ab: group {name!r}: unknown setting {key!r} "
+                "(known: pin, gc, realtime, busy, huge, replicas, cpus, door)"
+            )
     if not fields:
         raise AbError(f"--ab: group {name!r} has no settings (e.g. {name}=pin:on)")
     return GroupSettings(name=name.lower().replace("_", "-"), text=settings.strip(), **fields)

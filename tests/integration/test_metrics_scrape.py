@@ -29,6 +29,7 @@ import ray
 
 from raydex.actors.local import Trader
 from raydex.actors.runtime import LIVE_HINT, LIVE_LOG_PREFIX
+from raydex.cluster import hugepages
 from raydex.cluster.control import deploy as dep
 from raydex.cluster.control.spec import load_spec
 from raydex.cluster.topology import Topology
@@ -268,6 +269,16 @@ def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
     live = dep.status(NS)
     for name in roles:
         assert live[name]["repr"].startswith(f"{roles[name]} {NS}/{name} ")
+    # every planned actor put its heap on huge pages (raydex.yaml's default): its arenas before
+    # the boot, glibc's through the runtime_env deploy gave it (read at the worker's start)
+    for name in roles:
+        heap = live[name]["placement"]["huge_pages"]
+        assert heap["glibc"] and heap["thp"] == hugepages.thp_mode(), (name, heap)
+        assert heap["arenas"] is hugepages.AVAILABLE, (name, heap)
+        if hugepages.AVAILABLE:  # installed by the worker's py_executable, before Ray's imports
+            assert heap["arenas_in_use"] > 0 and heap["at_start"], (name, heap)
+        if hugepages.AVAILABLE and heap["thp"] in ("always", "madvise"):
+            assert heap["huge_page_bytes"] > 0 and " pages=2M" in live[name]["repr"], name
     replica = live["raydex-replica-metrics-0"]
     seq, digest = replica["state_hash_seq"], replica["state_hash"]
     assert f" seq={replica['seq']} lag=" in replica["repr"]

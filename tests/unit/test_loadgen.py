@@ -20,7 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raydex.actors.replica import ApiConfig
+from raydex.cluster.control.placement import placement_for
 from raydex.cluster.control.spec import GcSpec, ReplicaGroupSpec, load_spec
+from raydex.cluster.topology import Topology
 from raydex.codecs import ResultCode, Verifier, tx_from_json, tx_type_of
 from raydex.observability.loadtest.loadgen import (
     CLIENT_ERROR,
@@ -367,9 +369,24 @@ def test_ab_door_setting_sets_the_groups_overload_door() -> None:
     assert base.api.admission_max_delay_s == ApiConfig().admission_max_delay_s
 
 
+def test_ab_huge_setting_sets_the_groups_heap_pages_and_placement_carries_it() -> None:
+    a, b = parse_ab("huge=huge:on,small=huge:off")
+    base = ReplicaGroupSpec("public", replicas=1)
+    assert base.huge_pages  # the default: the heap on huge pages
+    on, off = a.apply(base, 1, 9000), b.apply(base, 1, 9001)
+    assert (on.huge_pages, off.huge_pages) == (True, False)
+    spec = load_spec("raydex.yaml")
+    spec = dataclasses.replace(spec, replica_groups=(on, off))
+    groups = {g.name: g for g in placement_for(spec, {"h": Topology.single((0, 1))})}
+    assert [b.huge_pages for b in groups["huge"].bundles] == [True]
+    assert [b.huge_pages for b in groups["small"].bundles] == [False]
+    assert groups["sequencer"].bundles[0].huge_pages  # every role's default
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
+        ("a=huge:yes,b=huge:off", "huge must be on or off, got 'yes'"),
         ("a=door:fast,b=door:off", "door must be off or seconds in"),
         ("a=door:5,b=door:off", "door must be off or seconds in"),
         ("pinned=pin:on", "exactly two groups"),

@@ -367,7 +367,7 @@ def test_an_actor_says_where_its_live_figures_are_and_writes_them_to_its_log(
     (line,) = capsys.readouterr().out.splitlines()
     assert re.fullmatch(
         rf"{LIVE_LOG_PREFIX} \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ replica seq=7 node=\S+ "
-        r"numa=any cpus=any policy=unpinned",
+        r"numa=any cpus=any policy=unpinned pages=4k",
         line,
     ), line
 
