@@ -52,7 +52,7 @@ import random
 import re
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,18 +100,21 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def free_port(pair: bool = False) -> int:
+def free_port(pair: bool = False, avoid: Collection[int] = ()) -> int:
     """A free TCP port on 127.0.0.1 (``pair``: one whose successor is free too, for the
     sequencer's blocks + tx-log ports), chosen at random outside the kernel's ephemeral range
-    and Ray's worker ports. A port the OS hands out for ``bind(0)`` lies in the ephemeral range,
-    where any outgoing connection (Ray opens many) may take it before the listener binds it:
-    a loadtest's replica once failed to start with EADDRINUSE that way. Still racy against
-    other listeners choosing at random; callers bind soon after."""
+    and Ray's worker ports, and not in ``avoid`` (ports already chosen for the same deployment
+    but not bound yet: both would look free). A port the OS hands out for ``bind(0)`` lies in
+    the ephemeral range, where any outgoing connection (Ray opens many) may take it before the
+    listener binds it: a loadtest's replica once failed to start with EADDRINUSE that way.
+    Still racy against other listeners choosing at random; callers bind soon after."""
     ephemeral = _ephemeral_range()
     rng = random.SystemRandom()
     for _ in range(1000):
         port = rng.randrange(1024, 65535)
         if port in ephemeral or port + 1 in ephemeral or port in RAY_WORKER_PORTS:
+            continue
+        if port in avoid or (pair and port + 1 in avoid):
             continue
         if _bindable(port) and (not pair or _bindable(port + 1)):
             return port

@@ -313,14 +313,27 @@ def build_spec(base: DeploySpec, opts: LoadtestOptions, work: Path) -> DeploySpe
         settings: Sequence[GroupSettings] = [GroupSettings("main")]
     else:
         settings = opts.ab
-    groups = tuple(s.apply(template, opts.replicas, free_port()) for s in settings)
+    # each port distinct from the others and from the base spec's (none is bound before deploy)
+    taken = {base.ports.http, base.ports.grpc, base.ports.grpc + 1}
+    grpc = free_port(pair=True, avoid=taken)
+    taken |= {grpc, grpc + 1}
+    http = free_port(avoid=taken)
+    taken.add(http)
+    group_ports = []
+    for _ in settings:
+        group_ports.append(free_port(avoid=taken))
+        taken.add(group_ports[-1])
+    groups = tuple(
+        s.apply(template, opts.replicas, port)
+        for s, port in zip(settings, group_ports, strict=True)
+    )
     replace, seq, snap = dataclasses.replace, base.sequencer, base.snapshot
     return dataclasses.replace(
         base,
         markets=base.markets[: opts.markets],
         sequencer=replace(base.sequencer, config=replace(seq.config, wal_dir=str(work / "wal"))),
         snapshot=replace(base.snapshot, config=replace(snap.config, dir=str(work / "snapshots"))),
-        ports=dataclasses.replace(base.ports, http=free_port(), grpc=free_port(pair=True)),
+        ports=dataclasses.replace(base.ports, http=http, grpc=grpc),
         replica_groups=groups,
     )
 

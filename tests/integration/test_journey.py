@@ -134,10 +134,12 @@ def head(scratch: Path) -> Iterator[Head]:
     env = user_env(RAY_AUTH_MODE=auth, RAYDEX_STATE_DIR=str(scratch / "state"))
     flags = run([str(BIN / "raydex"), "node-args", "--role", "head"], env).split()
     port = free_port()
+    client = free_port(avoid={port})
+    agent = free_port(avoid={port, client})
     argv = [
         str(BIN / "ray"), "start", "--head", "--block", "--disable-usage-stats",
         f"--port={port}", f"--temp-dir={scratch / 'ray'}", "--include-dashboard=false",
-        f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+        f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
         *flags,
     ]  # fmt: skip
     log = scratch / "head.log"
@@ -235,7 +237,8 @@ def status_json(env: dict[str, str]) -> dict[str, Any]:
 def test_ray_start_then_raydex_deploy_serves_scales_live_reports_and_goes_down(
     head: Head, scratch: Path
 ) -> None:
-    http, grpc = free_port(), free_port(pair=True)
+    http = free_port()
+    grpc = free_port(pair=True, avoid={http})
     spec = write_spec(scratch / "raydex.yaml", scratch, http, grpc, replicas=1)
     out = raydex("deploy", str(spec), env=head.env)  # --bind 0.0.0.0, the default
     assert "raydex-sequencer" in out and "raydex-replica-public-0" in out
@@ -297,10 +300,13 @@ def test_raydex_up_starts_its_own_head_and_down_stop_ray_stops_that_one_only(
         RAY_PROMETHEUS_HOST="http://127.0.0.1:9090",
         RAY_GRAFANA_HOST="http://127.0.0.1:3000",
     )
-    http, grpc, dash = free_port(), free_port(pair=True), free_port()
+    http = free_port()
+    grpc = free_port(pair=True, avoid={http})
+    dash = free_port(avoid={http, grpc, grpc + 1})
+    gcs = free_port(avoid={http, grpc, grpc + 1, dash})
     spec = write_spec(scratch / "raydex.yaml", scratch, http, grpc, replicas=1)
     up = [
-        "up", "--spec", str(spec), "--port", str(free_port()), "--temp-dir", str(scratch / "ray"),
+        "up", "--spec", str(spec), "--port", str(gcs), "--temp-dir", str(scratch / "ray"),
         "--dashboard-port", str(dash), "--",
         f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
     ]  # fmt: skip
@@ -431,7 +437,8 @@ def test_raydex_up_on_a_two_host_cluster_scales_onto_the_second_host_and_reserve
     two_hosts: tuple[str, dict[str, str]], scratch: Path
 ) -> None:
     address, env = two_hosts
-    http, grpc = free_port(), free_port(pair=True)
+    http = free_port()
+    grpc = free_port(pair=True, avoid={http})
     spec = write_spec(scratch / "raydex.yaml", scratch, http, grpc, replicas=1)
     out = raydex("up", "--address", address, "--spec", str(spec), env=env)  # bind 0.0.0.0
     assert "raydex is up: replicas raydex-replica-public-0" in out

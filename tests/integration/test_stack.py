@@ -43,7 +43,7 @@ class Exchange:
     def __init__(self, tmp: Path, topology: Topology, host: str) -> None:
         self.tmp = tmp
         self.http = dep.free_port()
-        self.grpc = dep.free_port(pair=True)
+        self.grpc = dep.free_port(pair=True, avoid={self.http})
         self.tops = {host: topology}
         self.traders = [Trader(i) for i in range(1, 5)]
 
