@@ -224,14 +224,18 @@ class ActorRuntime:
         return " ".join(parts)
 
     def pages(self) -> str:
-        """``2M`` when this process's arenas are on huge pages (installed, and the kernel's THP
-        mode lets them be), ``2M(planned)`` before the boot, else ``4k``."""
+        """``2M`` when this process's arenas are on huge pages (installed at the worker's start,
+        and the kernel's THP mode lets them be), ``2M(late)`` when they were installed only at
+        the boot (the state then fills the worker's older 4 KiB arenas first), ``2M(planned)``
+        before the boot, else ``4k``."""
         if not self.huge_pages:
             return "4k"
         report = self.placement.get("huge_pages")
         if report is None:
             return "2M(planned)"
-        return "2M" if report["arenas"] and report["thp"] in ("always", "madvise") else "4k"
+        if not report["arenas"] or report["thp"] not in ("always", "madvise"):
+            return "4k"
+        return "2M" if report["at_start"] else "2M(late)"
 
     def describe(self, role: str, facts: dict[str, Any], fixed: bool = False) -> str:
         """One line naming the actor and what matters live (see the module docstring): role,

@@ -8,6 +8,7 @@ tests read it and assert what that mode promises.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import subprocess
@@ -18,7 +19,9 @@ from typing import Any
 
 import pytest
 
+from raydex.actors.runtime import ActorRuntime
 from raydex.cluster import hugepages
+from raydex.cluster.bundle import BundlePlacement
 
 THP_ON = hugepages.thp_mode() in ("always", "madvise")
 
@@ -148,3 +151,19 @@ def test_the_worker_module_without_a_script_says_how_to_use_it() -> None:
     command = shlex.split(hugepages.worker_command())
     out = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 1 and "usage: python -m raydex.cluster.hugepages" in out.stderr
+
+
+def test_the_actor_line_says_which_pages_its_heap_is_on() -> None:
+    """``pages=`` in the actor's line and ``raydex_placement_info``: from the plan before the
+    boot, from what the process got after it (no install here: the report is set by hand)."""
+    bundle = BundlePlacement("replica", "g", 0, "h", 0, (0,), 1.0, False, True, False, True)
+    runtime = ActorRuntime(bundle)
+    assert runtime.pages() == "2M(planned)"
+    got = {"arenas": True, "thp": "madvise", "at_start": True}
+    runtime.placement = {"huge_pages": got}
+    assert runtime.pages() == "2M" and " pages=2M" in runtime.where()
+    runtime.placement = {"huge_pages": {**got, "at_start": False}}
+    assert runtime.pages() == "2M(late)"
+    runtime.placement = {"huge_pages": {**got, "thp": "never"}}
+    assert runtime.pages() == "4k"
+    assert ActorRuntime(dataclasses.replace(bundle, huge_pages=False)).pages() == "4k"
