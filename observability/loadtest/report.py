@@ -403,15 +403,18 @@ def render_markdown(r: Mapping[str, Any]) -> str:
         for rep, native in sorted(r["groups"][n].get("native", {}).items()):
             loops = ", ".join(f"{k} {'C' if v else 'Python'}" for k, v in sorted(native.items()))
             lines.append(f"\nReplica `{rep}` applied with: {loops}.")
-            heap = r["groups"][n].get("heap", {}).get(rep)
-            if heap:
+            heaps = r["groups"][n].get("heap", {})
+            if rep not in heaps:  # a report from before the heap was recorded
+                continue
+            heap = heaps[rep]
+            if heap is None:
+                lines.append("Its heap: 4 KiB pages (`huge_pages: false`).")
+            else:
                 lines.append(
                     f"Its heap: arenas on huge pages {'yes' if heap['arenas'] else 'no'}, "
                     f"glibc's {'yes' if heap['glibc'] else 'no'} (THP {heap['thp']}, "
                     f"{heap['huge_page_bytes'] >> 20} MiB on huge pages)."
                 )
-            elif heap is None and rep in r["groups"][n].get("heap", {}):
-                lines.append("Its heap: 4 KiB pages (`huge_pages: false`).")
     lines += ["", "## Lifecycle per tx type (planned send → confirmed; p50 / p99 / p99.9, µs)", ""]
     for name, h in r["lifecycle_us"].items():
         lines.append(f"- `{name}`: {_q(h)} (n={h['count']})")

@@ -315,18 +315,14 @@ def build_spec(base: DeploySpec, opts: LoadtestOptions, work: Path) -> DeploySpe
         settings = opts.ab
     # each port distinct from the others and from the base spec's (none is bound before deploy)
     taken = {base.ports.http, base.ports.grpc, base.ports.grpc + 1}
-    grpc = free_port(pair=True, avoid=taken)
-    taken |= {grpc, grpc + 1}
-    http = free_port(avoid=taken)
-    taken.add(http)
-    group_ports = []
-    for _ in settings:
-        group_ports.append(free_port(avoid=taken))
-        taken.add(group_ports[-1])
-    groups = tuple(
-        s.apply(template, opts.replicas, port)
-        for s, port in zip(settings, group_ports, strict=True)
-    )
+
+    def pick(pair: bool = False) -> int:
+        port: int = free_port(pair=pair, avoid=taken)
+        taken.update((port, port + 1) if pair else (port,))
+        return port
+
+    grpc, http = pick(pair=True), pick()
+    groups = tuple(s.apply(template, opts.replicas, pick()) for s in settings)
     replace, seq, snap = dataclasses.replace, base.sequencer, base.snapshot
     return dataclasses.replace(
         base,
