@@ -286,7 +286,7 @@ def _up(args: argparse.Namespace) -> int:
         address = head.address
         print(f"raydex up: started a Ray head (pid {head.pid}, {head.address}; log {head.log}); "
               f"`raydex down --stop-ray` stops it and only it")  # fmt: skip
-        _print_dashboard(head.dashboard_url, env)
+        _print_dashboard(head.dashboard_url, env, wanted=not args.no_dashboard, log=head.log)
     _connect(address, deploy_job_name("raydex up", args.spec, spec))
     bind = args.bind or ("127.0.0.1" if args.address is None else "0.0.0.0")
     try:
@@ -301,11 +301,15 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_dashboard(url: str | None, env: dict[str, str]) -> None:
+def _print_dashboard(url: str | None, env: dict[str, str], *, wanted: bool, log: str) -> None:
     from ..control.head import PASSTHROUGH_ENV
 
     if url is None:
-        print("raydex up: no dashboard (--no-dashboard)")
+        print(
+            "raydex up: no dashboard (--no-dashboard)"
+            if not wanted
+            else f"raydex up: the head printed no dashboard URL (it did not start? see {log})"
+        )
         return
     profiling = "on" if env.get("RAY_DASHBOARD_ENABLE_PROFILING") == "1" else "off"
     given = [f"{k}={env[k]}" for k in PASSTHROUGH_ENV if env.get(k)]

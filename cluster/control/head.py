@@ -61,7 +61,9 @@ __all__ = [
 
 #: Ray's environment variables that ``raydex up`` passes to the head as the caller gave them.
 PASSTHROUGH_ENV = ("RAY_PROMETHEUS_HOST", "RAY_GRAFANA_HOST", "RAY_GRAFANA_IFRAME_HOST")
-_READY = "Ray runtime started"
+#: ``ray start --block`` prints this after its whole banner (the GCS address, the dashboard URL):
+#: waiting for "Ray runtime started" instead raced the lines that follow it.
+_READY = "This command will now block forever"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

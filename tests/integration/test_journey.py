@@ -147,7 +147,7 @@ def head(scratch: Path) -> Iterator[Head]:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
-        text = wait_for_log(proc, log, "Ray runtime started")
+        text = wait_for_log(proc, log, "This command will now block forever")  # after the banner
         address = re.search(r"--address='([^']+)'", text)
         assert address, text
         yield Head(proc, address.group(1), {**env, "RAY_ADDRESS": address.group(1)})

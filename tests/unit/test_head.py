@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from raydex.cluster.control import head as head_module
 from raydex.cluster.control.head import (
     HeadRecord,
     group_members,
@@ -26,6 +27,7 @@ from raydex.cluster.control.head import (
     ray_command,
     read_record,
     running,
+    start_head,
     stop_head,
 )
 from raydex.cluster.control.head import write_record as write
@@ -160,3 +162,33 @@ def test_ray_runs_from_this_interpreters_environment_not_from_path(
     assert Path(cmd[0]).parent == Path(sys.executable).parent or cmd[:2] == [sys.executable, "-m"]
     done = subprocess.run([*cmd, "--version"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "ray" in done.stdout.lower()
+
+
+# Stands in for `ray start --head --block`'s banner, written in two parts as Ray's own can reach its
+# log: "Ray runtime started" first, the GCS address and the dashboard URL a moment later.
+BANNER = """
+import sys, time
+print("Ray runtime started.", flush=True)
+time.sleep(1.0)
+print("  ray start --address='10.1.2.3:6390'", flush=True)
+print("To monitor and debug Ray, view the dashboard at ", flush=True)
+print("  127.0.0.1:28265", flush=True)
+print("--block")
+print("  This command will now block forever until terminated by a signal.", flush=True)
+time.sleep(600)
+"""
+
+
+def test_start_head_reads_the_whole_banner_not_just_its_first_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(head_module, "ray_command", lambda: [sys.executable, "-c", BANNER])
+    path = tmp_path / "head.json"
+    head = start_head(port=6390, dashboard_port=28265, env={"PATH": "/usr/bin"}, record=path)
+    try:
+        assert head.address == "10.1.2.3:6390"
+        assert head.dashboard_url == "http://127.0.0.1:28265"
+        assert read_record(path) == head
+    finally:
+        os.killpg(head.pid, signal.SIGKILL)
+        os.waitpid(head.pid, 0)
