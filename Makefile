@@ -69,6 +69,7 @@ bench: $(STAMP) $(ENGINE_STAMP)
 	$(BIN)/raydex bench apply
 	$(BIN)/raydex bench signatures
 	$(BIN)/raydex bench transport
+	$(BIN)/raydex bench wal
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -129,6 +129,10 @@ class SequencerConfig:
     block_interval_ms: float = 1.0
     block_max_txs: int = 1000
     wal_fsync: FsyncPolicy = "block"
+    #: WAL segments born full-size (zeros, prepared by a background thread): a block's sync then
+    #: flushes its data and no filesystem metadata (``actors/sequencer/wal.py``; ~120 against
+    #: ~210 µs per sync here). Costs ``wal_segment_bytes`` of disk for the prepared next segment.
+    wal_preallocate: bool = True
     #: the data plane its streams are served on: "grpc" (HTTP/2) or "tcp" (plain asyncio streams
     #: carrying the same frames: in the loadtest's CPU ledger 23-27% less CPU per tx for the
     #: deployment than gRPC, the sequencer 27-36% less; the shipped raydex.yaml chooses it); see
@@ -268,7 +272,12 @@ class SequencerService:
         """Recover (newest usable snapshot + WAL), open the data plane, start the loops; the
         blocks port. Raises (WalError, OSError, ...) when the sequencer cannot start."""
         cfg = self.config
-        wal = Wal(cfg.wal_dir, fsync=cfg.wal_fsync, segment_bytes=cfg.wal_segment_bytes)
+        wal = Wal(
+            cfg.wal_dir,
+            fsync=cfg.wal_fsync,
+            segment_bytes=cfg.wal_segment_bytes,
+            preallocate=cfg.wal_preallocate,
+        )
         self.producer, self.replayed = BlockProducer.recover(
             Path(cfg.snapshot_dir), wal, Verifier(cfg.chain_id), keep_blocks=cfg.ring_size
         )
@@ -629,6 +638,10 @@ class SequencerService:
                 "first_seq": p.wal.first_seq if p and p.wal else 0,
                 "last_seq": p.wal.last_seq if p and p.wal else 0,
                 "torn_bytes": p.wal.torn_bytes if p and p.wal else 0,
+                # segments this process started: preallocated, or ordinary (no spare was ready)
+                "segments_preallocated": p.wal.preallocated_segments if p and p.wal else 0,
+                "segments_appended": p.wal.plain_segments if p and p.wal else 0,
+                "sync_us": p.wal.fsync_time.summary_us() if p and p.wal else {},
                 "pruned_through": self.pruned_through,
                 "pruned_segments": self.pruned_segments,
                 "txlog_reads": self.txlog_reads,

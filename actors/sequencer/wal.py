@@ -23,19 +23,36 @@ Layout: segment files ``wal-<first seq:020d>.log`` in one folder; each record is
 ``segment_bytes``; a new segment's directory entry is synced before its first record counts as
 durable. :meth:`Wal.prune` drops whole segments covered by a snapshot.
 
+Preallocated segments (``preallocate=True``, the sequencer's default): a segment is born
+``segment_bytes`` of written zeros, made and synced by a background thread (``wal-next.tmp``) once
+the current segment is half full, then renamed into place at the rollover (a log opens with a
+``FIRST_SEGMENT_BYTES`` one, made at open: a short-lived log does not keep 2 x 64 MiB). Records are
+written over the zeros at the log's end (``pwrite``) and synced with ``fdatasync``: the file's size
+and blocks never change while it fills, so a sync flushes the record's data pages and no filesystem
+metadata (on this machine's ext4 disk: p50 ~115 µs and ~40 µs of CPU per sync, against ~180 µs and
+~65 µs appending to a growing file: ``raydex bench wal``). The zeros are written a page at a time,
+so the page cache holds them in page-sized folios and a sync writes back a page or two, not a folio
+as large as the write that made it. The format rule that makes this safe: a record starts with
+``WAL_MAGIC``, so zeros are never a record; **zeros after the last record are room, not damage** (a
+segment's clean end, in any segment), and the next record is written over them. A torn write inside
+the zeros is cut by zeroing its bytes (``torn_bytes``: its non-zero extent) where truncating would
+give up the preallocation. When no prepared segment is ready (the thread is still zeroing, or
+``preallocate=False``), a segment is an ordinary growing file; the reader treats both alike.
+
 An in-memory index (seq and offset of every record, 16 bytes per record) is built at open and
 kept on append, so :meth:`Wal.read_records` serves any held range with one ``pread`` per segment
 (followers that fell behind the sequencer's ring catch up from it) and :meth:`Wal.replay` decodes
 only the records after a snapshot (the others are crc-checked at open, never decoded).
 
-Cost: one ``write`` + (optionally) one ``fsync`` per group of blocks, never per tx. Opening reads
-and crc-checks every held byte once (~1 GB/s); pruning keeps that bounded. ``fsync="none"``
+Cost: one ``pwrite`` + (optionally) one ``fdatasync`` per group of blocks, never per tx. Opening
+reads and crc-checks every held byte once (~1 GB/s); pruning keeps that bounded. ``fsync="none"``
 trades durability across power loss (the OS still has the bytes on a process crash) for latency.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import threading
@@ -72,6 +89,15 @@ def _segment_name(first_seq: int) -> str:
     return f"wal-{first_seq:020d}.log"
 
 
+#: the next segment, zero-filled and synced ahead of the rollover (never a ``wal-*.log`` name)
+SPARE_NAME = "wal-next.tmp"
+#: the size of the segment a log opens with (when it has none with room): see ``Wal.__init__``
+FIRST_SEGMENT_BYTES = 4 << 20
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+#: after a failed preparation (a full disk), the seconds before the next attempt
+PREPARE_RETRY_S = 30.0
+
+
 def _first_seq_of(path: Path) -> int:
     return int(path.stem.split("-")[1])
 
@@ -92,7 +118,10 @@ class _Segment:
     #: seq and start offset of every record, in file order (end = next offset or ``size``)
     seqs: array[int] = field(default_factory=lambda: array("Q"))
     offsets: array[int] = field(default_factory=lambda: array("Q"))
+    #: end of the last record (where the next one is written)
     size: int = 0
+    #: the file's preallocated length (0: an ordinary file that grows with its records)
+    capacity: int = 0
 
 
 class Wal:
@@ -103,11 +132,16 @@ class Wal:
         folder: str | os.PathLike[str],
         fsync: FsyncPolicy = "block",
         segment_bytes: int = 64 << 20,
+        preallocate: bool = False,
     ) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         self.segment_bytes = segment_bytes
+        self.preallocate = preallocate
+        #: segments started from a prepared (preallocated) file / as ordinary growing files
+        self.preallocated_segments = 0
+        self.plain_segments = 0
         self.last_seq = 0
         #: fsync per appended block (ns); exported as ``raydex_wal_fsync_seconds``
         self.fsync_time = Histogram()
@@ -117,7 +151,20 @@ class Wal:
         self._failed: BaseException | None = None
         self._lock = threading.Lock()  # guards ``_segments`` (appender, pruner, readers)
         self._segments: list[_Segment] = []
+        #: prepared and synced, ready to be renamed into place, and its size
+        self._spare: tuple[Path, int] | None = None
+        self._preparer: threading.Thread | None = None
+        self._prepare_failed_at = -float("inf")
+        (self.folder / SPARE_NAME).unlink(missing_ok=True)  # half made when a process died
         self._recover()
+        if preallocate:
+            newest = self._segments[-1] if self._segments else None
+            if newest is None or newest.size >= newest.capacity:
+                # the first segment too, at open; small, as a log may never fill it: the full-size
+                # next one is prepared when it is half full (a test's sequencer, a short run,
+                # keeps 2 x 4 MiB, not 2 x 64)
+                with contextlib.suppress(OSError):  # logged; the log starts ordinary files
+                    self._prepare_spare(min(segment_bytes, FIRST_SEGMENT_BYTES))
 
     # ---- opening: check every byte --------------------------------------------------------------
 
@@ -128,8 +175,8 @@ class Wal:
         paths = self.segments()
         for i, path in enumerate(paths):
             seg = self._scan(path, data := path.read_bytes(), last=i == len(paths) - 1)
-            if seg.size != len(data):
-                self._cut_torn_tail(seg, len(data))
+            if seg.size != len(data) and not seg.capacity:
+                self._cut_torn_tail(seg, data)
             self._segments.append(seg)
         if self._segments:
             self._open(self._segments[-1])
@@ -150,17 +197,19 @@ class Wal:
                 seg.offsets.append(off)
                 self.last_seq = info.seq
                 off = info.end
-            if off != len(data):
+            if off != len(data) and data.count(0, off) == len(data) - off:
+                seg.capacity = len(data)  # zeros after the last record: room, not damage
+            elif off != len(data):
                 after = find_wal_record(data, off + 1)
                 if after is not None or not last:
                     nxt = (
-                        f"valid record seq {after.seq} at byte {after.offset}"
+                        f"a valid record seq {after.seq} at byte {after.offset}"
                         if after
-                        else ("a newer segment")
+                        else "a newer segment"
                     )
                     raise WalError(
                         f"{path}: damaged WAL at byte {off} (after seq {self.last_seq}), "
-                        f"followed by a {nxt}: this is not a torn tail; refusing to start. "
+                        f"followed by {nxt}: this is not a torn tail; refusing to start. "
                         "Restore the file, or move the damaged part aside knowing that the "
                         "blocks in it were acknowledged"
                     )
@@ -169,10 +218,15 @@ class Wal:
         seg.size = off
         return seg
 
-    def _cut_torn_tail(self, seg: _Segment, file_size: int) -> None:
-        cut = file_size - seg.size
+    def _cut_torn_tail(self, seg: _Segment, data: bytes) -> None:
+        written = len(data.rstrip(b"\0"))  # the torn bytes end here; zeros after are room
+        cut = written - seg.size
         with open(seg.path, "r+b") as f:  # cut the torn tail so appends continue cleanly
-            f.truncate(seg.size)
+            if written < len(data):  # zeroed: truncating would give the preallocation up
+                os.pwrite(f.fileno(), bytes(cut), seg.size)
+                seg.capacity = len(data)
+            else:
+                f.truncate(seg.size)
             os.fsync(f.fileno())
         self.torn_bytes += cut
         log.warning(
@@ -255,7 +309,79 @@ class Wal:
     def _open(self, seg: _Segment) -> None:
         if self._fd >= 0:
             os.close(self._fd)
-        self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # no O_APPEND: records go at ``seg.size``, over a preallocated segment's zeros
+        self._fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT, 0o644)
+
+    def _new_segment(self, seq: int) -> _Segment:
+        """The segment starting at ``seq``: the prepared spare renamed into place when one is
+        ready, else an ordinary file. Its directory entry is synced (``fsync="block"``)."""
+        seg = _Segment(self.folder / _segment_name(seq), seq)
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            os.rename(spare[0], seg.path)
+            seg.capacity = spare[1]
+            self.preallocated_segments += 1
+        else:
+            self.plain_segments += 1
+        self._open(seg)
+        if self.fsync == "block":
+            fsync_dir(self.folder)  # the new file's entry survives a power loss
+        return seg
+
+    # ---- preallocation (off the appender's path) -------------------------------------------------
+
+    def _roll_early(self, seg: _Segment, n: int) -> bool:
+        """Start a new segment before ``segment_bytes``: the record does not fit in what ``seg``
+        preallocated, or ``seg`` is an ordinary file and a prepared one is ready."""
+        if seg.capacity:
+            return seg.size + n > seg.capacity
+        return self._spare is not None
+
+    def _prepare_spare(self, size: int) -> None:
+        """Write ``size`` bytes of zeros to the spare file and sync it (~45 ms per 64 MiB here)."""
+        path = self.folder / SPARE_NAME
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                # one page per write: the page cache keeps the folio size a write made, and a
+                # sync writes back whole dirty folios. Zeros written 1 MiB at a time left 1 MiB
+                # folios, and every block's sync wrote 1 MiB to the disk (/proc/PID/io
+                # write_bytes: 1,048,576 per sync against 5,600 appending; page-sized: 5,600)
+                zeros = memoryview(bytes(_PAGE))
+                left = size
+                while left > 0:
+                    left -= os.write(fd, zeros[: min(left, _PAGE)])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            # a full disk shows here first: give the space back to the log's own writes, and
+            # do not try again for PREPARE_RETRY_S (ordinary files meanwhile)
+            path.unlink(missing_ok=True)
+            self._prepare_failed_at = time.monotonic()
+            log.warning("WAL %s: could not prepare the next segment (%s); segments are "
+                        "ordinary files for now", self.folder, exc)  # fmt: skip
+            raise
+        with self._lock:
+            self._spare = (path, size)
+
+    def _maybe_prepare(self, seg: _Segment) -> None:
+        """After a write: start preparing the next segment once ``seg`` is half full (an
+        ordinary segment: at once), unless a spare is ready or being made."""
+        if self._spare is not None or (seg.capacity and seg.size * 2 < seg.capacity):
+            return
+        if self._preparer is not None and self._preparer.is_alive():
+            return
+        if time.monotonic() - self._prepare_failed_at < PREPARE_RETRY_S:
+            return
+
+        def prepare() -> None:
+            with contextlib.suppress(OSError):  # logged; the next segment is an ordinary file
+                self._prepare_spare(self.segment_bytes)
+
+        self._preparer = threading.Thread(target=prepare, name="wal-prepare", daemon=True)
+        self._preparer.start()
 
     def append(self, seq: int, timestamp_ns: int, txs: Sequence[object]) -> int:
         """Write one block's txs; durable on return with ``fsync="block"``. Returns its size."""
@@ -288,19 +414,21 @@ class Wal:
             if seg is not None and not seg.seqs and seg.first_seq != seq:
                 self._drop_empty(seg)  # named for a seq that never came (recovery jumped ahead)
                 seg = None
-            if seg is None or self._fd < 0 or seg.size >= self.segment_bytes:
+            if (
+                seg is None
+                or self._fd < 0
+                or seg.size >= self.segment_bytes
+                or (seg.seqs and self._roll_early(seg, len(record)))
+            ):
                 if seg is not None and self._fd >= 0:
                     self.sync()  # a segment is complete and durable before the next one starts
-                seg = _Segment(self.folder / _segment_name(seq), seq)
-                self._open(seg)
-                if self.fsync == "block":
-                    fsync_dir(self.folder)  # the new file's entry survives a power loss
+                seg = self._new_segment(seq)
                 with self._lock:
                     self._segments.append(seg)
             view = memoryview(record)
             written = 0
-            while written < len(record):  # os.write may write less (e.g. the disk filled up)
-                written += os.write(self._fd, view[written:])
+            while written < len(record):  # os.pwrite may write less (e.g. the disk filled up)
+                written += os.pwrite(self._fd, view[written:], seg.size + written)
         except BaseException as exc:
             self._failed = exc
             raise
@@ -308,6 +436,8 @@ class Wal:
         seg.seqs.append(seq)
         seg.size += len(record)
         self.last_seq = seq
+        if self.preallocate:
+            self._maybe_prepare(seg)
         return len(record)
 
     def _drop_empty(self, seg: _Segment) -> None:
@@ -328,7 +458,9 @@ class Wal:
             return 0
         t0 = time.perf_counter_ns()
         try:
-            os.fsync(self._fd)
+            # the data and what reading it back needs (a grown file's size and blocks); not the
+            # times: over a preallocated segment, no filesystem metadata at all
+            os.fdatasync(self._fd)
         except BaseException as exc:
             self._failed = exc
             raise
@@ -358,3 +490,5 @@ class Wal:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if self._preparer is not None:
+            self._preparer.join()  # never left writing into a folder its owner may remove

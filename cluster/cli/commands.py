@@ -40,6 +40,8 @@ Subcommands (every one of them works; nothing here is a placeholder):
   starts and stops a local Ray unless one is up). Delegated whole to that module's ``main``.
 - ``raydex bench dataplane [--flood-txs N] [--json]``: book-update latency while 8 streams flood
   the sequencer with badly signed batches (``observability.bench.dataplane``). Delegated.
+- ``raydex bench wal [--blocks N] [--dir D] [--json]``: the sequencer's per-block WAL write and
+  sync, appended vs preallocated segments (``observability.bench.wal``). Delegated.
 - ``raydex node-args [--role R] [--root PATH] [--host H]``: the ``ray start`` flags for this host
   (``cluster.topology``). Delegated whole to that module's ``main``.
 
@@ -71,6 +73,7 @@ _DELEGATED: dict[tuple[str, ...], str] = {
     ("bench", "transport"): "raydex.observability.bench.transport",
     ("bench", "apply"): "raydex.observability.bench.apply",
     ("bench", "dataplane"): "raydex.observability.bench.dataplane",
+    ("bench", "wal"): "raydex.observability.bench.wal",
 }
 
 
@@ -556,11 +559,11 @@ def _add_demo(sub: Any) -> None:
 
 def _add_bench(sub: Any) -> None:
     p = sub.add_parser(
-        "bench", help="benchmarks (engine, codecs, signatures, apply, transport, dataplane)"
+        "bench", help="benchmarks (engine, codecs, signatures, apply, transport, dataplane, wal)"
     )
     bench = p.add_subparsers(
         dest="bench",
-        metavar="{engine,codecs,signatures,apply,transport,dataplane}",
+        metavar="{engine,codecs,signatures,apply,transport,dataplane,wal}",
         required=True,
     )
     e = bench.add_parser(
@@ -591,6 +594,7 @@ def _add_bench(sub: Any) -> None:
     )
     bench.add_parser("transport", help="blocks actor to actor: gRPC vs Ray calls (starts Ray)")
     bench.add_parser("dataplane", help="book-update latency under a flood of badly signed batches")
+    bench.add_parser("wal", help="the WAL's per-block write and sync: appended vs preallocated")
 
 
 def build_parser() -> argparse.ArgumentParser:

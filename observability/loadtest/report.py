@@ -19,6 +19,8 @@ plain data. JSON keys (the contract ``--json-out`` promises):
   (a minute each when the window is >= 3 minutes, else a third of it) and the last/first ratio
   of p50 and p99 (a soak's "no drift"); ``memory_mib``: each deployment process's resident
   memory over the window (start, end, peak, growth; a soak's "RSS flat");
+- ``wal_sync_us``: the sequencer's WAL sync per block (same shape); ``wal_segments``: the
+  segments its process started, ``{preallocated, appended}`` (``sequencer.wal_preallocate``);
 - ``groups``: the same keys per replica group, and ``ab_diff_pct`` (B relative to A, in %) for
   A/B runs; ``targets``: each issue target, the measured value and whether it is met.
 
@@ -206,6 +208,12 @@ def _gc_totals(rep: dict[str, Any]) -> tuple[int, dict[str, float]]:
     return total, hist_from(snaps).summary_us()
 
 
+def _segments(seg: Mapping[str, int]) -> str:
+    """``1 preallocated, 0 appended``: the WAL segments the sequencer started in the run's
+    process (``sequencer.wal_preallocate``; an appended one where no prepared one was ready)."""
+    return f"{seg.get('preallocated', 0)} preallocated, {seg.get('appended', 0)} appended"
+
+
 def build_report(
     groups: Sequence[GroupData], run: Mapping[str, Any], sequencer: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -214,6 +222,9 @@ def build_report(
     report.update(_merged(groups))
     report["block_time_us"] = sequencer.get("block_time_us", {})
     report["block_txs"] = sequencer.get("block_txs", {})
+    wal = sequencer.get("wal") or {}
+    report["wal_sync_us"] = wal.get("sync_us", {})
+    report["wal_segments"] = {k: wal.get(f"segments_{k}", 0) for k in ("preallocated", "appended")}
     report["sequencer_seq"] = sequencer.get("seq")
     per = {g.name: _group_report(g) for g in groups}
     for rep in per.values():
@@ -476,6 +487,8 @@ def render_markdown(r: Mapping[str, Any]) -> str:
               "", "## Sequencer", "",
               f"- block time p50/p99/p99.9 µs: {_q(r.get('block_time_us'))}; txs per block p50 "
               f"{r.get('block_txs', {}).get('p50')} p99 {r.get('block_txs', {}).get('p99')}",
+              f"- WAL sync per block p50/p99/p99.9 µs: {_q(r.get('wal_sync_us'))}; segments "
+              f"started {_segments(r.get('wal_segments') or {})}",
               "", "## Where the time goes", ""]  # fmt: skip
     lines += _where(r)
     spans = r.get("span_breakdown_us") or {}

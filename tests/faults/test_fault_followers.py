@@ -11,7 +11,9 @@ import pytest
 from kit.faults import (
     TALLY,
     Load,
+    flip_in_last_record,
     holder_config,
+    newest_segment,
     sequencer_config,
     setup_ops,
     targets,
@@ -122,10 +124,7 @@ def test_a_damaged_wal_tail_covered_by_a_snapshot_loses_nothing(
             seq = svc.state_hash()["seq"]
             await until(lambda: holder.snapshot_seq == seq, "a snapshot of the newest block")
             await svc.stop()
-            seg = sorted((tmp_path / "wal").glob("wal-*.log"))[-1]
-            data = bytearray(seg.read_bytes())
-            data[-5] ^= 0x20
-            seg.write_bytes(bytes(data))
+            flip_in_last_record(newest_segment(tmp_path / "wal"), 5, 0x20)
             TALLY["faults injected"] += 1
             svc = SequencerService(cfg)
             await svc.start()

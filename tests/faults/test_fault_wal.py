@@ -17,9 +17,12 @@ from kit.faults import (
     Load,
     SequencerProcess,
     holder_config,
+    newest_segment,
+    records_end,
     sequencer_config,
     setup_ops,
     targets,
+    tear,
     traders,
     until,
     verify,
@@ -28,10 +31,6 @@ from kit.faults import (
 from raydex.actors.sequencer import SequencerService, WalError
 from raydex.actors.snapshot import SnapshotService
 from raydex.codecs import Deposit, encode_tx, encode_wal_record
-
-
-def newest_segment(tmp: Path) -> Path:
-    return sorted((tmp / "wal").glob("wal-*.log"))[-1]
 
 
 def test_torn_tails_after_crashes_mid_write_are_cut_and_nothing_acknowledged_is_lost(
@@ -53,12 +52,15 @@ def test_torn_tails_after_crashes_mid_write_are_cut_and_nothing_acknowledged_is_
                 # the process died while writing the next block: part of its record is on disk
                 assert svc.producer is not None
                 record = encode_wal_record(svc.producer.seq + 1, 1, [encode_tx(Deposit(1, 1))])
-                with open(newest_segment(tmp_path), "ab") as f:
-                    f.write(record[:cut])
+                seg = newest_segment(tmp_path / "wal")
+                size = seg.stat().st_size
+                tear(seg, record[:cut])
                 TALLY["faults injected"] += 1
                 svc = SequencerService(cfg)
                 await svc.start()
-                assert svc.wal.torn_bytes == cut
+                # the bytes that reached the disk, up to the zeros of the preallocated segment
+                assert svc.wal.torn_bytes == len(record[:cut].rstrip(b"\0"))
+                assert seg.stat().st_size == size and svc.wal.preallocated_segments == 0
                 TALLY["faults survived"] += 1
             await load.run_until_acked(5)
             await verify(tmp_path, cfg, holder, load, svc.state_hash)
@@ -87,9 +89,9 @@ def test_damage_in_the_middle_refuses_to_start_and_loses_nothing_once_restored(
         try:
             await load.run_until_acked(12)
             await svc.stop()
-            seg = newest_segment(tmp_path)
+            seg = newest_segment(tmp_path / "wal")
             good = seg.read_bytes()
-            at = len(good) // 2
+            at = records_end(good) // 2
             seg.write_bytes(good[:at] + bytes([good[at] ^ 0x04]) + good[at + 1 :])
             TALLY["faults injected"] += 1
             refused = SequencerService(cfg)

@@ -50,6 +50,7 @@ from raydex.codecs import (
     decode_outcomes,
     encode_batch,
     generate_key,
+    peek_wal_record,
     sign_tx,
     tx_hash_of,
 )
@@ -62,6 +63,35 @@ DEADLINE_S = 60.0
 
 #: session totals, printed by tests/faults/conftest.py
 TALLY: Counter[str] = Counter()
+
+
+# --- damaging a WAL segment where its records are (a preallocated one ends in zeros) ----------
+
+
+def newest_segment(wal_dir: Path) -> Path:
+    return sorted(wal_dir.glob("wal-*.log"))[-1]
+
+
+def records_end(data: bytes) -> int:
+    """Where the valid records of a segment end (what follows: zeros if preallocated)."""
+    off = 0
+    while (info := peek_wal_record(data, off)) is not None:
+        off = info.end
+    return off
+
+
+def flip_in_last_record(seg: Path, back: int, mask: int) -> None:
+    """XOR ``mask`` into the byte ``back`` bytes before the end of the segment's records."""
+    data = bytearray(seg.read_bytes())
+    data[records_end(bytes(data)) - back] ^= mask
+    seg.write_bytes(bytes(data))
+
+
+def tear(seg: Path, partial: bytes) -> None:
+    """A crash mid-write: ``partial`` (the start of a record) where the next record would go."""
+    end = records_end(seg.read_bytes())
+    with open(seg, "r+b") as f:
+        os.pwrite(f.fileno(), partial, end)
 
 
 def free_ports(n: int) -> list[int]:

@@ -124,11 +124,28 @@ def test_bench_apply_evicts_the_caches_between_blocks_when_asked(
     assert out["evict_mb"] == 1 and out["blocks"] == 30 and out["events"] > 300
 
 
+def test_bench_wal_times_both_segment_layouts_in_the_given_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ["bench", "wal", "--json", "--blocks", "40", "--rounds", "1", "--dir", str(tmp_path)]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    appended, preallocated = out["layouts"]["appended"], out["layouts"]["preallocated"]
+    assert appended["sync_us"]["count"] == preallocated["sync_us"]["count"] == 40
+    # each run's log: one segment, of the layout it measures
+    assert (appended["segments_appended"], appended["segments_preallocated"]) == (1, 0)
+    assert (preallocated["segments_appended"], preallocated["segments_preallocated"]) == (0, 1)
+    assert out["record_bytes"] > 10 * 100 and set(out["preallocated_over_appended"]) == {
+        "sync_p50", "sync_p99", "sync_cpu_p50"}  # fmt: skip
+    assert list(tmp_path.iterdir()) == []  # its logs removed
+
+
 @pytest.mark.parametrize(
     "argv",
     [
         [],
         ["bench"],
+        ["bench", "wal", "--blocks", "0"],
         ["bench", "engine", "--commands", "0"],
         ["bench", "apply", "--evict-mb", "-1"],
         ["bench", "apply", "--huge-pages", "maybe"],

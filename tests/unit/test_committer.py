@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from kit.faults import flip_in_last_record, newest_segment
 
 from raydex.actors.committer import Committer, CommitterFollower, GapError
 from raydex.actors.local import eth_market
@@ -139,10 +140,7 @@ def test_a_committer_that_saw_a_block_the_sequencer_lost_rebuilds_instead_of_cha
             await seq_svc.submit([order(1, i, 300_000, 1), order(2, i, 299_000, 0)])
         await until(lambda: follower.committer.seq == 6 and holder.seq == 6)
         await seq_svc.stop()
-        seg = sorted((tmp_path / "wal").glob("wal-*.log"))[-1]
-        data = bytearray(seg.read_bytes())
-        data[-2] ^= 0x10
-        seg.write_bytes(bytes(data))
+        flip_in_last_record(newest_segment(tmp_path / "wal"), 2, 0x10)
         again = SequencerService(cfg)
         await again.start()
         try:

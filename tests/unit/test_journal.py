@@ -72,13 +72,13 @@ def test_a_failed_write_is_reported_and_nothing_after_it_is_durable(tmp_path: Pa
 def test_a_disk_full_write_is_reported_and_only_what_was_synced_counts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = os.write
+    real = os.pwrite
     budget = {"bytes": 5}  # once patched: 5 more bytes fit on the disk
 
-    def small_disk(fd: int, data: bytes | memoryview) -> int:
+    def small_disk(fd: int, data: bytes | memoryview, offset: int) -> int:
         if budget["bytes"] <= 0:
             raise OSError(errno.ENOSPC, "No space left on device")
-        n = real(fd, bytes(data[: budget["bytes"]]))
+        n = real(fd, bytes(data[: budget["bytes"]]), offset)
         budget["bytes"] -= n
         return n
 
@@ -97,7 +97,7 @@ def test_a_disk_full_write_is_reported_and_only_what_was_synced_counts(
             journal.submit(seq, record(seq))
         while not durable or durable[-1] < 2:
             await asyncio.sleep(0.01)
-        monkeypatch.setattr(os, "write", small_disk)
+        monkeypatch.setattr(os, "pwrite", small_disk)
         for seq in (3, 4):
             journal.submit(seq, record(seq))
         await asyncio.wait_for(failed.wait(), 30)

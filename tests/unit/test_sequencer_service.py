@@ -89,6 +89,9 @@ def test_batches_are_sequenced_published_in_order_and_survive_a_restart(tmp_path
     status, seen = asyncio.run(scenario(tmp_path))
     assert seen == [1, 2, 3, 4]
     assert status["seq"] == 4
+    wal = status["wal"]
+    assert (wal["segments_preallocated"], wal["segments_appended"]) == (1, 0)  # the default
+    assert wal["sync_us"]["count"] >= 4
 
     async def restart() -> dict[str, object]:
         svc = SequencerService(config(tmp_path))
@@ -102,6 +105,9 @@ def test_batches_are_sequenced_published_in_order_and_survive_a_restart(tmp_path
     assert again["state_hash"] == status["state_hash"]
     assert (again["seq"], again["height"]) == (status["seq"], status["height"])
     assert again["replayed_blocks"] == 4
+    # the restart writes on over the zeros of the same preallocated segment
+    assert (again["wal"]["segments_preallocated"], again["wal"]["segments_appended"]) == (0, 0)
+    assert len(list((tmp_path / "wal").glob("wal-*.log"))) == 1
 
 
 def test_an_undecodable_batch_is_refused_whole(tmp_path: Path) -> None:
@@ -165,14 +171,14 @@ def test_a_wal_write_error_fails_the_waiters_and_ends_the_sequencer_and_a_restar
         await svc.start()
         await funded(svc)
         acked.extend(await svc.submit([order(1, 0, 300_000, 1)]))
-        real = os.write
+        real = os.pwrite
 
-        def disk_full(fd: int, data: bytes | memoryview) -> int:
+        def disk_full(fd: int, data: bytes | memoryview, offset: int) -> int:
             if fd == svc.wal._fd:
                 raise OSError(errno.ENOSPC, "No space left on device")
-            return real(fd, data)
+            return real(fd, data, offset)
 
-        monkeypatch.setattr(os, "write", disk_full)
+        monkeypatch.setattr(os, "pwrite", disk_full)
         results = await asyncio.gather(
             svc.submit([order(1, 1, 300_000, 1)]),
             svc.submit([order(2, 0, 300_000, 0)]),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from kit.faults import flip_in_last_record, newest_segment
 
 from raydex.actors.local import eth_market
 from raydex.actors.sequencer.service import SequencerConfig, SequencerService
@@ -221,10 +222,8 @@ def test_a_holder_that_saw_a_block_the_sequencer_lost_rebuilds_instead_of_diverg
             await seq_svc.submit([order(1, i, 300_000, 1), order(2, i, 299_000, 0)])
         await until(lambda: holder.seq == 6)
         await seq_svc.stop()
-        seg = sorted((tmp_path / "wal").glob("wal-*.log"))[-1]
-        data = bytearray(seg.read_bytes())
-        data[-2] ^= 0x10  # block 6, already published and applied by the holder
-        seg.write_bytes(bytes(data))
+        # block 6, already published and applied by the holder
+        flip_in_last_record(newest_segment(tmp_path / "wal"), 2, 0x10)
         # holder snapshots at 0 and 4, meanwhile: the sequencer recovers 4 + WAL 5 = seq 5
         again = SequencerService(cfg)
         await again.start()
