@@ -123,6 +123,19 @@ def try_realtime(priority: int = 10) -> str:
     return current_policy()
 
 
+def try_thread_realtime(priority: int = 10) -> str:
+    """Try SCHED_FIFO at ``priority`` for the calling thread only; return its policy after (on
+    EPERM, warned once per process as ``try_realtime`` does)."""
+    lo, hi = os.sched_get_priority_min(os.SCHED_FIFO), os.sched_get_priority_max(os.SCHED_FIFO)
+    if not lo <= priority <= hi:
+        raise ValueError(f"SCHED_FIFO priority must be in {lo}..{hi}, got {priority}")
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except PermissionError:
+        _warn_realtime_refused(priority)
+    return current_policy()
+
+
 def _warn_realtime_refused(priority: int) -> None:
     global _warned_realtime
     if _warned_realtime:

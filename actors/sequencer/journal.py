@@ -14,6 +14,13 @@ blocks while the disk works, and one fsync covers every record written since the
 throughput no longer depends on fsync latency; a tx's acknowledgment still waits for the fsync
 that covers its block (durability unchanged).
 
+The thread asks for SCHED_FIFO (``realtime``, the sequencer's ``journal_realtime``): it sleeps
+in the disk's sync nearly all the time and runs a few µs per wake-up, so it cannot starve the core
+it shares, and it runs as soon as the disk answers instead of waiting behind whatever else the
+core runs (at 5,000 tx/s on 2 cores: sync p90 ~250 against ~530 µs, p99 0.4-1.1 against 1.7-4.9
+ms, the same disk). Where the host refuses it (no CAP_SYS_NICE / RLIMIT_RTPRIO) it keeps its
+normal policy; ``policy`` says which.
+
 Invariants: records are written in submit order (one writer thread); ``on_durable(seq, fsync_ns)``
 is called on the loop with non-decreasing seqs, and only after every record up to ``seq`` is
 written and (with ``fsync="block"``) synced; ``durable_seq`` is the newest such seq. A write or
@@ -29,6 +36,8 @@ import queue
 import threading
 from collections.abc import Callable
 
+from raydex.cluster.pinning import current_policy, try_thread_realtime
+
 from .wal import Wal
 
 
@@ -41,8 +50,14 @@ class Journal:
         loop: asyncio.AbstractEventLoop,
         on_durable: Callable[[int, int], None],
         on_error: Callable[[BaseException], None],
+        realtime: bool = False,
+        rt_priority: int = 10,
     ) -> None:
         self.wal = wal
+        self.realtime = realtime
+        self.rt_priority = rt_priority
+        #: the journal thread's scheduling policy once it runs (``cluster.pinning`` names)
+        self.policy = ""
         self.loop = loop
         self.on_durable = on_durable
         self.on_error = on_error
@@ -65,6 +80,7 @@ class Journal:
         self._queue.put((seq, record))
 
     def _run(self) -> None:
+        self.policy = try_thread_realtime(self.rt_priority) if self.realtime else current_policy()
         wal = self.wal
         get, get_nowait = self._queue.get, self._queue.get_nowait
         while True:

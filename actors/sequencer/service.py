@@ -133,6 +133,11 @@ class SequencerConfig:
     #: flushes its data and no filesystem metadata (``actors/sequencer/wal.py``; ~120 against
     #: ~210 µs per sync here). Costs ``wal_segment_bytes`` of disk for the prepared next segment.
     wal_preallocate: bool = True
+    #: the journal thread (the WAL's writes and syncs) at SCHED_FIFO where the host allows it:
+    #: it sleeps in the sync nearly all the time, and wakes as soon as the disk answers instead
+    #: of waiting for a busy core (``journal.py``); the rest of the sequencer keeps ``realtime``.
+    #: Off unless the spec says so (``raydex.yaml`` does), as every other SCHED_FIFO knob
+    journal_realtime: bool = False
     #: the data plane its streams are served on: "grpc" (HTTP/2) or "tcp" (plain asyncio streams
     #: carrying the same frames: in the loadtest's CPU ledger 23-27% less CPU per tx for the
     #: deployment than gRPC, the sequencer 27-36% less; the shipped raydex.yaml chooses it); see
@@ -330,7 +335,9 @@ class SequencerService:
             await self.stop()  # a port bound above and the WAL (an unstarted server: a no-op)
             raise
         loop = asyncio.get_running_loop()
-        self.journal = Journal(wal, loop, self._on_durable, self._on_journal_error)
+        self.journal = Journal(
+            wal, loop, self._on_durable, self._on_journal_error, realtime=cfg.journal_realtime
+        )
         self.journal.start()
         if cfg.block_close == "timer":
             self._loop_task = loop.create_task(self._block_loop(), name="block-loop")
@@ -642,6 +649,7 @@ class SequencerService:
                 "segments_preallocated": p.wal.preallocated_segments if p and p.wal else 0,
                 "segments_appended": p.wal.plain_segments if p and p.wal else 0,
                 "sync_us": p.wal.fsync_time.summary_us() if p and p.wal else {},
+                "journal_policy": self.journal.policy if self.journal is not None else "",
                 "pruned_through": self.pruned_through,
                 "pruned_segments": self.pruned_segments,
                 "txlog_reads": self.txlog_reads,

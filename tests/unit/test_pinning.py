@@ -147,6 +147,39 @@ def test_granted_realtime_puts_every_thread_on_sched_fifo() -> None:
     assert result["warnings"] == []
 
 
+_ONE_THREAD = textwrap.dedent(
+    """
+    import json, os, threading
+    from raydex.cluster.pinning import current_policy, thread_ids, try_thread_realtime
+
+    if DROP and os.getuid() == 0:
+        os.setgid(65534)
+        os.setuid(65534)
+    out = {}
+    def journal():  # as the WAL's journal thread asks for it
+        out["returned"] = try_thread_realtime(5)
+        out["tid"] = threading.get_native_id()
+    t = threading.Thread(target=journal)
+    t.start()
+    t.join()
+    out["main"] = current_policy()
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.parametrize("drop_privileges", [False, True])
+def test_thread_realtime_changes_the_calling_thread_only(drop_privileges: bool) -> None:
+    code = _ONE_THREAD.replace("DROP", str(drop_privileges))
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                    check=True, timeout=60).stdout)  # fmt: skip
+    assert out["main"] == "SCHED_OTHER"  # the process's other threads keep their policy
+    if drop_privileges or run_child(drop_privileges=False)["returned"][0] != "SCHED_FIFO":
+        assert out["returned"] == "SCHED_OTHER"  # refused: carries on (warned, as try_realtime)
+    else:
+        assert out["returned"] == "SCHED_FIFO"
+
+
 def test_an_out_of_range_realtime_priority_is_a_caller_error() -> None:
     with pytest.raises(ValueError, match=r"SCHED_FIFO priority must be in 1\.\.99"):
         try_realtime(0)

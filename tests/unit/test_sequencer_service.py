@@ -91,6 +91,7 @@ def test_batches_are_sequenced_published_in_order_and_survive_a_restart(tmp_path
     assert status["seq"] == 4
     wal = status["wal"]
     assert (wal["segments_preallocated"], wal["segments_appended"]) == (1, 0)  # the default
+    assert wal["journal_policy"] == "SCHED_OTHER"  # journal_realtime is off unless the spec asks
     assert wal["sync_us"]["count"] >= 4
 
     async def restart() -> dict[str, object]:
