@@ -319,7 +319,12 @@ class Wal:
         with self._lock:
             spare, self._spare = self._spare, None
         if spare is not None:
-            os.rename(spare[0], seg.path)
+            try:
+                os.rename(spare[0], seg.path)
+            except FileNotFoundError:  # removed behind the log's back: an ordinary file then
+                log.warning("WAL %s: the prepared segment %s is gone", self.folder, spare[0])
+                spare = None
+        if spare is not None:
             seg.capacity = spare[1]
             self.preallocated_segments += 1
         else:

@@ -370,3 +370,16 @@ def test_a_sync_over_preallocated_zeros_writes_what_an_append_writes_not_a_whole
         assert wal.preallocated_segments == (layout == "preallocated")
         wal.close()
     assert per_sync["preallocated"] <= 2 * max(per_sync["appended"], 4096), per_sync
+
+
+def test_a_prepared_segment_removed_behind_the_logs_back_gives_an_ordinary_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    wal = Wal(tmp_path, **PREALLOCATED)  # type: ignore[arg-type]
+    (tmp_path / SPARE_NAME).unlink()  # e.g. an operator cleaning the folder
+    with caplog.at_level(logging.WARNING):
+        wal.append(1, 1_000, [Deposit(1, 1)])
+    assert "the prepared segment" in caplog.text and "is gone" in caplog.text
+    assert (wal.preallocated_segments, wal.plain_segments) == (0, 1)
+    wal.close()
+    assert [b.seq for b in Wal(tmp_path).replay()] == [1]
