@@ -140,7 +140,11 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef(
             "raydex_block_size_txs", "histogram", "Transactions per block.", (), COUNT_BUCKETS, 1.0
         ),
-        _h("raydex_wal_fsync_seconds", "WAL fsync per block."),
+        _h("raydex_wal_fsync_seconds", "WAL sync per group of blocks (the journal thread)."),
+        _h(
+            "raydex_wal_handoff_seconds",
+            "WAL sync returned -> the sequencer's loop publishing (its wake-up).",
+        ),
         MetricDef("raydex_blocks_total", "counter", "Blocks closed (sequencer) or applied."),
         MetricDef("raydex_txs_total", "counter", "Transactions executed into blocks."),
         MetricDef(

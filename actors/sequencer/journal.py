@@ -21,12 +21,13 @@ core runs (at 5,000 tx/s on 2 cores: sync p90 ~250 against ~530 µs, p99 0.4-1.1
 ms, the same disk). Where the host refuses it (no CAP_SYS_NICE / RLIMIT_RTPRIO) it keeps its
 normal policy; ``policy`` says which.
 
-Invariants: records are written in submit order (one writer thread); ``on_durable(seq, fsync_ns)``
-is called on the loop with non-decreasing seqs, and only after every record up to ``seq`` is
-written and (with ``fsync="block"``) synced; ``durable_seq`` is the newest such seq. A write or
-sync error (ENOSPC, EIO, a failed fsync) stops the journal and is handed to the loop via
-``on_error``: nothing after ``durable_seq`` may ever be acknowledged (the WAL itself refuses
-further writes), and the sequencer must exit so that it restarts from what reached the disk.
+Invariants: records are written in submit order (one writer thread); ``on_durable(seq, fsync_ns,
+synced_at_ns)`` (``perf_counter_ns`` when the sync returned) is called on the loop with
+non-decreasing seqs, and only after every record up to ``seq`` is written and (with
+``fsync="block"``) synced; ``durable_seq`` is the newest such seq. A write or sync error (ENOSPC,
+EIO, a failed fsync) stops the journal and is handed to the loop via ``on_error``: nothing after
+``durable_seq`` may ever be acknowledged (the WAL itself refuses further writes), and the sequencer
+must exit so that it restarts from what reached the disk.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from raydex.cluster.pinning import current_policy, try_thread_realtime
@@ -48,7 +50,7 @@ class Journal:
         self,
         wal: Wal,
         loop: asyncio.AbstractEventLoop,
-        on_durable: Callable[[int, int], None],
+        on_durable: Callable[[int, int, int], None],
         on_error: Callable[[BaseException], None],
         realtime: bool = False,
         rt_priority: int = 10,
@@ -108,7 +110,9 @@ class Journal:
                 self.durable_seq = batch[-1][0]
                 self.syncs += 1
                 self.records += len(batch)
-                self.loop.call_soon_threadsafe(self.on_durable, batch[-1][0], sync_ns)
+                # when the sync returned: the loop measures how long it took to run the callback
+                done_ns = time.perf_counter_ns()
+                self.loop.call_soon_threadsafe(self.on_durable, batch[-1][0], sync_ns, done_ns)
             if stop:
                 return
 

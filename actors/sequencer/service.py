@@ -251,11 +251,15 @@ class SequencerService:
         self.block_time = Histogram()
         #: the close itself on the loop: encode the block and queue its WAL record
         self.close_time = Histogram()
+        #: from the journal's sync returning to this loop publishing the block (the loop thread's
+        #: wake-up, and whatever it was running first)
+        self.handoff_time = Histogram()
         self.block_txs = Histogram()
         self.metrics = Recorder("sequencer", "sequencer")
         m = self.metrics
         m.histogram("raydex_block_seconds", self.block_time)
         m.histogram("raydex_block_close_seconds", self.close_time)
+        m.histogram("raydex_wal_handoff_seconds", self.handoff_time)
         m.histogram("raydex_block_size_txs", self.block_txs)
         m.counter_fn("raydex_blocks_total", lambda: self.blocks)
         m.counter_fn("raydex_txs_total", lambda: self.txs)
@@ -477,9 +481,11 @@ class SequencerService:
         self.journal.submit(block.seq, block.wal_record)
         self.close_time.record(time.perf_counter_ns() - t0)
 
-    def _on_durable(self, seq: int, fsync_ns: int = 0) -> None:
+    def _on_durable(self, seq: int, fsync_ns: int = 0, synced_at_ns: int = 0) -> None:
         """Blocks up to ``seq`` are on disk: publish them in order and release their outcomes."""
         assert self.hub is not None and self.txlog is not None
+        if synced_at_ns:  # the journal's sync returned then: how long the loop took to get here
+            self.handoff_time.record(time.perf_counter_ns() - synced_at_ns)
         if fsync_ns and self.producer is not None and self.producer.wal is not None:
             self.producer.wal.fsync_time.record(fsync_ns)
         waiting = self._undurable
@@ -650,6 +656,7 @@ class SequencerService:
                 "segments_appended": p.wal.plain_segments if p and p.wal else 0,
                 "sync_us": p.wal.fsync_time.summary_us() if p and p.wal else {},
                 "journal_policy": self.journal.policy if self.journal is not None else "",
+                "handoff_us": self.handoff_time.summary_us(),
                 "pruned_through": self.pruned_through,
                 "pruned_segments": self.pruned_segments,
                 "txlog_reads": self.txlog_reads,

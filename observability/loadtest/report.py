@@ -19,7 +19,8 @@ plain data. JSON keys (the contract ``--json-out`` promises):
   (a minute each when the window is >= 3 minutes, else a third of it) and the last/first ratio
   of p50 and p99 (a soak's "no drift"); ``memory_mib``: each deployment process's resident
   memory over the window (start, end, peak, growth; a soak's "RSS flat");
-- ``wal_sync_us``: the sequencer's WAL sync per block (same shape); ``wal_segments``: the
+- ``wal_sync_us``: the sequencer's WAL sync per block, ``wal_handoff_us``: from that sync's
+  return to the sequencer's loop publishing (same shape); ``wal_segments``: the
   segments its process started, ``{preallocated, appended}`` (``sequencer.wal_preallocate``);
 - ``groups``: the same keys per replica group, and ``ab_diff_pct`` (B relative to A, in %) for
   A/B runs; ``targets``: each issue target, the measured value and whether it is met.
@@ -224,6 +225,7 @@ def build_report(
     report["block_txs"] = sequencer.get("block_txs", {})
     wal = sequencer.get("wal") or {}
     report["wal_sync_us"] = wal.get("sync_us", {})
+    report["wal_handoff_us"] = wal.get("handoff_us", {})
     report["wal_segments"] = {k: wal.get(f"segments_{k}", 0) for k in ("preallocated", "appended")}
     report["sequencer_seq"] = sequencer.get("seq")
     per = {g.name: _group_report(g) for g in groups}
@@ -489,6 +491,8 @@ def render_markdown(r: Mapping[str, Any]) -> str:
               f"{r.get('block_txs', {}).get('p50')} p99 {r.get('block_txs', {}).get('p99')}",
               f"- WAL sync per block p50/p99/p99.9 µs: {_q(r.get('wal_sync_us'))}; segments "
               f"started {_segments(r.get('wal_segments') or {})}",
+              f"- sync returned -> the loop publishing (its wake-up) p50/p99/p99.9 µs: "
+              f"{_q(r.get('wal_handoff_us'))}",
               "", "## Where the time goes", ""]  # fmt: skip
     lines += _where(r)
     spans = r.get("span_breakdown_us") or {}

@@ -122,6 +122,7 @@ EXPECTED: tuple[tuple[str, str, bool], ...] = (
     ("ray_raydex_block_close_seconds_bucket", 'le="0.001"', False),
     ("ray_raydex_block_size_txs_sum", 'role="sequencer"', True),
     ("ray_raydex_wal_fsync_seconds_count", 'role="sequencer"', True),
+    ("ray_raydex_wal_handoff_seconds_count", 'role="sequencer"', True),
     ("ray_raydex_block_seq", 'role="sequencer"', True),
     ("ray_raydex_block_seq", 'role="committer"', True),
     ("ray_raydex_snapshot_build_seconds_count", 'role="snapshot"', True),

@@ -26,7 +26,7 @@ def test_blocks_become_durable_in_order_with_fewer_syncs_than_blocks(tmp_path: P
         loop = asyncio.get_running_loop()
         done = asyncio.Event()
 
-        def on_durable(seq: int, _ns: int) -> None:
+        def on_durable(seq: int, _ns: int, _at: int) -> None:
             durable.append(seq)
             if seq == 200:
                 done.set()
@@ -57,7 +57,7 @@ def test_a_failed_write_is_reported_and_nothing_after_it_is_durable(tmp_path: Pa
             errors.append(exc)
             failed.set()
 
-        journal = Journal(Wal(tmp_path), loop, lambda s, _n: durable.append(s), on_error)
+        journal = Journal(Wal(tmp_path), loop, lambda s, _n, _at: durable.append(s), on_error)
         journal.start()
         journal.submit(1, record(1))
         journal.submit(1, record(1))  # a replayed seq: the WAL refuses it
@@ -89,7 +89,7 @@ def test_a_disk_full_write_is_reported_and_only_what_was_synced_counts(
         loop = asyncio.get_running_loop()
         failed = asyncio.Event()
         journal = Journal(
-            Wal(tmp_path), loop, lambda s, _n: durable.append(s),
+            Wal(tmp_path), loop, lambda s, _n, _at: durable.append(s),
             lambda e: (errors.append(e), failed.set()),
         )  # fmt: skip
         journal.start()

@@ -91,11 +91,13 @@ def test_the_json_report_has_the_promised_keys_per_group_and_the_ab_difference()
     a = _group("pinned", latency_ms=2, apply_us=100, codes=(200,) * 99 + (21104,))
     b = _group("unpinned", latency_ms=3, apply_us=150, codes=(200,) * 100)
     sync = _hist([120_000] * 9 + [300_000]).summary_us()
-    wal = {"sync_us": sync, "segments_preallocated": 1, "segments_appended": 0}
+    wal = {"sync_us": sync, "handoff_us": sync, "segments_preallocated": 1,
+           "segments_appended": 0}  # fmt: skip
     r = build_report(
         [a, b], {"tps": 100, "seconds": 1}, {"block_time_us": {"p99": 900.0}, "wal": wal}
     )
     assert r["wal_sync_us"] == sync and r["wal_segments"] == {"preallocated": 1, "appended": 0}
+    assert r["wal_handoff_us"] == sync
     assert "WAL sync per block p50/p99/p99.9 µs: 120 / 300 / 300; segments started 1 " \
         "preallocated, 0 appended" in render_markdown(r)  # fmt: skip
     for key in ("freshness_engine_to_client_us", "apply_us", "dry_run_us"):

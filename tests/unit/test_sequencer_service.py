@@ -93,6 +93,7 @@ def test_batches_are_sequenced_published_in_order_and_survive_a_restart(tmp_path
     assert (wal["segments_preallocated"], wal["segments_appended"]) == (1, 0)  # the default
     assert wal["journal_policy"] == "SCHED_OTHER"  # journal_realtime is off unless the spec asks
     assert wal["sync_us"]["count"] >= 4
+    assert wal["handoff_us"]["count"] == wal["sync_us"]["count"]  # one per sync
 
     async def restart() -> dict[str, object]:
         svc = SequencerService(config(tmp_path))
