@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -131,7 +130,6 @@ def run(
         "record_bytes": record_bytes,
         "rounds": rounds,
         "dir": str(base),
-        "filesystem_device": os.stat(base).st_dev,
     }
     if json_out:
         print(json.dumps(result))

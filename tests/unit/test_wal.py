@@ -12,6 +12,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from kit.faults import records_end
 
 from raydex.actors.sequencer import Wal, WalError
 from raydex.actors.sequencer.wal import SPARE_NAME
@@ -69,14 +70,6 @@ def record_offsets(data: bytes) -> list[int]:
         out.append(off)
         off = info.end
     return out
-
-
-def records_end(data: bytes) -> int:
-    """Where an undamaged segment's records end (its zeros, if preallocated, follow)."""
-    off = 0
-    while (info := peek_wal_record(data, off)) is not None:
-        off = info.end
-    return off
 
 
 def test_appended_blocks_are_replayed_in_order_after_reopen(tmp_path: Path) -> None:
