@@ -108,10 +108,7 @@ def try_realtime(priority: int = 10) -> str:
 
     On EPERM (no CAP_SYS_NICE / RLIMIT_RTPRIO) warn once per process and stop trying.
     """
-    lo, hi = os.sched_get_priority_min(os.SCHED_FIFO), os.sched_get_priority_max(os.SCHED_FIFO)
-    if not lo <= priority <= hi:
-        raise ValueError(f"SCHED_FIFO priority must be in {lo}..{hi}, got {priority}")
-    param = os.sched_param(priority)
+    param = _fifo_param(priority)
     for tid in thread_ids():
         try:
             os.sched_setscheduler(tid, os.SCHED_FIFO, param)
@@ -126,14 +123,20 @@ def try_realtime(priority: int = 10) -> str:
 def try_thread_realtime(priority: int = 10) -> str:
     """Try SCHED_FIFO at ``priority`` for the calling thread only; return its policy after (on
     EPERM, warned once per process as ``try_realtime`` does)."""
-    lo, hi = os.sched_get_priority_min(os.SCHED_FIFO), os.sched_get_priority_max(os.SCHED_FIFO)
-    if not lo <= priority <= hi:
-        raise ValueError(f"SCHED_FIFO priority must be in {lo}..{hi}, got {priority}")
+    param = _fifo_param(priority)
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        os.sched_setscheduler(0, os.SCHED_FIFO, param)
     except PermissionError:
         _warn_realtime_refused(priority)
     return current_policy()
+
+
+def _fifo_param(priority: int) -> os.sched_param:
+    """The SCHED_FIFO parameter for ``priority``; ValueError outside the kernel's range."""
+    lo, hi = os.sched_get_priority_min(os.SCHED_FIFO), os.sched_get_priority_max(os.SCHED_FIFO)
+    if not lo <= priority <= hi:
+        raise ValueError(f"SCHED_FIFO priority must be in {lo}..{hi}, got {priority}")
+    return os.sched_param(priority)
 
 
 def _warn_realtime_refused(priority: int) -> None:

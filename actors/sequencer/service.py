@@ -130,8 +130,9 @@ class SequencerConfig:
     block_max_txs: int = 1000
     wal_fsync: FsyncPolicy = "block"
     #: WAL segments born full-size (zeros, prepared by a background thread): a block's sync then
-    #: flushes its data and no filesystem metadata (``actors/sequencer/wal.py``; ~120 against
-    #: ~210 µs per sync here). Costs ``wal_segment_bytes`` of disk for the prepared next segment.
+    #: flushes its data and no filesystem metadata (``actors/sequencer/wal.py``; p50 ~115 against
+    #: ~145-180 µs per sync here, ``raydex bench wal``). Costs ``wal_segment_bytes`` of disk for
+    #: the prepared next segment.
     wal_preallocate: bool = True
     #: the journal thread (the WAL's writes and syncs) at SCHED_FIFO where the host allows it:
     #: it sleeps in the sync nearly all the time, and wakes as soon as the disk answers instead
