@@ -622,6 +622,7 @@ class SequencerService:
     def status(self) -> dict[str, Any]:
         """O(1): counters, ports, and the newest snapshot's state hash with its seq."""
         p = self.producer
+        wal = p.wal if p else None
         return {
             "pid": os.getpid(),
             "signatures": signing.BACKEND,
@@ -649,13 +650,13 @@ class SequencerService:
             "replayed_blocks": self.replayed,
             "blocks": self.blocks,
             "wal": {
-                "first_seq": p.wal.first_seq if p and p.wal else 0,
-                "last_seq": p.wal.last_seq if p and p.wal else 0,
-                "torn_bytes": p.wal.torn_bytes if p and p.wal else 0,
+                "first_seq": wal.first_seq if wal else 0,
+                "last_seq": wal.last_seq if wal else 0,
+                "torn_bytes": wal.torn_bytes if wal else 0,
                 # segments this process started: preallocated, or ordinary (no spare was ready)
-                "segments_preallocated": p.wal.preallocated_segments if p and p.wal else 0,
-                "segments_appended": p.wal.plain_segments if p and p.wal else 0,
-                "sync_us": p.wal.fsync_time.summary_us() if p and p.wal else {},
+                "segments_preallocated": wal.preallocated_segments if wal else 0,
+                "segments_appended": wal.plain_segments if wal else 0,
+                "sync_us": wal.fsync_time.summary_us() if wal else {},
                 "journal_policy": self.journal.policy if self.journal is not None else "",
                 "handoff_us": self.handoff_time.summary_us(),
                 "pruned_through": self.pruned_through,
