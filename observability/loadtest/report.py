@@ -22,6 +22,10 @@ plain data. JSON keys (the contract ``--json-out`` promises):
 - ``wal_sync_us``: the sequencer's WAL sync per block, ``wal_handoff_us``: from that sync's
   return to the sequencer's loop publishing (same shape); ``wal_segments``: the
   segments its process started, ``{preallocated, appended}`` (``sequencer.wal_preallocate``);
+- ``committer``: when the window ended, how many blocks the commitments (``behind_blocks``)
+  and the signature audit (``audit_behind_blocks``) were behind the sequencer's seq, the
+  seconds until both reached it (``caught_up_s``, None: not within a minute), its rebuilds from
+  a snapshot and the audit's counters (``audit_skipped_blocks``: passed unaudited);
 - ``groups``: the same keys per replica group, and ``ab_diff_pct`` (B relative to A, in %) for
   A/B runs; ``targets``: each issue target, the measured value and whether it is met.
 
@@ -213,6 +217,22 @@ def _segments(seg: Mapping[str, int]) -> str:
     """``1 preallocated, 0 appended``: the WAL segments the sequencer started in the run's
     process (``sequencer.wal_preallocate``; an appended one where no prepared one was ready)."""
     return f"{seg.get('preallocated', 0)} preallocated, {seg.get('appended', 0)} appended"
+
+
+def committer_line(c: Mapping[str, Any]) -> str:
+    """The committer when the window ended (``committer`` in report.json): behind by how much,
+    and how long it took to catch up once the load stopped."""
+    if not c:
+        return "- not measured"
+    caught = c.get("caught_up_s")
+    took = f"caught up {caught} s after the window" if caught is not None else "NOT caught up"
+    audit = ""
+    if c.get("audit_behind_blocks") is not None:
+        audit = (f"; its signature audit {c['audit_behind_blocks']} behind, "
+                 f"{c.get('audit_skipped_blocks', 0)} blocks skipped unaudited")  # fmt: skip
+    return (f"- at the window's end the commitments were {c.get('behind_blocks')} blocks behind "
+            f"the sequencer (seq {c.get('sequencer_seq')}){audit}; {took}; "
+            f"{c.get('resyncs', 0)} rebuilds from a snapshot")  # fmt: skip
 
 
 def build_report(
@@ -493,6 +513,7 @@ def render_markdown(r: Mapping[str, Any]) -> str:
               f"started {_segments(r.get('wal_segments') or {})}",
               f"- sync returned -> the loop publishing (its wake-up) p50/p99/p99.9 µs: "
               f"{_q(r.get('wal_handoff_us'))}",
+              "", "## Committer", "", committer_line(r.get("committer") or {}),
               "", "## Where the time goes", ""]  # fmt: skip
     lines += _where(r)
     spans = r.get("span_breakdown_us") or {}

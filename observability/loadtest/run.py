@@ -78,6 +78,9 @@ __all__ = [
 
 #: GC presets of ``gc:``: tuned is raydex.yaml's replica policy (each scheduled full collection
 #: freezes its survivors), scheduled the same without freezing, default is CPython's.
+#: how long after the window the report waits for the committer to reach the sequencer (s)
+CATCH_UP_TIMEOUT_S = 60.0
+
 GC_PRESETS: dict[str, GcSpec] = {
     "tuned": GcSpec((50_000, 20, 100), True, True, 2.0, True, 1800),
     "scheduled": GcSpec((50_000, 20, 100), True, True, 30.0),
@@ -487,6 +490,7 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
             finally:
                 if gen_cpus is not None:
                     pin_all_threads(own_cpus)
+            committer = committer_catch_up(namespace)
             stats = dict(zip(reps, ray.get([a.loadtest_stats.remote() for a in reps.values()],
                                            timeout=60), strict=True))  # fmt: skip
             try:
@@ -540,6 +544,7 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
     if win.memory:
         report["memory_mib"] = memory_by_role(win.memory, roles)
     report["replica_ledgers"] = ledgers
+    report["committer"] = committer
     if win.profiles:
         report["profiles"] = win.profiles
     report["replicas"] = sorted(hashes)
@@ -549,6 +554,45 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
     paths = write_report(groups, report, out, Path(opts.json_out) if opts.json_out else None)
     report["files"] = {k: str(v) for k, v in paths.items()}
     return report
+
+
+def committer_catch_up(
+    namespace: str, timeout_s: float = CATCH_UP_TIMEOUT_S, poll_s: float = 0.1
+) -> dict[str, Any]:
+    """The committer when the timed window ends: how many blocks its commitments and its
+    signature audit were behind the sequencer's seq then, and the seconds until both reached
+    that seq (None if not within ``timeout_s``), with the audit's counters after it: whether
+    the background work keeps up with the load or only catches up once it stops."""
+    import ray
+
+    from raydex.cluster.control import deploy as dep
+
+    seq: Any = ray.get_actor(dep.SEQUENCER, namespace=namespace)
+    com: Any = ray.get_actor(dep.COMMITTER, namespace=namespace)
+    t0 = time.monotonic()
+    first: dict[str, Any] = ray.get(seq.status.remote(), timeout=30)
+    target = int(first["seq"])
+    out: dict[str, Any] = {"sequencer_seq": target}
+    caught: float | None = None
+    while True:
+        st: dict[str, Any] = ray.get(com.status.remote(), timeout=30)
+        audit: dict[str, Any] = st.get("signature_audit") or {}
+        done = st["seq"] >= target and (not audit or audit["seq"] >= target)
+        if "behind_blocks" not in out:
+            out["behind_blocks"] = max(0, target - st["seq"])
+            out["audit_behind_blocks"] = max(0, target - audit["seq"]) if audit else None
+        if done:
+            caught = time.monotonic() - t0
+            break
+        if time.monotonic() - t0 > timeout_s:
+            break
+        time.sleep(poll_s)
+    out["caught_up_s"] = None if caught is None else round(caught, 2)
+    out["resyncs"] = st.get("resyncs", 0)
+    if audit:
+        for k in ("audited_blocks", "skipped_blocks", "failed_txs"):
+            out[f"audit_{k}"] = audit.get(k, 0)
+    return out
 
 
 def _pid_of(actor: Any) -> int:

@@ -63,6 +63,12 @@ def test_a_short_loadtest_writes_markdown_json_and_plots(tmp_path: Path) -> None
     # each process's memory per third of the window
     assert len(report["memory_mib"]["replica main-0"]["growth_by_third_mib"]) == 3
     assert set(report["requests_by_path"]) == {"rest", "rest_batch", "ws"}
+    # the committer once the window ended: it reached the sequencer's seq, every block audited
+    com = report["committer"]
+    assert com["caught_up_s"] is not None and com["sequencer_seq"] > 0
+    assert com["audit_audited_blocks"] > 0 and com["audit_skipped_blocks"] == 0
+    assert com["audit_failed_txs"] == 0 and com["resyncs"] == 0
+    assert "## Committer" in (out / "report.md").read_text()
     # OTel spans of sampled txs, from the client and from the replica that served them
     spans = [
         json.loads(line) for p in out.glob("spans-*.jsonl") for line in p.read_text().splitlines()

@@ -14,6 +14,7 @@ from raydex.observability.loadtest.loadgen import BookWatch, Recorder
 from raydex.observability.loadtest.report import (
     GroupData,
     build_report,
+    committer_line,
     hist_from,
     pct_diff,
     render_markdown,
@@ -138,6 +139,18 @@ def test_markdown_json_and_plots_land_in_one_folder(tmp_path: Path) -> None:
         png = paths[name]
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert render_markdown(r).count("**no**") >= 1
+
+
+def test_thecommitter_line_says_how_far_behind_it_was_and_whether_it_caught_up() -> None:
+    behind = {"sequencer_seq": 900, "behind_blocks": 0, "audit_behind_blocks": 400,
+              "caught_up_s": 1.5, "resyncs": 0, "audit_skipped_blocks": 0}  # fmt: skip
+    line = committer_line(behind)
+    assert "0 blocks behind the sequencer (seq 900)" in line
+    assert "audit 400 behind, 0 blocks skipped" in line and "caught up 1.5 s after" in line
+    assert "NOT caught up" in committer_line({**behind, "caught_up_s": None})
+    assert committer_line({}) == "- not measured"
+    report = build_report([_group("a", 2, 100, (200,) * 5)], {"tps": 1, "seconds": 1}, {})
+    assert "## Committer" in render_markdown({**report, "committer": behind})
 
 
 def _span(name: str, trace: str, start_us: int, end_us: int) -> str:
