@@ -105,7 +105,7 @@ from ..runtime import (
     short_hash,
 )
 from ..snapshot.store import read_snapshot_meta, snapshot_seq, snapshots
-from ..transport import BlockHub, DataPlane, data_plane_server
+from ..transport import TX_STREAM, BlockHub, DataPlane, data_plane_server
 from .journal import Journal
 from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, Checked, ClosedBlock
@@ -389,7 +389,8 @@ class SequencerService:
         An undecodable batch is answered ``INVALID_TX_INFO``, one over ``max_batch_txs``
         ``BATCH_TOO_LARGE`` (one outcome for the whole batch, zero hash, seq 0); an empty batch
         at once with no outcome. Signatures are checked slice by slice before the batch executes
-        (:meth:`check_signatures`), so a flood of signed txs never holds the loop for long."""
+        (:meth:`check_signatures`), so a flood of signed txs never holds the loop for long; the
+        batches of one stream still execute in the order they arrived (``StreamOrder``)."""
         reply: bytes
         try:
             txs = decode_batch(frame, self.config.max_batch_txs)
@@ -402,8 +403,25 @@ class SequencerService:
         if not txs:
             reply = encode_outcomes([])
             return reply
-        checked = await self.check_signatures(txs)
-        reply = encode_outcomes(await self.submit(txs, operator=False, checked=checked))
+        stream = TX_STREAM.get()
+        if stream is None or not self.producer or not self.producer.verify_signatures:
+            # nothing to wait for: batches execute in the order they arrive
+            reply = encode_outcomes(await self.submit(txs, operator=False))
+            return reply
+        # The check yields between slices, so a later batch of this stream (a replica keeps
+        # several out, ``MicroBatcher``) may finish its check first; it still executes after
+        # this one. Other streams' batches do not wait for this one (StreamOrder).
+        before, mine = stream.last, asyncio.get_running_loop().create_future()
+        stream.last = mine
+        try:
+            checked = await self.check_signatures(txs)
+            if before is not None and not before.done():
+                await asyncio.wait((before,))  # not ``await before``: a cancel must not reach it
+            fut, at = self._execute(txs, False, checked)
+        finally:
+            mine.set_result(None)
+        block = await fut
+        reply = encode_outcomes([block.outcomes[i] for i in at])
         return reply
 
     async def check_signatures(self, txs: Sequence[Any]) -> list[Checked] | None:
@@ -439,6 +457,15 @@ class SequencerService:
     ) -> list[TxOutcome]:
         """Execute ``txs`` in the open block; resolves when that block is durable. ``checked``:
         :meth:`check_signatures` of ``txs``."""
+        fut, at = self._execute(txs, operator, checked)
+        block = await fut
+        return [block.outcomes[i] for i in at]
+
+    def _execute(
+        self, txs: Sequence[Any], operator: bool, checked: Sequence[Checked] | None
+    ) -> tuple[asyncio.Future[ClosedBlock], range]:
+        """Execute ``txs`` in the open block now: (the future of that block once durable, the
+        outcomes' positions in it)."""
         producer = self.producer
         assert producer is not None, "start() first"
         if self._stopping:
@@ -451,8 +478,7 @@ class SequencerService:
             self._close_block()
         elif self.config.block_close == "durable" and not self._undurable:
             self._schedule_close()
-        block = await fut
-        return [block.outcomes[i] for i in at]
+        return fut, at
 
     def _schedule_close(self) -> None:
         """Close the open block later in this loop turn: batches already ready join it."""

@@ -45,6 +45,8 @@ serves only calls that carry it (``AUTH_KEY`` metadata); a client with a wrong o
 from __future__ import annotations
 
 from .core import (
+    MAX_INFLIGHT_PER_STREAM,
+    TX_STREAM,
     Backoff,
     BlockHub,
     BlockSink,
@@ -54,6 +56,7 @@ from .core import (
     HubStats,
     NotAMember,
     ResyncRequired,
+    StreamOrder,
     Subscription,
     TransportError,
     TransportUnavailable,
@@ -88,6 +91,9 @@ from .ray_plane import (
 from .tcp_plane import TcpBlockSource, TcpDataPlaneServer, TcpTxChannel
 
 __all__ = [
+    "MAX_INFLIGHT_PER_STREAM",
+    "TX_STREAM",
+    "StreamOrder",
     "AUTH_KEY",
     "BLOCKS_METHOD",
     "SERVICE",

@@ -32,10 +32,34 @@ import itertools
 import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 Frame = tuple[int, bytes]
+
+
+class StreamOrder:
+    """One tx stream's batches, kept in arrival order through the sequencer's signature check
+    (``SequencerService.handle_batch``): a member may keep several batches out on one stream
+    (``MicroBatcher``), and the check yields between slices, so a later, smaller batch could
+    finish its check first. Batches of different streams are not ordered against each other
+    (a slow check on one stream never holds another)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        #: resolved once the stream's latest batch to arrive has executed (or failed)
+        self.last: asyncio.Future[None] | None = None
+
+
+#: The stream the running tx batch arrived on: each data-plane server sets a fresh
+#: :class:`StreamOrder` per stream, and the tasks serving its batches inherit it.
+TX_STREAM: ContextVar[StreamOrder | None] = ContextVar("raydex_tx_stream", default=None)
+
+#: Tx batches a data-plane server runs at once per stream (both planes' default): a member may
+#: keep this many out (``MicroBatcher``); the next one stays unread until one finishes.
+MAX_INFLIGHT_PER_STREAM = 4
 
 #: The publisher's tx batch handler: takes a request frame, returns the result frame.
 TxHandler = Callable[[bytes], Awaitable[bytes]]
@@ -99,7 +123,11 @@ class BlockSource(Protocol):
 
 @runtime_checkable
 class TxChannel(Protocol):
-    """Replica side: send one tx batch frame, await its result frame."""
+    """Replica side: send one tx batch frame, await its result frame. ``ordered``: batches
+    submitted one after another (without awaiting the first) execute in that order, so a
+    replica may keep several out (``MicroBatcher``)."""
+
+    ordered: bool
 
     async def submit(self, frame: bytes) -> bytes: ...
 

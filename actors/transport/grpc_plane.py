@@ -52,12 +52,15 @@ import grpc.aio
 
 from .core import (
     DEFAULT_BACKOFF,
+    MAX_INFLIGHT_PER_STREAM,
+    TX_STREAM,
     Backoff,
     BlockHub,
     EndReason,
     Frame,
     NotAMember,
     ResyncRequired,
+    StreamOrder,
     Subscription,
     TxHandler,
     TxStreamBroken,
@@ -113,7 +116,7 @@ class GrpcDataPlaneServer:
         host: str = "127.0.0.1",
         port: int = 0,
         secret: str = "",
-        max_inflight_per_stream: int = 4,
+        max_inflight_per_stream: int = MAX_INFLIGHT_PER_STREAM,
         max_inflight: int = 64,
         max_request_bytes: int = 8 << 20,
         options: Sequence[tuple[str, Any]] = SERVER_OPTIONS,
@@ -221,6 +224,7 @@ class GrpcDataPlaneServer:
     ) -> AsyncIterator[bytes]:
         assert self._tx_handler is not None
         await self._authenticate(context)
+        TX_STREAM.set(StreamOrder())  # this stream's batch tasks inherit it
         handler = self._tx_handler
         out: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
         pending: set[asyncio.Task[None]] = set()
@@ -363,6 +367,10 @@ def _floor_of(exc: grpc.aio.AioRpcError) -> int:
 
 class GrpcTxChannel:
     """Replica side of ``Txs``: implements :class:`TxChannel` (see module docstring)."""
+
+    #: batches sent one after another execute in that order (one stream; the sequencer starts
+    #: its batches in arrival order)
+    ordered = True
 
     def __init__(
         self,

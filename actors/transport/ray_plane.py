@@ -232,6 +232,9 @@ class RayTxChannel:
     unknown and the caller learns it from the block stream, exactly as with gRPC.
     """
 
+    #: concurrent actor calls may start in any order (module docstring): one batch out at a time
+    ordered = False
+
     def __init__(self, sequencer: ActorHandle[Any], *, method: str = "submit") -> None:
         self._method = getattr(sequencer, method)
 

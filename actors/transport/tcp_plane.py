@@ -68,12 +68,15 @@ from collections.abc import AsyncIterator
 
 from .core import (
     DEFAULT_BACKOFF,
+    MAX_INFLIGHT_PER_STREAM,
+    TX_STREAM,
     Backoff,
     BlockHub,
     EndReason,
     Frame,
     NotAMember,
     ResyncRequired,
+    StreamOrder,
     Subscription,
     TxHandler,
     TxStreamBroken,
@@ -178,7 +181,7 @@ class TcpDataPlaneServer:
         host: str = "127.0.0.1",
         port: int = 0,
         secret: str = "",
-        max_inflight_per_stream: int = 4,
+        max_inflight_per_stream: int = MAX_INFLIGHT_PER_STREAM,
         max_inflight: int = 64,
         max_request_bytes: int = 8 << 20,
         unix_dir: str | None = None,
@@ -301,6 +304,7 @@ class TcpDataPlaneServer:
     async def _txs(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: TxHandler
     ) -> None:
+        TX_STREAM.set(StreamOrder())  # this connection's batch tasks inherit it
         pending: set[asyncio.Task[None]] = set()
         mine = asyncio.Semaphore(self._per_stream)
         slots = self._slots
@@ -422,6 +426,10 @@ class TcpBlockSource:
 
 class TcpTxChannel:
     """Replica side of the tx stream: implements :class:`TxChannel` (module docstring)."""
+
+    #: batches sent one after another execute in that order (one stream; the sequencer starts
+    #: its batches in arrival order)
+    ordered = True
 
     def __init__(self, target: str, *, secret: str = "", unix_path: str | None = None) -> None:
         self._target = target

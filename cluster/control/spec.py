@@ -15,7 +15,8 @@ Shape (every key below is optional unless marked *required*)::
                  min_base_amount, ..., max_price_deviation>, initial_mark*}]
     replica_groups: [{name*, replicas_per_numa_node | replicas, numa_nodes, hosts,
                       cpus_per_replica, pin, realtime, huge_pages, gc, http_port,
-                      <ReplicaConfig knobs: max_batch_txs>, api: {<ApiConfig knobs>}}]
+                      <ReplicaConfig knobs: max_batch_txs,
+                      max_batches_in_flight, busy_poll>, api: {<ApiConfig knobs>}}]
 
 Each knob is declared once, where it is used. The ``sequencer`` section embeds the actors'
 ``SequencerConfig``, ``snapshot`` embeds ``SnapshotConfig``, each replica group embeds a
@@ -70,6 +71,7 @@ import yaml
 from raydex.actors.replica import ApiConfig, ReplicaConfig
 from raydex.actors.sequencer import SequencerConfig
 from raydex.actors.snapshot import SnapshotConfig
+from raydex.actors.transport import MAX_INFLIGHT_PER_STREAM
 from raydex.codecs import MAX_BATCH_TXS, CreateMarket, MarketIndex, MarketStatus, spec_of
 
 __all__ = [
@@ -479,6 +481,15 @@ class ReplicaGroupSpec:
             yield "cpus_per_replica", f"must be >= 1, got {self.cpus_per_replica}"
         if self.replica.max_batch_txs < 1:
             yield "max_batch_txs", f"must be >= 1, got {self.replica.max_batch_txs}"
+        if not 1 <= self.replica.max_batches_in_flight <= MAX_INFLIGHT_PER_STREAM:
+            yield (
+                "max_batches_in_flight",
+                (
+                    f"must be in 1..{MAX_INFLIGHT_PER_STREAM} (the sequencer runs at most "
+                    f"{MAX_INFLIGHT_PER_STREAM} batches per stream), got "
+                    f"{self.replica.max_batches_in_flight}"
+                ),
+            )
         yield from _api_problems(self.replica.api)
 
 

@@ -23,7 +23,14 @@ from raydex.actors.replica import ApiConfig, ApiError
 from raydex.actors.replica.service import MicroBatcher, ReplicaConfig, ReplicaService
 from raydex.actors.sequencer.service import SequencerConfig, SequencerService
 from raydex.actors.snapshot.holder import SnapshotConfig, SnapshotService
-from raydex.actors.transport import BlockHub, GrpcDataPlaneServer, GrpcTxChannel
+from raydex.actors.transport import (
+    BlockHub,
+    GrpcDataPlaneServer,
+    GrpcTxChannel,
+    RayTxChannel,
+    TcpDataPlaneServer,
+    TcpTxChannel,
+)
 from raydex.cluster.control.deploy import free_port
 from raydex.codecs import (
     ResultCode,
@@ -426,6 +433,78 @@ def test_the_micro_batch_reply_has_a_deadline_and_a_caller_still_queued_is_never
             await server.stop()
 
     asyncio.run(asyncio.wait_for(run(), 60))
+
+
+@pytest.mark.parametrize("plane", ["tcp", "grpc"])
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_the_micro_batcher_keeps_up_to_max_in_flight_batches_out_in_order(
+    plane: str, in_flight: int
+) -> None:
+    """Over a real data plane whose sequencer holds the first batch until another arrives (at
+    most 0.3 s): with two allowed out, the second batch reaches it while the first is out; with
+    one, it waits for the first's answer. Either way the batches execute in the order sent."""
+    trader = Trader(1)
+
+    async def run() -> tuple[list[list[int]], bool, MicroBatcher]:
+        arrived = asyncio.Event()
+        handled: list[list[int]] = []
+        overlapped = False
+
+        async def sequencer(frame: bytes) -> bytes:
+            nonlocal overlapped
+            txs = decode_batch(frame)
+            handled.append([t.nonce for t in txs])
+            if len(handled) == 1:
+                try:
+                    await asyncio.wait_for(arrived.wait(), 0.3)
+                    overlapped = True
+                except TimeoutError:
+                    pass
+            else:
+                arrived.set()
+            return encode_outcomes([(tx_hash_of(t), 200, 0, 1) for t in txs])
+
+        server: Any
+        channel: Any
+        if plane == "tcp":
+            server = TcpDataPlaneServer(BlockHub(), sequencer)
+            channel = TcpTxChannel(f"127.0.0.1:{await server.start()}")
+        else:
+            server = GrpcDataPlaneServer(BlockHub(), sequencer)
+            channel = GrpcTxChannel(f"127.0.0.1:{await server.start()}")
+        batcher = MicroBatcher(channel, max_batch_txs=500, max_in_flight=in_flight)
+        loop = asyncio.get_running_loop()
+        try:
+            a, b, c = (trader.order(300_000, 1, 1) for _ in range(3))
+            first = loop.create_task(batcher.enqueue([a], loop.time() + WAIT))
+            await asyncio.sleep(0)  # the first batch goes out alone
+            await asyncio.sleep(0)
+            rest = [loop.create_task(batcher.enqueue([t], loop.time() + WAIT)) for t in (b, c)]
+            outs = await asyncio.gather(first, *rest)
+            assert [o[0].tx_hash for o in outs] == [tx_hash_of(t) for t in (a, b, c)]
+            return handled, overlapped, batcher
+        finally:
+            await channel.close()
+            await server.stop()
+
+    handled, overlapped, batcher = asyncio.run(asyncio.wait_for(run(), 60))
+    nonces = [n for batch in handled for n in batch]
+    assert nonces == sorted(nonces) and len(nonces) == 3  # sent in order, executed in order
+    assert handled[0] == [nonces[0]]
+    assert overlapped is (in_flight == 2)
+    assert batcher.pipelined == (1 if in_flight == 2 else 0)
+    assert batcher.batches == len(handled)
+
+
+def test_a_channel_that_may_reorder_gets_one_batch_in_flight() -> None:
+    """The Ray plane's concurrent actor calls may start in any order: the batcher keeps one out
+    there whatever it is asked for; the stream planes say they keep order."""
+    assert RayTxChannel.ordered is False
+    assert TcpTxChannel.ordered is True and GrpcTxChannel.ordered is True
+    ray_channel = RayTxChannel.__new__(RayTxChannel)  # no actor needed to read the attribute
+    assert MicroBatcher(ray_channel, max_batch_txs=10, max_in_flight=4).max_in_flight == 1
+    with pytest.raises(ValueError):
+        MicroBatcher(TcpTxChannel("127.0.0.1:1"), max_batch_txs=10, max_in_flight=0)
 
 
 def test_port_and_deadline_knobs_that_contradict_each_other_are_refused() -> None:

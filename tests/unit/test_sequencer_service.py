@@ -16,7 +16,7 @@ import pytest
 from raydex.actors.local import eth_market
 from raydex.actors.sequencer.service import SequencerConfig, SequencerService
 from raydex.actors.snapshot import write_snapshot
-from raydex.actors.transport import GrpcBlockSource, GrpcTxChannel
+from raydex.actors.transport import GrpcBlockSource, GrpcTxChannel, TcpTxChannel
 from raydex.codecs import (
     CreateOrder,
     Deposit,
@@ -405,6 +405,42 @@ def test_a_block_closes_when_the_previous_one_is_durable_so_blocks_grow_with_the
     assert during == []  # no ack while the fsync is pending
     assert closed == 2  # one block in flight; the open one waits for it
     assert acked == [2] + [3] * 11  # the eleven batches rode one block
+
+
+@pytest.mark.parametrize("plane", ["grpc", "tcp"])
+def test_a_streams_verified_batches_execute_in_arrival_order_even_when_a_later_check_ends_first(
+    tmp_path: Path, plane: str
+) -> None:
+    """A replica keeps several batches out on its stream (``MicroBatcher``). The sequencer checks
+    signatures slice by slice, yielding between slices, so a small batch sent second finishes
+    its check first; it must still execute second (a later tx of a key carries a later nonce).
+    Over a real data-plane stream of each kind."""
+
+    async def run() -> tuple[list[TxOutcome], list[TxOutcome]]:
+        # one tx per slice: the big batch yields after every signature
+        cfg = dataclasses.replace(config(tmp_path), verify_slice_ms=1e-6, data_plane=plane)
+        svc = SequencerService(cfg)
+        port = await svc.start()
+        address = f"127.0.0.1:{port}"
+        channel = TcpTxChannel(address) if plane == "tcp" else GrpcTxChannel(address)
+        try:
+            await funded(svc)
+            assert svc.producer is not None and svc.producer.verify_signatures
+            big = encode_batch([order(1, i, 300_000 + i, 1) for i in range(8)])
+            small = encode_batch([order(2, 0, 290_000, 0)])
+            first = asyncio.create_task(channel.submit(big))
+            second = asyncio.create_task(channel.submit(small))  # sent right behind it
+            a, b = await asyncio.gather(first, second)
+            return decode_outcomes(a), decode_outcomes(b)
+        finally:
+            await channel.close()
+            await svc.stop()
+
+    big, small = asyncio.run(run())
+    assert {o.code for o in big + small} == {ResultCode.OK}
+    # order indexes are handed out in execution order: the big batch's eight first
+    assert max(o.order_index for o in big) < small[0].order_index
+    assert [o.order_index for o in big] == sorted(o.order_index for o in big)
 
 
 def test_the_timer_cadence_still_closes_blocks_on_its_tick(tmp_path: Path) -> None:

@@ -212,6 +212,16 @@ def test_an_unquoted_numeric_mark_keeps_the_digits_as_written() -> None:
         ("committer.cpus", 0, "committer.cpus: must be >= 1, got 0"),
         ("committer.wal_dir", "/x", "committer.wal_dir: unknown key"),
         ("replica_groups[0].max_batch_txs", 0, "replica_groups[0].max_batch_txs: must be >= 1"),
+        (
+            "replica_groups[0].max_batches_in_flight",
+            5,
+            "replica_groups[0].max_batches_in_flight: must be in 1..4",
+        ),
+        (
+            "replica_groups[0].max_batches_in_flight",
+            0,
+            "replica_groups[0].max_batches_in_flight: must be in 1..4",
+        ),
         ("replica_groups[0].chain_id", 1, "replica_groups[0].chain_id: not settable here"),
         ("replica_groups[0].api", {"network_id": 1}, "replica_groups[0].api.network_id: not set"),
         ("replica_groups[0].api", {"max_batch": 0}, "replica_groups[0].api.max_batch: must be >="),
