@@ -17,15 +17,16 @@ every Ray on the host. A group whose leader is gone is stopped only if a member'
 names the recorded GCS address.
 
 Environment of the head: the caller's, plus ``RAY_DASHBOARD_ENABLE_PROFILING=1`` unless set (the
-dashboard's stack trace and flame graph buttons), this interpreter's folder first on ``PATH`` (the
-dashboard agent runs the ``py-spy`` it finds there: a virtualenv that was not activated would
-otherwise answer "py-spy is not installed"), and ``RAY_AUTH_MODE=token`` when a Ray token is
-available and the mode is unset (what ``ray start`` itself would choose), so the driver connecting
-by explicit address uses the same mode. ``RAY_PROMETHEUS_HOST``, ``RAY_GRAFANA_HOST`` and
-``RAY_GRAFANA_IFRAME_HOST`` pass through as given.
+dashboard's stack trace and flame graph buttons), ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0``
+unless set (no node drain on SIGTERM: see ``head_env``), this interpreter's folder first on
+``PATH`` (the dashboard agent runs the ``py-spy`` it finds there: a virtualenv that was not
+activated would otherwise answer "py-spy is not installed"), and ``RAY_AUTH_MODE=token`` when a
+Ray token is available and the mode is unset (what ``ray start`` itself would choose), so the
+driver connecting by explicit address uses the same mode. ``RAY_PROMETHEUS_HOST``,
+``RAY_GRAFANA_HOST`` and ``RAY_GRAFANA_IFRAME_HOST`` pass through as given.
 
-Cost: starting waits for Ray (~10 s with the dashboard on 2 cores); stopping ~5 s (Ray's own
-shutdown), bounded by ``grace_s``. Linux only (``/proc``).
+Cost: starting waits for Ray (~10 s with the dashboard on 2 cores); stopping ~4 s (Ray's own
+shutdown, no drain), bounded by ``grace_s``. Linux only (``/proc``).
 """
 
 from __future__ import annotations
@@ -130,6 +131,10 @@ def head_env(base: Mapping[str, str]) -> dict[str, str]:
         env["PATH"] = os.pathsep.join(p for p in (here, path) if p)
     if "RAY_AUTH_MODE" not in env:
         env["RAY_AUTH_MODE"] = "token" if _token_available(env) else "disabled"
+    # On SIGTERM, Ray (2.60) first drains the node, waiting up to this long for its raylet to go
+    # idle and exit, which a head's raylet does not do: every `raydex down --stop-ray` took the
+    # whole 30 s and ended in SIGKILL. raydex stops its actors itself before it stops the head.
+    env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     return env
 
 

@@ -98,8 +98,9 @@ def write_spec(path: Path, state: Path, http: int, grpc: int, **group: Any) -> P
 
 
 def stop_group(leader: int, grace_s: float = 30.0) -> None:
-    """SIGTERM the leader (``ray start --block`` stops its processes), then SIGKILL the rest of
-    its process group after ``grace_s``."""
+    """SIGTERM the leader (``ray start --block`` stops its processes, after a node drain unless
+    ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0``), then SIGKILL the rest of its process group
+    after ``grace_s``."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(leader, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -132,6 +133,9 @@ def head(scratch: Path) -> Iterator[Head]:
     """``ray start --head $(raydex node-args --role head)`` on its own ports and temp dir."""
     auth = head_env(os.environ)["RAY_AUTH_MODE"]
     env = user_env(RAY_AUTH_MODE=auth, RAYDEX_STATE_DIR=str(scratch / "state"))
+    # no node drain when stop_group SIGTERMs it (a head's drain waits its whole 30 s), as `raydex
+    # up` starts its head (cluster/control/head.py head_env)
+    env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
     flags = run([str(BIN / "raydex"), "node-args", "--role", "head"], env).split()
     port = free_port()
     client = free_port(avoid={port})
@@ -335,6 +339,7 @@ def test_raydex_up_starts_its_own_head_and_down_stop_ray_stops_that_one_only(
 
         out = raydex("down", "--stop-ray", env=env)
         assert "stopped the Ray head `raydex up` started (pid " in out
+        assert "needed SIGKILL" not in out, out  # every process ended on its SIGTERM
         assert not any(_alive(p) for p in members)
         assert not (state / "head.json").exists()
     finally:

@@ -143,12 +143,15 @@ def test_the_head_environment_enables_profiling_and_passes_prometheus_and_grafan
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
     assert shutil.which("py-spy", path=env["PATH"]) is not None
     assert env["RAY_AUTH_MODE"] == "disabled"  # no token: what `ray start` itself would do
+    # no node drain on SIGTERM: a head's raylet never finishes one, so a stop took 30 s + SIGKILL
+    assert env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "0"
     token.write_text("x" * 64)
     assert head_env(base)["RAY_AUTH_MODE"] == "token"
     explicit = {
         **base,
         "RAY_DASHBOARD_ENABLE_PROFILING": "0",
         "RAY_AUTH_MODE": "disabled",
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "30",
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin"]),
     }
     assert head_env(explicit) == explicit
