@@ -125,7 +125,8 @@ class BlockSource(Protocol):
 class TxChannel(Protocol):
     """Replica side: send one tx batch frame, await its result frame. ``ordered``: batches
     submitted one after another (without awaiting the first) execute in that order, so a
-    replica may keep several out (``MicroBatcher``)."""
+    replica may keep several out (``MicroBatcher``, which takes a channel without the attribute
+    as unordered)."""
 
     ordered: bool
 
