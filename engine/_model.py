@@ -346,7 +346,7 @@ class Market:
         self.queue_head = 0
         self.expiries: list[int] = []
         self.next_expiry = NO_EXPIRY
-        #: Rebuild both without stale entries when they hold more entries than this.
+        #: Rebuild them without stale entries (``_compact_expiries``) past this many entries.
         self.compact_at = 1024
         self.dirty = False
 

@@ -670,13 +670,22 @@ class OrderPath(EngineState):
     @staticmethod
     def _compact_expiries(m: Market) -> None:
         """Drop stale (cancelled/filled) entries; amortised O(1) per resting order. The live
-        orders, sorted by ``(expiry, index)``, become the queue (the heap is left empty)."""
-        live = sorted(iter_market_orders(m), key=expiry_key)
-        m.expiry_queue = live
+        orders' keys, ``(expiry << EXPIRY_SHIFT) + index``, sorted (a sorted list is a heap),
+        become the heap and the queue starts empty: one int sort, where sorting the orders by
+        an ``(expiry, index)`` key function cost a Python call and a tuple per order."""
+        keys = []
+        for side in (m.bids, m.asks):
+            for lvl in side.levels.values():
+                o = lvl.head
+                while o is not None:
+                    keys.append((o.expiry << EXPIRY_SHIFT) + o.index)
+                    o = o.next
+        keys.sort()
+        m.expiry_queue = []
         m.queue_head = 0
-        m.expiries = []
-        m.next_expiry = live[0].expiry if live else NO_EXPIRY
-        m.compact_at = max(1024, 4 * len(live))
+        m.expiries = keys
+        m.next_expiry = keys[0] >> EXPIRY_SHIFT if keys else NO_EXPIRY
+        m.compact_at = max(1024, 4 * len(keys))
 
     def _find_order(self, acct: Account, mi: int, index: Any) -> Order | None:
         """``acct``'s order in market ``mi`` by client or exchange ``index`` (an int object)."""
@@ -878,11 +887,6 @@ def position_for(acct: Account, m: Market) -> Position:
     if pos is None:
         pos = acct.positions[m.index] = Position(acct, m, m.default_imf)
     return pos
-
-
-def expiry_key(o: Order) -> tuple[int, int]:
-    """The order in which resting orders expire (``Market.expiry_queue``)."""
-    return o.expiry, o.index
 
 
 def iter_market_orders(m: Market) -> Iterator[Order]:

@@ -167,3 +167,35 @@ def test_expiries_survive_compaction_and_a_snapshot_reload() -> None:
         ]
         assert expired == due
     assert desk.eng.state_hash() == reloaded.eng.state_hash()
+
+
+def test_orders_expire_in_order_step_by_step_after_compactions() -> None:
+    """Compaction moves every live order onto the heap and restarts the queue; new orders then
+    queue again. With thousands of orders (several compactions) and the clock stepping past a
+    few expiries at a time, each touch expires exactly the due orders, in (expiry, index)
+    order, across the heap and the queue."""
+    desk = Desk()
+    book = Book()
+    for n in range(2_500):
+        desk.now += 7 * (n % 3 == 0)
+        life = 0 if n % 4 else DAY * (1 + n % 30)
+        desk.order(
+            1 + n % 3, n % 2, 1, _price(n % 2, 5 + n % 300), expiry=desk.now + life if life else 0
+        )
+        book.follow(desk.events)
+        if n % 3 == 1:
+            live = sorted(book.resting)
+            victim = live[(n * 7919) % len(live)]
+            desk.cancel(book.resting[victim][1], victim)
+            _check(desk, book)
+    assert len(book.resting) > 1_000
+    steps = 0
+    while len(book.resting) > 1 and steps < 5_000:  # each step expires >= 3 orders, adds 1
+        # step to just past the next few expiries, then touch the market with a resting order
+        due = sorted({exp for exp, _ in book.resting.values()})
+        desk.now = due[min(2, len(due) - 1)] + 1
+        desk.order(1 + steps % 3, steps % 2, 1, _price(steps % 2, 400), expiry=desk.now + DAY)
+        _check(desk, book)
+        steps += 1
+    assert len(book.resting) <= 1
+    assert steps > 10
