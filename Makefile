@@ -8,8 +8,8 @@
 # sources, rebuilt whenever an engine source is newer than .venv/.engine-stamp (test, bench and demo
 # depend on it). Where mypyc or a C compiler is missing the pure-Python engine is used (same
 # behaviour, same state hash). Cost: about 1 minute of compile on an idle core (4 on the busy 2-core
-# VM). `make pure` removes the compiled modules, the event constructor engine/_event.c included
-# (pure Python until the next engine edit or `make engine`).
+# VM). `make pure` removes the compiled modules (pure Python until the next engine edit or
+# `make engine`).
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -18,7 +18,7 @@ STAMP := $(VENV)/.make-stamp
 ENGINE_STAMP := $(VENV)/.engine-stamp
 # The same build compiles the C extensions (codecs/signing/_ecgfp5.c, codecs/_blockdec.c,
 # actors/_smt.c, actors/replica/_cacheloop.c, actors/replica/_bookjson.c, observability/_untrack.c,
-# engine/_event.c, cluster/_hugearena.c): an edit of one rebuilds too, or an existing .venv would keep the old one.
+# cluster/_hugearena.c): an edit of one rebuilds too, or an existing .venv would keep the old one.
 ENGINE_SRC := $(wildcard engine/*.py) $(wildcard engine/*.c) $(wildcard codecs/*.c) \
 	$(wildcard codecs/signing/*.c) \
 	$(wildcard actors/*.c) $(wildcard actors/replica/*.c) \

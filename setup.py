@@ -7,8 +7,7 @@ committer runs the same update in Python.
 
 ``raydex.observability._untrack`` (``observability/_untrack.c``: immutable records out of the
 cyclic GC's lists) is optional too: without it the records stay tracked and collections pause
-longer. So is ``raydex.engine._event`` (``engine/_event.c``: the engine's events built in one
-allocation): without it the engine builds them with ``tuple.__new__`` (the same objects).
+longer.
 
 ``raydex.codecs.signing._accel`` (``codecs/signing/_ecgfp5.c``, Lighter's Schnorr/ECgFp5/
 Poseidon2) is built by every ``pip install`` (``make install``). It is an optional extension: if
@@ -67,6 +66,7 @@ from setuptools import Extension, setup
 MYPYC_MODULES = (
     "_engine.py",
     "_state.py",
+    "_deltas.py",
     "_orders.py",
     "_accounts.py",
     "_markets.py",
@@ -170,14 +170,6 @@ UNTRACK_EXTENSION = Extension(
     optional=True,
 )
 
-#: the engine's event constructor (engine/_event.c: an event NamedTuple in one allocation instead
-#: of tuple.__new__'s temporary tuples); optional: without it the engine calls tuple.__new__
-EVENT_EXTENSION = Extension(
-    "raydex.engine._event",
-    sources=["engine/_event.c"],
-    extra_compile_args=["-O2", "-std=gnu11"],
-    optional=True,
-)
 #: ``raydex.codecs._blockdec`` (``codecs/_blockdec.c``): a block's events decoded in one C loop
 #: (the replica's and the holder's hot decode). Optional: without it ``decode_block`` runs its
 #: Python loop (the same events).
@@ -221,7 +213,6 @@ setup(
         BOOKJSON_EXTENSION,
         MERKLE_EXTENSION,
         UNTRACK_EXTENSION,
-        EVENT_EXTENSION,
         HUGEARENA_EXTENSION,
         *_mypyc_extensions(),
     ]

@@ -193,6 +193,31 @@ def encode_block(seq: int, height: int, timestamp_ns: int, events: Sequence[Even
     return b"".join(parts)
 
 
+def encode_event(ev: Event) -> bytes:
+    """One event as it sits in a block body: its tag byte, then its layout. CodecError as
+    :func:`encode_block` raises it."""
+    try:
+        pack, tag, fix = _ENCODE[type(ev)]
+    except KeyError as e:
+        raise CodecError(f"not a registered event class: {e}", type_name="Block") from None
+    try:
+        return pack(tag, *ev) if fix is None else pack(tag, *fix(ev))
+    except (struct.error, TypeError) as e:
+        raise CodecError(f"cannot encode: {e}", type_name="Block") from None
+
+
+def encode_block_body(seq: int, height: int, timestamp_ns: int, count: int, body: bytes) -> bytes:
+    """A block from a body already laid out (``count`` events, each as :func:`encode_event`
+    writes it: what the engine's ``Deltas`` hold): the header, then the body as it is."""
+    return _HEADER.pack(seq, height, timestamp_ns, count) + body
+
+
+def decode_body(body: Buffer, count: int) -> list[Event]:
+    """The ``count`` events of a block body (the bytes after a header), as :func:`decode_block`
+    decodes them; CodecError if they are not exactly that."""
+    return decode_block(_HEADER.pack(0, 0, 0, count) + bytes(body)).events
+
+
 def peek_block_header(buf: Buffer) -> BlockHeader:
     """The header only; CodecError if ``buf`` is shorter than a header."""
     try:

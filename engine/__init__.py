@@ -1,6 +1,8 @@
 """raydex.engine: the deterministic perpetual-futures state machine (pure Python, no I/O).
 
-``Engine.execute(cmd, now_ms, out) -> ResultCode`` is the whole interface for the sequencer;
+``Engine.execute_into(cmd, now_ms) -> ResultCode`` is the sequencer's interface: the events go
+into ``Engine.deltas`` (a ``Deltas``) as block bytes, handed over by ``take_deltas()``;
+``Engine.execute(cmd, now_ms, out)`` appends them to ``out`` as NamedTuples instead;
 ``records()`` / ``Engine.from_records`` / ``state_hash()`` are the snapshot API;
 ``state_digest(records)`` is the state hash every role reports (engine or replica caches);
 ``BareBook`` is the matching-only floor used by the benchmark. See ``_engine`` for the semantics
@@ -14,6 +16,7 @@ build, see ``setup.py``), False for the pure-Python default; both behave identic
 
 from . import _engine
 from ._bare_book import BareBook
+from ._deltas import Deltas
 from ._digest import digest_steps, state_digest
 from ._engine import (
     DEFAULT_ORDER_LIFETIME_MS,
@@ -33,6 +36,7 @@ __all__ = [
     "DEFAULT_ORDER_LIFETIME_MS",
     "FUNDING_INTERVAL_MS",
     "BareBook",
+    "Deltas",
     "Engine",
     "InvariantViolation",
     "Result",

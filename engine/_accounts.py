@@ -21,15 +21,12 @@ Cost: O(1) each, except the margin check after a mark move (O(markets the accoun
 
 from __future__ import annotations
 
-from typing import Any
-
 from raydex.codecs import (
     ApiKeyChanged,
     ChangePubKey,
     Deposit,
     L1AddressSet,
     L1Deposit,
-    NonceUpdated,
     RegisterApiKey,
     Transfer,
     UpdateLeverage,
@@ -38,10 +35,11 @@ from raydex.codecs import (
 from raydex.codecs.signing import PUBLIC_KEY_SIZE as _PUBLIC_KEY_SIZE
 from raydex.codecs.signing import is_valid_public_key as _is_valid_public_key
 
+from ._deltas import Deltas
 from ._liquidation import rearm
 from ._model import Account, ApiKey
 from ._orders import OrderPath, position_for
-from ._state import BPS, MAX_48, MAX_API_KEY_INDEX, MAX_I63, event, is_int
+from ._state import BPS, MAX_48, MAX_API_KEY_INDEX, MAX_I63, is_int
 from .codes import (
     ACCOUNT_NOT_FOUND,
     INSUFFICIENT_BALANCE,
@@ -61,7 +59,7 @@ from .codes import (
 from .rules import accepted_nonce
 
 
-def transfer(eng: OrderPath, c: Transfer, now: int, out: list[Any]) -> int:
+def transfer(eng: OrderPath, c: Transfer, now: int, out: Deltas) -> int:
     ai, ki, to, amount, exp_at, nonce, _s = c
     code = eng._auth(ai, ki, nonce, exp_at, now, out)
     if code:
@@ -73,6 +71,8 @@ def transfer(eng: OrderPath, c: Transfer, now: int, out: list[Any]) -> int:
     dst = eng._accounts.get(to)
     if dst is None:
         return ACCOUNT_NOT_FOUND
+    if dst.collateral + amount > MAX_I63:
+        return INVALID_AMOUNT
     code = debit(eng, eng._accounts[ai], amount)
     if code:
         return code
@@ -81,7 +81,7 @@ def transfer(eng: OrderPath, c: Transfer, now: int, out: list[Any]) -> int:
     return OK
 
 
-def withdraw(eng: OrderPath, c: Withdraw, now: int, out: list[Any]) -> int:
+def withdraw(eng: OrderPath, c: Withdraw, now: int, out: Deltas) -> int:
     ai, ki, amount, exp_at, nonce, _s = c
     code = eng._auth(ai, ki, nonce, exp_at, now, out)
     if code:
@@ -109,7 +109,7 @@ def debit(eng: OrderPath, acct: Account, amount: int) -> int:
     return 0
 
 
-def update_leverage(eng: OrderPath, c: UpdateLeverage, now: int, out: list[Any]) -> int:
+def update_leverage(eng: OrderPath, c: UpdateLeverage, now: int, out: Deltas) -> int:
     ai, ki, mi, imf, mode, exp_at, nonce, _s = c
     code = eng._auth(ai, ki, nonce, exp_at, now, out)
     if code:
@@ -137,7 +137,7 @@ def update_leverage(eng: OrderPath, c: UpdateLeverage, now: int, out: list[Any])
     return OK
 
 
-def change_pub_key(eng: OrderPath, c: ChangePubKey, now: int, out: list[Any]) -> int:
+def change_pub_key(eng: OrderPath, c: ChangePubKey, now: int, out: Deltas) -> int:
     ai, ki, pub, _l1_sig, exp_at, nonce, _s = c
     acct = eng._accounts.get(ai)
     if acct is None:
@@ -155,18 +155,25 @@ def change_pub_key(eng: OrderPath, c: ChangePubKey, now: int, out: list[Any]) ->
         return INVALID_PUBLIC_KEY
     set_key(eng, acct, ki, bytes(pub), out)
     acct.keys[ki].nonce = n
-    out.append(event(NonceUpdated, ai, ki, n))
+    out.nonce_updated(ai, ki, n)
     return OK
 
 
-def set_key(eng: OrderPath, acct: Account, ki: int, pub: bytes, out: list[Any]) -> None:
+def set_key(eng: OrderPath, acct: Account, ki: int, pub: bytes, out: Deltas) -> None:
     key = acct.keys.get(ki)
     if key is None:
         key = acct.keys[ki] = ApiKey(pub)
-        out.append(event(NonceUpdated, acct.index, ki, key.nonce))
+        out.nonce_updated(acct.index, ki, key.nonce)
     else:
         key.pub_key = pub
-    out.append(event(ApiKeyChanged, acct.index, ki, pub))
+    out.event(ApiKeyChanged(acct.index, ki, pub))
+
+
+def fits(eng: OrderPath, acct: Account | None, amount: int) -> bool:
+    """A deposit of ``amount`` leaves the account's collateral and the exchange's total deposits
+    within their i64 fields (``BalanceChanged``, ``ExchangeBalancesChanged``)."""
+    held = 0 if acct is None else acct.collateral
+    return held + amount <= MAX_I63 and eng.total_deposits + amount <= MAX_I63
 
 
 def account_for(eng: OrderPath, ai: int) -> Account:
@@ -177,11 +184,13 @@ def account_for(eng: OrderPath, ai: int) -> Account:
     return acct
 
 
-def deposit(eng: OrderPath, c: Deposit, now: int, out: list[Any]) -> int:
+def deposit(eng: OrderPath, c: Deposit, now: int, out: Deltas) -> int:
     ai, amount = c
     if not is_int(ai) or not 0 <= ai <= MAX_48:
         return INVALID_PARAM
     if not is_int(amount) or not 1 <= amount <= MAX_I63:
+        return INVALID_AMOUNT
+    if not fits(eng, eng._accounts.get(ai), amount):
         return INVALID_AMOUNT
     acct = account_for(eng, ai)
     acct.collateral += amount
@@ -191,13 +200,15 @@ def deposit(eng: OrderPath, c: Deposit, now: int, out: list[Any]) -> int:
     return OK
 
 
-def l1_deposit(eng: OrderPath, c: L1Deposit, now: int, out: list[Any]) -> int:
+def l1_deposit(eng: OrderPath, c: L1Deposit, now: int, out: Deltas) -> int:
     addr, amount = c
     if not isinstance(addr, bytes) or len(addr) != 20 or addr == bytes(20):
         return INVALID_PARAM
     if not is_int(amount) or not 1 <= amount <= MAX_I63:
         return INVALID_AMOUNT
     ai = eng._by_l1.get(addr)
+    if not fits(eng, None if ai is None else eng._accounts[ai], amount):
+        return INVALID_AMOUNT
     if ai is None:
         ai = max(eng._accounts, default=0) + 1
         if ai > MAX_48:
@@ -205,7 +216,7 @@ def l1_deposit(eng: OrderPath, c: L1Deposit, now: int, out: list[Any]) -> int:
         acct = account_for(eng, ai)
         acct.l1_address = addr
         eng._by_l1[addr] = ai
-        out.append(event(L1AddressSet, ai, addr))
+        out.event(L1AddressSet(ai, addr))
     else:
         acct = eng._accounts[ai]
     acct.collateral += amount
@@ -215,7 +226,7 @@ def l1_deposit(eng: OrderPath, c: L1Deposit, now: int, out: list[Any]) -> int:
     return OK
 
 
-def register_api_key(eng: OrderPath, c: RegisterApiKey, now: int, out: list[Any]) -> int:
+def register_api_key(eng: OrderPath, c: RegisterApiKey, now: int, out: Deltas) -> int:
     ai, ki, pub = c
     if not is_int(ai) or not 0 <= ai <= MAX_48:
         return INVALID_PARAM

@@ -47,7 +47,9 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
 - UpdateLeverage: cross margin only (isolated -> UNSUPPORTED_TX_TYPE); ``imf`` in
   ``[market min imf, 10_000]``; raising it must keep the IMR met.
 - Transfer / Withdraw: ``amount <= collateral`` (INSUFFICIENT_BALANCE) and the IMR met afterwards
-  (NOT_ENOUGH_MARGIN); the destination of a transfer must exist.
+  (NOT_ENOUGH_MARGIN); the destination of a transfer must exist. A deposit or transfer that
+  would take an account's collateral, or a deposit the exchange's total deposits, past
+  ``2**63 - 1`` (their i64 event fields) is INVALID_AMOUNT.
 - Liquidation (LiquidatePosition 26, engine-generated after SetMarkPrice, ApplyFunding,
   UpdateMarket and fills): an account with ``equity < MMR`` has all resting orders cancelled
   (CANCELED_LIQUIDATION), then each position (by market index) is closed by an internal
@@ -65,19 +67,18 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   identity test; hot paths keep locals and inline their helpers. ``make`` compiles the engine
   with mypyc (``setup.py``); the pure-Python modules are the reference and the fallback, and both
   produce the same events and state hash. What the compiled build rewards, and the hot path
-  therefore does: module constants, event types and heapq functions are ``Final`` names (C
-  statics, not globals-dict lookups); order commands are unpacked through plain tuple types
+  therefore does: module constants and heapq functions are ``Final`` names (C statics, not
+  globals-dict lookups); order commands are unpacked through plain tuple types
   (``_orders.CreateOrderT``, ...: one check, direct reads, instead of iterating the interpreted
-  codecs NamedTuple); ``out.append`` and ``self._method`` are called directly (a bound-method
+  codecs NamedTuple); ``self._method`` and ``out.<event>`` are called directly (a bound-method
   local is a generic Python call); int products keep non-negative operands below 2**30 where
   the value allows, and the wider ones (notional * fee, equity * BPS, margin sums) go through
   ``rules.product``, an i64 multiply within bounds (mypyc boxes anything else through
-  ``PyNumber_Multiply``); ids used as dict keys and event fields are boxed once
-  (``Account.ref``, ``Order.ref``, ``Level.key``). What remains per command is CPython object
-  work: building the event NamedTuples (``_state.event``: boxed ints and one allocation each
-  with the C constructor, ``engine/_event.c``; three temporary tuples more through its
-  ``tuple.__new__`` fallback) and int-keyed dict lookups and inserts (accounts, keys, orders,
-  levels).
+  ``PyNumber_Multiply``); ids used as dict keys are boxed once (``Account.ref``, ``Order.ref``,
+  ``Level.key``); events are not objects but block bytes (``_deltas``: each field one native
+  write, no int object, no tuple). What remains per command is CPython object work on the
+  state: int-keyed dict lookups and inserts (accounts, keys, orders, levels), the orders and
+  levels themselves.
 - Funding: ``size * mark * mult * rate / 1e8``; payers round up, receivers down; the residue goes
   to the insurance fund. ``ApplyFunding`` charges a given rate; ``FundingTick`` runs a market's
   funding clock (``_funding``: premium sampled each minute, the hour's rate charged on the hour).
@@ -130,9 +131,11 @@ from raydex.codecs import (
     UpdateLeverage,
     UpdateMarket,
     Withdraw,
+    decode_body,
 )
 
 from . import _accounts, _markets, _snapshot
+from ._deltas import Deltas
 from ._liquidation import check_traded
 from ._orders import OrderPath, cancel_all
 from ._snapshot import Record, records_hash
@@ -177,8 +180,11 @@ class Engine(OrderPath):
 
     # ---- public API -----------------------------------------------------------------------------
 
-    def execute(self, cmd: Any, now_ms: int, out: list[Any]) -> int:
-        """Execute one command; append its events to ``out``; return its ResultCode value."""
+    def execute_into(self, cmd: Any, now_ms: int) -> int:
+        """Execute one command; its events are appended to :attr:`deltas` as block bytes (the
+        sequencer's path: :meth:`take_deltas` hands over a block's body). Returns its
+        ResultCode value."""
+        out = self.deltas
         t = type(cmd)
         # The three order commands (~95% of traffic) are called directly, the rest by type.
         if t is CREATE_ORDER:
@@ -197,6 +203,24 @@ class Engine(OrderPath):
         self._flush(out)
         return code
 
+    def execute(self, cmd: Any, now_ms: int, out: list[Any]) -> int:
+        """Execute one command; append its events to ``out`` as NamedTuples (decoded from what
+        :meth:`execute_into` writes, which is then dropped from :attr:`deltas`); return its
+        ResultCode value."""
+        d = self.deltas
+        start = d.size()
+        count = d.count
+        code = self.execute_into(cmd, now_ms)
+        if d.count != count:
+            out.extend(decode_body(d.since(start), d.count - count))
+            d.rewind(start, count)
+        return code
+
+    def take_deltas(self) -> tuple[int, bytes]:
+        """``(count, body)``: the events :meth:`execute_into` wrote since the last call, laid out
+        as a block body (``codecs.encode_block_body`` adds the header)."""
+        return self.deltas.take()
+
     def apply(self, cmd: Any, now_ms: int) -> Result:
         """Convenience wrapper around :meth:`execute` returning ``Result(code, events)``."""
         out: list[Any] = []
@@ -207,10 +231,14 @@ class Engine(OrderPath):
         """Execute ``cmd`` as the engine itself (the liquidation path's entry for one order): no
         key, nonce or tx-deadline gates, no margin, fat-finger, minimum-amount or open-order-count
         checks, and the market may be inactive. The order keeps its book semantics (reduce-only
-        clipping, IOC, self-trade prevention); maintenance is checked after it as after any fill."""
+        clipping, IOC, self-trade prevention); maintenance is checked after it as after any fill.
+        Its events are appended to ``out`` as NamedTuples, as :meth:`execute` does."""
         acct = self._accounts.get(cmd.account_index)
         if acct is None:
             return ACCOUNT_NOT_FOUND
+        d = self.deltas
+        start = d.size()
+        count = d.count
         code = self._place(
             acct,
             cmd.market_index,
@@ -223,13 +251,15 @@ class Engine(OrderPath):
             cmd.reduce_only,
             cmd.order_expiry,
             now_ms,
-            out,
+            d,
             True,
-            cmd,
         )
         if self._traded:
-            check_traded(self, now_ms, out)
-        self._flush(out)
+            check_traded(self, now_ms, d)
+        self._flush(d)
+        if d.count != count:
+            out.extend(decode_body(d.since(start), d.count - count))
+            d.rewind(start, count)
         return code
 
     # ---- reads ----------------------------------------------------------------------------------
@@ -318,14 +348,14 @@ class Engine(OrderPath):
         validate(self)
 
 
-def _funding_tick(eng: Engine, c: FundingTick, now: int, out: list[Any]) -> int:
+def _funding_tick(eng: Engine, c: FundingTick, now: int, out: Deltas) -> int:
     """Run market ``c.market_index``'s funding clock (``_funding``)."""
     code: int = eng.funding.tick(eng, c, now, out)  # (typed here: mypyc builds without _funding)
     return code
 
 
 #: The cold commands' handlers, by command type: ``handler(engine, cmd, now_ms, out) -> code``.
-_HANDLERS: Final[dict[type, Callable[[Engine, Any, int, list[Any]], int]]] = {
+_HANDLERS: Final[dict[type, Callable[[Engine, Any, int, Deltas], int]]] = {
     CancelAllOrders: cancel_all,
     Transfer: _accounts.transfer,
     Withdraw: _accounts.withdraw,

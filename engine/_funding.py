@@ -34,11 +34,12 @@ interval from the sequencer, so none of it is on the order path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from raydex.codecs import ApplyFunding, FundingChanged, FundingRecord, FundingTick, ResultCode
 
 if TYPE_CHECKING:
+    from ._deltas import Deltas
     from ._engine import Engine
 
 FUNDING_SCALE: Final = 100_000_000
@@ -127,7 +128,7 @@ class FundingClock:
     def __init__(self) -> None:
         self._clocks: dict[int, _Clock] = {}
 
-    def tick(self, eng: Engine, cmd: FundingTick, now: int, out: list[Any]) -> int:
+    def tick(self, eng: Engine, cmd: FundingTick, now: int, out: Deltas) -> int:
         """Run ``cmd.market_index``'s clock at ``now`` (see the module docstring)."""
         mi = cmd.market_index
         m = eng.market(mi)
@@ -160,7 +161,7 @@ class FundingClock:
             c.last_minute = minute
             changed = True
         if changed:
-            out.append(
+            out.event(
                 FundingChanged(
                     mi,
                     c.samples,

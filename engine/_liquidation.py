@@ -23,13 +23,14 @@ O(markets the account holds); a liquidation is O(its orders + positions + matche
 from __future__ import annotations
 
 from heapq import heapify
-from typing import Any, Final
+from typing import Final
 
-from raydex.codecs import PositionDeleveraged, PositionLiquidated, TradeExecuted
+from raydex.codecs import PositionDeleveraged, PositionLiquidated
 
+from ._deltas import Deltas
 from ._model import Account, Market, Order, Position, heappop, heappush
 from ._orders import OrderPath
-from ._state import BPS, event
+from ._state import BPS
 from .codes import CANCELED_LIQUIDATION, IOC, MARKET
 from .rules import MAX_PRICE, product, unrealized_pnl
 
@@ -41,12 +42,12 @@ DEDUP_SCAN: Final = 16
 RESERVE_DIV: Final = 8
 
 
-def liquidate_holders(eng: OrderPath, m: Market, now: int, out: list[Any]) -> None:
+def liquidate_holders(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
     """Exact check of every holder of ``m`` (funding, market updates): liquidate or re-arm."""
     check_accounts(eng, sorted(m.holders), now, out)
 
 
-def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: list[Any]) -> None:
+def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
     """After a mark move: exact check of the holders whose trigger the new mark crossed and of
     the unarmed holders (their risk changed since they were armed)."""
     mark = m.mark
@@ -82,7 +83,7 @@ def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: list[Any]) -> No
         check_accounts(eng, sorted(cand), now, out)
 
 
-def check_accounts(eng: OrderPath, indexes: list[int], now: int, out: list[Any]) -> None:
+def check_accounts(eng: OrderPath, indexes: list[int], now: int, out: Deltas) -> None:
     """Exact maintenance check of each account (in the given order): liquidate or re-arm."""
     accounts = eng._accounts
     for ai in indexes:
@@ -162,7 +163,7 @@ def unarm(eng: OrderPath, acct: Account) -> None:
             p.market.unarmed[acct] = None
 
 
-def check_traded(eng: OrderPath, now: int, out: list[Any]) -> None:
+def check_traded(eng: OrderPath, now: int, out: Deltas) -> None:
     """Accounts that traded in this command: liquidate if under maintenance (exact check at the
     current marks). Survivors are left unarmed: their triggers are rebuilt once, at the next
     mark move, instead of after every fill. Counterparties of a liquidation are checked in the
@@ -198,7 +199,7 @@ def _seen(batch: list[Account], i: int) -> bool:
     return any(batch[j] is acct for j in range(i))
 
 
-def liquidate(eng: OrderPath, acct: Account, now: int, out: list[Any]) -> None:
+def liquidate(eng: OrderPath, acct: Account, now: int, out: Deltas) -> None:
     """Close ``acct`` entirely (see the module docstring); its counterparties are checked next."""
     acct.risk_version += 1
     for idx in sorted(acct.orders):
@@ -220,15 +221,13 @@ def liquidate(eng: OrderPath, acct: Account, now: int, out: list[Any]) -> None:
         pr = eng._next_priority
         eng._next_priority = pr + 1
         o = Order(oi, acct, 0, m, is_ask, bound, abs(start), now, MARKET, IOC, 1, pr)
-        mark_len = len(out)
+        eng._liquidation_quote = 0  # price * size of its fills (``_match``)
         eng._match_and_finish(m, o, acct, pos, now, out, True)
         closed = start - pos.size
         if closed:
-            quote = closed_quote(acct.index, m, out, mark_len)
+            quote = eng._liquidation_quote
             fee = eng.insurance_fund - fund_before
-            out.append(
-                event(PositionLiquidated, acct.index, m.index, closed, quote // abs(closed), fee)
-            )
+            out.event(PositionLiquidated(acct.index, m.index, closed, quote // abs(closed), fee))
         if pos.size:
             deleverage(eng, acct, pos, out)
     if acct.collateral < 0:
@@ -238,7 +237,7 @@ def liquidate(eng: OrderPath, acct: Account, now: int, out: list[Any]) -> None:
         eng._mark_account(acct)
 
 
-def deleverage(eng: OrderPath, acct: Account, pos: Position, out: list[Any]) -> None:
+def deleverage(eng: OrderPath, acct: Account, pos: Position, out: Deltas) -> None:
     """Offset what is left of ``pos`` against the most profitable opposite positions at the
     account's bankruptcy price (no fees)."""
     m = pos.market
@@ -266,15 +265,6 @@ def deleverage(eng: OrderPath, acct: Account, pos: Position, out: list[Any]) -> 
         cp.account.collateral += eng._apply_fill(cp, -d, pq)
         eng._mark_account(acct)
         eng._mark_account(cp.account)
-        out.append(event(PositionDeleveraged, acct.index, cp.account.index, m.index, -d, bp))
+        out.event(PositionDeleveraged(acct.index, cp.account.index, m.index, -d, bp))
         eng._traded.append(cp.account)
     eng._mark_market(m)
-
-
-def closed_quote(ai: int, m: Market, out: list[Any], start: int) -> int:
-    """Sum of price*size of trades in ``out[start:]`` where ``ai`` is the taker in ``m``."""
-    total = 0
-    for e in out[start:]:
-        if type(e) is TradeExecuted and e.taker_account_index == ai and e.market_index == m.index:
-            total += e.price * e.size
-    return total

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from raydex.codecs import ApplyFunding, CreateMarket, MarketChanged, SetMarkPrice, UpdateMarket
 
+from ._deltas import Deltas
 from ._liquidation import check_accounts, liquidate_crossed, liquidate_holders
 from ._model import Market
 from ._orders import OrderPath
@@ -35,7 +36,7 @@ from .codes import (
 from .rules import MAX_PRICE, USDC_DECIMALS, product
 
 
-def create_market(eng: OrderPath, c: CreateMarket, now: int, out: list[Any]) -> int:
+def create_market(eng: OrderPath, c: CreateMarket, now: int, out: Deltas) -> int:
     mi = c.market_index
     if not is_int(mi) or not 0 <= mi <= MAX_MARKET_INDEX:
         return INVALID_MARKET_PARAMS
@@ -54,12 +55,12 @@ def create_market(eng: OrderPath, c: CreateMarket, now: int, out: list[Any]) -> 
     set_params(m, c[4:14], c.status)
     m.set_mark(int(c.mark_price))
     eng._markets[m.index] = m
-    out.append(_new(MarketChanged, market_fields(m)))
+    out.event(_new(MarketChanged, market_fields(m)))
     eng._mark_market(m)
     return OK
 
 
-def update_market(eng: OrderPath, c: UpdateMarket, now: int, out: list[Any]) -> int:
+def update_market(eng: OrderPath, c: UpdateMarket, now: int, out: Deltas) -> int:
     m = eng._markets.get(c.market_index)
     if m is None:
         return MARKET_NOT_FOUND
@@ -67,12 +68,12 @@ def update_market(eng: OrderPath, c: UpdateMarket, now: int, out: list[Any]) -> 
         return INVALID_MARKET_PARAMS
     set_params(m, c[1:11], c.status)
     eng._epoch += 1
-    out.append(_new(MarketChanged, market_fields(m)))
+    out.event(_new(MarketChanged, market_fields(m)))
     liquidate_holders(eng, m, now, out)
     return OK
 
 
-def set_mark_price(eng: OrderPath, c: SetMarkPrice, now: int, out: list[Any]) -> int:
+def set_mark_price(eng: OrderPath, c: SetMarkPrice, now: int, out: Deltas) -> int:
     mi, price = c
     m = eng._markets.get(mi)
     if m is None:
@@ -88,7 +89,7 @@ def set_mark_price(eng: OrderPath, c: SetMarkPrice, now: int, out: list[Any]) ->
     return OK
 
 
-def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: list[Any]) -> int:
+def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: Deltas) -> int:
     mi, rate = c
     m = eng._markets.get(mi)
     if m is None:

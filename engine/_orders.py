@@ -33,11 +33,9 @@ from raydex.codecs import (
     CancelOrder,
     CreateOrder,
     ModifyOrder,
-    NonceUpdated,
-    OrderUpdated,
-    TradeExecuted,
 )
 
+from ._deltas import Deltas
 from ._model import NO_EXPIRY, Account, Level, Market, Order, Position, Side, heappop, heappush
 from ._state import (
     BPS,
@@ -49,7 +47,6 @@ from ._state import (
     MAX_I63,
     MAX_OPEN_ORDERS_PER_ACCOUNT,
     EngineState,
-    event,
 )
 from .codes import (
     ACCOUNT_NOT_FOUND,
@@ -102,12 +99,6 @@ from .rules import (
 #: The expiry key (``Market.expiries``) of an empty queue or heap: after every real one.
 NO_EXPIRY_KEY: Final = NO_EXPIRY << EXPIRY_SHIFT
 
-# Compiled, a name imported from the (interpreted) codecs is a globals-dict lookup per use; a
-# Final alias is a C static (see ``_state``).
-NONCE_UPDATED: Final = NonceUpdated
-ORDER_UPDATED: Final = OrderUpdated
-TRADE_EXECUTED: Final = TradeExecuted
-
 # The order commands' layouts as plain tuples. Unpacked through one of these, a compiled build
 # checks the tuple once and reads its items directly (a command is a NamedTuple, so a tuple);
 # unpacked as the (interpreted, so untyped) codecs type it iterates item by item, several
@@ -125,12 +116,12 @@ class OrderPath(EngineState):
 
     # ---- gates ----------------------------------------------------------------------------------
 
-    def _auth(self, ai: int, ki: int, nonce: int, expired_at: int, now: int, out: list[Any]) -> int:
+    def _auth(self, ai: int, ki: int, nonce: int, expired_at: int, now: int, out: Deltas) -> int:
         """The four gates of a user tx (see ``_engine``); 0 when passed."""
         return self._gate(ai, ki, nonce, expired_at, now, out)[0]
 
     def _gate(
-        self, ai: Any, ki: Any, nonce_obj: Any, expired_at: int, now: int, out: list[Any]
+        self, ai: Any, ki: Any, nonce_obj: Any, expired_at: int, now: int, out: Deltas
     ) -> tuple[int, Account | None]:
         """:meth:`_auth` that also returns the account when passed (``(0, account)``), so the
         order handlers look it up once (``(code, None)`` when refused). ``ai``, ``ki`` and
@@ -150,19 +141,19 @@ class OrderPath(EngineState):
         if not expired_at >= now:
             return TX_EXPIRED, None
         key.nonce = nonce
-        out.append(event(NONCE_UPDATED, acct.ref, ki, nonce_obj))
+        out.nonce_updated(acct.index, ki, nonce)
         return 0, acct
 
     # ---- orders ---------------------------------------------------------------------------------
 
-    def _create_order(self, c: CreateOrder, now: int, out: list[Any]) -> int:
+    def _create_order(self, c: CreateOrder, now: int, out: Deltas) -> int:
         t: CreateOrderT = c
         ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = t
         code, acct = self._gate(ai, ki, nonce, exp_at, now, out)
         if acct is None:
             return code
         return self._place(
-            acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out, False, c
+            acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out, False
         )
 
     def _place(
@@ -178,15 +169,11 @@ class OrderPath(EngineState):
         ro: int,
         oexp: int,
         now: int,
-        out: list[Any],
+        out: Deltas,
         internal: bool,
-        cmd: tuple[Any, ...],
     ) -> int:
-        """Validate and execute one order of ``acct`` (``internal``: the engine's own); ``cmd``
-        is the CreateOrder itself (the command object, not its unpacked ``CreateOrderT``: compiled,
-        that is a struct of native ints and passing it on would box every field): its client
-        order index, size and price, already Python int objects, go into the order's event as
-        they are (the int arguments are native ints, and an event field made of one allocates)."""
+        """Validate and execute one order of ``acct`` (``internal``: the engine's own). The order
+        it creates, accepted or not, is ``last_order_index``."""
         m = self._markets.get(mi)
         if m is None:
             return MARKET_NOT_FOUND
@@ -252,6 +239,7 @@ class OrderPath(EngineState):
             acct.positions[mi] = pos
         oi = self._next_order_index
         self._next_order_index = oi + 1
+        self.last_order_index = oi
         pr = self._next_priority
         self._next_priority = pr + 1
         o = Order(oi, acct, coi, m, is_ask, price, size, expiry, otype, tif, ro, pr)
@@ -269,24 +257,8 @@ class OrderPath(EngineState):
         else:
             self._rest(m, o, acct, pos)
             status = ACTIVE_LIMIT
-        out.append(
-            event(
-                ORDER_UPDATED,
-                mi,
-                o.ref,
-                acct.ref,
-                cmd[3],  # client_order_index
-                is_ask,
-                cmd[5],  # price
-                cmd[4],  # base_amount: the initial size
-                cmd[4],  # and the remaining one
-                expiry,
-                otype,
-                tif,
-                ro,
-                status,
-                pr,
-            )
+        out.order_updated(
+            mi, oi, acct.index, coi, is_ask, price, size, size, expiry, otype, tif, ro, status, pr
         )
         return OK
 
@@ -297,7 +269,7 @@ class OrderPath(EngineState):
         acct: Account,
         pos: Position,
         now: int,
-        out: list[Any],
+        out: Deltas,
         liquidation: bool,
     ) -> None:
         """Match ``o`` as taker, then rest / cancel its remainder and report its final state."""
@@ -392,7 +364,7 @@ class OrderPath(EngineState):
         acct: Account,
         pos: Position,
         opp: Side,
-        out: list[Any],
+        out: Deltas,
         liquidation: bool,
     ) -> int:
         """Fill taker ``t`` against ``opp`` up to its limit. Returns 0, or CANCELED_REDUCE_ONLY when
@@ -408,7 +380,7 @@ class OrderPath(EngineState):
         traded = self._traded
         taker_fees = 0
         maker_fees = 0
-        taker_ai = acct.ref
+        taker_ai = acct.index
         taker_ro = t.reduce_only
         traded.append(acct)
         last_price = 0
@@ -470,22 +442,11 @@ class OrderPath(EngineState):
                 traded.append(macct)
                 tid = self._next_trade_id
                 self._next_trade_id = tid + 1
-                out.append(
-                    event(
-                        TRADE_EXECUTED,
-                        mi,
-                        tid,
-                        best,
-                        q,
-                        taker_ai,
-                        macct.ref,
-                        t.ref,
-                        o.ref,
-                        is_ask,
-                        tfee,
-                        mfee,
-                    )
+                out.trade_executed(
+                    mi, tid, best, q, taker_ai, macct.index, t.index, o.index, is_ask, tfee, mfee
                 )
+                if liquidation:
+                    self._liquidation_quote += best * q
                 last_price = best
                 if o.remaining == 0:
                     self._remove_resting(o, FILLED, out)
@@ -576,7 +537,7 @@ class OrderPath(EngineState):
             g = exposure(s, nbo, nao) - exposure(s, bo, ao)
             acct.c_im += product(product(g, pos.market.mark_q), pos.imf)
 
-    def _remove_resting(self, o: Order, status: int, out: list[Any]) -> None:
+    def _remove_resting(self, o: Order, status: int, out: Deltas) -> None:
         """Take a resting order off the book and its account, and report it with ``status``."""
         m = o.market
         is_ask = o.is_ask
@@ -594,48 +555,42 @@ class OrderPath(EngineState):
             del acct.coi[coi]
         if rem and not o.reduce_only:
             self._open(acct.positions[m.index], is_ask, -rem)
-        out.append(
-            event(
-                ORDER_UPDATED,
-                m.index,
-                ref,
-                acct.ref,
-                coi,
-                is_ask,
-                o.price,
-                o.initial,
-                rem,
-                o.expiry,
-                o.order_type,
-                o.tif,
-                o.reduce_only,
-                status,
-                o.priority,
-            )
+        out.order_updated(
+            m.index,
+            o.index,
+            acct.index,
+            coi,
+            is_ask,
+            o.price,
+            o.initial,
+            rem,
+            o.expiry,
+            o.order_type,
+            o.tif,
+            o.reduce_only,
+            status,
+            o.priority,
         )
 
-    def _emit_order(self, o: Order, status: int, out: list[Any]) -> None:
-        out.append(
-            event(
-                ORDER_UPDATED,
-                o.market.index,
-                o.ref,
-                o.account.ref,
-                o.client_index,
-                o.is_ask,
-                o.price,
-                o.initial,
-                o.remaining,
-                o.expiry,
-                o.order_type,
-                o.tif,
-                o.reduce_only,
-                status,
-                o.priority,
-            )
+    def _emit_order(self, o: Order, status: int, out: Deltas) -> None:
+        out.order_updated(
+            o.market.index,
+            o.index,
+            o.account.index,
+            o.client_index,
+            o.is_ask,
+            o.price,
+            o.initial,
+            o.remaining,
+            o.expiry,
+            o.order_type,
+            o.tif,
+            o.reduce_only,
+            status,
+            o.priority,
         )
 
-    def _expire(self, m: Market, now: int, out: list[Any]) -> None:
+    def _expire(self, m: Market, now: int, out: Deltas) -> None:
         """Cancel resting orders of ``m`` whose expiry is before ``now`` (CANCELED_EXPIRED), in
         ``(expiry, index)`` order across ``Market.expiry_queue`` and ``Market.expiries``."""
         heap = m.expiries
@@ -695,7 +650,7 @@ class OrderPath(EngineState):
             return None
         return o
 
-    def _cancel_order(self, c: CancelOrder, now: int, out: list[Any]) -> int:
+    def _cancel_order(self, c: CancelOrder, now: int, out: Deltas) -> int:
         t: CancelOrderT = c
         ai, ki, mi, index, exp_at, nonce, _s = t
         code, acct = self._gate(ai, ki, nonce, exp_at, now, out)
@@ -712,7 +667,7 @@ class OrderPath(EngineState):
         self._remove_resting(o, CANCELED, out)
         return OK
 
-    def _modify_order(self, c: ModifyOrder, now: int, out: list[Any]) -> int:
+    def _modify_order(self, c: ModifyOrder, now: int, out: Deltas) -> int:
         t: ModifyOrderT = c
         ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s = t
         code, acct = self._gate(ai, ki, nonce, exp_at, now, out)
@@ -866,7 +821,7 @@ class OrderPath(EngineState):
         return (equity - extra_debit) * BPS >= num
 
 
-def cancel_all(eng: OrderPath, c: CancelAllOrders, now: int, out: list[Any]) -> int:
+def cancel_all(eng: OrderPath, c: CancelAllOrders, now: int, out: Deltas) -> int:
     """CancelAllOrders: every resting order of the account, by order index (time_in_force 0)."""
     t: CancelAllOrdersT = c
     ai, ki, tif, _time, exp_at, nonce, _s = t

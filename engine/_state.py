@@ -5,6 +5,7 @@ the fee pool and insurance fund, id counters) plus the per-command scratch that 
 changes into events: objects touched by a command are queued once (their ``dirty`` flag) and
 :meth:`EngineState._flush` emits one event per queued object with its *final* values, in a fixed
 order (levels, positions, balances, market stats, exchange balances), then clears the queues.
+Events are written into ``deltas`` as block bytes (``_deltas``), not built as objects.
 
 The order path (``_orders.OrderPath``) and the ``Engine`` build on it; the cold paths
 (``_accounts``, ``_markets``, ``_liquidation``, ``_snapshot``) are functions over it.
@@ -14,44 +15,16 @@ Also here: the limits every module shares (``Final``: a mypyc build binds them o
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from raydex import codecs as _codecs
-from raydex.codecs import (
-    BalanceChanged,
-    ExchangeBalancesChanged,
-    LevelChanged,
-    MarketStatsChanged,
-    PositionChanged,
-)
 
+from ._deltas import Deltas
 from ._funding import FundingClock
 from ._model import Account, Level, Market, Order, Position
 
 # Final: a compiled (mypyc) build binds these once instead of looking them up per use.
 _new: Final = tuple.__new__
-
-
-def _event_py(t: type, *fields: object) -> Any:
-    """The reference for ``event``: ``tuple.__new__(t, fields)``."""
-    return _new(t, fields)
-
-
-try:  # optional C extension (engine/_event.c, built where a compiler is): one allocation
-    from ._event import event as _event_c  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # no compiler: the same events through tuple.__new__
-    _event_c = None
-#: ``event(T, *fields)``: the event NamedTuple ``T`` with those fields, as ``_new(T, fields)``
-#: builds it, without the temporary tuples (engine/_event.c says what it saves).
-event: Final[Callable[..., Any]] = _event_py if _event_c is None else _event_c
-# The event types built on every command, as Final names: compiled, a name imported from the
-# (interpreted) codecs is a globals-dict lookup per use, a Final one a C static.
-LEVEL_CHANGED: Final = LevelChanged
-POSITION_CHANGED: Final = PositionChanged
-BALANCE_CHANGED: Final = BalanceChanged
-MARKET_STATS_CHANGED: Final = MarketStatsChanged
-EXCHANGE_BALANCES_CHANGED: Final = ExchangeBalancesChanged
 FIRST_ORDER_INDEX: Final[int] = _codecs.FIRST_ORDER_INDEX
 MAX_48: Final[int] = _codecs.MAX_48
 MAX_API_KEY_INDEX: Final[int] = _codecs.MAX_API_KEY_INDEX
@@ -109,6 +82,12 @@ class EngineState:
         #: Bumped whenever marks or margin fractions change: accounts' cached risk sums are valid
         #: only when their ``c_epoch`` equals it.
         self._epoch = 0
+        #: The events of the commands run, as block bytes (``_deltas``), until taken.
+        self.deltas = Deltas()
+        #: The index of the last order a CreateOrder made (its reply to the client).
+        self.last_order_index = 0
+        #: Price * size of the fills of the liquidation order being matched (``liquidate``).
+        self._liquidation_quote = 0
 
     # ---- queueing touched objects ---------------------------------------------------------------
 
@@ -129,59 +108,44 @@ class EngineState:
 
     # ---- end of command -------------------------------------------------------------------------
 
-    def _flush(self, out: list[Any]) -> None:
-        """Emit one event per object the command touched, with its final values.
-
-        ``out.append`` is called, not bound to a local: compiled, ``list.append`` on a ``list``
-        is a direct C call, a bound method a generic Python call."""
+    def _flush(self, out: Deltas) -> None:
+        """Emit one event per object the command touched, with its final values (written into
+        ``out`` field by field: ``_deltas``)."""
         dirty = self._dirty_levels
         if dirty:
             for lvl in dirty:
                 lvl.dirty = False
-                out.append(event(LEVEL_CHANGED, lvl.market_index, lvl.is_ask, lvl.key, lvl.size))
+                out.level_changed(lvl.market_index, lvl.is_ask, lvl.price, lvl.size)
             dirty.clear()
         dirty_p = self._dirty_positions
         if dirty_p:
             for p in dirty_p:
                 p.dirty = False
-                out.append(
-                    event(
-                        POSITION_CHANGED,
-                        p.account.ref,
-                        p.market.index,
-                        p.size,
-                        p.entry_quote,
-                        p.realized_pnl,
-                        p.funding_paid,
-                        p.imf,
-                        p.margin_mode,
-                    )
+                out.position_changed(
+                    p.account.index,
+                    p.market.index,
+                    p.size,
+                    p.entry_quote,
+                    p.realized_pnl,
+                    p.funding_paid,
+                    p.imf,
+                    p.margin_mode,
                 )
             dirty_p.clear()
         dirty_a = self._dirty_accounts
         if dirty_a:
             for a in dirty_a:
                 a.dirty = False
-                out.append(event(BALANCE_CHANGED, a.ref, a.collateral))
+                out.balance_changed(a.index, a.collateral)
             dirty_a.clear()
         dirty_m = self._dirty_markets
         if dirty_m:
             for m in dirty_m:
                 m.dirty = False
-                out.append(
-                    event(
-                        MARKET_STATS_CHANGED, m.index, m.mark, m.last_trade_price, m.open_interest
-                    )
-                )
+                out.market_stats_changed(m.index, m.mark, m.last_trade_price, m.open_interest)
             dirty_m.clear()
         if self._exchange_dirty:
             self._exchange_dirty = False
-            out.append(
-                event(
-                    EXCHANGE_BALANCES_CHANGED,
-                    self.fee_pool,
-                    self.insurance_fund,
-                    self.total_deposits,
-                    self.total_withdrawals,
-                )
+            out.exchange_balances_changed(
+                self.fee_pool, self.insurance_fund, self.total_deposits, self.total_withdrawals
             )

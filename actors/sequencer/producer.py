@@ -5,8 +5,8 @@ This is the part of the sequencer that is not Ray: it is driven by the actor she
 
 Block life cycle (LMAX-style: work once per block, at the end of the block):
 
-    submit(txs) ─► verify signature ─► engine.execute ─► events + TxExecuted appended to the block
-    close_block() ─► WAL append (+fsync) ─► encode delta frame ─► outcomes released to submitters
+    submit(txs) ─► verify signature ─► engine.execute_into ─► TxExecuted + events, as block bytes
+    close_block() ─► WAL append (+fsync) ─► header + those bytes ─► outcomes released to submitters
 
 Invariants:
 - Outcomes of a block are handed out only after its WAL record is durable: no acknowledged tx is
@@ -26,8 +26,8 @@ Invariants:
 
 Cost: per tx one dict lookup for the key, one Lighter signature check for user txs (message
 hash ~6 µs + verify ~30 µs with the key decoded once in a ``KeyCache``, C backend), the
-engine's execute, one sha256 for the tx hash; per block one WAL write (+fsync), one
-``encode_block``.
+engine's execute (its events written straight into the block body: ``engine._deltas``), one
+sha256 for the tx hash; per block one WAL write (+fsync) and the header.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from raydex.codecs import (
     SKIP_NONCE_FLAG,
     ChangePubKey,
     CreateOrder,
-    OrderUpdated,
     Refusal,
     ResultCode,
     TxExecuted,
@@ -50,6 +49,7 @@ from raydex.codecs import (
     Verifier,
     WalBlock,
     encode_block,
+    encode_block_body,
     encode_tx,
     encode_wal_record,
     is_signed_type,
@@ -108,12 +108,10 @@ class BlockProducer:
         self.verify_signatures = True
         self.seq = seq
         self.height = height
-        self._events: list[Any] = []
         self._frames: list[bytes] = []
         self._refused: list[Refusal] = []
         self._outcomes: list[TxOutcome] = []
         self._ts_ns = 0
-        self._scratch: list[Any] = []
         #: blocks rebuilt by :meth:`recover` for re-serving (empty otherwise)
         self.recovered_blocks: deque[ClosedBlock] = deque()
         #: the snapshot :meth:`recover` started from (None when built directly)
@@ -143,8 +141,7 @@ class BlockProducer:
             self._ts_ns = now_ns
         now_ms = self._ts_ns // 1_000_000
         engine = self.engine
-        events = self._events
-        scratch = self._scratch
+        deltas = engine.deltas  # the open block's body: each tx's TxExecuted, then its events
         seq = self.seq + 1
         chain_id = self.verifier.chain_id
         first = len(self._outcomes)
@@ -158,26 +155,22 @@ class BlockProducer:
                 else self._authorize(tx, ttype, operator, checked[i] if checked else None, h)
             )
             order_index = 0
-            refused = code != _OK
-            if not refused:
-                scratch.clear()
-                code = engine.execute(tx, now_ms, scratch)
-                self._frames.append(frame)
-                if type(tx) is CreateOrder:
-                    for ev in scratch:
-                        if type(ev) is OrderUpdated and ev.account_index == tx.account_index:
-                            order_index = ev.order_index
-                            break
             account = getattr(tx, "account_index", 0)
             api_key = getattr(tx, "api_key_index", 0)
             nonce = getattr(tx, "nonce", 0) & _NONCE_MASK  # without the SkipNonce flag
-            executed = TxExecuted(h, ttype, account, api_key, nonce, code)
-            events.append(executed)
-            if refused:  # logged too, so the block rebuilt from the WAL is the same bytes
+            if code != _OK:  # logged too, so the block rebuilt from the WAL is the same bytes
+                executed = TxExecuted(h, ttype, account, api_key, nonce, code)
+                deltas.event(executed)
                 self._refused.append((len(self._outcomes), executed))
-            if code == _OK or scratch:
-                events.extend(scratch)
-            scratch.clear()
+            else:
+                # written before the tx runs (its events follow it); its code set after
+                at = deltas.tx_executed(h, ttype, account, api_key, nonce, 0)
+                last_order = engine.last_order_index
+                code = engine.execute_into(tx, now_ms)
+                deltas.set_code(at, code)
+                self._frames.append(frame)
+                if type(tx) is CreateOrder and engine.last_order_index != last_order:
+                    order_index = engine.last_order_index  # the order it made
             self._outcomes.append(TxOutcome(h, code, order_index, seq))
         return range(first, len(self._outcomes))
 
@@ -227,13 +220,13 @@ class BlockProducer:
         if write_wal and self.wal is not None:
             self.wal.append_record(seq, record)
         outcomes, self._outcomes = self._outcomes, []
-        events, self._events = self._events, []
+        count, body = self.engine.take_deltas()
         height = self.height + len(frames)  # txs the engine executed (= logged)
-        frame = encode_block(seq, height, self._ts_ns, events)
+        frame = encode_block_body(seq, height, self._ts_ns, count, body)
         self.seq = seq
         self.height = height
         return ClosedBlock(
-            seq, height, self._ts_ns, frame, frames, record, outcomes, len(outcomes), len(events)
+            seq, height, self._ts_ns, frame, frames, record, outcomes, len(outcomes), count
         )
 
     def replay(self, block: WalBlock) -> ClosedBlock:
@@ -267,7 +260,7 @@ class BlockProducer:
         if not self._outcomes:
             self._ts_ns = now_ns
         self._refused.append((len(self._outcomes), ev))
-        self._events.append(ev)
+        self.engine.deltas.event(ev)
         self._outcomes.append(TxOutcome(ev.tx_hash, ev.code, 0, self.seq + 1))
 
     # ---- recovery -------------------------------------------------------------------------------

@@ -174,3 +174,25 @@ def test_available_margin_is_equity_minus_initial_margin_including_resting_order
     assert d.mark(9_900) == RC.OK  # the long lost $0.30; its margin is now $2.97
     assert d.eng.available_margin(1) == SMALL - 300_000 - 2_970_000
     assert d.eng.available_margin(99) == 0
+
+
+def test_money_that_would_overflow_its_i64_field_is_refused_and_changes_nothing() -> None:
+    """Collateral and the exchange's total deposits travel as i64 in their events: a deposit or
+    transfer that would take either past 2**63 - 1 is INVALID_AMOUNT and leaves the state as it
+    was (a transfer's nonce is consumed, as for any tx refused after its gates)."""
+    from raydex.codecs import L1Deposit
+
+    top = 2**63 - 1
+    d = Desk(collateral=SMALL)
+    before = d.eng.state_hash()
+    assert d.deposit(1, top - SMALL + 1) == RC.INVALID_AMOUNT
+    assert d.run(Deposit(77, top)) == RC.INVALID_AMOUNT  # the exchange's total would overflow
+    assert d.run(L1Deposit(b"\x01" * 20, top)) == RC.INVALID_AMOUNT
+    assert d.events == [] and d.eng.state_hash() == before
+    assert d.deposit(2, top - 3 * SMALL) == RC.OK  # up to the limit is fine
+    assert d.cash(2) == top - 2 * SMALL
+    # 2's collateral would pass 2**63 - 1 (checked before 1's balance, which cannot cover it)
+    assert d.transfer(1, 2, 2 * SMALL + 1) == RC.INVALID_AMOUNT
+    assert (d.cash(1), d.cash(2)) == (SMALL, top - 2 * SMALL)
+    assert d.transfer(1, 2, SMALL) == RC.OK
+    assert (d.cash(1), d.cash(2)) == (0, top - SMALL)

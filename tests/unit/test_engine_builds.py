@@ -4,8 +4,8 @@ hash through both.
 
 Each build runs in its own interpreter: the default one (compiled where ``make`` could build it)
 and one where a meta-path finder loads every ``raydex.engine`` module from its ``.py`` source,
-so the compiled extensions beside them are ignored (and the C-only event constructor,
-``engine/_event.c``, is refused: the pure engine takes its ``tuple.__new__`` fallback). Where
+so the compiled extensions beside them are ignored (a module with no ``.py`` source is refused).
+Where
 nothing is compiled (no C compiler) both runs are pure Python and the test still checks the run
 is deterministic across processes.
 """
@@ -37,7 +37,7 @@ if sys.argv[1] == "pure":
                 src = engine_dir / (name.rsplit(".", 1)[1] + ".py")
                 if src.is_file():
                     return importlib.util.spec_from_file_location(name, src)
-                # a C-only module (engine/_event.c) is refused: the engine takes its fallback
+                # a module with no .py source (none today) is refused, not loaded compiled
                 raise ModuleNotFoundError(name)
             return None
 

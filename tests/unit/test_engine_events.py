@@ -109,23 +109,3 @@ def test_folding_the_events_reproduces_the_engine_state() -> None:
     }
     (ex,) = [r for r in recs if type(r) is ExchangeRecord]
     assert fold.exchange == (ex.fee_pool, ex.insurance_fund)
-
-
-def test_events_are_what_tuple_new_builds_from_their_fields() -> None:
-    """The engine builds its events with a C constructor where it was compiled
-    (engine/_event.c; the pure engine with ``tuple.__new__``, and test_engine_builds checks both
-    give the same events): each is its NamedTuple type with the same fields, GC-tracked alike."""
-    import gc
-
-    eng = Engine()
-    w = Workload(accounts=40, markets=2, seed=3, oracle_every=50, oracle_step=40)
-    seen: set[type] = set()
-    for cmd, now in [*w.setup(), *w.commands(2_000)]:
-        out: list[Any] = []
-        eng.execute(cmd, now, out)
-        for e in out:
-            want = tuple.__new__(type(e), tuple(e))
-            assert e == want and e._asdict() == want._asdict()
-            assert gc.is_tracked(e) == gc.is_tracked(want)
-            seen.add(type(e))
-    assert len(seen) >= 6
