@@ -23,7 +23,7 @@ O(markets the account holds); a liquidation is O(its orders + positions + matche
 from __future__ import annotations
 
 from heapq import heapify
-from typing import Final
+from typing import Any, Final
 
 from raydex.codecs import PositionDeleveraged, PositionLiquidated
 
@@ -33,6 +33,12 @@ from ._orders import OrderPath
 from ._state import BPS
 from .codes import CANCELED_LIQUIDATION, IOC, MARKET
 from .rules import MAX_PRICE, product, unrealized_pnl
+
+#: A trigger heap entry is ``(price << SLOT_BITS) + slot``: below 2**62 for prices below 2**32,
+#: so a native int when compiled, compared in one C call where a (price, account, version)
+#: tuple was compared item by item; the slot names the account and version (``Market``).
+SLOT_BITS: Final = 30
+SLOT_MASK: Final = (1 << SLOT_BITS) - 1
 
 #: ``check_traded`` dedupes this many traders by scanning, more through a dict.
 DEDUP_SCAN: Final = 16
@@ -53,16 +59,27 @@ def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
     mark = m.mark
     accounts = eng._accounts
     cand: set[int] = set()
+    owners = m.trigger_account
+    versions = m.trigger_version
+    free = m.free_slots
+    # An entry's price is its high part (``arm``): longs hold -trigger, due when
+    # -trigger <= -mark; shorts hold trigger, due when trigger <= mark.
     heap = m.long_triggers
-    while heap and -heap[0][0] >= mark:
-        _, ai, v = heappop(heap)
-        if accounts[ai].risk_version == v:
+    bound = (1 - mark) << SLOT_BITS
+    while heap and heap[0] < bound:
+        slot = heappop(heap) & SLOT_MASK
+        ai = owners[slot]
+        if accounts[ai].risk_version == versions[slot]:
             cand.add(ai)
+        free.append(slot)
     heap = m.short_triggers
-    while heap and heap[0][0] <= mark:
-        _, ai, v = heappop(heap)
-        if accounts[ai].risk_version == v:
+    bound = (mark + 1) << SLOT_BITS
+    while heap and heap[0] < bound:
+        slot = heappop(heap) & SLOT_MASK
+        ai = owners[slot]
+        if accounts[ai].risk_version == versions[slot]:
             cand.add(ai)
+        free.append(slot)
     unarmed = eng._unarmed
     if unarmed:
         # Unarmed accounts holding this market (indexed per market: ``Market.unarmed``) are
@@ -116,7 +133,7 @@ def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
     acct.reserve = reserve
     acct.reserve_version = v
     share = (buffer - reserve) // len(positions)
-    ai = acct.index
+    ai = acct.ref
     for p in positions:
         m = p.market
         s = p.size
@@ -127,21 +144,45 @@ def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
             trigger = m.mark - share // den
             if trigger >= 1:
                 heap = m.long_triggers
-                heappush(heap, (-trigger, ai, v))
+                heappush(heap, (-trigger << SLOT_BITS) + _slot(m, ai, v))
                 if len(heap) > 4 * len(m.holders) + 256:
-                    m.long_triggers = live_triggers(eng, heap)
+                    m.long_triggers = live_triggers(eng, m, heap)
         else:
             trigger = m.mark + share // (-s * m.mult * (BPS + m.maintenance_mf))
             if trigger <= MAX_PRICE:
                 heap = m.short_triggers
-                heappush(heap, (trigger, ai, v))
+                heappush(heap, (trigger << SLOT_BITS) + _slot(m, ai, v))
                 if len(heap) > 4 * len(m.holders) + 256:
-                    m.short_triggers = live_triggers(eng, heap)
+                    m.short_triggers = live_triggers(eng, m, heap)
 
 
-def live_triggers(eng: OrderPath, heap: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+def _slot(m: Market, ai: Any, version: int) -> int:
+    """A slot of ``m``'s trigger table holding (account ``ai``, ``version``), a freed one first."""
+    free = m.free_slots
+    if free:
+        slot = free.pop()
+        m.trigger_account[slot] = ai
+        m.trigger_version[slot] = version
+        return slot
+    slot = len(m.trigger_account)
+    m.trigger_account.append(ai)
+    m.trigger_version.append(version)
+    return slot
+
+
+def live_triggers(eng: OrderPath, m: Market, heap: list[int]) -> list[int]:
+    """``heap`` without its stale entries (their slots freed), as a heap."""
     accounts = eng._accounts
-    live = [e for e in heap if accounts[e[1]].risk_version == e[2]]
+    owners = m.trigger_account
+    versions = m.trigger_version
+    free = m.free_slots
+    live: list[int] = []
+    for key in heap:
+        slot = key & SLOT_MASK
+        if accounts[owners[slot]].risk_version == versions[slot]:
+            live.append(key)
+        else:
+            free.append(slot)
     heapify(live)
     return live
 

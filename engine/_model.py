@@ -14,8 +14,8 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
 - ``Market.holders`` maps account index -> Position for every position with ``size != 0`` (the
   funding index); ``unarmed`` holds those of them whose account is unarmed (due an exact check
   at the next mark move). ``long_triggers`` / ``short_triggers`` are the liquidation index: per
-  holder a mark price beyond which it *may* be under maintenance (see ``Engine._arm``), so a mark
-  move checks only the accounts whose trigger it crossed.
+  holder a mark price beyond which it *may* be under maintenance (see ``_liquidation.arm``), so a
+  mark move checks only the accounts whose trigger it crossed.
 - ``dirty`` flags mark objects already queued for this command's events; the engine clears them when
   it emits the events at the end of the command.
 """
@@ -275,6 +275,7 @@ class Market:
         "dirty",
         "expiries",
         "expiry_queue",
+        "free_slots",
         "holders",
         "index",
         "last_trade_price",
@@ -298,6 +299,8 @@ class Market:
         "status",
         "symbol",
         "taker_fee",
+        "trigger_account",
+        "trigger_version",
         "unarmed",
     )
 
@@ -330,10 +333,16 @@ class Market:
         #: The holders (non-zero position here) that are in the engine's unarmed set: checked
         #: exactly and re-armed at this market's next mark move.
         self.unarmed: dict[Account, None] = {}
-        #: Liquidation index: (-trigger, account, version) for longs (check when mark <= trigger)
-        #: and (trigger, account, version) for shorts (check when mark >= trigger).
-        self.long_triggers: list[tuple[int, int, int]] = []
-        self.short_triggers: list[tuple[int, int, int]] = []
+        #: Liquidation index: heaps of ``(price << SLOT_BITS) + slot`` (``_liquidation.arm``),
+        #: price -trigger for longs (check when mark <= trigger) and trigger for shorts (check
+        #: when mark >= trigger); ``trigger_account[slot]`` / ``trigger_version[slot]`` say
+        #: whose trigger an entry is and at which ``risk_version`` (stale once the account's
+        #: moved on); ``free_slots`` are reusable.
+        self.long_triggers: list[int] = []
+        self.short_triggers: list[int] = []
+        self.trigger_account: list[Any] = []
+        self.trigger_version: list[int] = []
+        self.free_slots: list[int] = []
         #: Resting orders by expiry, in two parts: ``expiry_queue[queue_head:]``, orders sorted by
         #: ``(expiry, index)`` (an order whose pair is not above the tail's goes to the heap
         #: instead: with the default lifetime, ``now + 28 days``, and rising order indexes almost

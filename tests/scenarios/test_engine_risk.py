@@ -136,3 +136,29 @@ def test_funding_rounds_in_the_exchanges_favour_and_keeps_the_residue() -> None:
     assert d.funding(3) == OK  # 7 lots * $1 * 3e-8 = 0.21 micro-USDC
     assert (d.cash(1), d.cash(2)) == (before[0] - 1, before[1])
     assert d.eng.insurance_fund == 1
+
+
+def test_the_trigger_index_stays_bounded_under_churn_and_still_liquidates() -> None:
+    """Thousands of re-arms: every round trip of one lot unarms the traders, and the next mark
+    move arms them again while their old entries (not crossed) go stale. The trigger heaps are
+    compacted and their slots reused, so neither grows with the churn; then the move that puts
+    the long under maintenance closes it in that command (the Desk checks after every command
+    that no account is left under maintenance, so no earlier move missed it)."""
+    d = _long_100()
+    m = d.eng._markets[0]
+    peak = 0
+    for i in range(700):
+        assert d.buy(3, 1, 10_000) == OK and d.sell(1, 1, 10_000) == OK
+        assert d.sell(3, 1, 10_000) == OK and d.buy(1, 1, 10_000) == OK
+        assert d.mark(10_000 + i % 2) == OK
+        peak = max(peak, len(m.long_triggers) + len(m.short_triggers))
+    assert d.size(1) == 100 and len(m.holders) == 2
+    limit = 4 * len(m.holders) + 256  # a heap past this is compacted (``arm``)
+    assert peak == limit + 1  # stale entries reached it (700 rounds re-armed ~1,400 times)
+    assert len(m.trigger_account) <= limit + 2  # and the freed slots were reused
+    for price in range(9_800, 5_000, -50):  # down until the long goes under maintenance
+        assert d.mark(price) == OK
+        if d.size(1) == 0:
+            break
+    closed = d.of("PositionLiquidated") + d.of("PositionDeleveraged")  # no bids: deleveraged
+    assert d.size(1) == 0 and {e.account_index for e in closed} == {1}
