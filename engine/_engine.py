@@ -211,9 +211,7 @@ class Engine(OrderPath):
         start = d.size()
         count = d.count
         code = self.execute_into(cmd, now_ms)
-        if d.count != count:
-            out.extend(decode_body(d.since(start), d.count - count))
-            d.rewind(start, count)
+        _move_events(d, start, count, out)
         return code
 
     def take_deltas(self) -> tuple[int, bytes]:
@@ -257,9 +255,7 @@ class Engine(OrderPath):
         if self._traded:
             check_traded(self, now_ms, d)
         self._flush(d)
-        if d.count != count:
-            out.extend(decode_body(d.since(start), d.count - count))
-            d.rewind(start, count)
+        _move_events(d, start, count, out)
         return code
 
     # ---- reads ----------------------------------------------------------------------------------
@@ -346,6 +342,14 @@ class Engine(OrderPath):
         from ._validate import validate
 
         validate(self)
+
+
+def _move_events(d: Deltas, start: int, count: int, out: list[Any]) -> None:
+    """Append the events ``d`` got past position ``start`` (it held ``count`` then) to ``out``
+    as NamedTuples, and drop them from ``d``: what an open block held is left as it was."""
+    if d.count != count:
+        out.extend(decode_body(d.since(start), d.count - count))
+        d.rewind(start, count)
 
 
 def _funding_tick(eng: Engine, c: FundingTick, now: int, out: Deltas) -> int:

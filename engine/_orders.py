@@ -555,22 +555,7 @@ class OrderPath(EngineState):
             del acct.coi[coi]
         if rem and not o.reduce_only:
             self._open(acct.positions[m.index], is_ask, -rem)
-        out.order_updated(
-            m.index,
-            o.index,
-            acct.index,
-            coi,
-            is_ask,
-            o.price,
-            o.initial,
-            rem,
-            o.expiry,
-            o.order_type,
-            o.tif,
-            o.reduce_only,
-            status,
-            o.priority,
-        )
+        self._emit_order(o, status, out)  # (unlinking leaves ``o.remaining`` as it was)
 
     def _emit_order(self, o: Order, status: int, out: Deltas) -> None:
         out.order_updated(
