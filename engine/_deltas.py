@@ -76,10 +76,11 @@ class Deltas:
         self.count = count
 
     def take(self) -> tuple[int, bytes]:
-        """``(count, body)`` of everything written, and start empty."""
+        """``(count, body)`` of everything written, and start empty (keeping the buffer's
+        capacity: a fresh writer would regrow it, copying, block after block)."""
         body = self.w.getvalue()
         count = self.count
-        self.w = BytesWriter()
+        self.w.truncate(0)
         self.count = 0
         return count, body
 
