@@ -318,7 +318,7 @@ class Engine(OrderPath):
         acct = self._accounts.get(account)
         if acct is None:
             return []
-        return [_snapshot.order_record(acct.orders[i]) for i in sorted(acct.orders)]
+        return [_snapshot.order_record(o) for o in acct.resting_orders()]
 
     # ---- snapshots, hash, validation ------------------------------------------------------------
 

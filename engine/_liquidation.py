@@ -243,8 +243,8 @@ def _seen(batch: list[Account], i: int) -> bool:
 def liquidate(eng: OrderPath, acct: Account, now: int, out: Deltas) -> None:
     """Close ``acct`` entirely (see the module docstring); its counterparties are checked next."""
     acct.risk_version += 1
-    for idx in sorted(acct.orders):
-        eng._remove_resting(acct.orders[idx], CANCELED_LIQUIDATION, out)
+    for o in acct.resting_orders():
+        eng._remove_resting(o, CANCELED_LIQUIDATION, out)
     for mi in sorted(acct.positions):
         pos = acct.positions[mi]
         if pos.size == 0:

@@ -103,8 +103,6 @@ def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: Deltas) -> int
     received = 0
     payers: list[int] = []
     holders = m.holders
-    dirty_positions = eng._dirty_positions
-    dirty_accounts = eng._dirty_accounts
     for ai in sorted(holders):
         pos = holders[ai]
         raw = product(product(pos.size, mq), rate)
@@ -126,11 +124,9 @@ def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: Deltas) -> int
         acct = pos.account
         acct.collateral -= amount
         if not pos.dirty:
-            pos.dirty = True
-            dirty_positions.append(pos)
+            eng._mark_position(pos)
         if not acct.dirty:
-            acct.dirty = True
-            dirty_accounts.append(acct)
+            eng._mark_account(acct)
     eng.insurance_fund += paid - received
     eng._exchange_dirty = True
     # Only payers lost buffer (receivers' triggers stay conservative), and only those whose

@@ -211,7 +211,7 @@ class OrderPath(EngineState):
             )
             if code:
                 return code
-            if len(acct.orders) >= MAX_OPEN_ORDERS_PER_ACCOUNT:
+            if acct.order_count >= MAX_OPEN_ORDERS_PER_ACCOUNT:
                 return TOO_MANY_ORDERS
         pos = acct.positions.get(mi)
         new_pos = pos is None
@@ -324,12 +324,10 @@ class OrderPath(EngineState):
         o.level = lvl
         lvl.size += rem
         if not lvl.dirty:
-            lvl.dirty = True
-            self._dirty_levels.append(lvl)
+            self._mark_level(lvl)
         idx = o.index
-        ref = o.ref
-        self._orders[ref] = o
-        acct.orders[ref] = o
+        self._orders[o.ref] = o
+        acct.link_order(o)
         if o.client_index:
             acct.coi[o.client_index] = o
         if not o.reduce_only:
@@ -376,7 +374,6 @@ class OrderPath(EngineState):
         mult = m.mult
         taker_fee_ppm = m.liquidation_fee if liquidation else m.taker_fee
         maker_fee_ppm = m.maker_fee
-        dirty_levels = self._dirty_levels
         traded = self._traded
         taker_fees = 0
         maker_fees = 0
@@ -391,8 +388,7 @@ class OrderPath(EngineState):
                 break
             lvl = levels[best]
             if not lvl.dirty:
-                lvl.dirty = True
-                dirty_levels.append(lvl)
+                self._mark_level(lvl)
             o: Order | None = lvl.head
             while o is not None:
                 nxt = o.next
@@ -437,8 +433,7 @@ class OrderPath(EngineState):
                 if not o.reduce_only:
                     self._open(mpos, o.is_ask, -q)
                 if not macct.dirty:
-                    macct.dirty = True
-                    self._dirty_accounts.append(macct)
+                    self._mark_account(macct)
                 traded.append(macct)
                 tid = self._next_trade_id
                 self._next_trade_id = tid + 1
@@ -460,11 +455,9 @@ class OrderPath(EngineState):
         if last_price:
             m.last_trade_price = last_price
             if not m.dirty:
-                m.dirty = True
-                self._dirty_markets.append(m)
+                self._mark_market(m)
             if not acct.dirty:
-                acct.dirty = True
-                self._dirty_accounts.append(acct)
+                self._mark_account(acct)
             if liquidation:
                 self.insurance_fund += taker_fees
                 self.fee_pool += maker_fees
@@ -517,8 +510,7 @@ class OrderPath(EngineState):
             g = exposure(ns, bo, ao) - exposure(s, bo, ao)
             acct.c_im += product(product(g, mq), pos.imf)
         if not pos.dirty:
-            pos.dirty = True
-            self._dirty_positions.append(pos)
+            self._mark_position(pos)
         return realized
 
     def _open(self, pos: Position, is_ask: int, delta: int) -> None:
@@ -544,12 +536,10 @@ class OrderPath(EngineState):
         rem = o.remaining
         lvl = (m.asks if is_ask else m.bids).unlink(o)
         if not lvl.dirty:
-            lvl.dirty = True
-            self._dirty_levels.append(lvl)
+            self._mark_level(lvl)
         acct = o.account
-        ref = o.ref
-        del self._orders[ref]
-        del acct.orders[ref]
+        del self._orders[o.ref]
+        acct.unlink_order(o)
         coi = o.client_index
         if coi:
             del acct.coi[coi]
@@ -690,8 +680,7 @@ class OrderPath(EngineState):
                 lvl = side.levels[price]
                 lvl.size += grow
                 if not lvl.dirty:
-                    lvl.dirty = True
-                    self._dirty_levels.append(lvl)
+                    self._mark_level(lvl)
                 if not o.reduce_only:
                     self._open(pos, o.is_ask, grow)
                 o.remaining = new_rem
@@ -713,10 +702,9 @@ class OrderPath(EngineState):
         rem = o.remaining
         lvl = side.unlink(o)
         if not lvl.dirty:
-            lvl.dirty = True
-            self._dirty_levels.append(lvl)
+            self._mark_level(lvl)
         del self._orders[o.ref]
-        del acct.orders[o.ref]
+        acct.unlink_order(o)
         if o.client_index:
             del acct.coi[o.client_index]
         if not o.reduce_only:
@@ -815,9 +803,8 @@ def cancel_all(eng: OrderPath, c: CancelAllOrders, now: int, out: Deltas) -> int
         return code
     if tif != 0:
         return UNSUPPORTED_TX_TYPE
-    acct = eng._accounts[ai]
-    for idx in sorted(acct.orders):
-        eng._remove_resting(acct.orders[idx], CANCELED, out)
+    for o in eng._accounts[ai].resting_orders():
+        eng._remove_resting(o, CANCELED, out)
     return OK
 
 

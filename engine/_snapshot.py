@@ -146,9 +146,7 @@ def load(eng: OrderPath, rows: Iterable[Any]) -> None:
             eng._by_l1[r.l1_address] = r.account_index
         else:
             raise TypeError(f"not a snapshot record: {type(r).__name__}")
-    for lvl in eng._dirty_levels:
-        lvl.dirty = False
-    eng._dirty_levels.clear()
+    eng._forget_levels()
     for acct in eng._accounts.values():
         if any(p.size for p in acct.positions.values()):
             equity, num = eng._equity_mmr(acct)

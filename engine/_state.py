@@ -5,6 +5,9 @@ the fee pool and insurance fund, id counters) plus the per-command scratch that 
 changes into events: objects touched by a command are queued once (their ``dirty`` flag) and
 :meth:`EngineState._flush` emits one event per queued object with its *final* values, in a fixed
 order (levels, positions, balances, market stats, exchange balances), then clears the queues.
+A queue is a chain through the objects' own ``next_dirty`` (a head and a tail here), not a list:
+a list cleared after every command frees its item array and reallocates it on the next append
+(~4% of the engine's instructions on the bench stream, measured with callgrind).
 Events are written into ``deltas`` as block bytes (``_deltas``), not built as objects.
 
 The order path (``_orders.OrderPath``) and the ``Engine`` build on it; the cold paths
@@ -64,11 +67,16 @@ class EngineState:
         self._next_order_index = FIRST_ORDER_INDEX
         self._next_trade_id = 1
         self._next_priority = 1
-        # Per-command scratch: objects whose events are emitted at the end of the command.
-        self._dirty_levels: list[Level] = []
-        self._dirty_positions: list[Position] = []
-        self._dirty_accounts: list[Account] = []
-        self._dirty_markets: list[Market] = []
+        # Per-command scratch: objects whose events are emitted at the end of the command, a
+        # chain per kind (head, tail) through their ``next_dirty``, in the order first touched.
+        self._levels_head: Level | None = None
+        self._levels_tail: Level | None = None
+        self._positions_head: Position | None = None
+        self._positions_tail: Position | None = None
+        self._accounts_head: Account | None = None
+        self._accounts_tail: Account | None = None
+        self._markets_head: Market | None = None
+        self._markets_tail: Market | None = None
         self._exchange_dirty = False
         #: Accounts that traded in this command (maintenance is checked after it).
         self._traded: list[Account] = []
@@ -91,35 +99,76 @@ class EngineState:
 
     # ---- queueing touched objects ---------------------------------------------------------------
 
-    def _mark_account(self, acct: Account) -> None:
-        if not acct.dirty:
-            acct.dirty = True
-            self._dirty_accounts.append(acct)
+    # Each queues its object once per command (the hot paths test ``dirty`` before calling).
+
+    def _mark_level(self, lvl: Level) -> None:
+        if not lvl.dirty:
+            lvl.dirty = True
+            tail = self._levels_tail
+            if tail is None:
+                self._levels_head = lvl
+            else:
+                tail.next_dirty = lvl
+            self._levels_tail = lvl
 
     def _mark_position(self, pos: Position) -> None:
         if not pos.dirty:
             pos.dirty = True
-            self._dirty_positions.append(pos)
+            tail = self._positions_tail
+            if tail is None:
+                self._positions_head = pos
+            else:
+                tail.next_dirty = pos
+            self._positions_tail = pos
+
+    def _mark_account(self, acct: Account) -> None:
+        if not acct.dirty:
+            acct.dirty = True
+            tail = self._accounts_tail
+            if tail is None:
+                self._accounts_head = acct
+            else:
+                tail.next_dirty = acct
+            self._accounts_tail = acct
 
     def _mark_market(self, m: Market) -> None:
         if not m.dirty:
             m.dirty = True
-            self._dirty_markets.append(m)
+            tail = self._markets_tail
+            if tail is None:
+                self._markets_head = m
+            else:
+                tail.next_dirty = m
+            self._markets_tail = m
+
+    def _forget_levels(self) -> None:
+        """Unqueue the queued levels without reporting them (a snapshot load)."""
+        lvl = self._levels_head
+        while lvl is not None:
+            nxt = lvl.next_dirty
+            lvl.dirty = False
+            lvl.next_dirty = None
+            lvl = nxt
+        self._levels_head = self._levels_tail = None
 
     # ---- end of command -------------------------------------------------------------------------
 
     def _flush(self, out: Deltas) -> None:
         """Emit one event per object the command touched, with its final values (written into
-        ``out`` field by field: ``_deltas``)."""
-        dirty = self._dirty_levels
-        if dirty:
-            for lvl in dirty:
+        ``out`` field by field: ``_deltas``), and empty the queues."""
+        lvl = self._levels_head
+        if lvl is not None:
+            self._levels_head = self._levels_tail = None
+            while lvl is not None:
                 lvl.dirty = False
                 out.level_changed(lvl.market_index, lvl.is_ask, lvl.price, lvl.size)
-            dirty.clear()
-        dirty_p = self._dirty_positions
-        if dirty_p:
-            for p in dirty_p:
+                nxt_l = lvl.next_dirty
+                lvl.next_dirty = None
+                lvl = nxt_l
+        p = self._positions_head
+        if p is not None:
+            self._positions_head = self._positions_tail = None
+            while p is not None:
                 p.dirty = False
                 out.position_changed(
                     p.account.index,
@@ -131,19 +180,27 @@ class EngineState:
                     p.imf,
                     p.margin_mode,
                 )
-            dirty_p.clear()
-        dirty_a = self._dirty_accounts
-        if dirty_a:
-            for a in dirty_a:
+                nxt_p = p.next_dirty
+                p.next_dirty = None
+                p = nxt_p
+        a = self._accounts_head
+        if a is not None:
+            self._accounts_head = self._accounts_tail = None
+            while a is not None:
                 a.dirty = False
                 out.balance_changed(a.index, a.collateral)
-            dirty_a.clear()
-        dirty_m = self._dirty_markets
-        if dirty_m:
-            for m in dirty_m:
+                nxt_a = a.next_dirty
+                a.next_dirty = None
+                a = nxt_a
+        m = self._markets_head
+        if m is not None:
+            self._markets_head = self._markets_tail = None
+            while m is not None:
                 m.dirty = False
                 out.market_stats_changed(m.index, m.mark, m.last_trade_price, m.open_interest)
-            dirty_m.clear()
+                nxt_m = m.next_dirty
+                m.next_dirty = None
+                m = nxt_m
         if self._exchange_dirty:
             self._exchange_dirty = False
             out.exchange_balances_changed(

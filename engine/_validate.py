@@ -9,9 +9,9 @@ Checked, first failure raises ``InvariantViolation``:
 - per book side: every level non-empty, its size == sum of its orders' remaining, prev/next links
   consistent, orders on the right side/price/market, ``best`` is the best price, every live price in
   the heap, no crossed book;
-- orders: exchange indexes unique and below ``next_order_index``, the engine/account/client-index
-  maps agree with the book, client order indexes unique per account, priorities increase within a
-  level;
+- orders: exchange indexes unique and below ``next_order_index``, the engine map, the accounts'
+  resting-order lists (links and counts) and client-index maps agree with the book, client
+  order indexes unique per account, priorities increase within a level;
 - per position: ``bid_open``/``ask_open`` == the account's resting non-reduce-only orders there;
 - per account: cached risk sums (when current) == a fresh recomputation, and no account is left
   under maintenance margin after a command (liquidation triggers missed nothing).
@@ -21,9 +21,10 @@ Expired orders are removed lazily (when a command touches their market), so expi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._model import Order, Side
+from ._model import Account, Order, Side
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -79,12 +80,15 @@ def validate(eng: Engine) -> None:
 
     if set(seen_orders) != set(eng._orders):
         fail("engine order map differs from the books")
+    listed: set[int] = set()
     for acct in eng._accounts.values():
-        for idx, o in acct.orders.items():
-            if seen_orders.get(idx) is not o or o.account is not acct:
-                fail(f"account {acct.index} lists order {idx} not on its books")
-        cois = {o.client_index: o for o in acct.orders.values() if o.client_index}
-        if len(cois) != sum(1 for o in acct.orders.values() if o.client_index):
+        resting = _account_orders(acct, fail)
+        for o in resting:
+            if seen_orders.get(o.index) is not o or o.account is not acct:
+                fail(f"account {acct.index} lists order {o.index} not on its books")
+            listed.add(id(o))
+        cois = {o.client_index: o for o in resting if o.client_index}
+        if len(cois) != sum(1 for o in resting if o.client_index):
             fail(f"account {acct.index}: duplicate client order index")
         if cois != acct.coi:
             fail(f"account {acct.index}: client order index map out of date")
@@ -109,7 +113,7 @@ def validate(eng: Engine) -> None:
         if equity * 10_000 < mmr:
             fail(f"account {acct.index} is under maintenance margin and was not liquidated")
     for o in seen_orders.values():
-        if o.account.orders.get(o.index) is not o:
+        if id(o) not in listed:
             fail(f"order {o.index} missing from its account")
 
 
@@ -166,3 +170,21 @@ def _check_side(
             bad(f"level {price} tail out of date")
         if total != lvl.size:
             bad(f"level {price} size {lvl.size} != orders {total}")
+
+
+def _account_orders(acct: Account, fail: Callable[[str], None]) -> list[Order]:
+    """The account's resting-order list, its links and count checked."""
+    out: list[Order] = []
+    prev = None
+    o = acct.first_order
+    while o is not None:
+        if o.acct_prev is not prev:
+            fail(f"account {acct.index}: order {o.index} has a broken back link")
+        if len(out) > acct.order_count:
+            fail(f"account {acct.index}: more orders listed than its count {acct.order_count}")
+        out.append(o)
+        prev = o
+        o = o.acct_next
+    if len(out) != acct.order_count:
+        fail(f"account {acct.index}: {len(out)} orders listed, count {acct.order_count}")
+    return out
