@@ -80,22 +80,20 @@ def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
         if accounts[ai].risk_version == versions[slot]:
             cand.add(ai)
         free.append(slot)
-    unarmed = eng._unarmed
-    if unarmed:
-        # Unarmed accounts holding this market (indexed per market: ``Market.unarmed``) are
-        # checked now; the others are unaffected by this mark and stay unarmed until a market
-        # they hold moves.
-        for a in list(m.unarmed):
-            del unarmed[a]
-            for p in a.positions.values():
-                if p.size:
-                    del p.market.unarmed[a]
-            cand.add(a.index)
-        if len(unarmed) > eng._unarmed_purge_at:
-            # Accounts that went flat carry no risk: drop them (amortised O(1) per entry).
-            for a in [a for a in unarmed if not any(p.size for p in a.positions.values())]:
-                del unarmed[a]
-            eng._unarmed_purge_at = 2 * len(unarmed) + 1024
+    queue = m.unarmed
+    if queue:
+        # Unarmed accounts holding this market (their positions queued here) are checked now;
+        # the others are unaffected by this mark and stay unarmed until a market they hold
+        # moves. Checked here, an account is re-armed for every market: its other queued
+        # positions become stale entries of their markets' lists.
+        m.unarmed = []
+        for p in queue:
+            if p.queued:
+                a = p.account
+                a.unarmed = False
+                for q in a.positions.values():
+                    q.queued = False
+                cand.add(a.index)
     if cand:
         check_accounts(eng, sorted(cand), now, out)
 
@@ -197,11 +195,28 @@ def rearm(eng: OrderPath, acct: Account) -> None:
 
 def unarm(eng: OrderPath, acct: Account) -> None:
     """Queue ``acct`` for an exact check and re-arming at the next move of a market it holds
-    (``Market.unarmed`` indexes it under each market where its position is non-zero)."""
-    eng._unarmed[acct] = None
+    (each non-zero position in its market's ``unarmed`` list)."""
+    acct.unarmed = True
     for p in acct.positions.values():
-        if p.size:
-            p.market.unarmed[acct] = None
+        if p.size and not p.queued:
+            p.queued = True
+            m = p.market
+            queue = m.unarmed
+            queue.append(p)
+            if len(queue) > 2 * len(m.holders) + 256:
+                m.unarmed = _live_queue(queue)
+
+
+def _live_queue(queue: list[Position]) -> list[Position]:
+    """``queue`` without stale entries or repeats (a position queued again after going stale)."""
+    live = []
+    for p in queue:
+        if p.queued:
+            p.queued = False  # (so a repeat is skipped)
+            live.append(p)
+    for p in live:
+        p.queued = True
+    return live
 
 
 def check_traded(eng: OrderPath, now: int, out: Deltas) -> None:
@@ -209,7 +224,6 @@ def check_traded(eng: OrderPath, now: int, out: Deltas) -> None:
     current marks). Survivors are left unarmed: their triggers are rebuilt once, at the next
     mark move, instead of after every fill. Counterparties of a liquidation are checked in the
     next round; it ends because every liquidation leaves its account without positions."""
-    unarmed = eng._unarmed
     epoch = eng._epoch
     while eng._traded:
         batch = eng._traded
@@ -228,7 +242,7 @@ def check_traded(eng: OrderPath, now: int, out: Deltas) -> None:
                 eng._refresh(acct)
             if product(acct.collateral + acct.c_upnl, BPS) < acct.c_mm:
                 liquidate(eng, acct, now, out)
-            elif acct not in unarmed:
+            elif not acct.unarmed:
                 # Its old triggers no longer bound its risk.
                 acct.risk_version += 1
                 unarm(eng, acct)

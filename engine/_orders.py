@@ -495,11 +495,12 @@ class OrderPath(EngineState):
         acct = pos.account
         if ns == 0:
             m.holders.pop(acct.ref, None)
-            m.unarmed.pop(acct, None)
+            pos.queued = False
         elif s == 0:
             m.holders[acct.ref] = pos
-            if acct in self._unarmed:
-                m.unarmed[acct] = None
+            if acct.unarmed and not pos.queued:
+                pos.queued = True
+                m.unarmed.append(pos)
         if acct.c_epoch == self._epoch:
             mq = m.mark_q
             acct.c_upnl += product(d, mq) - (neq - eq)

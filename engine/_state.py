@@ -80,13 +80,8 @@ class EngineState:
         self._exchange_dirty = False
         #: Accounts that traded in this command (maintenance is checked after it).
         self._traded: list[Account] = []
-        #: Accounts checked at the current marks whose liquidation triggers are out of date; they
-        #: are checked and re-armed at the next move of a market they hold. Order is irrelevant
-        #: (candidates are sorted).
-        self._unarmed: dict[Account, None] = {}
         #: every market's funding clock (``_funding``): premium samples, hourly settlement
         self.funding = FundingClock()
-        self._unarmed_purge_at = 1024
         #: Bumped whenever marks or margin fractions change: accounts' cached risk sums are valid
         #: only when their ``c_epoch`` equals it.
         self._epoch = 0

@@ -5,7 +5,8 @@ Checked, first failure raises ``InvariantViolation``:
 - conservation: ``sum(collateral - entry_quote) + fee_pool + insurance_fund``
   ``== deposits - withdrawals``;
 - per market: positions net to zero, open interest == sum of long sizes, ``holders`` == positions
-  with non-zero size, ``unarmed`` == the unarmed accounts among them;
+  with non-zero size, a position is queued (in its market's ``unarmed`` list) exactly when it is
+  non-zero and its account unarmed;
 - per book side: every level non-empty, its size == sum of its orders' remaining, prev/next links
   consistent, orders on the right side/price/market, ``best`` is the best price, every live price in
   the heap, no crossed book;
@@ -71,8 +72,15 @@ def validate(eng: Engine) -> None:
             fail(f"market {mi}: open interest {m.open_interest} != longs {longs}")
         if holders != set(m.holders):
             fail(f"market {mi}: holders index out of date")
-        if {a.index for a in m.unarmed} != {a.index for a in eng._unarmed} & holders:
-            fail(f"market {mi}: unarmed index out of date")
+        queued = {id(p) for p in m.unarmed}
+        for acct in eng._accounts.values():
+            p = acct.positions.get(mi)
+            if p is None:
+                continue
+            if p.queued != bool(p.size and acct.unarmed):
+                fail(f"position {acct.index}/{mi}: queued {p.queued}, unarmed {acct.unarmed}")
+            if p.queued and id(p) not in queued:
+                fail(f"market {mi}: queued position of {acct.index} not in its unarmed list")
         for side in (m.bids, m.asks):
             _check_side(eng, side, mi, seen_orders, open_lots)
         if m.bids.best and m.asks.best and m.bids.best >= m.asks.best:

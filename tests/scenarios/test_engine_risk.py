@@ -75,6 +75,38 @@ def test_a_fill_that_leaves_a_maker_under_maintenance_liquidates_it_in_the_same_
     assert d.cash(1) == 3 * DOLLAR
 
 
+def test_the_unarmed_queue_of_a_still_market_stays_bounded_and_still_liquidates() -> None:
+    """Account 1 holds markets 0 and 1 and trades round trips in market 0: each unarms it,
+    queueing both its positions, and the next move of market 0 re-arms it, leaving its entry in
+    market 1's queue stale. Market 1 never moves, so its queue only grows by churn: it is
+    compacted and stays bounded. After a last round trip (unarmed again, its triggers stale),
+    the move of market 1 that puts it under maintenance still closes it in that command: it is
+    reached through the queue (the Desk checks after every command that no account is left
+    under maintenance)."""
+    d = Desk(accounts=(1, 2, 3, 4), markets=(market(0), market(1)))
+    assert d.withdraw(1, d.collateral - 11 * DOLLAR) == OK
+    assert d.sell(2, 100, 10_000, m=1) == OK and d.buy(1, 100, 10_000, m=1) == OK
+    assert d.sell(4, 1, 10_000) == OK and d.buy(1, 1, 10_000) == OK
+    m1 = d.eng._markets[1]
+    peak = 0
+    for i in range(700):
+        assert d.sell(3, 1, 10_000) == OK and d.buy(1, 1, 10_000) == OK
+        assert d.buy(3, 1, 10_000) == OK and d.sell(1, 1, 10_000) == OK
+        assert d.mark(10_000 + i % 2) == OK
+        peak = max(peak, len(m1.unarmed))
+    assert (d.size(1), d.eng.position(1, 1).size) == (1, 100)  # type: ignore[union-attr]
+    limit = 2 * len(m1.holders) + 256  # a queue past this is compacted (``unarm``)
+    assert peak == limit  # stale entries reached it (700 round trips) and went no further
+    assert d.sell(3, 1, 10_000) == OK and d.buy(1, 1, 10_000) == OK  # unarmed again
+    assert d.eng._accounts[1].unarmed
+    for price in range(9_990, 5_000, -10):  # market 1 down until account 1 is under maintenance
+        assert d.mark(price, m=1) == OK
+        if d.eng.position(1, 1).size == 0:  # type: ignore[union-attr]
+            break
+    closed = d.of("PositionLiquidated") + d.of("PositionDeleveraged")
+    assert {e.account_index for e in closed} == {1}
+
+
 def test_funding_moves_cash_from_longs_to_shorts() -> None:
     d = _long_100()
     before = (d.cash(1), d.cash(2))
