@@ -11,7 +11,8 @@ snapshot code shares (:func:`valid_params`, :func:`set_params`, :func:`market_fi
   then it cannot be under maintenance, and the reserve shrinks by the payment).
 
 Cost: CreateMarket / UpdateMarket O(1) plus the holders' checks; SetMarkPrice O(crossed triggers
-+ unarmed holders); ApplyFunding O(holders log holders).
++ unarmed holders); ApplyFunding O(holders + k log k) for k positions opened since the last
+(``Market.holders_by_account``).
 """
 
 from __future__ import annotations
@@ -102,9 +103,7 @@ def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: Deltas) -> int
     paid = 0
     received = 0
     payers: list[int] = []
-    holders = m.holders
-    for ai in sorted(holders):
-        pos = holders[ai]
+    for pos in m.holders_by_account():
         raw = product(product(pos.size, mq), rate)
         if raw > 0:
             amount = -(-raw // FUNDING_SCALE)
@@ -116,7 +115,7 @@ def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: Deltas) -> int
             if acct.reserve_version == acct.risk_version and cost <= acct.reserve:
                 acct.reserve -= cost
             else:
-                payers.append(ai)
+                payers.append(acct.index)
         else:
             amount = -((-raw) // FUNDING_SCALE)
             received -= amount

@@ -349,6 +349,7 @@ class Market:
         "expiries",
         "expiry_queue",
         "free_slots",
+        "holder_order",
         "holders",
         "index",
         "last_trade_price",
@@ -363,6 +364,7 @@ class Market:
         "min_imf",
         "min_quote",
         "mult",
+        "new_holders",
         "next_dirty",
         "next_expiry",
         "open_interest",
@@ -404,6 +406,12 @@ class Market:
         self.bids = Side(index, 0)
         self.asks = Side(index, 1)
         self.holders: dict[int, Position] = {}
+        #: The holders in account order (funding's order), kept without sorting them all each
+        #: time (``holders_by_account``): ``holder_order`` is sorted by account index as of its
+        #: last rebuild and may hold positions since gone flat; ``new_holders`` are the
+        #: positions that went non-zero since (unsorted, possibly repeated).
+        self.holder_order: list[Position] = []
+        self.new_holders: list[Position] = []
         #: Positions of unarmed accounts (``Position.queued``) to check exactly and re-arm at this
         #: market's next mark move; entries no longer queued are stale and skipped. Flags and a
         #: list, not a dict per market and one for the engine: two dict inserts per unarmed
@@ -439,3 +447,44 @@ class Market:
     def set_mark(self, mark: int) -> None:
         self.mark = mark
         self.mark_q = mark * self.mult
+
+    def note_holder(self, pos: Position) -> None:
+        """``pos`` went non-zero (and into ``holders``): remember it for the account order."""
+        new = self.new_holders
+        new.append(pos)
+        if len(new) > 2 * len(self.holders) + 1024:
+            self.holders_by_account()  # (folds them in: amortised O(1) per call)
+
+    def holders_by_account(self) -> list[Position]:
+        """The holders (non-zero positions) by account index: the last order merged with the
+        positions that went non-zero since, sorted. Sorting every holder each time cost a
+        funding settlement ~40% of its instructions on the bench stream; this merge is
+        O(holders + k log k) for k new ones."""
+        old = self.holder_order
+        new = self.new_holders
+        if new:
+            new.sort(key=_account_index)
+        out: list[Position] = []
+        i = j = 0
+        n_old = len(old)
+        n_new = len(new)
+        last: Position | None = None
+        while i < n_old or j < n_new:
+            if j == n_new or (i < n_old and old[i].account.index <= new[j].account.index):
+                p = old[i]
+                i += 1
+            else:
+                p = new[j]
+                j += 1
+            # flat now, or the same position again (in both lists, or repeated in ``new``):
+            # one account has one position here, so its entries are adjacent
+            if p.size and p is not last:
+                out.append(p)
+                last = p
+        self.holder_order = out
+        self.new_holders = []
+        return out
+
+
+def _account_index(p: Position) -> int:
+    return p.account.index

@@ -498,6 +498,7 @@ class OrderPath(EngineState):
             pos.queued = False
         elif s == 0:
             m.holders[acct.ref] = pos
+            m.note_holder(pos)
             if acct.unarmed and not pos.queued:
                 pos.queued = True
                 m.unarmed.append(pos)

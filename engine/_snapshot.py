@@ -117,6 +117,7 @@ def load(eng: OrderPath, rows: Iterable[Any]) -> None:
             acct.positions[m.index] = pos
             if pos.size:
                 m.holders[acct.index] = pos
+                m.note_holder(pos)
         elif isinstance(r, ApiKeyRecord):
             acct = eng._accounts[r.account_index]
             acct.keys[r.api_key_index] = ApiKey(r.pub_key, r.nonce)

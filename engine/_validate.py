@@ -5,7 +5,8 @@ Checked, first failure raises ``InvariantViolation``:
 - conservation: ``sum(collateral - entry_quote) + fee_pool + insurance_fund``
   ``== deposits - withdrawals``;
 - per market: positions net to zero, open interest == sum of long sizes, ``holders`` == positions
-  with non-zero size, a position is queued (in its market's ``unarmed`` list) exactly when it is
+  with non-zero size, each of them in the account order (``holder_order``, sorted, or
+  ``new_holders``), a position is queued (in its market's ``unarmed`` list) exactly when it is
   non-zero and its account unarmed;
 - per book side: every level non-empty, its size == sum of its orders' remaining, prev/next links
   consistent, orders on the right side/price/market, ``best`` is the best price, every live price in
@@ -72,6 +73,12 @@ def validate(eng: Engine) -> None:
             fail(f"market {mi}: open interest {m.open_interest} != longs {longs}")
         if holders != set(m.holders):
             fail(f"market {mi}: holders index out of date")
+        order = [p.account.index for p in m.holder_order]
+        if order != sorted(order):
+            fail(f"market {mi}: holder order not by account")
+        known = {id(p) for p in m.holder_order} | {id(p) for p in m.new_holders}
+        if any(id(p) not in known for p in m.holders.values()):
+            fail(f"market {mi}: a holder is missing from the holder order")
         queued = {id(p) for p in m.unarmed}
         for acct in eng._accounts.values():
             p = acct.positions.get(mi)
