@@ -131,7 +131,7 @@ def update_leverage(eng: OrderPath, c: UpdateLeverage, now: int, out: Deltas) ->
         pos.imf = old
         acct.c_epoch = -1
         if new_pos:  # a rejected tx leaves no trace (see _orders' _place)
-            del acct.positions[mi]
+            acct.drop_position(mi)
         return NOT_ENOUGH_MARGIN
     eng._mark_position(pos)
     return OK

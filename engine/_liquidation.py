@@ -91,7 +91,7 @@ def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
             if p.queued:
                 a = p.account
                 a.unarmed = False
-                for q in a.positions.values():
+                for q in a.position_list:
                     q.queued = False
                 cand.add(a.index)
     if cand:
@@ -124,7 +124,7 @@ def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
     A mark move of one tick costs ``|size| * mult * (BPS -/+ mmf)`` of buffer (long/short)."""
     v = acct.risk_version + 1
     acct.risk_version = v
-    positions = [p for p in acct.positions.values() if p.size]
+    positions = [p for p in acct.position_list if p.size]
     if not positions:
         return
     reserve = buffer // RESERVE_DIV
@@ -197,7 +197,7 @@ def unarm(eng: OrderPath, acct: Account) -> None:
     """Queue ``acct`` for an exact check and re-arming at the next move of a market it holds
     (each non-zero position in its market's ``unarmed`` list)."""
     acct.unarmed = True
-    for p in acct.positions.values():
+    for p in acct.position_list:
         if p.size and not p.queued:
             p.queued = True
             m = p.market

@@ -236,7 +236,7 @@ class OrderPath(EngineState):
                 if not self._margin_after(acct, m, pos, is_ask, size, est, after - before):
                     return NOT_ENOUGH_MARGIN
         if new_pos:
-            acct.positions[mi] = pos
+            acct.add_position(pos)
         oi = self._next_order_index
         self._next_order_index = oi + 1
         self.last_order_index = oi
@@ -731,7 +731,7 @@ class OrderPath(EngineState):
         ``c_im = sum(worst*mark*mult*imf)`` with ``worst = max(|size+bids|, |size-asks|)``. Between
         mark moves fills and order changes update them in O(1)."""
         upnl = mm = im = 0
-        for p in acct.positions.values():
+        for p in acct.position_list:
             s = p.size
             bo = p.bid_open
             ao = p.ask_open
@@ -814,7 +814,8 @@ def position_for(acct: Account, m: Market) -> Position:
     """The account's position in ``m``, created (flat, default leverage) when missing."""
     pos = acct.positions.get(m.index)
     if pos is None:
-        pos = acct.positions[m.index] = Position(acct, m, m.default_imf)
+        pos = Position(acct, m, m.default_imf)
+        acct.add_position(pos)
     return pos
 
 

@@ -114,7 +114,7 @@ def load(eng: OrderPath, rows: Iterable[Any]) -> None:
             pos = Position(acct, m, r.initial_margin_fraction)
             (pos.size, pos.entry_quote, pos.realized_pnl, pos.funding_paid) = r[2:6]
             pos.margin_mode = r.margin_mode
-            acct.positions[m.index] = pos
+            acct.add_position(pos)
             if pos.size:
                 m.holders[acct.index] = pos
                 m.note_holder(pos)

@@ -15,6 +15,7 @@ Checked, first failure raises ``InvariantViolation``:
   resting-order lists (links and counts) and client-index maps agree with the book, client
   order indexes unique per account, priorities increase within a level;
 - per position: ``bid_open``/``ask_open`` == the account's resting non-reduce-only orders there;
+  the account's ``position_list`` holds its positions, in their order;
 - per account: cached risk sums (when current) == a fresh recomputation, and no account is left
   under maintenance margin after a command (liquidation triggers missed nothing).
 
@@ -46,6 +47,8 @@ def validate(eng: Engine) -> None:
         if acct.index != ai or acct.ref != ai:
             fail(f"account {ai} stored as {acct.index} (boxed {acct.ref})")
         cash += acct.collateral
+        if [id(p) for p in acct.position_list] != [id(p) for p in acct.positions.values()]:
+            fail(f"account {acct.index}: position list differs from its positions")
         for pos in acct.positions.values():
             cash -= pos.entry_quote
             if pos.account is not acct:

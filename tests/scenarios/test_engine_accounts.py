@@ -196,3 +196,20 @@ def test_money_that_would_overflow_its_i64_field_is_refused_and_changes_nothing(
     assert (d.cash(1), d.cash(2)) == (SMALL, top - 2 * SMALL)
     assert d.transfer(1, 2, SMALL) == RC.OK
     assert (d.cash(1), d.cash(2)) == (0, top - SMALL)
+
+
+def test_a_refused_leverage_change_in_a_new_market_leaves_no_position_behind() -> None:
+    # Account 1 at exactly initial margin in market 0 ($10 for 100 lots); the mark falls to
+    # 9_900, so its equity ($9) is under initial margin but above maintenance. Raising its
+    # margin fraction in market 1, where it has no position yet, is refused, and the position
+    # the engine made to try it is dropped again (the Desk validates after every command).
+    d = Desk(accounts=(1, 2), collateral=SMALL, markets=(market(0), market(1)))
+    assert d.sell(2, 100, 10_000) == ResultCode.OK and d.buy(1, 100, 10_000) == ResultCode.OK
+    assert d.mark(9_900) == ResultCode.OK
+    assert d.leverage(1, 2_000, m=1) == ResultCode.NOT_ENOUGH_MARGIN
+    assert d.eng.position(1, 1) is None
+    assert [p.market.index for p in d.eng._accounts[1].position_list] == [0]
+    assert d.buy(1, 1, 9_000, m=1) == ResultCode.NOT_ENOUGH_MARGIN  # and still short of margin
+    assert d.deposit(1, SMALL) == ResultCode.OK
+    assert d.buy(1, 1, 9_000, m=1) == ResultCode.OK  # rests: the position is made again
+    assert [p.market.index for p in d.eng._accounts[1].position_list] == [0, 1]
