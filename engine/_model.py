@@ -34,6 +34,7 @@ from .rules import notional_multiplier
 #: function imported by ``from heapq import`` is a globals-dict lookup per call, a Final a static.
 heappush: Final = heapq.heappush
 heappop: Final = heapq.heappop
+heapify: Final = heapq.heapify
 
 #: ``Market.next_expiry`` of a market without resting orders: later than any valid time.
 NO_EXPIRY: Final = 1 << 127
@@ -200,6 +201,7 @@ class Order:
         "acct_prev",
         "client_index",
         "expiry",
+        "expiry_listed",
         "index",
         "initial",
         "is_ask",
@@ -253,6 +255,9 @@ class Order:
         #: the account's resting-order list (``Account.first_order``)
         self.acct_prev: Order | None = None
         self.acct_next: Order | None = None
+        #: It has its entry in its market's expiry queue or heap (once: an order modified and
+        #: re-entered keeps its expiry and index, so its entry stays good).
+        self.expiry_listed = False
 
 
 class Level:
@@ -447,14 +452,15 @@ class Market:
         #: instead: with the default lifetime, ``now + 28 days``, and rising order indexes almost
         #: every order is appended in order, one list append and no heap push), and
         #: ``expiries``, a heap of ``(expiry_ms << 64) + order_index`` (one int orders like the
-        #: pair) for the rest. Stale entries (orders no longer resting) are skipped.
+        #: pair) for the rest. A resting order has exactly one entry (``Order.expiry_listed``);
+        #: stale entries (orders no longer resting) are skipped, and dropped by compaction.
         #: ``next_expiry``: the earlier of the two heads (NO_EXPIRY when both are empty), so
         #: "anything expired?" is one comparison.
         self.expiry_queue: list[Order] = []
         self.queue_head = 0
         self.expiries: list[int] = []
         self.next_expiry = NO_EXPIRY
-        #: Rebuild them without stale entries (``_compact_expiries``) past this many entries.
+        #: Drop their stale entries (``_compact_expiries``) past this many entries.
         self.compact_at = 1024
         self.dirty = False
         self.next_dirty: Market | None = None

@@ -36,7 +36,18 @@ from raydex.codecs import (
 )
 
 from ._deltas import Deltas
-from ._model import NO_EXPIRY, Account, Level, Market, Order, Position, Side, heappop, heappush
+from ._model import (
+    NO_EXPIRY,
+    Account,
+    Level,
+    Market,
+    Order,
+    Position,
+    Side,
+    heapify,
+    heappop,
+    heappush,
+)
 from ._state import (
     BPS,
     DEFAULT_ORDER_LIFETIME_MS,
@@ -325,7 +336,6 @@ class OrderPath(EngineState):
         lvl.size += rem
         if not lvl.dirty:
             self._mark_level(lvl)
-        idx = o.index
         self._orders[o.ref] = o
         acct.link_order(o)
         if o.client_index:
@@ -333,27 +343,29 @@ class OrderPath(EngineState):
         if not o.reduce_only:
             self._open(pos, is_ask, rem)
         # Market.expiry_queue: appended when it keeps the queue sorted by (expiry, index), as a
-        # new order with the default lifetime does; otherwise (an explicit expiry, a modified
-        # order re-entering, a snapshot load) pushed on the heap.
-        exp = o.expiry
-        queue = m.expiry_queue
-        head = m.queue_head
-        if head == len(queue):
-            if head:
-                queue.clear()
-                m.queue_head = 0
-            queue.append(o)
-        else:
-            last = queue[-1]
-            last_exp = last.expiry
-            if exp > last_exp or (exp == last_exp and idx > last.index):
+        # new order with the default lifetime does; otherwise (an explicit expiry, a snapshot
+        # load) pushed on the heap. A modified order re-entering keeps the entry it has.
+        if not o.expiry_listed:
+            o.expiry_listed = True
+            exp = o.expiry
+            queue = m.expiry_queue
+            head = m.queue_head
+            if head == len(queue):
+                if head:
+                    queue.clear()
+                    m.queue_head = 0
                 queue.append(o)
             else:
-                heappush(m.expiries, (exp << EXPIRY_SHIFT) + idx)
-        if exp < m.next_expiry:
-            m.next_expiry = exp
-        if len(queue) - m.queue_head + len(m.expiries) > m.compact_at:
-            self._compact_expiries(m)
+                last = queue[-1]
+                last_exp = last.expiry
+                if exp > last_exp or (exp == last_exp and o.index > last.index):
+                    queue.append(o)
+                else:
+                    heappush(m.expiries, (exp << EXPIRY_SHIFT) + o.index)
+            if exp < m.next_expiry:
+                m.next_expiry = exp
+            if len(queue) - m.queue_head + len(m.expiries) > m.compact_at:
+                self._compact_expiries(m)
 
     def _match(
         self,
@@ -599,25 +611,32 @@ class OrderPath(EngineState):
         m.queue_head = head
         m.next_expiry = (q_key if q_key < h_key else h_key) >> EXPIRY_SHIFT
 
-    @staticmethod
-    def _compact_expiries(m: Market) -> None:
-        """Drop stale (cancelled/filled) entries; amortised O(1) per resting order. The live
-        orders' keys, ``(expiry << EXPIRY_SHIFT) + index``, sorted (a sorted list is a heap),
-        become the heap and the queue starts empty: one int sort, where sorting the orders by
-        an ``(expiry, index)`` key function cost a Python call and a tuple per order."""
-        keys = []
-        for side in (m.bids, m.asks):
-            for lvl in side.levels.values():
-                o = lvl.head
-                while o is not None:
-                    keys.append((o.expiry << EXPIRY_SHIFT) + o.index)
-                    o = o.next
-        keys.sort()
-        m.expiry_queue = []
+    def _compact_expiries(self, m: Market) -> None:
+        """Drop the stale entries (orders no longer resting); amortised O(1) per resting order.
+        The queue is filtered, which keeps it sorted, and the heap filtered and heapified: each
+        resting order has exactly one entry (``Order.expiry_listed``), so nothing else can go.
+        (Rebuilding both from the books cost a walk of every level, a big-int key per order
+        and a sort: 2.6% of the engine's instructions on the bench stream.)"""
+        queue = m.expiry_queue
+        live_q: list[Order] = []
+        for i in range(m.queue_head, len(queue)):
+            o = queue[i]
+            if o.level is not None:
+                live_q.append(o)
+        orders = self._orders
+        live_h: list[int] = []
+        for key in m.expiries:
+            oh = orders.get(key & INDEX_MASK)
+            if oh is not None and oh.expiry == key >> EXPIRY_SHIFT:
+                live_h.append(key)
+        heapify(live_h)
+        m.expiry_queue = live_q
         m.queue_head = 0
-        m.expiries = keys
-        m.next_expiry = keys[0] >> EXPIRY_SHIFT if keys else NO_EXPIRY
-        m.compact_at = max(1024, 4 * len(keys))
+        m.expiries = live_h
+        q_next = live_q[0].expiry if live_q else NO_EXPIRY
+        h_next = live_h[0] >> EXPIRY_SHIFT if live_h else NO_EXPIRY
+        m.next_expiry = q_next if q_next < h_next else h_next
+        m.compact_at = max(1024, 4 * (len(live_q) + len(live_h)))
 
     def _find_order(self, acct: Account, mi: int, index: Any) -> Order | None:
         """``acct``'s order in market ``mi`` by client or exchange ``index`` (an int object)."""
