@@ -206,7 +206,7 @@ class OrderPath(EngineState):
         if coi:
             if not 0 < coi <= MAX_48:
                 return INVALID_CLIENT_ORDER_INDEX
-            if coi in acct.coi:
+            if acct.find_client_order(coi) is not None:
                 return CLIENT_ORDER_INDEX_EXISTS
         if oexp == 0 or oexp == -1:
             expiry = now + DEFAULT_ORDER_LIFETIME_MS
@@ -338,8 +338,6 @@ class OrderPath(EngineState):
             self._mark_level(lvl)
         self._orders[o.ref] = o
         acct.link_order(o)
-        if o.client_index:
-            acct.coi[o.client_index] = o
         if not o.reduce_only:
             self._open(pos, is_ask, rem)
         # Market.expiry_queue: appended when it keeps the queue sorted by (expiry, index), as a
@@ -554,9 +552,6 @@ class OrderPath(EngineState):
         acct = o.account
         del self._orders[o.ref]
         acct.unlink_order(o)
-        coi = o.client_index
-        if coi:
-            del acct.coi[coi]
         if rem and not o.reduce_only:
             self._open(acct.positions[m.index], is_ask, -rem)
         self._emit_order(o, status, out)  # (unlinking leaves ``o.remaining`` as it was)
@@ -641,7 +636,7 @@ class OrderPath(EngineState):
     def _find_order(self, acct: Account, mi: int, index: Any) -> Order | None:
         """``acct``'s order in market ``mi`` by client or exchange ``index`` (an int object)."""
         i: int = index
-        o = acct.coi.get(index) if i < FIRST_ORDER_INDEX else self._orders.get(index)
+        o = acct.find_client_order(index) if i < FIRST_ORDER_INDEX else self._orders.get(index)
         if o is None or o.account is not acct or o.market.index != mi:
             return None
         return o
@@ -726,8 +721,6 @@ class OrderPath(EngineState):
             self._mark_level(lvl)
         del self._orders[o.ref]
         acct.unlink_order(o)
-        if o.client_index:
-            del acct.coi[o.client_index]
         if not o.reduce_only:
             self._open(pos, is_ask, -rem)
         o.price = price

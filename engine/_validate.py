@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._model import Account, Order, Side
+from ._model import COI_SCAN, Account, Order, Side
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -108,7 +108,10 @@ def validate(eng: Engine) -> None:
         cois = {o.client_index: o for o in resting if o.client_index}
         if len(cois) != sum(1 for o in resting if o.client_index):
             fail(f"account {acct.index}: duplicate client order index")
-        if cois != acct.coi:
+        if acct.coi is None:
+            if acct.order_count > COI_SCAN:
+                fail(f"account {acct.index}: {acct.order_count} orders and no client index map")
+        elif cois != acct.coi:
             fail(f"account {acct.index}: client order index map out of date")
         for mi, pos in acct.positions.items():
             bo, ao = open_lots.get((acct.index, mi), [0, 0])
