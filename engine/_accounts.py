@@ -179,7 +179,8 @@ def fits(eng: OrderPath, acct: Account | None, amount: int) -> bool:
 def account_for(eng: OrderPath, ai: int) -> Account:
     acct = eng._accounts.get(ai)
     if acct is None:
-        acct = eng._accounts[ai] = Account(ai)
+        acct = Account(ai)
+        eng._add_account(acct)
         eng._mark_account(acct)
     return acct
 

@@ -137,7 +137,9 @@ class OrderPath(EngineState):
         """:meth:`_auth` that also returns the account when passed (``(0, account)``), so the
         order handlers look it up once (``(code, None)`` when refused). ``ai``, ``ki`` and
         ``nonce_obj`` are int objects: the order commands pass their own (see ``CreateOrderT``)."""
-        acct = self._accounts.get(ai)
+        i: int = ai
+        slots = self._account_slots
+        acct = slots[i] if 0 <= i < len(slots) else self._accounts.get(ai)
         if acct is None:
             return ACCOUNT_NOT_FOUND, None
         key = acct.keys.get(ki)

@@ -107,7 +107,7 @@ def load(eng: OrderPath, rows: Iterable[Any]) -> None:
             m.open_interest = r.open_interest
             eng._markets[m.index] = m
         elif isinstance(r, _AccountRecord):
-            eng._accounts[r.account_index] = Account(r.account_index, r.collateral)
+            eng._add_account(Account(r.account_index, r.collateral))
         elif isinstance(r, PositionRecord):
             acct = eng._accounts[r.account_index]
             m = eng._markets[r.market_index]

@@ -40,6 +40,8 @@ MAX_I63: Final = 2**63 - 1
 DEFAULT_ORDER_LIFETIME_MS: Final = 28 * 86_400_000
 #: Open orders per account; bounds per-account work (cancel-all, liquidation).
 MAX_OPEN_ORDERS_PER_ACCOUNT: Final = 10_000
+#: Accounts with an index below this are also in ``EngineState._account_slots`` (by position).
+DENSE_ACCOUNTS: Final = 1 << 20
 #: ``Market.expiries`` holds ``(expiry << EXPIRY_SHIFT) + order_index``: one int orders exactly
 #: like the pair ``(expiry, order_index)`` (order indexes are below 2**64) and compares faster.
 EXPIRY_SHIFT: Final = 64
@@ -57,6 +59,11 @@ class EngineState:
     def __init__(self) -> None:
         self._markets: dict[int, Market] = {}
         self._accounts: dict[int, Account] = {}
+        #: The accounts with an index below ``DENSE_ACCOUNTS`` by position (None: no account),
+        #: for the gate every user tx passes: a list read where the dict lookup, keyed by the
+        #: tx's own int object (equal to the stored key, not the same object), cost ~200
+        #: instructions. At most 8 MB of slots, as high as the highest such index in use.
+        self._account_slots: list[Account | None] = []
         #: L1 address (20 bytes) -> account index (accounts made by ``L1Deposit``)
         self._by_l1: dict[bytes, int] = {}
         self._orders: dict[int, Order] = {}
@@ -93,6 +100,16 @@ class EngineState:
         self._liquidation_quote = 0
 
     # ---- queueing touched objects ---------------------------------------------------------------
+
+    def _add_account(self, acct: Account) -> None:
+        """Register a new account (in ``_accounts`` and, if dense, ``_account_slots``)."""
+        self._accounts[acct.ref] = acct
+        i = acct.index
+        if 0 <= i < DENSE_ACCOUNTS:
+            slots = self._account_slots
+            if i >= len(slots):
+                slots.extend([None] * (i + 1 - len(slots)))
+            slots[i] = acct
 
     # Each queues its object once per command (the hot paths test ``dirty`` before calling).
 

@@ -4,6 +4,7 @@ Checked, first failure raises ``InvariantViolation``:
 
 - conservation: ``sum(collateral - entry_quote) + fee_pool + insurance_fund``
   ``== deposits - withdrawals``;
+- the account slots (``_account_slots``) hold exactly the accounts with a dense index;
 - per market: positions net to zero, open interest == sum of long sizes, ``holders`` == positions
   with non-zero size, each of them in the account order (``holder_order``, sorted, or
   ``new_holders``), a position is queued (in its market's ``unarmed`` list) exactly when it is
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._model import COI_SCAN, Account, Order, Side
+from ._state import DENSE_ACCOUNTS
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -43,9 +45,16 @@ def validate(eng: Engine) -> None:
     if by_l1 != eng._by_l1:
         fail("the L1 address index disagrees with the accounts' L1 addresses")
     cash = eng.fee_pool + eng.insurance_fund
+    slots = eng._account_slots
+    if [i for i, a in enumerate(slots) if a is not None] != sorted(
+        ai for ai in eng._accounts if 0 <= ai < len(slots)
+    ) or len(slots) > DENSE_ACCOUNTS:
+        fail("the account slots disagree with the accounts")
     for ai, acct in eng._accounts.items():
         if acct.index != ai or acct.ref != ai:
             fail(f"account {ai} stored as {acct.index} (boxed {acct.ref})")
+        if 0 <= ai < DENSE_ACCOUNTS and (ai >= len(slots) or slots[ai] is not acct):
+            fail(f"account {ai} is not in its slot")
         cash += acct.collateral
         if [id(p) for p in acct.position_list] != [id(p) for p in acct.positions.values()]:
             fail(f"account {acct.index}: position list differs from its positions")

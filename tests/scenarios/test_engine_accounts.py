@@ -213,3 +213,20 @@ def test_a_refused_leverage_change_in_a_new_market_leaves_no_position_behind() -
     assert d.deposit(1, SMALL) == ResultCode.OK
     assert d.buy(1, 1, 9_000, m=1) == ResultCode.OK  # rests: the position is made again
     assert [p.market.index for p in d.eng._accounts[1].position_list] == [0, 1]
+
+
+def test_accounts_far_apart_in_index_trade_like_any_other() -> None:
+    # The engine also finds accounts below DENSE_ACCOUNTS by position in a list (the order
+    # gate's fast path); the others (Lighter's indexes go to 2**48) only through its map.
+    from raydex.engine._state import DENSE_ACCOUNTS
+
+    high = (DENSE_ACCOUNTS - 1, DENSE_ACCOUNTS, 2**47 + 5)
+    d = Desk(accounts=(1, *high))
+    for ai in high:
+        assert d.sell(ai, 1, 10_000) == ResultCode.OK
+        assert d.buy(1, 1, 10_000) == ResultCode.OK
+        assert d.eng.position(ai, 0).size == -1  # type: ignore[union-attr]
+    assert d.eng.position(1, 0).size == 3  # type: ignore[union-attr]
+    assert len(d.eng._account_slots) == DENSE_ACCOUNTS
+    assert d.buy(DENSE_ACCOUNTS + 1, 1, 10_000) == ResultCode.ACCOUNT_NOT_FOUND
+    assert d.buy(2, 1, 10_000) == ResultCode.ACCOUNT_NOT_FOUND  # a free slot below the highest
