@@ -164,8 +164,8 @@ class Account:
             elif o.client_index:
                 del coi[o.client_index]
 
-    def find_client_order(self, client_index: Any) -> Order | None:
-        """The resting order with this (non-zero) client order index (an int object), if any.
+    def find_client_order(self, client_index: int) -> Order | None:
+        """The resting order with this (non-zero) client order index, if any.
         Up to ``COI_SCAN`` orders, a scan of the account's list (a few native compares) beats a
         dict kept per account, whose insert, delete and lookup (with the resizes small dicts
         go through under churn, and an int object per key) cost ~3% of the engine's
@@ -173,12 +173,11 @@ class Account:
         coi = self.coi
         if coi is not None:
             return coi.get(client_index)
-        ci: int = client_index
-        if ci == 0:  # (no order has client index 0: it means none)
+        if client_index == 0:  # (no order has client index 0: it means none)
             return None
         o = self.first_order
         while o is not None:
-            if o.client_index == ci:
+            if o.client_index == client_index:
                 return o
             o = o.acct_next
         return None

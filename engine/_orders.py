@@ -638,7 +638,7 @@ class OrderPath(EngineState):
     def _find_order(self, acct: Account, mi: int, index: Any) -> Order | None:
         """``acct``'s order in market ``mi`` by client or exchange ``index`` (an int object)."""
         i: int = index
-        o = acct.find_client_order(index) if i < FIRST_ORDER_INDEX else self._orders.get(index)
+        o = acct.find_client_order(i) if i < FIRST_ORDER_INDEX else self._orders.get(index)
         if o is None or o.account is not acct or o.market.index != mi:
             return None
         return o
