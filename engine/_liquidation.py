@@ -124,17 +124,23 @@ def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
     A mark move of one tick costs ``|size| * mult * (BPS -/+ mmf)`` of buffer (long/short)."""
     v = acct.risk_version + 1
     acct.risk_version = v
-    positions = [p for p in acct.position_list if p.size]
-    if not positions:
+    positions = acct.position_list
+    k = 0
+    for p in positions:
+        if p.size:
+            k += 1
+    if k == 0:
         return
     reserve = buffer // RESERVE_DIV
     acct.reserve = reserve
     acct.reserve_version = v
-    share = (buffer - reserve) // len(positions)
+    share = (buffer - reserve) // k
     ai = acct.ref
     for p in positions:
-        m = p.market
         s = p.size
+        if s == 0:
+            continue
+        m = p.market
         if s > 0:
             den = s * m.mult * (BPS - m.maintenance_mf)
             if den <= 0:
