@@ -55,6 +55,31 @@ def test_what_the_book_cannot_absorb_is_deleveraged_against_the_most_profitable_
     assert d.eng.insurance_fund == 0
 
 
+def test_deleveraging_ranks_equal_profits_by_account_index() -> None:
+    # Accounts 3 and 2 sell 50 lots each at 10_000 (3 first): the same profit at any mark, so
+    # the lower account index is deleveraged first, whatever the order they traded in.
+    d = _long_100(sellers=((3, 50), (2, 50)))
+    assert d.mark(9_450) == OK
+    got = [(e.counterparty_index, e.size) for e in d.of("PositionDeleveraged")]
+    assert got == [(2, 50), (3, 50)]
+    assert (d.size(1), d.size(2), d.size(3)) == (0, 0, 0)
+
+
+def test_deleveraging_takes_only_what_it_needs_from_the_most_profitable() -> None:
+    # Account 1 goes long 100: 40 lots from 4 at 10_400 and 60 from 2 at 10_000; 3 is short
+    # 30 (to 5). At 9_000 the shorts' profits are 2: $6.00, 4: $5.60, 3: $3.00, so 1 is
+    # deleveraged against 2, then 4, which cover it; 3 keeps its position.
+    d = Desk(accounts=(1, 2, 3, 4, 5), markets=(market(),))
+    assert d.withdraw(1, d.collateral - 12 * DOLLAR) == OK
+    assert d.sell(4, 40, 10_400) == OK and d.buy(1, 40, 10_400) == OK
+    assert d.sell(2, 60, 10_000) == OK and d.buy(1, 60, 10_000) == OK
+    assert d.sell(3, 30, 10_000) == OK and d.buy(5, 30, 10_000) == OK
+    assert d.mark(9_000) == OK
+    got = [(e.counterparty_index, e.size) for e in d.of("PositionDeleveraged")]
+    assert got == [(2, 60), (4, 40)]
+    assert (d.size(1), d.size(2), d.size(4), d.size(3)) == (0, 0, 0, -30)
+
+
 def test_a_deficit_left_after_liquidation_is_covered_by_the_insurance_fund() -> None:
     d = _long_100()
     assert d.buy(3, 100, 8_000) == OK
