@@ -23,7 +23,7 @@ O(markets the account holds); a liquidation is O(its orders + positions + matche
 from __future__ import annotations
 
 from heapq import heapify
-from typing import Any, Final
+from typing import Final
 
 from raydex.codecs import PositionDeleveraged, PositionLiquidated
 
@@ -62,7 +62,6 @@ def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
     """After a mark move: exact check of the holders whose trigger the new mark crossed and of
     the unarmed holders (their risk changed since they were armed)."""
     mark = m.mark
-    accounts = eng._accounts
     cand: set[int] = set()
     owners = m.trigger_account
     versions = m.trigger_version
@@ -73,17 +72,17 @@ def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
     bound = (1 - mark) << SLOT_BITS
     while heap and heap[0] < bound:
         slot = heappop(heap) & SLOT_MASK
-        ai = owners[slot]
-        if accounts[ai].risk_version == versions[slot]:
-            cand.add(ai)
+        a = owners[slot]
+        if a.risk_version == versions[slot]:
+            cand.add(a.ref)
         free.append(slot)
     heap = m.short_triggers
     bound = (mark + 1) << SLOT_BITS
     while heap and heap[0] < bound:
         slot = heappop(heap) & SLOT_MASK
-        ai = owners[slot]
-        if accounts[ai].risk_version == versions[slot]:
-            cand.add(ai)
+        a = owners[slot]
+        if a.risk_version == versions[slot]:
+            cand.add(a.ref)
         free.append(slot)
     queue = m.unarmed
     if queue:
@@ -140,7 +139,6 @@ def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
     acct.reserve = reserve
     acct.reserve_version = v
     share = (buffer - reserve) // k
-    ai = acct.ref
     for p in positions:
         s = p.size
         if s == 0:
@@ -153,42 +151,41 @@ def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
             trigger = m.mark - share // den
             if trigger >= 1:
                 heap = m.long_triggers
-                heappush(heap, (-trigger << SLOT_BITS) + _slot(m, ai, v))
+                heappush(heap, (-trigger << SLOT_BITS) + _slot(m, acct, v))
                 if len(heap) > 4 * len(m.holders) + 256:
-                    m.long_triggers = live_triggers(eng, m, heap)
+                    m.long_triggers = live_triggers(m, heap)
         else:
             trigger = m.mark + share // (-s * m.mult * (BPS + m.maintenance_mf))
             if trigger <= MAX_PRICE:
                 heap = m.short_triggers
-                heappush(heap, (trigger << SLOT_BITS) + _slot(m, ai, v))
+                heappush(heap, (trigger << SLOT_BITS) + _slot(m, acct, v))
                 if len(heap) > 4 * len(m.holders) + 256:
-                    m.short_triggers = live_triggers(eng, m, heap)
+                    m.short_triggers = live_triggers(m, heap)
 
 
-def _slot(m: Market, ai: Any, version: int) -> int:
-    """A slot of ``m``'s trigger table holding (account ``ai``, ``version``), a freed one first."""
+def _slot(m: Market, acct: Account, version: int) -> int:
+    """A slot of ``m``'s trigger table holding (``acct``, ``version``), a freed one first."""
     free = m.free_slots
     if free:
         slot = free.pop()
-        m.trigger_account[slot] = ai
+        m.trigger_account[slot] = acct
         m.trigger_version[slot] = version
         return slot
     slot = len(m.trigger_account)
-    m.trigger_account.append(ai)
+    m.trigger_account.append(acct)
     m.trigger_version.append(version)
     return slot
 
 
-def live_triggers(eng: OrderPath, m: Market, heap: list[int]) -> list[int]:
+def live_triggers(m: Market, heap: list[int]) -> list[int]:
     """``heap`` without its stale entries (their slots freed), as a heap."""
-    accounts = eng._accounts
     owners = m.trigger_account
     versions = m.trigger_version
     free = m.free_slots
     live: list[int] = []
     for key in heap:
         slot = key & SLOT_MASK
-        if accounts[owners[slot]].risk_version == versions[slot]:
+        if owners[slot].risk_version == versions[slot]:
             live.append(key)
         else:
             free.append(slot)

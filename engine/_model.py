@@ -481,7 +481,7 @@ class Market:
         #: moved on); ``free_slots`` are reusable.
         self.long_triggers: list[int] = []
         self.short_triggers: list[int] = []
-        self.trigger_account: list[Any] = []
+        self.trigger_account: list[Account] = []
         self.trigger_version: list[int] = []
         self.free_slots: list[int] = []
         #: Resting orders by expiry, in two parts: ``expiry_queue[queue_head:]``, orders sorted by
