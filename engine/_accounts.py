@@ -162,7 +162,8 @@ def change_pub_key(eng: OrderPath, c: ChangePubKey, now: int, out: Deltas) -> in
 def set_key(eng: OrderPath, acct: Account, ki: int, pub: bytes, out: Deltas) -> None:
     key = acct.keys.get(ki)
     if key is None:
-        key = acct.keys[ki] = ApiKey(pub)
+        key = ApiKey(pub)
+        acct.add_key(ki, key)
         out.nonce_updated(acct.index, ki, key.nonce)
     else:
         key.pub_key = pub

@@ -142,7 +142,9 @@ class OrderPath(EngineState):
         acct = slots[i] if 0 <= i < len(slots) else self._accounts.get(ai)
         if acct is None:
             return ACCOUNT_NOT_FOUND, None
-        key = acct.keys.get(ki)
+        k: int = ki
+        key_slots = acct.key_slots
+        key = key_slots[k] if 0 <= k < len(key_slots) else None
         if key is None:
             return API_KEY_NOT_FOUND, None
         nonce: int = nonce_obj

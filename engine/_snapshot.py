@@ -120,7 +120,7 @@ def load(eng: OrderPath, rows: Iterable[Any]) -> None:
                 m.note_holder(pos)
         elif isinstance(r, ApiKeyRecord):
             acct = eng._accounts[r.account_index]
-            acct.keys[r.api_key_index] = ApiKey(r.pub_key, r.nonce)
+            acct.add_key(r.api_key_index, ApiKey(r.pub_key, r.nonce))
         elif isinstance(r, OrderRecord):
             acct = eng._accounts[r.account_index]
             m = eng._markets[r.market_index]

@@ -58,6 +58,8 @@ def validate(eng: Engine) -> None:
         cash += acct.collateral
         if [id(p) for p in acct.position_list] != [id(p) for p in acct.positions.values()]:
             fail(f"account {acct.index}: position list differs from its positions")
+        if {i: k for i, k in enumerate(acct.key_slots) if k is not None} != acct.keys:
+            fail(f"account {acct.index}: key slots differ from its keys")
         for pos in acct.positions.values():
             cash -= pos.entry_quote
             if pos.account is not acct:

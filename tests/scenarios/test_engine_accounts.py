@@ -33,6 +33,19 @@ def test_unknown_accounts_and_keys_are_rejected_without_side_effects() -> None:
     assert d.eng.next_nonce(1, 5) is None
 
 
+def test_keys_in_far_slots_sign_and_the_free_slots_between_do_not() -> None:
+    # The gate reads an account's keys by position (Account.key_slots): a key in slot 200
+    # leaves slots 1-199 empty, and indexes past the last slot are simply not found.
+    d = Desk()
+    assert d.change_key(1, 200, valid_key(9)) == RC.OK  # (its nonce 0)
+    assert d.run(_order(1, 1, key=200)) == RC.OK
+    assert d.run(_order(1, 0, key=199)) == RC.API_KEY_NOT_FOUND
+    assert d.run(_order(1, 0, key=201)) == RC.API_KEY_NOT_FOUND
+    assert d.run(_order(1, 0, key=2**40)) == RC.API_KEY_NOT_FOUND
+    assert d.run(_order(1, 0)) == RC.OK  # slot 0 as before
+    assert d.eng.next_nonce(1, 200) == 2
+
+
 def test_an_expired_tx_changes_nothing_but_a_failing_valid_tx_consumes_its_nonce() -> None:
     d = Desk()
     assert d.run(_order(1, 0, expired_at=NOW - 1)) == RC.TX_EXPIRED
