@@ -198,7 +198,7 @@ class Engine(OrderPath):
             if handler is None:
                 return UNSUPPORTED_TX_TYPE
             code = handler(self, cmd, now_ms, out)
-        if self._traded:
+        if self._traded_head is not None:
             check_traded(self, now_ms, out)
         self._flush(out)
         return code
@@ -252,7 +252,7 @@ class Engine(OrderPath):
             d,
             True,
         )
-        if self._traded:
+        if self._traded_head is not None:
             check_traded(self, now_ms, d)
         self._flush(d)
         _move_events(d, start, count, out)

@@ -45,9 +45,6 @@ SLOT_MASK: Final = (1 << SLOT_BITS) - 1
 ACCOUNT_BITS: Final = 48
 ACCOUNT_MASK: Final = (1 << ACCOUNT_BITS) - 1
 
-#: ``check_traded`` dedupes this many traders by scanning, more through a dict.
-DEDUP_SCAN: Final = 16
-
 #: ``arm`` keeps back ``1/RESERVE_DIV`` of an account's maintenance buffer from its triggers, for
 #: funding payments to spend without an exact check (measured: ``raydex bench engine``, README).
 RESERVE_DIV: Final = 8
@@ -228,38 +225,31 @@ def _live_queue(queue: list[Position]) -> list[Position]:
 
 
 def check_traded(eng: OrderPath, now: int, out: Deltas) -> None:
-    """Accounts that traded in this command: liquidate if under maintenance (exact check at the
-    current marks). Survivors are left unarmed: their triggers are rebuilt once, at the next
-    mark move, instead of after every fill. Counterparties of a liquidation are checked in the
-    next round; it ends because every liquidation leaves its account without positions."""
+    """Accounts that traded in this command, each once in first-traded order: liquidate if
+    under maintenance (exact check at the current marks). Survivors are left unarmed: their
+    triggers are rebuilt once, at the next mark move, instead of after every fill. A
+    liquidation's counterparties join the queue (again, if already checked: a queued one is
+    checked after the liquidation anyway); it ends because every liquidation leaves its
+    account without positions. The queue is a chain through the accounts (``_note_traded``),
+    not a list built, deduplicated and dropped per trading command."""
     epoch = eng._epoch
-    while eng._traded:
-        batch = eng._traded
-        eng._traded = []
-        # Each account once, in first-seen order. A command trades with a few accounts: an
-        # identity scan of the ones before beats building a dict (dict.fromkeys cost ~1,800
-        # instructions a command); a long sweep (a liquidation) still goes through the dict.
-        scan = len(batch) <= DEDUP_SCAN
-        if not scan:
-            batch = list(dict.fromkeys(batch))
-        for i in range(len(batch)):
-            acct = batch[i]
-            if scan and _seen(batch, i):
-                continue
-            if acct.c_epoch != epoch:
-                eng._refresh(acct)
-            if product(acct.collateral + acct.c_upnl, BPS) < acct.c_mm:
-                liquidate(eng, acct, now, out)
-            elif not acct.unarmed:
-                # Its old triggers no longer bound its risk.
-                acct.risk_version += 1
-                unarm(eng, acct)
-
-
-def _seen(batch: list[Account], i: int) -> bool:
-    """``batch[i]`` is also among ``batch[:i]`` (by identity)."""
-    acct = batch[i]
-    return any(batch[j] is acct for j in range(i))
+    acct = eng._traded_head
+    while acct is not None:
+        nxt = acct.next_traded
+        eng._traded_head = nxt
+        if nxt is None:
+            eng._traded_tail = None
+        acct.next_traded = None
+        acct.traded = False
+        if acct.c_epoch != epoch:
+            eng._refresh(acct)
+        if product(acct.collateral + acct.c_upnl, BPS) < acct.c_mm:
+            liquidate(eng, acct, now, out)
+        elif not acct.unarmed:
+            # Its old triggers no longer bound its risk.
+            acct.risk_version += 1
+            unarm(eng, acct)
+        acct = eng._traded_head
 
 
 def liquidate(eng: OrderPath, acct: Account, now: int, out: Deltas) -> None:
@@ -336,5 +326,5 @@ def deleverage(eng: OrderPath, acct: Account, pos: Position, out: Deltas) -> Non
         eng._mark_account(acct)
         eng._mark_account(cp.account)
         out.event(PositionDeleveraged(acct.index, cp.account.index, m.index, -d, bp))
-        eng._traded.append(cp.account)
+        eng._note_traded(cp.account)
     eng._mark_market(m)

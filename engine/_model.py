@@ -68,6 +68,7 @@ class Account:
         "keys",
         "l1_address",
         "next_dirty",
+        "next_traded",
         "order_count",
         "position_list",
         "positions",
@@ -75,6 +76,7 @@ class Account:
         "reserve",
         "reserve_version",
         "risk_version",
+        "traded",
         "unarmed",
     )
 
@@ -107,6 +109,10 @@ class Account:
         self.coi: dict[int, Order] | None = None
         self.dirty = False
         self.next_dirty: Account | None = None
+        #: It traded in this command and waits for its maintenance check (``check_traded``),
+        #: queued once through ``next_traded``.
+        self.traded = False
+        self.next_traded: Account | None = None
         #: Version of this account's liquidation triggers; older heap entries are stale.
         self.risk_version = 0
         #: The part of the maintenance buffer (BPS-scaled) its triggers left out (``arm``) and

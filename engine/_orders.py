@@ -388,12 +388,12 @@ class OrderPath(EngineState):
         mult = m.mult
         taker_fee_ppm = m.liquidation_fee if liquidation else m.taker_fee
         maker_fee_ppm = m.maker_fee
-        traded = self._traded
         taker_fees = 0
         maker_fees = 0
         taker_ai = acct.index
         taker_ro = t.reduce_only
-        traded.append(acct)
+        if not acct.traded:
+            self._note_traded(acct)
         last_price = 0
         stop = 0
         while t.remaining and not stop:
@@ -448,7 +448,8 @@ class OrderPath(EngineState):
                     self._open(mpos, o.is_ask, -q)
                 if not macct.dirty:
                     self._mark_account(macct)
-                traded.append(macct)
+                if not macct.traded:
+                    self._note_traded(macct)
                 tid = self._next_trade_id
                 self._next_trade_id = tid + 1
                 out.trade_executed(

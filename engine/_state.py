@@ -85,8 +85,10 @@ class EngineState:
         self._markets_head: Market | None = None
         self._markets_tail: Market | None = None
         self._exchange_dirty = False
-        #: Accounts that traded in this command (maintenance is checked after it).
-        self._traded: list[Account] = []
+        #: Accounts that traded in this command, each once, in first-traded order (maintenance
+        #: is checked after it): a chain through ``Account.next_traded``, as the event queues.
+        self._traded_head: Account | None = None
+        self._traded_tail: Account | None = None
         #: every market's funding clock (``_funding``): premium samples, hourly settlement
         self.funding = FundingClock()
         #: Bumped whenever marks or margin fractions change: accounts' cached risk sums are valid
@@ -152,6 +154,17 @@ class EngineState:
             else:
                 tail.next_dirty = m
             self._markets_tail = m
+
+    def _note_traded(self, acct: Account) -> None:
+        """Queue ``acct`` for the maintenance check after the command (once)."""
+        if not acct.traded:
+            acct.traded = True
+            tail = self._traded_tail
+            if tail is None:
+                self._traded_head = acct
+            else:
+                tail.next_traded = acct
+            self._traded_tail = acct
 
     def _forget_levels(self) -> None:
         """Unqueue the queued levels without reporting them (a snapshot load)."""
