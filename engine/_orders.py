@@ -57,6 +57,7 @@ from ._state import (
     MAX_48,
     MAX_I63,
     MAX_OPEN_ORDERS_PER_ACCOUNT,
+    MAX_SHORT,
     EngineState,
 )
 from .codes import (
@@ -214,7 +215,7 @@ class OrderPath(EngineState):
                 return CLIENT_ORDER_INDEX_EXISTS
         if oexp == 0 or oexp == -1:
             expiry = now + DEFAULT_ORDER_LIFETIME_MS
-        elif oexp < now or oexp > MAX_I63:
+        elif oexp < now or (oexp > MAX_SHORT and oexp > MAX_I63):
             return INVALID_EXPIRY
         else:
             expiry = oexp

@@ -192,3 +192,14 @@ def test_client_order_indexes_resolve_with_few_orders_and_with_many() -> None:
     assert d.modify(1, 2, 3, 8_100) == OK  # modify by client index, re-entered: still found
     assert d.cancel(1, 2) == OK
     assert [p for p, _ in d.bids()] == [9_001, 9_000, 8_000]
+
+
+def test_order_expiries_up_to_the_i64_limit_rest_and_past_it_are_refused() -> None:
+    # An explicit expiry is checked against 2**63 - 1 only past 2**62 - 1 (compiled, the
+    # larger constant is a boxed comparison): both sides of both bounds.
+    d = Desk()
+    for expiry in (2**62 - 1, 2**62, 2**63 - 1):
+        assert d.buy(1, 1, 9_000, expiry=expiry) == OK
+    for expiry in (2**63, 2**64):
+        assert d.buy(1, 1, 9_000, expiry=expiry) == RC.INVALID_EXPIRY
+    assert d.bids() == [(9_000, 3)]
