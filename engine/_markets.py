@@ -55,7 +55,7 @@ def create_market(eng: OrderPath, c: CreateMarket, now: int, out: Deltas) -> int
     m = Market(int(mi), sym, int(pd), int(sd))
     set_params(m, c[4:14], c.status)
     m.set_mark(int(c.mark_price))
-    eng._markets[m.index] = m
+    eng._add_market(m)
     out.event(_new(MarketChanged, market_fields(m)))
     eng._mark_market(m)
     return OK

@@ -190,7 +190,7 @@ class OrderPath(EngineState):
     ) -> int:
         """Validate and execute one order of ``acct`` (``internal``: the engine's own). The order
         it creates, accepted or not, is ``last_order_index``."""
-        m = self._markets.get(mi)
+        m = self._market(mi)
         if m is None:
             return MARKET_NOT_FOUND
         if m.next_expiry < now:
@@ -341,6 +341,7 @@ class OrderPath(EngineState):
         lvl.size += rem
         if not lvl.dirty:
             self._mark_level(lvl)
+        o.position = pos
         self._orders[o.ref] = o
         acct.link_order(o)
         if not o.reduce_only:
@@ -412,8 +413,8 @@ class OrderPath(EngineState):
                     self._remove_resting(o, CANCELED_SELF_TRADE, out)
                     o = nxt
                     continue
-                mpos = macct.positions.get(mi)
-                if mpos is None:
+                mpos = o.position
+                if mpos is None:  # (never: a resting order has its position)
                     mpos = position_for(macct, m)
                 rem = t.remaining
                 q = rem if rem < o.remaining else o.remaining
@@ -559,7 +560,8 @@ class OrderPath(EngineState):
         del self._orders[o.ref]
         acct.unlink_order(o)
         if rem and not o.reduce_only:
-            self._open(acct.positions[m.index], is_ask, -rem)
+            pos = o.position
+            self._open(acct.positions[m.index] if pos is None else pos, is_ask, -rem)
         self._emit_order(o, status, out)  # (unlinking leaves ``o.remaining`` as it was)
 
     def _emit_order(self, o: Order, status: int, out: Deltas) -> None:
@@ -653,7 +655,7 @@ class OrderPath(EngineState):
         code, acct = self._gate(ai, ki, nonce, exp_at, now, out)
         if acct is None:
             return code
-        m = self._markets.get(mi)
+        m = self._market(mi)
         if m is None:
             return MARKET_NOT_FOUND
         if m.next_expiry < now:
@@ -670,7 +672,7 @@ class OrderPath(EngineState):
         code, acct = self._gate(ai, ki, nonce, exp_at, now, out)
         if acct is None:
             return code
-        m = self._markets.get(mi)
+        m = self._market(mi)
         if m is None:
             return MARKET_NOT_FOUND
         if m.next_expiry < now:
@@ -694,7 +696,8 @@ class OrderPath(EngineState):
             self._remove_resting(o, CANCELED, out)
             return OK
         new_rem = size - filled
-        pos = acct.positions[mi]
+        rpos = o.position
+        pos = acct.positions[mi] if rpos is None else rpos
         grow = new_rem - o.remaining
         if price == o.price and grow <= 0:
             if grow:

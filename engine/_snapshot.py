@@ -105,7 +105,7 @@ def load(eng: OrderPath, rows: Iterable[Any]) -> None:
             m.set_mark(r.mark_price)
             m.last_trade_price = r.last_trade_price
             m.open_interest = r.open_interest
-            eng._markets[m.index] = m
+            eng._add_market(m)
         elif isinstance(r, _AccountRecord):
             eng._add_account(Account(r.account_index, r.collateral))
         elif isinstance(r, PositionRecord):

@@ -4,7 +4,8 @@ Checked, first failure raises ``InvariantViolation``:
 
 - conservation: ``sum(collateral - entry_quote) + fee_pool + insurance_fund``
   ``== deposits - withdrawals``;
-- the account slots (``_account_slots``) hold exactly the accounts with a dense index;
+- the account slots (``_account_slots``) hold exactly the accounts with a dense index, the
+  market slots every market;
 - per market: positions net to zero, open interest == sum of long sizes, ``holders`` == positions
   with non-zero size, each of them in the account order (``holder_order``, sorted, or
   ``new_holders``), a position is queued (in its market's ``unarmed`` list) exactly when it is
@@ -45,6 +46,8 @@ def validate(eng: Engine) -> None:
     if by_l1 != eng._by_l1:
         fail("the L1 address index disagrees with the accounts' L1 addresses")
     cash = eng.fee_pool + eng.insurance_fund
+    if {i: m for i, m in enumerate(eng._market_slots) if m is not None} != eng._markets:
+        fail("the market slots disagree with the markets")
     slots = eng._account_slots
     if [i for i, a in enumerate(slots) if a is not None] != sorted(
         ai for ai in eng._accounts if 0 <= ai < len(slots)
@@ -179,6 +182,8 @@ def _check_side(
         if o is None:
             bad(f"empty level {price}")
         while o is not None:
+            if o.position is None or o.position is not o.account.positions.get(mi):
+                bad(f"order {o.index} does not point at its account's position")
             if o.prev is not prev or o.level is not lvl:
                 bad(f"broken links at order {o.index}")
             if o.price != price or o.is_ask != side.is_ask or o.market.index != mi:
