@@ -24,11 +24,14 @@ the signed integer with the same bits, ``Q`` / ``q`` 64 bits. A value outside it
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from librt.strings import BytesWriter, write_i16_le, write_i32_le, write_i64_le
 
 from raydex.codecs import encode_event
+
+if TYPE_CHECKING:
+    from ._model import Order
 
 # Tags of the hot events (``codecs._events``; the test checks them against the registry).
 LEVEL_CHANGED: Final = 1
@@ -102,39 +105,25 @@ class Deltas:
         write_i64_le(w, size)
         self.count += 1
 
-    def order_updated(
-        self,
-        market: int,
-        order_index: int,
-        account: int,
-        client_order_index: int,
-        is_ask: int,
-        price: int,
-        initial: int,
-        remaining: int,
-        expiry: int,
-        order_type: int,
-        tif: int,
-        reduce_only: int,
-        status: int,
-        priority: int,
-    ) -> None:
+    def order_updated(self, o: Order, status: int) -> None:
+        """``OrderUpdated`` of order ``o`` with ``status``: read from the order here, where
+        passing its 14 fields as arguments cost ~60 instructions an event."""
         w = self.w
         w.append(ORDER_UPDATED)
-        w.append(market)
-        write_i64_le(w, order_index)
-        write_i64_le(w, account)
-        write_i64_le(w, client_order_index)
-        w.append(is_ask)
-        _u32(w, price)
-        write_i64_le(w, initial)
-        write_i64_le(w, remaining)
-        write_i64_le(w, expiry)
-        w.append(order_type)
-        w.append(tif)
-        w.append(reduce_only)
+        w.append(o.market.index)
+        write_i64_le(w, o.index)
+        write_i64_le(w, o.account.index)
+        write_i64_le(w, o.client_index)
+        w.append(o.is_ask)
+        _u32(w, o.price)
+        write_i64_le(w, o.initial)
+        write_i64_le(w, o.remaining)
+        write_i64_le(w, o.expiry)
+        w.append(o.order_type)
+        w.append(o.tif)
+        w.append(o.reduce_only)
         w.append(status)
-        write_i64_le(w, priority)
+        write_i64_le(w, o.priority)
         self.count += 1
 
     def trade_executed(

@@ -261,7 +261,7 @@ class OrderPath(EngineState):
         o = Order(oi, acct, coi, m, is_ask, price, size, expiry, otype, tif, ro, pr)
         if best and (best >= price if is_ask else best <= price):
             if tif == POST_ONLY:
-                self._emit_order(o, CANCELED_POST_ONLY, out)
+                out.order_updated(o, CANCELED_POST_ONLY)
                 return POST_ONLY_WOULD_CROSS
             self._match_and_finish(m, o, acct, pos, now, out, internal)
             return OK
@@ -273,9 +273,7 @@ class OrderPath(EngineState):
         else:
             self._rest(m, o, acct, pos)
             status = ACTIVE_LIMIT
-        out.order_updated(
-            mi, oi, acct.index, coi, is_ask, price, size, size, expiry, otype, tif, ro, status, pr
-        )
+        out.order_updated(o, status)
         return OK
 
     def _match_and_finish(
@@ -308,7 +306,7 @@ class OrderPath(EngineState):
             else:
                 self._rest(m, o, acct, pos)
                 status = ACTIVE_LIMIT
-        self._emit_order(o, status, out)
+        out.order_updated(o, status)
 
     def _rest(self, m: Market, o: Order, acct: Account, pos: Position) -> None:
         """Put ``o`` at the tail of its level and register it (Side.append and _open, inlined)."""
@@ -465,7 +463,7 @@ class OrderPath(EngineState):
                 elif o.reduce_only and mpos.size == 0:
                     self._remove_resting(o, CANCELED_REDUCE_ONLY, out)
                 else:
-                    self._emit_order(o, ACTIVE_LIMIT, out)
+                    out.order_updated(o, ACTIVE_LIMIT)
                 if not t.remaining:
                     break
                 o = nxt
@@ -562,25 +560,7 @@ class OrderPath(EngineState):
         if rem and not o.reduce_only:
             pos = o.position
             self._open(acct.positions[m.index] if pos is None else pos, is_ask, -rem)
-        self._emit_order(o, status, out)  # (unlinking leaves ``o.remaining`` as it was)
-
-    def _emit_order(self, o: Order, status: int, out: Deltas) -> None:
-        out.order_updated(
-            o.market.index,
-            o.index,
-            o.account.index,
-            o.client_index,
-            o.is_ask,
-            o.price,
-            o.initial,
-            o.remaining,
-            o.expiry,
-            o.order_type,
-            o.tif,
-            o.reduce_only,
-            status,
-            o.priority,
-        )
+        out.order_updated(o, status)  # (unlinking leaves ``o.remaining`` as it was)
 
     def _expire(self, m: Market, now: int, out: Deltas) -> None:
         """Cancel resting orders of ``m`` whose expiry is before ``now`` (CANCELED_EXPIRED), in
@@ -710,7 +690,7 @@ class OrderPath(EngineState):
                     self._open(pos, o.is_ask, grow)
                 o.remaining = new_rem
             o.initial = size
-            self._emit_order(o, ACTIVE_LIMIT, out)
+            out.order_updated(o, ACTIVE_LIMIT)
             return OK
         is_ask = o.is_ask
         opp = m.bids if is_ask else m.asks
@@ -738,7 +718,7 @@ class OrderPath(EngineState):
         o.priority = self._next_priority
         self._next_priority += 1
         if crosses and o.tif == POST_ONLY:
-            self._emit_order(o, CANCELED_POST_ONLY, out)
+            out.order_updated(o, CANCELED_POST_ONLY)
             return POST_ONLY_WOULD_CROSS
         self._match_and_finish(m, o, acct, pos, now, out, False)
         return OK

@@ -30,6 +30,7 @@ from raydex.codecs import (
     encode_event,
 )
 from raydex.engine import Deltas, Engine
+from raydex.engine._model import Account, Market, Order
 
 U8 = st.integers(0, 255)
 U16 = st.integers(0, 2**16 - 1)
@@ -41,7 +42,7 @@ I64 = st.integers(-(2**63), 2**63 - 1)
 HOT: list[tuple[str, type, list[Any]]] = [
     ("level_changed", LevelChanged, [U8, U8, U32, U63]),
     (
-        "order_updated",
+        "order_updated",  # (written from an Order: see _order_args)
         OrderUpdated,
         [U8, U63, U63, U63, U8, U32, U63, U63, I64, U8, U8, U8, U8, U63],
     ),
@@ -61,13 +62,23 @@ def test_each_hot_writer_writes_what_the_codec_encodes(data: st.DataObject) -> N
     tag byte is the codec's too."""
     for name, cls, fields in HOT:
         values = [data.draw(f) for f in fields]
+        args = _order_args(values) if name == "order_updated" else values
         d = Deltas()
-        getattr(d, name)(*values)
-        getattr(d, name)(*values)
+        getattr(d, name)(*args)
+        getattr(d, name)(*args)
         assert d.count == 2
         count, body = d.take()
         assert (count, body) == (2, encode_event(cls(*values)) * 2), name
         assert d.take() == (0, b"")
+
+
+def _order_args(values: list[int]) -> tuple[Order, int]:
+    """``OrderUpdated``'s fields as the engine's Order it is written from, and the status."""
+    mi, oi, ai, coi, is_ask, price, initial, remaining, expiry, otype, tif, ro, status, pr = values
+    m = Market(mi, "M", 2, 2)
+    o = Order(oi, Account(ai), coi, m, is_ask, price, initial, expiry, otype, tif, ro, pr)
+    o.remaining = remaining
+    return o, status
 
 
 @settings(max_examples=60, deadline=None)
