@@ -76,9 +76,12 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   ``rules.product``, an i64 multiply within bounds (mypyc boxes anything else through
   ``PyNumber_Multiply``); ids used as dict keys are boxed once (``Account.ref``, ``Order.ref``,
   ``Level.key``); events are not objects but block bytes (``_deltas``: each field one native
-  write, no int object, no tuple). What remains per command is CPython object work on the
-  state: int-keyed dict lookups and inserts (accounts, keys, orders, levels), the orders and
-  levels themselves.
+  write, no int object, no tuple). Per-command queues (touched objects, traders to check) are
+  chains through the objects, not lists; accounts (below 2**20), their API keys and the markets
+  are also kept by position in lists, a resting order points at its position, and an account's
+  orders are a linked list (its client indexes a dict only past 8 orders). What remains per
+  command is CPython object work on the book: the orders and levels themselves and their
+  int-keyed dicts (orders by index, levels by price), as in the bare book.
 - Funding: ``size * mark * mult * rate / 1e8``; payers round up, receivers down; the residue goes
   to the insurance fund. ``ApplyFunding`` charges a given rate; ``FundingTick`` runs a market's
   funding clock (``_funding``: premium sampled each minute, the hour's rate charged on the hour).

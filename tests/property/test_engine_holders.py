@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kit.engine import OK, Desk
 
-from raydex.engine._funding import FUNDING_SCALE
+from raydex.codecs import FUNDING_RATE_SCALE as FUNDING_SCALE
 
 ACCOUNTS = (1, 2, 3, 4, 5, 6)
 # ("trade", buyer, seller, lots): the seller rests an ask and the buyer takes it at the mark;

@@ -228,11 +228,12 @@ def test_a_refused_leverage_change_in_a_new_market_leaves_no_position_behind() -
     assert [p.market.index for p in d.eng._accounts[1].position_list] == [0, 1]
 
 
-def test_accounts_far_apart_in_index_trade_like_any_other() -> None:
-    # The engine also finds accounts below DENSE_ACCOUNTS by position in a list (the order
-    # gate's fast path); the others (Lighter's indexes go to 2**48) only through its map.
-    from raydex.engine._state import DENSE_ACCOUNTS
+DENSE_ACCOUNTS = 2**20
 
+
+def test_accounts_far_apart_in_index_trade_like_any_other() -> None:
+    # The engine also finds accounts below DENSE_ACCOUNTS (2**20) by position in a list (the
+    # order gate's fast path); the others (Lighter's indexes go to 2**48) only through its map.
     high = (DENSE_ACCOUNTS - 1, DENSE_ACCOUNTS, 2**47 + 5)
     d = Desk(accounts=(1, *high))
     for ai in high:

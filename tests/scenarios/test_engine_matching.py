@@ -166,20 +166,20 @@ def test_fees_go_to_the_fee_pool_and_cash_is_conserved() -> None:
 
 def test_client_order_indexes_resolve_with_few_orders_and_with_many() -> None:
     """An account with a few resting orders finds them by client index on its order list; one
-    with many keeps a map (past ``COI_SCAN``, dropped again at half). Lookups, duplicate checks
-    and cancels by client index must behave the same on both sides of the switch (the Desk
-    validates the map against the orders after every command)."""
-    from raydex.engine._model import COI_SCAN
-
+    with many keeps a map (past 8, ``COI_SCAN``, dropped again at half). Lookups, duplicate
+    checks and cancels by client index must behave the same on both sides of the switch (the
+    Desk validates the map against the orders after every command)."""
+    many = 16
     d = Desk(accounts=(1, 2))
     acct = d.eng._accounts[1]
     assert d.buy(1, 1, 9_000) == OK  # no client index: never found as client index 0
-    for coi in range(1, 2 * COI_SCAN + 1):
+    assert acct.coi is None
+    for coi in range(1, many + 1):
         assert d.buy(1, 1, 9_000 + coi, coi=coi) == OK
     assert acct.coi is not None
     assert d.buy(1, 1, 8_000, coi=3) == RC.CLIENT_ORDER_INDEX_EXISTS
     assert d.cancel(1, 0) == RC.NOT_ACTIVE_LIMIT_ORDER
-    for coi in range(2 * COI_SCAN, 2, -1):  # down to three orders: the map is dropped
+    for coi in range(many, 2, -1):  # down to three orders: the map is dropped
         assert d.cancel(1, coi) == OK
         assert d.cancel(1, coi) == RC.NOT_ACTIVE_LIMIT_ORDER
     assert acct.coi is None and acct.order_count == 3

@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kit.engine import Desk
 from kit.workload import Workload
 
 from raydex.codecs import (
@@ -30,7 +31,6 @@ from raydex.codecs import (
     encode_event,
 )
 from raydex.engine import Deltas, Engine
-from raydex.engine._model import Account, Market, Order
 
 U8 = st.integers(0, 255)
 U16 = st.integers(0, 2**16 - 1)
@@ -72,11 +72,23 @@ def test_each_hot_writer_writes_what_the_codec_encodes(data: st.DataObject) -> N
         assert d.take() == (0, b"")
 
 
-def _order_args(values: list[int]) -> tuple[Order, int]:
+def _model_types() -> tuple[type, type, type]:
+    """The engine's Order, Account and Market classes (private modules: taken from a live
+    engine's objects rather than imported)."""
+    d = Desk(accounts=(1,))
+    assert d.buy(1, 1, 9_000) == 200
+    o = next(iter(d.eng._orders.values()))
+    return type(o), type(o.account), type(o.market)
+
+
+ORDER, ACCOUNT, MARKET = _model_types()
+
+
+def _order_args(values: list[int]) -> tuple[Any, int]:
     """``OrderUpdated``'s fields as the engine's Order it is written from, and the status."""
     mi, oi, ai, coi, is_ask, price, initial, remaining, expiry, otype, tif, ro, status, pr = values
-    m = Market(mi, "M", 2, 2)
-    o = Order(oi, Account(ai), coi, m, is_ask, price, initial, expiry, otype, tif, ro, pr)
+    m = MARKET(mi, "M", 2, 2)
+    o = ORDER(oi, ACCOUNT(ai), coi, m, is_ask, price, initial, expiry, otype, tif, ro, pr)
     o.remaining = remaining
     return o, status
 
