@@ -94,7 +94,7 @@ def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
                 a.unarmed = False
                 for q in a.position_list:
                     q.queued = False
-                cand.add(a.index)
+                cand.add(a.ref)
     if cand:
         check_accounts(eng, sorted(cand), now, out)
 
