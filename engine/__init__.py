@@ -5,7 +5,8 @@ into ``Engine.deltas`` (a ``Deltas``) as block bytes, handed over by ``take_delt
 ``Engine.execute(cmd, now_ms, out)`` appends them to ``out`` as NamedTuples instead;
 ``records()`` / ``Engine.from_records`` / ``state_hash()`` are the snapshot API;
 ``state_digest(records)`` is the state hash every role reports (engine or replica caches);
-``BareBook`` is the matching-only floor used by the benchmark. See ``_engine`` for the semantics
+``BareBook`` is the matching-only floor used by the benchmark (``NullBook``: its calls and the
+engine's, doing nothing, to time the benchmark's own loops). See ``_engine`` for the semantics
 and the module map. ``raydex.engine.rules`` holds the pure order and margin rules (shared with the
 replica's dry-run) and ``raydex.engine.codes`` the engine's result codes and order values as ints,
 derived from ``raydex.codecs``.
@@ -15,7 +16,7 @@ build, see ``setup.py``), False for the pure-Python default; both behave identic
 """
 
 from . import _engine
-from ._bare_book import BareBook
+from ._bare_book import BareBook, NullBook
 from ._deltas import Deltas
 from ._digest import digest_steps, state_digest
 from ._engine import (
@@ -39,6 +40,7 @@ __all__ = [
     "Deltas",
     "Engine",
     "InvariantViolation",
+    "NullBook",
     "Result",
     "exposure",
     "funding_rate",

@@ -159,3 +159,24 @@ class BareBook:
         side = self._asks if is_ask else self._bids
         pick = heapq.nsmallest if is_ask else heapq.nlargest
         return [(p, side.levels[p].size) for p in pick(depth, side.levels)]
+
+
+class NullBook:
+    """The calls the benchmark's two timed loops make (``BareBook.add`` / ``cancel``,
+    ``Engine.execute_into`` / ``take_deltas``), doing nothing, compiled like them: ``raydex
+    bench engine`` runs the same loops around these to time the loops themselves (the
+    interpreted harness), through the same kind of call."""
+
+    __slots__ = ()
+
+    def add(self, order_id: int, is_ask: int, price: int, size: int) -> int:
+        return 0
+
+    def cancel(self, order_id: int) -> bool:
+        return False
+
+    def execute_into(self, cmd: object, now_ms: int) -> int:
+        return 0
+
+    def take_deltas(self) -> tuple[int, bytes]:
+        return 0, b""

@@ -22,6 +22,8 @@ ENGINE_KEYS = {
     "commands",
     "codes",
     "ratio_engine_vs_bare",
+    "ratio_without_harness",
+    "harness_seconds",
     "peak_rss_mb",
     "liquidations",
 }
