@@ -187,8 +187,9 @@ class Account:
         """The resting order with this (non-zero) client order index, if any.
         Up to ``COI_SCAN`` orders, a scan of the account's list (a few native compares) beats a
         dict kept per account, whose insert, delete and lookup (with the resizes small dicts
-        go through under churn, and an int object per key) cost ~3% of the engine's
-        instructions on the bench stream; past it, the dict (O(1) for a market maker)."""
+        go through under churn, and an int object per key) were ~7% of the engine's
+        instructions on the bench stream (callgrind); past it, the dict (O(1) for a market
+        maker)."""
         coi = self.coi
         if coi is not None:
             return coi.get(client_index)
@@ -496,7 +497,7 @@ class Market:
         #: Positions of unarmed accounts (``Position.queued``) to check exactly and re-arm at this
         #: market's next mark move; entries no longer queued are stale and skipped. Flags and a
         #: list, not a dict per market and one for the engine: two dict inserts per unarmed
-        #: trader cost ~2% of the engine's instructions on the bench stream.
+        #: trader cost ~3% of the engine's instructions on the bench stream.
         self.unarmed: list[Position] = []
         #: Liquidation index: heaps of ``(price << SLOT_BITS) + slot`` (``_liquidation.arm``),
         #: price -trigger for longs (check when mark <= trigger) and trigger for shorts (check
