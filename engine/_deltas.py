@@ -31,7 +31,7 @@ from librt.strings import BytesWriter, write_i16_le, write_i32_le, write_i64_le
 from raydex.codecs import encode_event
 
 if TYPE_CHECKING:
-    from ._model import Order
+    from ._model import Level, Order, Position
 
 # Tags of the hot events (``codecs._events``; the test checks them against the registry).
 LEVEL_CHANGED: Final = 1
@@ -96,13 +96,14 @@ class Deltas:
 
     # ---- hot events, field by field ----------------------------------------------------------
 
-    def level_changed(self, market: int, is_ask: int, price: int, size: int) -> None:
+    def level_changed(self, lvl: Level) -> None:
+        """``LevelChanged`` of ``lvl`` (read from it, as ``order_updated`` does)."""
         w = self.w
         w.append(LEVEL_CHANGED)
-        w.append(market)
-        w.append(is_ask)
-        _u32(w, price)
-        write_i64_le(w, size)
+        w.append(lvl.market_index)
+        w.append(lvl.is_ask)
+        _u32(w, lvl.price)
+        write_i64_le(w, lvl.size)
         self.count += 1
 
     def order_updated(self, o: Order, status: int) -> None:
@@ -162,27 +163,18 @@ class Deltas:
         write_i64_le(w, collateral)
         self.count += 1
 
-    def position_changed(
-        self,
-        account: int,
-        market: int,
-        size: int,
-        entry_quote: int,
-        realized_pnl: int,
-        funding_paid: int,
-        imf: int,
-        margin_mode: int,
-    ) -> None:
+    def position_changed(self, p: Position) -> None:
+        """``PositionChanged`` of ``p`` (read from it, as ``order_updated`` does)."""
         w = self.w
         w.append(POSITION_CHANGED)
-        write_i64_le(w, account)
-        w.append(market)
-        write_i64_le(w, size)
-        write_i64_le(w, entry_quote)
-        write_i64_le(w, realized_pnl)
-        write_i64_le(w, funding_paid)
-        _u16(w, imf)
-        w.append(margin_mode)
+        write_i64_le(w, p.account.index)
+        w.append(p.market.index)
+        write_i64_le(w, p.size)
+        write_i64_le(w, p.entry_quote)
+        write_i64_le(w, p.realized_pnl)
+        write_i64_le(w, p.funding_paid)
+        _u16(w, p.imf)
+        w.append(p.margin_mode)
         self.count += 1
 
     def nonce_updated(self, account: int, api_key: int, nonce: int) -> None:

@@ -207,7 +207,7 @@ class EngineState:
             self._levels_head = self._levels_tail = None
             while lvl is not None:
                 lvl.dirty = False
-                out.level_changed(lvl.market_index, lvl.is_ask, lvl.price, lvl.size)
+                out.level_changed(lvl)
                 nxt_l = lvl.next_dirty
                 lvl.next_dirty = None
                 lvl = nxt_l
@@ -216,16 +216,7 @@ class EngineState:
             self._positions_head = self._positions_tail = None
             while p is not None:
                 p.dirty = False
-                out.position_changed(
-                    p.account.index,
-                    p.market.index,
-                    p.size,
-                    p.entry_quote,
-                    p.realized_pnl,
-                    p.funding_paid,
-                    p.imf,
-                    p.margin_mode,
-                )
+                out.position_changed(p)
                 nxt_p = p.next_dirty
                 p.next_dirty = None
                 p = nxt_p

@@ -40,7 +40,7 @@ I64 = st.integers(-(2**63), 2**63 - 1)
 
 #: writer, its event class, and a strategy per field (the codec's layout, in order)
 HOT: list[tuple[str, type, list[Any]]] = [
-    ("level_changed", LevelChanged, [U8, U8, U32, U63]),
+    ("level_changed", LevelChanged, [U8, U8, U32, U63]),  # (from a Level: _writer_args)
     (
         "order_updated",  # (written from an Order: see _order_args)
         OrderUpdated,
@@ -48,7 +48,7 @@ HOT: list[tuple[str, type, list[Any]]] = [
     ),
     ("trade_executed", TradeExecuted, [U8, U63, U32, U63, U63, U63, U63, U63, U8, I64, I64]),
     ("balance_changed", BalanceChanged, [U63, I64]),
-    ("position_changed", PositionChanged, [U63, U8, I64, I64, I64, I64, U16, U8]),
+    ("position_changed", PositionChanged, [U63, U8, I64, I64, I64, I64, U16, U8]),  # (a Position)
     ("nonce_updated", NonceUpdated, [U63, U8, I64]),
     ("market_stats_changed", MarketStatsChanged, [U8, U32, U32, U63]),
     ("exchange_balances_changed", ExchangeBalancesChanged, [I64, I64, I64, I64]),
@@ -62,7 +62,7 @@ def test_each_hot_writer_writes_what_the_codec_encodes(data: st.DataObject) -> N
     tag byte is the codec's too."""
     for name, cls, fields in HOT:
         values = [data.draw(f) for f in fields]
-        args = _order_args(values) if name == "order_updated" else values
+        args = _writer_args(name, values)
         d = Deltas()
         getattr(d, name)(*args)
         getattr(d, name)(*args)
@@ -72,25 +72,39 @@ def test_each_hot_writer_writes_what_the_codec_encodes(data: st.DataObject) -> N
         assert d.take() == (0, b"")
 
 
-def _model_types() -> tuple[type, type, type]:
-    """The engine's Order, Account and Market classes (private modules: taken from a live
-    engine's objects rather than imported)."""
+def _model_types() -> tuple[type, ...]:
+    """The engine's Order, Account, Market, Level and Position classes (private modules: taken
+    from a live engine's objects rather than imported)."""
     d = Desk(accounts=(1,))
     assert d.buy(1, 1, 9_000) == 200
     o = next(iter(d.eng._orders.values()))
-    return type(o), type(o.account), type(o.market)
+    return type(o), type(o.account), type(o.market), type(o.level), type(o.position)
 
 
-ORDER, ACCOUNT, MARKET = _model_types()
+ORDER, ACCOUNT, MARKET, LEVEL, POSITION = _model_types()
 
 
-def _order_args(values: list[int]) -> tuple[Any, int]:
-    """``OrderUpdated``'s fields as the engine's Order it is written from, and the status."""
-    mi, oi, ai, coi, is_ask, price, initial, remaining, expiry, otype, tif, ro, status, pr = values
-    m = MARKET(mi, "M", 2, 2)
-    o = ORDER(oi, ACCOUNT(ai), coi, m, is_ask, price, initial, expiry, otype, tif, ro, pr)
-    o.remaining = remaining
-    return o, status
+def _writer_args(name: str, values: list[int]) -> tuple[Any, ...]:
+    """The arguments of writer ``name`` for an event with these fields: the engine object it
+    reads them from (with the status, for an order), or the fields themselves."""
+    if name == "order_updated":
+        mi, oi, ai, coi, is_ask, price, init, rem, expiry, otype, tif, ro, status, pr = values
+        m = MARKET(mi, "M", 2, 2)
+        o = ORDER(oi, ACCOUNT(ai), coi, m, is_ask, price, init, expiry, otype, tif, ro, pr)
+        o.remaining = rem
+        return o, status
+    if name == "level_changed":
+        mi, is_ask, price, size = values
+        lvl = LEVEL(mi, is_ask, price)
+        lvl.size = size
+        return (lvl,)
+    if name == "position_changed":
+        ai, mi, size, entry, realized, funding, imf, mode = values
+        p = POSITION(ACCOUNT(ai), MARKET(mi, "M", 2, 2), imf)
+        p.size, p.entry_quote, p.realized_pnl, p.funding_paid = size, entry, realized, funding
+        p.margin_mode = mode
+        return (p,)
+    return tuple(values)
 
 
 @settings(max_examples=60, deadline=None)
