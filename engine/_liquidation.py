@@ -60,27 +60,10 @@ def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
     the unarmed holders (their risk changed since they were armed)."""
     mark = m.mark
     cand: set[int] = set()
-    owners = m.trigger_account
-    versions = m.trigger_version
-    free = m.free_slots
     # An entry's price is its high part (``arm``): longs hold -trigger, due when
     # -trigger <= -mark; shorts hold trigger, due when trigger <= mark.
-    heap = m.long_triggers
-    bound = (1 - mark) << SLOT_BITS
-    while heap and heap[0] < bound:
-        slot = heappop(heap) & SLOT_MASK
-        a = owners[slot]
-        if a.risk_version == versions[slot]:
-            cand.add(a.ref)
-        free.append(slot)
-    heap = m.short_triggers
-    bound = (mark + 1) << SLOT_BITS
-    while heap and heap[0] < bound:
-        slot = heappop(heap) & SLOT_MASK
-        a = owners[slot]
-        if a.risk_version == versions[slot]:
-            cand.add(a.ref)
-        free.append(slot)
+    _pop_crossed(m, m.long_triggers, (1 - mark) << SLOT_BITS, cand)
+    _pop_crossed(m, m.short_triggers, (mark + 1) << SLOT_BITS, cand)
     queue = m.unarmed
     if queue:
         # Unarmed accounts holding this market (their positions queued here) are checked now;
@@ -97,6 +80,20 @@ def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
                 cand.add(a.ref)
     if cand:
         check_accounts(eng, sorted(cand), now, out)
+
+
+def _pop_crossed(m: Market, heap: list[int], bound: int, cand: set[int]) -> None:
+    """Pop ``heap``'s entries below ``bound`` (freeing their slots); the accounts of the live
+    ones (current ``risk_version``) go into ``cand``."""
+    owners = m.trigger_account
+    versions = m.trigger_version
+    free = m.free_slots
+    while heap and heap[0] < bound:
+        slot = heappop(heap) & SLOT_MASK
+        a = owners[slot]
+        if a.risk_version == versions[slot]:
+            cand.add(a.ref)
+        free.append(slot)
 
 
 def check_accounts(eng: OrderPath, indexes: list[int], now: int, out: Deltas) -> None:

@@ -104,11 +104,11 @@ def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: Deltas) -> int
     received = 0
     payers: list[int] = []
     for pos in m.holders_by_account():
+        acct = pos.account
         raw = product(product(pos.size, mq), rate)
         if raw > 0:
             amount = -(-raw // FUNDING_SCALE)
             paid += amount
-            acct = pos.account
             # Spent from the reserve its triggers left out (``arm``): still above maintenance,
             # the triggers still conservative; otherwise checked exactly below.
             cost = product(amount, BPS)
@@ -120,7 +120,6 @@ def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: Deltas) -> int
             amount = -((-raw) // FUNDING_SCALE)
             received -= amount
         pos.funding_paid += amount
-        acct = pos.account
         acct.collateral -= amount
         if not pos.dirty:
             eng._mark_position(pos)

@@ -36,6 +36,15 @@ heappush: Final = heapq.heappush
 heappop: Final = heapq.heappop
 heapify: Final = heapq.heapify
 
+
+def put_at(slots: list[Any], i: int, x: object) -> None:
+    """``slots[i] = x``, the list grown with None up to ``i`` first (the by-position indexes:
+    accounts, their keys, markets)."""
+    if i >= len(slots):
+        slots.extend([None] * (i + 1 - len(slots)))
+    slots[i] = x
+
+
 #: An account with more resting orders than this keeps a client order index dict
 #: (``Account.coi``); one with fewer scans its order list (dropped again at half: hysteresis).
 COI_SCAN: Final = 8
@@ -131,10 +140,7 @@ class Account:
     def add_key(self, ki: int, key: ApiKey) -> None:
         """Hold API key ``key`` at index ``ki`` (a new one)."""
         self.keys[ki] = key
-        slots = self.key_slots
-        if ki >= len(slots):
-            slots.extend([None] * (ki + 1 - len(slots)))
-        slots[ki] = key
+        put_at(self.key_slots, ki, key)
 
     def add_position(self, pos: Position) -> None:
         """Hold ``pos`` (a market the account had no position in)."""
@@ -160,7 +166,13 @@ class Account:
             if o.client_index:
                 coi[o.client_index] = o
         elif n > COI_SCAN:
-            self.coi = {p.client_index: p for p in self.resting_orders() if p.client_index}
+            by_coi: dict[int, Order] = {}
+            q: Order | None = self.first_order
+            while q is not None:
+                if q.client_index:
+                    by_coi[q.client_index] = q
+                q = q.acct_next
+            self.coi = by_coi
 
     def unlink_order(self, o: Order) -> None:
         """Take ``o`` out of the account's list."""
@@ -531,8 +543,9 @@ class Market:
         self.mark = mark
         self.mark_q = mark * self.mult
 
-    def note_holder(self, pos: Position) -> None:
-        """``pos`` went non-zero (and into ``holders``): remember it for the account order."""
+    def add_holder(self, pos: Position) -> None:
+        """``pos`` went non-zero: into ``holders``, and remembered for the account order."""
+        self.holders[pos.account.ref] = pos
         new = self.new_holders
         new.append(pos)
         if len(new) > 2 * len(self.holders) + 1024:

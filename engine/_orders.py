@@ -412,8 +412,7 @@ class OrderPath(EngineState):
                     o = nxt
                     continue
                 mpos = o.position
-                if mpos is None:  # (never: a resting order has its position)
-                    mpos = position_for(macct, m)
+                assert mpos is not None  # (a resting order has its position)
                 rem = t.remaining
                 q = rem if rem < o.remaining else o.remaining
                 if taker_ro:
@@ -512,8 +511,7 @@ class OrderPath(EngineState):
             m.holders.pop(acct.ref, None)
             pos.queued = False
         elif s == 0:
-            m.holders[acct.ref] = pos
-            m.note_holder(pos)
+            m.add_holder(pos)
             if acct.unarmed and not pos.queued:
                 pos.queued = True
                 m.unarmed.append(pos)
@@ -559,7 +557,8 @@ class OrderPath(EngineState):
         acct.unlink_order(o)
         if rem and not o.reduce_only:
             pos = o.position
-            self._open(acct.positions[m.index] if pos is None else pos, is_ask, -rem)
+            assert pos is not None
+            self._open(pos, is_ask, -rem)
         out.order_updated(o, status)  # (unlinking leaves ``o.remaining`` as it was)
 
     def _expire(self, m: Market, now: int, out: Deltas) -> None:
@@ -676,8 +675,8 @@ class OrderPath(EngineState):
             self._remove_resting(o, CANCELED, out)
             return OK
         new_rem = size - filled
-        rpos = o.position
-        pos = acct.positions[mi] if rpos is None else rpos
+        pos = o.position
+        assert pos is not None
         grow = new_rem - o.remaining
         if price == o.price and grow <= 0:
             if grow:

@@ -116,8 +116,7 @@ def load(eng: OrderPath, rows: Iterable[Any]) -> None:
             pos.margin_mode = r.margin_mode
             acct.add_position(pos)
             if pos.size:
-                m.holders[acct.index] = pos
-                m.note_holder(pos)
+                m.add_holder(pos)
         elif isinstance(r, ApiKeyRecord):
             acct = eng._accounts[r.account_index]
             acct.add_key(r.api_key_index, ApiKey(r.pub_key, r.nonce))

@@ -24,7 +24,7 @@ from raydex import codecs as _codecs
 
 from ._deltas import Deltas
 from ._funding import FundingClock
-from ._model import Account, Level, Market, Order, Position
+from ._model import Account, Level, Market, Order, Position, put_at
 
 # Final: a compiled (mypyc) build binds these once instead of looking them up per use.
 _new: Final = tuple.__new__
@@ -114,10 +114,7 @@ class EngineState:
     def _add_market(self, m: Market) -> None:
         """Register a new market (in ``_markets`` and ``_market_slots``)."""
         self._markets[m.index] = m
-        slots = self._market_slots
-        if m.index >= len(slots):
-            slots.extend([None] * (m.index + 1 - len(slots)))
-        slots[m.index] = m
+        put_at(self._market_slots, m.index, m)
 
     def _market(self, mi: int) -> Market | None:
         """The market with index ``mi``, or None."""
@@ -127,12 +124,8 @@ class EngineState:
     def _add_account(self, acct: Account) -> None:
         """Register a new account (in ``_accounts`` and, if dense, ``_account_slots``)."""
         self._accounts[acct.ref] = acct
-        i = acct.index
-        if 0 <= i < DENSE_ACCOUNTS:
-            slots = self._account_slots
-            if i >= len(slots):
-                slots.extend([None] * (i + 1 - len(slots)))
-            slots[i] = acct
+        if 0 <= acct.index < DENSE_ACCOUNTS:
+            put_at(self._account_slots, acct.index, acct)
 
     # Each queues its object once per command (the hot paths test ``dirty`` before calling).
 
