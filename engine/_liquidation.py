@@ -75,8 +75,10 @@ def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
             if p.queued:
                 a = p.account
                 a.unarmed = False
-                for q in a.position_list:
+                q = a.first_pos
+                while q is not None:
                     q.queued = False
+                    q = q.next_pos
                 cand.add(a.ref)
     if cand:
         check_accounts(eng, sorted(cand), now, out)
@@ -122,27 +124,27 @@ def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
     A mark move of one tick costs ``|size| * mult * (BPS -/+ mmf)`` of buffer (long/short)."""
     v = acct.risk_version + 1
     acct.risk_version = v
-    positions = acct.position_list
     k = 0
-    for p in positions:
+    p = acct.first_pos
+    while p is not None:
         if p.size:
             k += 1
+        p = p.next_pos
     if k == 0:
         return
     reserve = buffer // RESERVE_DIV
     acct.reserve = reserve
     acct.reserve_version = v
     share = (buffer - reserve) // k
-    for p in positions:
+    p = acct.first_pos
+    while p is not None:
         s = p.size
-        if s == 0:
-            continue
         m = p.market
-        if s > 0:
+        if s == 0:
+            pass
+        elif s > 0:
             den = s * m.mult * (BPS - m.maintenance_mf)
-            if den <= 0:
-                continue
-            trigger = m.mark - share // den
+            trigger = m.mark - share // den if den > 0 else 0
             if trigger >= 1:
                 heap = m.long_triggers
                 heappush(heap, (-trigger << SLOT_BITS) + _slot(m, acct, v))
@@ -155,6 +157,7 @@ def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
                 heappush(heap, (trigger << SLOT_BITS) + _slot(m, acct, v))
                 if len(heap) > 4 * len(m.holders) + 256:
                     m.short_triggers = live_triggers(m, heap)
+        p = p.next_pos
 
 
 def _slot(m: Market, acct: Account, version: int) -> int:
@@ -199,7 +202,8 @@ def unarm(eng: OrderPath, acct: Account) -> None:
     """Queue ``acct`` for an exact check and re-arming at the next move of a market it holds
     (each non-zero position in its market's ``unarmed`` list)."""
     acct.unarmed = True
-    for p in acct.position_list:
+    p = acct.first_pos
+    while p is not None:
         if p.size and not p.queued:
             p.queued = True
             m = p.market
@@ -207,6 +211,7 @@ def unarm(eng: OrderPath, acct: Account) -> None:
             queue.append(p)
             if len(queue) > 2 * len(m.holders) + 256:
                 m.unarmed = _live_queue(queue)
+        p = p.next_pos
 
 
 def _live_queue(queue: list[Position]) -> list[Position]:

@@ -144,10 +144,14 @@ class OrderPath(EngineState):
         if acct is None:
             return ACCOUNT_NOT_FOUND, None
         k: int = ki
-        key_slots = acct.key_slots
-        key = key_slots[k] if 0 <= k < len(key_slots) else None
-        if key is None:
-            return API_KEY_NOT_FOUND, None
+        key = acct.hot_key
+        if acct.hot_ki != k or key is None:
+            key_slots = acct.key_slots
+            key = key_slots[k] if 0 <= k < len(key_slots) else None
+            if key is None:
+                return API_KEY_NOT_FOUND, None
+            acct.hot_ki = k
+            acct.hot_key = key
         nonce: int = nonce_obj
         if nonce != key.nonce + 1:
             nonce = accepted_nonce(key.nonce, nonce)  # SkipNonce (rules); -1: refused
@@ -229,7 +233,7 @@ class OrderPath(EngineState):
                 return code
             if acct.order_count >= MAX_OPEN_ORDERS_PER_ACCOUNT:
                 return TOO_MANY_ORDERS
-        pos = acct.positions.get(mi)
+        pos = acct.position_in(m)
         new_pos = pos is None
         if pos is None:
             # stored only once the order is accepted: a rejected tx leaves no trace in the state
@@ -731,7 +735,8 @@ class OrderPath(EngineState):
         ``c_im = sum(worst*mark*mult*imf)`` with ``worst = max(|size+bids|, |size-asks|)``. Between
         mark moves fills and order changes update them in O(1)."""
         upnl = mm = im = 0
-        for p in acct.position_list:
+        p = acct.first_pos
+        while p is not None:
             s = p.size
             bo = p.bid_open
             ao = p.ask_open
@@ -742,6 +747,7 @@ class OrderPath(EngineState):
                     upnl += unrealized_pnl(s, mq, p.entry_quote)
                     mm += maintenance_margin(s if s > 0 else -s, mq, m.maintenance_mf)
                 im += initial_margin(exposure(s, bo, ao), mq, p.imf)
+            p = p.next_pos
         acct.c_upnl = upnl
         acct.c_mm = mm
         acct.c_im = im

@@ -17,7 +17,7 @@ Checked, first failure raises ``InvariantViolation``:
   resting-order lists (links and counts) and client-index maps agree with the book, client
   order indexes unique per account, priorities increase within a level;
 - per position: ``bid_open``/``ask_open`` == the account's resting non-reduce-only orders there;
-  the account's ``position_list`` holds its positions, in their order;
+  the account's ``first_pos`` chain holds its positions, in their order; its hot key is its key;
 - per account: cached risk sums (when current) == a fresh recomputation, and no account is left
   under maintenance margin after a command (liquidation triggers missed nothing).
 
@@ -59,8 +59,15 @@ def validate(eng: Engine) -> None:
         if 0 <= ai < DENSE_ACCOUNTS and (ai >= len(slots) or slots[ai] is not acct):
             fail(f"account {ai} is not in its slot")
         cash += acct.collateral
-        if [id(p) for p in acct.position_list] != [id(p) for p in acct.positions.values()]:
-            fail(f"account {acct.index}: position list differs from its positions")
+        chain: list[int] = []
+        p = acct.first_pos
+        while p is not None and len(chain) <= len(acct.positions):
+            chain.append(id(p))
+            p = p.next_pos
+        if chain != [id(p) for p in acct.positions.values()]:
+            fail(f"account {acct.index}: position chain differs from its positions")
+        if acct.hot_key is not None and acct.key_slots[acct.hot_ki] is not acct.hot_key:
+            fail(f"account {acct.index}: hot key {acct.hot_ki} is not its key")
         if {i: k for i, k in enumerate(acct.key_slots) if k is not None} != acct.keys:
             fail(f"account {acct.index}: key slots differ from its keys")
         for pos in acct.positions.values():

@@ -3,6 +3,8 @@ transfers and withdrawals."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kit.engine import IOC, KEY, NOW, SIG, Desk, Step, market, play, valid_key
 
 from raydex.codecs import CreateOrder, Deposit, OrderStatus, RegisterApiKey, ResultCode
@@ -211,6 +213,16 @@ def test_money_that_would_overflow_its_i64_field_is_refused_and_changes_nothing(
     assert (d.cash(1), d.cash(2)) == (0, top - SMALL)
 
 
+def _chain_markets(acct: Any) -> list[int]:
+    """The markets of an account's position chain (``Account.first_pos``), in order."""
+    out = []
+    p = acct.first_pos
+    while p is not None:
+        out.append(p.market.index)
+        p = p.next_pos
+    return out
+
+
 def test_a_refused_leverage_change_in_a_new_market_leaves_no_position_behind() -> None:
     # Account 1 at exactly initial margin in market 0 ($10 for 100 lots); the mark falls to
     # 9_900, so its equity ($9) is under initial margin but above maintenance. Raising its
@@ -221,11 +233,11 @@ def test_a_refused_leverage_change_in_a_new_market_leaves_no_position_behind() -
     assert d.mark(9_900) == ResultCode.OK
     assert d.leverage(1, 2_000, m=1) == ResultCode.NOT_ENOUGH_MARGIN
     assert d.eng.position(1, 1) is None
-    assert [p.market.index for p in d.eng._accounts[1].position_list] == [0]
+    assert _chain_markets(d.eng._accounts[1]) == [0]
     assert d.buy(1, 1, 9_000, m=1) == ResultCode.NOT_ENOUGH_MARGIN  # and still short of margin
     assert d.deposit(1, SMALL) == ResultCode.OK
     assert d.buy(1, 1, 9_000, m=1) == ResultCode.OK  # rests: the position is made again
-    assert [p.market.index for p in d.eng._accounts[1].position_list] == [0, 1]
+    assert _chain_markets(d.eng._accounts[1]) == [0, 1]
 
 
 DENSE_ACCOUNTS = 2**20
