@@ -101,8 +101,11 @@ def _pop_crossed(m: Market, heap: list[int], bound: int, cand: set[int]) -> None
 def check_accounts(eng: OrderPath, indexes: list[int], now: int, out: Deltas) -> None:
     """Exact maintenance check of each account (in the given order): liquidate or re-arm."""
     accounts = eng._accounts
+    slots = eng._account_slots
     for ai in indexes:
-        acct = accounts[ai]
+        i: int = ai
+        acct = slots[i] if i < len(slots) else accounts[ai]
+        assert acct is not None
         if acct.c_epoch != eng._epoch:
             eng._refresh(acct)
         room = product(acct.collateral + acct.c_upnl, BPS) - acct.c_mm
