@@ -145,7 +145,7 @@ def change_pub_key(eng: OrderPath, c: ChangePubKey, now: int, out: Deltas) -> in
     if not is_int(ki) or not 0 <= ki <= MAX_API_KEY_INDEX:
         return INVALID_API_KEY_INDEX
     key = acct.keys.get(ki)
-    last = key.nonce if key is not None else -1
+    last = acct.last_nonce(key) if key is not None else -1
     n = accepted_nonce(last, nonce)
     if n < 0:
         return INVALID_NONCE
@@ -154,7 +154,7 @@ def change_pub_key(eng: OrderPath, c: ChangePubKey, now: int, out: Deltas) -> in
     if not valid_pub_key(pub):
         return INVALID_PUBLIC_KEY
     set_key(eng, acct, ki, bytes(pub), out)
-    acct.keys[ki].nonce = n
+    acct.set_nonce(acct.keys[ki], n)
     out.nonce_updated(ai, ki, n)
     return OK
 

@@ -266,7 +266,7 @@ class Engine(OrderPath):
     def next_nonce(self, account: int, api_key: int) -> int | None:
         acct = self._accounts.get(account)
         key = acct.keys.get(api_key) if acct is not None else None
-        return None if key is None else key.nonce + 1
+        return None if key is None or acct is None else acct.last_nonce(key) + 1
 
     def account_by_l1(self, l1_address: bytes) -> int | None:
         """The index of the account whose L1 address is ``l1_address`` (20 bytes), or None."""

@@ -144,23 +144,18 @@ class OrderPath(EngineState):
         if acct is None:
             return ACCOUNT_NOT_FOUND, None
         k: int = ki
-        key = acct.hot_key
-        if acct.hot_ki != k or key is None:
-            key_slots = acct.key_slots
-            key = key_slots[k] if 0 <= k < len(key_slots) else None
-            if key is None:
-                return API_KEY_NOT_FOUND, None
-            acct.hot_ki = k
-            acct.hot_key = key
+        if (k != acct.hot_ki or k < 0) and not acct.heat(k):
+            return API_KEY_NOT_FOUND, None
+        last = acct.hot_nonce  # (the key's, kept on the account: ``Account.heat``)
         nonce: int = nonce_obj
-        if nonce != key.nonce + 1:
-            nonce = accepted_nonce(key.nonce, nonce)  # SkipNonce (rules); -1: refused
+        if nonce != last + 1:
+            nonce = accepted_nonce(last, nonce)  # SkipNonce (rules); -1: refused
             if nonce < 0:
                 return INVALID_NONCE, None
             nonce_obj = nonce
         if not expired_at >= now:
             return TX_EXPIRED, None
-        key.nonce = nonce
+        acct.hot_nonce = nonce
         out.nonce_updated(acct.index, ki, nonce)
         return 0, acct
 

@@ -72,10 +72,11 @@ def records(eng: OrderPath) -> Iterator[Record]:
         for mi in sorted(positions):
             yield position_record(positions[mi])
     for ai in ais:
-        keys = accounts[ai].keys
+        acct = accounts[ai]
+        keys = acct.keys
         for ki in sorted(keys):
             k = keys[ki]
-            yield _new(ApiKeyRecord, (ai, ki, k.nonce, k.pub_key))
+            yield _new(ApiKeyRecord, (ai, ki, acct.last_nonce(k), k.pub_key))
     for mi in sorted(markets):
         for o in iter_market_orders(markets[mi]):
             yield order_record(o)

@@ -66,8 +66,11 @@ def validate(eng: Engine) -> None:
             p = p.next_pos
         if chain != [id(p) for p in acct.positions.values()]:
             fail(f"account {acct.index}: position chain differs from its positions")
-        if acct.hot_key is not None and acct.key_slots[acct.hot_ki] is not acct.hot_key:
-            fail(f"account {acct.index}: hot key {acct.hot_ki} is not its key")
+        hot = acct.hot_ki
+        if (acct.hot_key is None) != (hot == -1) or (
+            hot != -1 and (hot >= len(acct.key_slots) or acct.key_slots[hot] is not acct.hot_key)
+        ):
+            fail(f"account {acct.index}: hot key {hot} does not match its key slots")
         if {i: k for i, k in enumerate(acct.key_slots) if k is not None} != acct.keys:
             fail(f"account {acct.index}: key slots differ from its keys")
         for pos in acct.positions.values():

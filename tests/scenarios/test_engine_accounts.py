@@ -7,7 +7,15 @@ from typing import Any
 
 from kit.engine import IOC, KEY, NOW, SIG, Desk, Step, market, play, valid_key
 
-from raydex.codecs import CreateOrder, Deposit, OrderStatus, RegisterApiKey, ResultCode
+from raydex.codecs import (
+    ChangePubKey,
+    CreateOrder,
+    Deposit,
+    OrderStatus,
+    RegisterApiKey,
+    ResultCode,
+)
+from raydex.engine import Engine
 
 RC = ResultCode
 
@@ -46,6 +54,29 @@ def test_keys_in_far_slots_sign_and_the_free_slots_between_do_not() -> None:
     assert d.run(_order(1, 0, key=2**40)) == RC.API_KEY_NOT_FOUND
     assert d.run(_order(1, 0)) == RC.OK  # slot 0 as before
     assert d.eng.next_nonce(1, 200) == 2
+
+
+def test_keys_signing_in_turn_keep_their_own_nonces() -> None:
+    # The gate keeps the last key's nonce on the account (Account.hot_nonce) and writes it
+    # back to the key when another key signs: each key's nonces stay its own, in the queries,
+    # in ChangePubKey and in the snapshot.
+    d = Desk()
+    assert d.change_key(1, 3, valid_key(7)) == RC.OK  # key 3's nonce 0
+    assert d.run(_order(1, 0)) == RC.OK  # key 0 hot
+    assert d.run(_order(1, 1, key=3)) == RC.OK  # key 3 hot, key 0's nonce written back
+    assert d.run(_order(1, 1)) == RC.OK
+    assert d.run(_order(1, 1, key=3)) == RC.INVALID_NONCE  # (key 3's 1 was used)
+    assert d.run(_order(1, 2, key=3)) == RC.OK
+    assert d.run(_order(1, 2, key=3)) == RC.INVALID_NONCE
+    assert (d.eng.next_nonce(1, 0), d.eng.next_nonce(1, 3)) == (2, 3)
+    change = ChangePubKey(1, 3, valid_key(8), bytes(65), NOW + 1, 3, SIG)
+    assert d.run(change) == RC.OK  # with the hot key's next nonce, 3
+    assert d.run(_order(1, 4, key=3)) == RC.OK
+    assert d.run(_order(1, 2)) == RC.OK  # key 0 again, from its written-back nonce
+    assert d.run(_order(1, 0, key=-1)) == RC.API_KEY_NOT_FOUND
+    restored = Engine.from_records(d.eng.records())
+    assert restored.state_hash() == d.eng.state_hash()
+    assert (restored.next_nonce(1, 0), restored.next_nonce(1, 3)) == (3, 5)
 
 
 def test_an_expired_tx_changes_nothing_but_a_failing_valid_tx_consumes_its_nonce() -> None:
