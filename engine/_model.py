@@ -11,6 +11,11 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
   O(log n); removing the best level pops stale heap entries (amortised O(log n)).
 - ``Position.bid_open`` / ``ask_open`` are the lots of the account's resting non-reduce-only
   orders in that market; they feed the initial-margin requirement ("worst case" exposure).
+- An account's positions are in its ``positions`` dict and, in the same order, on its
+  ``first_pos`` chain (the order path's lookups and walks). Its hot key (``hot_ki`` /
+  ``hot_key``, the one it last signed with) is one of its keys, whose last nonce is
+  ``hot_nonce`` while it is hot (``ApiKey.nonce`` then lags: ``Account.last_nonce``). Both save
+  reads of cold memory: the accounts are read at random, and each object read is a cache miss.
 - ``Market.holders`` maps account index -> Position for every position with ``size != 0`` (the
   funding index). An ``Account.unarmed`` account is due an exact check at the next move of a
   market it holds: each of its non-zero positions is ``queued`` in its market's ``unarmed`` list
