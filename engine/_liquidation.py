@@ -143,9 +143,7 @@ def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
     while p is not None:
         s = p.size
         m = p.market
-        if s == 0:
-            pass
-        elif s > 0:
+        if s > 0:
             den = s * m.mult * (BPS - m.maintenance_mf)
             trigger = m.mark - share // den if den > 0 else 0
             if trigger >= 1:
@@ -153,7 +151,7 @@ def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
                 heappush(heap, (-trigger << SLOT_BITS) + _slot(m, acct, v))
                 if len(heap) > 4 * len(m.holders) + 256:
                     m.long_triggers = live_triggers(m, heap)
-        else:
+        elif s < 0:
             trigger = m.mark + share // (-s * m.mult * (BPS + m.maintenance_mf))
             if trigger <= MAX_PRICE:
                 heap = m.short_triggers
