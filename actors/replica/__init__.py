@@ -18,8 +18,9 @@ from .config import ApiConfig
 from .fanout import Fanout
 from .fastlane import FastLaneServer
 from .hooks import Middleware, ReplicaHooks, StepProbe
+from .rows import Applied
 from .service import ReplicaActor, ReplicaConfig, ReplicaService
-from .state import Applied, GapError, ReplicaState
+from .state import GapError, ReplicaState
 
 __all__ = [
     "API_CONFIG",

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from raydex.codecs import (
     CreateOrder as _CreateOrder,
@@ -79,10 +79,9 @@ from raydex.engine.rules import notional_multiplier
 from . import private_views, public_views, views
 from .ledger import FundingPayment
 from .margin import liquidation_prices
-
-if TYPE_CHECKING:
-    from .state import Applied, ReplicaState, TradeRow, TxRecord
-    from .volumes import Volumes
+from .rows import Applied, TradeRow, TxRecord
+from .state import ReplicaState
+from .volumes import Volumes
 
 __all__ = [
     "ACCOUNT_WIDE",

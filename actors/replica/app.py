@@ -82,7 +82,8 @@ from .fanout import Client, Fanout, FanoutStats, split_channel
 from .fastlane import FastSend
 from .hooks import ReplicaHooks, StepProbe
 from .limits import WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
-from .state import LevelOrders, Levels, ReplicaState
+from .rows import Levels
+from .state import LevelOrders, ReplicaState
 
 __all__ = [
     "ADMISSION",

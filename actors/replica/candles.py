@@ -39,12 +39,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raydex.codecs import MarketRecord
 
-if TYPE_CHECKING:
-    from .state import TradeRow
+from .rows import TradeRow
 
 __all__ = [
     "KEEP",

@@ -72,7 +72,8 @@ from .candles import (
 )
 from .config import ApiConfig
 from .margin import liquidation_prices
-from .state import NATIVE_LOOPS, Applied, BookDelta, ReplicaState
+from .rows import Applied, BookDelta
+from .state import NATIVE_LOOPS, ReplicaState
 
 try:  # optional C extension (actors/replica/_bookjson.c), built where a compiler is
     from . import _bookjson  # type: ignore[attr-defined]

@@ -26,17 +26,13 @@ Cost: ``add`` is O(txs in the block) plus the candle fold (candles.py); reads as
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from raydex.codecs import FundingChanged, FundingRecord
+from raydex.codecs import FundingChanged, FundingRecord, MarketRecord
 
 from .candles import Candles
+from .rows import Applied, TxRecord
 from .volumes import AccountVolumes
-
-if TYPE_CHECKING:
-    from raydex.codecs import MarketRecord
-
-    from .state import Applied, TxRecord
 
 __all__ = ["FUNDINGS_KEPT", "POSITION_BITS", "Funding", "History", "Settlement", "sequence_index"]
 

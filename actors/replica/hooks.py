@@ -32,7 +32,7 @@ from aiohttp.typedefs import Middleware
 from raydex.codecs import Block, TxOutcome
 
 from .fastlane import RequestSpan
-from .state import Applied
+from .rows import Applied
 
 __all__ = ["Middleware", "ReplicaHooks", "StepProbe"]
 

@@ -44,8 +44,9 @@ reads walk at most one account's capped lists.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from raydex.codecs import (
     BalanceChanged,
@@ -62,10 +63,7 @@ from raydex.codecs import (
 )
 from raydex.observability.gcstats import untrack
 
-if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
-
-    from .state import TxRecord
+from .rows import TradeRow, TxRecord
 
 __all__ = [
     "FLOW_TYPES",
@@ -78,7 +76,6 @@ __all__ = [
     "LedgerCaps",
     "Liquidation",
     "PnlBucket",
-    "TradeRow",
 ]
 
 #: Tx types whose collateral changes are flows (deposit/withdraw/transfer history).
@@ -114,15 +111,6 @@ class LedgerCaps:
         for name in self.__slots__:
             if getattr(self, name) < 1:
                 raise ValueError(f"ledger cap {name} must be >= 1")
-
-
-class TradeRow(NamedTuple):
-    """A trade as the replica serves it (market tape and account fills)."""
-
-    trade: TradeExecuted
-    tx_hash: bytes
-    block_height: int
-    timestamp_ms: int
 
 
 class DoneOrder(NamedTuple):

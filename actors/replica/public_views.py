@@ -16,7 +16,8 @@ from raydex.engine import FUNDING_INTERVAL_MS, funding_rate
 
 from .candles import Candle, candle_json
 from .history import History, Settlement
-from .state import BookSnapshot, MarketStats, ReplicaState, TxRecord
+from .rows import TxRecord
+from .state import BookSnapshot, MarketStats, ReplicaState
 from .views import funding_pct, tx_record
 
 #: Lighter's ``Tx.type`` is 1..64: raydex's own operator commands (SetMarkPrice 101,

@@ -44,7 +44,7 @@ from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from raydex.codecs import (
     BLOCK_DECODE_ACCELERATED,
@@ -104,7 +104,7 @@ from raydex.observability.gcstats import untrack, untrack_all
 
 from .history import History
 from .ledger import Ledger
-from .ledger import TradeRow as TradeRow
+from .rows import Applied, BookDelta, Levels, TradeRow, TxRecord
 
 _OK = int(ResultCode.OK)
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
@@ -120,7 +120,6 @@ _new = tuple.__new__
 #: A tx's nonce proper (without the SkipNonce flag, ``raydex.engine.rules``).
 _NONCE_MASK = SKIP_NONCE_FLAG - 1
 
-Levels = tuple[tuple[int, int], ...]
 #: price -> {order index: resting order} for one side of one market
 LevelOrders = dict[int, dict[int, OrderRecord]]
 
@@ -198,52 +197,6 @@ class Books(Mapping[int, BookSnapshot]):
         """A new market: an empty snapshot at its nonce."""
         self._snaps[mi] = BookSnapshot(mi, (), (), self._nonces[mi], self._nonces[mi])
         self._stale.discard(mi)
-
-
-class BookDelta(NamedTuple):
-    """The levels of one market a block changed (absolute sizes, 0 = removed).
-
-    A NamedTuple, as ``Applied``: as immutable as the frozen dataclasses both were, and built with
-    ``tuple.__new__`` in the apply path at a fifth of the cost (a frozen dataclass's ``__init__``
-    sets each field through ``object.__setattr__``: the two were ~17% of ``apply_block``'s
-    instructions)."""
-
-    market_index: int
-    bids: Levels
-    asks: Levels
-    nonce: int
-    begin_nonce: int
-
-
-class TxRecord(NamedTuple):
-    tx_hash: bytes
-    tx_type: int
-    account_index: int
-    api_key_index: int
-    nonce: int
-    code: int
-    seq: int
-    #: the block height (= block seq) the tx was sequenced in, as Lighter's ``block_height``
-    block_height: int
-    timestamp_ms: int
-    #: position of the tx inside its block
-    position: int
-
-
-class Applied(NamedTuple):
-    """What one block changed, for the fan-out. Empty with ``duplicate=True`` for a replayed seq."""
-
-    seq: int
-    height: int
-    timestamp_ns: int
-    books: dict[int, BookDelta]
-    trades: dict[int, list[TradeRow]]
-    accounts: frozenset[int]
-    txs: tuple[TxRecord, ...]
-    duplicate: bool = False
-    #: the block's events, by reference (the account channels walk them only when the block
-    #: touched an account someone watches)
-    events: Sequence[Any] = ()
 
 
 @dataclass(slots=True)

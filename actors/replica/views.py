@@ -33,14 +33,8 @@ from raydex.engine.rules import notional_multiplier, unrealized_pnl
 
 from .history import Funding, sequence_index
 from .margin import liquidation_prices
-from .state import (
-    AccountCache,
-    BookSnapshot,
-    MarketStats,
-    ReplicaState,
-    TradeRow,
-    TxRecord,
-)
+from .rows import TradeRow, TxRecord
+from .state import AccountCache, BookSnapshot, MarketStats, ReplicaState
 
 _PPM_DECIMALS = 6
 #: Entries one decimal-string memo holds before it starts over (``decimal_memo``).

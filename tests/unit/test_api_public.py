@@ -164,7 +164,7 @@ def test_bad_candle_requests_get_clear_codes_and_every_lighter_resolution_is_ser
 
 def test_candles_keep_a_bounded_history_per_resolution() -> None:
     from raydex.actors.replica.candles import KEEP
-    from raydex.actors.replica.state import TradeRow
+    from raydex.actors.replica.rows import TradeRow
 
     c = Candles()
     for i in range(KEEP + 5):
@@ -181,7 +181,7 @@ def test_queued_candles_are_folded_by_the_next_read_and_never_wait_past_the_boun
     # apply_block only queues a block's trades (History.add); the replica folds them after the
     # block's fan-out, and any read folds what is still queued first
     from raydex.actors.replica.candles import MAX_PENDING
-    from raydex.actors.replica.state import TradeRow
+    from raydex.actors.replica.rows import TradeRow
 
     def block(i: int) -> dict[int, list[TradeRow]]:
         t = TradeExecuted(0, i + 1, 300_000 + 7 * (i % 5), 10 + i, 1, 2, 3, 4, 0, 0, 0)

@@ -4,7 +4,7 @@ UTC day, the ISO week (from Monday), the calendar month and the total, both side
 from __future__ import annotations
 
 from raydex.actors.local import eth_market
-from raydex.actors.replica.state import TradeRow
+from raydex.actors.replica.rows import TradeRow
 from raydex.actors.replica.volumes import ZERO, AccountVolumes, Volumes
 from raydex.codecs import MarketRecord, TradeExecuted
 
