@@ -179,11 +179,11 @@ BLOCKDEC_EXTENSION = Extension(
     extra_compile_args=["-O2", "-std=gnu11"],
     optional=True,
 )
-#: ``raydex.actors.replica._cacheloop`` (``actors/replica/_cacheloop.c``): a block's per-tx
-#: events into the replica's caches in one C loop; optional, the Python loop otherwise.
+#: ``raydex.actors.replica.cache._cacheloop`` (``actors/replica/cache/_cacheloop.c``): a block's
+#: per-tx events into the replica's caches in one C loop; optional, the Python loop otherwise.
 CACHELOOP_EXTENSION = Extension(
-    "raydex.actors.replica._cacheloop",
-    sources=["actors/replica/_cacheloop.c"],
+    "raydex.actors.replica.cache._cacheloop",
+    sources=["actors/replica/cache/_cacheloop.c"],
     extra_compile_args=["-O2", "-std=gnu11"],
     optional=True,
 )

@@ -14,13 +14,12 @@
 """
 
 from .app import API_CONFIG, FAST_SEND, ApiError, ExecuteTxs, OutcomePending, build_app
+from .cache import Applied, GapError, ReplicaState
 from .config import ApiConfig
 from .fanout import Fanout
 from .fastlane import FastLaneServer
 from .hooks import Middleware, ReplicaHooks, StepProbe
-from .rows import Applied
 from .service import ReplicaActor, ReplicaConfig, ReplicaService
-from .state import GapError, ReplicaState
 
 __all__ = [
     "API_CONFIG",

@@ -77,11 +77,15 @@ from raydex.codecs import (
 from raydex.engine.rules import notional_multiplier
 
 from . import private_views, public_views, views
-from .ledger import FundingPayment
-from .margin import liquidation_prices
-from .rows import Applied, TradeRow, TxRecord
-from .state import ReplicaState
-from .volumes import Volumes
+from .cache import (
+    Applied,
+    FundingPayment,
+    ReplicaState,
+    TradeRow,
+    TxRecord,
+    Volumes,
+    liquidation_prices,
+)
 
 __all__ = [
     "ACCOUNT_WIDE",

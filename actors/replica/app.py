@@ -76,14 +76,12 @@ from raydex.observability.metrics import ApiCounters
 
 from . import auth, private_views, public_views, views
 from .admission import Admission
-from .candles import RESOLUTIONS
+from .cache import RESOLUTIONS, LevelOrders, Levels, ReplicaState
 from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
 from .fastlane import FastSend
 from .hooks import ReplicaHooks, StepProbe
 from .limits import WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
-from .rows import Levels
-from .state import LevelOrders, ReplicaState
 
 __all__ = [
     "ADMISSION",

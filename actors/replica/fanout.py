@@ -63,17 +63,19 @@ from raydex.codecs import USDC_DECIMALS, MarketRecord, ResultCode
 from . import account_channels, public_views, views
 from .account_channels import AccountChannel, AccountUpdates, Authorize
 from .auth import AuthError, KeySource, require_account
-from .candles import (
+from .cache import (
     MAX_ANSWER,
+    NATIVE_LOOPS,
     RESOLUTIONS,
+    Applied,
+    BookDelta,
+    ReplicaState,
     candle_channel,
     candle_json,
+    liquidation_prices,
     parse_candle_channel,
 )
 from .config import ApiConfig
-from .margin import liquidation_prices
-from .rows import Applied, BookDelta
-from .state import NATIVE_LOOPS, ReplicaState
 
 try:  # optional C extension (actors/replica/_bookjson.c), built where a compiler is
     from . import _bookjson  # type: ignore[attr-defined]

@@ -31,8 +31,8 @@ from aiohttp.typedefs import Middleware
 
 from raydex.codecs import Block, TxOutcome
 
+from .cache import Applied
 from .fastlane import RequestSpan
-from .rows import Applied
 
 __all__ = ["Middleware", "ReplicaHooks", "StepProbe"]
 

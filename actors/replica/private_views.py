@@ -26,7 +26,7 @@ from raydex.codecs import (
     usdc_to_str,
 )
 
-from .ledger import DoneOrder, Flow, FundingPayment, Liquidation, PnlBucket
+from .cache import DoneOrder, Flow, FundingPayment, Liquidation, PnlBucket
 from .views import USDC_ASSET_ID, _mult, funding_pct, usdc_asset
 
 _ORDER_TYPES = {

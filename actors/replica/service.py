@@ -102,11 +102,11 @@ from .app import (
     OutcomePending,
     build_app,
 )
+from .cache import GapError, ReplicaState
 from .config import ApiConfig
 from .fanout import NATIVE_PATHS, Fanout
 from .fastlane import FastLaneServer
 from .hooks import ReplicaHooks
-from .state import GapError, ReplicaState
 
 log = logging.getLogger(__name__)
 

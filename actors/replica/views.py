@@ -31,10 +31,17 @@ from raydex.codecs.signing import l1_address_text
 from raydex.engine import funding_rate
 from raydex.engine.rules import notional_multiplier, unrealized_pnl
 
-from .history import Funding, sequence_index
-from .margin import liquidation_prices
-from .rows import TradeRow, TxRecord
-from .state import AccountCache, BookSnapshot, MarketStats, ReplicaState
+from .cache import (
+    AccountCache,
+    BookSnapshot,
+    Funding,
+    MarketStats,
+    ReplicaState,
+    TradeRow,
+    TxRecord,
+    liquidation_prices,
+    sequence_index,
+)
 
 _PPM_DECIMALS = 6
 #: Entries one decimal-string memo holds before it starts over (``decimal_memo``).

@@ -11,7 +11,7 @@ from eth_account import Account as EthAccount
 from eth_account.messages import encode_defunct
 
 from raydex.actors.local import FAR_MS, Trader, new_exchange
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica.cache.state import ReplicaState
 from raydex.codecs import (
     ChangePubKey,
     L1AddressRecord,

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from raydex.actors.replica import state as replica_state
-from raydex.actors.replica.state import CACHE_LOOP_ACCELERATED, ReplicaState
+from raydex.actors.replica.cache import state as replica_state
+from raydex.actors.replica.cache.state import CACHE_LOOP_ACCELERATED, ReplicaState
 from raydex.codecs import (
     BalanceChanged,
     Block,

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from raydex.actors.local import FAR_MS, LocalExchange, Trader, new_exchange
-from raydex.actors.replica.state import GapError, ReplicaState
+from raydex.actors.replica.cache.state import GapError, ReplicaState
 from raydex.codecs import CreateOrder, ResultCode, SetMarkPrice, sign_tx
 from raydex.observability.gcstats import UNTRACKING
 

@@ -4,8 +4,8 @@ UTC day, the ISO week (from Monday), the calendar month and the total, both side
 from __future__ import annotations
 
 from raydex.actors.local import eth_market
-from raydex.actors.replica.rows import TradeRow
-from raydex.actors.replica.volumes import ZERO, AccountVolumes, Volumes
+from raydex.actors.replica.cache.rows import TradeRow
+from raydex.actors.replica.cache.volumes import ZERO, AccountVolumes, Volumes
 from raydex.codecs import MarketRecord, TradeExecuted
 
 DAY = 86_400_000

@@ -5,7 +5,7 @@ replica's dry-run alike (one rule, ``raydex.engine.rules.accepted_nonce``)."""
 from __future__ import annotations
 
 from raydex.actors.local import Trader, new_exchange
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica.cache.state import ReplicaState
 from raydex.codecs import (
     MAX_SKIP_NONCE,
     SKIP_NONCE_FLAG,
