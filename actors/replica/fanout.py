@@ -60,7 +60,7 @@ from aiohttp import WSMsgType, web
 
 from raydex.codecs import USDC_DECIMALS, MarketRecord, ResultCode
 
-from . import account_channels, public_views, views
+from . import account_channels
 from .account_channels import AccountChannel, AccountUpdates, Authorize
 from .auth import AuthError, KeySource, require_account
 from .cache import (
@@ -76,6 +76,8 @@ from .cache import (
     parse_candle_channel,
 )
 from .config import ApiConfig
+from .views import common as views
+from .views import public as public_views
 
 try:  # optional C extension (actors/replica/_bookjson.c), built where a compiler is
     from . import _bookjson  # type: ignore[attr-defined]

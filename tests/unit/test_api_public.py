@@ -266,7 +266,7 @@ def test_tx_answers_the_body_it_was_sent_with_as_info() -> None:
         late = a.order(298_000, 10, 0)
         block = r.ex.run([late])
         rec = other.state.txs[block.outcomes[0].tx_hash]
-        from raydex.actors.replica.public_views import tx_info
+        from raydex.actors.replica.views.public import tx_info
 
         assert tx_info(other.state.history, rec) == ""
 

@@ -31,7 +31,7 @@ from raydex.codecs.signing import l1_address_text
 from raydex.engine import funding_rate
 from raydex.engine.rules import notional_multiplier, unrealized_pnl
 
-from .cache import (
+from ..cache import (
     AccountCache,
     BookSnapshot,
     Funding,
@@ -97,7 +97,8 @@ def decimal_memo(decimals: int) -> dict[int, str]:
     return memo
 
 
-def _mult(m: MarketRecord) -> int:
+def quote_multiplier(m: MarketRecord) -> int:
+    """Quote units (micro-USDC) per tick x lot of market ``m``."""
     return int(notional_multiplier(m.price_decimals, m.size_decimals))
 
 
@@ -162,7 +163,7 @@ def market_detail(m: MarketRecord, s: MarketStats) -> dict[str, Any]:
         {
             "size_decimals": int(sd),
             "price_decimals": int(pd),
-            "quote_multiplier": _mult(m),
+            "quote_multiplier": quote_multiplier(m),
             "default_initial_margin_fraction": int(m.default_initial_margin_fraction),
             "min_initial_margin_fraction": int(m.min_initial_margin_fraction),
             "maintenance_margin_fraction": int(m.maintenance_margin_fraction),
@@ -322,7 +323,7 @@ def trade(row: TradeRow, m: MarketRecord) -> dict[str, Any]:
     out["market_id"] = int(mi)
     out["size"] = decimal_str(size, m.size_decimals)
     out["price"] = decimal_memo(m.price_decimals)[price]
-    out["usd_amount"] = decimal_str(price * size * _mult(m), USDC_DECIMALS)
+    out["usd_amount"] = decimal_str(price * size * quote_multiplier(m), USDC_DECIMALS)
     out["ask_id"] = int(ask_id)
     out["bid_id"] = int(bid_id)
     out["ask_account_id"] = int(ask_acct)
@@ -346,7 +347,7 @@ def position(
     """``AccountPosition``; ``liquidation_price`` in ticks (``margin.liquidation_prices``), 0 =
     none (sent as ``"0"``)."""
     pd, sd = m.price_decimals, m.size_decimals
-    mult = _mult(m)
+    mult = quote_multiplier(m)
     size = int(p.size)
     value = abs(size) * m.mark_price * mult
     avg = abs(p.entry_quote) // (abs(size) * mult) if size else 0

@@ -14,7 +14,7 @@ from typing import Any
 from raydex.codecs import MarketRecord, lots_to_str, ticks_to_str, tx_to_json_str
 from raydex.engine import FUNDING_INTERVAL_MS, funding_rate
 
-from .cache import (
+from ..cache import (
     BookSnapshot,
     Candle,
     History,
@@ -24,7 +24,7 @@ from .cache import (
     TxRecord,
     candle_json,
 )
-from .views import funding_pct, tx_record
+from .common import funding_pct, tx_record
 
 #: Lighter's ``Tx.type`` is 1..64: raydex's own operator commands (SetMarkPrice 101,
 #: ApplyFunding 102, RegisterApiKey 103) are left out of tx lists, which clients validate.
