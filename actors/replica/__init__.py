@@ -15,10 +15,9 @@
 
 from .app import API_CONFIG, FAST_SEND, ApiError, ExecuteTxs, OutcomePending, build_app
 from .cache import Applied, GapError, ReplicaState
-from .config import ApiConfig
 from .fanout import Fanout
-from .fastlane import FastLaneServer
 from .hooks import Middleware, ReplicaHooks, StepProbe
+from .http import ApiConfig, FastLaneServer
 from .service import ReplicaActor, ReplicaConfig, ReplicaService
 
 __all__ = [

@@ -74,14 +74,19 @@ from raydex.codecs import (
 from raydex.codecs.signing import parse_l1_address
 from raydex.observability.metrics import ApiCounters
 
-from . import auth
-from .admission import Admission
 from .cache import RESOLUTIONS, LevelOrders, Levels, ReplicaState
-from .config import ApiConfig
 from .fanout import Client, Fanout, FanoutStats, split_channel
-from .fastlane import FastSend
 from .hooks import ReplicaHooks, StepProbe
-from .limits import WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
+from .http import (
+    WS_TX_WEIGHT,
+    Admission,
+    ApiConfig,
+    FastSend,
+    Limits,
+    RejectionCache,
+    auth,
+    rest_weight,
+)
 from .views import common as views
 from .views import private as private_views
 from .views import public as public_views

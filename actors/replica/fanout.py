@@ -62,7 +62,6 @@ from raydex.codecs import USDC_DECIMALS, MarketRecord, ResultCode
 
 from . import account_channels
 from .account_channels import AccountChannel, AccountUpdates, Authorize
-from .auth import AuthError, KeySource, require_account
 from .cache import (
     MAX_ANSWER,
     NATIVE_LOOPS,
@@ -75,7 +74,7 @@ from .cache import (
     liquidation_prices,
     parse_candle_channel,
 )
-from .config import ApiConfig
+from .http import ApiConfig, AuthError, KeySource, require_account
 from .views import common as views
 from .views import public as public_views
 

@@ -32,7 +32,7 @@ from aiohttp.typedefs import Middleware
 from raydex.codecs import Block, TxOutcome
 
 from .cache import Applied
-from .fastlane import RequestSpan
+from .http import RequestSpan
 
 __all__ = ["Middleware", "ReplicaHooks", "StepProbe"]
 

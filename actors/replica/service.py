@@ -92,7 +92,6 @@ from ..transport import (
     block_source,
     tx_channel,
 )
-from .admission import LoopLag
 from .app import (
     ADMISSION,
     FAST_SEND,
@@ -103,10 +102,9 @@ from .app import (
     build_app,
 )
 from .cache import GapError, ReplicaState
-from .config import ApiConfig
 from .fanout import NATIVE_PATHS, Fanout
-from .fastlane import FastLaneServer
 from .hooks import ReplicaHooks
+from .http import ApiConfig, FastLaneServer, LoopLag
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from raydex.actors.replica import ReplicaState
-from raydex.actors.replica.auth import (
+from raydex.actors.replica.http.auth import (
     CLOCK_SKEW_S,
     LIGHTER_MAX_LIFETIME_S,
     AuthError,

@@ -17,8 +17,9 @@ from aiohttp.test_utils import TestServer
 from kit.lane import LaneServer
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
-from raydex.actors.replica import ApiConfig, fastlane
-from raydex.actors.replica.fastlane import HANDOFF, MAX_HEAD, parse
+from raydex.actors.replica import ApiConfig
+from raydex.actors.replica.http import fastlane
+from raydex.actors.replica.http.fastlane import HANDOFF, MAX_HEAD, parse
 from raydex.codecs import ResultCode, tx_to_json_str
 
 T = TypeVar("T")
