@@ -187,11 +187,11 @@ CACHELOOP_EXTENSION = Extension(
     extra_compile_args=["-O2", "-std=gnu11"],
     optional=True,
 )
-#: ``raydex.actors.replica._bookjson`` (``actors/replica/_bookjson.c``): the order_book channel's
-#: update message rendered in C; optional, encoded from its body in Python otherwise.
+#: ``raydex.actors.replica.ws._bookjson`` (``actors/replica/ws/_bookjson.c``): the order_book
+#: channel's update message rendered in C; optional, encoded from its body in Python otherwise.
 BOOKJSON_EXTENSION = Extension(
-    "raydex.actors.replica._bookjson",
-    sources=["actors/replica/_bookjson.c"],
+    "raydex.actors.replica.ws._bookjson",
+    sources=["actors/replica/ws/_bookjson.c"],
     extra_compile_args=["-O2", "-std=gnu11"],
     optional=True,
 )

@@ -15,10 +15,10 @@
 
 from .app import API_CONFIG, FAST_SEND, ApiError, ExecuteTxs, OutcomePending, build_app
 from .cache import Applied, GapError, ReplicaState
-from .fanout import Fanout
 from .hooks import Middleware, ReplicaHooks, StepProbe
 from .http import ApiConfig, FastLaneServer
 from .service import ReplicaActor, ReplicaConfig, ReplicaService
+from .ws import Fanout
 
 __all__ = [
     "API_CONFIG",

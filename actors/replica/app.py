@@ -75,7 +75,6 @@ from raydex.codecs.signing import parse_l1_address
 from raydex.observability.metrics import ApiCounters
 
 from .cache import RESOLUTIONS, LevelOrders, Levels, ReplicaState
-from .fanout import Client, Fanout, FanoutStats, split_channel
 from .hooks import ReplicaHooks, StepProbe
 from .http import (
     WS_TX_WEIGHT,
@@ -90,6 +89,7 @@ from .http import (
 from .views import common as views
 from .views import private as private_views
 from .views import public as public_views
+from .ws import Client, Fanout, FanoutStats, split_channel
 
 __all__ = [
     "ADMISSION",

@@ -102,9 +102,9 @@ from .app import (
     build_app,
 )
 from .cache import GapError, ReplicaState
-from .fanout import NATIVE_PATHS, Fanout
 from .hooks import ReplicaHooks
 from .http import ApiConfig, FastLaneServer, LoopLag
+from .ws import NATIVE_PATHS, Fanout
 
 log = logging.getLogger(__name__)
 

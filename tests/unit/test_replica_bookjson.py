@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raydex.actors.replica import fanout
 from raydex.actors.replica.cache.state import ReplicaState
-from raydex.actors.replica.fanout import book_update_body, book_update_json
+from raydex.actors.replica.ws import fanout
+from raydex.actors.replica.ws.fanout import book_update_body, book_update_json
 from raydex.codecs import MarketRecord, decode_block
 from raydex.observability.bench.apply import build_stream
 

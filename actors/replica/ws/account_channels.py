@@ -76,7 +76,7 @@ from raydex.codecs import (
 )
 from raydex.engine.rules import notional_multiplier
 
-from .cache import (
+from ..cache import (
     Applied,
     FundingPayment,
     ReplicaState,
@@ -85,9 +85,9 @@ from .cache import (
     Volumes,
     liquidation_prices,
 )
-from .views import common as views
-from .views import private as private_views
-from .views import public as public_views
+from ..views import common as views
+from ..views import private as private_views
+from ..views import public as public_views
 
 __all__ = [
     "ACCOUNT_WIDE",

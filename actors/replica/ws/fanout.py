@@ -60,9 +60,7 @@ from aiohttp import WSMsgType, web
 
 from raydex.codecs import USDC_DECIMALS, MarketRecord, ResultCode
 
-from . import account_channels
-from .account_channels import AccountChannel, AccountUpdates, Authorize
-from .cache import (
+from ..cache import (
     MAX_ANSWER,
     NATIVE_LOOPS,
     RESOLUTIONS,
@@ -74,9 +72,11 @@ from .cache import (
     liquidation_prices,
     parse_candle_channel,
 )
-from .http import ApiConfig, AuthError, KeySource, require_account
-from .views import common as views
-from .views import public as public_views
+from ..http import ApiConfig, AuthError, KeySource, require_account
+from ..views import common as views
+from ..views import public as public_views
+from . import account_channels
+from .account_channels import AccountChannel, AccountUpdates, Authorize
 
 try:  # optional C extension (actors/replica/_bookjson.c), built where a compiler is
     from . import _bookjson  # type: ignore[attr-defined]

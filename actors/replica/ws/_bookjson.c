@@ -1,5 +1,5 @@
-/* raydex.actors.replica._bookjson: the order_book channel's update message, rendered in C
- * (actors/replica/fanout.py, book_update_json).
+/* raydex.actors.replica.ws._bookjson: the order_book channel's update message, rendered in C
+ * (actors/replica/ws/fanout.py, book_update_json).
  *
  * book_update(market, offset, bids, asks, begin_nonce, nonce, engine_us, now_us, price_decimals,
  * size_decimals) -> bytes | None renders exactly the bytes msgspec encodes for fanout.py's
@@ -214,7 +214,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "raydex.actors.replica._bookjson", NULL, 0, methods,
+    PyModuleDef_HEAD_INIT, "raydex.actors.replica.ws._bookjson", NULL, 0, methods,
 };
 
 PyMODINIT_FUNC
