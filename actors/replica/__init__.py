@@ -13,10 +13,10 @@
 ============  =============================================================================
 """
 
-from .app import API_CONFIG, FAST_SEND, ApiError, ExecuteTxs, OutcomePending, build_app
+from .app import API_CONFIG, FAST_SEND, build_app
 from .cache import Applied, GapError, ReplicaState
 from .hooks import Middleware, ReplicaHooks, StepProbe
-from .http import ApiConfig, FastLaneServer
+from .http import ApiConfig, ApiError, ExecuteTxs, FastLaneServer, OutcomePending
 from .service import ReplicaActor, ReplicaConfig, ReplicaService
 from .ws import Fanout
 

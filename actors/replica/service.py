@@ -92,18 +92,10 @@ from ..transport import (
     block_source,
     tx_channel,
 )
-from .app import (
-    ADMISSION,
-    FAST_SEND,
-    LIMITS,
-    ApiError,
-    CommitmentSource,
-    OutcomePending,
-    build_app,
-)
+from .app import ADMISSION, FAST_SEND, LIMITS, build_app
 from .cache import GapError, ReplicaState
 from .hooks import ReplicaHooks
-from .http import ApiConfig, FastLaneServer, LoopLag
+from .http import ApiConfig, ApiError, CommitmentSource, FastLaneServer, LoopLag, OutcomePending
 from .ws import NATIVE_PATHS, Fanout
 
 log = logging.getLogger(__name__)

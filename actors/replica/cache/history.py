@@ -6,7 +6,7 @@ submitted, candles. Fed once per applied block (``ReplicaState.apply_block`` cal
     apply_block ─► Applied ─► History.add ─► blocks: seq -> (TxRecord, ...)   (txs, blockTxs)
                                           ├► candles (candles.py)             (candles, candle WS)
                                           └► volumes (volumes.py)             (account WS channels)
-    app.send_txs ─► History.note_sent(hash, tx): the tx body for ``tx``'s ``info``
+    TxSubmission.send_txs ─► History.note_sent(hash, tx): the tx body for ``tx``'s ``info``
 
 Semantics:
 

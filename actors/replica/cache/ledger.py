@@ -4,7 +4,7 @@
 
     ReplicaState.apply_block ─► Ledger.add_block(events, txs, seq, ...)   O(1): queued
     (after the block's fan-out and its waiters) Ledger.catch_up ─► fold ─► AccountLog per account
-    app (auth.py checked the token) ─► Ledger.log(account) (catches up first) ─► JSON
+    http/private.py (auth.py checked the token) ─► Ledger.log(account) (catches up first) ─► JSON
 
 What is kept per account, newest last, each list capped (:class:`LedgerCaps`, oldest dropped):
 ``orders`` (orders that left the book: filled, cancelled, expired; with their filled quote),

@@ -267,7 +267,7 @@ class AccountCache:
         self.index(r, 1)
 
 
-try:  # optional C extension (actors/replica/_cacheloop.c), built where a compiler is
+try:  # optional C extension (actors/replica/cache/_cacheloop.c), built where a compiler is
     from . import _cacheloop  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - exercised where no C compiler exists
     _cacheloop = None

@@ -24,7 +24,8 @@ Semantics:
   included) as it does on a connection that never met the lane. A handoff happens between
   requests only (never while one is being served) and is final for the connection.
 - The answer is the app's: the same budgets, the same codes, bodies and statuses (``Retry-After``
-  on 429), from :meth:`_Api.fast_send`; ``Connection: close`` from the client closes after it.
+  on 429), from :meth:`TxSubmission.fast_send` (submit.py); ``Connection: close`` from the
+  client closes after it.
 - Requests on one connection are answered in order, one at a time (pipelined ones wait in the
   buffer); over ``MAX_BUFFER`` bytes buffered, reading pauses.
 - A connection with no request in progress for ``KEEPALIVE_S`` (idle, or a head that stopped

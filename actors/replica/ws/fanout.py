@@ -78,7 +78,7 @@ from ..views import public as public_views
 from . import account_channels
 from .account_channels import AccountChannel, AccountUpdates, Authorize
 
-try:  # optional C extension (actors/replica/_bookjson.c), built where a compiler is
+try:  # optional C extension (actors/replica/ws/_bookjson.c), built where a compiler is
     from . import _bookjson  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - exercised where no C compiler exists
     _bookjson = None
