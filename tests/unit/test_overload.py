@@ -23,8 +23,8 @@ from aiohttp.test_utils import TestServer
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
 from raydex.actors.replica import ApiConfig, Fanout, build_app
+from raydex.actors.replica.batching import MicroBatcher
 from raydex.actors.replica.cache.state import ReplicaState
-from raydex.actors.replica.service import MicroBatcher
 from raydex.actors.transport import BlockHub, GrpcDataPlaneServer, GrpcTxChannel
 from raydex.codecs import (
     SKIP_NONCE_FLAG,

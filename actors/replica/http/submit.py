@@ -27,7 +27,7 @@ from aiohttp import web
 from raydex.codecs import CodecError, ResultCode, TxOutcome, tx_from_json
 from raydex.observability.metrics import ApiCounters
 
-from ..cache import ReplicaState
+from ..cache import ReplicaState, dry_run
 from .admission import Admission
 from .config import ApiConfig
 from .errors import ApiError, OutcomePending, Overloaded, RateLimited, code_name, json_response
@@ -117,7 +117,7 @@ class TxSubmission:
         probe = self.probe
         for i, tx in enumerate(txs):
             t0 = time.perf_counter_ns()
-            code = st.dry_run(tx, now_ms)
+            code = dry_run(st, tx, now_ms)
             dt = time.perf_counter_ns() - t0
             dry_run_time.record(dt)
             if probe is not None:
