@@ -5,48 +5,31 @@
     snapshot holder ──latest_snapshot (Arrow, zero-copy on the node)──┐
                     ──blocks_since(seq) when the sequencer's ring     │ boot / resync
                       no longer holds what we need                    ▼
-    sequencer ──gRPC Blocks stream──► apply loop: decode ─► ReplicaState.apply_block
-              │                                          ─► Fanout.publish ─► WS subscribers
-              ◄──gRPC Txs stream──── MicroBatcher (one batch in flight) ◄── execute_txs
+    sequencer ──Blocks stream (data plane)──► apply loop: decode ─► cache: ReplicaState.apply_block
+              │                                                 ─► ws: Fanout.publish ─► clients
+              ◄──Txs stream──── batching: MicroBatcher ◄── execute_txs
                                                     ▲
-    clients ──HTTP/WS──► aiohttp app (build_app: state, execute_txs, fanout, counters, hooks)
+    clients ──HTTP/WS──► app: build_app (http: reads, tx submission; ws: /stream)
              shared port (SO_REUSEPORT: the host's replicas, only those caught up)
              direct port (this replica only, always)
 
-``ReplicaService`` is the asyncio core (tested without Ray: it takes plain callables for the
-snapshot and catch-up reads). It owns everything on the data path: the caches, the fan-out, the
-app's counters, the micro-batcher and the ports; the app is handed what it serves from.
-``ReplicaActor`` is the Ray shell that wires the reads to the snapshot holder actor, pins the
-replica's threads to its bundle's cores and reports its placement.
+``ReplicaService`` is the asyncio core (tested without Ray: the snapshot and catch-up reads are
+plain callables); it owns the caches, the fan-out, the counters, the micro-batcher and the ports.
+``ReplicaActor`` is the Ray shell: it wires those reads to the snapshot holder, pins the threads.
 
 Invariants:
-- No request is served before the caches are complete: the direct port opens after the boot.
-- The shared port is only open while this replica is caught up: it joins once booted and within
-  ``api.join_lag_blocks`` of the newest seq it knows exists (``seen_seq``: stream frames, the
-  holder's answers, the floor of a ring that lost our next block), and leaves (closes that site;
-  the direct port stays) as soon as it is more than ``api.leave_lag_blocks`` behind; it rejoins
-  when caught up. Clients of the shared port are thus never served a stale replica's data.
-- The hot path never reads over the network: REST and WS answer from ``ReplicaState``; the only
-  remote calls are the data-plane streams and, on a gap, the catch-up.
-- Blocks are applied in seq order exactly once (the source drops duplicates; ``apply_block``
-  ignores replays and raises on a gap, which triggers a catch-up).
-- ``execute_txs`` returns only after the block holding the txs has been applied here, so a client
-  that got its answer reads its own writes from this replica; or, after ``api.outcome_timeout_s``
-  at the latest, raises ApiError 21822 (HTTP 503): never a hang.
+- Nothing is served before the boot completed the caches (the direct port opens after it).
+- The shared port is open only while caught up: joined within ``api.join_lag_blocks`` of the
+  newest seq known to exist (``seen_seq``), left beyond ``api.leave_lag_blocks`` (the direct
+  port stays), so its clients never meet a stale replica.
+- Blocks are applied in seq order exactly once; a gap triggers a catch-up. The hot path never
+  reads over the network: the only remote calls are the data-plane streams and the catch-up.
+- ``execute_txs`` returns once the block holding the txs is applied here (a client reads its own
+  writes), or raises ApiError 21822 (HTTP 503) after ``api.outcome_timeout_s``: never a hang.
 
-Measurement hooks (``ReplicaHooks``, hooks.py): a probe told about each apply step (decode, cache
-update, fan-out), each dry-run and each executed batch, and extra aiohttp middlewares. The
-loadtest plugs its instrumentation in here; production runs without (one ``is None`` test).
-
-Metrics (``ReplicaService.metrics``, observability/metrics.py; exported by the actor shell):
-apply time, engine -> send delay of book updates, tx lifecycle per tx type (execute_txs ->
-sequenced -> confirmed here), dry-run time, cache hits/fallbacks, WS connections, queue depth,
-conflations, slow-consumer drops, seq and lag. Hot-path cost: a few ``Histogram.record`` per block
-and two per executed tx.
-
-Knobs: ``max_batch_txs`` caps one micro-batch (larger: fewer round trips under load; a burst
-waits behind at most one batch); ``max_batches_in_flight`` how many are out to the sequencer at
-once (``MicroBatcher``); the port and deadline knobs are in ``ApiConfig``.
+Measurement plugs in through ``ReplicaHooks`` (hooks.py; production runs without). Metrics
+(``ReplicaService.metrics``): apply time, book publish delay, tx lifecycle, dry-run time, cache
+hits, WS queues and drops, seq and lag; a few ``Histogram.record`` per block and two per tx.
 """
 
 from __future__ import annotations
@@ -113,6 +96,8 @@ class ReplicaConfig:
     http_port: int = 0
     reuse_port: bool = True
     chain_id: int = DEFAULT_CHAIN_ID
+    #: txs in one micro-batch at most (larger: fewer round trips under load; a burst waits
+    #: behind at most the batches in flight)
     max_batch_txs: int = 500
     #: micro-batches out to the sequencer at once (``MicroBatcher``; 1 on the Ray plane, and
     #: the sequencer reads at most 4 per stream): 2 lets what arrives during a block's WAL sync
@@ -696,7 +681,7 @@ class ReplicaActor:
 
     Boots from the snapshot holder's newest Arrow snapshot (``ray.get`` of the tables it owns:
     zero-copy on the same node), catches up through its ``blocks_since`` long poll, then follows
-    the sequencer's gRPC block stream. ``bundle`` (a ``BundlePlacement``) pins every thread to its
+    the sequencer's block stream. ``bundle`` (a ``BundlePlacement``) pins every thread to its
     cores once the service has started its threads.
     """
 

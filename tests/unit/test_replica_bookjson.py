@@ -1,4 +1,4 @@
-"""The order_book update rendered in C (actors/replica/_bookjson.c) is byte for byte what msgspec
+"""The order_book update rendered in C (actors/replica/ws/_bookjson.c) is byte for byte what msgspec
 encodes for the Python body (``fanout.book_update_body``), on a realistic stream's book deltas and
 on the corners of the decimal rendering; what it does not render falls back to the body."""
 

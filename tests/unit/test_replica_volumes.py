@@ -1,5 +1,6 @@
-"""Per-account trade counts and volumes (actors/replica/volumes.py) over Lighter's windows: the
-UTC day, the ISO week (from Monday), the calendar month and the total, both sides of a trade."""
+"""Per-account trade counts and volumes (actors/replica/cache/volumes.py) over Lighter's windows:
+the UTC day, the ISO week (from Monday), the calendar month and the total, both sides of a
+trade."""
 
 from __future__ import annotations
 

@@ -293,8 +293,7 @@ class ReplicaState:
         self.by_l1: dict[bytes, int] = {}
         self.trades: dict[int, deque[TradeRow]] = {}
         self.txs: dict[bytes, TxRecord] = {}
-        #: ``txs``' keys, oldest first: the oldest result is dropped past ``tx_results`` (an
-        #: OrderedDict did both, at ~1,000 instructions per tx for its linked node)
+        #: ``txs``' keys, oldest first: the oldest result is dropped past ``tx_results``
         self._tx_order: deque[bytes] = deque()
         #: tx results ``txs`` keeps (the oldest dropped first)
         self.tx_results = TX_RESULTS

@@ -16,8 +16,7 @@
  * the caller then renders in Python.
  *
  * What it saves: per message the nested dicts and level dicts the body is built of, the
- * f-string/str of every int and decimal (~250 ns each on the 2-core VM) and the encode; per
- * market per block ~2.8 us of Python against ~0.2 us here (`raydex bench apply`'s fan-out).
+ * f-string/str of every int and decimal, and the encode.
  *
  * Optional (setup.py): without a C compiler fanout.py renders in Python.
  */
