@@ -41,12 +41,14 @@ class ReadContext:
         return json_response(body)
 
     def market(self, q: Mapping[str, Any]) -> int:
+        """The ``market_id`` parameter, a market of the caches (404 else)."""
         mi = int_param(q, "market_id", 0, MAX_MARKET_INDEX)
         if mi not in self.state.markets:
             raise ApiError(int(ResultCode.MARKET_NOT_FOUND), f"market {mi} not found", 404)
         return mi
 
     def markets(self, q: Mapping[str, Any]) -> list[int]:
+        """``market_id``'s market, or every market when it is 255 or absent."""
         mi = int_param(q, "market_id", 0, 255, default=255)
         if mi == 255:
             return sorted(self.state.markets)

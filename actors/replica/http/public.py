@@ -1,5 +1,5 @@
 """Lighter's public REST reads: markets, books, trades, accounts, keys, nonces, txs, blocks,
-candles and fundings, answered from the caches, never over the network; but ``block`` and
+candles and fundings, answered from the caches, never over the network, but for ``block`` and
 ``blocks``, which ask the committer (``CommitmentSource``; counted as cache fallbacks).
 """
 

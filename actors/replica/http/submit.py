@@ -220,6 +220,8 @@ class TxSubmission:
             return e.status, _encode(e.body(batch)), None
 
     async def ws_tx(self, kind: str, obj: dict[str, Any], ip: str | None = None) -> dict[str, Any]:
+        """The reply to a WebSocket ``jsonapi/sendtx``/``sendtxbatch`` frame ``obj``: the tx
+        answer, or the refusal's body, with the frame's ``type`` and ``id``."""
         data = obj.get("data")
         batch = kind == "jsonapi/sendtxbatch"
         try:
