@@ -17,11 +17,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.make-stamp
 ENGINE_STAMP := $(VENV)/.engine-stamp
 # The same build compiles the C extensions (codecs/signing/_ecgfp5.c, codecs/_blockdec.c,
-# actors/_smt.c, actors/replica/_cacheloop.c, actors/replica/_bookjson.c, observability/_untrack.c,
-# cluster/_hugearena.c): an edit of one rebuilds too, or an existing .venv would keep the old one.
+# actors/_smt.c, actors/replica/cache/_cacheloop.c, actors/replica/ws/_bookjson.c,
+# observability/_untrack.c, cluster/_hugearena.c): an edit of one rebuilds too, or an existing .venv
+# would keep the old one.
 ENGINE_SRC := $(wildcard engine/*.py) $(wildcard engine/*.c) $(wildcard codecs/*.c) \
 	$(wildcard codecs/signing/*.c) \
-	$(wildcard actors/*.c) $(wildcard actors/replica/*.c) \
+	$(wildcard actors/*.c) $(wildcard actors/replica/*/*.c) \
 	$(wildcard observability/*.c) $(wildcard cluster/*.c) setup.py
 # Folders installed as raydex.<folder>; mypy runs strict (pyproject.toml) on all of them.
 PKG_DIRS := actors codecs cluster engine observability

@@ -179,19 +179,19 @@ BLOCKDEC_EXTENSION = Extension(
     extra_compile_args=["-O2", "-std=gnu11"],
     optional=True,
 )
-#: ``raydex.actors.replica._cacheloop`` (``actors/replica/_cacheloop.c``): a block's per-tx
-#: events into the replica's caches in one C loop; optional, the Python loop otherwise.
+#: ``raydex.actors.replica.cache._cacheloop`` (``actors/replica/cache/_cacheloop.c``): a block's
+#: per-tx events into the replica's caches in one C loop; optional, the Python loop otherwise.
 CACHELOOP_EXTENSION = Extension(
-    "raydex.actors.replica._cacheloop",
-    sources=["actors/replica/_cacheloop.c"],
+    "raydex.actors.replica.cache._cacheloop",
+    sources=["actors/replica/cache/_cacheloop.c"],
     extra_compile_args=["-O2", "-std=gnu11"],
     optional=True,
 )
-#: ``raydex.actors.replica._bookjson`` (``actors/replica/_bookjson.c``): the order_book channel's
-#: update message rendered in C; optional, encoded from its body in Python otherwise.
+#: ``raydex.actors.replica.ws._bookjson`` (``actors/replica/ws/_bookjson.c``): the order_book
+#: channel's update message rendered in C; optional, encoded from its body in Python otherwise.
 BOOKJSON_EXTENSION = Extension(
-    "raydex.actors.replica._bookjson",
-    sources=["actors/replica/_bookjson.c"],
+    "raydex.actors.replica.ws._bookjson",
+    sources=["actors/replica/ws/_bookjson.c"],
     extra_compile_args=["-O2", "-std=gnu11"],
     optional=True,
 )

@@ -32,11 +32,7 @@ from raydex.codecs import (
 from raydex.engine import Engine
 from raydex.observability.metrics import ApiCounters
 
-from .replica.app import build_app
-from .replica.config import ApiConfig
-from .replica.fanout import Fanout
-from .replica.hooks import ReplicaHooks
-from .replica.state import Applied, ReplicaState
+from .replica import ApiConfig, Applied, Fanout, ReplicaHooks, ReplicaState, build_app
 from .sequencer import BlockProducer, ClosedBlock
 
 

@@ -186,7 +186,8 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef(
             "raydex_overload_refusals_total",
             "counter",
-            "Txs refused at the overload door (23000 / HTTP 429; actors/replica/admission.py).",
+            "Txs refused at the overload door (23000 / HTTP 429; "
+            "actors/replica/http/admission.py).",
         ),
         MetricDef(
             "raydex_queue_delay_seconds",
@@ -237,7 +238,7 @@ CATALOG: dict[str, MetricDef] = {
             "gauge",
             "1, labelled with whether the replica's apply runs its C paths (true) or the Python "
             "fallbacks: block_decode (codecs/_blockdec.c), cache_loop "
-            "(actors/replica/_cacheloop.c), book_json (actors/replica/_bookjson.c).",
+            "(actors/replica/cache/_cacheloop.c), book_json (actors/replica/ws/_bookjson.c).",
             ("block_decode", "cache_loop", "book_json"),
         ),
         MetricDef(

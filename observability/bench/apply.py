@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from raydex.actors.replica import ApiConfig, Fanout, ReplicaState
-from raydex.actors.replica.fanout import Client
+from raydex.actors.replica.ws import Client
 from raydex.actors.sequencer import BlockProducer
 from raydex.cluster import hugepages
 from raydex.codecs import Verifier, decode_block

@@ -40,7 +40,7 @@ from typing import Any
 from aiohttp import web
 
 from raydex.actors.replica import Applied, ReplicaActor, ReplicaHooks
-from raydex.actors.replica.fanout import NATIVE_PATHS
+from raydex.actors.replica.ws import NATIVE_PATHS
 from raydex.cluster import hugepages
 from raydex.codecs import Block, PositionLiquidated, TxOutcome
 

@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raydex.actors.replica.app import parse_form
+from raydex.actors.replica.http import parse_form
 
 
 def expected(text: str) -> dict[str, str]:

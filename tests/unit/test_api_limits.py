@@ -275,7 +275,7 @@ def test_the_budgets_are_set_in_raydex_yaml() -> None:
 
 
 def test_only_signature_rejections_are_remembered_and_only_with_a_ttl() -> None:
-    from raydex.actors.replica.limits import RejectionCache
+    from raydex.actors.replica.http.limits import RejectionCache
 
     cache = RejectionCache(ttl_s=60.0, max_items=4)
     bad_sig, nonce = int(ResultCode.INVALID_SIGNATURE), int(ResultCode.INVALID_NONCE)

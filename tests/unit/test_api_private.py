@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from raydex.actors.local import FAR_MS, LocalExchange, Trader, new_exchange
 from raydex.actors.replica import ReplicaState
-from raydex.actors.replica.ledger import Ledger, LedgerCaps
+from raydex.actors.replica.cache.ledger import Ledger, LedgerCaps
 from raydex.codecs import (
     ApplyFunding,
     Deposit,

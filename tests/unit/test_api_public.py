@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
 from raydex.actors.replica import ReplicaState
-from raydex.actors.replica.candles import RESOLUTIONS, Candles
+from raydex.actors.replica.cache.candles import RESOLUTIONS, Candles
 from raydex.codecs import ResultCode, SetMarkPrice, TradeExecuted, tx_to_json_str, tx_type_of
 
 with warnings.catch_warnings():  # the SDK's own imports of deprecated websockets APIs
@@ -163,8 +163,8 @@ def test_bad_candle_requests_get_clear_codes_and_every_lighter_resolution_is_ser
 
 
 def test_candles_keep_a_bounded_history_per_resolution() -> None:
-    from raydex.actors.replica.candles import KEEP
-    from raydex.actors.replica.state import TradeRow
+    from raydex.actors.replica.cache.candles import KEEP
+    from raydex.actors.replica.cache.rows import TradeRow
 
     c = Candles()
     for i in range(KEEP + 5):
@@ -180,8 +180,8 @@ def test_candles_keep_a_bounded_history_per_resolution() -> None:
 def test_queued_candles_are_folded_by_the_next_read_and_never_wait_past_the_bound() -> None:
     # apply_block only queues a block's trades (History.add); the replica folds them after the
     # block's fan-out, and any read folds what is still queued first
-    from raydex.actors.replica.candles import MAX_PENDING
-    from raydex.actors.replica.state import TradeRow
+    from raydex.actors.replica.cache.candles import MAX_PENDING
+    from raydex.actors.replica.cache.rows import TradeRow
 
     def block(i: int) -> dict[int, list[TradeRow]]:
         t = TradeExecuted(0, i + 1, 300_000 + 7 * (i % 5), 10 + i, 1, 2, 3, 4, 0, 0, 0)
@@ -266,7 +266,7 @@ def test_tx_answers_the_body_it_was_sent_with_as_info() -> None:
         late = a.order(298_000, 10, 0)
         block = r.ex.run([late])
         rec = other.state.txs[block.outcomes[0].tx_hash]
-        from raydex.actors.replica.public_views import tx_info
+        from raydex.actors.replica.views.public import tx_info
 
         assert tx_info(other.state.history, rec) == ""
 

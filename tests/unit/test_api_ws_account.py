@@ -1,4 +1,4 @@
-"""Lighter's account WebSocket channels (actors/replica/account_channels.py): the state on
+"""Lighter's account WebSocket channels (actors/replica/ws/account_channels.py): the state on
 subscribe, then one update per block for what that block changed for the account, every payload
 validated strictly by lighter-sdk's models; the private channels refuse a missing, malformed,
 expired, forged or foreign auth token with its code and send nothing. Real aiohttp server and

@@ -1,4 +1,4 @@
-"""Auth tokens (actors/replica/auth.py): a token signed by the account's registered API key is
+"""Auth tokens (actors/replica/http/auth.py): a token signed by the account's registered API key is
 accepted until its deadline; every other token is refused with its own code. Real signatures
 (the C backend), the SDK's own tokens from the known-answer file, a real ReplicaState."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from raydex.actors.replica import ReplicaState
-from raydex.actors.replica.auth import (
+from raydex.actors.replica.http.auth import (
     CLOCK_SKEW_S,
     LIGHTER_MAX_LIFETIME_S,
     AuthError,

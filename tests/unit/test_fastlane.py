@@ -1,6 +1,6 @@
-"""The replica's fast lane (actors/replica/fastlane.py): ``sendTx``/``sendTxBatch`` answered by a
-plain HTTP/1.1 protocol exactly as the aiohttp app answers them, and every other request, or any
-request the lane does not fully understand, handed to aiohttp with the connection.
+"""The replica's fast lane (actors/replica/http/fastlane.py): ``sendTx``/``sendTxBatch`` answered
+by a plain HTTP/1.1 protocol exactly as the aiohttp app answers them, and every other request, or
+any request the lane does not fully understand, handed to aiohttp with the connection.
 Real sockets on 127.0.0.1, a real aiohttp app behind, raw bytes from the client side."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from aiohttp.test_utils import TestServer
 from kit.lane import LaneServer
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
-from raydex.actors.replica import ApiConfig, fastlane
-from raydex.actors.replica.fastlane import HANDOFF, MAX_HEAD, parse
+from raydex.actors.replica import ApiConfig
+from raydex.actors.replica.http import fastlane
+from raydex.actors.replica.http.fastlane import HANDOFF, MAX_HEAD, parse
 from raydex.codecs import ResultCode, tx_to_json_str
 
 T = TypeVar("T")

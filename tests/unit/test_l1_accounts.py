@@ -11,7 +11,8 @@ from eth_account import Account as EthAccount
 from eth_account.messages import encode_defunct
 
 from raydex.actors.local import FAR_MS, Trader, new_exchange
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica.cache.dryrun import dry_run
+from raydex.actors.replica.cache.state import ReplicaState
 from raydex.codecs import (
     ChangePubKey,
     L1AddressRecord,
@@ -76,25 +77,25 @@ def test_change_pub_key_needs_the_accounts_l1_signature_in_dry_run_and_sequencer
     assert st.l1_addresses[ai] == L1 and st.by_l1[L1] == ai
 
     forged, _ = _change_pub_key(ai, 2, 0, STRANGER)
-    assert st.dry_run(forged, 0) == ResultCode.INVALID_L1_SIGNATURE
+    assert dry_run(st, forged, 0) == ResultCode.INVALID_L1_SIGNATURE
     block = ex.run([forged])  # straight to the sequencer: refused there too, nothing changes
     assert block.outcomes[0].code == ResultCode.INVALID_L1_SIGNATURE
     assert ex.producer.engine.pub_key(ai, 2) is None
 
     good, seed = _change_pub_key(ai, 2, 0, OWNER)
-    assert st.dry_run(good, 0) == ResultCode.OK
+    assert dry_run(st, good, 0) == ResultCode.OK
     tampered = good._replace(l1_sig=forged.l1_sig)
-    assert st.dry_run(tampered, 0) == ResultCode.INVALID_L1_SIGNATURE
-    assert st.dry_run(good._replace(sig=bytes(80)), 0) == ResultCode.INVALID_SIGNATURE
+    assert dry_run(st, tampered, 0) == ResultCode.INVALID_L1_SIGNATURE
+    assert dry_run(st, good._replace(sig=bytes(80)), 0) == ResultCode.INVALID_SIGNATURE
     assert ex.run([good]).outcomes[0].code == ResultCode.OK
     assert ex.producer.engine.pub_key(ai, 2) == good.pub_key
     assert st.next_nonce(ai, 2) == 1
     # the new key trades; an account without an L1 address cannot take a ChangePubKey
     trader = Trader(ai, api_key=2)
     trader.seed, trader.pub, trader.nonce = seed, good.pub_key, 1
-    assert st.dry_run(trader.order(300_000, 1, 1), 0) == ResultCode.OK
+    assert dry_run(st, trader.order(300_000, 1, 1), 0) == ResultCode.OK
     plain, _ = _change_pub_key(funder.account, 3, 0, OWNER)
-    assert st.dry_run(plain, 0) == ResultCode.INVALID_L1_SIGNATURE
+    assert dry_run(st, plain, 0) == ResultCode.INVALID_L1_SIGNATURE
     assert st.state_hash() == state_digest(ex.producer.engine.records())
 
 

@@ -226,7 +226,7 @@ def test_a_tx_queued_behind_a_dropped_tx_of_the_same_key_is_not_sent() -> None:
     reach the sequencer (its nonce can no longer be valid there): its caller is answered "not
     sent" at once. Another account's tx queued behind them is sent as usual."""
     from raydex.actors.replica import ApiError
-    from raydex.actors.replica.service import MicroBatcher
+    from raydex.actors.replica.batching import MicroBatcher
     from raydex.actors.transport import BlockHub, GrpcDataPlaneServer, GrpcTxChannel
     from raydex.codecs import decode_batch, encode_outcomes, tx_hash
 

@@ -23,8 +23,8 @@ from aiohttp.test_utils import TestServer
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
 from raydex.actors.replica import ApiConfig, Fanout, build_app
-from raydex.actors.replica.service import MicroBatcher
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica.batching import MicroBatcher
+from raydex.actors.replica.cache.state import ReplicaState
 from raydex.actors.transport import BlockHub, GrpcDataPlaneServer, GrpcTxChannel
 from raydex.codecs import (
     SKIP_NONCE_FLAG,
@@ -275,7 +275,7 @@ def test_a_resyncing_client_under_overload_gets_answers_only_200_or_23000() -> N
 
 
 def test_the_loop_lag_probe_sees_a_blocked_loop_while_it_is_blocked() -> None:
-    from raydex.actors.replica.admission import LoopLag
+    from raydex.actors.replica.http.admission import LoopLag
 
     async def main() -> tuple[float, float]:
         lag = LoopLag(interval_s=0.01)

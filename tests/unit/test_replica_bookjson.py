@@ -1,4 +1,4 @@
-"""The order_book update rendered in C (actors/replica/_bookjson.c) is byte for byte what msgspec
+"""The order_book update rendered in C (actors/replica/ws/_bookjson.c) is byte for byte what msgspec
 encodes for the Python body (``fanout.book_update_body``), on a realistic stream's book deltas and
 on the corners of the decimal rendering; what it does not render falls back to the body."""
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raydex.actors.replica import fanout
-from raydex.actors.replica.fanout import book_update_body, book_update_json
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica.cache.state import ReplicaState
+from raydex.actors.replica.ws import fanout
+from raydex.actors.replica.ws.fanout import book_update_body, book_update_json
 from raydex.codecs import MarketRecord, decode_block
 from raydex.observability.bench.apply import build_stream
 

@@ -1,8 +1,8 @@
-"""The replica's C apply loop (actors/replica/_cacheloop.c) leaves every cache exactly as the Python
-loop (``ReplicaState._apply_events``) does: the same books and sorted price lists, orders and their
-indexes, accounts, keys, pending nonces, tx results in the same order, the same ``Applied`` per
-block, the same GC tracking of the records it keeps, and the same error on a block that refers to
-a market the replica does not have."""
+"""The replica's C apply loop (actors/replica/cache/_cacheloop.c) leaves every cache exactly as the
+Python loop (``ReplicaState._apply_events``) does: the same books and sorted price lists, orders
+and their indexes, accounts, keys, pending nonces, tx results in the same order, the same
+``Applied`` per block, the same GC tracking of the records it keeps, and the same error on a block
+that refers to a market the replica does not have."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from raydex.actors.replica import state as replica_state
-from raydex.actors.replica.state import CACHE_LOOP_ACCELERATED, ReplicaState
+from raydex.actors.replica.cache import state as replica_state
+from raydex.actors.replica.cache.state import CACHE_LOOP_ACCELERATED, ReplicaState
 from raydex.codecs import (
     BalanceChanged,
     Block,

@@ -5,8 +5,9 @@ Real engine and BlockProducer in-process; the replica's caches fed every block."
 from __future__ import annotations
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
-from raydex.actors.replica import margin, views
-from raydex.actors.replica.margin import liquidation_price
+from raydex.actors.replica import views
+from raydex.actors.replica.cache import margin
+from raydex.actors.replica.cache.margin import liquidation_price
 from raydex.codecs import PositionDeleveraged, PositionLiquidated, SetMarkPrice, decode_block
 
 USDC = 1_000_000

@@ -20,7 +20,8 @@ import pytest
 
 from raydex.actors.local import Trader, eth_market
 from raydex.actors.replica import ApiConfig, ApiError
-from raydex.actors.replica.service import MicroBatcher, ReplicaConfig, ReplicaService
+from raydex.actors.replica.batching import MicroBatcher
+from raydex.actors.replica.service import ReplicaConfig, ReplicaService
 from raydex.actors.sequencer.service import SequencerConfig, SequencerService
 from raydex.actors.snapshot.holder import SnapshotConfig, SnapshotService
 from raydex.actors.transport import (

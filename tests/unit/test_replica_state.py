@@ -10,7 +10,8 @@ import random
 import pytest
 
 from raydex.actors.local import FAR_MS, LocalExchange, Trader, new_exchange
-from raydex.actors.replica.state import GapError, ReplicaState
+from raydex.actors.replica.cache.dryrun import dry_run
+from raydex.actors.replica.cache.state import GapError, ReplicaState
 from raydex.codecs import CreateOrder, ResultCode, SetMarkPrice, sign_tx
 from raydex.observability.gcstats import UNTRACKING
 
@@ -129,21 +130,21 @@ def test_dry_run_predicts_the_gate_codes_from_the_caches() -> None:
     st = replica_from_snapshot(ex)
     a = traders[0]
     ok = a.order(300_000, 1, 0)
-    assert st.dry_run(ok, 0) == ResultCode.OK
+    assert dry_run(st, ok, 0) == ResultCode.OK
     stranger = Trader(99)
-    assert st.dry_run(stranger.order(300_000, 1, 0), 0) == ResultCode.ACCOUNT_NOT_FOUND
+    assert dry_run(st, stranger.order(300_000, 1, 0), 0) == ResultCode.ACCOUNT_NOT_FOUND
     other_key = Trader(1, api_key=3)
-    assert st.dry_run(other_key.order(300_000, 1, 0), 0) == ResultCode.API_KEY_NOT_FOUND
-    assert st.dry_run(ok._replace(price=300_001), 0) == ResultCode.INVALID_SIGNATURE
-    assert st.dry_run(sign_tx(ok._replace(nonce=5), a.seed), 0) == ResultCode.INVALID_NONCE
-    assert st.dry_run(ok, FAR_MS + 1) == ResultCode.TX_EXPIRED
-    assert st.dry_run(sign_tx(ok._replace(market_index=9), a.seed), 0) == (
+    assert dry_run(st, other_key.order(300_000, 1, 0), 0) == ResultCode.API_KEY_NOT_FOUND
+    assert dry_run(st, ok._replace(price=300_001), 0) == ResultCode.INVALID_SIGNATURE
+    assert dry_run(st, sign_tx(ok._replace(nonce=5), a.seed), 0) == ResultCode.INVALID_NONCE
+    assert dry_run(st, ok, FAR_MS + 1) == ResultCode.TX_EXPIRED
+    assert dry_run(st, sign_tx(ok._replace(market_index=9), a.seed), 0) == (
         ResultCode.MARKET_NOT_FOUND
     )
     far = sign_tx(ok._replace(price=100_000), a.seed)
-    assert st.dry_run(far, 0) == ResultCode.FAT_FINGER_PRICE
+    assert dry_run(st, far, 0) == ResultCode.FAT_FINGER_PRICE
     big = sign_tx(ok._replace(base_amount=1_000_000), a.seed)
-    assert st.dry_run(big, 0) == ResultCode.NOT_ENOUGH_MARGIN
+    assert dry_run(st, big, 0) == ResultCode.NOT_ENOUGH_MARGIN
     assert ex.producer.engine.apply(big, 0).code == ResultCode.NOT_ENOUGH_MARGIN
 
 
@@ -153,11 +154,11 @@ def test_pending_nonces_advance_until_the_block_with_the_tx_arrives() -> None:
     st = replica_from_snapshot(ex)
     a = traders[0]
     first, second = a.order(299_000, 10, 0), a.order(298_000, 10, 0)
-    assert st.dry_run(first, 0) == ResultCode.OK
+    assert dry_run(st, first, 0) == ResultCode.OK
     st.note_sent(first)
     assert st.next_nonce(a.account, 0) == 1
-    assert st.dry_run(second, 0) == ResultCode.OK
-    assert st.dry_run(first, 0) == ResultCode.INVALID_NONCE
+    assert dry_run(st, second, 0) == ResultCode.OK
+    assert dry_run(st, first, 0) == ResultCode.INVALID_NONCE
     st.note_sent(second)
     ex.attach(st)
     ex.run([first])

@@ -1,11 +1,12 @@
-"""Per-account trade counts and volumes (actors/replica/volumes.py) over Lighter's windows: the
-UTC day, the ISO week (from Monday), the calendar month and the total, both sides of a trade."""
+"""Per-account trade counts and volumes (actors/replica/cache/volumes.py) over Lighter's windows:
+the UTC day, the ISO week (from Monday), the calendar month and the total, both sides of a
+trade."""
 
 from __future__ import annotations
 
 from raydex.actors.local import eth_market
-from raydex.actors.replica.state import TradeRow
-from raydex.actors.replica.volumes import ZERO, AccountVolumes, Volumes
+from raydex.actors.replica.cache.rows import TradeRow
+from raydex.actors.replica.cache.volumes import ZERO, AccountVolumes, Volumes
 from raydex.codecs import MarketRecord, TradeExecuted
 
 DAY = 86_400_000

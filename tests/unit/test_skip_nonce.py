@@ -5,7 +5,8 @@ replica's dry-run alike (one rule, ``raydex.engine.rules.accepted_nonce``)."""
 from __future__ import annotations
 
 from raydex.actors.local import Trader, new_exchange
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica.cache.dryrun import dry_run
+from raydex.actors.replica.cache.state import ReplicaState
 from raydex.codecs import (
     MAX_SKIP_NONCE,
     SKIP_NONCE_FLAG,
@@ -44,9 +45,9 @@ def test_the_engine_and_the_dry_run_accept_a_ms_time_nonce_with_skip_nonce_and_m
     ex.run([first])
     t_ms = 1_700_000_000_123
     gap_plain = sign_tx(a.order(299_000, 1, 0)._replace(nonce=t_ms), a.seed)
-    assert st.dry_run(gap_plain, 0) == ResultCode.INVALID_NONCE
+    assert dry_run(st, gap_plain, 0) == ResultCode.INVALID_NONCE
     jump = _skip(a.order(299_000, 1, 0), t_ms, a.seed)
-    assert st.dry_run(jump, 0) == ResultCode.OK
+    assert dry_run(st, jump, 0) == ResultCode.OK
     # through JSON (what a client sends) and back: the same tx, the same signature check
     assert tx_from_json(14, tx_to_json(jump)) == jump
     st.note_sent(jump)
@@ -59,9 +60,9 @@ def test_the_engine_and_the_dry_run_accept_a_ms_time_nonce_with_skip_nonce_and_m
     assert st.next_nonce(1, 0) == t_ms + 1 and st.pending_count() == 0
     # the same nonce again, or a lower one, is refused by both
     again = _skip(a.order(298_000, 1, 0), t_ms, a.seed)
-    assert st.dry_run(again, 0) == ResultCode.INVALID_NONCE
+    assert dry_run(st, again, 0) == ResultCode.INVALID_NONCE
     assert ex.producer.engine.apply(again, 0).code == ResultCode.INVALID_NONCE
     # and plain last + 1 still works after the jump
     follow = sign_tx(a.order(298_000, 1, 0)._replace(nonce=t_ms + 1), a.seed)
-    assert st.dry_run(follow, 0) == ResultCode.OK
+    assert dry_run(st, follow, 0) == ResultCode.OK
     assert st.state_hash() == state_digest(ex.producer.engine.records())

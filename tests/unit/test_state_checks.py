@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kit.workload import Workload
 
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica.cache.state import ReplicaState
 from raydex.actors.runtime.checks import StateChecks
 from raydex.actors.sequencer import BlockProducer
 from raydex.actors.snapshot.deltas import DeltaState

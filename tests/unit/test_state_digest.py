@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kit.workload import Workload
 
-from raydex.actors.replica.state import ReplicaState
+from raydex.actors.replica.cache.state import ReplicaState
 from raydex.actors.sequencer import BlockProducer
 from raydex.codecs import AccountRecord, OrderRecord, Verifier
 from raydex.engine import Engine, state_digest

@@ -20,14 +20,12 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 from collections import deque
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
+from raydex.codecs import MarketRecord
 from raydex.engine.rules import notional_multiplier
 
-if TYPE_CHECKING:
-    from raydex.codecs import MarketRecord
-
-    from .state import TradeRow
+from .rows import TradeRow
 
 __all__ = ["MAX_PENDING", "AccountVolumes", "Volumes"]
 

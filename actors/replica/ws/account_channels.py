@@ -27,37 +27,28 @@ address                         reply channel                   auth   body
 ``account_tx/{a}``              ``account_tx:{a}``              yes    ``txs`` [Lighter ``Tx``]
 ==============================  ==============================  =====  ==========================
 
-Semantics:
+- ``subscribed/<kind>``: the account's state now (resting orders, positions, assets, stats, and
+  the ledger's newest ``RECENT`` trades, payments and txs). ``update/<kind>``: what one block
+  changed for it, one message per channel per block: every order it touched with its status
+  after the block (so a subscriber sees its order end), its trades, the positions changed, the
+  funding charged, its own txs with their outcome (a rejected one too: ``status`` 0, the code in
+  ``event_info``).
+- ``filled_quote_amount`` counts the fills this replica applied (from its snapshot on; earlier
+  ones read 0). An order's ``nonce`` is its CreateOrder's when the update comes from that tx,
+  else 0.
+- A private channel (``auth: yes``) needs the subscribe message's ``auth`` token for that
+  account (``authorize``: auth.py's ``require_account`` by default); a refusal is an error frame
+  and nothing is subscribed.
 
-- ``subscribed/<kind>`` carries the state now: the account's resting orders, its positions, its
-  assets, its stats, its recent trades, funding payments and txs (the ledger's newest
-  ``RECENT``). ``update/<kind>`` carries what one block changed for the account: every order it
-  touched with its status after the block (``filled``, ``canceled``, ... included, so a
-  subscriber sees its order end), the block's trades of the account, the positions it changed,
-  the funding its positions were charged, its own txs with their outcome (``account_tx``: a
-  rejected tx too, ``status`` 0 and the code in ``event_info``). One message per channel per
-  block, never per event.
-- An order's ``filled_quote_amount`` is exact for the fills this replica applied (the ledger's
-  count when the account's first subscription starts, then the fan-out's own for the watched
-  accounts); fills before the replica's snapshot are not known to it (0). An order's ``nonce``
-  is the nonce of the CreateOrder that placed it when the update comes from that tx, else 0.
-- The ledger (ledger.py) holds the blocks this replica applied since its snapshot: older trades,
-  payments and txs are not in a snapshot.
-- Private channels (``auth: yes``) need the subscribe message's ``auth`` token for that account
-  (auth.py's ``require_account``, unless the fan-out was given another ``authorize``); a refusal
-  is an error frame with the token's code and nothing subscribed. ``account_all`` and
-  ``user_stats`` are public, as on Lighter.
-
-Cost: with no account channel subscribed, nothing per block. Otherwise O(watched accounts) to
-intersect with the block's touched accounts, and for a block that touched one: one walk over
-its events (type checks) plus O(what changed for the watched accounts) of JSON building.
+Cost: nothing per block while no account channel is subscribed; else O(watched accounts), and
+for a block that touched one, a walk over its events plus the JSON of what changed.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from raydex.codecs import (
     CreateOrder as _CreateOrder,
@@ -76,13 +67,18 @@ from raydex.codecs import (
 )
 from raydex.engine.rules import notional_multiplier
 
-from . import private_views, public_views, views
-from .ledger import FundingPayment
-from .margin import liquidation_prices
-
-if TYPE_CHECKING:
-    from .state import Applied, ReplicaState, TradeRow, TxRecord
-    from .volumes import Volumes
+from ..cache import (
+    Applied,
+    FundingPayment,
+    ReplicaState,
+    TradeRow,
+    TxRecord,
+    Volumes,
+    liquidation_prices,
+)
+from ..views import common as views
+from ..views import private as private_views
+from ..views import public as public_views
 
 __all__ = [
     "ACCOUNT_WIDE",

@@ -9,30 +9,19 @@ per-request machinery, in front of the same app.
                       └ anything else: aiohttp's RequestHandler takes the connection, with every
                         byte read so far, for the rest of its life (reads, WebSocket, multipart)
 
-Why: a ``sendTx`` through aiohttp costs ~50 µs of CPU on this host (request and response objects,
-the middleware chain, the router, header multidicts, the payload writer) against ~20 µs for the
-same request parsed and answered by a plain protocol; the lane keeps aiohttp for everything but
+Why: aiohttp's per-request machinery (request and response objects, middlewares, router, header
+multidicts, payload writer) costs more CPU than the request; the lane keeps aiohttp for all but
 the one request shape a trading client sends thousands of times per connection.
 
-Semantics:
-
-- The lane serves a request only when it understands all of it: the exact method, path and
-  version, header lines ``name: value`` of token names and visible ASCII values, one ``Host``,
-  one ``Content-Length`` of at most ``max_body_bytes``, no ``Transfer-Encoding``, ``Expect`` or
-  ``Upgrade``, a ``Content-Type`` of ``application/x-www-form-urlencoded`` (utf-8) or
-  ``application/json``. Anything else is handed to aiohttp unread, which answers it (errors
-  included) as it does on a connection that never met the lane. A handoff happens between
-  requests only (never while one is being served) and is final for the connection.
-- The answer is the app's: the same budgets, the same codes, bodies and statuses (``Retry-After``
-  on 429), from :meth:`_Api.fast_send`; ``Connection: close`` from the client closes after it.
-- Requests on one connection are answered in order, one at a time (pipelined ones wait in the
-  buffer); over ``MAX_BUFFER`` bytes buffered, reading pauses.
-- A connection with no request in progress for ``KEEPALIVE_S`` (idle, or a head that stopped
-  arriving) is closed, as aiohttp closes an idle keep-alive.
-- A client that goes away mid-request does not cancel it (the tx may already be sequenced, as
-  with aiohttp); the answer is dropped.
-- ``hooks.request_span`` (loadtest tracing) wraps a request that carries ``traceparent``, as the
-  tracing middleware does on the aiohttp side.
+- The lane serves a request only when it understands all of it: exact method, path and
+  version, token header names with visible ASCII values, one ``Host``, one ``Content-Length`` up
+  to ``max_body_bytes``, no ``Transfer-Encoding``/``Expect``/``Upgrade``, a urlencoded (utf-8) or
+  JSON ``Content-Type``. Anything else goes to aiohttp unread, between requests only, for good.
+- The answer is the app's (:meth:`TxSubmission.fast_send`): same budgets, codes, bodies and
+  statuses. Requests on a connection are answered in order (reading pauses past
+  ``MAX_BUFFER``); one with nothing in progress for ``KEEPALIVE_S`` is closed; a client that
+  goes away mid-request does not cancel it (the answer is dropped).
+- ``hooks.request_span`` wraps a request carrying ``traceparent``, as tracing does on aiohttp.
 """
 
 from __future__ import annotations

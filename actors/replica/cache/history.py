@@ -1,42 +1,31 @@
-"""What the replica remembers of the block stream beyond its caches: txs per block, the tx bodies it
-submitted, candles. Fed once per applied block (``ReplicaState.apply_block`` calls :meth:`add`).
+"""What the replica remembers of the block stream beyond its caches: txs per block, the tx bodies
+it submitted, funding settlements, candles and volumes. Fed once per applied block.
 
 ::
 
     apply_block ─► Applied ─► History.add ─► blocks: seq -> (TxRecord, ...)   (txs, blockTxs)
                                           ├► candles (candles.py)             (candles, candle WS)
                                           └► volumes (volumes.py)             (account WS channels)
-    app.send_txs ─► History.note_sent(hash, tx): the tx body for ``tx``'s ``info``
+    TxSubmission.send_txs ─► History.note_sent(hash, tx): the tx body for ``tx``'s ``info``
 
-Semantics:
-
-- A tx's ``sequence_index`` is ``seq << 20 | position`` (:func:`sequence_index`): unique, increasing
-  in execution order, and the same on every replica (both parts come from the block). A block holds
-  at most ``2**20`` txs (the sequencer's ``block_max_txs`` is far below that).
-- ``txs`` paging: :meth:`since` answers the txs whose ``sequence_index >= index`` in order;
-  :meth:`latest` the newest ``limit``. Both walk blocks, not txs: O(limit + blocks visited).
-- Tx bodies (``info``): the block stream carries outcomes (``TxExecuted``), not tx bodies, so a
-  replica knows the body of the txs that were submitted through it (kept up to ``keep_txs``);
-  others answer ``info: ""``. Serving every tx's body needs the bodies on the block stream.
-- Bounded: blocks are dropped oldest first once they hold more than ``keep_txs`` txs.
-
-Cost: ``add`` is O(txs in the block) plus the candle fold (candles.py); reads as above.
+- A tx's ``sequence_index`` is ``seq << 20 | position`` (:func:`sequence_index`): unique,
+  increasing in execution order, the same on every replica. A block holds at most ``2**20`` txs.
+- ``txs`` paging walks blocks, not txs: :meth:`since` and :meth:`latest` are O(limit + blocks).
+- Tx bodies: the block stream carries outcomes, not bodies, so a replica knows the bodies of the
+  txs submitted through it (up to ``keep_txs``); others answer ``info: ""``.
+- Bounded: blocks are dropped oldest first past ``keep_txs`` txs.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from raydex.codecs import FundingChanged, FundingRecord
+from raydex.codecs import FundingChanged, FundingRecord, MarketRecord
 
 from .candles import Candles
+from .rows import Applied, TxRecord
 from .volumes import AccountVolumes
-
-if TYPE_CHECKING:
-    from raydex.codecs import MarketRecord
-
-    from .state import Applied, TxRecord
 
 __all__ = ["FUNDINGS_KEPT", "POSITION_BITS", "Funding", "History", "Settlement", "sequence_index"]
 

@@ -4,48 +4,34 @@
 
     ReplicaState.apply_block ─► Ledger.add_block(events, txs, seq, ...)   O(1): queued
     (after the block's fan-out and its waiters) Ledger.catch_up ─► fold ─► AccountLog per account
-    app (auth.py checked the token) ─► Ledger.log(account) (catches up first) ─► JSON
+    http/private.py (auth.py checked the token) ─► Ledger.log(account) (catches up first) ─► JSON
 
-What is kept per account, newest last, each list capped (:class:`LedgerCaps`, oldest dropped):
-``orders`` (orders that left the book: filled, cancelled, expired; with their filled quote),
-``trades`` (its fills, the shared ``TradeRow``), ``flows`` (deposits, withdrawals, transfers in
-and out, amounts from the ``BalanceChanged`` of the tx that moved them), ``fundings`` (funding
-payments, from the change of a position's ``funding_paid``), ``liquidations``
-(``PositionLiquidated``), ``txs`` (the account's own txs, their ``TxRecord``) and ``pnl``
-(hourly buckets: realized pnl, inflow, outflow, traded volume).
+Kept per account, newest last, each list capped (:class:`LedgerCaps`, oldest dropped):
+``orders`` that left the book (with their filled quote), ``trades`` (its fills), ``flows``
+(deposits, withdrawals, transfers), ``fundings`` (from a position's ``funding_paid``),
+``liquidations``, ``txs`` (its own) and ``pnl`` (hourly: realized pnl, inflow, outflow, volume).
 
-Semantics and limits:
+- Amounts are the collateral change the tx caused (the block stream carries outcomes, not tx
+  bodies); events are attributed to the last ``TxExecuted`` before them (the sequencer writes a
+  tx's ``TxExecuted`` first). Mirrors seeded from the snapshot turn absolute events into changes.
+- Off the latency path: ``add_block`` only queues; the fold runs after the block's fan-out and
+  waiters (the service schedules :meth:`Ledger.catch_up`), on the next read, or inline past
+  ``MAX_PENDING`` queued blocks.
+- The log holds the blocks applied since the snapshot (``from_seq``); a resync keeps it and
+  records the skipped blocks in ``gaps``.
+- Memory is bounded by ``max_accounts`` logs and ``max_entries`` entries over all logs: past
+  either, the least recently active account's whole log is dropped (its reads start empty).
 
-- The block stream carries outcomes, not tx bodies: an amount is the collateral change the tx
-  caused to the account (exact: transfers carry no fee in raydex, a deposit or a withdrawal
-  changes nothing else).
-- Off the latency path: ``apply_block`` only queues the block's events; the fold runs after the
-  block was published and its waiters woken (the service schedules :meth:`Ledger.catch_up`), or
-  on the next read, or inline once ``MAX_PENDING`` blocks wait (a bound on what is queued). The
-  ledger mirrors what it needs to turn absolute events into changes (each account's collateral,
-  each position's realized pnl and funding paid), seeded from the snapshot.
-- Events arrive in execution order, each tx's ``TxExecuted`` first (producer.py), so the tx an
-  event belongs to is the last ``TxExecuted`` seen.
-- A fresh replica holds the history of the blocks it applied since its snapshot (``from_seq``):
-  older events are not in a snapshot. A resync from a snapshot keeps the log (what it holds is
-  still true) and records the skipped blocks in ``gaps``: their events are missing from it.
-- Memory: at most ``max_accounts`` logs of at most the caps each, and at most ``max_entries``
-  entries over all logs: past either bound the least recently active account's whole log is
-  dropped first (its reads then start empty, as for an account not seen since boot). The per-list
-  caps alone would let memory grow with the number of accounts (100,000 accounts x ~5,000 entries);
-  the entry budget keeps it flat in a long run. A list exists once it has an entry (measured: ~100
-  bytes for a log, ~1.7 KB once it holds a tx and a pnl hour), entries ~100-250 bytes with what
-  they reference; a ``TradeRow`` is shared by the two accounts (counted in both).
-
-Cost: O(1) per block on the apply loop; the fold is O(events) dict and deque work after it;
-reads walk at most one account's capped lists.
+Cost: O(1) per block on the apply loop; the fold is O(events) after it; a read walks at most one
+account's capped lists.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from raydex.codecs import (
     BalanceChanged,
@@ -62,10 +48,7 @@ from raydex.codecs import (
 )
 from raydex.observability.gcstats import untrack
 
-if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
-
-    from .state import TxRecord
+from .rows import TradeRow, TxRecord
 
 __all__ = [
     "FLOW_TYPES",
@@ -78,7 +61,6 @@ __all__ = [
     "LedgerCaps",
     "Liquidation",
     "PnlBucket",
-    "TradeRow",
 ]
 
 #: Tx types whose collateral changes are flows (deposit/withdraw/transfer history).
@@ -114,15 +96,6 @@ class LedgerCaps:
         for name in self.__slots__:
             if getattr(self, name) < 1:
                 raise ValueError(f"ledger cap {name} must be >= 1")
-
-
-class TradeRow(NamedTuple):
-    """A trade as the replica serves it (market tape and account fills)."""
-
-    trade: TradeExecuted
-    tx_hash: bytes
-    block_height: int
-    timestamp_ms: int
 
 
 class DoneOrder(NamedTuple):

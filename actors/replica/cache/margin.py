@@ -1,26 +1,17 @@
-"""Liquidation prices of an account's positions, from the replica's caches (pure, no I/O).
+"""An account's margin from the replica's caches (pure, no I/O): its equity and initial-margin
+requirement (the dry-run's margin check, the available balance) and its liquidation prices.
 
-The liquidation price of a position is the mark at which the account's equity would reach its
-maintenance requirement, every other position held at its current mark: the engine liquidates an
-account while ``equity * 1e4 < MMR`` (cross margin), with
-
-    equity = collateral + sum(unrealized_pnl(size, mark * mult, entry_quote))
-    MMR    = sum(maintenance_margin(|size|, mark * mult, maintenance fraction))
-
-For one position of ``size`` lots (the rest of the account giving ``equity_rest`` and
-``mmr_rest``) both sides are linear in its mark ``P``; solving ``equity(P) * 1e4 = MMR(P)``:
+A position's liquidation price is the mark at which the account's equity meets its maintenance
+requirement (the engine liquidates while ``equity * 1e4 < MMR``), the other positions held at
+their marks. Both sides are linear in the mark ``P``; with ``equity_rest`` and ``mmr_rest`` the
+rest of the account's:
 
     P = (mmr_rest - (equity_rest - entry_quote) * 1e4) / (mult * (size * 1e4 - |size| * mmf))
 
-The price is in ticks, rounded towards the current mark (a long is liquidated below it, so it is
-rounded up; a short above it, rounded down): a client is never told it has more room than it has.
-``0`` means none: the position is flat, or no price in ``[1, MAX_PRICE]`` reaches maintenance (a
-long whose account covers it at any price). Same bounds as the engine's liquidation triggers.
-
-``notional_multiplier``, ``unrealized_pnl``, ``maintenance_margin`` and ``MAX_PRICE`` are the
-engine's own (``raydex.engine.rules``), so the replica cannot drift from the engine.
-
-Cost: O(positions of the account) for all of its positions together.
+in ticks, rounded towards the current mark (a client is never told it has more room than it
+has); 0 = none (flat, or no price in ``[1, MAX_PRICE]`` reaches maintenance). Every rule is the
+engine's own (``raydex.engine.rules``), so the replica cannot drift from it.
+Cost: O(the account's positions and the markets it rests orders in).
 """
 
 from __future__ import annotations
@@ -30,15 +21,43 @@ from collections.abc import Mapping
 from raydex.codecs import BPS, MarketRecord, PositionRecord
 from raydex.engine.rules import (
     MAX_PRICE,
+    exposure,
+    initial_margin,
     maintenance_margin,
     notional_multiplier,
     unrealized_pnl,
 )
 
 __all__ = [
+    "equity_and_requirement",
     "liquidation_price",
     "liquidation_prices",
 ]
+
+
+def equity_and_requirement(
+    markets: Mapping[int, MarketRecord],
+    collateral: int,
+    positions: Mapping[int, PositionRecord],
+    open_lots: Mapping[int, list[int]],
+) -> tuple[int, int]:
+    """(equity, initial-margin requirement numerator, 1e4 times micro-USDC) of an account:
+    collateral plus the positions' unrealized pnl, and the sum of each market's initial margin
+    on its worst-case exposure (position and resting orders, ``open_lots``: market -> [bid lots,
+    ask lots]), as the engine counts them."""
+    equity = collateral
+    num = 0
+    for mi in set(positions) | set(open_lots):
+        pos = positions.get(mi)
+        m = markets[mi]
+        mq = m.mark_price * notional_multiplier(m.price_decimals, m.size_decimals)
+        s = pos.size if pos is not None else 0
+        imf = pos.initial_margin_fraction if pos is not None else m.default_initial_margin_fraction
+        bo, ao = open_lots.get(mi, (0, 0))
+        if s and pos is not None:
+            equity += unrealized_pnl(s, mq, pos.entry_quote)
+        num += initial_margin(exposure(s, bo, ao), mq, imf)
+    return equity, num
 
 
 def liquidation_price(

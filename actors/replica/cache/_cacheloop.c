@@ -1,5 +1,5 @@
-/* raydex.actors.replica._cacheloop: a block's per-tx events into the replica's caches in one C
- * loop (actors/replica/state.py, ReplicaState.apply_block).
+/* raydex.actors.replica.cache._cacheloop: a block's per-tx events into the replica's caches in
+ * one C loop (actors/replica/cache/state.py, ReplicaState.apply_block).
  *
  * configure(classes, active, untrack, account_class) sets, once per process, the fifteen
  * NamedTuple classes (OrderUpdated, LevelChanged, TxExecuted, NonceUpdated, BalanceChanged,
@@ -1535,7 +1535,7 @@ module_free(void *m)
 }
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "raydex.actors.replica._cacheloop", NULL, 0, methods,
+    PyModuleDef_HEAD_INIT, "raydex.actors.replica.cache._cacheloop", NULL, 0, methods,
     NULL, NULL, NULL, module_free,
 };
 

@@ -8,43 +8,28 @@
         bucket change
     REST ``candles`` / WS ``candle/{m}/{res}`` ◄── Candles.window / Candles.last (caught up first)
 
-Semantics:
+- Resolutions are Lighter's (``RESOLUTIONS``: 1m ... 1w, those lighter-sdk and ccxt name). A
+  candle's ``t`` is its bucket's start in ms, aligned on the Unix epoch (``t = ts - ts % width``:
+  weeks start on Thursdays 00:00 UTC). ``o h l c`` are trade prices, ``v`` the base volume, ``V``
+  the quote volume, ``i`` the bucket's last trade id: integers until an answer is built.
+- A bucket with no trade has no candle (as on Lighter); trades are the only input, so a replica
+  has candles from its snapshot on. A trade stamped before the open candle is folded into it.
+- ``KEEP`` candles per (market, resolution), oldest dropped; an answer holds ``MAX_ANSWER``.
 
-- Resolutions are Lighter's (``RESOLUTIONS``: 1m 5m 15m 30m 1h 4h 12h 1d 1w, the set lighter-sdk's
-  ``CandlestickApi.candles`` and ccxt's ``lighter`` timeframes name). A candle's ``t`` is the start
-  of its bucket in ms, buckets aligned on the Unix epoch (``t = ts - ts % width``; weeks therefore
-  start on Thursdays 00:00 UTC).
-- ``o h l c`` are trade prices, ``v`` the base volume, ``V`` the quote volume (sum of price * size),
-  ``i`` the id of the bucket's last trade, all kept as integers (ticks, lots, ticks * lots) and
-  turned into JSON numbers only when an answer is built (Lighter types them as numbers).
-- A bucket with no trade has no candle (Lighter omits them too); the trade stream is the only
-  input, so a replica that booted from a snapshot has candles from its boot on (the same holds
-  for ``recentTrades`` and the daily figures).
-- Trades arrive in block order, so timestamps never go back; a trade stamped before the open
-  candle (impossible from one sequencer) is folded into the open candle rather than reordering.
-
-Limits: ``KEEP`` candles per (market, resolution), oldest dropped first (500 is what one Lighter
-call answers at most: ``MAX_ANSWER``).
-
-Cost: ``queue`` is O(1) on the apply path; the fold (``add``, ~5 us per block of `raydex bench
-apply`'s stream, 12% of the cache update when it ran there) waits for the replica's fold after
-the block's fan-out, as the account ledger's and volumes' do, or for the next read, whichever
-comes first; inline once ``MAX_PENDING`` blocks wait. ``add`` is O(trades) plus O(resolutions)
-per market and minute a block touched; ``window``
-is O(candles kept for that resolution) at worst (a scan back from the newest), answers at most
-``MAX_ANSWER``.
+Cost: ``queue`` is O(1) on the apply path; the fold (``add``: O(trades) plus O(resolutions) per
+market and minute a block touched) runs after the block's fan-out, on the next read, or inline
+past ``MAX_PENDING`` queued blocks. ``window`` scans back from the newest candle.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raydex.codecs import MarketRecord
 
-if TYPE_CHECKING:
-    from .state import TradeRow
+from .rows import TradeRow
 
 __all__ = [
     "KEEP",

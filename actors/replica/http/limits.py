@@ -1,4 +1,4 @@
-"""Request budgets of the public API (WIRE.md "Limits that protect the service"), per replica.
+"""Request budgets of the public API (Lighter's limits), per replica.
 
 ::
 
@@ -8,31 +8,22 @@
             ──► per-account bucket (a tx counts once its dry-run passed) ─────────► 429/23000
     /stream ──► at most ``ws_max_connections_per_ip`` open per IP ───► error 30005, then close
 
-Semantics:
-
-- Token buckets: a key's bucket holds up to one minute's budget and refills continuously at
-  budget/60 per second (so a rolling minute admits at most about the budget, and a client idle for
-  a minute may spend a minute's worth at once). A request that does not fit is refused whole and
-  costs nothing; the answer says when it would fit (``Retry-After``).
-- Weights are Lighter's (its API docs, "Rate Limits"): ``sendTx``, ``sendTxBatch``,
-  ``nextNonce`` 6, ``apikeys`` 150, ``trades``/``recentTrades`` 600, anything else 300;
-  ``/stream`` costs nothing to open (its cap is the connection count) and each
-  ``jsonapi/sendtx``/``sendtxbatch`` frame costs what ``sendTx`` costs, from the same per-IP
-  bucket, as on Lighter.
-- Per account: only txs whose dry-run passed are charged, so nobody can spend another account's
-  budget with txs it cannot sign; an account already out of budget is refused before any
-  signature check.
-- A request refused for a bad signature is remembered by the digest of its exact bytes for
-  ``rejection_cache_s``: replaying it is answered from memory, without checking a signature again
-  (a key change makes a remembered rejection wrong for at most that long).
-- ``rate_limit_exempt`` addresses (default: loopback, i.e. the host's own tools and loadtests) skip
-  every budget and the connection cap. Behind a reverse proxy on the same host every client
-  looks like loopback: empty the list there (and accept that all clients share the proxy's
-  budget), since ``X-Forwarded-For`` is not trusted.
+- Token buckets: a key's bucket holds one minute's budget and refills at budget/60 per second.
+  A request that does not fit is refused whole, costs nothing, and says when it would fit
+  (``Retry-After``).
+- Weights are Lighter's: ``sendTx``, ``sendTxBatch``, ``nextNonce`` 6, ``apikeys`` 150,
+  ``trades``/``recentTrades`` 600, else 300; opening ``/stream`` is free (its cap is the
+  connection count), each ``jsonapi/sendtx*`` frame costs a ``sendTx`` from the same bucket.
+- Per account only txs whose dry-run passed are charged (nobody spends another's budget with
+  txs it cannot sign); an account out of budget is refused before any signature check.
+- A request refused for a bad signature is answered from memory when replayed byte for byte
+  within ``rejection_cache_s`` (a key change makes that answer stale for at most as long).
+- ``rate_limit_exempt`` addresses (loopback by default) skip every budget and the cap; behind a
+  same-host reverse proxy every client is loopback: empty the list there.
 
 Cost: a dict lookup, a move-to-end and a few float operations per request; memory bounded by
-``rate_limit_max_keys`` buckets per kind (least recently used evicted: an evicted key starts
-full again) and ``rejection_cache_size`` remembered rejections.
+``rate_limit_max_keys`` buckets per kind (LRU; an evicted key starts full) and
+``rejection_cache_size`` rejections.
 """
 
 from __future__ import annotations

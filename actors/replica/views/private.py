@@ -26,8 +26,8 @@ from raydex.codecs import (
     usdc_to_str,
 )
 
-from .ledger import DoneOrder, Flow, FundingPayment, Liquidation, PnlBucket
-from .views import USDC_ASSET_ID, _mult, funding_pct, usdc_asset
+from ..cache import DoneOrder, Flow, FundingPayment, Liquidation, PnlBucket
+from .common import USDC_ASSET_ID, funding_pct, quote_multiplier, usdc_asset
 
 _ORDER_TYPES = {
     int(OrderType.LIMIT): "limit",
@@ -90,7 +90,7 @@ def order(
         "base_size": int(o.initial_base_amount),
         "base_price": int(o.price),
         "filled_base_amount": lots_to_str(filled, sd),
-        "filled_quote_amount": usdc_to_str(filled_quote * _mult(m)),
+        "filled_quote_amount": usdc_to_str(filled_quote * quote_multiplier(m)),
         "side": "sell" if o.is_ask else "buy",
         "type": _ORDER_TYPES.get(int(o.order_type), "limit"),
         "time_in_force": _TIME_IN_FORCE.get(int(o.time_in_force), "Unknown"),

@@ -1,41 +1,23 @@
-"""The API replica's caches: built from a snapshot, advanced by blocks, read by the REST/WS app.
+"""The replica's caches: built from a snapshot, advanced by blocks, read by the app and fan-out.
 
-``ReplicaState`` is pure and synchronous (no asyncio, no Ray): the actor shell owns one, feeds it
-blocks in seq order through :meth:`ReplicaState.apply_block`, and hands it to ``api.build_app``.
+Invariants (``validate()`` checks the structural ones):
 
-Invariants:
+- ``seq`` is the last applied block's. ``apply_block`` of ``seq <= self.seq`` is a no-op
+  (``Applied.duplicate``); ``seq != self.seq + 1`` raises :class:`GapError` and changes nothing
+  (the caller resyncs). Events carry absolute values: applying one assigns, never increments.
+- Books: per market and side a ``dict[price, size]`` and its prices sorted (``bisect``), owned by
+  the apply loop; readers take ``state.books[m]``, an immutable :class:`BookSnapshot` built on
+  the first read after a change and shared by reference (one thread: it is what an eager rebuild
+  would have built). A book's ``nonce`` is the seq of the last block that changed it; each
+  :class:`BookDelta`'s ``begin_nonce`` is the one before, so the chain per market is unbroken.
+- Pending nonces: txs sent (:meth:`note_sent`), not yet seen in a block. ``next_nonce`` =
+  ``max(cached last nonce, highest pending) + 1``; an entry clears with its tx's ``TxExecuted``
+  (whatever its code) or by :meth:`forget_sent`.
+- Read indexes kept in step by the same writes (``level_orders``, ``account_keys``,
+  ``AccountCache.order_counts``), so no read walks the whole state.
 
-- ``seq`` is the seq of the last applied block. ``apply_block`` of ``seq <= self.seq`` is a no-op
-  (returns ``Applied`` with ``duplicate=True``); ``seq != self.seq + 1`` raises :class:`GapError`
-  and changes nothing (the caller resyncs from the snapshot holder). Events carry absolute values,
-  so applying one is an assignment, never an increment.
-- Order books: per market and side a mutable ``dict[price, size]`` and its prices in a sorted list
-  (``bisect``: a new or removed level costs O(log L) plus a memmove, a size change nothing),
-  owned by the apply loop, plus an immutable :class:`BookSnapshot` (levels best first) that
-  :class:`Books` builds on the first read after a block changed the market (one ``zip`` of the
-  sorted prices, no sort) and then hands out by reference until the next change. Readers take
-  ``state.books[m]`` and never copy it; the apply loop and the readers share one thread, so a
-  snapshot built later is the one an eager rebuild would have built. The dry-run reads the best
-  opposite price from the sorted lists, without a snapshot.
-- A book's ``nonce`` is the seq of the last block that changed it (the snapshot seq after a boot
-  from a snapshot); each :class:`BookDelta` has ``begin_nonce`` = the book's previous ``nonce``,
-  so a client that saw every update of a market sees an unbroken chain.
-- Pending nonces: txs this replica sent to the sequencer (:meth:`note_sent`) but has not yet seen in
-  a block. ``next_nonce`` = ``max(cached last nonce, highest pending) + 1``. A pending entry is
-  cleared when the block carrying the tx's ``TxExecuted`` arrives, whatever its code (the cache
-  nonce moves only with ``NonceUpdated``), or by :meth:`forget_sent` when submission failed.
-- Read indexes, kept in step by the same writes, so no REST or WS read walks the whole state:
-  ``level_orders`` (market -> side -> price -> resting orders), ``account_keys`` (account -> its
-  API key indexes), ``AccountCache.order_counts`` (market -> resting orders of the account).
-- ``validate()`` checks that every book level equals the sum of the cached resting orders at it,
-  that every snapshot equals its mutable book, and that every index agrees with what it indexes.
-
-Cost: ``apply_block`` is O(events) dict work (plus O(log L) per level added or removed, L =
-levels on the book); a snapshot costs O(L) on the first read after a change. Reads: one account's
-keys
-O(its keys), the best ``n`` orders of a side O(levels walked + n), an account's view O(its
-positions). ``dry_run`` is one Lighter signature check (~60 us with the C backend and a cached
-key) plus O(open orders + positions of the account) for the margin check.
+Cost: ``apply_block`` is O(events) dict work plus O(log L) per level added or removed (L levels
+on the book); a snapshot is O(L) on the first read after a change.
 """
 
 from __future__ import annotations
@@ -44,19 +26,15 @@ from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from raydex.codecs import (
     BLOCK_DECODE_ACCELERATED,
     BPS,
-    OPERATOR_TX_TYPES,
     ApiKeyChanged,
     ApiKeyRecord,
     BalanceChanged,
     Block,
-    CancelOrder,
-    ChangePubKey,
-    CreateOrder,
     ExchangeBalancesChanged,
     ExchangeRecord,
     FundingChanged,
@@ -67,50 +45,30 @@ from raydex.codecs import (
     MarketChanged,
     MarketRecord,
     MarketStatsChanged,
-    ModifyOrder,
     NonceUpdated,
     OrderRecord,
     OrderStatus,
-    OrderType,
     OrderUpdated,
     PositionChanged,
     PositionRecord,
-    ResultCode,
     TradeExecuted,
     TxExecuted,
-    UpdateLeverage,
     Verifier,
     decode_block,
-    is_signed_type,
-    l1_signer,
-    signer_key,
-    tx_type_of,
 )
 from raydex.codecs import AccountRecord as _AccountRecord
 from raydex.engine import state_digest
 from raydex.engine.rules import (
     SKIP_NONCE_FLAG,
-    accepted_nonce,
-    exposure,
-    initial_margin,
-    initial_margin_ok,
-    notional_multiplier,
-    order_amount_code,
-    order_kind_code,
-    reduce_only_increases,
-    unrealized_pnl,
 )
 from raydex.observability.gcstats import untrack, untrack_all
 
 from .history import History
 from .ledger import Ledger
-from .ledger import TradeRow as TradeRow
+from .margin import equity_and_requirement
+from .rows import Applied, BookDelta, Levels, TradeRow, TxRecord
 
-_OK = int(ResultCode.OK)
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
-_MARKET = int(OrderType.MARKET)
-#: Txs one (account, api key) may have in flight through this replica (21506 beyond).
-MAX_PENDING_PER_KEY = 64
 #: Trades kept per market for ``recentTrades`` / ``trade`` snapshots.
 RECENT_TRADES = 100
 #: Tx results kept for ``tx?by=hash`` (oldest dropped first).
@@ -120,7 +78,6 @@ _new = tuple.__new__
 #: A tx's nonce proper (without the SkipNonce flag, ``raydex.engine.rules``).
 _NONCE_MASK = SKIP_NONCE_FLAG - 1
 
-Levels = tuple[tuple[int, int], ...]
 #: price -> {order index: resting order} for one side of one market
 LevelOrders = dict[int, dict[int, OrderRecord]]
 
@@ -200,52 +157,6 @@ class Books(Mapping[int, BookSnapshot]):
         self._stale.discard(mi)
 
 
-class BookDelta(NamedTuple):
-    """The levels of one market a block changed (absolute sizes, 0 = removed).
-
-    A NamedTuple, as ``Applied``: as immutable as the frozen dataclasses both were, and built with
-    ``tuple.__new__`` in the apply path at a fifth of the cost (a frozen dataclass's ``__init__``
-    sets each field through ``object.__setattr__``: the two were ~17% of ``apply_block``'s
-    instructions)."""
-
-    market_index: int
-    bids: Levels
-    asks: Levels
-    nonce: int
-    begin_nonce: int
-
-
-class TxRecord(NamedTuple):
-    tx_hash: bytes
-    tx_type: int
-    account_index: int
-    api_key_index: int
-    nonce: int
-    code: int
-    seq: int
-    #: the block height (= block seq) the tx was sequenced in, as Lighter's ``block_height``
-    block_height: int
-    timestamp_ms: int
-    #: position of the tx inside its block
-    position: int
-
-
-class Applied(NamedTuple):
-    """What one block changed, for the fan-out. Empty with ``duplicate=True`` for a replayed seq."""
-
-    seq: int
-    height: int
-    timestamp_ns: int
-    books: dict[int, BookDelta]
-    trades: dict[int, list[TradeRow]]
-    accounts: frozenset[int]
-    txs: tuple[TxRecord, ...]
-    duplicate: bool = False
-    #: the block's events, by reference (the account channels walk them only when the block
-    #: touched an account someone watches)
-    events: Sequence[Any] = ()
-
-
 @dataclass(slots=True)
 class MarketStats:
     """Rolling per-UTC-day figures from the trades this replica saw (reset at the day boundary)."""
@@ -314,7 +225,7 @@ class AccountCache:
         self.index(r, 1)
 
 
-try:  # optional C extension (actors/replica/_cacheloop.c), built where a compiler is
+try:  # optional C extension (actors/replica/cache/_cacheloop.c), built where a compiler is
     from . import _cacheloop  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - exercised where no C compiler exists
     _cacheloop = None
@@ -382,8 +293,7 @@ class ReplicaState:
         self.by_l1: dict[bytes, int] = {}
         self.trades: dict[int, deque[TradeRow]] = {}
         self.txs: dict[bytes, TxRecord] = {}
-        #: ``txs``' keys, oldest first: the oldest result is dropped past ``tx_results`` (an
-        #: OrderedDict did both, at ~1,000 instructions per tx for its linked node)
+        #: ``txs``' keys, oldest first: the oldest result is dropped past ``tx_results``
         self._tx_order: deque[bytes] = deque()
         #: tx results ``txs`` keeps (the oldest dropped first)
         self.tx_results = TX_RESULTS
@@ -807,164 +717,29 @@ class ReplicaState:
     def pending_count(self) -> int:
         return sum(sum(p.values()) for p in self._pending.values())
 
-    # ---- dry-run --------------------------------------------------------------------------------
+    def pending_nonces(self, account: int, api_key: int) -> int:
+        """How many distinct nonces of (account, api key) are pending (sent, not yet in a block)."""
+        pending = self._pending.get((account, api_key))
+        return len(pending) if pending is not None else 0
 
-    def dry_run(self, tx: Any, now_ms: int) -> int:
-        """The ResultCode the sequencer would most likely answer, from the caches alone.
+    # ---- reads ----------------------------------------------------------------------------------
 
-        Checks, in order: operator-only / unsigned types, account, API key (21108), signature
-        (21120; a ChangePubKey: the new key's, then its ``L1Sig``, 21831), nonce against the
-        pending next nonce (21104; ``rules.accepted_nonce``, so a SkipNonce tx needs only to be
-        above the last pending or used one), too many pending (21506), deadline (21810), then per
-        type: market, order fields, fat finger, reduce-only and initial margin (21739). What
-        needs the live book (post-only crossing, fills) is left to the engine.
-        """
-        ttype = tx_type_of(type(tx))
-        if ttype in OPERATOR_TX_TYPES:
-            return int(ResultCode.OPERATOR_ONLY)
-        if not is_signed_type(type(tx)):
-            return int(ResultCode.UNSUPPORTED_TX_TYPE)
-        acct = self.accounts.get(tx.account_index)
-        if acct is None:
-            return int(ResultCode.ACCOUNT_NOT_FOUND)
-        key = self.api_keys.get((tx.account_index, tx.api_key_index))
-        if type(tx) is ChangePubKey:
-            code = self._check_change_pub_key(tx)
-            if code != _OK:
-                return code
-        elif key is None:
-            return int(ResultCode.API_KEY_NOT_FOUND)
-        elif not self.verifier.verify(tx, key.pub_key):
-            return int(ResultCode.INVALID_SIGNATURE)
-        nxt = self.next_nonce(tx.account_index, tx.api_key_index)
-        if nxt is None:  # a ChangePubKey to a slot never used: its first nonce is 0
-            nxt = 0
-        if tx.nonce != nxt and accepted_nonce(nxt - 1, tx.nonce) < 0:
-            return int(ResultCode.INVALID_NONCE)
-        pending = self._pending.get((tx.account_index, tx.api_key_index))
-        if pending is not None and len(pending) >= MAX_PENDING_PER_KEY:
-            return int(ResultCode.TOO_MANY_PENDING_TXS)
-        if tx.expired_at < now_ms:
-            return int(ResultCode.TX_EXPIRED)
-        t = type(tx)
-        if t is CreateOrder:
-            return self._check_order(tx, acct)
-        if t is CancelOrder or t is ModifyOrder or t is UpdateLeverage:
-            return self._check_market(tx.market_index)
-        return _OK
-
-    def _check_change_pub_key(self, tx: ChangePubKey) -> int:
-        """Lighter's ChangePubKey: the new key signs it (21120) and ``L1Sig`` is the account's L1
-        address's signature of the register text (21831; an account without an L1 address can
-        only get keys from the operator)."""
-        if not self.verifier.verify(tx, signer_key(tx, None) or b""):
-            return int(ResultCode.INVALID_SIGNATURE)
-        l1 = self.l1_addresses.get(tx.account_index)
-        if l1 is None or l1_signer(tx) != l1:
-            return int(ResultCode.INVALID_L1_SIGNATURE)
-        return _OK
-
-    def _check_market(self, mi: int) -> int:
-        m = self.markets.get(mi)
-        if m is None:
-            return int(ResultCode.MARKET_NOT_FOUND)
-        if m.status != 1:
-            return int(ResultCode.MARKET_NOT_ACTIVE)
-        return _OK
-
-    def _check_order(self, tx: CreateOrder, acct: AccountCache) -> int:
-        code = self._check_market(tx.market_index)
-        if code != _OK:
-            return code
-        m = self.markets[tx.market_index]
-        code = int(order_kind_code(tx.order_type, tx.time_in_force))
-        if code:
-            return code
-        mult = notional_multiplier(m.price_decimals, m.size_decimals)
-        code = int(
-            order_amount_code(
-                tx.base_amount,
-                tx.price,
-                mult,
-                m.min_base_amount,
-                m.min_quote_amount,
-                m.mark_price,
-                m.max_price_deviation,
-            )
-        )
-        if code:
-            return code
-        coi = tx.client_order_index
-        if coi and coi in acct.cois:
-            return int(ResultCode.CLIENT_ORDER_INDEX_EXISTS)
-        pos = acct.positions.get(tx.market_index)
-        size = pos.size if pos is not None else 0
-        if tx.reduce_only:
-            if reduce_only_increases(size, tx.is_ask):
-                return int(ResultCode.REDUCE_ONLY_INCREASES_POSITION)
-            return _OK
-        est = tx.price
-        if tx.order_type == _MARKET:  # the best opposite price, from the sorted price lists
-            opp = self._prices[0 if tx.is_ask else 1][tx.market_index]
-            if opp:
-                est = opp[-1] if tx.is_ask else opp[0]
-        if not self._margin_ok(acct, tx.market_index, tx.is_ask, tx.base_amount, est):
-            return int(ResultCode.NOT_ENOUGH_MARGIN)
-        return _OK
-
-    def _open_lots(self, acct: AccountCache) -> dict[int, list[int]]:
-        """market -> [bid lots, ask lots] of the account's resting non-reduce-only orders
-        (maintained incrementally; read-only for callers)."""
-        return acct.open_lots
-
-    def _margin_ok(self, acct: AccountCache, mi: int, is_ask: int, q: int, est: int) -> bool:
-        """The engine's initial-margin rule (``raydex.engine.rules``: worst-case exposure
-        including resting orders, adverse fill against the mark, taker fee), from cached values.
-        The rules are the engine's own functions; the sums come from the caches."""
-        opens = self._open_lots(acct)
-        m = self.markets[mi]
-        mult = notional_multiplier(m.price_decimals, m.size_decimals)
-        pos = acct.positions.get(mi)
-        s = pos.size if pos is not None else 0
-        bo, ao = opens.get(mi, (0, 0))
-        before = exposure(s, bo, ao)
-        after = exposure(s, bo, ao + q) if is_ask else exposure(s, bo + q, ao)
-        if after <= before:
-            return True
-        equity, num = self._equity_imr(acct, opens)
-        imf = pos.initial_margin_fraction if pos is not None else m.default_initial_margin_fraction
-        return bool(
-            initial_margin_ok(
-                equity, num, m.mark_price, mult, imf, m.taker_fee, is_ask, q, est, after - before
-            )
-        )
-
-    def _equity_imr(self, acct: AccountCache, opens: dict[int, list[int]]) -> tuple[int, int]:
-        equity = acct.collateral
-        num = 0
-        markets = set(acct.positions) | set(opens)
-        for mi in markets:
-            pos = acct.positions.get(mi)
-            m = self.markets[mi]
-            mq = m.mark_price * notional_multiplier(m.price_decimals, m.size_decimals)
-            s = pos.size if pos is not None else 0
-            imf = (
-                pos.initial_margin_fraction
-                if pos is not None
-                else (m.default_initial_margin_fraction)
-            )
-            bo, ao = opens.get(mi, (0, 0))
-            if s and pos is not None:
-                equity += unrealized_pnl(s, mq, pos.entry_quote)
-            num += initial_margin(exposure(s, bo, ao), mq, imf)
-        return equity, num
+    def best_price(self, market: int, is_ask: int) -> int | None:
+        """The best price on one side of ``market``'s book (the highest bid, the lowest ask),
+        from the sorted price lists (no snapshot); None when that side is empty."""
+        prices = self._prices[1 if is_ask else 0][market]
+        if not prices:
+            return None
+        return prices[0] if is_ask else prices[-1]
 
     def available_balance(self, account: int) -> int:
         """Equity minus the initial-margin requirement (micro-USDC), as ``Engine`` defines it."""
         acct = self.accounts.get(account)
         if acct is None:
             return 0
-        equity, num = self._equity_imr(acct, self._open_lots(acct))
+        equity, num = equity_and_requirement(
+            self.markets, acct.collateral, acct.positions, acct.open_lots
+        )
         return int(equity - -(-num // BPS))
 
     def equity_and_margin(self, account: int) -> tuple[int, int]:
@@ -973,7 +748,9 @@ class ReplicaState:
         acct = self.accounts.get(account)
         if acct is None:
             return 0, 0
-        equity, num = self._equity_imr(acct, self._open_lots(acct))
+        equity, num = equity_and_requirement(
+            self.markets, acct.collateral, acct.positions, acct.open_lots
+        )
         return int(equity), int(-(-num // BPS))
 
     # ---- hash and self-check --------------------------------------------------------------------

@@ -9,32 +9,18 @@ signature is checked, instead of queueing towards the sequencer until its deadli
                                           ▼
                                    23000 (OVERLOADED), HTTP 429: nothing noted, nonce unused
 
-**Signal.** ``delay()`` is the owner's queueing delay in seconds: how long the oldest tx on its
-way to the sequencer has waited (the micro-batcher's batch in flight or its oldest queued
-caller, ``MicroBatcher.delay``). While it exceeds ``max_delay_s`` every tx is refused. The delay
-grows when the sequencer answers batches more slowly than txs arrive; refusing new ones lets
-the queue drain, and admission resumes once the batch in flight is answered and the queue
-behind it is young again. What is admitted thus waits at most about ``max_delay_s`` in the queue
-plus one batch round trip, whatever the offered load (a bound, not a fixed rate: the admitted
-rate follows the sequencer's capacity).
+- Signal: ``delay()``, the owner's queueing delay (s): how long the oldest tx on its way to the
+  sequencer has waited (``MicroBatcher.delay``) plus the event loop's own lag (:class:`LoopLag`:
+  requests waiting in the replica's sockets when it is itself the bottleneck). While it exceeds
+  ``max_delay_s`` every tx is refused, so the queue drains: what is admitted waits at most about
+  ``max_delay_s`` plus one batch round trip, and the admitted rate follows the sequencer's.
+- Nonces: a refused tx consumes nothing, so a later tx of its key can only fail. The refused
+  nonce of a key's *next* tx is remembered, and a higher nonce of that key, while the key still
+  expects the remembered one, gets the same overload code without its signature check. The
+  entry goes when the key moves on or sends that nonce again (at most ``max_keys``, oldest
+  dropped); an entry only changes the code of txs that would fail the nonce check anyway.
 
-The replica's signal adds its own event loop's lag (:class:`LoopLag`): when the replica
-itself is the bottleneck (its CPU spent on HTTP, dry-runs and blocks, or not given a core),
-requests wait in its sockets before any handler runs, and the loop falls behind its timers by
-about that long.
-
-**Nonces.** A tx refused here consumes nothing: its key's next nonce stays where it was, so any
-later tx of that key can only fail (the client must send the refused nonce again or re-sync
-with ``nextNonce``). For the key's *next* tx refused here (its nonce is ``next_nonce``), that
-nonce is remembered; a later tx of the key with a higher nonce, while the key still expects the
-remembered one, is answered with the same overload code (a pipelined follow-on of the
-refusal), without its signature check, instead of INVALID_NONCE after one. The entry goes when
-the key moves on or sends that nonce again; at most ``max_keys`` are kept (oldest dropped). A
-forged tx can only make an entry for the nonce the key needs next, and an entry only changes
-the code of txs that would fail the nonce check anyway.
-
-Cost: one ``delay()`` call per request (O(1) while the queue's head is live); per tx one dict
-lookup while any key is remembered.
+Cost: one ``delay()`` call per request; per tx one dict lookup while any key is remembered.
 """
 
 from __future__ import annotations

@@ -11,29 +11,17 @@ the first three fields as text (``codecs.signing.auth_token_hash``; lighter-go's
     WS    {"type":"subscribe", ..., "auth": <token>} ─┴─► authenticate(token, now_s, state)
                                                           └─► (account, api_key) | AuthError
 
-Semantics:
-
 - Accepted iff the text has that shape (decimal fields without sign or leading zeros, account in
   [0, 2^48), key in [0, 254], 160 hex digits), ``now_s < deadline <= now_s + max_lifetime_s +
-  CLOCK_SKEW_S`` (ccxt signs exactly ``now + 8 h`` by its own clock: a client clock a little ahead
-  of the replica's must not turn its tokens away),
-  the account has a key registered at that index (``state.api_keys``) and the signature verifies
-  under it. Everything else raises :class:`AuthError` with a code and a message saying which
-  check failed; nothing is served on a refusal. Lighter: the SDK's default lifetime is 10
-  minutes (``DEFAULT_10_MIN_AUTH_EXPIRY``), the venue's maximum 8 hours
-  (:data:`LIGHTER_MAX_LIFETIME_S`, raydex's default, ``ApiConfig.auth_max_lifetime_s``).
-- A token stays valid until its deadline; a key changed meanwhile (``ChangePubKey``) invalidates
-  it at once (every check reads the key as of the last applied block).
-- Reading another account's data with a valid token is refused by :func:`require_account`
-  (``AUTH_ACCOUNT_MISMATCH``, HTTP 403): a token speaks for its own account only.
+  CLOCK_SKEW_S`` (ccxt signs ``now + 8 h`` by its own clock), the account has a key at that index
+  and the signature verifies under it; else :class:`AuthError` says which check failed, and
+  nothing is served. A key changed meanwhile invalidates the token at once.
+- A token speaks for its own account only (:func:`require_account`: 20014, HTTP 403).
+- Codes: 20010 no token, 20011 malformed, 20012 expired, 20013 deadline beyond the maximum
+  lifetime, 20014 another account, 21108 no such API key, 21120 bad signature; HTTP 401 else.
 
-Codes (``ResultCode``): 20010 no token, 20011 malformed, 20012 expired, 20013 deadline beyond
-the maximum lifetime, 20014 token for another account, 21108 no such API key, 21120 the signature
-does not verify. HTTP status: :attr:`AuthError.status` (401; 403 for the account mismatch).
-
-Cost: a verified (token, key) pair is remembered (bounded, :data:`VERIFIED_CACHE`), so a client
-that reuses its token, as clients do, pays one dict lookup per request; a new token costs one
-Poseidon2 hash and one Schnorr verify (~60-100 us with the C backend and a decoded key).
+Cost: a verified (token, key) pair is remembered (:data:`VERIFIED_CACHE`), so a reused token
+costs one dict lookup; a new one, a Poseidon2 hash and a Schnorr verify.
 """
 
 from __future__ import annotations

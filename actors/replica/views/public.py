@@ -14,10 +14,17 @@ from typing import Any
 from raydex.codecs import MarketRecord, lots_to_str, ticks_to_str, tx_to_json_str
 from raydex.engine import FUNDING_INTERVAL_MS, funding_rate
 
-from .candles import Candle, candle_json
-from .history import History, Settlement
-from .state import BookSnapshot, MarketStats, ReplicaState, TxRecord
-from .views import funding_pct, tx_record
+from ..cache import (
+    BookSnapshot,
+    Candle,
+    History,
+    MarketStats,
+    ReplicaState,
+    Settlement,
+    TxRecord,
+    candle_json,
+)
+from .common import funding_pct, tx_record
 
 #: Lighter's ``Tx.type`` is 1..64: raydex's own operator commands (SetMarkPrice 101,
 #: ApplyFunding 102, RegisterApiKey 103) are left out of tx lists, which clients validate.

@@ -14,7 +14,7 @@ class ApiConfig:
     #: batches but lets one client make the replica buffer more.
     max_body_bytes: int = 256 * 1024
     #: Serve ``sendTx``/``sendTxBatch`` through the fast lane (fastlane.py: a plain HTTP/1.1
-    #: protocol in front of aiohttp, ~30 µs less CPU per request here); False: aiohttp serves all.
+    #: protocol in front of aiohttp, less CPU per request); False: aiohttp serves all.
     fast_lane: bool = True
     #: Most txs in one ``sendTxBatch`` (Lighter: 50; code 21514 beyond).
     max_batch: int = 50
@@ -23,7 +23,7 @@ class ApiConfig:
     #: Txs one WS connection may have in flight (sent, not yet answered); 21506 beyond. More
     #: lets a client pipeline deeper; each in-flight tx holds a task and its pending nonce.
     ws_max_inflight_txs: int = 256
-    #: Subscriptions per WS connection (WIRE.md: 100; code 30004 beyond).
+    #: Subscriptions per WS connection (Lighter: 100; code 30004 beyond).
     max_subscriptions: int = 100
     #: Messages a connection's send queue holds before order-book updates are conflated. Larger
     #: rides out longer client stalls unconflated, at the cost of memory and staler data.
@@ -73,7 +73,7 @@ class ApiConfig:
     rate_limit_weight_per_minute: int = 24_000
     #: Txs per account per rolling minute (counted once their dry-run passed). 0 = no limit.
     rate_limit_txs_per_account_per_minute: int = 6_000
-    #: Open WebSocket connections per IP (WIRE.md: 100); beyond, error 30005 and the close.
+    #: Open WebSocket connections per IP (Lighter: 100); beyond, error 30005 and the close.
     ws_max_connections_per_ip: int = 100
     #: Addresses exempt from every budget and the WS cap: the host's own tools and loadtests.
     #: Behind a same-host reverse proxy every client is loopback: empty it there.

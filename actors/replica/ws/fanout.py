@@ -10,37 +10,23 @@
 Invariants:
 
 - :meth:`Fanout.publish` is synchronous: it encodes each message once and appends the same
-  ``bytes`` to every subscriber's queue. A client is never awaited on this path.
-- Per market a client receives ``order_book`` updates whose ``begin_nonce`` equals the previous
-  message's ``nonce`` (the ``subscribed`` snapshot's ``nonce`` first), also when conflated: a
-  conflated update merges the levels of the updates it replaces (latest size per price wins) and
-  keeps the earliest ``begin_nonce``. While a market has a conflated update pending, every newer
-  update of that market merges into it, and the writer sends the plain queue before pending merged
-  updates, so per-market order holds.
-- Backpressure policy (trio-style, named and counted): a queue at ``ws_queue_limit`` conflates
-  order-book updates; non-book messages still queue up to twice that; past that, or after
-  ``ws_conflation_limit`` conflations without the client catching up, the client is disconnected
-  with WS close code 1008 and reason ``30006``; both are counted in :meth:`Fanout.stats`.
-- One writer task per connection drains its queue; a connection that closes removes itself from
-  every channel. What is queued when it runs goes out in one socket write (frames laid end to
-  end; one write per message where the client negotiated permessage-deflate), and the writer
-  waits while the peer's socket is full.
-- Channels: ``order_book/{m}``, ``trade/{m}``, ``market_stats/{m|all}``, ``height``,
-  ``ticker/{m}``, ``candle/{m}/{resolution}``, and the account channels (``account_all/{a}``,
-  ``user_stats/{a}``, ``account_all_orders/{a}``, ``account_orders/{m}/{a}``,
-  ``account_all_trades/{a}``, ``account_all_positions/{a}``, ``account_all_assets/{a}``,
-  ``account_tx/{a}``:
-  account_channels.py, the private ones behind the ``authorize`` callable). ``market_stats`` is
-  pushed for the markets that traded in the block (``all``: one message holding every such
-  market, keyed by market id as a string, as Lighter sends it). ``ticker`` (best ask and bid,
-  Lighter's ``Ticker``) is pushed when a block moved a market's best level; ``candle`` (the open
-  candle at that resolution, Lighter's ``Candle``; candles.py) when a block traded in the market.
+  ``bytes`` to every subscriber's queue; a client is never awaited on this path.
+- Per market, each ``order_book`` update's ``begin_nonce`` is the previous message's ``nonce``
+  (the ``subscribed`` snapshot's first), also when conflated: a conflated update merges the
+  levels it replaces (the latest size per price) and keeps the earliest ``begin_nonce``; the
+  writer sends the plain queue before the merged updates.
+- Backpressure (named, counted in :meth:`Fanout.stats`): a queue at ``ws_queue_limit``
+  conflates book updates, other messages queue up to twice that; past that, or past
+  ``ws_conflation_limit`` conflations without catching up, the client is closed (1008, reason
+  ``30006``). One writer task per connection sends what is queued in one socket write and waits
+  while the peer's socket is full.
+- Channels: ``order_book``, ``trade``, ``ticker`` (when the best level moved), ``market_stats``
+  (markets that traded; ``all`` in one message), ``candle/{m}/{res}`` (the open candle), per
+  market; ``height``; the account channels (account_channels.py).
 
-Cost per block: one render per changed market with subscribers (O(levels changed);
-``_bookjson.c``, else a ``msgspec`` encode of :func:`book_update_body`),
-one deque append per subscriber, plus one encode per slow client per conflated market. Account
-channels: nothing while none is subscribed; else O(watched accounts) per block, and for a block
-that touched a watched account one walk over its events (account_channels.py).
+Cost per block: one render per changed market with subscribers (``_bookjson.c``), one deque
+append per subscriber, one encode per slow client per conflated market; account channels as
+account_channels.py says.
 """
 
 from __future__ import annotations
@@ -60,21 +46,25 @@ from aiohttp import WSMsgType, web
 
 from raydex.codecs import USDC_DECIMALS, MarketRecord, ResultCode
 
-from . import account_channels, public_views, views
-from .account_channels import AccountChannel, AccountUpdates, Authorize
-from .auth import AuthError, KeySource, require_account
-from .candles import (
+from ..cache import (
     MAX_ANSWER,
+    NATIVE_LOOPS,
     RESOLUTIONS,
+    Applied,
+    BookDelta,
+    ReplicaState,
     candle_channel,
     candle_json,
+    liquidation_prices,
     parse_candle_channel,
 )
-from .config import ApiConfig
-from .margin import liquidation_prices
-from .state import NATIVE_LOOPS, Applied, BookDelta, ReplicaState
+from ..http import ApiConfig, AuthError, KeySource, require_account
+from ..views import common as views
+from ..views import public as public_views
+from . import account_channels
+from .account_channels import AccountChannel, AccountUpdates, Authorize
 
-try:  # optional C extension (actors/replica/_bookjson.c), built where a compiler is
+try:  # optional C extension (actors/replica/ws/_bookjson.c), built where a compiler is
     from . import _bookjson  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - exercised where no C compiler exists
     _bookjson = None
@@ -129,8 +119,7 @@ def book_update_json(
     m: MarketRecord,
 ) -> bytes:
     """:func:`book_update_body` as JSON bytes: rendered in C (``_bookjson.c``, the same bytes as
-    ``msgspec`` encodes, ~0.2 us against ~2.8 us per message) for the values it renders, else
-    encoded from the body."""
+    ``msgspec`` encodes) for the values it renders, else encoded from the body."""
     if _bookjson is not None:
         data: bytes | None = _bookjson.book_update(
             mi, offset, bids, asks, begin, nonce, engine_us, now_us,

@@ -1,5 +1,5 @@
-/* raydex.actors.replica._bookjson: the order_book channel's update message, rendered in C
- * (actors/replica/fanout.py, book_update_json).
+/* raydex.actors.replica.ws._bookjson: the order_book channel's update message, rendered in C
+ * (actors/replica/ws/fanout.py, book_update_json).
  *
  * book_update(market, offset, bids, asks, begin_nonce, nonce, engine_us, now_us, price_decimals,
  * size_decimals) -> bytes | None renders exactly the bytes msgspec encodes for fanout.py's
@@ -16,8 +16,7 @@
  * the caller then renders in Python.
  *
  * What it saves: per message the nested dicts and level dicts the body is built of, the
- * f-string/str of every int and decimal (~250 ns each on the 2-core VM) and the encode; per
- * market per block ~2.8 us of Python against ~0.2 us here (`raydex bench apply`'s fan-out).
+ * f-string/str of every int and decimal, and the encode.
  *
  * Optional (setup.py): without a C compiler fanout.py renders in Python.
  */
@@ -214,7 +213,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "raydex.actors.replica._bookjson", NULL, 0, methods,
+    PyModuleDef_HEAD_INIT, "raydex.actors.replica.ws._bookjson", NULL, 0, methods,
 };
 
 PyMODINIT_FUNC

@@ -1,0 +1,173 @@
+"""The dry-run: the result code the sequencer would most likely answer for a tx, from the caches.
+
+Checks, in order: operator-only / unsigned types, account, API key (21108), signature (21120; a
+ChangePubKey: the new key's, then its ``L1Sig``, 21831), nonce against the pending next nonce
+(21104; ``rules.accepted_nonce``, so a SkipNonce tx needs only to be above the last pending or
+used one), too many pending (21506), deadline (21810), then per type: market, order fields, fat
+finger, reduce-only and initial margin (21739). What needs the live book (post-only crossing,
+fills) is left to the engine. The rules are the engine's own (``raydex.engine.rules``); the sums
+come from the caches (``margin.equity_and_requirement``).
+
+Reads the state, changes nothing: the caller notes a passed tx as sent (``note_sent``). Cost:
+one Lighter signature check plus O(markets the account holds or rests orders in).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raydex.codecs import (
+    OPERATOR_TX_TYPES,
+    CancelOrder,
+    ChangePubKey,
+    CreateOrder,
+    ModifyOrder,
+    OrderType,
+    ResultCode,
+    UpdateLeverage,
+    is_signed_type,
+    l1_signer,
+    signer_key,
+    tx_type_of,
+)
+from raydex.engine.rules import (
+    accepted_nonce,
+    exposure,
+    initial_margin_ok,
+    notional_multiplier,
+    order_amount_code,
+    order_kind_code,
+    reduce_only_increases,
+)
+
+from .margin import equity_and_requirement
+from .state import AccountCache, ReplicaState
+
+__all__ = ["MAX_PENDING_PER_KEY", "dry_run"]
+
+#: Txs one (account, api key) may have in flight through this replica (21506 beyond).
+MAX_PENDING_PER_KEY = 64
+_OK = int(ResultCode.OK)
+_MARKET = int(OrderType.MARKET)
+
+
+def dry_run(st: ReplicaState, tx: Any, now_ms: int) -> int:
+    """The ResultCode the sequencer would most likely answer for ``tx`` at ``now_ms``."""
+    ttype = tx_type_of(type(tx))
+    if ttype in OPERATOR_TX_TYPES:
+        return int(ResultCode.OPERATOR_ONLY)
+    if not is_signed_type(type(tx)):
+        return int(ResultCode.UNSUPPORTED_TX_TYPE)
+    acct = st.accounts.get(tx.account_index)
+    if acct is None:
+        return int(ResultCode.ACCOUNT_NOT_FOUND)
+    key = st.api_keys.get((tx.account_index, tx.api_key_index))
+    if type(tx) is ChangePubKey:
+        code = _check_change_pub_key(st, tx)
+        if code != _OK:
+            return code
+    elif key is None:
+        return int(ResultCode.API_KEY_NOT_FOUND)
+    elif not st.verifier.verify(tx, key.pub_key):
+        return int(ResultCode.INVALID_SIGNATURE)
+    nxt = st.next_nonce(tx.account_index, tx.api_key_index)
+    if nxt is None:  # a ChangePubKey to a slot never used: its first nonce is 0
+        nxt = 0
+    if tx.nonce != nxt and accepted_nonce(nxt - 1, tx.nonce) < 0:
+        return int(ResultCode.INVALID_NONCE)
+    if st.pending_nonces(tx.account_index, tx.api_key_index) >= MAX_PENDING_PER_KEY:
+        return int(ResultCode.TOO_MANY_PENDING_TXS)
+    if tx.expired_at < now_ms:
+        return int(ResultCode.TX_EXPIRED)
+    t = type(tx)
+    if t is CreateOrder:
+        return _check_order(st, tx, acct)
+    if t is CancelOrder or t is ModifyOrder or t is UpdateLeverage:
+        return _check_market(st, tx.market_index)
+    return _OK
+
+
+def _check_change_pub_key(st: ReplicaState, tx: ChangePubKey) -> int:
+    """Lighter's ChangePubKey: the new key signs it (21120) and ``L1Sig`` is the account's L1
+    address's signature of the register text (21831; an account without an L1 address can only
+    get keys from the operator)."""
+    if not st.verifier.verify(tx, signer_key(tx, None) or b""):
+        return int(ResultCode.INVALID_SIGNATURE)
+    l1 = st.l1_addresses.get(tx.account_index)
+    if l1 is None or l1_signer(tx) != l1:
+        return int(ResultCode.INVALID_L1_SIGNATURE)
+    return _OK
+
+
+def _check_market(st: ReplicaState, mi: int) -> int:
+    m = st.markets.get(mi)
+    if m is None:
+        return int(ResultCode.MARKET_NOT_FOUND)
+    if m.status != 1:
+        return int(ResultCode.MARKET_NOT_ACTIVE)
+    return _OK
+
+
+def _check_order(st: ReplicaState, tx: CreateOrder, acct: AccountCache) -> int:
+    code = _check_market(st, tx.market_index)
+    if code != _OK:
+        return code
+    m = st.markets[tx.market_index]
+    code = int(order_kind_code(tx.order_type, tx.time_in_force))
+    if code:
+        return code
+    mult = notional_multiplier(m.price_decimals, m.size_decimals)
+    code = int(
+        order_amount_code(
+            tx.base_amount,
+            tx.price,
+            mult,
+            m.min_base_amount,
+            m.min_quote_amount,
+            m.mark_price,
+            m.max_price_deviation,
+        )
+    )
+    if code:
+        return code
+    coi = tx.client_order_index
+    if coi and coi in acct.cois:
+        return int(ResultCode.CLIENT_ORDER_INDEX_EXISTS)
+    pos = acct.positions.get(tx.market_index)
+    size = pos.size if pos is not None else 0
+    if tx.reduce_only:
+        if reduce_only_increases(size, tx.is_ask):
+            return int(ResultCode.REDUCE_ONLY_INCREASES_POSITION)
+        return _OK
+    est = tx.price
+    if tx.order_type == _MARKET:  # the best opposite price
+        best = st.best_price(tx.market_index, not tx.is_ask)
+        if best is not None:
+            est = best
+    if not _margin_ok(st, acct, tx.market_index, tx.is_ask, tx.base_amount, est):
+        return int(ResultCode.NOT_ENOUGH_MARGIN)
+    return _OK
+
+
+def _margin_ok(
+    st: ReplicaState, acct: AccountCache, mi: int, is_ask: int, q: int, est: int
+) -> bool:
+    """The engine's initial-margin rule (``raydex.engine.rules``: worst-case exposure including
+    resting orders, adverse fill against the mark, taker fee), from cached values."""
+    opens = acct.open_lots
+    m = st.markets[mi]
+    mult = notional_multiplier(m.price_decimals, m.size_decimals)
+    pos = acct.positions.get(mi)
+    s = pos.size if pos is not None else 0
+    bo, ao = opens.get(mi, (0, 0))
+    before = exposure(s, bo, ao)
+    after = exposure(s, bo, ao + q) if is_ask else exposure(s, bo + q, ao)
+    if after <= before:
+        return True
+    equity, num = equity_and_requirement(st.markets, acct.collateral, acct.positions, opens)
+    imf = pos.initial_margin_fraction if pos is not None else m.default_initial_margin_fraction
+    return bool(
+        initial_margin_ok(
+            equity, num, m.mark_price, mult, imf, m.taker_fee, is_ask, q, est, after - before
+        )
+    )
