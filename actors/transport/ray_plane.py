@@ -51,6 +51,7 @@ from .core import (
     ResyncRequired,
     Subscription,
     TxStreamBroken,
+    accept_seq,
 )
 
 
@@ -172,8 +173,7 @@ class RayBlockSource:
                 )
                 break
             except ray.exceptions.RayError as exc:
-                self._backoff.check(attempt, exc)
-                await asyncio.sleep(self._backoff.delay(attempt))
+                await self._backoff.wait(attempt, exc)
                 attempt += 1
         if not reply.ok:
             raise ResyncRequired(from_seq, reply.floor)
@@ -212,11 +212,13 @@ class RayBlockSource:
                 await self._open(next_seq)
                 continue
             seq, frame = item
-            if seq < next_seq or seq in held:
-                self.duplicates += 1
-                continue
-            if seq > next_seq:
+            if seq > next_seq:  # ahead of a call that started later: held, not a gap
+                if seq in held:
+                    self.duplicates += 1
                 held[seq] = frame
+                continue
+            if not accept_seq(seq, next_seq):
+                self.duplicates += 1
                 continue
             yield seq, frame
             next_seq += 1

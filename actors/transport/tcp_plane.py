@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import os
 import socket
@@ -69,17 +68,21 @@ from collections.abc import AsyncIterator
 from .core import (
     DEFAULT_BACKOFF,
     MAX_INFLIGHT_PER_STREAM,
-    TX_STREAM,
+    NOT_A_MEMBER,
     Backoff,
     BlockHub,
     EndReason,
     Frame,
     NotAMember,
+    PendingBatches,
     ResyncRequired,
-    StreamOrder,
     Subscription,
+    TxBounds,
     TxHandler,
     TxStreamBroken,
+    accept_seq,
+    admits,
+    check_listen,
 )
 
 log = logging.getLogger(__name__)
@@ -92,8 +95,6 @@ _U64 = struct.Struct("<Q")
 MAX_MESSAGE = 64 * 1024 * 1024
 #: how long a refused connection is kept half-open for the client to read REFUSED and hang up
 REFUSE_LINGER_S = 1.0
-#: addresses a server may listen on without a secret (as ``grpc_plane.LOOPBACK``)
-LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 class ProtocolError(ConnectionError):
@@ -186,11 +187,8 @@ class TcpDataPlaneServer:
         max_request_bytes: int = 8 << 20,
         unix_dir: str | None = None,
     ) -> None:
-        if max_inflight_per_stream < 1 or max_inflight < 1 or max_request_bytes < 64:
-            raise ValueError("in-flight bounds must be >= 1 and max_request_bytes >= 64")
+        self._bounds = TxBounds(max_inflight_per_stream, max_inflight, max_request_bytes)
         self._secret = secret.encode()
-        self._per_stream = max_inflight_per_stream
-        self._slots = asyncio.Semaphore(max_inflight)
         #: a message's length cap: one tx batch frame plus its header
         self._limit = max_request_bytes + 1 + _U64.size
         #: connections refused for no or a wrong secret
@@ -213,11 +211,7 @@ class TcpDataPlaneServer:
         return f"{self._host}:{self._port}"
 
     async def start(self) -> int:
-        if not self._secret and self._host not in LOOPBACK:
-            raise ValueError(
-                f"refusing to serve the data plane on {self._host} without a secret: only "
-                "loopback may go without one (raydex deploy generates one per deployment)"
-            )
+        check_listen(self._host, self._secret)
         self._server = await asyncio.start_server(self._serve, self._host, self._port)
         self._port = int(self._server.sockets[0].getsockname()[1])
         if self._unix_dir is not None:
@@ -259,7 +253,7 @@ class TcpDataPlaneServer:
             kind, body = await read_message(reader, self._limit)
             if kind != HELLO:
                 raise ProtocolError(f"expected HELLO, got kind {kind}")
-            if self._secret and not hmac.compare_digest(body, self._secret):
+            if not admits(self._secret, body):
                 self.refused += 1
                 writer.write(_HEAD.pack(1, REFUSED))
                 await writer.drain()
@@ -304,14 +298,14 @@ class TcpDataPlaneServer:
     async def _txs(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: TxHandler
     ) -> None:
-        TX_STREAM.set(StreamOrder())  # this connection's batch tasks inherit it
-        pending: set[asyncio.Task[None]] = set()
-        mine = asyncio.Semaphore(self._per_stream)
-        slots = self._slots
+        batches = self._bounds.stream()  # this connection's batch tasks inherit its order
+        limit = self._limit
 
-        def release(_: object) -> None:  # also for a task cancelled before it ran
-            mine.release()
-            slots.release()
+        async def next_batch() -> bytes:
+            kind, body = await read_message(reader, limit)
+            if kind != BATCH or len(body) < _U64.size:
+                raise ProtocolError(f"expected a batch, got kind {kind}")
+            return body
 
         async def serve(batch_id: int, frame: bytes) -> None:
             try:
@@ -324,24 +318,11 @@ class TcpDataPlaneServer:
                 writer.write(_message(RESULT, batch_id, result))
 
         try:
-            while True:
-                await mine.acquire()  # at the bound: leave the next batch unread
-                try:
-                    kind, body = await read_message(reader, self._limit)
-                    if kind != BATCH or len(body) < _U64.size:
-                        raise ProtocolError(f"expected a batch, got kind {kind}")
-                    await slots.acquire()
-                except BaseException:
-                    mine.release()
-                    raise
+            while (body := await batches.admit(next_batch)) is not None:
                 (batch_id,) = _U64.unpack_from(body)
-                task = asyncio.create_task(serve(batch_id, body[_U64.size :]))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-                task.add_done_callback(release)
+                batches.start(serve(batch_id, body[_U64.size :]))
         finally:
-            for task in tuple(pending):
-                task.cancel()
+            batches.cancel()
 
 
 class TcpBlockSource:
@@ -395,11 +376,9 @@ class TcpBlockSource:
                     kind, body = await read_message(reader)
                     if kind == BLOCK:
                         (seq,) = unpack(body)
-                        if seq < next_seq:
+                        if not accept_seq(seq, next_seq):
                             self.duplicates += 1
                             continue
-                        if seq > next_seq:
-                            raise ResyncRequired(next_seq, seq - 1)
                         attempt = 0
                         next_seq = seq + 1
                         yield seq, body[_U64.size :]
@@ -409,7 +388,7 @@ class TcpBlockSource:
                         cause = "cut off for falling behind"
                         break
                     elif kind == REFUSED:
-                        raise NotAMember(f"{self._target} refused us: not a member")
+                        raise NotAMember(f"{self._target} refused us: {NOT_A_MEMBER}")
                     else:
                         raise ProtocolError(f"unexpected message kind {kind}")
             except (OSError, asyncio.IncompleteReadError) as exc:
@@ -418,8 +397,7 @@ class TcpBlockSource:
                 if writer is not None:
                     self._writers.discard(writer)
                     writer.close()
-            self._backoff.check(attempt, cause)
-            await asyncio.sleep(self._backoff.delay(attempt))
+            await self._backoff.wait(attempt, cause)
             attempt += 1
             self.reconnects += 1
 
@@ -447,14 +425,12 @@ class TcpTxChannel:
             conn = await self._ensure()
             self._next_id += 1
             batch_id = self._next_id
-            future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-            conn.pending[batch_id] = future
+            future = conn.pending.add(batch_id)
             try:
                 conn.writer.write(_message(BATCH, batch_id, frame))
                 await conn.writer.drain()
             except (ConnectionError, RuntimeError) as exc:
-                conn.pending.pop(batch_id, None)
-                raise TxStreamBroken(f"tx stream broke before batch {batch_id} was sent") from exc
+                raise conn.pending.unsent(batch_id) from exc
         return await future
 
     async def close(self) -> None:
@@ -474,7 +450,7 @@ class TcpTxChannel:
             except OSError as exc:
                 raise TxStreamBroken(f"cannot open the tx stream: {exc}") from exc
             writer.write(self._hello + _HEAD.pack(1, TXS))
-            conn = self._conn = _TxConn(writer, {})
+            conn = self._conn = _TxConn(writer, PendingBatches())
             task = asyncio.create_task(self._read(reader, conn))
             self._readers.add(task)
             task.add_done_callback(self._readers.discard)
@@ -482,19 +458,16 @@ class TcpTxChannel:
 
     async def _read(self, reader: asyncio.StreamReader, conn: _TxConn) -> None:
         cause: object = "stream ended"
-        pending = conn.pending
         try:
             while True:
                 kind, body = await read_message(reader)
                 if kind == REFUSED:
-                    cause = "not a member of this deployment"
+                    cause = NOT_A_MEMBER
                     break
                 if kind != RESULT or len(body) < _U64.size:
                     raise ProtocolError(f"expected a result, got kind {kind}")
                 (batch_id,) = _U64.unpack_from(body)
-                future = pending.pop(batch_id, None)
-                if future is not None and not future.done():
-                    future.set_result(body[_U64.size :])
+                conn.pending.resolve(batch_id, body[_U64.size :])
         except (OSError, asyncio.IncompleteReadError) as exc:
             cause = exc
         except asyncio.CancelledError:
@@ -504,17 +477,12 @@ class TcpTxChannel:
             if self._conn is conn:
                 self._conn = None
             conn.writer.close()
-            for batch_id, future in pending.items():
-                if not future.done():
-                    future.set_exception(
-                        TxStreamBroken(f"batch {batch_id}: tx stream broke ({cause})")
-                    )
-            pending.clear()
+            conn.pending.fail(cause)
 
 
 class _TxConn:
     __slots__ = ("pending", "writer")
 
-    def __init__(self, writer: asyncio.StreamWriter, pending: dict[int, asyncio.Future[bytes]]):
+    def __init__(self, writer: asyncio.StreamWriter, pending: PendingBatches):
         self.writer = writer
         self.pending = pending
