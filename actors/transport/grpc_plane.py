@@ -36,6 +36,8 @@ runs): ``start`` refuses any other address. The secret authenticates, it does no
 untrusted network between hosts, put the data plane on a private network or VPN (or move it to
 mTLS, which also encrypts), as for Ray's own token-authenticated control plane.
 
+The order, bound, failure and membership rules above are ``core.py``'s, shared with the TCP plane.
+
 Cost: one copy of each frame per hop to prepend the 8-byte header; the rest is grpc's.
 """
 

@@ -17,8 +17,8 @@ The subscriber actor (a replica) owns a :class:`RayBlockSource` and exposes::
 ``on_block`` answers False once the source has no stream being consumed, which stops the pump.
 Per subscriber the fanout runs one pump task: it drains the hub subscription and calls
 ``subscriber.on_block.remote`` with at most ``window`` calls in flight (pipelining hides the
-~1.3 ms actor-call round trip). ``deliver`` awaits room in a bounded local buffer, so a slow
-consumer stalls ``on_block``, the window fills, the hub queue fills and the hub cuts the
+actor-call round trip, a millisecond or more). ``deliver`` awaits room in a bounded local buffer,
+so a slow consumer stalls ``on_block``, the window fills, the hub queue fills and the hub cuts the
 subscriber off (then ``on_block_stream_closed`` tells it to reopen). The publisher never blocks.
 
 Ray does not promise that calls to an async actor *start* in submission order, and retried calls

@@ -26,31 +26,31 @@ a broken connection fails every pending ``submit`` with :class:`TxStreamBroken` 
 nothing is resent; the next ``submit`` opens a new connection). The server runs each batch as its
 own task (several may be in flight); a malformed message closes that connection only.
 
-Membership and bounds, as the gRPC plane: with a ``secret`` the server compares HELLO's body with
-it (``hmac.compare_digest``) and refuses anything else (REFUSED, then close; counted in
-``refused``); a refused block source raises :class:`NotAMember`, a refused tx channel fails its
-batches with :class:`TxStreamBroken`. Without a secret the server listens on loopback only. At most
+Membership and bounds, as the gRPC plane (the rules of ``core.py``): with a ``secret`` the server
+compares HELLO's body with it (``admits``: constant time) and refuses anything else (REFUSED, then
+close; counted in ``refused``); a refused block source raises :class:`NotAMember`, a refused tx
+channel fails its batches with :class:`TxStreamBroken`. Without a secret the server listens on
+loopback only. At most
 ``max_inflight_per_stream`` batches per connection and ``max_inflight`` over all connections run
 at once (a batch beyond that waits, unread); a message longer than ``max_request_bytes`` closes
 the connection.
 
-Why: the gRPC plane costs ~300 us per round trip on loopback here against ~70 us for bare TCP,
-and in the replicas and the sequencer gRPC aio's own callbacks are a third of the CPU; this plane
-is one ``write`` and two ``readexactly`` per message. It has no TLS (like the gRPC plane): the
-secret authenticates, it does not encrypt; run it inside the deployment's network only. Which plane
-each stream uses is decided by ``raydex bench transport`` and the loadtest's CPU ledger; gRPC
-stays the default until they say otherwise.
+Why: no HTTP/2 and no gRPC callbacks: one ``write`` and two ``readexactly`` per message, for
+less latency and CPU per message than the gRPC plane (``raydex bench transport``; the loadtest's
+CPU ledger for the whole deployment). It has no TLS (like the gRPC plane): the secret
+authenticates, it does not encrypt; run it inside the deployment's network only. A deployment
+chooses it with ``data_plane: tcp`` (``planes.py``; the shipped raydex.yaml does).
 
 Cost: per message one header pack and one copy of the frame (header + frame joined once).
 
 Same host, no TCP: with ``unix_dir`` the server also listens on a Unix-domain socket there,
 :func:`unix_path_for` its port (mode 0600, the same protocol, the same secret). A follower given
 the path (``tcp://host:port?unix=PATH``, ``planes.target_of``) connects through it when ``host``
-is one of its own addresses and the path exists, else over TCP. A loopback TCP round trip costs
-~3x the CPU of a Unix-socket one here (the kernel runs the whole TCP stack for both ends in the
-sender's context): ``raydex bench transport``. A follower that finds no socket (the sequencer
-moved to another node) uses TCP; a socket file left
-by a dead server is replaced (its TCP port is ours now, so its owner is gone).
+is one of its own addresses and the path exists, else over TCP: a loopback TCP round trip
+costs more CPU than a Unix-socket one (the kernel runs the whole TCP stack for both ends in the
+sender's context; ``raydex bench transport`` measures both). A follower that finds no socket (the
+sequencer moved to another node) uses TCP; a socket file left by a dead server is replaced (its
+TCP port is ours now, so its owner is gone).
 """
 
 from __future__ import annotations
