@@ -2,15 +2,15 @@
 
 ::
 
-    replicas ──tx batches (gRPC Txs stream)──►┌───────────────────────────────┐
+    replicas ──tx batches (data plane)───────►┌───────────────────────────────┐
     operator ──Ray call: operator(txs)───────►│ SequencerService              │
                                               │  BlockProducer (engine)       │
                                               │  close when the previous block│
                                               │  is durable or block_max_txs ─┼─► Journal thread:
                                               │                               │   WAL write+fsync
-    replicas, committer ◄──blocks (gRPC)──────┤  BlockHub ring    ◄── durable ┼───┘
-    snapshot holder ◄──stamped blocks (gRPC)──┤  BlockHub ring                │
-                    ──WAL range read (gRPC)──►│  read_txlog: older records    │
+    replicas, committer ◄──blocks─────────────┤  BlockHub ring    ◄── durable ┼───┘
+    snapshot holder ◄──stamped blocks─────────┤  BlockHub ring                │
+                    ──WAL range read─────────►│  read_txlog: older records    │
                                               │  from the WAL files           │
                                               │ supervised: oracle, maintenance (snapshot watch,
                                               │  WAL pruning)                  │
@@ -18,8 +18,8 @@
 
 ``SequencerService`` is the asyncio core (tested without Ray); ``SequencerActor`` is the Ray shell
 (detached, named) that owns one and exposes the control plane: ``start``, ``status``,
-``state_hash``, ``operator``. Data-plane traffic never goes through Ray calls when the gRPC
-transport is chosen.
+``state_hash``, ``operator``. Data-plane traffic (the arrows above: tx batches up, blocks and the
+tx log down) goes over the data plane ``data_plane`` names, never through Ray calls.
 
 Invariants:
 - A submitter's future resolves only after its block's WAL record is durable; blocks are
@@ -105,7 +105,7 @@ from ..runtime import (
     short_hash,
 )
 from ..snapshot.store import read_snapshot_meta, snapshot_seq, snapshots
-from ..transport import TX_STREAM, BlockHub, DataPlane, data_plane_server
+from ..transport import DEFAULT_DATA_PLANE, TX_STREAM, BlockHub, DataPlane, data_plane_server
 from .journal import Journal
 from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, Checked, ClosedBlock
@@ -139,18 +139,19 @@ class SequencerConfig:
     #: of waiting for a busy core (``journal.py``); the rest of the sequencer keeps ``realtime``.
     #: Off unless the spec says so (``raydex.yaml`` does), as every other SCHED_FIFO knob
     journal_realtime: bool = False
-    #: the data plane its streams are served on: "grpc" (HTTP/2) or "tcp" (plain asyncio streams
-    #: carrying the same frames: in the loadtest's CPU ledger 23-27% less CPU per tx for the
-    #: deployment than gRPC, the sequencer 27-36% less; the shipped raydex.yaml chooses it); see
-    #: ``actors/transport/planes.py``
-    data_plane: DataPlane = "grpc"
+    #: the data plane its streams are served on: "grpc" (HTTP/2, ``DEFAULT_DATA_PLANE``) or
+    #: "tcp" (plain asyncio streams carrying the same frames and secret, less CPU per tx; the
+    #: shipped raydex.yaml chooses it); see ``actors/transport/planes.py``
+    data_plane: DataPlane = DEFAULT_DATA_PLANE
     #: TCP plane only: also serve both streams on Unix-domain sockets in ``unix_socket_dir``
-    #: ("" = the temp folder); followers on the same host use them instead of loopback TCP
-    #: (a round trip costs ~1/3 of the CPU: ``raydex bench transport``). Off: TCP only.
+    #: ("" = the temp folder); followers on the same host use them instead of loopback TCP, for
+    #: less CPU per round trip (``raydex bench transport``). Off: TCP only.
     unix_sockets: bool = True
     unix_socket_dir: str = ""
-    grpc_host: str = "127.0.0.1"
-    grpc_port: int = 0
+    #: where the data plane listens: blocks and tx batches on ``data_port``, the tx log on
+    #: ``txlog_port`` (0: any free port); the spec sets both from ``ports.data``
+    data_host: str = "127.0.0.1"
+    data_port: int = 0
     txlog_port: int = 0
     ring_size: int = 4096
     #: Oracle: every interval, each market's mark moves toward its book mid by at most
@@ -181,7 +182,7 @@ class SequencerConfig:
     #: trips, at a longer pause of the reader thread and larger messages (< 64 MB)
     txlog_read_max_records: int = 2000
     txlog_read_max_bytes: int = 16 << 20
-    #: Data plane bounds (``GrpcDataPlaneServer``). Most txs in one batch from a replica; a bigger
+    #: Data plane bounds (either plane's server). Most txs in one batch from a replica; a bigger
     #: batch is refused whole with ``BATCH_TOO_LARGE`` (21514). Must be at least every replica
     #: group's ``max_batch_txs`` (the spec checks it); larger lets one batch hold the block longer.
     max_batch_txs: int = 1000
@@ -193,7 +194,8 @@ class SequencerConfig:
     #: under a flood of signed txs, at a little more overhead per batch.
     verify_slice_ms: float = 2.0
     #: The deployment's data-plane secret (``raydex deploy`` makes one; never in raydex.yaml):
-    #: every gRPC call must carry it. Empty: no check, loopback only (tests, embedded runs).
+    #: every data-plane caller must carry it. Empty: no check, loopback only (tests, embedded
+    #: runs).
     data_plane_secret: str = field(default="", repr=False)
 
 
@@ -318,8 +320,8 @@ class SequencerService:
             cfg.data_plane,
             self.hub,
             self.handle_batch,
-            host=cfg.grpc_host,
-            port=cfg.grpc_port,
+            host=cfg.data_host,
+            port=cfg.data_port,
             secret=cfg.data_plane_secret,
             max_inflight=cfg.max_inflight_batches,
             unix_dir=cfg.unix_socket_dir if cfg.unix_sockets else None,
@@ -328,7 +330,7 @@ class SequencerService:
             cfg.data_plane,
             self.txlog,
             self.read_txlog,
-            host=cfg.grpc_host,
+            host=cfg.data_host,
             port=cfg.txlog_port,
             secret=cfg.data_plane_secret,
             unix_dir=cfg.unix_socket_dir if cfg.unix_sockets else None,
@@ -384,7 +386,7 @@ class SequencerService:
     # ---- data plane -----------------------------------------------------------------------------
 
     async def handle_batch(self, frame: bytes) -> bytes:
-        """Tx handler of the gRPC ``Txs`` stream: batch frame in, outcome frame out.
+        """Tx handler of the data plane's tx streams: batch frame in, outcome frame out.
 
         An undecodable batch is answered ``INVALID_TX_INFO``, one over ``max_batch_txs``
         ``BATCH_TOO_LARGE`` (one outcome for the whole batch, zero hash, seq 0); an empty batch
@@ -658,7 +660,7 @@ class SequencerService:
             "state_hash": self.snapshot.state_hash,
             "state_hash_seq": self.snapshot.seq,
             "failed": self.failed,
-            "grpc_port": self.port,
+            "data_port": self.port,
             "txlog_port": self.txlog_port,
             "data_plane": {
                 "plane": self.config.data_plane,
@@ -750,7 +752,7 @@ class SequencerActor:
         return None if producer is None else producer.engine.account_by_l1(l1_address)
 
     async def submit(self, frame: bytes) -> bytes:
-        """The Ray-call transport's tx handler (the gRPC stream is the default data path)."""
+        """The Ray-call transport's tx handler (deployments send batches over the data plane)."""
         svc = await self._ensure_started()
         return await svc.handle_batch(frame)
 
@@ -782,7 +784,7 @@ class SequencerActor:
                 "state": state,
                 "seq": p.seq if p is not None else None,
                 "hash": short_hash(snap.state_hash, snap.seq),
-                "grpc": svc.port or cfg.grpc_port or None,
+                "data": svc.port or cfg.data_port or None,
                 "txlog": svc.txlog_port or cfg.txlog_port or None,
             },
             fixed=fixed,

@@ -11,7 +11,7 @@
     │  .subscribe(from_seq)│   one long-lived stream │  .publish(seq, frame)        │
     └──────────────────────┘   per replica           └──────────────────────────────┘
 
-Three implementations with identical semantics, chosen by ``raydex bench transport``:
+Three implementations with identical semantics, compared by ``raydex bench transport``:
 
 - gRPC (``grpc.aio``, generic handlers, identity serializers, no protobuf):
   :class:`GrpcDataPlaneServer` on the publisher, :class:`GrpcBlockSource` and
@@ -22,9 +22,10 @@ Three implementations with identical semantics, chosen by ``raydex bench transpo
   ``submit`` methods), :class:`RayBlockSource` and :class:`RayTxChannel` on each replica
   (``on_block`` / ``on_block_stream_closed`` methods).
 
-Which plane a deployment uses is one knob, ``SequencerConfig.data_plane`` (``planes.py``): the
-sequencer serves on it and hands out ``tcp://host:port`` or ``host:port`` targets, from which
-every follower builds its source and channel (:func:`block_source`, :func:`tx_channel`).
+Which network plane a deployment uses is one knob, ``SequencerConfig.data_plane`` (gRPC or TCP;
+``DEFAULT_DATA_PLANE`` when unset, ``planes.py``): the sequencer serves on it and hands out
+``host:port`` or ``tcp://host:port`` targets, from which every follower builds its source and
+channel (:func:`block_source`, :func:`tx_channel`). The Ray plane is wired by hand (benchmarks).
 
 Guarantees of every :class:`BlockSource`: frames come in seq order from ``from_seq`` with no gap
 and no duplicate, across reconnects; when that cannot be kept (``from_seq`` older than the
@@ -34,12 +35,14 @@ from a snapshot, then subscribes again. The publisher never blocks on a subscrib
 
 Tx batches are delivered at most once; a broken stream fails in-flight batches with
 :class:`TxStreamBroken` and the caller learns their outcome from the blocks. How many batches a
-replica keeps in flight is its own policy; the gRPC server bounds it anyway (per stream and in
-total) and caps a batch frame's size.
+replica keeps in flight is its own policy; a network plane's server bounds it anyway (per stream
+and in total) and caps a batch frame's size.
 
-Membership: a gRPC server with the deployment's secret (``new_secret``, made by ``raydex deploy``)
-serves only calls that carry it (``AUTH_KEY`` metadata); a client with a wrong one gets
-:class:`NotAMember`. Ray-call transports are authenticated by Ray itself (cluster membership).
+Membership: a network plane's server with the deployment's secret (``new_secret``, made by
+``raydex deploy``) serves only callers that carry it (gRPC: ``AUTH_KEY`` metadata; TCP: the
+HELLO message); a client with a wrong one gets :class:`NotAMember`, and without a secret a server
+listens on loopback only. Ray-call transports are authenticated by Ray itself (cluster
+membership). These shared rules are written once, in ``core.py``, and called by every plane.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ from .grpc_plane import (
     GrpcTxChannel,
 )
 from .planes import (
+    DEFAULT_DATA_PLANE,
     TCP_SCHEME,
     DataPlane,
     block_source,
@@ -96,6 +100,7 @@ __all__ = [
     "StreamOrder",
     "AUTH_KEY",
     "BLOCKS_METHOD",
+    "DEFAULT_DATA_PLANE",
     "SERVICE",
     "TCP_SCHEME",
     "TXS_METHOD",

@@ -21,6 +21,17 @@ about ``ring_size`` frames regardless of subscriber count. ``ring_size`` trades 
 long a subscriber may be away and still catch up without a snapshot; ``queue_size`` trades memory
 per subscriber for how long a burst a subscriber may lag before it is cut off.
 
+The rulebook every network plane (gRPC, TCP and its Unix-domain sockets) follows, written once
+here and called from each:
+
+- membership: :func:`check_listen` refuses to serve off loopback without the deployment's secret,
+  and :func:`admits` compares a caller's secret in constant time;
+- block order: :func:`accept_seq` drops a duplicate and turns a gap into :class:`ResyncRequired`;
+  :meth:`Backoff.wait` paces the reconnects in between (the Ray plane too);
+- tx batches: :class:`TxBounds` bounds the batches a server runs (per stream and in total), and
+  :class:`PendingBatches` fails every batch in flight with :class:`TxStreamBroken` when a stream
+  breaks (at most once: nothing is resent).
+
 Everything here is single-event-loop code: call it from the loop that runs the transports.
 """
 
@@ -28,15 +39,17 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hmac
 import itertools
 import secrets
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 Frame = tuple[int, bytes]
+T = TypeVar("T")
 
 
 class StreamOrder:
@@ -99,12 +112,160 @@ def new_secret() -> str:
     return secrets.token_hex(32)
 
 
+#: why a server turned a caller away (the cause its failed batches and errors name)
+NOT_A_MEMBER = "not a member of this deployment"
+#: addresses a data-plane server may listen on without a secret
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def check_listen(host: str, secret: bytes) -> None:
+    """Raise ``ValueError`` unless a server may listen on ``host`` with ``secret``: without one,
+    only loopback (tests, embedded runs). Every data-plane server calls it before it binds."""
+    if not secret and host not in LOOPBACK:
+        raise ValueError(
+            f"refusing to serve the data plane on {host} without a secret: only "
+            "loopback may go without one (raydex deploy generates one per deployment)"
+        )
+
+
+def admits(secret: bytes, given: bytes) -> bool:
+    """Whether a caller that presents ``given`` is a member: anyone when the server has no
+    ``secret``, else exactly the secret (compared in constant time; a prefix is no secret)."""
+    return not secret or hmac.compare_digest(given, secret)
+
+
+def accept_seq(seq: int, next_seq: int) -> bool:
+    """The block-order rule of a subscriber that needs ``next_seq``: True when ``seq`` is it
+    (deliver, then need ``seq + 1``), False for an older seq (a duplicate: drop it); a newer
+    seq is a gap that no reconnect can fill in order: :class:`ResyncRequired`."""
+    if seq == next_seq:
+        return True
+    if seq < next_seq:
+        return False
+    raise ResyncRequired(next_seq, seq - 1)
+
+
 class TxStreamBroken(TransportError):
     """The tx stream broke with this batch in flight: its outcome is unknown to the transport.
 
     Batches are never resent (at most once); the caller learns the outcome from the block stream
     (each executed tx appears as a ``TxExecuted`` event carrying its hash).
     """
+
+
+class PendingBatches:
+    """The batches out on one client tx stream, awaiting their results by batch id.
+
+    The stream's reader hands each result to its batch (:meth:`resolve`); when the stream ends,
+    for any reason, :meth:`fail` ends every batch still out with :class:`TxStreamBroken` naming
+    the cause. Nothing is resent: the caller learns those batches' outcome from the blocks.
+    """
+
+    __slots__ = ("_futures",)
+
+    def __init__(self) -> None:
+        self._futures: dict[int, asyncio.Future[bytes]] = {}
+
+    def add(self, batch_id: int) -> asyncio.Future[bytes]:
+        """The future of a batch about to be written under ``batch_id``."""
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._futures[batch_id] = future
+        return future
+
+    def unsent(self, batch_id: int) -> TxStreamBroken:
+        """Forget a batch whose write failed; the error its ``submit`` raises."""
+        self._futures.pop(batch_id, None)
+        return TxStreamBroken(f"tx stream broke before batch {batch_id} was sent")
+
+    def resolve(self, batch_id: int, result: bytes) -> None:
+        """Hand ``result`` to its batch (an id no longer out is ignored)."""
+        future = self._futures.pop(batch_id, None)
+        if future is not None and not future.done():
+            future.set_result(result)
+
+    def fail(self, cause: object) -> None:
+        """The stream broke: every batch still out fails with :class:`TxStreamBroken`."""
+        for batch_id, future in self._futures.items():
+            if not future.done():
+                future.set_exception(TxStreamBroken(f"batch {batch_id}: tx stream broke ({cause})"))
+        self._futures.clear()
+
+
+class TxBounds:
+    """How much tx work members can put on a data-plane server: at most ``per_stream`` batches
+    run at once per stream (a member may pipeline that many) and ``total`` over all streams; a
+    batch beyond either waits unread, so the transport's flow control holds the sender back and
+    nothing is dropped. ``max_request_bytes`` caps one batch frame (each plane enforces it in its
+    framing). One per server; :meth:`stream` per tx stream it serves.
+    """
+
+    __slots__ = ("_slots", "max_request_bytes", "per_stream")
+
+    def __init__(
+        self,
+        per_stream: int = MAX_INFLIGHT_PER_STREAM,
+        total: int = 64,
+        max_request_bytes: int = 8 << 20,
+    ) -> None:
+        if per_stream < 1 or total < 1 or max_request_bytes < 64:
+            raise ValueError("in-flight bounds must be >= 1 and max_request_bytes >= 64")
+        self.per_stream = per_stream
+        self.max_request_bytes = max_request_bytes
+        self._slots = asyncio.Semaphore(total)
+
+    def stream(self) -> StreamBatches:
+        """The bounds of a tx stream opening now. Sets :data:`TX_STREAM` to a fresh
+        :class:`StreamOrder` in the calling task's context, which its batch tasks inherit."""
+        TX_STREAM.set(StreamOrder())
+        return StreamBatches(self._slots, self.per_stream)
+
+
+class StreamBatches:
+    """One server tx stream's batches: read only while the stream is under its bound
+    (:meth:`admit`), each run as its own task (:meth:`start`), so their results may go back in
+    any order. The stream's owner cancels what is left when the stream ends (:meth:`cancel`)."""
+
+    __slots__ = ("_mine", "_running", "_slots")
+
+    def __init__(self, slots: asyncio.Semaphore, per_stream: int) -> None:
+        self._slots = slots
+        self._mine = asyncio.Semaphore(per_stream)
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def admit(self, read: Callable[[], Awaitable[T | None]]) -> T | None:
+        """Wait for room on this stream, then ``read`` the next batch (None: the stream ended),
+        then wait for room on the server. A batch returned holds both until its task ends."""
+        await self._mine.acquire()  # at the bound: leave the next batch unread
+        try:
+            batch = await read()
+            if batch is not None:
+                await self._slots.acquire()
+                return batch
+        except BaseException:
+            self._mine.release()
+            raise
+        self._mine.release()
+        return None
+
+    def start(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run an admitted batch's ``work`` as its own task; its room is freed when it ends."""
+        task = asyncio.create_task(work)
+        self._running.add(task)
+        task.add_done_callback(self._release)
+
+    def _release(self, task: asyncio.Task[None]) -> None:  # also for a task cancelled unstarted
+        self._running.discard(task)
+        self._mine.release()
+        self._slots.release()
+
+    async def drain(self) -> None:
+        """Wait for every batch started to end."""
+        if self._running:
+            await asyncio.wait(tuple(self._running))
+
+    def cancel(self) -> None:
+        for task in tuple(self._running):
+            task.cancel()
 
 
 @runtime_checkable
@@ -157,6 +318,11 @@ class Backoff:
         """Raise once ``attempt + 1`` consecutive attempts (0-based ``attempt``) have failed."""
         if self.max_attempts is not None and attempt + 1 >= self.max_attempts:
             raise TransportUnavailable(f"gave up after {attempt + 1} attempts: {cause}")
+
+    async def wait(self, attempt: int, cause: object) -> None:
+        """After failed attempt ``attempt`` (0-based): :meth:`check`, then sleep its delay."""
+        self.check(attempt, cause)
+        await asyncio.sleep(self.delay(attempt))
 
 
 DEFAULT_BACKOFF = Backoff()

@@ -36,13 +36,14 @@ runs): ``start`` refuses any other address. The secret authenticates, it does no
 untrusted network between hosts, put the data plane on a private network or VPN (or move it to
 mTLS, which also encrypts), as for Ray's own token-authenticated control plane.
 
+The order, bound, failure and membership rules above are ``core.py``'s, shared with the TCP plane.
+
 Cost: one copy of each frame per hop to prepend the 8-byte header; the rest is grpc's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import struct
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, NamedTuple
@@ -53,17 +54,20 @@ import grpc.aio
 from .core import (
     DEFAULT_BACKOFF,
     MAX_INFLIGHT_PER_STREAM,
-    TX_STREAM,
+    NOT_A_MEMBER,
     Backoff,
     BlockHub,
     EndReason,
     Frame,
     NotAMember,
+    PendingBatches,
     ResyncRequired,
-    StreamOrder,
     Subscription,
+    TxBounds,
     TxHandler,
-    TxStreamBroken,
+    accept_seq,
+    admits,
+    check_listen,
 )
 
 SERVICE = "raydex.DataPlane"
@@ -72,8 +76,6 @@ TXS_METHOD = f"/{SERVICE}/Txs"
 FLOOR_KEY = "raydex-floor"
 #: call metadata that carries the deployment's data-plane secret
 AUTH_KEY = "raydex-auth"
-#: addresses a server may listen on without a secret
-LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 _U64 = struct.Struct("<Q")
 _MAX_MESSAGE = 64 * 1024 * 1024
@@ -121,15 +123,12 @@ class GrpcDataPlaneServer:
         max_request_bytes: int = 8 << 20,
         options: Sequence[tuple[str, Any]] = SERVER_OPTIONS,
     ) -> None:
-        if max_inflight_per_stream < 1 or max_inflight < 1 or max_request_bytes < 64:
-            raise ValueError("in-flight bounds must be >= 1 and max_request_bytes >= 64")
+        self._bounds = TxBounds(max_inflight_per_stream, max_inflight, max_request_bytes)
         self._hub = hub
         self._tx_handler = tx_handler
         self._host = host
         self._port = port
         self._secret = secret.encode()
-        self._per_stream = max_inflight_per_stream
-        self._slots = asyncio.Semaphore(max_inflight)
         limit = "grpc.max_receive_message_length"
         self._options = (
             *(o for o in options if o[0] != limit),
@@ -147,11 +146,7 @@ class GrpcDataPlaneServer:
         return f"{self._host}:{self._port}"
 
     async def start(self) -> int:
-        if not self._secret and self._host not in LOOPBACK:
-            raise ValueError(
-                f"refusing to serve the data plane on {self._host} without a secret: only "
-                "loopback may go without one (raydex deploy generates one per deployment)"
-            )
+        check_listen(self._host, self._secret)
         server = grpc.aio.server(options=self._options)
         handlers: dict[str, grpc.RpcMethodHandler] = {
             "Blocks": grpc.unary_stream_rpc_method_handler(self._blocks),
@@ -179,7 +174,7 @@ class GrpcDataPlaneServer:
             self._server = None
 
     async def _authenticate(self, context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
-        """End the call UNAUTHENTICATED unless it carries the secret (constant-time compare)."""
+        """End the call UNAUTHENTICATED unless it carries the secret (``admits``)."""
         if not self._secret:
             return
         given = b""
@@ -187,9 +182,9 @@ class GrpcDataPlaneServer:
             if key == AUTH_KEY:
                 given = value.encode() if isinstance(value, str) else bytes(value)
                 break
-        if not hmac.compare_digest(given, self._secret):
+        if not admits(self._secret, given):
             self.refused += 1
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "not a member of this deployment")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, NOT_A_MEMBER)
 
     async def _blocks(
         self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
@@ -224,12 +219,16 @@ class GrpcDataPlaneServer:
     ) -> AsyncIterator[bytes]:
         assert self._tx_handler is not None
         await self._authenticate(context)
-        TX_STREAM.set(StreamOrder())  # this stream's batch tasks inherit it
+        batches = self._bounds.stream()  # before the reader task: its batch tasks inherit it
         handler = self._tx_handler
         out: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
-        pending: set[asyncio.Task[None]] = set()
-        mine = asyncio.Semaphore(self._per_stream)
-        slots = self._slots
+        stream = aiter(requests)
+
+        async def next_request() -> bytes | None:
+            request = await anext(stream, None)
+            if request is not None and len(request) < _U64.size:
+                raise ValueError("a Txs request is u64 batch id + frame")
+            return request
 
         async def serve(batch_id: bytes, frame: bytes) -> None:
             try:
@@ -237,34 +236,11 @@ class GrpcDataPlaneServer:
             except Exception as exc:  # re-raised by the writer below: it fails the stream
                 out.put_nowait(exc)
 
-        def release(_: object) -> None:  # also for a task cancelled before it ran
-            mine.release()
-            slots.release()
-
         async def read_all() -> None:
             try:
-                stream = aiter(requests)
-                while True:
-                    await mine.acquire()  # at the bound: leave the next request unread
-                    try:
-                        request = await anext(stream)
-                    except StopAsyncIteration:
-                        mine.release()
-                        break
-                    if len(request) < _U64.size:
-                        mine.release()
-                        raise ValueError("a Txs request is u64 batch id + frame")
-                    try:
-                        await slots.acquire()
-                    except BaseException:
-                        mine.release()
-                        raise
-                    task = asyncio.create_task(serve(request[:8], request[8:]))
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-                    task.add_done_callback(release)
-                if pending:
-                    await asyncio.wait(tuple(pending))
+                while (request := await batches.admit(next_request)) is not None:
+                    batches.start(serve(request[:8], request[8:]))
+                await batches.drain()
             except Exception as exc:  # re-raised by the writer below: it fails the stream
                 out.put_nowait(exc)
             out.put_nowait(None)
@@ -277,8 +253,7 @@ class GrpcDataPlaneServer:
                 yield item
         finally:
             reader.cancel()
-            for task in tuple(pending):
-                task.cancel()
+            batches.cancel()
 
 
 class GrpcBlockSource:
@@ -332,11 +307,9 @@ class GrpcBlockSource:
             try:
                 async for message in call:
                     (seq,) = unpack(message)
-                    if seq < next_seq:
+                    if not accept_seq(seq, next_seq):
                         self.duplicates += 1
                         continue
-                    if seq > next_seq:
-                        raise ResyncRequired(next_seq, seq - 1)
                     attempt = 0
                     next_seq = seq + 1
                     yield seq, message[_U64.size :]
@@ -348,8 +321,7 @@ class GrpcBlockSource:
                 cause = exc.code()
             finally:
                 call.cancel()
-            self._backoff.check(attempt, cause)
-            await asyncio.sleep(self._backoff.delay(attempt))
+            await self._backoff.wait(attempt, cause)
             attempt += 1
             self.reconnects += 1
 
@@ -394,13 +366,11 @@ class GrpcTxChannel:
             stream = self._ensure_stream()
             self._next_id += 1
             batch_id = self._next_id
-            future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-            stream.pending[batch_id] = future
+            future = stream.pending.add(batch_id)
             try:
                 await stream.call.write(_U64.pack(batch_id) + frame)
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
-                stream.pending.pop(batch_id, None)
-                raise TxStreamBroken(f"tx stream broke before batch {batch_id} was sent") from exc
+                raise stream.pending.unsent(batch_id) from exc
         return await future
 
     async def close(self) -> None:
@@ -420,7 +390,7 @@ class GrpcTxChannel:
             call: grpc.aio.StreamStreamCall[bytes, bytes] = self._channel.stream_stream(TXS_METHOD)(
                 metadata=self._metadata
             )
-            stream = self._stream = _TxStream(call, {})
+            stream = self._stream = _TxStream(call, PendingBatches())
             reader = asyncio.create_task(self._read(stream))
             self._readers.add(reader)
             reader.add_done_callback(self._readers.discard)
@@ -428,16 +398,15 @@ class GrpcTxChannel:
 
     async def _read(self, stream: _TxStream) -> None:
         cause: object = "stream ended"
-        pending = stream.pending
         try:
             while (message := await stream.call.read()) is not grpc.aio.EOF:
                 assert isinstance(message, bytes)
                 (batch_id,) = _U64.unpack_from(message)
-                future = pending.pop(batch_id, None)
-                if future is not None and not future.done():
-                    future.set_result(message[_U64.size :])
+                stream.pending.resolve(batch_id, message[_U64.size :])
         except grpc.aio.AioRpcError as exc:
             cause = exc.code()
+            if cause == grpc.StatusCode.UNAUTHENTICATED:
+                cause = NOT_A_MEMBER
         except asyncio.CancelledError:
             cause = "channel closed"
             task = asyncio.current_task()
@@ -446,14 +415,9 @@ class GrpcTxChannel:
         finally:
             if self._stream is stream:
                 self._stream = None
-            for batch_id, future in pending.items():
-                if not future.done():
-                    future.set_exception(
-                        TxStreamBroken(f"batch {batch_id}: tx stream broke ({cause})")
-                    )
-            pending.clear()
+            stream.pending.fail(cause)
 
 
 class _TxStream(NamedTuple):
     call: grpc.aio.StreamStreamCall[bytes, bytes]
-    pending: dict[int, asyncio.Future[bytes]]
+    pending: PendingBatches

@@ -1,5 +1,5 @@
-"""Choosing the data plane: gRPC (the default) or plain TCP, by the sequencer's config and the
-scheme of the targets it hands out.
+"""Choosing the data plane: gRPC (``DEFAULT_DATA_PLANE``) or plain TCP, by the sequencer's config
+and the scheme of the targets it hands out.
 
 The sequencer serves its streams on the plane its ``SequencerConfig.data_plane`` names; the
 deployment gives followers targets of the form ``host:port`` (gRPC) or ``tcp://host:port``
@@ -16,8 +16,11 @@ from .core import DEFAULT_BACKOFF, Backoff, BlockHub, TxHandler
 from .grpc_plane import GrpcBlockSource, GrpcDataPlaneServer, GrpcTxChannel
 from .tcp_plane import TcpBlockSource, TcpDataPlaneServer, TcpTxChannel
 
-#: the data plane of a deployment: "grpc" (HTTP/2, the default) or "tcp" (asyncio streams)
+#: the data plane of a deployment: "grpc" (HTTP/2) or "tcp" (asyncio streams)
 DataPlane = Literal["grpc", "tcp"]
+#: The one default (``SequencerConfig.data_plane``, hence a spec that names no plane): gRPC.
+#: A target without a scheme is a gRPC one, so followers need no default of their own.
+DEFAULT_DATA_PLANE: DataPlane = "grpc"
 TCP_SCHEME = "tcp://"
 
 BlockSourceImpl = GrpcBlockSource | TcpBlockSource

@@ -17,8 +17,8 @@ The subscriber actor (a replica) owns a :class:`RayBlockSource` and exposes::
 ``on_block`` answers False once the source has no stream being consumed, which stops the pump.
 Per subscriber the fanout runs one pump task: it drains the hub subscription and calls
 ``subscriber.on_block.remote`` with at most ``window`` calls in flight (pipelining hides the
-~1.3 ms actor-call round trip). ``deliver`` awaits room in a bounded local buffer, so a slow
-consumer stalls ``on_block``, the window fills, the hub queue fills and the hub cuts the
+actor-call round trip, a millisecond or more). ``deliver`` awaits room in a bounded local buffer,
+so a slow consumer stalls ``on_block``, the window fills, the hub queue fills and the hub cuts the
 subscriber off (then ``on_block_stream_closed`` tells it to reopen). The publisher never blocks.
 
 Ray does not promise that calls to an async actor *start* in submission order, and retried calls
@@ -51,6 +51,7 @@ from .core import (
     ResyncRequired,
     Subscription,
     TxStreamBroken,
+    accept_seq,
 )
 
 
@@ -172,8 +173,7 @@ class RayBlockSource:
                 )
                 break
             except ray.exceptions.RayError as exc:
-                self._backoff.check(attempt, exc)
-                await asyncio.sleep(self._backoff.delay(attempt))
+                await self._backoff.wait(attempt, exc)
                 attempt += 1
         if not reply.ok:
             raise ResyncRequired(from_seq, reply.floor)
@@ -212,11 +212,13 @@ class RayBlockSource:
                 await self._open(next_seq)
                 continue
             seq, frame = item
-            if seq < next_seq or seq in held:
-                self.duplicates += 1
-                continue
-            if seq > next_seq:
+            if seq > next_seq:  # ahead of a call that started later: held, not a gap
+                if seq in held:
+                    self.duplicates += 1
                 held[seq] = frame
+                continue
+            if not accept_seq(seq, next_seq):
+                self.duplicates += 1
                 continue
             yield seq, frame
             next_seq += 1

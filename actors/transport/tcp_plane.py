@@ -26,38 +26,37 @@ a broken connection fails every pending ``submit`` with :class:`TxStreamBroken` 
 nothing is resent; the next ``submit`` opens a new connection). The server runs each batch as its
 own task (several may be in flight); a malformed message closes that connection only.
 
-Membership and bounds, as the gRPC plane: with a ``secret`` the server compares HELLO's body with
-it (``hmac.compare_digest``) and refuses anything else (REFUSED, then close; counted in
-``refused``); a refused block source raises :class:`NotAMember`, a refused tx channel fails its
-batches with :class:`TxStreamBroken`. Without a secret the server listens on loopback only. At most
+Membership and bounds, as the gRPC plane (the rules of ``core.py``): with a ``secret`` the server
+compares HELLO's body with it (``admits``: constant time) and refuses anything else (REFUSED, then
+close; counted in ``refused``); a refused block source raises :class:`NotAMember`, a refused tx
+channel fails its batches with :class:`TxStreamBroken`. Without a secret the server listens on
+loopback only. At most
 ``max_inflight_per_stream`` batches per connection and ``max_inflight`` over all connections run
 at once (a batch beyond that waits, unread); a message longer than ``max_request_bytes`` closes
 the connection.
 
-Why: the gRPC plane costs ~300 us per round trip on loopback here against ~70 us for bare TCP,
-and in the replicas and the sequencer gRPC aio's own callbacks are a third of the CPU; this plane
-is one ``write`` and two ``readexactly`` per message. It has no TLS (like the gRPC plane): the
-secret authenticates, it does not encrypt; run it inside the deployment's network only. Which plane
-each stream uses is decided by ``raydex bench transport`` and the loadtest's CPU ledger; gRPC
-stays the default until they say otherwise.
+Why: no HTTP/2 and no gRPC callbacks: one ``write`` and two ``readexactly`` per message, for
+less latency and CPU per message than the gRPC plane (``raydex bench transport``; the loadtest's
+CPU ledger for the whole deployment). It has no TLS (like the gRPC plane): the secret
+authenticates, it does not encrypt; run it inside the deployment's network only. A deployment
+chooses it with ``data_plane: tcp`` (``planes.py``; the shipped raydex.yaml does).
 
 Cost: per message one header pack and one copy of the frame (header + frame joined once).
 
 Same host, no TCP: with ``unix_dir`` the server also listens on a Unix-domain socket there,
 :func:`unix_path_for` its port (mode 0600, the same protocol, the same secret). A follower given
 the path (``tcp://host:port?unix=PATH``, ``planes.target_of``) connects through it when ``host``
-is one of its own addresses and the path exists, else over TCP. A loopback TCP round trip costs
-~3x the CPU of a Unix-socket one here (the kernel runs the whole TCP stack for both ends in the
-sender's context): ``raydex bench transport``. A follower that finds no socket (the sequencer
-moved to another node) uses TCP; a socket file left
-by a dead server is replaced (its TCP port is ours now, so its owner is gone).
+is one of its own addresses and the path exists, else over TCP: a loopback TCP round trip
+costs more CPU than a Unix-socket one (the kernel runs the whole TCP stack for both ends in the
+sender's context; ``raydex bench transport`` measures both). A follower that finds no socket (the
+sequencer moved to another node) uses TCP; a socket file left by a dead server is replaced (its
+TCP port is ours now, so its owner is gone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import os
 import socket
@@ -69,17 +68,21 @@ from collections.abc import AsyncIterator
 from .core import (
     DEFAULT_BACKOFF,
     MAX_INFLIGHT_PER_STREAM,
-    TX_STREAM,
+    NOT_A_MEMBER,
     Backoff,
     BlockHub,
     EndReason,
     Frame,
     NotAMember,
+    PendingBatches,
     ResyncRequired,
-    StreamOrder,
     Subscription,
+    TxBounds,
     TxHandler,
     TxStreamBroken,
+    accept_seq,
+    admits,
+    check_listen,
 )
 
 log = logging.getLogger(__name__)
@@ -92,8 +95,6 @@ _U64 = struct.Struct("<Q")
 MAX_MESSAGE = 64 * 1024 * 1024
 #: how long a refused connection is kept half-open for the client to read REFUSED and hang up
 REFUSE_LINGER_S = 1.0
-#: addresses a server may listen on without a secret (as ``grpc_plane.LOOPBACK``)
-LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 class ProtocolError(ConnectionError):
@@ -186,11 +187,8 @@ class TcpDataPlaneServer:
         max_request_bytes: int = 8 << 20,
         unix_dir: str | None = None,
     ) -> None:
-        if max_inflight_per_stream < 1 or max_inflight < 1 or max_request_bytes < 64:
-            raise ValueError("in-flight bounds must be >= 1 and max_request_bytes >= 64")
+        self._bounds = TxBounds(max_inflight_per_stream, max_inflight, max_request_bytes)
         self._secret = secret.encode()
-        self._per_stream = max_inflight_per_stream
-        self._slots = asyncio.Semaphore(max_inflight)
         #: a message's length cap: one tx batch frame plus its header
         self._limit = max_request_bytes + 1 + _U64.size
         #: connections refused for no or a wrong secret
@@ -213,11 +211,7 @@ class TcpDataPlaneServer:
         return f"{self._host}:{self._port}"
 
     async def start(self) -> int:
-        if not self._secret and self._host not in LOOPBACK:
-            raise ValueError(
-                f"refusing to serve the data plane on {self._host} without a secret: only "
-                "loopback may go without one (raydex deploy generates one per deployment)"
-            )
+        check_listen(self._host, self._secret)
         self._server = await asyncio.start_server(self._serve, self._host, self._port)
         self._port = int(self._server.sockets[0].getsockname()[1])
         if self._unix_dir is not None:
@@ -259,7 +253,7 @@ class TcpDataPlaneServer:
             kind, body = await read_message(reader, self._limit)
             if kind != HELLO:
                 raise ProtocolError(f"expected HELLO, got kind {kind}")
-            if self._secret and not hmac.compare_digest(body, self._secret):
+            if not admits(self._secret, body):
                 self.refused += 1
                 writer.write(_HEAD.pack(1, REFUSED))
                 await writer.drain()
@@ -304,14 +298,14 @@ class TcpDataPlaneServer:
     async def _txs(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: TxHandler
     ) -> None:
-        TX_STREAM.set(StreamOrder())  # this connection's batch tasks inherit it
-        pending: set[asyncio.Task[None]] = set()
-        mine = asyncio.Semaphore(self._per_stream)
-        slots = self._slots
+        batches = self._bounds.stream()  # this connection's batch tasks inherit its order
+        limit = self._limit
 
-        def release(_: object) -> None:  # also for a task cancelled before it ran
-            mine.release()
-            slots.release()
+        async def next_batch() -> bytes:
+            kind, body = await read_message(reader, limit)
+            if kind != BATCH or len(body) < _U64.size:
+                raise ProtocolError(f"expected a batch, got kind {kind}")
+            return body
 
         async def serve(batch_id: int, frame: bytes) -> None:
             try:
@@ -324,24 +318,11 @@ class TcpDataPlaneServer:
                 writer.write(_message(RESULT, batch_id, result))
 
         try:
-            while True:
-                await mine.acquire()  # at the bound: leave the next batch unread
-                try:
-                    kind, body = await read_message(reader, self._limit)
-                    if kind != BATCH or len(body) < _U64.size:
-                        raise ProtocolError(f"expected a batch, got kind {kind}")
-                    await slots.acquire()
-                except BaseException:
-                    mine.release()
-                    raise
+            while (body := await batches.admit(next_batch)) is not None:
                 (batch_id,) = _U64.unpack_from(body)
-                task = asyncio.create_task(serve(batch_id, body[_U64.size :]))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-                task.add_done_callback(release)
+                batches.start(serve(batch_id, body[_U64.size :]))
         finally:
-            for task in tuple(pending):
-                task.cancel()
+            batches.cancel()
 
 
 class TcpBlockSource:
@@ -395,11 +376,9 @@ class TcpBlockSource:
                     kind, body = await read_message(reader)
                     if kind == BLOCK:
                         (seq,) = unpack(body)
-                        if seq < next_seq:
+                        if not accept_seq(seq, next_seq):
                             self.duplicates += 1
                             continue
-                        if seq > next_seq:
-                            raise ResyncRequired(next_seq, seq - 1)
                         attempt = 0
                         next_seq = seq + 1
                         yield seq, body[_U64.size :]
@@ -409,7 +388,7 @@ class TcpBlockSource:
                         cause = "cut off for falling behind"
                         break
                     elif kind == REFUSED:
-                        raise NotAMember(f"{self._target} refused us: not a member")
+                        raise NotAMember(f"{self._target} refused us: {NOT_A_MEMBER}")
                     else:
                         raise ProtocolError(f"unexpected message kind {kind}")
             except (OSError, asyncio.IncompleteReadError) as exc:
@@ -418,8 +397,7 @@ class TcpBlockSource:
                 if writer is not None:
                     self._writers.discard(writer)
                     writer.close()
-            self._backoff.check(attempt, cause)
-            await asyncio.sleep(self._backoff.delay(attempt))
+            await self._backoff.wait(attempt, cause)
             attempt += 1
             self.reconnects += 1
 
@@ -447,14 +425,12 @@ class TcpTxChannel:
             conn = await self._ensure()
             self._next_id += 1
             batch_id = self._next_id
-            future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-            conn.pending[batch_id] = future
+            future = conn.pending.add(batch_id)
             try:
                 conn.writer.write(_message(BATCH, batch_id, frame))
                 await conn.writer.drain()
             except (ConnectionError, RuntimeError) as exc:
-                conn.pending.pop(batch_id, None)
-                raise TxStreamBroken(f"tx stream broke before batch {batch_id} was sent") from exc
+                raise conn.pending.unsent(batch_id) from exc
         return await future
 
     async def close(self) -> None:
@@ -474,7 +450,7 @@ class TcpTxChannel:
             except OSError as exc:
                 raise TxStreamBroken(f"cannot open the tx stream: {exc}") from exc
             writer.write(self._hello + _HEAD.pack(1, TXS))
-            conn = self._conn = _TxConn(writer, {})
+            conn = self._conn = _TxConn(writer, PendingBatches())
             task = asyncio.create_task(self._read(reader, conn))
             self._readers.add(task)
             task.add_done_callback(self._readers.discard)
@@ -482,19 +458,16 @@ class TcpTxChannel:
 
     async def _read(self, reader: asyncio.StreamReader, conn: _TxConn) -> None:
         cause: object = "stream ended"
-        pending = conn.pending
         try:
             while True:
                 kind, body = await read_message(reader)
                 if kind == REFUSED:
-                    cause = "not a member of this deployment"
+                    cause = NOT_A_MEMBER
                     break
                 if kind != RESULT or len(body) < _U64.size:
                     raise ProtocolError(f"expected a result, got kind {kind}")
                 (batch_id,) = _U64.unpack_from(body)
-                future = pending.pop(batch_id, None)
-                if future is not None and not future.done():
-                    future.set_result(body[_U64.size :])
+                conn.pending.resolve(batch_id, body[_U64.size :])
         except (OSError, asyncio.IncompleteReadError) as exc:
             cause = exc
         except asyncio.CancelledError:
@@ -504,17 +477,12 @@ class TcpTxChannel:
             if self._conn is conn:
                 self._conn = None
             conn.writer.close()
-            for batch_id, future in pending.items():
-                if not future.done():
-                    future.set_exception(
-                        TxStreamBroken(f"batch {batch_id}: tx stream broke ({cause})")
-                    )
-            pending.clear()
+            conn.pending.fail(cause)
 
 
 class _TxConn:
     __slots__ = ("pending", "writer")
 
-    def __init__(self, writer: asyncio.StreamWriter, pending: dict[int, asyncio.Future[bytes]]):
+    def __init__(self, writer: asyncio.StreamWriter, pending: PendingBatches):
         self.writer = writer
         self.pending = pending

@@ -31,9 +31,9 @@ passes it in the sequencer's config; every later deploy asks the sequencer for i
 only members of the Ray cluster can make it) and passes it to the holder, the committer and each
 new replica. It travels only inside Ray (actor creation arguments, which Ray keeps to restart an
 actor), never through raydex.yaml or a file; a new deployment (after ``raydex down``) gets a new
-one. Every gRPC call to the sequencer must carry it (``actors/transport/grpc_plane.py``).
+one. Every data-plane caller of the sequencer must carry it (``actors/transport/core.py``).
 
-Ports: the sequencer serves blocks on ``ports.grpc`` and the tx log on ``ports.grpc + 1``;
+Ports: the sequencer serves blocks on ``ports.data`` and the tx log on ``ports.data + 1``;
 replicas share ``ports.http`` per host. ``bind`` is ``127.0.0.1`` for an embedded local Ray and
 ``0.0.0.0`` on a cluster; the others then reach the sequencer at the node IP it advertises
 (``sequencer_host``).
@@ -273,7 +273,7 @@ def deploy(
         # creation arguments (Ray hands them to restarted actors too); later deploys ask the
         # sequencer for it. It is never written to raydex.yaml or any other file.
         cfg = dataclasses.replace(
-            spec.sequencer.config, grpc_host=bind, data_plane_secret=new_secret()
+            spec.sequencer.config, data_host=bind, data_plane_secret=new_secret()
         )
         args_q = (cfg, bundle("sequencer"), spec.sequencer.gc)
         _spawn(SequencerActor, SEQUENCER, namespace, bundle("sequencer"), args_q)
@@ -285,7 +285,7 @@ def deploy(
     )
     plane = started["data_plane"]["plane"]
     unix = started["data_plane"].get("unix") or {}
-    delta_target = target_of(plane, host, started["grpc_port"], unix.get("blocks"))
+    delta_target = target_of(plane, host, started["data_port"], unix.get("blocks"))
     txlog_target = target_of(plane, host, started["txlog_port"], unix.get("txlog"))
     secret: str = ray.get(sequencer.data_plane_secret.remote(), timeout=timeout_s)
     # CreateMarket of an existing market is refused (MARKET_EXISTS) and changes nothing.

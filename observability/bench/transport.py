@@ -39,9 +39,10 @@ The payload is a real 200-event block from :func:`raydex.codecs.encode_block` ov
 
 ``default`` is the transport (of ``grpc``/``tcp``/``ray``) with the lowest p99 among those
 sustaining at least ``REQUIRED_BLOCKS_PER_S`` (one block per ms); if none does, the fastest. It is
-what the measurement recommends; the deployment's data plane stays gRPC until a switch is wired
-and the loadtest's CPU ledger agrees. Bounded: the
-whole run takes ~15-25 s including Ray start-up.
+what this measurement recommends, not what a deployment runs: that is ``sequencer.data_plane``
+(``DEFAULT_DATA_PLANE`` when the spec names none; the shipped raydex.yaml chooses tcp), chosen
+with the loadtest's CPU ledger too (the whole deployment's CPU per tx).
+Bounded: a few fixed-size runs plus Ray start-up.
 """
 
 from __future__ import annotations

@@ -79,11 +79,11 @@ def raydex(*args: str, env: dict[str, str]) -> str:
     return run([str(BIN / "raydex"), *args], env)
 
 
-def write_spec(path: Path, state: Path, http: int, grpc: int, **group: Any) -> Path:
+def write_spec(path: Path, state: Path, http: int, data_port: int, **group: Any) -> Path:
     """The repository's raydex.yaml with this test's folders, ports, chain id and one group."""
     tree = yaml.safe_load((REPO / "raydex.yaml").read_text())
     tree["chain_id"] = CHAIN_ID
-    tree["ports"] = {"http": http, "grpc": grpc}
+    tree["ports"] = {"http": http, "data": data_port}
     tree["sequencer"]["wal_dir"] = str(state / "wal")
     tree["sequencer"]["oracle_interval_ms"] = 0
     tree["snapshot"]["dir"] = str(state / "snapshots")
@@ -242,8 +242,8 @@ def test_ray_start_then_raydex_deploy_serves_scales_live_reports_and_goes_down(
     head: Head, scratch: Path
 ) -> None:
     http = free_port()
-    grpc = free_port(pair=True, avoid={http})
-    spec = write_spec(scratch / "raydex.yaml", scratch, http, grpc, replicas=1)
+    data_port = free_port(pair=True, avoid={http})
+    spec = write_spec(scratch / "raydex.yaml", scratch, http, data_port, replicas=1)
     out = raydex("deploy", str(spec), env=head.env)  # --bind 0.0.0.0, the default
     assert "raydex-sequencer" in out and "raydex-replica-public-0" in out
 
@@ -264,7 +264,7 @@ def test_ray_start_then_raydex_deploy_serves_scales_live_reports_and_goes_down(
         assert trader.open()["type"] == "subscribed/order_book"
         before = status_json(head.env)["actors"]
 
-        scaled = write_spec(scratch / "raydex-3.yaml", scratch, http, grpc, replicas=2)
+        scaled = write_spec(scratch / "raydex-3.yaml", scratch, http, data_port, replicas=2)
         out = raydex("deploy", str(scaled), env=head.env)
         assert "created: ['raydex-replica-public-1']" in out and "removed: []" in out
         # the WebSocket opened before the redeploy still answers: nothing restarted under it
@@ -305,10 +305,10 @@ def test_raydex_up_starts_its_own_head_and_down_stop_ray_stops_that_one_only(
         RAY_GRAFANA_HOST="http://127.0.0.1:3000",
     )
     http = free_port()
-    grpc = free_port(pair=True, avoid={http})
-    dash = free_port(avoid={http, grpc, grpc + 1})
-    gcs = free_port(avoid={http, grpc, grpc + 1, dash})
-    spec = write_spec(scratch / "raydex.yaml", scratch, http, grpc, replicas=1)
+    data_port = free_port(pair=True, avoid={http})
+    dash = free_port(avoid={http, data_port, data_port + 1})
+    gcs = free_port(avoid={http, data_port, data_port + 1, dash})
+    spec = write_spec(scratch / "raydex.yaml", scratch, http, data_port, replicas=1)
     up = [
         "up", "--spec", str(spec), "--port", str(gcs), "--temp-dir", str(scratch / "ray"),
         "--dashboard-port", str(dash), "--",
@@ -443,8 +443,8 @@ def test_raydex_up_on_a_two_host_cluster_scales_onto_the_second_host_and_reserve
 ) -> None:
     address, env = two_hosts
     http = free_port()
-    grpc = free_port(pair=True, avoid={http})
-    spec = write_spec(scratch / "raydex.yaml", scratch, http, grpc, replicas=1)
+    data_port = free_port(pair=True, avoid={http})
+    spec = write_spec(scratch / "raydex.yaml", scratch, http, data_port, replicas=1)
     out = raydex("up", "--address", address, "--spec", str(spec), env=env)  # bind 0.0.0.0
     assert "raydex is up: replicas raydex-replica-public-0" in out
     books = asyncio.run(rest(http, "/api/v1/orderBooks"))
@@ -452,7 +452,7 @@ def test_raydex_up_on_a_two_host_cluster_scales_onto_the_second_host_and_reserve
     trader = Trader(http)
     try:
         assert trader.open()["type"] == "subscribed/order_book"
-        scaled = write_spec(scratch / "raydex-2.yaml", scratch, http, grpc, replicas=2)
+        scaled = write_spec(scratch / "raydex-2.yaml", scratch, http, data_port, replicas=2)
         out = raydex("deploy", str(scaled), "--address", address, env=env)
         assert "created: ['raydex-replica-public-1']" in out
         assert trader.subscribe(1)["type"] == "subscribed/order_book"

@@ -46,10 +46,10 @@ GROUP = 'group="metrics"'
 _LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
 
 
-def spec_text(tmp: Path, http: int, grpc: int) -> str:
+def spec_text(tmp: Path, http: int, data: int) -> str:
     return f"""
 chain_id: 304
-ports: {{http: {http}, grpc: {grpc}}}
+ports: {{http: {http}, data: {data}}}
 sequencer: {{wal_dir: {tmp}/wal, block_interval_ms: 1.0, wal_fsync: block, cpus: 1}}
 snapshot: {{dir: {tmp}/snap, every_blocks: 5, every_seconds: 1.0, cpus: 1}}
 markets:
@@ -265,7 +265,7 @@ def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
     # (the Actors page's "Required resources"; a token amount on this oversubscribed host)
     for name in roles:
         assert any(k.startswith("CPU_group_") and v > 0 for k, v in needs[name].items()), needs
-    assert " grpc=" in found[dep.SEQUENCER] and " port=" in found["raydex-replica-metrics-0"]
+    assert " data=" in found[dep.SEQUENCER] and " port=" in found["raydex-replica-metrics-0"]
     assert " group=metrics " in found["raydex-replica-metrics-0"]
     live = dep.status(NS)
     for name in roles:

@@ -25,10 +25,10 @@ NS = "raydex-it"
 WAIT = 30.0
 
 
-def spec_text(tmp: Path, replicas: int, http: int, grpc: int) -> str:
+def spec_text(tmp: Path, replicas: int, http: int, data: int) -> str:
     return f"""
 chain_id: 304
-ports: {{http: {http}, grpc: {grpc}}}
+ports: {{http: {http}, data: {data}}}
 sequencer: {{wal_dir: {tmp}/wal, wal_fsync: block, cpus: 1, data_plane: tcp}}
 snapshot: {{dir: {tmp}/snap, every_blocks: 20, every_seconds: 1.0, check_every_blocks: 4, cpus: 1}}
 markets:
@@ -43,12 +43,12 @@ class Exchange:
     def __init__(self, tmp: Path, topology: Topology, host: str) -> None:
         self.tmp = tmp
         self.http = dep.free_port()
-        self.grpc = dep.free_port(pair=True, avoid={self.http})
+        self.data = dep.free_port(pair=True, avoid={self.http})
         self.tops = {host: topology}
         self.traders = [Trader(i) for i in range(1, 5)]
 
     def spec(self, replicas: int) -> DeploySpec:
-        return load_spec(spec_text(self.tmp, replicas, self.http, self.grpc))
+        return load_spec(spec_text(self.tmp, replicas, self.http, self.data))
 
     def deploy(self, replicas: int) -> dep.DeployResult:
         return dep.deploy(self.spec(replicas), namespace=NS, topologies=self.tops)
@@ -270,7 +270,7 @@ def test_the_deployed_data_plane_refuses_a_client_without_the_deployments_secret
             await channel.close()
 
     for port, path in (
-        (status["grpc_port"], unix["blocks"]),
+        (status["data_port"], unix["blocks"]),
         (status["txlog_port"], unix["txlog"]),
     ):
         assert asyncio.run(stranger(port)) == (True, True)

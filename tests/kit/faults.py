@@ -107,11 +107,11 @@ def free_ports(n: int) -> list[int]:
 def sequencer_config(tmp: Path, **kw: Any) -> SequencerConfig:
     """Fixed free ports (followers reconnect to a restarted sequencer), no WAL pruning (the
     audit replays the whole WAL from seq 0)."""
-    grpc_port, txlog_port = free_ports(2)
+    data_port, txlog_port = free_ports(2)
     base = SequencerConfig(
         wal_dir=str(tmp / "wal"),
         snapshot_dir=str(tmp / "snap"),
-        grpc_port=grpc_port,
+        data_port=data_port,
         txlog_port=txlog_port,
         wal_keep_blocks=10**9,
         maintenance_interval_s=0.2,
@@ -120,7 +120,7 @@ def sequencer_config(tmp: Path, **kw: Any) -> SequencerConfig:
 
 
 def targets(cfg: SequencerConfig) -> tuple[str, str]:
-    return f"127.0.0.1:{cfg.grpc_port}", f"127.0.0.1:{cfg.txlog_port}"
+    return f"127.0.0.1:{cfg.data_port}", f"127.0.0.1:{cfg.txlog_port}"
 
 
 def setup_ops(accounts: range) -> list[Any]:

@@ -28,7 +28,7 @@ async def main(spec: dict[str, object]) -> None:
     status = await actor.start()
     if spec.get("setup") and status["seq"] == 0:
         await actor.operator(setup_ops(range(1, 9)))
-    print(f"READY {cfg.grpc_port} {cfg.txlog_port}", file=ready, flush=True)
+    print(f"READY {cfg.data_port} {cfg.txlog_port}", file=ready, flush=True)
     await asyncio.Event().wait()
 
 

@@ -109,7 +109,7 @@ def test_a_committer_that_saw_a_block_the_sequencer_lost_rebuilds_instead_of_cha
         ports = s1.getsockname()[1], s2.getsockname()[1]
     cfg = SequencerConfig(
         wal_dir=str(tmp_path / "wal"), snapshot_dir=str(tmp_path / "snap"),
-        grpc_port=ports[0], txlog_port=ports[1],
+        data_port=ports[0], txlog_port=ports[1],
     )  # fmt: skip
     targets = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"
     latest: dict[str, object] = {}

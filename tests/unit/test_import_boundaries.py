@@ -10,7 +10,17 @@
 - the folders form no cycle: an import from folder A to folder B (any module of B, or B's
   ``__init__``) is an edge A -> B, and the graph of those edges is acyclic. So the data flow reads
   one way: ``engine -> codecs``, ``actors/<role> -> actors/runtime, actors/transport``,
-  ``cluster/control -> actors``, ``observability/loadtest -> actors, cluster``.
+  ``cluster/control -> actors``, ``observability/loadtest -> actors, cluster``;
+- nor do the modules inside one folder: no module imports itself back through its siblings
+  (``TYPE_CHECKING`` and in-function imports count: they hide a circle, they do not remove it);
+- the folders stand in layers (``LAYERS``), and a module imports only from its own layer and the
+  ones below: codecs < engine < the leaf modules at the top of ``observability/`` (instruments)
+  and ``cluster/`` (pinning, huge pages, topology, an actor's bundle) < actors <
+  ``cluster/control`` < ``observability/loadtest`` and ``observability/bench`` < ``cluster/cli``
+  (the ``raydex`` command, which starts every application).
+
+An import names the module it loads: ``import a.b`` -> ``a.b``; ``from a import b`` -> ``a.b`` when
+that is a module (a source file or a C extension that ``setup.py`` builds), else ``a``.
 """
 
 from __future__ import annotations
@@ -61,9 +71,51 @@ def _folder(module: str, packages: set[str]) -> str:
     return module
 
 
+def _extensions() -> set[str]:
+    """Module names of the C extensions ``setup.py`` declares (``Extension("raydex....", ...)``)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    return {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "Extension"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    }
+
+
 MODULES = list(_modules())
 PACKAGES = {m for m, is_init, _ in MODULES if is_init}
 NAMES = {m for m, _, _ in MODULES}
+EXTENSIONS = _extensions()
+
+
+def _loaded(module: str, is_init: bool, path: Path) -> Iterator[tuple[str, int]]:
+    """(raydex module, line) of every import in ``path``, each named by the module it loads
+    (the module docstring's rule); imports of anything outside raydex are left out."""
+    known = NAMES | EXTENSIONS
+    package = module if is_init else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            names = [f"{target}.{a.name}" for a in node.names]
+            names = [n if n in known else target for n in names]
+        else:
+            continue
+        for name in names:
+            while name not in known and "." in name:
+                name = name.rpartition(".")[0]
+            if name in known:
+                yield name, node.lineno
 
 
 #: The standard library the engine may use: data structures, typing and hashing. Nothing that
@@ -138,18 +190,106 @@ def test_the_folders_form_no_cycle() -> None:
     edges: dict[str, set[str]] = {p: set() for p in PACKAGES}
     for module, is_init, path in MODULES:
         src = _folder(module, PACKAGES)
-        for name in _imports(module, is_init, path):
-            if not name.startswith("raydex."):
-                continue
-            while name not in NAMES and "." in name:
-                name = name.rpartition(".")[0]  # ``from pkg import Class`` -> pkg
-            if name not in NAMES:
-                continue
+        for name, _ in _loaded(module, is_init, path):
             dst = _folder(name, PACKAGES)
             if dst != src:
                 edges[src].add(dst)
     cycle = _find_cycle(edges)
     assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_modules_inside_a_folder_form_no_circle() -> None:
+    edges: dict[str, set[str]] = {m: set() for m in NAMES | EXTENSIONS}
+    for module, is_init, path in MODULES:
+        folder = _folder(module, PACKAGES)
+        edges[module] |= {
+            name
+            for name, _ in _loaded(module, is_init, path)
+            if name != module and _folder(name, PACKAGES) == folder
+        }
+    circles = [_described(circle, edges) for circle in _circles(edges)]
+    assert not circles, "modules that import each other in a circle:\n" + "\n".join(circles)
+
+
+def _described(circle: list[str], edges: dict[str, set[str]]) -> str:
+    """``folder: its members (e.g. one loop through them)``."""
+    loop = _find_cycle({m: edges[m] & set(circle) for m in circle}) or []
+    short = [m.rpartition(".")[2] for m in circle]
+    return (
+        f"{_folder(circle[0], PACKAGES)}: {', '.join(short)} "
+        f"(e.g. {' -> '.join(m.rpartition('.')[2] for m in loop)})"
+    )
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of two or more nodes that reach each other (Tarjan's strongly connected
+    components), each sorted, in order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(n: str) -> None:
+        index[n] = low[n] = len(index)
+        stack.append(n)
+        for m in sorted(edges.get(n, ())):
+            if m not in index:
+                visit(m)
+                low[n] = min(low[n], low[m])
+            elif m in stack:
+                low[n] = min(low[n], index[m])
+        if low[n] == index[n]:
+            members = stack[stack.index(n) :]
+            del stack[stack.index(n) :]
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for n in sorted(edges):
+        if n not in index:
+            visit(n)
+    return sorted(found)
+
+
+#: The layers, lowest first: a module may import its own layer and the ones below. A module is in
+#: the layer of the longest prefix that names it (``raydex.cluster.control`` before
+#: ``raydex.cluster``).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("codecs", ("raydex.codecs",)),
+    ("engine", ("raydex.engine",)),
+    # leaf modules actors use: metrics, histograms, GC stats, flight recorder, tracing; thread
+    # pinning, huge pages, topology, the bundle an actor is given
+    ("instruments", ("raydex.observability", "raydex.cluster")),
+    ("actors", ("raydex.actors",)),
+    ("cluster control", ("raydex.cluster.control",)),
+    ("applications", ("raydex.observability.loadtest", "raydex.observability.bench")),
+    ("cli", ("raydex.cluster.cli",)),
+)
+
+
+def _layer(module: str) -> int:
+    """Index in ``LAYERS`` of the layer ``module`` is in."""
+    best, length = -1, -1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = i, len(prefix)
+    assert best >= 0, f"{module} is in no layer"
+    return best
+
+
+def test_no_module_imports_from_a_layer_above_its_own() -> None:
+    bad = []
+    for module, is_init, path in MODULES:
+        mine = _layer(module)
+        for name, line in _loaded(module, is_init, path):
+            theirs = _layer(name)
+            if theirs > mine:
+                rel = path.relative_to(ROOT)
+                bad.append(
+                    f"{rel}:{line}: {module} imports {name} "
+                    f"({LAYERS[mine][0]} below {LAYERS[theirs][0]})"
+                )
+    assert not bad, "imports from a higher layer:\n" + "\n".join(bad)
 
 
 def _find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -179,3 +319,12 @@ def test_the_boundary_checks_see_the_whole_package() -> None:
     assert {"raydex.engine", "raydex.actors.sequencer", "raydex.cluster.control"} <= PACKAGES
     assert len(MODULES) > 60
     assert _find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}) == [["a", "b", "c"]]
+    assert {"raydex.codecs._blockdec", "raydex.actors.replica._cacheloop"} <= EXTENSIONS
+    # every module has a layer, and the layers fall where the docstring says
+    assert all(_layer(m) >= 0 for m in NAMES | EXTENSIONS)
+    order = ["raydex.codecs", "raydex.engine", "raydex.cluster.pinning", "raydex.actors.replica"]
+    order += ["raydex.cluster.control.deploy", "raydex.observability.loadtest.run"]
+    order += ["raydex.cluster.cli.commands"]
+    assert [_layer(m) for m in order] == sorted(_layer(m) for m in order)
+    assert _layer("raydex.observability.metrics") == _layer("raydex.cluster.bundle")

@@ -320,7 +320,7 @@ def test_a_replica_that_falls_behind_leaves_the_shared_port_and_rejoins_when_cau
         # port-0 socket opened meanwhile (s2, the holders, clients) can land on it
         fixed = free_port()
         s1 = SequencerService(
-            SequencerConfig(wal_dir=wal, snapshot_dir=snaps, ring_size=8, grpc_port=fixed)
+            SequencerConfig(wal_dir=wal, snapshot_dir=snaps, ring_size=8, data_port=fixed)
         )
         p = await s1.start()
         alive.append(s1)
@@ -371,7 +371,7 @@ def test_a_replica_that_falls_behind_leaves_the_shared_port_and_rejoins_when_cau
             await until(lambda: h2.delta_seq == h2.snapshot_seq == last, "h2 to follow s2")
             assert svc.state.seq == last - 16 and svc.serving  # it cannot know yet
             await stop(s2)
-            cfg = SequencerConfig(wal_dir=wal, snapshot_dir=snaps, ring_size=8, grpc_port=p)
+            cfg = SequencerConfig(wal_dir=wal, snapshot_dir=snaps, ring_size=8, data_port=p)
             s3 = SequencerService(cfg)  # back where the replica looks, its ring past the replica
             assert await s3.start() == p
             alive.append(s3)

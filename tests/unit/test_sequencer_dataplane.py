@@ -103,7 +103,7 @@ def test_strangers_get_neither_blocks_nor_the_tx_log_nor_a_batch_in(tmp_path: Pa
 
 def test_a_sequencer_listening_beyond_loopback_needs_a_secret(tmp_path: Path) -> None:
     async def scenario() -> None:
-        svc = SequencerService(config(tmp_path, grpc_host="0.0.0.0"))
+        svc = SequencerService(config(tmp_path, data_host="0.0.0.0"))
         with pytest.raises(ValueError, match="without a secret"):
             await svc.start()
         await svc.stop()

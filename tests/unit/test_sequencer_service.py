@@ -475,7 +475,7 @@ def test_a_port_already_in_use_fails_the_start_and_leaves_nothing_running(
     port = busy.getsockname()[1]
 
     async def run() -> None:
-        key = "grpc_port" if taken == "block" else "txlog_port"
+        key = "data_port" if taken == "block" else "txlog_port"
         failed = SequencerService(dataclasses.replace(config(tmp_path), **{key: port}))
         with pytest.raises(OSError, match=f"127.0.0.1:{port}"):
             await failed.start()

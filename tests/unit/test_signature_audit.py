@@ -183,7 +183,7 @@ def test_a_deployment_sequencer_trusts_its_members_and_the_committer_withholds_f
     ports = free_ports(2)
     cfg = SequencerConfig(
         wal_dir=str(tmp_path / "wal"), snapshot_dir=str(tmp_path / "snap"),
-        grpc_port=ports[0], txlog_port=ports[1], data_plane_secret=SECRET,
+        data_port=ports[0], txlog_port=ports[1], data_plane_secret=SECRET,
     )  # fmt: skip
     targets = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"
 
@@ -237,7 +237,7 @@ def test_an_audit_that_keeps_up_reads_the_blocks_of_its_linger_in_one_wal_read(
     ports = free_ports(2)
     cfg = SequencerConfig(
         wal_dir=str(tmp_path / "wal"), snapshot_dir=str(tmp_path / "snap"),
-        grpc_port=ports[0], txlog_port=ports[1], data_plane_secret=SECRET,
+        data_port=ports[0], txlog_port=ports[1], data_plane_secret=SECRET,
     )  # fmt: skip
     blocks = 11
 

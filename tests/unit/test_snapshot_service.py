@@ -110,12 +110,12 @@ def test_followers_behind_a_sequencer_restart_catch_up_from_the_rebuilt_blocks(
     with socket.socket() as s1, socket.socket() as s2:
         s1.bind(("127.0.0.1", 0))
         s2.bind(("127.0.0.1", 0))
-        grpc_port, txlog_port = s1.getsockname()[1], s2.getsockname()[1]
+        data_port, txlog_port = s1.getsockname()[1], s2.getsockname()[1]
     cfg = SequencerConfig(
         wal_dir=str(tmp_path / "wal"), snapshot_dir=str(tmp_path / "snap"),
-        grpc_port=grpc_port, txlog_port=txlog_port,
+        data_port=data_port, txlog_port=txlog_port,
     )  # fmt: skip
-    targets = (f"127.0.0.1:{grpc_port}", f"127.0.0.1:{txlog_port}")
+    targets = (f"127.0.0.1:{data_port}", f"127.0.0.1:{txlog_port}")
 
     async def run() -> tuple[dict[str, object], dict[str, object]]:
         seq_svc = SequencerService(cfg)
@@ -154,12 +154,12 @@ def fixed_ports_config(tmp: Path, **kw: object) -> tuple[SequencerConfig, tuple[
     with socket.socket() as s1, socket.socket() as s2:
         s1.bind(("127.0.0.1", 0))
         s2.bind(("127.0.0.1", 0))
-        grpc_port, txlog_port = s1.getsockname()[1], s2.getsockname()[1]
+        data_port, txlog_port = s1.getsockname()[1], s2.getsockname()[1]
     cfg = SequencerConfig(
         wal_dir=str(tmp / "wal"), snapshot_dir=str(tmp / "snap"),
-        grpc_port=grpc_port, txlog_port=txlog_port, **kw,  # type: ignore[arg-type]
+        data_port=data_port, txlog_port=txlog_port, **kw,  # type: ignore[arg-type]
     )  # fmt: skip
-    return cfg, (f"127.0.0.1:{grpc_port}", f"127.0.0.1:{txlog_port}")
+    return cfg, (f"127.0.0.1:{data_port}", f"127.0.0.1:{txlog_port}")
 
 
 async def fund(svc: SequencerService) -> None:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from raydex.actors.replica import ApiConfig, ReplicaConfig
 from raydex.actors.sequencer import SequencerConfig
 from raydex.actors.snapshot import SnapshotConfig
+from raydex.actors.transport import DEFAULT_DATA_PLANE
 from raydex.cluster.control.spec import MARKET_DEFAULTS, DeploySpec, GcSpec, SpecError, load_spec
 from raydex.codecs import CreateMarket, MarketStatus, spec_of
 
@@ -97,7 +98,7 @@ def test_a_path_given_as_a_string_is_read_as_a_file(tmp_path: Path) -> None:
 
 def test_defaults_fill_every_optional_key() -> None:
     spec = load_spec(yaml.safe_dump(MINIMAL))
-    assert spec.ports.http == 8080 and spec.ports.grpc == 50051
+    assert spec.ports.http == 8080 and spec.ports.data == 50051
     assert spec.replica_groups[0].gc == GcSpec()
     assert spec.replica_groups[1].replicas_per_numa_node == 2
 
@@ -105,7 +106,7 @@ def test_defaults_fill_every_optional_key() -> None:
 def test_an_embedded_config_takes_the_actors_own_defaults_for_every_unwritten_knob() -> None:
     spec = load_spec(yaml.safe_dump(MINIMAL))
     seq = SequencerConfig(wal_dir="/tmp/wal", snapshot_dir="/tmp/snap")
-    wired_seq = {"chain_id": 7, "grpc_port": 50051, "txlog_port": 50052}
+    wired_seq = {"chain_id": 7, "data_port": 50051, "txlog_port": 50052}
     assert spec.sequencer.config == dataclasses.replace(seq, **wired_seq)
     assert spec.snapshot.config == SnapshotConfig(dir="/tmp/snap")
     replica = spec.replica_groups[0].replica
@@ -136,18 +137,40 @@ def test_the_one_chain_id_reaches_the_sequencer_every_replica_and_the_info_netwo
     for group in spec.replica_groups:
         assert group.replica.chain_id == 4242 and group.replica.api.network_id == 4242
     # also after a replace: the wired fields follow the spec's own
-    moved = dataclasses.replace(spec, chain_id=5, ports=dataclasses.replace(spec.ports, grpc=6000))
+    moved = dataclasses.replace(spec, chain_id=5, ports=dataclasses.replace(spec.ports, data=6000))
     assert moved.sequencer.config.chain_id == 5 and moved.replica_groups[1].api.network_id == 5
-    assert (moved.sequencer.config.grpc_port, moved.sequencer.config.txlog_port) == (6000, 6001)
+    assert (moved.sequencer.config.data_port, moved.sequencer.config.txlog_port) == (6000, 6001)
 
 
 def test_ports_and_the_snapshot_folder_are_wired_into_the_configs_that_use_them() -> None:
-    tree = yaml.safe_load(with_change("ports", {"http": 9000, "grpc": 9100}))
+    tree = yaml.safe_load(with_change("ports", {"http": 9000, "data": 9100}))
     tree["replica_groups"][1]["http_port"] = 9001
     spec = load_spec(yaml.safe_dump(tree))
     assert spec.sequencer.config.snapshot_dir == spec.snapshot.config.dir == "/tmp/snap"
     assert [g.replica.http_port for g in spec.replica_groups] == [9000, 9001]
     assert all(g.replica.reuse_port for g in spec.replica_groups)
+
+
+def test_the_data_port_read_under_its_old_name_grpc_is_wired_alike_with_one_notice(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spec = load_spec(with_change("ports", {"http": 9000, "grpc": 9100}))
+    assert (spec.ports.data, spec.sequencer.config.data_port) == (9100, 9100)
+    notice = capsys.readouterr().err
+    assert (
+        notice
+        == "raydex: deploy spec key ports.grpc is deprecated, read as ports.data: rename it\n"
+    )
+    load_spec(with_change("ports", {"http": 9000, "data": 9100}))
+    assert capsys.readouterr().err == ""  # the new name: no notice
+
+
+def test_a_spec_that_names_no_data_plane_gets_the_one_default() -> None:
+    spec = load_spec(yaml.safe_dump(MINIMAL))
+    assert (
+        spec.sequencer.config.data_plane == DEFAULT_DATA_PLANE == SequencerConfig("", "").data_plane
+    )
+    assert load_spec(REPO / "raydex.yaml").sequencer.config.data_plane == "tcp"  # its own choice
 
 
 def test_a_market_is_the_create_market_transaction_with_its_mark_in_ticks() -> None:
@@ -186,7 +209,8 @@ def test_an_unquoted_numeric_mark_keeps_the_digits_as_written() -> None:
         ("sequencer.wal_dir", ..., "sequencer.wal_dir: required key missing"),
         ("snapshot.every_blocks", 0, "snapshot.every_blocks: must be >= 1, got 0"),
         ("snapshot", [], "snapshot: expected a mapping, got []"),
-        ("ports", {"http": 80, "grpc": 80}, "ports.grpc: must differ from http (80)"),
+        ("ports", {"http": 80, "data": 80}, "ports.data: must differ from http (80)"),
+        ("ports", {"data": 1, "grpc": 2}, "ports.grpc: the old name of ports.data: write only"),
         ("ports", {"http": 70000}, "ports.http: must be a port in 1..65535, got 70000"),
         ("markets", [], "markets: at least one market is required"),
         ("markets[0].symbol", "X" * 17, "markets[0].symbol: must be 1..16 ASCII characters"),
@@ -204,7 +228,7 @@ def test_an_unquoted_numeric_mark_keeps_the_digits_as_written() -> None:
         ("markets[0].mark_price", 5, "markets[0].mark_price: not settable here: it is set by"),
         ("markets[0].min_base_amount", 0, "markets[0].min_base_amount: must be in 1.."),
         ("sequencer.chain_id", 5, "sequencer.chain_id: not settable here: it is set by the top"),
-        ("sequencer.grpc_port", 5, "sequencer.grpc_port: not settable here: it is set by ports"),
+        ("sequencer.data_port", 5, "sequencer.data_port: not settable here: it is set by ports"),
         ("sequencer.snapshot_dir", "/x", "sequencer.snapshot_dir: not settable here"),
         ("sequencer.ring_size", 0, "sequencer.ring_size: must be >= 1, got 0"),
         ("sequencer.verify_signatures", 1, "sequencer.verify_signatures: expected bool"),
