@@ -1,7 +1,8 @@
 """Enumerations and identifier types shared by the engine, the codecs and the API.
 
-Every numeric value here is on the wire: Lighter's values where Lighter has one (WIRE.md), values in
-free ranges otherwise. Changing a value is a wire-format change.
+Every numeric value here is on the wire: Lighter's values where Lighter has one, values in free
+ranges otherwise (docs/lighter-compatibility.md lists them). Changing a value is a wire-format
+change.
 
 Hot code compares against plain ``int`` (an ``IntEnum`` member *is* an ``int``), so these enums cost
 nothing on the hot path beyond a global lookup; bind them to locals in tight loops.
