@@ -33,7 +33,7 @@ new replica. It travels only inside Ray (actor creation arguments, which Ray kee
 actor), never through raydex.yaml or a file; a new deployment (after ``raydex down``) gets a new
 one. Every gRPC call to the sequencer must carry it (``actors/transport/grpc_plane.py``).
 
-Ports: the sequencer serves blocks on ``ports.grpc`` and the tx log on ``ports.grpc + 1``;
+Ports: the sequencer serves blocks on ``ports.data_plane`` and the tx log on the next port;
 replicas share ``ports.http`` per host. ``bind`` is ``127.0.0.1`` for an embedded local Ray and
 ``0.0.0.0`` on a cluster; the others then reach the sequencer at the node IP it advertises
 (``sequencer_host``).

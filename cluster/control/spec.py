@@ -3,7 +3,7 @@
 Shape (every key below is optional unless marked *required*)::
 
     chain_id: int                         # *required*; signed into every tx (WIRE.md)
-    ports: {http: int, grpc: int}
+    ports: {http: int, data_plane: int}
     sequencer: {<SequencerConfig knobs: wal_dir*, block_close, block_interval_ms, block_max_txs,
                 wal_fsync, oracle_interval_ms, oracle_max_step_bps, ring_size, ...>,
                 host, numa_node, cpus, pin, realtime, huge_pages, gc}
@@ -34,7 +34,7 @@ tell the truth, and ``dataclasses.replace`` of a ``DeploySpec`` fills them again
 ``chain_id`` (the sequencer's, every replica's and the ``/info`` ``network_id``), the snapshot
 folder the sequencer recovers from (``snapshot.dir``), every replica's state-check interval
 (``snapshot.check_every_blocks``: followers compare hashes at the same seqs), the gRPC ports
-(``ports.grpc`` and the next one), each replica's HTTP port (``http_port`` or ``ports.http``)
+(``ports.data_plane`` and the next one), each replica's HTTP port (``http_port`` or ``ports.http``)
 and group. Those known only at deploy time (listen address, actor names, the sequencer's
 advertised address) are filled in by ``deploy``. Writing a wired key is an error saying where
 it comes from.
@@ -147,20 +147,21 @@ class GcSpec:
 
 @dataclass(frozen=True, slots=True)
 class PortsSpec:
-    """Ports on every host: REST/WebSocket (shared by its replicas) and the gRPC data plane
-    (blocks and tx batches on ``grpc``, the snapshot holder's tx log on ``grpc + 1``)."""
+    """Ports on every host: REST/WebSocket (shared by its replicas) and the sequencer's data plane,
+    whichever plane serves it (blocks and tx batches on ``data_plane``, the snapshot holder's
+    stream and WAL reads on ``data_plane + 1``)."""
 
     http: int = 8080
-    grpc: int = 50051
+    data_plane: int = 50051
 
     def _problems(self) -> _Problems:
-        for key in ("http", "grpc"):
+        for key in ("http", "data_plane"):
             if not 1 <= getattr(self, key) <= 65535:
                 yield key, f"must be a port in 1..65535, got {getattr(self, key)}"
-        if self.grpc == 65535:
-            yield "grpc", "must leave grpc + 1 (the tx-log port) in range"
-        if self.http in (self.grpc, self.grpc + 1):
-            yield "grpc", f"must differ from http ({self.http}), as must grpc + 1"
+        if self.data_plane == 65535:
+            yield "data_plane", "must leave data_plane + 1 (the tx-log port) in range"
+        if self.http in (self.data_plane, self.data_plane + 1):
+            yield "data_plane", f"must differ from http ({self.http}), as must data_plane + 1"
 
 
 def _placement_problems(host: str | None, numa_node: int, cpus: int) -> _Problems:
@@ -178,8 +179,8 @@ _SEQUENCER_WIRED = {
     "chain_id": "the top-level chain_id",
     "snapshot_dir": "snapshot.dir",
     "grpc_host": "`raydex deploy --bind`",
-    "grpc_port": "ports.grpc",
-    "txlog_port": "ports.grpc + 1",
+    "grpc_port": "ports.data_plane",
+    "txlog_port": "ports.data_plane + 1",
     "data_plane_secret": _SECRET_SOURCE,
 }
 
@@ -529,8 +530,8 @@ class DeploySpec:
             seq.config,
             chain_id=self.chain_id,
             snapshot_dir=self.snapshot.config.dir,
-            grpc_port=self.ports.grpc,
-            txlog_port=self.ports.grpc + 1,
+            grpc_port=self.ports.data_plane,
+            txlog_port=self.ports.data_plane + 1,
         )
         object.__setattr__(self, "sequencer", dataclasses.replace(seq, config=seq_config))
         groups = tuple(self._wired_group(g) for g in self.replica_groups)
