@@ -6,42 +6,27 @@
        │  discover_topologies() ─► placement_for(spec) ─► one placement group per actor
        ▼
     ┌─────────────── Ray namespace "raydex" (detached, restartable named actors) ──────────┐
-    │ raydex-sequencer ──gRPC blocks/txlog──► raydex-snapshot    raydex-committer          │
+    │ raydex-sequencer ──blocks / tx log────► raydex-snapshot    raydex-committer          │
     │        ▲  ▲                                   │ Arrow snapshots (object store)       │
-    │        │  └──────── gRPC tx batches ──── raydex-replica-<group>-<i>  (per NUMA node)  │
+    │        │  └───────── tx batches ──────── raydex-replica-<group>-<i>  (per NUMA node)  │
     └──────────────────────────────────────────────────────────────────────────────────────┘
 
-``deploy`` is idempotent: it creates what is missing and removes what the spec no longer asks
-for, and never touches a running sequencer. Scaling a replica group is editing its count and
-deploying again: new replicas boot hot from the snapshot and join the shared port; removed ones
-drain (their port closes, WS clients are told to reconnect, which lands them on a sibling).
+``deploy`` is idempotent: it creates what is missing, removes what the spec no longer asks for,
+and never touches a running sequencer. New replicas boot hot from the snapshot and join the shared
+port; removed ones drain (their port closes, WS clients are told to reconnect). Each actor gets
+its own single-bundle placement group (``raydex-<actor name>``: groups are immutable in Ray), so
+adding a replica never rebuilds its siblings'; a running replica keeps its cores.
 
-Placement groups are immutable in Ray, so each actor gets its own single-bundle group
-(``raydex-<actor name>``), planned per replica group by ``placement_for``; adding a replica never
-rebuilds its siblings' groups. A replica that keeps running keeps the cores it was given even if
-a new plan would shuffle them (a redeploy of that replica moves it).
-
-Configs: each actor gets the config dataclass the spec embeds (``spec.sequencer.config``,
-``spec.snapshot.config``, a group's ``replica``), with the spec-wide fields already wired by the
-spec and the deploy-time ones filled in here: the listen address, replica names, the
-sequencer's address, the data-plane secret. Nothing is copied field by field.
-
-Data-plane secret: the deploy that creates the sequencer makes a fresh one (``new_secret``) and
-passes it in the sequencer's config; every later deploy asks the sequencer for it (a Ray call:
-only members of the Ray cluster can make it) and passes it to the holder, the committer and each
-new replica. It travels only inside Ray (actor creation arguments, which Ray keeps to restart an
-actor), never through raydex.yaml or a file; a new deployment (after ``raydex down``) gets a new
-one. Every gRPC call to the sequencer must carry it (``actors/transport/grpc_plane.py``).
+Each actor gets the config the spec embeds, with the deploy-time fields filled in here: listen
+address (``bind``: 127.0.0.1 on an embedded Ray, 0.0.0.0 on a cluster), names, the sequencer's
+advertised address, the data-plane secret. The deploy that creates the sequencer makes a fresh
+secret (``new_secret``); later deploys ask the sequencer for it (a Ray call: members only). It
+travels only inside Ray (actor creation arguments), never through raydex.yaml or a file.
 
 Ports: the sequencer serves blocks on ``ports.data_plane`` and the tx log on the next port;
-replicas share ``ports.http`` per host. ``bind`` is ``127.0.0.1`` for an embedded local Ray and
-``0.0.0.0`` on a cluster; the others then reach the sequencer at the node IP it advertises
-(``sequencer_host``).
-
-Resources: a bundle on a NUMA node with room reserves exactly the cores its actor pins, so Ray
-never schedules other work onto them. On an oversubscribed node (the 2-core demo) bundles share
-cores and reserve only ``SHARED_REQUEST`` each (see there why); ``host_loads`` reports that per
-host and ``raydex status`` prints it, so the token reservation is never mistaken for the truth.
+replicas share ``ports.http`` per host. On an oversubscribed node bundles share cores and reserve
+only ``SHARED_REQUEST`` each; ``host_loads`` reports that per host and ``raydex status`` prints
+it, so the token reservation is never mistaken for the truth.
 """
 
 from __future__ import annotations
@@ -248,7 +233,7 @@ def deploy(
     """Reconcile the cluster with ``spec`` (see module docstring). ``place=False`` skips
     placement groups and pinning (a laptop, a test): actors then ask Ray for no CPU.
     ``replica_class`` (a ``ReplicaActor`` subclass taking ``replica_kwargs``) replaces the replica
-    actor, e.g. the loadtest's instrumented one (observability/instrument.py)."""
+    actor, e.g. the loadtest's instrumented one (observability/loadtest/instrument.py)."""
     import ray
 
     from raydex.actors.committer import CommitterActor
