@@ -32,7 +32,7 @@ plain data. JSON keys (the contract ``--json-out`` promises):
 Percentiles come from merged HDR-style histograms (observability/hist.py), never from averaging
 percentiles. ``pct_diff(a, b)`` is ``(b - a) / a * 100`` (None when ``a`` is 0).
 
-Cost: building is milliseconds; the plots take ~1 s (matplotlib, Agg backend, no display).
+Cost: building is milliseconds; the plots about a second (matplotlib, Agg backend, no display).
 """
 
 from __future__ import annotations
