@@ -42,7 +42,7 @@ from raydex.engine import Engine
 from raydex.observability.hist import Histogram
 from raydex.observability.loadtest.workload import MARKETS, Workload, WorkloadConfig
 
-#: the issue-9 goal, ns per delta
+#: the goal, ns per delta (docs/performance.md)
 GOAL_NS = 254
 
 

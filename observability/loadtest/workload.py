@@ -164,7 +164,7 @@ MARKETS: tuple[MarketSpec, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class WorkloadConfig:
-    """Sizes and rates of a workload. Defaults are the benchmark's (issue 2, section 4)."""
+    """Sizes and rates of a workload. Defaults are the benchmark's."""
 
     seed: int = 1
     commands: int = 1_000_000
