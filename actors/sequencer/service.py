@@ -2,7 +2,7 @@
 
 ::
 
-    replicas ──tx batches (Txs stream)───────►┌───────────────────────────────┐
+    replicas ──tx batches (data plane)───────►┌───────────────────────────────┐
     operator ──Ray call: operator(txs)───────►│ SequencerService              │
                                               │  BlockProducer (engine)       │
                                               │  close when the previous block│
@@ -10,14 +10,16 @@
                                               │                               │   WAL write+fsync
     replicas, committer ◄──blocks─────────────┤  BlockHub ring    ◄── durable ┼───┘
     snapshot holder ◄──stamped blocks─────────┤  BlockHub ring                │
-                    ──WAL range reads────────►│  read_txlog: older records    │
+                    ──WAL range read─────────►│  read_txlog: older records    │
+                                              │  from the WAL files           │
                                               │ supervised: oracle, maintenance (snapshot watch,
                                               │  WAL pruning)                  │
                                               └───────────────────────────────┘
 
-``SequencerService`` is the asyncio core (tested without Ray); ``SequencerActor`` the Ray shell
-(detached, named) exposing the control plane: ``start``, ``status``, ``state_hash``, ``operator``.
-Data-plane traffic never goes through Ray calls.
+``SequencerService`` is the asyncio core (tested without Ray); ``SequencerActor`` is the Ray shell
+(detached, named) that owns one and exposes the control plane: ``start``, ``status``,
+``state_hash``, ``operator``. Data-plane traffic (the arrows above: tx batches up, blocks and the
+tx log down) goes over the data plane ``data_plane`` names, never through Ray calls.
 
 Invariants:
 - A submitter's future resolves only after its block's WAL record is durable; blocks are
@@ -108,13 +110,14 @@ class SequencerConfig:
     #: of waiting for a busy core (``journal.py``); the rest of the sequencer keeps ``realtime``.
     #: Off unless the spec says so (``raydex.yaml`` does), as every other SCHED_FIFO knob
     journal_realtime: bool = False
-    #: the data plane its streams are served on: "grpc" (HTTP/2, the default when unset) or "tcp"
-    #: (plain asyncio streams carrying the same frames: less CPU per tx for every role; the
-    #: shipped raydex.yaml chooses it); see ``actors/transport/planes.py``
+    #: the data plane its streams are served on: "grpc" (HTTP/2) or "tcp" (plain asyncio streams
+    #: carrying the same frames: in the loadtest's CPU ledger 23-27% less CPU per tx for the
+    #: deployment than gRPC, the sequencer 27-36% less; the shipped raydex.yaml chooses it); see
+    #: ``actors/transport/planes.py``
     data_plane: DataPlane = "grpc"
     #: TCP plane only: also serve both streams on Unix-domain sockets in ``unix_socket_dir``
     #: ("" = the temp folder); followers on the same host use them instead of loopback TCP
-    #: (a round trip costs a third of the CPU: ``raydex bench transport``). Off: TCP only.
+    #: (a round trip costs ~1/3 of the CPU: ``raydex bench transport``). Off: TCP only.
     unix_sockets: bool = True
     unix_socket_dir: str = ""
     grpc_host: str = "127.0.0.1"

@@ -11,22 +11,37 @@
     │        │  └───────── tx batches ──────── raydex-replica-<group>-<i>  (per NUMA node)  │
     └──────────────────────────────────────────────────────────────────────────────────────┘
 
-``deploy`` is idempotent: it creates what is missing, removes what the spec no longer asks for,
-and never touches a running sequencer. New replicas boot hot from the snapshot and join the shared
-port; removed ones drain (their port closes, WS clients are told to reconnect). Each actor gets
-its own single-bundle placement group (``raydex-<actor name>``: groups are immutable in Ray), so
-adding a replica never rebuilds its siblings'; a running replica keeps its cores.
+``deploy`` is idempotent: it creates what is missing and removes what the spec no longer asks
+for, and never touches a running sequencer. Scaling a replica group is editing its count and
+deploying again: new replicas boot hot from the snapshot and join the shared port; removed ones
+drain (their port closes, WS clients are told to reconnect, which lands them on a sibling).
 
-Each actor gets the config the spec embeds, with the deploy-time fields filled in here: listen
-address (``bind``: 127.0.0.1 on an embedded Ray, 0.0.0.0 on a cluster), names, the sequencer's
-advertised address, the data-plane secret. The deploy that creates the sequencer makes a fresh
-secret (``new_secret``); later deploys ask the sequencer for it (a Ray call: members only). It
-travels only inside Ray (actor creation arguments), never through raydex.yaml or a file.
+Placement groups are immutable in Ray, so each actor gets its own single-bundle group
+(``raydex-<actor name>``), planned per replica group by ``placement_for``; adding a replica never
+rebuilds its siblings' groups. A replica that keeps running keeps the cores it was given even if
+a new plan would shuffle them (a redeploy of that replica moves it).
 
-Ports: the sequencer serves blocks on ``ports.data_plane`` and the tx log on the next port;
-replicas share ``ports.http`` per host. On an oversubscribed node bundles share cores and reserve
-only ``SHARED_REQUEST`` each; ``host_loads`` reports that per host and ``raydex status`` prints
-it, so the token reservation is never mistaken for the truth.
+Configs: each actor gets the config dataclass the spec embeds (``spec.sequencer.config``,
+``spec.snapshot.config``, a group's ``replica``), with the spec-wide fields already wired by the
+spec and the deploy-time ones filled in here: the listen address, replica names, the
+sequencer's address, the data-plane secret. Nothing is copied field by field.
+
+Data-plane secret: the deploy that creates the sequencer makes a fresh one (``new_secret``) and
+passes it in the sequencer's config; every later deploy asks the sequencer for it (a Ray call:
+only members of the Ray cluster can make it) and passes it to the holder, the committer and each
+new replica. It travels only inside Ray (actor creation arguments, which Ray keeps to restart an
+actor), never through raydex.yaml or a file; a new deployment (after ``raydex down``) gets a new
+one. Every data-plane caller of the sequencer must carry it (``actors/transport/core.py``).
+
+Ports: the sequencer serves blocks on ``ports.data`` and the tx log on ``ports.data + 1``;
+replicas share ``ports.http`` per host. ``bind`` is ``127.0.0.1`` for an embedded local Ray and
+``0.0.0.0`` on a cluster; the others then reach the sequencer at the node IP it advertises
+(``sequencer_host``).
+
+Resources: a bundle on a NUMA node with room reserves exactly the cores its actor pins, so Ray
+never schedules other work onto them. On an oversubscribed node (the 2-core demo) bundles share
+cores and reserve only ``SHARED_REQUEST`` each (see there why); ``host_loads`` reports that per
+host and ``raydex status`` prints it, so the token reservation is never mistaken for the truth.
 """
 
 from __future__ import annotations

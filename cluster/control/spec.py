@@ -1,37 +1,59 @@
 """The deploy spec (``raydex.yaml``): what runs where, with which knobs. Validated on load.
 
-Shape (every key optional unless marked *required*; docs/operations.md lists every knob)::
+Shape (every key below is optional unless marked *required*)::
 
     chain_id: int                         # *required*; signed into every tx
-    ports: {http: int, data_plane: int}
-    sequencer: {<SequencerConfig knobs: wal_dir*, ...>, host, numa_node, cpus, pin, realtime,
-                huge_pages, gc}
-    snapshot:  {<SnapshotConfig knobs: dir*, ...>, host, numa_node, cpus, pin, realtime,
-                huge_pages, gc}
+    ports: {http: int, data: int}         # data: formerly grpc (still read, with a notice)
+    sequencer: {<SequencerConfig knobs: wal_dir*, block_close, block_interval_ms, block_max_txs,
+                wal_fsync, oracle_interval_ms, oracle_max_step_bps, ring_size, ...>,
+                host, numa_node, cpus, pin, realtime, huge_pages, gc}
+    snapshot:  {<SnapshotConfig knobs: dir*, every_blocks, every_seconds, ring_size, keep,
+                check_every_blocks>,
+                host, numa_node, cpus, pin, realtime, huge_pages, gc}
     committer: {host, numa_node, cpus, pin, realtime, huge_pages, gc}
-    markets:   [{<CreateMarket fields: market_index*, symbol*, price_decimals*,
-                 size_decimals*, ...>, initial_mark*}]
+    markets:   [{<CreateMarket fields: market_index*, symbol*, price_decimals*, size_decimals*,
+                 min_base_amount, ..., max_price_deviation>, initial_mark*}]
     replica_groups: [{name*, replicas_per_numa_node | replicas, numa_nodes, hosts,
                       cpus_per_replica, pin, realtime, huge_pages, gc, http_port,
-                      <ReplicaConfig knobs>, api: {<ApiConfig knobs>}}]
+                      <ReplicaConfig knobs: max_batch_txs,
+                      max_batches_in_flight, busy_poll>, api: {<ApiConfig knobs>}}]
 
-Each knob is declared once, where it is used: a section embeds the actor's config dataclass
-(``SequencerConfig``, ``SnapshotConfig``, ``ReplicaConfig`` and its ``ApiConfig``), whose fields,
-types and defaults are read from the dataclass. A market is the ``CreateMarket`` transaction
-itself (names, domains and units from its wire declaration), with ``initial_mark`` a decimal
-price converted exactly to ticks; this module adds only ``MARKET_DEFAULTS``.
+Each knob is declared once, where it is used. The ``sequencer`` section embeds the actors'
+``SequencerConfig``, ``snapshot`` embeds ``SnapshotConfig``, each replica group embeds a
+``ReplicaConfig`` (its ``api:`` mapping is the replica's ``ApiConfig``): their fields, types and
+defaults are read from those dataclasses, so a knob added there is settable here with no change
+to this module. A market is the ``CreateMarket`` transaction itself (field names, integer
+domains and units read from its wire declaration: fees in ppm of notional, margin fractions in
+bps, amounts in lots / micro-USDC), written with ``initial_mark``, a decimal price
+(``"3300.25"``) converted exactly to integer ticks, instead of ``mark_price``; this module adds
+only the defaults of the optional market fields (``MARKET_DEFAULTS``).
 
-Wired fields, which the deployment decides, are not keys: those set from elsewhere in the spec
-(``chain_id``, ``snapshot.dir`` for the sequencer, ``snapshot.check_every_blocks`` for every
-replica, the data-plane ports, each replica's HTTP port and group) are filled in when the
-``DeploySpec`` is built (also after ``dataclasses.replace``); those known at deploy time by
-``deploy``. Writing one is an error saying where it comes from.
+Wired fields: a config field that the deployment decides is not a key of the section. Those set
+from elsewhere in the spec are filled in when the ``DeploySpec`` is built (so the embedded configs
+tell the truth, and ``dataclasses.replace`` of a ``DeploySpec`` fills them again): the one
+``chain_id`` (the sequencer's, every replica's and the ``/info`` ``network_id``), the snapshot
+folder the sequencer recovers from (``snapshot.dir``), every replica's state-check interval
+(``snapshot.check_every_blocks``: followers compare hashes at the same seqs), the data-plane
+ports (``ports.data`` and the next one), each replica's HTTP port (``http_port`` or ``ports.http``)
+and group. Those known only at deploy time (listen address, actor names, the sequencer's
+advertised address) are filled in by ``deploy``. Writing a wired key is an error saying where
+it comes from.
 
-Validation: ``load_spec`` raises ``SpecError`` for YAML errors, unknown or missing keys, wrong
-types (``true`` is not an int, ``1`` is not a bool; ints are accepted for floats) and wrong
-values; the message starts with the key path, e.g. ``replica_groups[1].pin: expected bool, got
-'yes'``. Cost: a YAML parse and a walk of the tree; importing the actor configs imports the
-actors' modules (about a second, once). Never loaded by a data-plane actor.
+A replica group sets exactly one of ``replicas_per_numa_node`` (scale with the hardware) or
+``replicas`` (a total, spread round-robin over the hosts' NUMA nodes); ``numa_nodes``/``hosts``
+absent means all of them.
+
+Validation: ``load_spec`` raises ``SpecError`` for YAML syntax errors, unknown keys, missing
+required keys, wrong types (``true`` is not an int, ``1`` is not a bool; ints are accepted where a
+float is expected) and wrong values; the message starts with the key path, e.g.
+``replica_groups[1].pin: expected bool, got 'yes'``. The first problem found is reported.
+
+Renamed keys (``RENAMED_KEYS``) are still read under their old name, with a one-line notice on
+standard error naming the new one; writing both names is an error.
+
+Cost: one YAML parse and a walk of the tree, milliseconds (importing the actor config classes
+imports the actors' modules, ~1.5 s once); done by the CLI and the controller, never by a
+data-plane actor.
 """
 
 from __future__ import annotations
@@ -128,21 +150,20 @@ class GcSpec:
 
 @dataclass(frozen=True, slots=True)
 class PortsSpec:
-    """Ports on every host: REST/WebSocket (shared by its replicas) and the sequencer's data plane,
-    whichever plane serves it (blocks and tx batches on ``data_plane``, the snapshot holder's
-    stream and WAL reads on ``data_plane + 1``)."""
+    """Ports on every host: REST/WebSocket (shared by its replicas) and the gRPC data plane
+    (blocks and tx batches on ``grpc``, the snapshot holder's tx log on ``grpc + 1``)."""
 
     http: int = 8080
-    data_plane: int = 50051
+    grpc: int = 50051
 
     def _problems(self) -> _Problems:
-        for key in ("http", "data_plane"):
+        for key in ("http", "grpc"):
             if not 1 <= getattr(self, key) <= 65535:
                 yield key, f"must be a port in 1..65535, got {getattr(self, key)}"
-        if self.data_plane == 65535:
-            yield "data_plane", "must leave data_plane + 1 (the tx-log port) in range"
-        if self.http in (self.data_plane, self.data_plane + 1):
-            yield "data_plane", f"must differ from http ({self.http}), as must data_plane + 1"
+        if self.grpc == 65535:
+            yield "grpc", "must leave grpc + 1 (the tx-log port) in range"
+        if self.http in (self.grpc, self.grpc + 1):
+            yield "grpc", f"must differ from http ({self.http}), as must grpc + 1"
 
 
 def _placement_problems(host: str | None, numa_node: int, cpus: int) -> _Problems:
@@ -160,8 +181,8 @@ _SEQUENCER_WIRED = {
     "chain_id": "the top-level chain_id",
     "snapshot_dir": "snapshot.dir",
     "grpc_host": "`raydex deploy --bind`",
-    "grpc_port": "ports.data_plane",
-    "txlog_port": "ports.data_plane + 1",
+    "grpc_port": "ports.grpc",
+    "txlog_port": "ports.grpc + 1",
     "data_plane_secret": _SECRET_SOURCE,
 }
 
@@ -511,8 +532,8 @@ class DeploySpec:
             seq.config,
             chain_id=self.chain_id,
             snapshot_dir=self.snapshot.config.dir,
-            grpc_port=self.ports.data_plane,
-            txlog_port=self.ports.data_plane + 1,
+            grpc_port=self.ports.grpc,
+            txlog_port=self.ports.grpc + 1,
         )
         object.__setattr__(self, "sequencer", dataclasses.replace(seq, config=seq_config))
         groups = tuple(self._wired_group(g) for g in self.replica_groups)

@@ -317,7 +317,7 @@ def build_spec(base: DeploySpec, opts: LoadtestOptions, work: Path) -> DeploySpe
     else:
         settings = opts.ab
     # each port distinct from the others and from the base spec's (none is bound before deploy)
-    taken = {base.ports.http, base.ports.data_plane, base.ports.data_plane + 1}
+    taken = {base.ports.http, base.ports.grpc, base.ports.grpc + 1}
 
     def pick(pair: bool = False) -> int:
         port: int = free_port(pair=pair, avoid=taken)
@@ -332,7 +332,7 @@ def build_spec(base: DeploySpec, opts: LoadtestOptions, work: Path) -> DeploySpe
         markets=base.markets[: opts.markets],
         sequencer=replace(base.sequencer, config=replace(seq.config, wal_dir=str(work / "wal"))),
         snapshot=replace(base.snapshot, config=replace(snap.config, dir=str(work / "snapshots"))),
-        ports=dataclasses.replace(base.ports, http=http, data_plane=grpc),
+        ports=dataclasses.replace(base.ports, http=http, grpc=grpc),
         replica_groups=groups,
     )
 

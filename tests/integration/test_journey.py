@@ -83,7 +83,7 @@ def write_spec(path: Path, state: Path, http: int, grpc: int, **group: Any) -> P
     """The repository's raydex.yaml with this test's folders, ports, chain id and one group."""
     tree = yaml.safe_load((REPO / "raydex.yaml").read_text())
     tree["chain_id"] = CHAIN_ID
-    tree["ports"] = {"http": http, "data_plane": grpc}
+    tree["ports"] = {"http": http, "grpc": grpc}
     tree["sequencer"]["wal_dir"] = str(state / "wal")
     tree["sequencer"]["oracle_interval_ms"] = 0
     tree["snapshot"]["dir"] = str(state / "snapshots")

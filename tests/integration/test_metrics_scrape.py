@@ -49,7 +49,7 @@ _LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? 
 def spec_text(tmp: Path, http: int, grpc: int) -> str:
     return f"""
 chain_id: 304
-ports: {{http: {http}, data_plane: {grpc}}}
+ports: {{http: {http}, grpc: {grpc}}}
 sequencer: {{wal_dir: {tmp}/wal, block_interval_ms: 1.0, wal_fsync: block, cpus: 1}}
 snapshot: {{dir: {tmp}/snap, every_blocks: 5, every_seconds: 1.0, cpus: 1}}
 markets:

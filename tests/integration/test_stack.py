@@ -28,7 +28,7 @@ WAIT = 30.0
 def spec_text(tmp: Path, replicas: int, http: int, grpc: int) -> str:
     return f"""
 chain_id: 304
-ports: {{http: {http}, data_plane: {grpc}}}
+ports: {{http: {http}, grpc: {grpc}}}
 sequencer: {{wal_dir: {tmp}/wal, wal_fsync: block, cpus: 1, data_plane: tcp}}
 snapshot: {{dir: {tmp}/snap, every_blocks: 20, every_seconds: 1.0, check_every_blocks: 4, cpus: 1}}
 markets:

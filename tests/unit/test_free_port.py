@@ -75,6 +75,6 @@ def test_a_loadtests_ports_are_distinct_and_apart_from_the_base_specs(tmp_path: 
     for _ in range(200):
         spec = build_spec(base, LoadtestOptions(markets=1, replicas=1, ab=ab), tmp_path)
         chosen = [g.http_port for g in spec.replica_groups]
-        chosen += [spec.ports.http, spec.ports.data_plane, spec.ports.data_plane + 1]
+        chosen += [spec.ports.http, spec.ports.grpc, spec.ports.grpc + 1]
         assert len(set(chosen)) == 5
-        assert not set(chosen) & {base.ports.http, base.ports.data_plane, base.ports.data_plane + 1}
+        assert not set(chosen) & {base.ports.http, base.ports.grpc, base.ports.grpc + 1}

@@ -413,13 +413,7 @@ def test_an_ab_deployment_gets_its_own_ports_and_folders_per_group(tmp_path: Pat
     spec = build_spec(base, LoadtestOptions(markets=2, replicas=1, ab=ab), tmp_path)
     a, b = spec.replica_groups
     assert (a.name, a.pin, b.name, b.pin) == ("pinned", True, "unpinned", False)
-    ports = {
-        a.http_port,
-        b.http_port,
-        spec.ports.http,
-        spec.ports.data_plane,
-        spec.ports.data_plane + 1,
-    }
+    ports = {a.http_port, b.http_port, spec.ports.http, spec.ports.grpc, spec.ports.grpc + 1}
     assert len(ports) == 5 and base.ports.http not in ports
     assert spec.sequencer.wal_dir.startswith(str(tmp_path))
     assert spec.snapshot.dir.startswith(str(tmp_path))

@@ -97,7 +97,7 @@ def test_a_path_given_as_a_string_is_read_as_a_file(tmp_path: Path) -> None:
 
 def test_defaults_fill_every_optional_key() -> None:
     spec = load_spec(yaml.safe_dump(MINIMAL))
-    assert spec.ports.http == 8080 and spec.ports.data_plane == 50051
+    assert spec.ports.http == 8080 and spec.ports.grpc == 50051
     assert spec.replica_groups[0].gc == GcSpec()
     assert spec.replica_groups[1].replicas_per_numa_node == 2
 
@@ -136,15 +136,13 @@ def test_the_one_chain_id_reaches_the_sequencer_every_replica_and_the_info_netwo
     for group in spec.replica_groups:
         assert group.replica.chain_id == 4242 and group.replica.api.network_id == 4242
     # also after a replace: the wired fields follow the spec's own
-    moved = dataclasses.replace(
-        spec, chain_id=5, ports=dataclasses.replace(spec.ports, data_plane=6000)
-    )
+    moved = dataclasses.replace(spec, chain_id=5, ports=dataclasses.replace(spec.ports, grpc=6000))
     assert moved.sequencer.config.chain_id == 5 and moved.replica_groups[1].api.network_id == 5
     assert (moved.sequencer.config.grpc_port, moved.sequencer.config.txlog_port) == (6000, 6001)
 
 
 def test_ports_and_the_snapshot_folder_are_wired_into_the_configs_that_use_them() -> None:
-    tree = yaml.safe_load(with_change("ports", {"http": 9000, "data_plane": 9100}))
+    tree = yaml.safe_load(with_change("ports", {"http": 9000, "grpc": 9100}))
     tree["replica_groups"][1]["http_port"] = 9001
     spec = load_spec(yaml.safe_dump(tree))
     assert spec.sequencer.config.snapshot_dir == spec.snapshot.config.dir == "/tmp/snap"
@@ -188,7 +186,7 @@ def test_an_unquoted_numeric_mark_keeps_the_digits_as_written() -> None:
         ("sequencer.wal_dir", ..., "sequencer.wal_dir: required key missing"),
         ("snapshot.every_blocks", 0, "snapshot.every_blocks: must be >= 1, got 0"),
         ("snapshot", [], "snapshot: expected a mapping, got []"),
-        ("ports", {"http": 80, "data_plane": 80}, "ports.data_plane: must differ from http (80)"),
+        ("ports", {"http": 80, "grpc": 80}, "ports.grpc: must differ from http (80)"),
         ("ports", {"http": 70000}, "ports.http: must be a port in 1..65535, got 70000"),
         ("markets", [], "markets: at least one market is required"),
         ("markets[0].symbol", "X" * 17, "markets[0].symbol: must be 1..16 ASCII characters"),
