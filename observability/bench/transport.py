@@ -4,26 +4,45 @@
 
     driver ──control──► BenchPublisher actor ══ data plane ══► BenchSubscriber actor
                         BlockHub + GrpcDataPlaneServer          GrpcBlockSource
-                                 + TcpDataPlaneServer           TcpBlockSource (TCP or Unix)
+                                 + TcpDataPlaneServer           TcpBlockSource
                                  + RayBlockFanout               RayBlockSource (on_block)
                         raw asyncio TCP server                  asyncio.open_connection
 
-Both ends are real Ray actors in their own processes, on a local Ray started here unless one is
-running; only the transport differs: ``grpc``, ``tcp``, ``unix`` (the TCP plane's Unix-domain
-socket, as followers on the sequencer's host connect), ``ray`` (actor calls, 32 in flight) and
-``tcp_floor`` (length-prefixed frames over a bare asyncio stream, no hub: the floor). The payload
-is a real 200-event block; per publish only its seq and ``timestamp_ns`` change.
+Both ends are real Ray actors in their own processes (as the sequencer and a replica are), on a
+local Ray started here (``num_cpus=2``, no dashboard) unless one is already running; only the
+transport differs between runs:
 
-- latency (``p50_us``, ``p99_us``): blocks paced every ``INTERVAL_S``, receive time minus header
-  timestamp; ``p50_us_1ms``/``p99_us_1ms`` the same at the sequencer's ~1 ms cadence;
-- tx round trips (``tx_rtt_*``; ``grpc``, ``tcp``, ``unix``): batches to an echoing handler one
-  after the other, and ``tx_rtt_cpu_us``, the CPU of both processes per round trip (what the CPU
-  ledger adds up);
-- throughput: blocks published back to back, count over the receive span.
+- ``grpc``: :class:`GrpcBlockSource` over the hub's gRPC server (``raydex.actors.transport``).
+- ``tcp``: :class:`TcpBlockSource` over the hub's plain-TCP server (``tcp_plane``: asyncio
+  streams, length-prefixed frames, the same hub and reconnect semantics as gRPC).
+- ``unix``: the same server and source through its Unix-domain socket, as followers on the
+  sequencer's host connect (``tcp_plane``: ``tcp://host:port?unix=PATH``).
+- ``ray``: :class:`RayBlockFanout` pumping ``on_block`` actor calls (window of 32 in flight).
+- ``tcp_floor``: length-prefixed frames over a bare asyncio TCP stream, no hub: the floor.
 
-``default`` is the plane (of ``grpc``/``tcp``/``ray``) with the lowest p99 among those sustaining a
-block per ms. The deployment's plane is ``sequencer.data_plane`` (gRPC when unset; the shipped
-``raydex.yaml`` chooses TCP, which the loadtest's CPU ledger favours). Bounded: tens of seconds.
+The payload is a real 200-event block from :func:`raydex.codecs.encode_block` over the codec
+benchmark's ``typical_events`` (~10-15 KB); per publish only the header's seq and
+``timestamp_ns`` are rewritten (``time.time_ns()``, the host clock both processes share).
+
+- latency (``p50_us``, ``p99_us``): ``LATENCY_BLOCKS`` blocks paced every ``INTERVAL_S`` (4 ms:
+  every transport keeps up, so this is the hop, not a queue); one-way latency = receive time -
+  header timestamp, over all but the first ``WARMUP`` blocks.
+- latency at the sequencer's ~1 ms cadence (``p50_us_1ms``, ``p99_us_1ms``): the same with
+  ``CADENCE_S``; a transport that cannot sustain 1,000 blocks/s shows its queueing here.
+- tx round trips (``tx_rtt_p50_us``, ``tx_rtt_p99_us``; ``grpc``, ``tcp`` and ``unix``):
+  ``TX_ROUND_TRIPS`` batches of ``TX_BATCH_BYTES`` from the subscriber to the publisher's tx
+  handler (an echo of 40 bytes) one after the other: the replica -> sequencer hop without the
+  sequencer's work. ``tx_rtt_cpu_us``: CPU time (user+system) of both processes per round trip
+  over those batches: what the hop costs the machine, which is what the CPU ledger adds up.
+- throughput: ``THROUGHPUT_BLOCKS`` blocks published back to back (the publisher yields to its
+  loop between blocks, as a sequencer does); blocks/s = count / (last receive - first publish).
+
+``default`` is the transport (of ``grpc``/``tcp``/``ray``) with the lowest p99 among those
+sustaining at least ``REQUIRED_BLOCKS_PER_S`` (one block per ms); if none does, the fastest. It is
+what this measurement recommends, not what a deployment runs: that is ``sequencer.data_plane``
+(``DEFAULT_DATA_PLANE`` when the spec names none; the shipped raydex.yaml chooses tcp), chosen
+with the loadtest's CPU ledger too (the whole deployment's CPU per tx).
+Bounded: a few fixed-size runs plus Ray start-up.
 """
 
 from __future__ import annotations
