@@ -1,7 +1,7 @@
 """The documentation leads somewhere: every relative link and every repository path named in
 README.md and docs/*.md exists (a link's ``#anchor`` too, when it has one), every repository path a
-docstring or comment in the package folders names exists, and nothing points at a file outside the
-repository.
+docstring or comment in the package folders names exists, nothing points at a file outside the
+repository, and docs/operations.md explains every knob of the deploy spec.
 
 A repository path is a word starting with a top-level folder (``actors/sequencer/wal.py``,
 ``engine/``, ``tests/faults/``); ``{a,b}`` expands to both names, and a ``*`` pattern needs only
@@ -12,6 +12,7 @@ the folder before it (``engine/*.so`` exists once compiled). Links are Markdown'
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import itertools
 import re
@@ -20,6 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from raydex.actors.replica import ApiConfig, ReplicaConfig
+from raydex.actors.sequencer import SequencerConfig
+from raydex.actors.snapshot import SnapshotConfig
+from raydex.cluster.control.spec import GcSpec, ReplicaGroupSpec, SequencerSpec
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("actors", "codecs", "cluster", "engine", "observability")
@@ -151,6 +157,25 @@ def test_nothing_points_at_a_file_outside_the_repository() -> None:
         for m in OUTSIDE.finditer(s.read_text())
     ]
     assert pointing == [], "\n".join(pointing)
+
+
+#: config fields the deployment sets (chain, names, addresses, ports, the secret): not knobs
+WIRED = frozenset(
+    {"chain_id", "snapshot_dir", "data_plane_secret", "name", "sequencer_target", "group"}
+    | {"reuse_port", "state_check_blocks", "network_id"}
+)
+
+
+def test_every_knob_of_the_deploy_spec_is_explained_in_operations_md() -> None:
+    text = (REPO / "docs" / "operations.md").read_text()
+    classes = (SequencerConfig, SnapshotConfig, ReplicaConfig, ApiConfig, GcSpec)
+    knobs = {
+        f.name
+        for cls in (*classes, SequencerSpec, ReplicaGroupSpec)
+        for f in dataclasses.fields(cls)
+        if f.name not in WIRED and not f.name.endswith(("_host", "_port")) and f.init
+    } - {"config", "replica", "gc", "api"}  # sections, with their own tables
+    assert sorted(k for k in knobs if f"`{k}`" not in text and f"`gc.{k}`" not in text) == []
 
 
 def test_the_path_reader_expands_braces_and_ignores_what_is_not_a_repository_path() -> None:
