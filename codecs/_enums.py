@@ -115,7 +115,7 @@ class ResultCode(IntEnum):
     INVALID_TX_INFO = 20003
     BODY_TOO_LARGE = 20004
     NOT_FOUND = 20005
-    # auth tokens for private reads (actors/replica/auth.py); bad keys/signatures reuse 21108/21120
+    # auth tokens for private reads (the replica's auth); bad keys/signatures reuse 21108/21120
     AUTH_REQUIRED = 20010
     AUTH_MALFORMED = 20011
     AUTH_EXPIRED = 20012

@@ -181,7 +181,7 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef(
             "raydex_overload_refusals_total",
             "counter",
-            "Txs refused at the overload door (23000 / HTTP 429; actors/replica/admission.py).",
+            "Txs refused at the replica's overload door (23000 / HTTP 429).",
         ),
         MetricDef(
             "raydex_queue_delay_seconds",
@@ -231,8 +231,8 @@ CATALOG: dict[str, MetricDef] = {
             "raydex_replica_native_info",
             "gauge",
             "1, labelled with whether the replica's apply runs its C paths (true) or the Python "
-            "fallbacks: block_decode (codecs/_blockdec.c), cache_loop "
-            "(actors/replica/_cacheloop.c), book_json (actors/replica/_bookjson.c).",
+            "fallbacks: block_decode (codecs/_blockdec.c), cache_loop (the C cache loop), "
+            "book_json (the C order-book renderer).",
             ("block_decode", "cache_loop", "book_json"),
         ),
         MetricDef(
