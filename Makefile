@@ -1,15 +1,14 @@
 # raydex task runner: `make test`, `make fuzz`, `make demo`, `make bench`, `make lint`.
 #
 # The first target run creates .venv (python3.11 -m venv) and installs the project editable with its
-# test and lint extras; the stamp file .venv/.make-stamp makes that happen again only when
-# pyproject.toml changes (or .venv is deleted).
+# test, lint, profile and sdk extras; the stamp file .venv/.make-stamp makes that happen again only
+# when pyproject.toml changes (or .venv is deleted).
 #
 # The engine is then compiled with mypyc (RAYDEX_MYPYC=auto, see setup.py): engine/*.so beside the
 # sources, rebuilt whenever an engine source is newer than .venv/.engine-stamp (test, bench and demo
 # depend on it). Where mypyc or a C compiler is missing the pure-Python engine is used (same
-# behaviour, same state hash). Cost: about 1 minute of compile on an idle core (4 on the busy 2-core
-# VM). `make pure` removes the compiled modules (pure Python until the next engine edit or
-# `make engine`).
+# behaviour, same state hash). Cost: about a minute of compile on an idle core. `make pure` removes
+# the compiled modules (pure Python until the next engine edit or `make engine`).
 
 PYTHON ?= python3.11
 VENV := .venv

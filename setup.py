@@ -1,54 +1,31 @@
-"""C extensions: the signature accelerator (always tried) and the compiled engine (mypyc) where a
-compiler exists. Everything else comes from pyproject.toml.
+"""C extensions: the optional accelerators, and the mypyc-compiled engine where a compiler exists.
+Everything else comes from pyproject.toml.
 
-``raydex.actors._smt`` (``actors/_smt.c``, the committer's sparse Merkle tree update with
-SHA-256 on the CPU's SHA extensions where it has them) is optional the same way: without it the
-committer runs the same update in Python.
+Every C extension is optional: without a C compiler or the Python headers the install still
+succeeds (setuptools prints the compiler error) and raydex runs the Python twin of each, which is
+also the reference its tests compare it with. The signature accelerator (``codecs/signing/
+_ecgfp5.c``) is the one whose absence is loud: ``raydex.codecs.signing`` then warns at import and
+runs the pure-Python reference (~1000x slower; ``raydex status`` and the metrics say ``pure``).
 
-``raydex.observability._untrack`` (``observability/_untrack.c``: immutable records out of the
-cyclic GC's lists) is optional too: without it the records stay tracked and collections pause
-longer.
-
-``raydex.codecs.signing._accel`` (``codecs/signing/_ecgfp5.c``, Lighter's Schnorr/ECgFp5/
-Poseidon2) is built by every ``pip install`` (``make install``). It is an optional extension: if
-the C compiler or the Python headers are missing, the install still succeeds, setuptools prints
-the compiler error and a warning, and at import ``raydex.codecs.signing`` warns loudly and runs
-the pure-Python reference (``ACCELERATED`` is False, ``raydex status`` and the metrics show
-``pure``). Build cost: one C file, ~5 s.
-
-mypyc engine build:
-
-``RAYDEX_MYPYC`` chooses (the pure-Python engine is the reference and the fallback; both produce
+The engine (``RAYDEX_MYPYC``; the pure-Python engine is the reference and the fallback, both give
 the same events and state hash):
 
-- unset or ``0``: pure Python, nothing compiled (what a plain ``pip install .`` builds);
-- ``auto`` (what ``make install`` / ``make engine`` use): compile the engine when mypyc is
-  importable *and* a C compiler with the Python headers works (a one-line probe compile);
-  otherwise print why and install the pure-Python engine;
-- ``1``: compile, and fail if it cannot.
+- unset or ``0``: pure Python (a plain ``pip install .``);
+- ``auto`` (``make install`` / ``make engine``): compile when mypyc is importable *and* a probe
+  compile against the Python headers works, else say why and install the pure-Python engine;
+- ``1``: compile, or fail.
 
-Compiled, the engine's modules (all but ``_validate``, ``_funding`` and ``_digest``, which are
-off the order path; ``_bare_book`` included: the floor is
-compiled too, so the engine-vs-bare-book ratio stays a like-for-like comparison) become C
-extensions that sit beside the sources and take precedence over them at import:
+Compiled modules (``MYPYC_MODULES``; the benchmark's bare-book floor too, so the engine-vs-bare
+ratio compares like with like) become extensions beside the sources that take precedence at
+import, e.g. ``RAYDEX_MYPYC=1 pip install --no-build-isolation -e .`` (no build isolation: the
+build uses the environment's mypyc, from the ``lint`` extra).
 
-    RAYDEX_MYPYC=1 pip install --no-build-isolation .      # a wheel with the compiled engine
-    RAYDEX_MYPYC=1 pip install --no-build-isolation -e .   # editable: .so files land in engine/
-
-(``--no-build-isolation`` so the build uses the mypy/mypyc already in the environment, from the
-``lint`` extra; with isolation pip would need ``mypy`` in ``[build-system] requires``.)
-
-Caller duty for the editable form: the ``.so`` files shadow ``engine/*.py``, so after editing
-the engine rebuild (``make engine``; ``make test`` and ``make bench`` do it when a source is newer),
-or delete ``engine/*.so`` to go back to pure Python (``make pure``); ``raydex.engine.COMPILED``
-says which one is running, and ``tests/conftest.py`` stops a test run on a stale build.
-
-Cost: one mypyc + C compile of the engine modules, about 1 minute on an idle core (4 minutes on
-the busy 2-core development VM). mypyc names a module by the directories above it that hold an
-``__init__.py``; ``engine/`` is mapped to ``raydex.engine`` only through ``package-dir``, so the
-sources are staged under ``build/mypyc_src/raydex/engine/`` and compiled from there
-(``raydex.codecs`` is left out of the mypyc run: its types reach the engine as ``Any``, which
-compiles to generic calls).
+Caller duty for the editable form: the ``.so`` files shadow ``engine/*.py``, so after editing the
+engine rebuild (``make engine``; ``make test``/``bench``/``demo`` do it when a source is newer) or
+delete them (``make pure``); ``raydex.engine.COMPILED`` says which runs, and ``tests/conftest.py``
+stops a test run on a stale build. mypyc names a module by the folders above it holding an
+``__init__.py``, so the sources are staged under ``build/mypyc_src/raydex/engine/``. Cost: about a
+minute of compile on an idle core.
 """
 
 from __future__ import annotations
@@ -153,7 +130,7 @@ SIGNING_EXTENSION = Extension(
 )
 
 #: the committer's sparse Merkle tree update (actors/_smt.c); optional: without it the committer
-#: runs the same update in Python (~6x slower per node here)
+#: runs the same update in Python (several times slower per node)
 MERKLE_EXTENSION = Extension(
     "raydex.actors._smt",
     sources=["actors/_smt.c"],

@@ -1,14 +1,12 @@
 """The signature audit: every executed user tx's signature checked again, off the hot path.
 
-Each signature is verified once on the hot path, by the replica's dry-run, and the sequencer
-trusts the deployment's replicas (they reach its data plane only with the deployment's secret:
-``SequencerConfig.verify_signatures``). That trust is checked afterwards, as the seed's prover does:
-the committer reads every block's WAL record (the signed txs exactly as the engine executed them),
-re-verifies each one against the API key the engine held at that point, and checks that the tx
-hash the sequencer published is the hash of those bytes. A mismatch is an alarm
-(``raydex_signature_audit_failures_total``, an error log naming the block, the tx and the
-account) and the committer stops publishing commitments from that block on: nothing forged is
-ever committed.
+Each signature is verified once on the hot path, by the replica's dry-run, and a deployed sequencer
+trusts the deployment's replicas (``SequencerConfig.verify_signatures``). The audit checks that
+trust afterwards, as Lighter's prover does: the committer reads every block's WAL record (the
+signed txs exactly as executed), re-verifies each against the API key the engine held at that
+point, and checks that the published tx hash is the hash of those bytes. A mismatch is an alarm
+(``raydex_signature_audit_failures_total``, an error naming the block, the tx and the account) and
+the committer publishes no commitment from that block on.
 
 ::
 
@@ -18,20 +16,14 @@ ever committed.
                   per executed tx: key at that point ─► hash ─► verify ─► apply its key changes
 
 Invariants:
-- Blocks are audited in seq order, each once; the key table is the engine's as of the last
-  audited block (from a snapshot's ``ApiKeyRecord`` rows, then each block's ``ApiKeyChanged``
-  events in tx order), so a tx is checked against the key that signed it even when an earlier
-  tx of the same block changed that key.
-- The audit may lag the commitments (it runs when the committer has time); at most
-  ``max_pending`` blocks wait. Beyond that, or when the WAL no longer holds a block, the oldest
-  blocks are passed unaudited (their key changes still applied) and counted in ``skipped_blocks``:
-  an audit that cannot keep up says so instead of growing without bound.
-- Txs refused before the engine are in the block (``TxExecuted``) but not in the WAL's tx list:
-  they changed nothing and are not audited. Operator commands carry no signature (they come
-  through the Ray control plane only) and are not audited.
+- Blocks are audited in seq order, each once; the key table is the engine's as of the last audited
+  block (a snapshot's ``ApiKeyRecord`` rows, then each block's ``ApiKeyChanged`` in tx order).
+- The audit may lag the commitments; at most ``max_pending`` blocks wait. Beyond that, or when the
+  WAL no longer holds a block, the oldest are passed unaudited (their key changes applied) and
+  counted in ``skipped_blocks``: never silently.
+- Txs refused before the engine and operator commands (Ray control plane only) are not audited.
 
-Cost: one message hash (~6 µs) and one verify (~30 µs, keys decoded once in a ``KeyCache``)
-per executed user tx, in the committer's process; nothing on the hot path.
+Cost: one message hash and one verify per executed user tx, in the committer's process.
 """
 
 from __future__ import annotations

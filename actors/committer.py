@@ -1,23 +1,18 @@
 """The committer: a state commitment per block, computed off the hot path.
 
-For every block it computes ``block_hash = sha256(frame)``, the Merkle root of account state, and
-a hash chain ``chain[seq] = sha256(chain[seq-1] || block_hash || account_root)``. It follows the
-block stream like any replica; it may fall behind under load, and trading never waits for it.
+For every block: ``block_hash = sha256(frame)``, the Merkle root of account state, and a hash chain
+``chain[seq] = sha256(chain[seq-1] || block_hash || account_root)``. It follows the block stream
+like any replica; it may fall behind under load, and trading never waits for it. Account leaves:
+``sha256(account_index, collateral, each non-flat position (market, size, entry_quote) in market
+order)`` in a sparse Merkle tree keyed by account index, so a block costs ~48 hashes per touched
+account, not a rebuild, and the root depends on state only.
 
-Account state leaves: one leaf per account, ``sha256(account_index, collateral, then each
-non-flat position (market, size, entry_quote) in market order)``, in a sparse Merkle tree keyed by
-account index, so a block costs ~48 hashes per touched account, not a rebuild, and the root
-depends on state only.
-
-Invariants: commitments are computed in seq order with no gap (a gap means the caller must rebuild
-from a snapshot via :meth:`Committer.from_records`); applying an already-committed seq is a no-op.
-
-Following (:class:`CommitterFollower`, a supervised loop): every (re)connect resumes *at* the
-committed seq and checks the sequencer's block there has the committed ``block_hash``
-(``actors/snapshot/follow.py``): a sequencer that lost published blocks and published different
-ones under their seqs makes the committer log the divergence, count it and rebuild from the
-snapshot holder's newest snapshot (itself checked against the sequencer's block at its seq, when
-the holder's delta ring holds it), never chain a commitment onto a history that was replaced.
+Invariants: commitments are computed in seq order with no gap (a gap means rebuilding from a
+snapshot, :meth:`Committer.from_records`); applying an already-committed seq is a no-op.
+:class:`CommitterFollower` resumes *at* the committed seq on every (re)connect and checks the
+sequencer's block there has the committed ``block_hash`` (``actors/snapshot/follow.py``); a
+replaced history is logged, counted and rebuilt from the holder's newest snapshot, never chained
+onto. The signature audit (``actors/audit.py``) runs in the same actor.
 """
 
 from __future__ import annotations

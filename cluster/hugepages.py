@@ -1,33 +1,24 @@
 """An actor's heap on 2 MiB transparent huge pages: fewer TLB misses when its core comes back cold.
 
-Why: on a shared core the processes that ran since the last block leave the replica's caches cold:
-the cache lines *and* the TLB entries of its heap. With 4 KiB pages each page the next block
-touches costs a page walk (whose page-table lines miss too) on top of its cache misses; a 2 MiB
-page covers 512 of them. Measured (README, "Heap on huge pages"): ``raydex bench apply
---evict-mb 4`` -10% per delta with the arenas alone, -13% with glibc's heap too, no change warm;
-the goal loadtest's apply per block p50 -12%, p99 -11% (3 runs each, alternated).
+On a shared core the processes that ran since the last block leave the actor's heap cold, its TLB
+entries as well as its cache lines; with 4 KiB pages each page a block touches costs a page walk
+on top of its cache misses, and a 2 MiB page covers 512 of them. Both allocators of a CPython
+heap are covered:
 
-Two allocators hold a CPython process's heap, and both are covered:
+- pymalloc's arenas (every object of <= 512 bytes: nearly all of the caches):
+  :func:`install_arenas` swaps CPython's arena allocator for ``_hugearena`` (``_hugearena.c``),
+  which carves arenas out of 2 MiB-aligned ``MADV_HUGEPAGE`` regions. Freed arenas are kept for
+  reuse (returning them would split the page): a process keeps its arena peak. Arenas allocated
+  before the call stay, and pymalloc fills them first, so deploy starts the worker through this
+  module (:func:`worker_command`, the ``runtime_env``'s ``py_executable``), which installs the
+  arenas before Ray's worker script runs.
+- glibc's malloc (big dict tables, lists, buffers): ``GLIBC_TUNABLES`` with
+  :data:`GLIBC_HUGETLB`, read once at process start, so deploy sets it in the actor's
+  ``runtime_env`` (:func:`actor_env`).
 
-- pymalloc's 1 MiB arenas (every object of <= 512 bytes: tuples, ints, small dicts; nearly all of
-  the caches): :func:`install_arenas` swaps CPython's arena allocator for ``_hugearena`` (this
-  folder's ``_hugearena.c``), which carves arenas out of 2 MiB-aligned ``MADV_HUGEPAGE`` regions.
-  Freed arenas are kept for reuse, not returned to the kernel (that would split the page): the
-  process keeps its arena peak. Arenas allocated before the call stay where they are, and
-  pymalloc fills their free pools first. A Ray worker has many by the time an actor boots (Ray,
-  gRPC, Arrow imported), so an actor that installs at its boot still builds its state in 4 KiB
-  pages: a loadtest's replica doing so had taken 2 arenas from the new allocator after 15 s at
-  2,000 tx/s. Deploy therefore starts the worker through this module (:func:`worker_command`,
-  the ``runtime_env``'s ``py_executable``): it installs the arenas, then runs Ray's worker
-  script as ``python`` would. The same run's replica then had 98 arenas (130 MiB) on huge pages.
-- glibc's malloc (larger blocks: big dict tables, lists, buffers): ``GLIBC_TUNABLES`` with
-  :data:`GLIBC_HUGETLB` makes it advise huge pages for its heap. glibc reads it once, at process
-  start, so deploy sets it in the actor's ``runtime_env`` (:func:`actor_env`), never at run time.
-
-Both need the kernel's THP mode (``/sys/kernel/mm/transparent_hugepage/enabled``) to be
-``madvise`` or ``always``; under ``never`` the advice is accepted and ignored, and :func:`report`
-shows 0 bytes on huge pages. A huge page is zeroed whole at its first touch (tens of µs, with
-``defrag`` = ``madvise`` possibly a compaction): that lands on heap growth, not on steady state.
+Limits: the kernel's THP mode must be ``madvise`` or ``always`` (under ``never`` the advice is
+ignored and :func:`report` shows 0 bytes on huge pages). A huge page is zeroed whole at its first
+touch: that lands on heap growth, not on the steady state.
 """
 
 from __future__ import annotations

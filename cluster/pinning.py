@@ -1,21 +1,16 @@
 """Pin every thread of this process to a CPU set and ask for a real-time scheduling policy.
 
-Why every thread: ``os.sched_setaffinity(0, cpus)`` changes only the calling thread, and a Ray
-worker runs ~24 threads (gRPC pollers, the core worker, asyncio, our own). ``pin_all_threads`` walks
-``/proc/self/task`` and pins each one. Threads started *after* the call inherit the affinity of the
-thread that starts them, which is usually (not always: a pool thread started by a C library may
-copy another mask) the pinned set; call again after anything starts new threads.
+``os.sched_setaffinity(0, cpus)`` changes only the calling thread, and a Ray worker runs ~24
+threads (gRPC pollers, the core worker, asyncio, ours): ``pin_all_threads`` walks
+``/proc/self/task`` and pins each. Threads started later usually inherit the starting thread's
+mask (not always: a C library's pool may copy another), so call again after anything starts
+threads. ``try_realtime(priority)`` asks for SCHED_FIFO for every thread; without CAP_SYS_NICE or
+RLIMIT_RTPRIO (the normal case in containers) it logs one warning per process, leaves the policy
+and returns the policy in force. A thread that vanished meanwhile is skipped.
 
-``try_realtime(priority)`` asks for SCHED_FIFO at ``priority`` for every thread. Unprivileged
-processes (no CAP_SYS_NICE, RLIMIT_RTPRIO 0: the normal case in containers) get EPERM; then it
-logs one warning per process, leaves the policy as it was and returns the policy actually in force
-(``"SCHED_OTHER"`` usually). A thread that vanished between listing and the call is skipped.
-
-Caller duties: pin to CPUs the process's cpuset allows (the kernel drops the others, and refuses
-a set with none of them); SCHED_FIFO threads that spin can starve the host, so pair realtime
-with dedicated cores.
-
-Cost: one syscall per thread (~24 per call for a Ray worker, tens of µs in all); off the hot path.
+Caller duties: pin to CPUs the process's cpuset allows (the kernel drops the others, and refuses a
+set with none of them); pair SCHED_FIFO with dedicated cores (a spinning thread starves the rest).
+Cost: one syscall per thread, off the hot path.
 """
 
 from __future__ import annotations

@@ -1,22 +1,18 @@
 """The host's NUMA topology and the ``ray start`` flags that advertise it to Ray.
 
-Source of truth: ``<root>/sys/devices/system/node/node<N>/cpulist`` (cpulist syntax, ``"0-3,8-11"``)
-and ``.../node<N>/distance`` (one row of the SLIT distance matrix, space separated). ``root`` is a
-parameter so tests feed fake trees; production reads ``/``. When the folder is missing (containers,
-non-Linux), the host is one NUMA node holding the CPUs this process may run on
-(``os.sched_getaffinity(0)``).
+Source of truth: ``<root>/sys/devices/system/node/node<N>/cpulist`` (``"0-3,8-11"``) and
+``.../node<N>/distance`` (one row of the SLIT matrix); ``root`` is a parameter so tests feed fake
+trees. Without that folder (containers, non-Linux) the host is one NUMA node holding the CPUs this
+process may run on.
 
-Invariants of a ``Topology``: node ids are unique and sorted ascending; every node's ``cpus`` is a
-sorted tuple of unique CPU ids; ``distances`` has one entry per node of the topology, in node order
-(a node's distance to itself is the 10 of the SLIT convention, or 10 in the fallback). CPU-less
-nodes (memory-only NUMA nodes) are dropped: nothing can be pinned there.
+Invariants of a ``Topology``: node ids unique and ascending; each node's ``cpus`` a sorted tuple of
+unique CPU ids; ``distances`` one entry per node, in node order (10 to itself); CPU-less (memory
+only) nodes are dropped.
 
-How Ray learns it: ``node_args`` renders ``--resources '{"numa0": <cpus on node 0>, ...}'`` (one
-custom resource per NUMA node, counted in CPUs, so a bundle ``{"CPU": k, "numa<N>": k}`` cannot
-oversubscribe a NUMA node) and ``--labels raydex.io/host=<host>,raydex.io/role=<role>`` (Ray 2.60's
-``ray start --labels`` takes ``key=value`` pairs separated by commas, Kubernetes label syntax).
-
-Cost: a few small file reads; call once per process start, never on a hot path.
+``node_args`` renders ``--resources {"numa0":<cpus on node 0>,...}`` (one custom resource per
+NUMA node, counted in CPUs, so a bundle ``{"CPU": k, "numa<N>": k}`` cannot oversubscribe a node)
+and ``--labels raydex.io/host=<host>,raydex.io/role=<role>``. Cost: a few small file reads, once per
+process start.
 """
 
 from __future__ import annotations

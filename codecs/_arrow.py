@@ -1,7 +1,9 @@
 """Arrow snapshots: one table per snapshot record type, schemas derived from the wire layouts.
 
 Tables, in the canonical order (:data:`TABLES`): ``exchange`` (one row), ``markets``,
-``accounts``, ``positions``, ``api_keys``, ``orders``. Column types follow the construct fields:
+``accounts``, ``positions``, ``api_keys``, ``orders``, ``funding``, ``l1_addresses`` (the last two
+are optional: a snapshot written before them reads them as empty). Column types follow the
+construct fields:
 ``Int8/16/32/64ul`` -> ``uint8/16/32/64``, ``Int32sl``/``Int64sl`` -> ``int32``/``int64``,
 ``Bytes(n)`` -> ``fixed_size_binary(n)``, the ASCII ``Symbol`` -> ``string``. Non-nullable.
 

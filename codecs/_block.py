@@ -5,31 +5,22 @@ Layout (little-endian)::
     header  seq u64 | height u64 | timestamp_ns u64 | count u32        (28 bytes)
     body    count x ( event tag u8 | event layout )                    (see ``_events``)
 
-Both halves are declared with construct (:data:`BLOCK_HEADER_CONSTRUCT`, :data:`BLOCK_CONSTRUCT`,
-the latter a ``PrefixedArray`` of ``Switch`` over the tag). The construct versions
-(:func:`encode_block_reference` / :func:`decode_block_reference`) are the reference used by tests
-and the benchmark; the hot versions are derived from the same registry.
+Both halves are declared with construct (:data:`BLOCK_HEADER_CONSTRUCT`, :data:`BLOCK_CONSTRUCT`);
+the construct codecs (:func:`encode_block_reference` / :func:`decode_block_reference`) are the
+reference for tests and benchmarks, the hot ones are derived from the same registry.
 
-- :func:`encode_block`: one ``struct.pack`` per event (tag baked into a per-class Struct), joined
-  once. Raises CodecError for an unregistered event class or an unencodable value.
-- :func:`decode_block`: trusted bytes from our sequencer. One C loop over the events
-  (``codecs/_blockdec.c``, configured from the same registry) where the extension is built,
-  else one ``unpack_from`` per event with a running offset and a tag-indexed table, then the
-  NamedTuples built in one C-level pass; raises
-  CodecError only (truncated, unknown tag, trailing bytes), but does not check ``Range`` extras.
-  Holds every event's plain value tuple until the block is built (~2x the events' memory, briefly).
-- :func:`decode_block_checked`: untrusted bytes. Adds a count sanity check before the loop and
-  every ``Range`` extra of the event layouts.
-- :func:`peek_block_header`: the header alone (seq, height, ...) without touching the body, so a
-  replica can drop a duplicate or detect a gap for ~0.3 us.
-- :func:`stamp_block` / :func:`unstamp_block`: a block frame prefixed with the crc32 of its WAL
-  record (:data:`STAMPED_BLOCK_CONSTRUCT`): the snapshot holder's stream, which applies the
-  deltas and keeps the record's crc as the identity of the history it follows (4 bytes a block).
+- :func:`encode_block`: one ``struct.pack`` per event, joined once; CodecError for an unregistered
+  event class or an unencodable value.
+- :func:`decode_block`: trusted bytes from our sequencer: one C loop (``codecs/_blockdec.c``)
+  where built, else ``unpack_from`` per event; CodecError only (truncated, unknown tag, trailing
+  bytes); ``Range`` extras are not checked.
+- :func:`decode_block_checked`: untrusted bytes: a count sanity check and every ``Range`` extra.
+- :func:`peek_block_header`: the header alone, so a replica drops a duplicate or sees a gap
+  without touching the body.
+- :func:`stamp_block` / :func:`unstamp_block`: a frame prefixed with the crc32 of its WAL record
+  (the snapshot holder's stream: the crc is the identity of the history it follows).
 
-Cost (200-event block): measured by ``raydex bench codecs`` (``observability/bench_codecs.py``).
-:func:`decode_block` costs about what a hand-written raw ``struct`` loop that builds the same
-NamedTuples costs; building the NamedTuples (``tuple.__new__`` + their later deallocation, ~0.25 us
-per event) is about a third of it, the ``unpack_from`` calls most of the rest.
+Cost: ``raydex bench codecs``; decoding is about a hand-written ``struct`` loop's cost.
 """
 
 from __future__ import annotations

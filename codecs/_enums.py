@@ -1,7 +1,8 @@
 """Enumerations and identifier types shared by the engine, the codecs and the API.
 
-Every numeric value here is on the wire: Lighter's values where Lighter has one (WIRE.md), values in
-free ranges otherwise. Changing a value is a wire-format change.
+Every numeric value here is on the wire: Lighter's values where Lighter has one, values in free
+ranges otherwise (docs/lighter-compatibility.md lists them). Changing a value is a wire-format
+change.
 
 Hot code compares against plain ``int`` (an ``IntEnum`` member *is* an ``int``), so these enums cost
 nothing on the hot path beyond a global lookup; bind them to locals in tight loops.
@@ -114,8 +115,7 @@ class ResultCode(IntEnum):
     INVALID_TX_INFO = 20003
     BODY_TOO_LARGE = 20004
     NOT_FOUND = 20005
-    # auth tokens for private reads (actors/replica/http/auth.py); bad keys/signatures reuse
-    # 21108/21120
+    # auth tokens for private reads (the replica's auth); bad keys/signatures reuse 21108/21120
     AUTH_REQUIRED = 20010
     AUTH_MALFORMED = 20011
     AUTH_EXPIRED = 20012

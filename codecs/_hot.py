@@ -18,9 +18,8 @@ Semantics and caller duties:
   non-ASCII symbol or an integer outside its C type raises :class:`CodecError`. It does not check
   ``Range`` extras (call ``validate``); the engine only emits in-range values.
 
-Cost (shared 2-core dev box, CPython 3.11, busy): ``encode`` and ``decode`` of a 13-field event
-~0.9 us each; in ``decode`` more than half of that is building the NamedTuple (``tuple.__new__``),
-not the ``unpack_from``. ``decode_checked`` adds one comparison per ``Range`` extra.
+Cost: one ``pack`` or ``unpack_from`` per value, and in ``decode`` the NamedTuple's build
+(``tuple.__new__``, more than half of it); ``decode_checked`` adds a comparison per ``Range`` extra.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Snapshot records: the full exchange state as rows, one NamedTuple (= one layout, one Arrow
 schema) per table.
 
-A snapshot is: one ExchangeRecord, then MarketRecord, AccountRecord, PositionRecord, ApiKeyRecord
-and OrderRecord rows. OrderRecord rows of one market appear in time priority within each price level
-(``priority`` increases), so restoring them in row order rebuilds the book exactly.
+A snapshot is: one ExchangeRecord, then MarketRecord, AccountRecord, PositionRecord, ApiKeyRecord,
+OrderRecord, FundingRecord and L1AddressRecord rows. OrderRecord rows of one market appear in time
+priority within each price level (``priority`` increases), so restoring them in row order rebuilds
+the book exactly.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ executes, so an SDK-signed tx with those values verifies:
 - Transfer and Withdraw: ``AssetIndex`` 3 (USDC), route types 0 (perps), ``USDCFee`` 0, and
   raydex's ``USDCAmount`` is Lighter's ``Amount``;
 - ChangePubKey is Lighter's: signed by the key it sets (:func:`signer_key`), authorised by
-  ``L1Sig`` from the account's L1 address (:func:`l1_signer` recovers it; ~0.3 ms, rare tx).
+  ``L1Sig`` from the account's L1 address (:func:`l1_signer` recovers it; a rare tx).
 
 ``L2TxAttributes``: the only set attribute raydex executes, SkipNonce, travels as
 ``SKIP_NONCE_FLAG`` in the tx's ``nonce``; :func:`lighter_info` turns it back into Lighter's
@@ -19,9 +19,8 @@ executes, so an SDK-signed tx with those values verifies:
   length or forged signature, unsigned tx type): they return False.
 - :class:`Verifier` keeps decoded public keys in a bounded :class:`signing.KeyCache`.
 
-Cost with the C backend (idle core): message hash ~8 us, verify ~50 us with a cached key (a
-key's first verify also decodes it, ~200 us), sign ~25 us. Without the C extension every number
-is ~1000x (``signing.ACCELERATED`` says which runs).
+Cost: tens of µs per verify with the C backend and a cached key (a key's first verify also decodes
+it); ~1000x that without the extension (``signing.ACCELERATED`` says which runs).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 User transactions end with ``sig``: Lighter's 80-byte Schnorr signature (ECgFp5, Poseidon2) of
 the tx's Lighter message hash (see ``_signing`` and ``raydex.codecs.signing``); public keys are 40
 bytes. The engine never looks at ``sig``: signatures are checked before execution, by the
-replica's dry-run and by the sequencer.
+replica's dry-run (and by the sequencer where it verifies too), and re-checked afterwards by the
+committer's audit.
 
 Operator commands carry no signature; only the operator's control path may submit them.
 

@@ -10,8 +10,7 @@ hash (``_signing``), which covers the chain id, the tx type and every field the 
 tests and tools. The tx hash in events, outcomes and API answers is ``_signing.tx_hash_of``
 (Lighter's message hash, 40 bytes).
 
-Cost (CreateOrder, busy 2-core dev box): encode_tx ~2.5 us, decode_tx ~3 us (range checks included),
-tx_hash ~4.5 us.
+Cost: a few µs per call (one ``struct`` pack or unpack, the range checks, one sha256).
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """Write-ahead log record layout (codec: ``_walcodec``; files: ``actors/sequencer/wal.py``).
 
 One record per block: a fixed header, then the block's ``count`` executed transactions, each as a
-``uint16`` length and its tagged wire form (``encode_tx``), then ``refused`` fixed-size entries
-for the txs the sequencer refused before the engine (bad signature, unknown key, operator-only):
+``uint16`` length and its tagged wire form (``encode_tx``), then ``refused`` fixed-size entries for
+the txs the sequencer refused before the engine (bad signature, unknown key, operator-only):
 ``uint32`` position among the block's txs + the ``TxExecuted`` layout it published for them. With
 the refusals logged, a block rebuilt from the WAL is byte-identical to the one first published, so
-"same seq, same bytes" is a valid test of a follower's history (``actors/sequencer/follow.py``).
+"same seq, same bytes" is a valid test of a follower's history (``actors/snapshot/follow.py``).
 
-``crc32`` covers everything after the crc field (the rest of the header and the body), so a torn
-or damaged record is detected on recovery. ``WAL_MAGIC`` starts every record and names the layout
-version: a log written with the first layout (``WAL_MAGIC_V1``, no ``refused`` field) is refused
-with a clear error rather than read as damage.
+``crc32`` covers everything after the crc field, so a torn or damaged record is detected on
+recovery. ``WAL_MAGIC`` starts every record and names the layout version: a log written with the
+first layout (``WAL_MAGIC_V1``, no ``refused`` field) is refused with a clear error rather than
+read as damage.
 """
 
 from __future__ import annotations

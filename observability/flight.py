@@ -7,20 +7,15 @@ A *span* is ``(name, track, start_ns, dur_ns, args)`` with ``start_ns`` on the w
 
 Invariants:
 - The ring never holds more than ``max_spans`` spans, and ``spans()`` returns only those that
-  ended within ``window_s`` of the newest one (older ones are dropped as new ones arrive).
+  ended within ``window_s`` of the newest one.
 - ``SlowTrigger.observe`` fires at most ``max_dumps`` times and never twice within
   ``min_interval_s``: a slow period yields a few dumps, not a disk full of them.
-- A dump is valid Chrome-trace JSON: ``{"traceEvents": [...], "displayTimeUnit": "ns",
-  "otherData": {...}}`` with complete events (``"ph": "X"``, ``ts``/``dur`` in µs) and one
-  ``thread_name`` metadata event (``"ph": "M"``) per track.
+- A dump is valid Chrome-trace JSON (``{"traceEvents": [...], "displayTimeUnit": "ns",
+  "otherData": {...}}``, complete events ``"ph": "X"`` in µs, one ``thread_name`` per track).
 
-Cost: ``record`` is a tuple build and a deque append plus an amortized popleft (~1 µs); loadtest
-only (DESIGN.md: too costly to keep on in production). ``dump`` is synchronous and costs ~1.5 µs
-per span held (a replica's 5 s at 3,000 tx/s, ~40,000 spans: ~60 ms, of which the msgspec encode
-is ~9 ms where ``json.dumps`` took ~85); ``capture`` only copies the spans and
-``Capture.write`` does the rest later (what a replica's probe uses: it writes its captures after
-the loadtest's timed window, off its loop; a dump on the loop delays every request queued behind
-it, a tail in the very latencies the loadtest reports).
+Loadtest only: too costly to keep on in production. ``record`` is a tuple build and a deque
+append; ``dump`` is synchronous and linear in the spans held, so a replica uses ``capture`` (a
+copy of the spans) and ``Capture.write`` after the timed window, off its loop.
 """
 
 from __future__ import annotations

@@ -1,20 +1,20 @@
 """CPython GC discipline per actor: the configured policy, and what the collector actually did.
 
-``GcPolicy(spec)`` applies a ``GcSpec`` (cluster/spec.py): thresholds; ``gen2_disabled`` lifts
-the third threshold out of reach so no full collection runs mid-block, and ``run_scheduled()``
-(an asyncio task the actor starts) collects every ``collect_interval_s`` instead, between blocks;
-``after_boot()`` freezes the boot-time heap (caches loaded from a snapshot) so no collection ever
-traverses it again.
+``GcPolicy(spec)`` applies a ``GcSpec`` (``cluster/control/spec.py``): thresholds;
+``gen2_disabled`` lifts the third threshold out of reach so no full collection runs mid-block, and
+``run_scheduled()`` (an asyncio task the actor starts) collects every ``collect_interval_s``
+instead, between blocks, freezing the survivors with ``freeze_after_collect`` and collecting the
+whole heap every ``thaw_every``-th time; ``after_boot()`` freezes the boot-time heap (caches loaded
+from a snapshot) so no collection traverses it again.
 
 ``untrack(obj)`` / ``untrack_all(items)`` take immutable records (NamedTuples of atoms: tx
-results, trades, done orders, the decoded events a replica keeps) out of the collector's lists,
-as CPython does by itself for exact tuples only (``observability/_untrack.c``); a collection then
-walks only what can be cyclic garbage. Without the C extension they do nothing (``UNTRACKING``
-is False) and the records stay tracked.
+results, trades, done orders, decoded events) out of the collector's lists, as CPython does by
+itself for exact tuples only (``observability/_untrack.c``); without the C extension they do
+nothing (``UNTRACKING`` is False).
 
 ``GcMonitor`` hooks ``gc.callbacks``: per generation it counts collections and records each pause
-(start -> stop) in a histogram, at ~1 µs per collection, never per allocation. Its ``summary()``
-is what status pages and metrics report.
+in a histogram, once per collection, never per allocation; ``summary()`` is what status pages and
+metrics report.
 """
 
 from __future__ import annotations

@@ -29,24 +29,19 @@ Semantics:
   neighbouring bucket. Ray 2.60 itself ships a worker's histogram to the node agent as per-bucket
   counts and the agent re-records bucket *midpoints*, so the scraped ``_sum`` is Ray's midpoint
   approximation whatever is observed: read latency from the buckets.
-- Ray has no "observe n times" call, and one observation costs ~4 µs on an idle core here, 10-20
-  µs on this busy 2-core machine, in the actor, and again in Ray's node agent, which receives and
-  aggregates them, so a flush makes at most ``max_observations`` histogram calls.
-  When more samples are new, every bucket of every histogram is down-sampled by the same factor
-  (the distribution, hence every quantile, is kept; ``_count`` undercounts) and the samples left
-  out are counted in ``raydex_metric_samples_dropped_total``. Exact rates come from the counters
-  (``raydex_txs_total``, ``raydex_blocks_total``), which are never sampled.
+- Ray has no "observe n times" call, and every observation costs microseconds in the actor and
+  again in Ray's node agent, so a flush makes at most ``max_observations`` histogram calls; when
+  more samples are new, every bucket of every histogram is down-sampled by the same factor (every
+  quantile is kept; ``_count`` undercounts) and the rest counted in
+  ``raydex_metric_samples_dropped_total``. Exact rates come from the counters, never sampled.
 - Gauges are sampled at flush time from a callable (cost paid by the flush, not the hot path).
 - Every counter exists from the start: :meth:`Recorder.start` exports each one at 0 (and so does
   a registration after it), so a rate panel reads 0, not "no data", until the first event.
 
-Cost: hot path one int add (``count.n += 1``) or one ``Histogram.record`` (~0.2 µs); a family
-member lookup adds one dict get. A flush costs O(local buckets touched) plus at most
-``max_observations`` Ray calls (default 600 per 2 s: at most 300 observations/s per actor, enough
-for every quantile over a 10 s scrape) and one call per changed counter or gauge. Measured with
-the loadtest's CPU ledger (``--tps 1500 --seconds 20``, 3 alternated runs each): at 4,000 per
-flush Ray's agents cost 129-138 µs per tx, at 600 32-50, with 856-1,135 tx/s achieved against
-810-1,034.
+Cost: hot path one int add (``count.n += 1``) or one ``Histogram.record``; a family member lookup
+adds a dict get. A flush costs O(local buckets touched) plus at most ``max_observations`` Ray
+calls (default 600 per 2 s: enough for every quantile over a 10 s scrape) and one call per changed
+counter or gauge.
 
 Caller duties: register sources once (at boot), start :meth:`Recorder.run_flush` from the actor's
 event loop; outside Ray (unit tests, local runs) the Recorder exports to a :class:`LocalSink` and
@@ -186,8 +181,7 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef(
             "raydex_overload_refusals_total",
             "counter",
-            "Txs refused at the overload door (23000 / HTTP 429; "
-            "actors/replica/http/admission.py).",
+            "Txs refused at the replica's overload door (23000 / HTTP 429).",
         ),
         MetricDef(
             "raydex_queue_delay_seconds",
@@ -237,8 +231,8 @@ CATALOG: dict[str, MetricDef] = {
             "raydex_replica_native_info",
             "gauge",
             "1, labelled with whether the replica's apply runs its C paths (true) or the Python "
-            "fallbacks: block_decode (codecs/_blockdec.c), cache_loop "
-            "(actors/replica/cache/_cacheloop.c), book_json (actors/replica/ws/_bookjson.c).",
+            "fallbacks: block_decode (codecs/_blockdec.c), cache_loop (the C cache loop), "
+            "book_json (the C order-book renderer).",
             ("block_decode", "cache_loop", "book_json"),
         ),
         MetricDef(

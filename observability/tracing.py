@@ -9,13 +9,11 @@
                                                                             + apply wait; seq)
 
 Each process owns one ``TracerProvider`` (``file_tracer``) whose ``BatchSpanProcessor`` writes
-finished spans as JSON lines (one span per line, OTel's own ``to_json``) to its file; the
-W3C ``traceparent`` header carries the context from the client into the replica, so one trace
-shows a tx from its planned send time to its answer. Only sampled txs carry the header; the
-replica opens spans only for requests that carry it, so unsampled traffic pays one dict lookup.
-
-Cost: a span is ~10-20 µs to create and end (SDK), exported off the calling thread by the batch
-processor. Loadtest only.
+finished spans as JSON lines to its file; the W3C ``traceparent`` header carries the context from
+the client into the replica, so one trace shows a tx from its planned send time to its answer.
+Only sampled txs carry the header and the replica opens spans only for those, so unsampled traffic
+pays one dict lookup. Cost: tens of µs per span (the SDK), exported off the calling thread.
+Loadtest only.
 """
 
 from __future__ import annotations

@@ -1,29 +1,20 @@
 """State checks: every follower hashes its state at the same seqs, so any two can be compared.
 
-A state hash (``raydex.engine.state_digest``) says something only next to another one at the same
-seq, and the roles move at their own pace: a replica asked now answers for seq 15,212, the
-snapshot holder for 15,230. So the snapshot holder and every replica also hash their state right
-after applying each *checkpoint* block, one whose seq is a multiple of ``every_blocks`` (the
-deployment's ``snapshot.check_every_blocks``, handed to every replica by the spec), and keep the
-last ``keep`` of those hashes. Two followers that passed one checkpoint then hold a hash of the
-same state, and:
+A state hash (``raydex.engine.state_digest``) says something only next to another at the same seq,
+and the roles move at their own pace. So the snapshot holder and every replica also hash their
+state right after each *checkpoint* block (seq a multiple of ``every_blocks``, the deployment's
+``snapshot.check_every_blocks``) and keep the last ``keep`` hashes. Then:
 
 - a replica asks the holder for its checkpoints every ``COMPARE_INTERVAL_S`` and says in its live
-  line (the log the dashboard's Actors page opens) and its status whether it agrees at the newest
-  checkpoint both passed; each checkpoint that differs is logged and counted
-  (``raydex_state_divergences_total``);
+  line and status whether it agrees at the newest checkpoint both passed; each one that differs is
+  logged and counted (``raydex_state_divergences_total``);
 - ``raydex status`` compares every actor's checkpoints and flags a difference (exit code 3).
 
-A quiet exchange (no traffic: no block for a while) may never reach the next checkpoint, so a
-follower whose seq has not moved for ``QUIET_S`` also hashes its current seq (``run_quiet``): all
-of them stand at the same last seq then, and compare there.
-
-Cost: at a checkpoint, the state is listed (``records()``: its records are immutable tuples, so
-the list is the state at that seq whatever is applied next; O(state) on the loop, ~0.1 µs per
-record) and then hashed a chunk of records per event-loop turn (``digest_steps``, ~2 ms a chunk),
-so the loop keeps applying blocks and answering requests meanwhile. A checkpoint reached while the
-previous one is still hashing is skipped (counted). Every ``every_blocks`` blocks, not every block:
-at 1,000 that is every few seconds under load.
+A follower whose seq has not moved for ``QUIET_S`` also hashes its current seq (``run_quiet``), so
+a quiet exchange still compares. Cost at a checkpoint: the records are listed at once (immutable
+tuples: the list is the state at that seq whatever is applied next) and hashed a chunk per
+event-loop turn (``digest_steps``), so the loop keeps applying blocks meanwhile; a checkpoint
+reached while the previous one is still hashing is skipped (counted).
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
-"""What every Ray actor shell of raydex does the same way: pin itself, say where it is, export
-its metrics (GC and placement on top of the service's own; flushed every ``METRICS_INTERVAL_S``),
+"""What every Ray actor shell of raydex does the same way: pin itself, say where it is, export its
+metrics (GC and placement on top of the service's own; flushed every ``METRICS_INTERVAL_S``),
 describe itself in one line (``ActorRuntime.describe``, each shell's ``__repr__``) and write that
 line to its log every ``LIVE_LOG_INTERVAL_S``.
 
-The repr and Ray: Ray 2.60 records an actor's ``repr()`` once, right after its ``__init__``
-returns (the actor-creation branch of ``execute_task``; an async actor's boot task may already
-have run a little by then), and shows that string in the dashboard's Actors page and as
-``repr_name`` in ``ray.util.state.list_actors``; it never asks again (not on state-API calls, not
-on later tasks), except when Ray restarts the actor. There is no way to refresh it: the core
-worker sends its repr to the GCS only in the reply to the actor-creation task
-(``CoreWorker::SetActorReprName``: "included as part of actor creation task reply"), and the
-dashboard reads that record.
-
-So each actor has two lines. ``__repr__`` (``describe(..., fixed=True)``), what Ray records: role,
-deployment (namespace), name, group, configured ports, node/NUMA node/cores/scheduling policy,
-then ``live=log`` (``LIVE_HINT``); the changing facts (``LIVE_FACTS``) are left out, since Ray
-would show them frozen at their creation values. ``live()``, the live line: the same plus state,
-seq, lag, short state hash with its seq, bound ports, the placement in force. It is written to
-the actor's stdout every ``LIVE_LOG_INTERVAL_S``, prefixed ``LIVE_LOG_PREFIX`` and stamped (the
-dashboard's Actors page links that file: the actor's log, ``.out``), and ``raydex status`` asks
-every actor for it now. Cost: one line and one short write per interval, on the actor's event
-loop, never inside a block.
+Ray records an actor's ``repr()`` once, when its ``__init__`` returns (the dashboard's Actors page
+and ``ray.util.state.list_actors``' ``repr_name``), and never asks again unless it restarts the
+actor. So each actor has two lines: ``__repr__`` (``describe(..., fixed=True)``) holds only what
+does not change (role, deployment, name, group, configured ports, node, NUMA node, cores,
+scheduling policy) and ends with ``live=log`` (``LIVE_HINT``); ``live()`` adds the changing facts
+(``LIVE_FACTS``: state, seq, lag, state hash with its seq, bound ports, the placement in force), is
+written to stdout every ``LIVE_LOG_INTERVAL_S`` prefixed ``LIVE_LOG_PREFIX`` (the log the Actors
+page opens), and is what ``raydex status`` asks for. Cost: one short write per interval on the
+actor's event loop, never inside a block.
 """
 
 from __future__ import annotations

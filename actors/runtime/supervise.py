@@ -8,16 +8,12 @@
                                   more than ``max_restarts`` failures within ``window_s``:
                                   on_fatal(reason) (an actor shell: :func:`exit_process`)
 
-A background loop of an actor (a follower of the sequencer's streams, the oracle, a maintenance
-task) must never end silently: an unexpected exception is logged, counted and the loop restarted
-after a short backoff; a loop that keeps failing is a broken process, and the shell exits so Ray
-restarts the actor (``max_restarts`` is set at deploy) rather than leaving it alive and useless.
-Cancellation (the owner stopping) ends the loop quietly. A loop that *returns* is restarted too
-(a follower has no reason to stop by itself).
-
-Knobs: ``max_restarts``/``window_s`` trade patience with a transient fault against how long a
-broken actor stays up; ``initial_s``/``max_s`` bound the backoff (how fast a loop resumes vs. how
-hard a persistent fault spins).
+A background loop (a follower, the oracle, a maintenance task) never ends silently: an exception
+is logged, counted and the loop restarted after a backoff; a loop that keeps failing means a broken
+process, and the shell exits so Ray restarts the actor. Cancellation (the owner stopping) ends the
+loop quietly; a loop that *returns* is restarted too. Knobs: ``max_restarts``/``window_s``
+(patience with a transient fault against how long a broken actor stays up), ``initial_s``/``max_s``
+(how fast a loop resumes against how hard a persistent fault spins).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Group commit: the WAL's writes and fsyncs on their own thread, off the sequencer's loop.
+"""Group commit: the WAL's writes and syncs on their own thread, off the sequencer's loop.
 
 ::
 
@@ -8,26 +8,16 @@
     on_durable(N+1) ◄──── call_soon_threadsafe ◄─────────────────────────────────────┘
     publish N, N+1; release their outcomes
 
-An fsync costs milliseconds on ordinary disks (~4 ms on this machine's virtual disk): done on the
-loop, it stalls execution and fan-out for every block. Here the loop keeps executing and closing
-blocks while the disk works, and one fsync covers every record written since the last one, so
-throughput no longer depends on fsync latency; a tx's acknowledgment still waits for the fsync
-that covers its block (durability unchanged).
-
-The thread asks for SCHED_FIFO (``realtime``, the sequencer's ``journal_realtime``): it sleeps
-in the disk's sync nearly all the time and runs a few µs per wake-up, so it cannot starve the core
-it shares, and it runs as soon as the disk answers instead of waiting behind whatever else the
-core runs (at 5,000 tx/s on 2 cores: sync p90 ~250 against ~530 µs, p99 0.4-1.1 against 1.7-4.9
-ms, the same disk). Where the host refuses it (no CAP_SYS_NICE / RLIMIT_RTPRIO) it keeps its
-normal policy; ``policy`` says which.
+The loop keeps executing and closing blocks while the disk works, and one sync covers every record
+written since the last; a tx's acknowledgment still waits for the sync that covers its block.
+With ``realtime`` (the sequencer's ``journal_realtime``) the thread asks for SCHED_FIFO: it sleeps
+in the sync and wakes as soon as the disk answers; where the host refuses, ``policy`` says so.
 
 Invariants: records are written in submit order (one writer thread); ``on_durable(seq, fsync_ns,
-synced_at_ns)`` (``perf_counter_ns`` when the sync returned) is called on the loop with
-non-decreasing seqs, and only after every record up to ``seq`` is written and (with
-``fsync="block"``) synced; ``durable_seq`` is the newest such seq. A write or sync error (ENOSPC,
-EIO, a failed fsync) stops the journal and is handed to the loop via ``on_error``: nothing after
-``durable_seq`` may ever be acknowledged (the WAL itself refuses further writes), and the sequencer
-must exit so that it restarts from what reached the disk.
+synced_at_ns)`` is called on the loop with non-decreasing seqs, only after every record up to
+``seq`` is written and (``fsync="block"``) synced; ``durable_seq`` is the newest such seq. A write
+or sync error stops the journal and is handed to the loop via ``on_error``: nothing after
+``durable_seq`` may ever be acknowledged, and the sequencer must exit and restart from the disk.
 """
 
 from __future__ import annotations

@@ -1,25 +1,20 @@
 """The mark-price oracle: every interval, each market's mark moves toward its book mid.
 
 Rule: for each market with a two-sided book, ``target = clamp(mid, mark - cap, mark + cap)`` with
-``cap = max(1, mark * max_step_bps / 10_000)``; a ``SetMarkPrice(market, target)`` is issued when
-it differs from the mark. Marks follow the book in capped steps, so a thin or spoofed book cannot
-yank them (and trigger liquidations) in one step.
+``cap = max(1, mark * max_step_bps / 10_000)``; a ``SetMarkPrice(market, target)`` is issued when it
+differs from the mark. Marks follow the book in capped steps, so a thin or spoofed book cannot yank
+them (and trigger liquidations) in one step. The commands are ordinary sequenced operator
+commands, logged and replayed like any other: the oracle adds no nondeterminism.
 
-The commands are ordinary operator commands: sequenced, logged and replayed like any other, so the
-oracle adds no nondeterminism (it reads the engine only on the sequencer's loop, between txs).
+Funding rides the same loop: at the first round of each wall-clock minute it stamps one
+``FundingTick`` per market (the engine samples the premium and settles each hour). With the oracle
+off, nothing samples or settles funding.
 
-Supervision: :meth:`Oracle.run` is one loop iteration after another; the sequencer runs it under a
-``Supervisor``, so an iteration that raises is logged, counted
-(``raydex_loop_restarts_total{loop="oracle"}``) and the loop goes on.
-
-Funding rides the same loop: at the first round of each wall-clock minute it also stamps one
-``FundingTick`` per market, on which the engine samples the premium (at most once a minute) and
-settles each hour on its first tick after the hour mark (engine ``_funding``). So funding runs
-wherever the oracle runs; with the oracle off, nothing samples or settles funding.
-
-Knobs: ``interval_ms`` (shorter: marks track the book closely and liquidations trigger sooner, at
-one command per moved market per interval); ``max_step_bps`` (larger: marks catch a real move
-faster, and a manipulated book moves them further).
+:meth:`Oracle.run` is one iteration; the sequencer runs it under a ``Supervisor`` (a raising
+iteration is logged and counted, ``raydex_loop_restarts_total{loop="oracle"}``). Knobs:
+``interval_ms`` (shorter: marks track the book and liquidations trigger sooner, one command per
+moved market per interval); ``max_step_bps`` (larger: faster catch-up, and a manipulated book moves
+marks further).
 """
 
 from __future__ import annotations

@@ -1,33 +1,23 @@
 """The sequencer's core: execute txs into the open block, close blocks, recover after a crash.
 
-This is the part of the sequencer that is not Ray: it is driven by the actor shell
-(``actors/sequencer.py``) and tested directly.
-
-Block life cycle (LMAX-style: work once per block, at the end of the block):
+Not Ray: driven by the block loop (``service.py``) and tested directly.
 
     submit(txs) ─► verify signature ─► engine.execute_into ─► TxExecuted + events, as block bytes
-    close_block() ─► WAL append (+fsync) ─► header + those bytes ─► outcomes released to submitters
+    close_block() ─► WAL record ─► header + those bytes ─► outcomes released once durable
 
 Invariants:
-- Outcomes of a block are handed out only after its WAL record is durable: no acknowledged tx is
-  ever lost. Every tx the engine executed is in the WAL (a tx rejected before the engine, e.g. a bad
-  signature, changed nothing and is not).
-- All txs of one block execute with the same ``now_ms`` (the block's timestamp), which is stored in
-  the WAL record, so replay is exact.
-- Block ``seq`` is contiguous from 1; ``height`` is the number of txs the engine executed so far
-  (the logged ones), so a block rebuilt from the WAL carries the same height.
-- A block rebuilt from the WAL (:meth:`recover`) is byte-identical to the one first published,
-  frame and WAL record: the WAL logs the executed txs *and* the ``TxExecuted`` of each tx refused
-  before the engine, at its position. Followers rely on it ("same seq, same bytes",
-  ``follow.py``).
-- Recovery starts from the newest snapshot that verifies (state hash) and that the WAL continues
-  (``record_crc`` of the snapshot equals the WAL's record at its seq, and the WAL holds the next
-  block), else an older one, else seq 0 and the whole WAL; each skipped snapshot is logged.
+- Outcomes of a block are handed out only after its WAL record is durable. Every tx the engine
+  executed is in the WAL, and so is the ``TxExecuted`` of each tx refused before the engine, at
+  its position: a block rebuilt from the WAL (:meth:`recover`) is byte-identical to the one first
+  published, which followers rely on (``actors/snapshot/follow.py``).
+- All txs of a block execute at the block's ``now_ms``, stored in its record, so replay is exact.
+- ``seq`` is contiguous from 1; ``height`` counts the txs the engine executed.
+- Recovery starts from the newest snapshot that verifies and that the WAL continues (its
+  ``record_crc`` equals the WAL's record at its seq), else an older one, else seq 0; each skipped
+  snapshot is logged.
 
-Cost: per tx one dict lookup for the key, one Lighter signature check for user txs (message
-hash ~6 µs + verify ~30 µs with the key decoded once in a ``KeyCache``, C backend), the
-engine's execute (its events written straight into the block body: ``engine._deltas``), one
-sha256 for the tx hash; per block one WAL write (+fsync) and the header.
+Cost per tx: a key lookup, a signature check for user txs when ``verify_signatures`` (~35 µs in
+C), the engine's execute, one sha256; per block one WAL record and its header.
 """
 
 from __future__ import annotations
@@ -104,7 +94,8 @@ class BlockProducer:
         self.verifier = verifier
         #: Re-verify user signatures here (defence in depth: a replica is then never trusted with
         #: a forged tx). False trusts the replicas' dry-run, which verified every tx already:
-        #: ~70 µs of CPU less per tx on the sequencer; only for replicas in the same trust domain.
+        #: one signature check less per tx on the sequencer; only for replicas in the same trust
+        #: domain (the committer audits every signature afterwards).
         self.verify_signatures = True
         self.seq = seq
         self.height = height

@@ -23,45 +23,17 @@ tx log down) goes over the data plane ``data_plane`` names, never through Ray ca
 
 Invariants:
 - A submitter's future resolves only after its block's WAL record is durable; blocks are
-  published in seq order, each exactly once, and never replaced: blocks rebuilt from the WAL after
-  a restart are byte-identical to those first published (followers check it on every resume,
-  ``actors/snapshot/follow.py``).
-- A batch whose frame does not decode is answered with ``INVALID_TX_INFO`` for the whole batch and
-  changes nothing.
-- The sequencer is either serving or exiting: a start that fails (damaged WAL, no usable state),
-  a WAL write or sync that fails (ENOSPC, EIO), a block loop that dies, or a supervised loop that
-  keeps failing calls ``on_fatal`` (the actor shell: log, then exit the process so Ray restarts
-  it). Nothing after the last durable record was ever acknowledged.
-- Followers behind the ring catch up from the WAL: the tx-log server answers range reads
-  (``codecs.encode_wal_read_request``) with raw records up to the newest *published* seq,
-  bounded per call; followers that are further behind than the WAL holds boot from a snapshot.
-- The WAL is pruned behind the snapshots: after each new durable snapshot, segments whose blocks
-  are all at or before ``min(oldest snapshot on disk, newest snapshot - wal_keep_blocks)`` are
-  deleted, so every snapshot on disk can still be continued by the WAL.
+  published in seq order, each once, never replaced (followers check it on every resume).
+- A batch whose frame does not decode, or over ``max_batch_txs``, is refused whole and changes
+  nothing. A stream's batches execute in the order sent.
+- The sequencer is serving or exiting: a failed start, WAL write or sync, a dead block loop or a
+  supervised loop that keeps failing calls ``on_fatal`` (the shell exits so Ray restarts it).
+- Followers behind the ring catch up from the WAL through bounded range reads up to the newest
+  *published* seq; the WAL is pruned only behind every snapshot on disk (and ``wal_keep_blocks``).
+- ``block_close="durable"``: the open block closes as soon as the previous one is durable (or at
+  ``block_max_txs``), so blocks grow with the load; ``"timer"``: every ``block_interval_ms``.
 
-Control plane apart from the data plane: ``status()`` is O(1) (it reports the newest snapshot's
-state hash with the seq it reflects); the current ``state_hash()`` is O(state) and runs on the
-block loop, for tests and operators only.
-
-Block cadence (``block_close``):
-
-- ``"durable"`` (natural batching, the default): the open block closes as soon as the previous
-  one is durable (at once when none is in flight: in the same loop turn, after the batches that
-  were already ready), or when it reaches ``block_max_txs``. So at most one block waits for the
-  journal while the next one fills: blocks grow with the load (about what arrives during one
-  fsync) instead of a timer producing tiny blocks, and a quiet exchange closes each tx's block
-  without waiting for a tick. Acknowledgment still waits for the fsync covering the block.
-- ``"timer"``: a loop closes the open block every ``block_interval_ms`` (longer = bigger blocks,
-  fewer fsyncs, more latency per tx), or at ``block_max_txs``. Blocks queue for the journal,
-  which syncs whatever is queued at once.
-
-Knobs: ``block_close``, ``block_interval_ms`` (timer only), ``block_max_txs`` (caps a block so one
-burst cannot delay everyone behind it), the WAL knobs and the catch-up bounds on
-:class:`SequencerConfig`.
-
-Metrics (``SequencerService.metrics``, exported by the actor shell): block time, close time, block
-size, WAL fsync, blocks and txs totals, seq, loop restarts; they read the histograms ``status``
-reports.
+``status()`` is O(1); ``state_hash()`` is O(state) on the block loop, for tests and operators.
 """
 
 from __future__ import annotations
@@ -130,9 +102,8 @@ class SequencerConfig:
     block_max_txs: int = 1000
     wal_fsync: FsyncPolicy = "block"
     #: WAL segments born full-size (zeros, prepared by a background thread): a block's sync then
-    #: flushes its data and no filesystem metadata (``actors/sequencer/wal.py``; p50 ~115 against
-    #: ~145-180 µs per sync here, ``raydex bench wal``). Costs ``wal_segment_bytes`` of disk for
-    #: the prepared next segment.
+    #: flushes its data and no filesystem metadata (``actors/sequencer/wal.py``; a faster, cheaper
+    #: sync: ``raydex bench wal``). Costs ``wal_segment_bytes`` of disk for the next segment.
     wal_preallocate: bool = True
     #: the journal thread (the WAL's writes and syncs) at SCHED_FIFO where the host allows it:
     #: it sleeps in the sync nearly all the time, and wakes as soon as the disk answers instead

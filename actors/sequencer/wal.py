@@ -1,52 +1,31 @@
 """The sequencer's write-ahead log: one record per block, group-committed.
 
 Invariants:
-- A block is acknowledged to anyone only after its record was written and (``fsync="block"``)
-  synced: the journal (``journal.py``) releases outcomes only after the covering sync. So an
-  acknowledged tx is never lost.
+- A block is acknowledged only after its record was written and (``fsync="block"``) synced: the
+  journal (``journal.py``) releases outcomes only after the covering sync.
 - Records are appended in strictly increasing ``seq``; recovery yields them in that order.
-- Every byte is checked on the way in (at open):
+- Every byte is checked at open: a **torn tail** (the newest segment ends in bytes that are not a
+  complete, crc-valid record, and nothing valid follows) is cut off with a warning naming the file,
+  the bytes cut and the seq the log ends at; **damage followed by valid records**, or any bad byte
+  in an older segment, raises :class:`WalError` naming the file, the offset and the seqs on either
+  side. Nothing is truncated then: an operator decides.
+- After a failed write or sync the log refuses every later write: the sequencer must stop and
+  recover from what reached the disk.
 
-  * a **torn tail** (the newest segment ends in bytes that are not a complete, crc-valid record,
-    and no valid record follows them) is the trace of a crash mid-write: it is cut off, with a
-    warning naming the file, the bytes cut and the seq the log now ends at;
-  * **damage followed by valid records** (anywhere), or any bad byte in an older segment, is not
-    a torn write: opening raises :class:`WalError` naming the file, the offset and the seqs on
-    either side. Nothing is truncated; an operator decides (the sequencer does not start).
+Layout: segments ``wal-<first seq:020d>.log``; a record is ``WalRecordHeader`` (``codecs/_wal.py``)
++ the tx list + the refusals. A new segment's directory entry is synced before its first record
+counts. With ``preallocate`` a segment is born ``segment_bytes`` of zeros (made by a background
+thread, ``wal-next.tmp``, a page at a time, renamed in at the rollover); records are written over
+the zeros (``pwrite``) and synced with ``fdatasync``, so a sync flushes data, no metadata. A record
+starts with ``WAL_MAGIC``, so **zeros after the last record are room, not damage**; a torn write
+inside them is zeroed (``torn_bytes``). Without a prepared segment a segment is a growing file.
 
-- After a failed write or sync the log refuses every later write (a partial record followed by
-  good ones would turn a torn tail into damage, and a failed fsync may have lost pages): the
-  sequencer must stop and recover from what reached the disk.
+An in-memory index (16 bytes per record) serves any held range with one ``pread`` per segment
+(:meth:`Wal.read_records`); :meth:`Wal.replay` decodes only the records after a snapshot.
+:meth:`Wal.prune` drops whole segments covered by a snapshot.
 
-Layout: segment files ``wal-<first seq:020d>.log`` in one folder; each record is
-``WalRecordHeader`` (codecs/_wal.py) + the tx list + the refusals. Segments roll over at
-``segment_bytes``; a new segment's directory entry is synced before its first record counts as
-durable. :meth:`Wal.prune` drops whole segments covered by a snapshot.
-
-Preallocated segments (``preallocate=True``, the sequencer's default): a segment is born
-``segment_bytes`` of written zeros, made and synced by a background thread (``wal-next.tmp``) once
-the current segment is half full, then renamed into place at the rollover (a log opens with a
-``FIRST_SEGMENT_BYTES`` one, made at open: a short-lived log does not keep 2 x 64 MiB). Records are
-written over the zeros at the log's end (``pwrite``) and synced with ``fdatasync``: the file's size
-and blocks never change while it fills, so a sync flushes the record's data pages and no filesystem
-metadata (on this machine's ext4 disk: p50 ~115 µs and ~40 µs of CPU per sync, against ~180 µs and
-~65 µs appending to a growing file: ``raydex bench wal``). The zeros are written a page at a time,
-so the page cache holds them in page-sized folios and a sync writes back a page or two, not a folio
-as large as the write that made it. The format rule that makes this safe: a record starts with
-``WAL_MAGIC``, so zeros are never a record; **zeros after the last record are room, not damage** (a
-segment's clean end, in any segment), and the next record is written over them. A torn write inside
-the zeros is cut by zeroing its bytes (``torn_bytes``: its non-zero extent) where truncating would
-give up the preallocation. When no prepared segment is ready (the thread is still zeroing, or
-``preallocate=False``), a segment is an ordinary growing file; the reader treats both alike.
-
-An in-memory index (seq and offset of every record, 16 bytes per record) is built at open and
-kept on append, so :meth:`Wal.read_records` serves any held range with one ``pread`` per segment
-(followers that fell behind the sequencer's ring catch up from it) and :meth:`Wal.replay` decodes
-only the records after a snapshot (the others are crc-checked at open, never decoded).
-
-Cost: one ``pwrite`` + (optionally) one ``fdatasync`` per group of blocks, never per tx. Opening
-reads and crc-checks every held byte once (~1 GB/s); pruning keeps that bounded. ``fsync="none"``
-trades durability across power loss (the OS still has the bytes on a process crash) for latency.
+Cost: one ``pwrite`` and one sync per group of blocks, never per tx; opening crc-checks every held
+byte once. ``fsync="none"`` trades durability across power loss for latency.
 """
 
 from __future__ import annotations

@@ -1,43 +1,24 @@
 """The snapshot holder's state, rebuilt from the blocks' deltas alone (no engine execution).
 
 The engine's events carry absolute values (a level's size, an account's collateral, a position's
-full state, an order's full state with its time priority, the exchange's ledger), so the full
-state the engine would snapshot (``Engine.records()``) is a fold of the events over the previous
-state. :class:`DeltaState` is that fold: one table per snapshot record type, updated in place per
-event, turned into records in the engine's canonical order on demand.
+and an order's full state with its time priority, the exchange's ledger), so the state the engine
+would snapshot (``Engine.records()``) is a fold of the events over the previous state.
+:class:`DeltaState` is that fold: one table per snapshot record type, updated in place per event:
+``ExchangeRecord`` from ``ExchangeBalancesChanged`` and the highest order index, priority and trade
+id seen; ``MarketRecord`` from ``MarketChanged``/``MarketStatsChanged``; ``AccountRecord`` from
+``BalanceChanged``; ``PositionRecord`` from ``PositionChanged`` (an order in a market without a
+position creates the engine's empty one); ``ApiKeyRecord`` from ``NonceUpdated``/``ApiKeyChanged``;
+``OrderRecord`` from ``OrderUpdated`` (resting while active with lots remaining);
+``FundingRecord`` from ``FundingChanged``; ``L1AddressRecord`` from ``L1AddressSet``.
 
-What each table is built from:
+Invariant (tested against the sequencer's engine by state hash,
+``tests/unit/test_snapshot_deltas.py``): applying a block's events to the state at ``seq - 1``
+gives the state at ``seq``; re-applying one is harmless except for the counters, which only grow.
+Order records come out sorted by (market, bids best first then asks, priority), what
+``Engine.from_records`` rebuilds from.
 
-==================  ==========================================================================
-records             events
-==================  ==========================================================================
-``ExchangeRecord``  ``ExchangeBalancesChanged`` (fee pool, insurance, deposit/withdraw totals);
-                    the three counters are one past the highest order index, priority (both on
-                    ``OrderUpdated``: every allocated index and priority is reported) and trade
-                    id (``TradeExecuted``) seen
-``MarketRecord``    ``MarketChanged`` (parameters, mark), ``MarketStatsChanged`` (mark, last
-                    trade price, open interest)
-``AccountRecord``   ``BalanceChanged`` (a new account shows up as one)
-``PositionRecord``  ``PositionChanged``; an order of an account in a market it has no position
-                    in creates the engine's empty position there (imf = the market's default)
-``ApiKeyRecord``    ``NonceUpdated`` (a new key reports nonce -1 first), ``ApiKeyChanged``
-``OrderRecord``     ``OrderUpdated``: resting while ``status`` is active with lots remaining
-``FundingRecord``   ``FundingChanged`` (every field of the clock, absolute)
-``L1AddressRecord`` ``L1AddressSet``
-==================  ==========================================================================
-
-``LevelChanged`` (derived from the orders), ``TradeExecuted``'s fills, ``PositionLiquidated``,
-``PositionDeleveraged`` and ``TxExecuted`` carry nothing the records need beyond that.
-
-Invariant (tested against the sequencer's engine by state hash, ``tests/unit/test_snapshot_
-deltas.py``): applying a block's events to the state at ``seq - 1`` gives the state at ``seq``;
-applying one twice is harmless except for the counters, which only grow (a block is applied once,
-by seq). Order records come out sorted by (market, bids best first then asks best first,
-priority): within a level the engine's FIFO is priority order (a re-entered order gets a new,
-higher priority and joins the tail), which is what ``Engine.from_records`` rebuilds from.
-
-Cost: per event one type test and one dict update (~0.3-1 us in CPython); :meth:`records` sorts
-the orders, O(n log n), once per snapshot; :meth:`state_hash` is O(state).
+Cost: per event one type test and one dict update; :meth:`records` sorts the orders,
+O(n log n), once per snapshot; :meth:`state_hash` is O(state).
 """
 
 from __future__ import annotations

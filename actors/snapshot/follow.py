@@ -1,28 +1,21 @@
 """Following the sequencer's streams without ever silently diverging.
 
 The sequencer's promise: a block, once published, is never replaced by a different block under the
-same seq. Blocks rebuilt from the WAL after a restart are byte-identical to the ones first
-published (``producer.py``), on both streams (delta frames and tx-log records). The one way the
-promise can break is damage to fsynced WAL bytes at its tail (a flipped bit in the newest record
-looks like a torn write and is cut off with a warning); a sequencer that lost published blocks
-then publishes different ones under their seqs.
-
-A follower detects that the moment it reconnects: it resumes *at* the seq it already has rather
-than after it, and the publisher's block at that seq must be the one it holds::
+same seq (blocks rebuilt from the WAL are byte-identical, ``actors/sequencer/producer.py``). The
+one way it can break is damage to synced WAL bytes at its tail (a flipped bit in the newest record
+looks like a torn write and is cut off); a sequencer that lost published blocks then publishes
+different ones under their seqs. A follower detects it the moment it reconnects, because it resumes
+*at* the seq it already holds::
 
     follower at seq N, holding block N ──subscribe(N)──► publisher
-                                        ◄── block N ──── same digest: continue with N+1, N+2, ...
-                                                          other digest: Diverged(N): the follower
-                                                          rebuilds from a state before N
+                                        ◄── block N ──── same digest: continue with N+1, ...
+                                                          other digest: Diverged(N): rebuild
+                                                          from a state before N
 
-:func:`follow` implements it over any ``BlockSource``. Reconnects must reach the follower (so
-each one is checked): give the source a ``Backoff(max_attempts=1)`` (:data:`ONE_ATTEMPT`), and let
-the follower's own loop resubscribe. Digests: ``block_digest`` (sha256 of a delta frame) or
-``codecs.wal_record_crc`` (a tx-log record; its crc covers seq, timestamp, txs and refusals).
-Every stream a follower opens is checked: between reconnects the publisher cannot change history
-without restarting, and a restart breaks the stream.
-
-Cost: one extra frame per (re)connect, and one digest of it; nothing per block.
+:func:`follow` implements it over any ``BlockSource``. Caller duties: give the source
+``Backoff(max_attempts=1)`` (:data:`ONE_ATTEMPT`) so every reconnect reaches the follower's own
+loop and is checked. Digests: ``block_digest`` (sha256 of a delta frame) or
+``codecs.wal_record_crc`` (a tx-log record). Cost: one extra frame per (re)connect.
 """
 
 from __future__ import annotations

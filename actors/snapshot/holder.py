@@ -2,52 +2,30 @@
 
 ::
 
-    sequencer ──stamped blocks (gRPC)───────►  SnapshotService ── every K blocks or T s ──►
+    sequencer ──stamped blocks──────────────►  SnapshotService ── every K blocks or T s ──►
               ──WAL range reads (behind ring)─►  DeltaState        snapshot-<seq>/ (Arrow IPC)
                                                  ring of deltas    ray.put(tables) (owned here)
     replicas ◄── latest_snapshot() / blocks_since(seq) (long poll) ──┘
 
-State is kept by *applying the blocks' deltas* (``deltas.py``: the events carry absolute values,
-so the full state is a fold of them) instead of re-executing every tx: no engine runs on the
-steady path. A snapshot is exactly ``Engine.records()`` of the sequencer's state at that seq (the
-same tables the sequencer recovers from and replicas boot from; equality by state hash is tested
-against the sequencer). One stream carries everything: each block's delta frame stamped with the
-crc of its WAL record (``codecs.stamp_block``); the holder applies the deltas, keeps the frame in
-its ring for replicas, and keeps the crc as the identity of the history it follows. Its state hash
-and that crc (``record_crc``) are written in each snapshot's ``meta.json``; the sequencer checks
-the crc against its WAL when it recovers from the snapshot. Applying one block is
-:meth:`SnapshotService.apply_stamped`.
+The state is a fold of the blocks' deltas (``deltas.py``), not a re-execution: no engine runs on
+the steady path. A snapshot is exactly ``Engine.records()`` of the sequencer's state at its seq.
+Each block arrives stamped with the crc of its WAL record; the crc is the identity of the history
+followed and goes into each snapshot's ``meta.json`` (``record_crc``), which the sequencer checks
+against its WAL when it recovers from the snapshot.
 
-Following (one supervised loop, ``txlog``; ``actors/runtime/supervise.py``):
+Following (one supervised loop, ``txlog``):
+- It resumes *at* its seq and checks the crc there (``follow.py``); ``Diverged`` moves its
+  snapshots from that seq aside (``.diverged-snapshot-<seq>``), rebuilds from an older one and
+  follows again.
+- Behind the sequencer's ring it catches up through WAL range reads: only this path rebuilds an
+  engine and re-executes records (O(state) twice per catch-up).
+- An exception mid-block restarts from the newest snapshot, never from the half-applied state.
 
-- The stream resumes *at* the seq it has and checks the sequencer's block there carries the crc
-  it applied (``follow.py``); a different one (the sequencer lost published blocks) raises
-  ``Diverged``: the holder moves its snapshots from that seq on aside
-  (``.diverged-snapshot-<seq>``), rebuilds from the newest older snapshot, drops its ring and
-  follows again (each resume checks again, so it walks back to the common history).
-- Behind the sequencer's ring (``ResyncRequired``), it catches up from the sequencer's WAL through
-  bounded range reads on the same port: the WAL holds txs, not deltas, so this path (only this
-  one) rebuilds an engine from the state, re-executes the records, and turns the engine back into
-  a ``DeltaState`` (O(state) twice per catch-up); the ring restarts after the caught-up seq
-  (replicas that need older deltas boot from a snapshot instead).
-- An exception while applying a block leaves the state between two blocks: the loop restarts
-  from the newest snapshot, never from the half-applied state (the ring keeps what it had: the
-  blocks re-received are the same bytes and are not held twice).
-
-The delta ring lets a replica that booted from snapshot ``S`` fetch blocks ``S+1..`` even when the
-sequencer's own ring has moved past them. ``blocks_since(n)`` is long-poll style: answered at once
-when newer blocks exist, else when one arrives or the timeout passes; every answer says which seq
-it reflects; a seq the ring no longer holds raises ``ResyncRequired`` (never an empty answer that
-would keep a caller waiting forever).
-
-Control plane: ``status()`` reports the current state hash (``raydex.engine.state_digest``, the
-one every role reports) with the seq it reflects: O(state) the first time per seq, then cached;
-the holder's loop is off the trading path.
-
-Cost: per block one gRPC message, one ``decode_block`` and one dict update per event (the
-previous design re-executed every tx: the engine's cost per tx, plus a second stream carrying the
-WAL records); a snapshot is ``records()`` (an O(n log n) sort of the resting orders) + Arrow
-conversion + IPC write + fsyncs, O(state), off the trading path.
+``blocks_since(n)`` answers at once when newer blocks exist, else when one arrives or the timeout
+passes; every answer says which seq it reflects; a seq the ring no longer holds raises
+``ResyncRequired``. ``status()`` reports the state hash with its seq (O(state) once per seq).
+Cost: per block one decode and one dict update per event; a snapshot is O(state), off the trading
+path.
 """
 
 from __future__ import annotations

@@ -1,26 +1,19 @@
 """The snapshot folder: Arrow IPC snapshots on disk, written durably, verified on the way in.
 
-Layout: ``<folder>/snapshot-<seq:020d>/`` holds one Arrow IPC file per table
-(``codecs.write_snapshot_ipc``) and ``meta.json``: seq, height, the engine's full state hash
-(``state_hash``, checked on load), the state hash every role reports (``state_digest``,
-``raydex.engine.state_digest``, shown by ``raydex status``) and, when
-the writer knew it, ``record_crc``: the crc32 of the tx-log (WAL) record of block ``seq``, the
-identity of the history the snapshot belongs to (``codecs.wal_record_crc``).
+Layout: ``<folder>/snapshot-<seq:020d>/`` holds one Arrow IPC file per table and ``meta.json``:
+seq, height, the engine's full state hash (``state_hash``, checked on load), the state hash every
+role reports (``state_digest``) and, when known, ``record_crc``: the crc32 of the WAL record of
+block ``seq``, the identity of the history the snapshot belongs to.
 
-Writing (:func:`write_snapshot`): every file into a hidden temporary folder, each file fsynced,
-then the temporary folder, then renamed into place and the parent folder fsynced. So a snapshot
-folder that exists under its final name is complete on disk, also after a power loss, and a
-reader never sees half of one.
+Writing (:func:`write_snapshot`): every file into a hidden temporary folder, each synced, then
+that folder, then renamed into place and the parent synced: a snapshot under its final name is
+complete, also after a power loss, and a reader never sees half of one.
 
 Reading (:func:`load_snapshot`, :func:`load_newest_snapshot`): a snapshot is used only if its
-tables decode, their seq matches ``meta.json``, and the engine built from them has the state hash
-``meta.json`` recorded. The newest snapshot that passes is used; one that fails is logged with the
-reason and moved aside to ``.corrupt-snapshot-<seq>`` (kept for inspection, never read again);
-with none left, the caller starts from an empty engine at seq 0 (and must replay the whole WAL).
-Shared by the sequencer (recovery: snapshot + WAL) and the snapshot holder (writes them).
-
-Cost: a write is ``records()`` + Arrow + IPC + one fsync per file; a verified load is the Arrow
-read (memory-mapped), ``Engine.from_records`` and one ``state_hash()``: O(state), at boot only.
+tables decode, their seq matches ``meta.json`` and the engine built from them has the recorded
+state hash. The newest that passes is used; one that fails is logged and moved aside to
+``.corrupt-snapshot-<seq>``; with none left the caller starts from seq 0 (and replays the whole
+WAL). Cost: O(state) per write or verified load, at boot or off the trading path.
 """
 
 from __future__ import annotations

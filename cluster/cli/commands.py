@@ -1,53 +1,23 @@
-"""The ``raydex`` command line (console script ``raydex = raydex.cluster.cli.commands:main``).
+"""The ``raydex`` command line (console script ``raydex = raydex.cluster.cli:main``).
 
-Subcommands (every one of them works; nothing here is a placeholder):
+Subcommands (``raydex <command> --help`` for each one's flags; README.md has the table):
 
-- ``raydex demo [--seconds S] [--tps T] [--traders N] [--replicas R] [--spec PATH] [--json]``:
-  the whole exchange on an embedded local Ray under a 20-second loadtest (open-loop signed REST +
-  WebSocket load) and its report (``observability.demo`` over ``observability.loadtest``).
-  ``raydex demo --engine [--commands N]`` runs only the engine over the
-  generated workload (no Ray) and summarizes it.
-- ``raydex loadtest [--tps T] [--seconds S] [--accounts N] [--markets M] [--replicas R]
-  [--clients C] [--ab A=SETTINGS,B=SETTINGS] [--out DIR] [--json-out FILE] [--address ADDR]
-  [--profile] [--no-resync] [--generator-cpus any|auto|CPUS] [--sweep RATES]``: an isolated
-  instrumented deployment under open-loop signed load; Markdown, JSON and PNG reports (with the
-  CPU ledger) in one folder
-  (``observability.loadtest``); ``--sweep`` runs one per rate and adds sweep.md/json/png.
-  Exit 2 on a bad ``--ab`` or ``--sweep``, or ``--profile`` without py-spy.
-- ``raydex up [--spec raydex.yaml] [--address ADDR] [--port P] [--temp-dir D] [--dashboard-port
-  P] [--no-dashboard] [-- RAY_START_FLAGS]``: start a local Ray head advertising this host
-  (``cluster.control.head``: ``ray start --head --block`` with ``raydex node-args``, from this
-  interpreter's environment, recorded in a state file) unless ``--address`` names a cluster, then
-  deploy. ``raydex deploy SPEC``: reconcile a running cluster with SPEC (scale replicas live).
-  ``raydex status [--json]``: every actor's status and placement, whether the state hashes
-  agree at each seq where several actors hashed it, and per host the cores pinned against those
-  Ray reserves (oversubscription said plainly). ``raydex down [--stop-ray]``:
-  stop every raydex actor; ``--stop-ray`` also stops the head ``raydex up`` recorded, never
-  another Ray (no ``ray stop``).
-- Control commands connect to ``--address``, else ``RAY_ADDRESS`` or Ray's ``auto`` lookup, unless
-  a head recorded by ``raydex up`` runs (then that one).
-- ``raydex grafana install [--session-dir D]``: copy the raydex Grafana dashboard into the Grafana
-  provisioning Ray generated for the session (``observability.grafana``), beside Ray's own.
-- ``raydex bench engine [--commands N] [--seed S] [--json]``: the engine benchmark
-  (``observability.bench_engine``; 1,000,000 commands by default).
-- ``raydex bench codecs [--json]``: the codec benchmark (``observability.bench_codecs``).
-- ``raydex bench apply [--commands N] [--block-txs N] [--json]``: the replica's apply path
-  (decode, cache update, fan-out encode) on a realistic block stream, ``ns_per_delta``
-  (``observability.bench.apply``). Delegated whole to that module's ``main``.
-- ``raydex bench signatures [--json]``: Lighter's signatures in C, pure Python and lighter-sdk's
-  own signer (``observability.bench.signatures``).
-- ``raydex bench transport [--json]``: the data-plane benchmark (``observability.bench_transport``;
-  starts and stops a local Ray unless one is up). Delegated whole to that module's ``main``.
-- ``raydex bench dataplane [--flood-txs N] [--json]``: book-update latency while 8 streams flood
-  the sequencer with badly signed batches (``observability.bench.dataplane``). Delegated.
-- ``raydex bench wal [--blocks N] [--dir D] [--json]``: the sequencer's per-block WAL write and
-  sync, appended vs preallocated segments (``observability.bench.wal``). Delegated.
-- ``raydex node-args [--role R] [--root PATH] [--host H]``: the ``ray start`` flags for this host
-  (``cluster.topology``). Delegated whole to that module's ``main``.
+- ``demo`` (``observability/loadtest/demo.py``; ``--engine``: the engine alone, no Ray) and
+  ``loadtest`` (``observability/loadtest/``; ``--sweep``, ``--ab``, ``--profile``);
+- ``up``, ``deploy``, ``status``, ``deposit``, ``down`` (``cluster/control/``): ``up`` starts a
+  local Ray head recorded in a state file (``cluster/control/head.py``) unless ``--address`` names
+  a cluster, then deploys; ``down --stop-ray`` stops only that head, never another Ray (no
+  ``ray stop``);
+- ``grafana install`` (``observability/grafana.py``);
+- ``bench engine|codecs|signatures|apply|transport|dataplane|wal`` (``observability/bench/``; the
+  last four delegated whole to their module's ``main``);
+- ``node-args`` (``cluster/topology.py``).
 
-With ``--json`` a command prints exactly one JSON object on stdout (diagnostics go to stderr).
-Exit status: 0 on success, 1 when the engine's self-validation fails, 2 on bad arguments, 3 when
-``raydex status`` finds two actors with different state hashes at the same seq (a divergence).
+Control commands connect to ``--address``, else ``RAY_ADDRESS``, else the head ``raydex up``
+recorded, else Ray's ``auto`` lookup. With ``--json`` a command prints exactly one JSON object on
+stdout (diagnostics go to stderr). Exit status: 0 on success, 1 when the engine's self-validation
+fails, 2 on bad arguments, 3 when ``raydex status`` finds a state divergence or a failed signature
+audit.
 
 Heavy modules are imported inside the handlers, so ``raydex --help`` stays fast. A new subcommand
 is one ``_add_*`` function registering its parser and handler.
@@ -592,7 +562,9 @@ def _add_bench(sub: Any) -> None:
     bench.add_parser(
         "apply", help="the replica's apply path (decode, cache update, fan-out): ns per delta"
     )
-    bench.add_parser("transport", help="blocks actor to actor: gRPC vs Ray calls (starts Ray)")
+    bench.add_parser(
+        "transport", help="blocks actor to actor: TCP, Unix socket, gRPC, Ray calls (starts Ray)"
+    )
     bench.add_parser("dataplane", help="book-update latency under a flood of badly signed batches")
     bench.add_parser("wal", help="the WAL's per-block write and sync: appended vs preallocated")
 
@@ -604,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(
         dest="command",
-        metavar="{demo,loadtest,up,deploy,status,down,grafana,bench,node-args}",
+        metavar="{demo,loadtest,up,deploy,status,deposit,down,grafana,bench,node-args}",
         required=True,
     )
     _add_demo(sub)

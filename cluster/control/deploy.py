@@ -6,9 +6,9 @@
        │  discover_topologies() ─► placement_for(spec) ─► one placement group per actor
        ▼
     ┌─────────────── Ray namespace "raydex" (detached, restartable named actors) ──────────┐
-    │ raydex-sequencer ──gRPC blocks/txlog──► raydex-snapshot    raydex-committer          │
+    │ raydex-sequencer ──blocks / tx log────► raydex-snapshot    raydex-committer          │
     │        ▲  ▲                                   │ Arrow snapshots (object store)       │
-    │        │  └──────── gRPC tx batches ──── raydex-replica-<group>-<i>  (per NUMA node)  │
+    │        │  └───────── tx batches ──────── raydex-replica-<group>-<i>  (per NUMA node)  │
     └──────────────────────────────────────────────────────────────────────────────────────┘
 
 ``deploy`` is idempotent: it creates what is missing and removes what the spec no longer asks
@@ -248,7 +248,7 @@ def deploy(
     """Reconcile the cluster with ``spec`` (see module docstring). ``place=False`` skips
     placement groups and pinning (a laptop, a test): actors then ask Ray for no CPU.
     ``replica_class`` (a ``ReplicaActor`` subclass taking ``replica_kwargs``) replaces the replica
-    actor, e.g. the loadtest's instrumented one (observability/instrument.py)."""
+    actor, e.g. the loadtest's instrumented one (observability/loadtest/instrument.py)."""
     import ray
 
     from raydex.actors.committer import CommitterActor

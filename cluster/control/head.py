@@ -25,8 +25,8 @@ Ray token is available and the mode is unset (what ``ray start`` itself would ch
 driver connecting by explicit address uses the same mode. ``RAY_PROMETHEUS_HOST``,
 ``RAY_GRAFANA_HOST`` and ``RAY_GRAFANA_IFRAME_HOST`` pass through as given.
 
-Cost: starting waits for Ray (~10 s with the dashboard on 2 cores); stopping ~4 s (Ray's own
-shutdown, no drain), bounded by ``grace_s``. Linux only (``/proc``).
+Cost: starting waits for Ray (seconds); stopping is Ray's own shutdown without a drain, bounded by
+``grace_s``. Linux only (``/proc``).
 """
 
 from __future__ import annotations

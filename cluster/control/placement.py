@@ -7,40 +7,28 @@
     host-a (head)                      host-b (worker)
     ┌ numa0 ──────────┬ numa1 ───────┐ ┌ numa0 ─────────┬ numa1 ────────┐
     │ sequencer  [7]  │ replica [8]  │ │ replica [0]    │ replica [8]   │   one placement group
-    │ snapshot   [6]  │ replica [9]  │ │ replica [1]    │ replica [9]   │   per replica group;
-    │ committer  [5]  │              │ │                │               │   sequencer, snapshot,
-    │ replica [0] [1] │              │ │                │               │   committer: one each
+    │ snapshot   [6]  │ replica [9]  │ │ replica [1]    │ replica [9]   │   (one bundle) per
+    │ committer  [5]  │              │ │                │               │   actor
+    │ replica [0] [1] │              │ │                │               │
     └─────────────────┴──────────────┘ └────────────────┴───────────────┘
 
-Two steps. ``placement_for(spec, topology_by_node)`` is pure: it decides every bundle's host, NUMA
-node and exact cores from the spec and each host's ``Topology`` (keys: host labels, as advertised
-by ``raydex node-args``; dict order matters: the first host is the default for the sequencer, the
-snapshot holder and the committer, so put the head first). ``create_placement_groups`` turns the
-plan into Ray placement groups: bundle ``{"CPU": r, "numa<N>": r}`` plus the label selector
-``{"raydex.io/host": host}``, so Ray reserves the bundle on that host and charges that NUMA node.
+``placement_for(spec, topology_by_node)`` is pure: every bundle's host, NUMA node and exact cores
+from the spec and each host's ``Topology`` (keyed by host label; the first host is the default for
+the sequencer, the holder and the committer, so put the head first). ``create_placement_groups``
+turns the plan into Ray placement groups: bundle ``{"CPU": r, "numa<N>": r}`` plus the label
+selector ``{"raydex.io/host": host}``. ``discover_topologies()`` reads a live cluster's hosts (one
+zero-CPU task per node). Ray does not pin: each actor pins itself (``pin_bundle``).
 
-Core assignment, per (host, NUMA node): the sequencer and the snapshot holder are served first,
-from the highest-numbered cores (CPU 0 usually takes housekeeping and interrupts); replicas then
-take the least-used cores, lowest first, avoiding those two's cores while any other core is free;
-the committer (background work) comes last: the least-used core left, highest first, and not the
-sequencer's while another is as free. When the node has fewer cores than requested (a laptop,
-CI), bundles share cores (``shared=True``) and each bundle's Ray request ``r`` is scaled down by
-the node's oversubscription factor (rounded down to Ray's 1e-4 resource granularity) so the plan
-still fits; otherwise ``r`` is exactly the core count and no two bundles share a core.
+Core assignment per (host, NUMA node): the sequencer and the holder first, from the highest cores
+(CPU 0 usually takes housekeeping and interrupts); replicas the least-used cores, lowest first,
+avoiding those two's while any other is free; the committer last, not on the sequencer's core
+while another is as free. A node with fewer cores than requested shares them (``shared=True``, each
+``r`` scaled down to fit; deploy then reserves only a token, ``deploy.SHARED_REQUEST``).
 
-Invariants of a plan: every bundle's cores belong to its NUMA node on its host; if a NUMA node's
-requests fit, all its bundles' core sets are disjoint; per (host, NUMA node) the ``r`` of its
-bundles sum to at most its core count. ``PlacementError`` when the spec names a host, NUMA node or
-core count that no host has.
-
-The controller gets ``topology_by_node`` from a live cluster with ``discover_topologies()`` (one
-zero-CPU task per node reads that node's ``/sys``).
-
-Ray does not pin: each actor calls ``pin_bundle(bundle, node_id)`` once at start (and again after
-it starts threads) to pin all its threads to ``bundle.cpus``.
-
-Cost: ``placement_for`` is linear in bundles x cores, microseconds; ``create_placement_groups``
-waits for Ray (up to ``timeout_s`` per group).
+Invariants of a plan: every bundle's cores belong to its NUMA node on its host; if a node's
+requests fit, its bundles' core sets are disjoint; per (host, NUMA node) the ``r`` sum to at most
+its core count. ``PlacementError`` when the spec names a host, NUMA node or core count no host
+has. Cost: ``placement_for`` is linear in bundles x cores.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Policy (stricter than Lighter's newest Go code, see ``_schnorr``): non-canonical
 limbs ``>= p``, the neutral key and undecodable keys are refused; verification never raises.
 
 Two backends compute bit-identical results: the readable pure-Python reference (``_field``,
-``_curve``, ``_poseidon2``, ``_schnorr``; ~0.1-0.2 s per sign or verify) and the C extension
+``_curve``, ``_poseidon2``, ``_schnorr``; tens of ms per sign or verify) and the C extension
 ``_accel`` built by ``pip install`` (setup.py). :data:`ACCELERATED` says which one runs; the pure
 fallback is never silent: importing this package without the C extension emits a
 :class:`SigningFallbackWarning` and logs an error, and ``raydex status`` / the metrics report

@@ -14,7 +14,7 @@ and the neutral element as a key (w = 0, for which anyone can sign) are refused.
 produces any of these, so no genuine transaction is refused by the stricter rule, while one
 signature has exactly one accepted encoding (no malleability of tx bytes or tx hashes).
 
-This module is the pure-Python reference (~10-20 ms per operation); ``_accel`` is the fast path.
+This module is the pure-Python reference (tens of ms per operation); ``_accel`` is the fast path.
 """
 
 from __future__ import annotations

@@ -1,47 +1,24 @@
 """``raydex bench apply``: the API replica's hot apply path on a realistic block stream.
 
-What is timed, per block, exactly as the replica's apply loop runs it (``actors/replica/service.py``
-``_apply``): ``decode_block`` of the frame, ``ReplicaState.apply_block`` (the cache update) and
-``Fanout.publish`` (one JSON encode per channel per block, queued to every subscriber). The result
-is ``ns_per_delta``: the three together per event of the stream (the issue-9 goal is <= 254 ns,
-what nautilus-trader's Rust L2 book costs per delta called from Python), with each step apart and
-per-block percentiles. ``ledger_ns_per_delta`` is the per-account history fold the service runs
-after each block's fan-out (``ledger.py``, and the account channels' trade counts,
-``volumes.py``), off the latency path, so not in ``ns_per_delta``.
+Timed per block, as the replica's apply loop runs it: ``decode_block`` of the frame, the cache
+update (``ReplicaState.apply_block``) and the fan-out (``Fanout.publish``: one encode per channel
+per block, queued to every subscriber). ``ns_per_delta`` is the three together per event (the goal
+is <= 254 ns, what nautilus-trader's Rust L2 book costs per delta called from Python), with each
+step apart and per-block percentiles; ``ledger_ns_per_delta`` is the per-account history fold run
+after the fan-out, off the latency path.
 
-The stream: the ``raydex bench engine`` workload (``observability/loadtest/workload.py``: 8
-markets, market makers re-quoting, takers, cancels, transfers, oracle moves, liquidations) run
-through the sequencer's own ``BlockProducer`` (so the frames are the production encoder's, with a
-``TxExecuted`` per tx) in blocks of ``block_txs`` txs. ``warmup`` commands fill the books first;
-the replica then boots from the engine's records at that point, as a real replica boots from a
-snapshot, and the next ``commands`` commands are the measured blocks (all encoded before timing).
+The stream: the ``raydex bench engine`` workload run through the sequencer's own
+``BlockProducer`` in blocks of ``block_txs`` txs; ``warmup`` commands fill the books, the replica
+boots from the engine's records there, and the next ``commands`` are the measured blocks. The
+subscribers (no sockets; queues emptied after each block): two on ``order_book`` and one on
+``trade`` of every market, ``market_stats/all``, ``height``, and ``account_all`` of ``--watched``
+accounts (40; 0: none); ``--account-channels all`` subscribes them to every account channel.
 
-Subscribers (no sockets: each client's queue is emptied after each block, as its writer would):
-two clients on ``order_book`` of every market, one on ``trade`` of every market, one on
-``market_stats/all``, one on ``height``, one ``account_all`` for each of 40 accounts (20 market
-makers, 20 takers). ``--watched N`` changes the 40 (0: no account channel at all, the cost of
-the account fan-out when nobody watches); ``--account-channels all`` subscribes each watched
-account to every account channel (``account_all``, ``user_stats``, ``account_all_orders``,
-``account_orders`` of each market, ``account_all_trades``, ``account_all_positions``,
-``account_all_assets``, ``account_tx``; their auth check accepts every token here).
-
-Timing: the CPU time of this thread (``time.thread_time_ns``, CLOCK_THREAD_CPUTIME_ID) around
-each step, so other processes on a shared machine do not inflate it (what they do to the caches
-still shows); GC disabled while timing (what the replica's tuned GC policy aims at; collections
-are a separate cost, ``raydex_gc_pause_seconds``). ``--repeat`` > 1 replays the same stream into
-fresh replicas and reports the median run.
-
-``--evict-mb N`` writes N MiB of memory before each block, outside the timed steps: what the
-other processes sharing the replica's core do to its caches between two blocks under load (the
-loadtest's 2-core machine). With N past the core's L2 the same blocks take the time a live
-replica's do (this VM, 2 MiB of L2 per core: ``apply_block`` ~2.7x its warm time at 4 MiB):
-the apply there is bound by the cache lines it touches more than by the instructions it runs.
-
-``--huge-pages on`` (the default, as a deployed replica's ``huge_pages``) puts this process's
-pymalloc arenas on 2 MiB pages before the stream is built (``raydex.cluster.hugepages``); glibc's
-heap follows only when ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` was set before the process
-started, as deploy does. The report's ``huge_pages`` says what was in force. ``off`` keeps
-4 KiB pages (an install cannot be undone within a process).
+Timing: the thread's CPU time around each step (other processes do not inflate it; what they do to
+the caches still shows), GC off; ``--repeat`` reports the median run. ``--evict-mb N`` writes N MiB
+before each block, untimed: the caches as the processes sharing a replica's core leave them.
+``--huge-pages on`` (the default, as a deployed replica) puts the arenas on 2 MiB pages first
+(glibc's heap only with ``GLIBC_TUNABLES`` set before start); ``off`` keeps 4 KiB pages.
 """
 
 from __future__ import annotations
@@ -65,7 +42,7 @@ from raydex.engine import Engine
 from raydex.observability.hist import Histogram
 from raydex.observability.loadtest.workload import MARKETS, Workload, WorkloadConfig
 
-#: the issue-9 goal, ns per delta
+#: the goal, ns per delta (docs/performance.md)
 GOAL_NS = 254
 
 
@@ -328,7 +305,11 @@ def _print(r: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="raydex bench apply", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="raydex bench apply",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--commands", type=int, default=40_000, help="measured commands (40,000)")
     p.add_argument("--warmup", type=int, default=30_000, help="commands before the boot (30,000)")
     p.add_argument("--block-txs", type=int, default=10, help="txs per block (10)")

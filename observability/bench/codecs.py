@@ -1,29 +1,16 @@
 """``raydex bench codecs``: encode/decode of a typical 200-delta block, six ways side by side.
 
-Methods (same block, same process, interleaved in one run):
+- ``construct`` / ``construct_compiled``: the construct reference (``BLOCK_CONSTRUCT``, and its
+  ``.compile()``), events turned into dicts and back into the wire NamedTuples;
+- ``hot``: :func:`raydex.codecs.encode_block` / :func:`raydex.codecs.decode_block`;
+- ``struct_floor``: a hand-written raw ``struct`` loop (a tag-indexed list of ``(unpack_from,
+  size)`` at a running offset): no registry, no checks, plain tuples out; the floor.
+  ``struct_floor_typed`` builds the same NamedTuples the hot codec returns, so the cost of typed
+  objects shows apart from the cost of derivation;
+- ``msgpack`` (msgspec, untyped decode) and ``pickle`` (protocol 5: what Ray would do).
 
-- ``construct``: the interpreted construct reference (``BLOCK_CONSTRUCT``), events turned into dicts
-  for build and back into the wire NamedTuples after parse.
-- ``construct_compiled``: ``BLOCK_CONSTRUCT.compile()``, same conversions.
-- ``hot``: :func:`raydex.codecs.encode_block` / :func:`raydex.codecs.decode_block`.
-- ``struct_floor``: a hand-written raw ``struct`` loop (what a good engineer would write for these
-  bytes: a tag-indexed list of ``(unpack_from, size)``, ``unpack_from`` at a running offset, the
-  same loop iterator as the hot codec): no registry, no checks, and decode yields plain tuples with
-  the tag as first value (every field of every event, dispatchable), not the wire NamedTuples.
-  Encode packs pre-grouped (pack, tag, tuple) items. The floor.
-- ``msgpack``: msgspec msgpack of ``(seq, height, ts, [(tag, event), ...])``; decode is untyped
-  (lists), i.e. cheaper than what a replica needs.
-- ``pickle``: protocol 5 of the ``Block`` NamedTuple (what Ray would do by default).
-
-Also reported: ``struct_floor_typed`` (the floor when it must build the same NamedTuples the hot
-codec returns, built the cheapest way found), so the cost of typed objects
-(``decode_struct_floor_typed_over_struct_floor``) is visible apart from the cost of derivation
-(``decode_hot_over_struct_floor_typed``).
-
-Timing: timeit-style (GC off while timing); ``number`` calls per sample chosen so a sample lasts
-~5 ms; 25 rounds that time every method in turn (round-robin, so background load hits all methods
-alike; short samples keep a burst of load from landing on one method only); the median per-call
-time in microseconds. The whole run takes ~5-10 s on one core.
+Timing: timeit-style, GC off, samples of ~5 ms, 25 rounds that time every method in turn (so
+background load hits all alike); the median per-call time in µs. The run takes seconds.
 """
 
 from __future__ import annotations

@@ -10,17 +10,13 @@
     │ block follower ◄──────────────┼───Blocks (gRPC)───┤                             │
     └───────────────────────────────┘                   └─────────────────────────────┘
 
-The sequencer runs in its own process (as it does in a deployment); the honest trader sends one
-valid resting order every ``INTERVAL_S`` and the latency of a *book update* is the time from
-sending that order to receiving the block that holds it on the block stream (what every replica
-waits for before it pushes ``order_book``). After a quiet ``BASELINE_S`` the flood starts: 8
-concurrent streams, each one batch of 4,096 orders signed with a key the account does not have
-(every one needs a full signature check before it is refused). Reported: book-update latency
-p50/p99/max in the quiet window and in the flood window (from its start until every flood batch
-is answered, plus ``TAIL_S``), how long the flood took to be answered, and the codes it got.
-
-The data-plane secret, when the sequencer needs one, is generated here and given to the child
-(a test-only deployment of one). Bounded: ~10-30 s.
+The sequencer runs in its own process, as deployed; the latency of a *book update* is the time
+from sending a valid resting order (one every ``INTERVAL_S``) to receiving the block that holds it
+(what every replica waits for before it pushes ``order_book``). After a quiet ``BASELINE_S`` the
+flood starts: 8 streams, each one batch of 4,096 orders signed with a key the account does not
+have (each needs a full signature check). Reported: book-update p50/p99/max in the quiet and the
+flood window, how long the flood took to be answered, and its codes. The data-plane secret is
+generated here and given to the child. Bounded: tens of seconds.
 """
 
 from __future__ import annotations
@@ -179,7 +175,9 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    p = argparse.ArgumentParser(
+        prog="raydex bench dataplane", description=__doc__.split("\n")[0] if __doc__ else None
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--flood-txs", type=int, default=FLOOD_TXS, help="txs per flood batch")
     p.add_argument("--slice-ms", type=float, default=None, help="the sequencer's verify_slice_ms")

@@ -1,44 +1,25 @@
 """``raydex bench engine``: the engine over the realistic workload, on one core, beside its floor.
 
-What it measures (issue 2, section 4, and issue 9's goals: >= 150,000 commands/s on the default
-(compiled) build and the engine within 4x of the bare book built the same way):
+Goals: >= 150,000 commands/s on the default (compiled) build, and the engine within 4x of the bare
+book built the same way (``ratio_engine_vs_bare``).
 
-- the workload (``observability.workload``) is generated chunk by chunk *before* each chunk is
-  timed; generation is never inside a timed region,
-- the engine runs as the sequencer drives it: ``Engine.execute_into`` writes each command's
-  events as block bytes, taken every ``BLOCK_COMMANDS`` commands as a block would be (inside
-  the chunk's time); after the chunk they are decoded (untimed) for the tallies below,
-- every stream command is timed alone with ``time.perf_counter_ns`` into a preallocated
-  ``array('q')``; after each chunk the samples go into one HDR-style histogram per command type
-  (``observability.hist``: a reported percentile is at most 1% above the exact one), merged for
-  the overall p50/p90/p99/p99.9,
-- commands/s is the stream's command count over the wall time of the timed loops (the two
-  ``perf_counter_ns`` calls per command, ~0.1 us, are included: it is the harness's cost too),
-- the same chunk's order adds/cancels then run through one ``BareBook`` per market (matching only:
-  no accounts, margin, fees or events), the floor. ``ratio_engine_vs_bare`` is engine seconds over
-  bare-book seconds for the same stream (the engine also runs the ~8% non-order commands),
-- both loops are interpreted Python around compiled calls: each is also run around compiled
-  calls that do nothing (``raydex.engine.NullBook``), which times the harness alone (the loop,
-  the call, the timers); ``ratio_without_harness`` is the
-  ratio of what is left, the engine's own work over the bare book's. The goal is stated on
-  ``ratio_engine_vs_bare`` (the harness counted on both sides, as before),
-- peak memory is ``ru_maxrss`` (tracemalloc would slow every allocation several-fold), result
-  codes are counted per name, liquidations/trades/volume are tallied from the events after each
-  chunk's timed loop.
-
-Why ``gc.disable()`` + ``gc.freeze()`` around the timed loops: the generator and the engine's state
-put millions of tracked objects (tuples) on the heap, and CPython's cyclic collector would walk all
-of them at every gen-2 collection, landing a pause of tens of milliseconds on whichever command
-happens to run. That pause measures heap size and collector policy, not the engine; the policy is
-the sequencer actor's (it freezes its boot state and tunes thresholds, measured separately by the GC
-metrics). Between chunks the collector runs normally, untimed.
-
-Pinning: the process is pinned to one CPU (``cluster.pinning.pin_all_threads``: every thread in
-``/proc/self/task``) where the kernel allows it, so the engine is measured on one core without
-migrations; the previous affinity is restored at the end. The JSON says which CPU it got (or null).
-
-Cost: about 20 us per command to generate on a slow 2-core VM plus the engine's own time; the
-default 1,000,000 commands take a minute or more here. ``raydex demo`` runs 200,000.
+- The workload (``observability/loadtest/workload.py``) is generated chunk by chunk *before* each
+  chunk is timed; generation is never inside a timed region.
+- The engine runs as the sequencer drives it: ``Engine.execute_into`` writes each command's events
+  as block bytes, taken every ``BLOCK_COMMANDS`` commands (inside the timing), decoded untimed
+  afterwards for the tallies (liquidations, trades, volume, codes).
+- Every stream command is timed alone with ``perf_counter_ns`` into a preallocated array, then into
+  one HDR-style histogram per command type; commands/s is the command count over the timed loops'
+  wall time (the two timer calls per command included).
+- The same chunk's order adds/cancels run through one bare book per market (matching only: no
+  accounts, margin, fees or events), the floor. Both loops also run around compiled calls that do
+  nothing (``NullBook``), which times the harness alone: ``ratio_without_harness`` is the ratio of
+  what is left. The goal is stated with the harness on both sides.
+- GC disabled and the heap frozen around the timed loops: a collection walking the millions of
+  objects the workload and the state hold measures heap size and collector policy, not the engine
+  (the sequencer's own policy keeps such pauses off its path); between chunks it runs untimed.
+- Pinned to one CPU (every thread) where allowed; the JSON says which. Peak memory is
+  ``ru_maxrss``. The default 1,000,000 commands take a minute or more on a 2-core VM.
 """
 
 from __future__ import annotations

@@ -1,33 +1,21 @@
 """``raydex bench signatures``: Lighter's signatures three ways, side by side.
 
-Methods (same key, same CreateOrder, same process):
-
 - ``c``: raydex's C backend (``raydex.codecs.signing`` with ``_accel``), the one replicas run;
 - ``pure``: the pure-Python reference, the fallback when the extension is missing;
-- ``sdk``: lighter-sdk's bundled Go signer (``SignerClient.sign_create_order`` through ctypes:
-  hashing, signing and JSON encoding in one call; it has no verify). The optional extra
-  ``raydex[sdk]`` (``make install`` has it); left out, with the reason in the report, where
-  lighter-sdk or its library cannot load.
+- ``sdk``: lighter-sdk's bundled Go signer (``SignerClient.sign_create_order`` through ctypes;
+  no verify), from the optional extra ``raydex[sdk]``; left out, with the reason, where it cannot
+  load.
 
 Operations: ``sign`` (``message_hash`` + ``sign`` of a CreateOrder), ``verify_cached`` (the key
-decoded once, as a replica's :class:`KeyCache` holds it), ``verify_uncached`` (decode + verify: a
-key's first transaction), ``message_hash`` (CreateOrder's ``hm``), ``public_key``; and
-``verify_varied``/``sign_varied``: the same calls on a rotating stream of distinct keys and
-messages (``VARIED`` of them, keys cached), the shape of real traffic. One repeated message lets
-the CPU's branch predictors learn the data-dependent branches of that one computation (the
-carries of the field additions, the signs of the scalar digits), which no two real signatures
-share: on this VM a repeated verify measured ~60 us where a varied one measured ~120 us with
-branchy field code (~85 us once it was made branch-free). Later the gap that remained (~19 us
-repeated, ~34 us varied) was the key and generator tables' cache misses, which a rotating key
-stream pays and one key does not; verify now prefetches its table entries (~20 us varied). The
-varied figures are the ones the goals are held to.
+decoded once, as a replica's :class:`KeyCache` holds it), ``verify_uncached`` (a key's first tx),
+``message_hash``, ``public_key``; and ``verify_varied``/``sign_varied``: the same on a rotating
+stream of ``VARIED`` distinct keys and messages, the shape of real traffic. A repeated message
+trains the CPU's branch predictors and keeps one key's tables in cache, which no real stream does,
+so the goals (verify <= 71 µs, sign <= 50 µs) are held to the varied figures.
 
-Timing: per-call medians (microseconds), wall clock and the calling thread's CPU time (the
-latter is what a call costs with a core to itself; a loaded shared machine inflates the wall
-figures), over rounds that time every method in turn (round-robin,
-so background load hits all alike), GC off while timing; each C or SDK sample lasts ~5 ms, pure
-samples are single calls (~0.1-0.2 s each) and fewer. The whole run takes ~30 s on one core.
-The issue's goals are printed beside: accelerated verify <= 71 us, sign <= 50 us.
+Timing: per-call medians in µs, wall clock and the calling thread's CPU time, over rounds that time
+every method in turn, GC off; C and SDK samples last ~5 ms, pure samples are single calls. The
+run takes about half a minute.
 """
 
 from __future__ import annotations

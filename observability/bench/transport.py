@@ -1,4 +1,4 @@
-"""``raydex bench transport``: blocks from a publisher actor to a subscriber actor, four ways.
+"""``raydex bench transport``: blocks from a publisher actor to a subscriber actor, every plane.
 
 ::
 
@@ -20,8 +20,8 @@ transport differs between runs:
 - ``ray``: :class:`RayBlockFanout` pumping ``on_block`` actor calls (window of 32 in flight).
 - ``tcp_floor``: length-prefixed frames over a bare asyncio TCP stream, no hub: the floor.
 
-The payload is a real 200-event block from :func:`raydex.codecs.encode_block` over
-``bench_codecs.typical_events`` (~10-15 KB); per publish only the header's seq and
+The payload is a real 200-event block from :func:`raydex.codecs.encode_block` over the codec
+benchmark's ``typical_events`` (~10-15 KB); per publish only the header's seq and
 ``timestamp_ns`` are rewritten (``time.time_ns()``, the host clock both processes share).
 
 - latency (``p50_us``, ``p99_us``): ``LATENCY_BLOCKS`` blocks paced every ``INTERVAL_S`` (4 ms:
@@ -384,7 +384,11 @@ def _print_table(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raydex bench transport", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="raydex bench transport",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     run(json_out=parser.parse_args(argv).json)
     return 0

@@ -1,23 +1,17 @@
 """``raydex bench wal``: the sequencer's per-block WAL write and sync, appended vs preallocated.
 
-What is timed: ``Wal.write_record`` then ``Wal.sync`` (``actors/sequencer/wal.py``, as the
-journal thread runs them: one record, one ``fdatasync``), per block, for ``--blocks`` blocks of
-``--block-txs`` signed-order-sized tx frames, into a fresh log in ``--dir`` (default: a temporary
-folder beside the state directory; point it at the disk the WAL lives on). Both layouts of a
-segment, alternated for ``--rounds`` rounds so background load hits both alike:
+Timed per block, as the journal thread runs them: ``Wal.write_record`` then ``Wal.sync``
+(``actors/sequencer/wal.py``: one record, one ``fdatasync``), ``--blocks`` blocks of
+``--block-txs`` signed-order-sized txs into a fresh log in ``--dir`` (point it at the WAL's disk).
+Both segment layouts, alternated for ``--rounds`` rounds so background load hits both alike:
+``appended`` (a growing file: each sync also commits the file's size, a journal commit on ext4)
+and ``preallocated`` (segments born full of zeros, written over: a sync flushes data pages only).
 
-- ``appended``: an ordinary file that grows with its records (``preallocate=False``): each sync
-  also commits the file's new size and blocks (filesystem metadata, a journal commit on ext4);
-- ``preallocated``: segments born full of zeros (``preallocate=True``, the sequencer's default),
-  written over, so a sync flushes data pages only.
-
-Reported per layout (the median round): the sync's wall time p50/p99/p99.9, its CPU time
-(``thread_time``: the kernel's work in the syncing thread) p50, the write's wall p50, the bytes
-the writing thread sent to the disk per block (``/proc/thread-self/io``: a page or two; a whole
-page-cache folio where the segment's zeros were written in larger pieces, see ``wal.py``), and
-the ratios preallocated / appended. A block's sync is on the acknowledgment path of every tx in it,
-and the sequencer cannot close the next block before it (``block_close: durable``), so its wall
-time bounds how often blocks close; its CPU is in the sequencer's row of the loadtest's ledger.
+Reported per layout (the median round): the sync's wall p50/p99/p99.9, its CPU (``thread_time``)
+p50, the write's p50, the bytes the thread sent to the disk per block (``/proc/thread-self/io``),
+and the ratios preallocated / appended. A block's sync is on the acknowledgment path of every tx
+in it and, with ``block_close: durable``, sets how often blocks close; its CPU is in the
+sequencer's row of the loadtest's ledger.
 """
 
 from __future__ import annotations

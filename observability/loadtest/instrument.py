@@ -3,27 +3,21 @@
 ``InstrumentedReplicaActor`` is a ``ReplicaActor`` (same boot, same service, same code on every
 path) that hands the service a probe and a middleware through ``ReplicaActor.hooks()``:
 
-- the probe (a ``StepProbe``) gets each applied block's step times as the service measured them:
-  ``decode`` (the hot codec), ``cache_update`` (``ReplicaState.apply_block``) and ``fanout``
-  (``Fanout.publish``), each to a histogram and to the flight recorder, and the three on the
-  thread's CPU clock (``apply_cpu``: what the apply cost, apart from time it waited off the
-  CPU); each dry-run's time (a histogram, the flight recorder, and a ``replica.dry_run`` span
-  under a traced request); each executed batch (a ``replica.submit`` span: sequencer round
-  trip + local apply);
-- the middleware opens an OpenTelemetry span for requests carrying a ``traceparent`` header
-  (sampled txs), so the probe's spans become its children.
+- the probe (a ``StepProbe``) gets each applied block's step times as the service measured them
+  (``decode``, ``cache_update``, ``fanout``, and the three on the thread's CPU clock,
+  ``apply_cpu``), each dry-run's time and each executed batch, into histograms, the flight recorder
+  and, under a traced request, spans;
+- the middleware opens an OpenTelemetry span for requests carrying a ``traceparent`` header.
 
 When an apply or a dry-run exceeds its threshold, the flight recorder's last ``window_s`` seconds
-are captured (a list copy on the loop), and written to ``<out_dir>/flight-<replica>-<n>.json``
-(Chrome trace; rate-limited, capped) by the last ``loadtest_stats()``, after the timed window: the
-trace's build and encode (~60 ms of CPU per 40,000 spans, ~3% of the replica's profile samples at
-5,000 offered) is then not charged to the window the ledger measures.
-``loadtest_stats()`` returns mergeable histogram snapshots, the GC figures and the dump paths.
+are captured (a list copy) and written to ``<out_dir>/flight-<replica>-<n>.json`` (Chrome trace;
+rate-limited, capped) by the last ``loadtest_stats()``, after the timed window, so their cost is
+not charged to the window the ledger measures. ``loadtest_stats()`` returns mergeable histogram
+snapshots, the GC figures and the dump paths.
 
-Invariant: nothing here re-implements the replica; it only observes what the service reports
-(tests/integration/test_loadtest.py runs the whole stack through it).
-Cost per block: three histogram records, four flight-recorder appends and one ``time_ns`` (~3 µs),
-inside the apply loop but after the apply has been timed.
+Invariant: nothing here re-implements the replica; it only observes what the service reports.
+Cost per block: three histogram records and a few flight-recorder appends, after the apply was
+timed.
 """
 
 from __future__ import annotations

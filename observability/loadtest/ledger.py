@@ -11,48 +11,30 @@
 
 **Roles.** ``roles`` names the deployment's processes by pid (sequencer, snapshot holder,
 committer, each replica, the load generator). Every other process is classified, first match
-wins: Ray's own processes (the session's raylet, GCS, dashboard and its agents, monitors, idle
-workers: every process whose command line names the Ray session's folder, and their
-descendants, see :func:`ray_session_of`), py-spy (``profiler``, only with ``--profile``), a
-descendant of a named process (its role), else ``other processes`` (whatever else runs on the
-machine: other users' work, kernel threads).
+wins: Ray's own processes (every process whose command line names the Ray session's folder, and
+their descendants, :func:`ray_session_of`), py-spy (``profiler``, with ``--profile``), a
+descendant of a named process (its role), else ``other processes``.
 
-**It adds up.** The machine's busy time in the window (``/proc/stat``: user + nice + system +
-irq + softirq + steal, summed over cores) is the total. The roles, ``other processes`` and
-``unattributed`` sum to it exactly; ``unattributed`` is the remainder no live process accounts
-for (processes that exited inside the window, the rounding of per-process ticks, interrupt time
-that landed while a core was idle).
+**It adds up.** The machine's busy time in the window (``/proc/stat``: user + nice + system + irq +
+softirq + steal, over all cores) is the total; the roles, ``other processes`` and ``unattributed``
+sum to it exactly. ``unattributed`` is what no live process accounts for (processes that exited
+in the window, rounding, interrupt time that landed on an idle core); it can be slightly negative
+when per-process and machine counters round differently, and is reported, never spread over the
+roles. :class:`WindowSampler` walks ``/proc`` every second, so a process that exits in the window is
+charged what it had used when last seen.
 
-**Interrupts, reported apart.** ``/proc/stat``'s irq + softirq (e.g. loopback network receive
-processing) is given as a fact (``interrupts_s``, ``interrupts_pct``, a table line), not as a
-row: on a kernel without ``CONFIG_IRQ_TIME_ACCOUNTING`` (this VM's) an interrupt's tick is
-counted both there and in the system time of the task it interrupted, so a row double-counted
-it (measured: ``make demo`` at 300 tx/s had an ``interrupts`` row of 1.47 s against an
-``unattributed`` of -0.98 s). With that option the kernel charges it to no task and it shows in
-``unattributed``.
+**Interrupts and steal, reported apart** (``interrupts_s``/``_pct``, ``steal_s``/``_pct``), not as
+rows: without ``CONFIG_IRQ_TIME_ACCOUNTING`` an interrupt's tick is also charged to the task it
+interrupted, and Linux charges part or all of a vCPU's steal to the task that was running, so rows
+would count them twice. Read ``unattributed`` against them; a phase of heavy steal inflates every
+role's µs per tx.
 
-**Hypervisor steal, reported apart.** On a VM, ``/proc/stat``'s steal counts time a vCPU wanted
-to run and the host ran something else. It is inside the machine's busy time, but how much of it
-lands in the processes' rows varies: Linux scales a task's utime + stime to its scheduler runtime,
-which runs on while the host holds a vCPU the task was running on. Measured here, 10 s windows at
-800 tx/s: one with 0.44 s of steal had the rows take all of it (a steal row would have left
-``unattributed`` at minus exactly that), one with 3.76 s left 3.24 s ``unattributed``. So the
-ledger gives the window's steal as a fact about the machine (``steal_s``, ``steal_pct``, a last
-table line), not as a row: read ``unattributed`` against it, and expect every role's µs per tx
-to inflate in a phase of heavy steal.
-It is reported, never hidden, and can be slightly negative when
-per-process and machine-wide counters round differently. :class:`WindowSampler` keeps it small
-by walking ``/proc`` every second: a process that exits inside the window is charged what it had
-used when last seen (only the CPU of its last second, or of a process living under a second, is
-lost).
+**Per tx.** Every figure is divided by the txs committed in the window (sequenced into a block,
+accepted or rejected by the engine): what one more tx costs a role at this load.
 
-**Per tx.** Every figure is divided by the txs committed in the window (sequenced into a block:
-accepted, or rejected by the engine), so a role's µs/tx is what one more tx costs it at this load.
-
-Limits: the resolution is one clock tick (``SC_CLK_TCK``, 10 ms here) per process and sample; a
-window of a few seconds is needed for a meaningful split. Only this host's processes are seen
-(a multi-node ``--address`` run ledgers the head only). Cost: one walk of ``/proc`` per sample
-(a few ms for a few hundred processes).
+Limits: one clock tick (``SC_CLK_TCK``) per process and sample, so a window of a few seconds is
+needed; only this host's processes are seen (a multi-node ``--address`` run ledgers the head
+only). Cost: one walk of ``/proc`` per sample.
 """
 
 from __future__ import annotations

@@ -35,13 +35,11 @@ toward the book mid) liquidate some of them. Rejections the workload causes on p
 modify of an order already filled, IOC without liquidity) are counted apart from real errors by
 ``INTENDED_CODES``.
 
-**Cost.** Planning signs and encodes every tx (~170 µs each on this VM, before the window). In
-the window the generator does per tx: a timer check, one write of bytes built from the
-pre-encoded body (``rawclient``: no client library's request and response objects), one reply
-parse (msgspec) and one histogram record; coroutines: one per lane and one per in-flight REST
-request; WebSocket answers and order_book updates are taken in the connection's read callback,
-with no task switch. After a rejection: one GET per episode and ~100 µs of signing per re-signed
-tx.
+**Cost.** Planning signs and encodes every tx, before the window. In the window, per tx: a timer
+check, one write of bytes built from the pre-encoded body (``rawclient``), one reply parse
+(msgspec) and one histogram record; coroutines: one per lane and one per in-flight REST request;
+WebSocket answers and order_book updates are taken in the read callback, with no task switch.
+After a rejection: one GET per episode and a signature per re-signed tx.
 """
 
 from __future__ import annotations
@@ -298,7 +296,7 @@ class MarketInfo:
 
     @classmethod
     def of(cls, m: Any) -> MarketInfo:
-        """From a ``MarketSpec`` (cluster/spec.py) or a ``CreateMarket``."""
+        """From a deploy spec's market: its ``CreateMarket`` (``cluster/control/spec.py``)."""
         return cls(
             int(m.market_index), int(m.mark_price), min_lots(m) * 5 // 4 + 1,
             int(m.min_initial_margin_fraction),

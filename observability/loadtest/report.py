@@ -27,12 +27,12 @@ plain data. JSON keys (the contract ``--json-out`` promises):
   seconds until both reached it (``caught_up_s``, None: not within a minute), its rebuilds from
   a snapshot and the audit's counters (``audit_skipped_blocks``: passed unaudited);
 - ``groups``: the same keys per replica group, and ``ab_diff_pct`` (B relative to A, in %) for
-  A/B runs; ``targets``: each issue target, the measured value and whether it is met.
+  A/B runs; ``targets``: each goal (docs/performance.md), the measured value and whether it is met.
 
 Percentiles come from merged HDR-style histograms (observability/hist.py), never from averaging
 percentiles. ``pct_diff(a, b)`` is ``(b - a) / a * 100`` (None when ``a`` is 0).
 
-Cost: building is milliseconds; the plots take ~1 s (matplotlib, Agg backend, no display).
+Cost: building is milliseconds; the plots about a second (matplotlib, Agg backend, no display).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ __all__ = [
     "write_report",
 ]
 
-#: (key path, comparison, target, label): the issue's targets for this machine.
+#: (key path, comparison, target, label): the goals for this machine (docs/performance.md).
 TARGETS: tuple[tuple[str, str, float, str], ...] = (
     ("achieved_tps", ">=", 5000.0, "sustained signed TPS end to end"),
     ("error_rate_pct", "<", 0.1, "errors not caused by the workload (%)"),
@@ -685,7 +685,7 @@ def write_plots(groups: Sequence[GroupData], report: Mapping[str, Any], out: Pat
     return written
 
 
-#: the issue's budget: 5,000 tx/s on 2 cores is 400 µs of CPU per tx for everything
+#: the budget: 5,000 tx/s on 2 cores is 400 µs of CPU per tx for everything
 CPU_BUDGET_US = 400.0
 
 

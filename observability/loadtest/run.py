@@ -273,7 +273,7 @@ def generator_cpus(choice: str, roles: dict[int, str], local: bool) -> frozenset
     such CPUs remain. A floating generator tends to run where the replica that answered it runs
     (the kernel places a woken task near its waker), so it takes that core's time: on a 2-core
     host, once the replica's own cost per tx had come down, ``auto`` achieved more in every
-    alternated pair at 5,000 offered (README, capacity), hence the default; a client does not
+    alternated pair at 5,000 offered (docs/performance.md), hence the default; a client does not
     run on the replica's core in production either."""
     if choice == "any":
         return None

@@ -15,8 +15,8 @@ queue grows, latency explodes, or errors appear). ``None`` when even the first r
 The sweep's capacity is the highest achieved rate of any point.
 
 Each point is an isolated loadtest in a child process (its own embedded Ray, deployment and
-signing); a sweep of N rates of S seconds costs N x (boot ~10 s + signing ~170 µs/tx + S +
-drain). Run on a quiet machine: the points are compared with each other.
+signing); a sweep of N rates of S seconds costs N x (boot + signing the plan + S + drain). Run on a
+quiet machine: the points are compared with each other.
 """
 
 from __future__ import annotations

@@ -30,18 +30,17 @@ already filled (the engine answers ``NOT_ACTIVE_LIMIT_ORDER``, as it would for a
 and margin checks may reject some orders. That mix is part of the workload.
 
 Bare-book stream: every chunk also carries the order adds/cancels only (:data:`BareOp` tuples),
-the floor that ``bench_engine`` runs through ``BareBook``: a limit or market order is an ``add``
-(market orders at their worst price), an IOC/market order is followed by a ``cancel`` of its
-remainder, a modify is ``cancel`` + ``add``, a cancel-all is one ``cancel`` per order the generator
-believes is resting. Order ids there are the client order indexes.
+the floor that ``raydex bench engine`` runs through its bare book: a limit or market order is an
+``add`` (market orders at their worst price), an IOC/market order is followed by a ``cancel`` of
+its remainder, a modify is ``cancel`` + ``add``, a cancel-all is one ``cancel`` per order the
+generator believes is resting. Order ids there are the client order indexes.
 
 Mix at the defaults (200,000 commands, seed 1): CreateOrder 50%, CancelOrder 38%, ModifyOrder 7.6%,
 Transfer 1.9%, Deposit 0.6%, SetMarkPrice 0.5% (~12 per market per simulated second),
 CancelAllOrders 0.4%, Withdraw 0.3%, UpdateLeverage 0.2%, ApplyFunding.
 
-Cost: about 20 us of CPU per generated command on the 2-core development VM (a few us on a
-desktop); memory is one chunk at a time (about 400 bytes per command), so a 1,000,000-command run
-never holds more than ``chunk_size`` commands.
+Cost: tens of µs of CPU per generated command; memory is one chunk at a time (a few hundred bytes
+per command), so a 1,000,000-command run never holds more than ``chunk_size`` commands.
 """
 
 from __future__ import annotations
@@ -165,7 +164,7 @@ MARKETS: tuple[MarketSpec, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class WorkloadConfig:
-    """Sizes and rates of a workload. Defaults are the benchmark's (issue 2, section 4)."""
+    """Sizes and rates of a workload. Defaults are the benchmark's."""
 
     seed: int = 1
     commands: int = 1_000_000
