@@ -1,6 +1,7 @@
 """The replica's WebSocket: an order sent by one client shows up on another client's order_book
-with an unbroken nonce chain; channels, limits and tx messages answer as Lighter's do (docs/lighter-compatibility.md); a slow client
-is conflated (still unbroken) and, past the limit, disconnected while fast clients are unaffected.
+with an unbroken nonce chain; channels, limits and tx messages answer as Lighter's do
+(docs/lighter-compatibility.md); a slow client is conflated (still unbroken) and, past the limit,
+disconnected while fast clients are unaffected.
 Real aiohttp server on 127.0.0.1, real aiohttp clients, real BlockProducer in-process."""
 
 from __future__ import annotations
