@@ -1,5 +1,5 @@
 """Mutable engine state: ``__slots__`` objects for orders, levels, book sides, markets, positions,
-API keys and accounts.
+API keys, accounts and funding clocks.
 
 Invariants kept by the engine (checked by ``validate_internal_state``):
 
@@ -31,6 +31,7 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
 from __future__ import annotations
 
 import heapq
+from heapq import nlargest, nsmallest
 from typing import Any, Final
 
 from .rules import notional_multiplier
@@ -510,6 +511,12 @@ class Side:
         """Prices best first (O(n log n); for snapshots and queries, not the hot path)."""
         return sorted(self.levels, reverse=not self.is_ask)
 
+    def best_levels(self, depth: int) -> list[tuple[int, int]]:
+        """Up to ``depth`` levels, best first: ``[(price, size), ...]`` (O(n log depth))."""
+        levels = self.levels
+        pick = nsmallest if self.is_ask else nlargest
+        return [(p, levels[p].size) for p in pick(depth, levels)]
+
 
 class Market:
     __slots__ = (
@@ -663,3 +670,18 @@ class Market:
 
 def _account_index(p: Position) -> int:
     return p.account.index
+
+
+class FundingClock:
+    """One market's funding clock (``_funding``): the hour being sampled (-1: none yet), the last
+    minute sampled, the samples and their premium sum, and the last settlement's rate and time."""
+
+    __slots__ = ("hour", "last_funding_ms", "last_minute", "last_rate", "premium_sum", "samples")
+
+    def __init__(self) -> None:
+        self.hour = -1
+        self.last_minute = -1
+        self.samples = 0
+        self.premium_sum = 0
+        self.last_rate = 0
+        self.last_funding_ms = 0
