@@ -243,8 +243,8 @@ def register_api_key(st: ExchangeState, c: RegisterApiKey, now: int, out: Deltas
 def valid_pub_key(pub: object) -> bool:
     """40 bytes encoding a point of the group other than the neutral (Lighter's keys): a key no
     signature could verify under, or anyone could sign for, is refused with 21136. The check
-    (~0.2 ms in C, a square root in GF(p^5)) is memoised per key: a pure function of the bytes,
-    so replay stays deterministic."""
+    (costly: a square root in GF(p^5)) is memoised per key: a pure function of the bytes, so
+    replay stays deterministic."""
     if not isinstance(pub, bytes | bytearray) or len(pub) != _PUBLIC_KEY_SIZE:
         return False
     key = bytes(pub)

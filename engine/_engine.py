@@ -22,7 +22,7 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   case needs ``equity - adverse - fee >= IMR`` after it, where ``adverse`` is the loss of filling it
   at its limit price (market orders: the opposite best price) against the mark, and ``fee`` its
   taker fee. Maintenance (MMR) uses ``|size|`` and the market's maintenance fraction.
-  Cost: each account caches its three sums (see ``_refresh``); fills and order changes update the
+  Cost: each account caches its three sums (``_orders.refresh``); fills and order changes update the
   cache in O(1); a mark move invalidates it (epoch), and the next use recomputes it in O(markets
   the account holds).
 - Orders: Limit (IOC, GoodTillTime, PostOnly) and Market (IOC only; ``price`` is the worst price).

@@ -19,9 +19,10 @@ Semantics (integers only; rates in 1e-8 = ``FUNDING_SCALE``, > 0: longs pay shor
   ``rate = clamp((P + clamp(I - P, -INTEREST_CLAMP, INTEREST_CLAMP)) / 8, -RATE_CAP, RATE_CAP)``,
   integer division truncating toward zero. With a flat premium the hourly rate is
   ``I / 8`` = 0.00125 %.
-- Everything depends on the commands and their ``now_ms`` only, and the clock of every market is
-  in ``records()`` (``FundingRecord``), so replay and snapshots reproduce it; each tick that changes
-  a clock emits ``FundingChanged`` with its absolute values.
+- Everything depends on the commands and their ``now_ms`` only, and the clock of every market
+  (``ExchangeState.funding``, a ``_model.FundingClock`` each) is in ``records()``
+  (``FundingRecord``), so replay and snapshots reproduce it; each tick that changes a clock emits
+  ``FundingChanged`` with its absolute values.
 
 Knobs (module constants, as Lighter fixes them per exchange rather than per market): the interest
 rate, its clamp, the hourly cap and the impact notional. A larger impact notional makes the premium

@@ -46,7 +46,8 @@ ACCOUNT_BITS: Final = 48
 ACCOUNT_MASK: Final = (1 << ACCOUNT_BITS) - 1
 
 #: ``arm`` keeps back ``1/RESERVE_DIV`` of an account's maintenance buffer from its triggers, for
-#: funding payments to spend without an exact check (measured: ``raydex bench engine``, README).
+#: funding payments to spend without an exact check. It trades: a larger reserve spares more of
+#: funding's exact checks but tightens every trigger, so mark moves check more accounts.
 RESERVE_DIV: Final = 8
 
 
@@ -302,9 +303,8 @@ def deleverage(st: ExchangeState, acct: Account, pos: Position, out: Deltas) -> 
     bp = min(MAX_PRICE, max(1, bp))
     mq = m.mark_q
     # The opposite positions, most profitable first (ties: the lower account index), as a heap
-    # of one int each, ``(-upnl << ACCOUNT_BITS) + account``, popped only as far as needed:
-    # sorting every opposite holder with a key function and a tuple each cost ~5 million
-    # instructions a deleverage against a bench-stream market's thousands of holders.
+    # of one int each, ``(-upnl << ACCOUNT_BITS) + account``, popped only as far as needed (not
+    # every opposite holder sorted with a key function and a tuple each).
     holders = m.holders
     ranked: list[int] = []
     is_long = s > 0

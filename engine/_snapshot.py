@@ -2,7 +2,8 @@
 
 - :func:`records`: the full state as ``codecs`` snapshot records in one canonical order (the
   exchange row, markets, accounts, positions, API keys by account, resting orders by market in
-  book order), whatever the history that built it.
+  book order, funding clocks by market, L1 addresses by account), whatever the history that
+  built it.
 - :func:`load`: rebuild the state from those rows (in that order): books and every index are
   rebuilt, every account holding a position is armed (liquidation triggers) at the loaded marks.
 - :func:`state_hash`: sha256 over :func:`records` (:func:`records_hash`); equal states hash equal

@@ -39,8 +39,8 @@ PPM: Final[int] = _codecs.PPM
 FUNDING_SCALE: Final[int] = _codecs.FUNDING_RATE_SCALE
 MAX_I63: Final = 2**63 - 1
 #: The largest int a compiled (mypyc) build keeps unboxed ("short"). Comparing an int with a
-#: larger constant (``MAX_I63``) boxes both and calls ``PyObject_RichCompare`` (~300
-#: instructions), so hot checks test against this first.
+#: larger constant (``MAX_I63``) boxes both and calls ``PyObject_RichCompare``, so hot checks
+#: test against this first.
 MAX_SHORT: Final = 2**62 - 1
 #: Default lifetime of a resting order whose ``order_expiry`` is 0 or -1.
 DEFAULT_ORDER_LIFETIME_MS: Final = 28 * 86_400_000
