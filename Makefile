@@ -26,6 +26,10 @@ ENGINE_SRC := $(wildcard engine/*.py) $(wildcard engine/*.c) $(wildcard codecs/*
 # Folders installed as raydex.<folder>; mypy runs strict (pyproject.toml) on all of them.
 PKG_DIRS := actors codecs cluster engine observability
 
+# The engine benchmark's floors, compiled by the same build as the engine (setup.py) so the
+# benchmark compares like with like: an edit rebuilds them, `make pure` removes them with it.
+FLOORS_SRC := observability/bench/floors.py
+
 .PHONY: install engine pure test fuzz demo bench lint clean
 
 install: $(STAMP) $(ENGINE_STAMP)
@@ -37,7 +41,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[test,lint,profile,sdk]'
 	touch $(STAMP)
 
-$(ENGINE_STAMP): $(STAMP) $(ENGINE_SRC)
+$(ENGINE_STAMP): $(STAMP) $(ENGINE_SRC) $(FLOORS_SRC)
 	RAYDEX_MYPYC=auto $(BIN)/python -m pip install --no-deps --no-build-isolation -e .
 	$(BIN)/python -c "import raydex.engine as e; print('raydex engine compiled:', e.COMPILED)"
 	touch $(ENGINE_STAMP)
@@ -47,7 +51,7 @@ engine: $(STAMP)
 	$(MAKE) $(ENGINE_STAMP)
 
 pure: $(STAMP)
-	rm -f engine/*.so
+	rm -f engine/*.so observability/bench/*.so
 	touch $(ENGINE_STAMP)
 
 # pytest's exit status is make's: 1 (failures) and 5 (no tests collected) both fail the target.
@@ -77,4 +81,5 @@ lint: $(STAMP)
 	$(BIN)/mypy $(PKG_DIRS)
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis engine/*.so
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis engine/*.so \
+		observability/bench/*.so

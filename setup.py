@@ -50,10 +50,14 @@ MYPYC_MODULES = (
     "_liquidation.py",
     "_snapshot.py",
     "_model.py",
-    "_bare_book.py",
     "rules.py",
     "codes.py",
 )
+
+#: The engine benchmark's floors (``BareBook``, ``NullBook``), compiled with the engine and the
+#: same options, so ``raydex bench engine`` compares a compiled engine with a compiled floor. Their
+#: own mypyc run and group (shared library), in their own package: the engine's holds the engine.
+MYPYC_FLOORS = "observability/bench/floors.py"
 
 
 def _compiler_problem() -> str:
@@ -99,27 +103,42 @@ def _mypyc_extensions() -> list[Any]:
 
     root = Path(__file__).resolve().parent
     stage = root / "build" / "mypyc_src"
-    pkg = stage / "raydex" / "engine"
     if stage.exists():
         shutil.rmtree(stage)
-    pkg.mkdir(parents=True)
-    (stage / "raydex" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
-    for name in MYPYC_MODULES:
-        shutil.copy2(root / "engine" / name, pkg / name)
+    engine = _staged(stage, "raydex.engine", [root / "engine" / n for n in MYPYC_MODULES])
+    floors = _staged(stage, "raydex.observability.bench", [root / MYPYC_FLOORS])
     cwd = os.getcwd()
-    os.chdir(stage)  # mypy derives module names (raydex.engine.*) from the staged tree
+    os.chdir(stage)  # mypy derives module names (raydex.engine.*, ...) from the staged tree
     try:
-        return list(
-            mypycify(
-                ["--ignore-missing-imports", *(f"raydex/engine/{n}" for n in MYPYC_MODULES)],
+        return [
+            *mypycify(
+                ["--ignore-missing-imports", *engine],
                 opt_level="3",
                 group_name="raydex.engine._native",
                 target_dir=str(root / "build" / "mypyc_c"),
-            )
-        )
+            ),
+            *mypycify(
+                ["--ignore-missing-imports", *floors],
+                opt_level="3",
+                group_name="raydex.observability.bench._native",
+                target_dir=str(root / "build" / "mypyc_c"),
+            ),
+        ]
     finally:
         os.chdir(cwd)
+
+
+def _staged(stage: Path, package: str, sources: list[Path]) -> list[str]:
+    """Copy ``sources`` into ``stage`` as modules of ``package`` (with an empty ``__init__.py``
+    in each folder above them); their paths relative to ``stage``."""
+    folder = stage
+    for part in package.split("."):
+        folder = folder / part
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "__init__.py").touch()
+    for src in sources:
+        shutil.copy2(src, folder / src.name)
+    return [str((folder / src.name).relative_to(stage)) for src in sources]
 
 
 SIGNING_EXTENSION = Extension(

@@ -4,19 +4,16 @@
 into ``Engine.deltas`` (a ``Deltas``) as block bytes, handed over by ``take_deltas()``;
 ``Engine.execute(cmd, now_ms, out)`` appends them to ``out`` as NamedTuples instead;
 ``records()`` / ``Engine.from_records`` / ``state_hash()`` are the snapshot API;
-``state_digest(records)`` is the state hash every role reports (engine or replica caches);
-``BareBook`` is the matching-only floor used by the benchmark (``NullBook``: its calls and the
-engine's, doing nothing, to time the benchmark's own loops). See ``_engine`` for the semantics
-and the module map. ``raydex.engine.rules`` holds the pure order and margin rules (shared with the
-replica's dry-run) and ``raydex.engine.codes`` the engine's result codes and order values as ints,
-derived from ``raydex.codecs``.
+``state_digest(records)`` is the state hash every role reports (engine or replica caches).
+See ``_engine`` for the semantics and the module map. ``raydex.engine.rules`` holds the pure
+order and margin rules (shared with the replica's dry-run) and ``raydex.engine.codes`` the
+engine's result codes and order values as ints, derived from ``raydex.codecs``.
 
 ``COMPILED`` is True when the engine runs as mypyc-compiled extensions (``RAYDEX_MYPYC=1``
 build, see ``setup.py``), False for the pure-Python default; both behave identically.
 """
 
 from . import _engine
-from ._bare_book import BareBook, NullBook
 from ._deltas import Deltas
 from ._digest import digest_steps, state_digest
 from ._engine import (
@@ -36,11 +33,9 @@ __all__ = [
     "COMPILED",
     "DEFAULT_ORDER_LIFETIME_MS",
     "FUNDING_INTERVAL_MS",
-    "BareBook",
     "Deltas",
     "Engine",
     "InvariantViolation",
-    "NullBook",
     "Result",
     "exposure",
     "funding_rate",

@@ -1,6 +1,6 @@
 """Accounts, money and keys: deposits, transfers, withdrawals, leverage, API keys (cold paths).
 
-Functions over the engine (``OrderPath``), one per command; each returns the command's result
+Functions over the ``ExchangeState``, one per command; each returns the command's result
 code and changes nothing when it refuses (a user tx's nonce is consumed by the gates first).
 
 - Transfer / Withdraw: ``1 <= amount <= collateral`` and the initial margin met afterwards; the
@@ -38,8 +38,8 @@ from raydex.codecs.signing import is_valid_public_key as _is_valid_public_key
 from ._deltas import Deltas
 from ._liquidation import rearm
 from ._model import Account, ApiKey
-from ._orders import OrderPath, position_for
-from ._state import BPS, MAX_48, MAX_API_KEY_INDEX, MAX_I63, is_int
+from ._orders import auth, imr_ok, position_for
+from ._state import BPS, MAX_48, MAX_API_KEY_INDEX, MAX_I63, ExchangeState, is_int
 from .codes import (
     ACCOUNT_NOT_FOUND,
     INSUFFICIENT_BALANCE,
@@ -59,87 +59,87 @@ from .codes import (
 from .rules import accepted_nonce
 
 
-def transfer(eng: OrderPath, c: Transfer, now: int, out: Deltas) -> int:
+def transfer(st: ExchangeState, c: Transfer, now: int, out: Deltas) -> int:
     ai, ki, to, amount, exp_at, nonce, _s = c
-    code = eng._auth(ai, ki, nonce, exp_at, now, out)
+    code = auth(st, ai, ki, nonce, exp_at, now, out)
     if code:
         return code
     if not 1 <= amount <= MAX_I63:
         return INVALID_AMOUNT
     if to == ai:
         return SELF_TRANSFER
-    dst = eng._accounts.get(to)
+    dst = st.accounts.get(to)
     if dst is None:
         return ACCOUNT_NOT_FOUND
     if dst.collateral + amount > MAX_I63:
         return INVALID_AMOUNT
-    code = debit(eng, eng._accounts[ai], amount)
+    code = debit(st, st.accounts[ai], amount)
     if code:
         return code
     dst.collateral += amount
-    eng._mark_account(dst)
+    st.mark_account(dst)
     return OK
 
 
-def withdraw(eng: OrderPath, c: Withdraw, now: int, out: Deltas) -> int:
+def withdraw(st: ExchangeState, c: Withdraw, now: int, out: Deltas) -> int:
     ai, ki, amount, exp_at, nonce, _s = c
-    code = eng._auth(ai, ki, nonce, exp_at, now, out)
+    code = auth(st, ai, ki, nonce, exp_at, now, out)
     if code:
         return code
     if not 1 <= amount <= MAX_I63:
         return INVALID_AMOUNT
-    code = debit(eng, eng._accounts[ai], amount)
+    code = debit(st, st.accounts[ai], amount)
     if code:
         return code
-    eng.total_withdrawals += amount
-    eng._exchange_dirty = True
+    st.total_withdrawals += amount
+    st.mark_exchange()
     return OK
 
 
-def debit(eng: OrderPath, acct: Account, amount: int) -> int:
+def debit(st: ExchangeState, acct: Account, amount: int) -> int:
     """Take ``amount`` out of ``acct`` (transfer, withdrawal) if it has it and still meets its
     initial margin afterwards; its liquidation triggers are re-armed. 0, or the refusal."""
     if amount > acct.collateral:
         return INSUFFICIENT_BALANCE
-    if not eng._imr_ok(acct, amount):
+    if not imr_ok(st, acct, amount):
         return NOT_ENOUGH_MARGIN
     acct.collateral -= amount
-    rearm(eng, acct)
-    eng._mark_account(acct)
+    rearm(st, acct)
+    st.mark_account(acct)
     return 0
 
 
-def update_leverage(eng: OrderPath, c: UpdateLeverage, now: int, out: Deltas) -> int:
+def update_leverage(st: ExchangeState, c: UpdateLeverage, now: int, out: Deltas) -> int:
     ai, ki, mi, imf, mode, exp_at, nonce, _s = c
-    code = eng._auth(ai, ki, nonce, exp_at, now, out)
+    code = auth(st, ai, ki, nonce, exp_at, now, out)
     if code:
         return code
-    m = eng._markets.get(mi)
+    m = st.markets.get(mi)
     if m is None:
         return MARKET_NOT_FOUND
     if mode != 0:
         return UNSUPPORTED_TX_TYPE
     if not m.min_imf <= imf <= BPS:
         return INVALID_LEVERAGE
-    acct = eng._accounts[ai]
+    acct = st.accounts[ai]
     new_pos = mi not in acct.positions
     pos = position_for(acct, m)
     old = pos.imf
     pos.imf = imf
     acct.c_epoch = -1
-    if imf > old and not eng._imr_ok(acct):
+    if imf > old and not imr_ok(st, acct):
         pos.imf = old
         acct.c_epoch = -1
-        if new_pos:  # a rejected tx leaves no trace (see _orders' _place)
+        if new_pos:  # a rejected tx leaves no trace (see _orders._place)
             acct.drop_position(mi)
         return NOT_ENOUGH_MARGIN
-    eng._mark_position(pos)
+    st.mark_position(pos)
     return OK
 
 
-def change_pub_key(eng: OrderPath, c: ChangePubKey, now: int, out: Deltas) -> int:
+def change_pub_key(st: ExchangeState, c: ChangePubKey, now: int, out: Deltas) -> int:
     ai, ki, pub, _l1_sig, exp_at, nonce, _s = c
-    acct = eng._accounts.get(ai)
+    acct = st.accounts.get(ai)
     if acct is None:
         return ACCOUNT_NOT_FOUND
     if not is_int(ki) or not 0 <= ki <= MAX_API_KEY_INDEX:
@@ -153,13 +153,13 @@ def change_pub_key(eng: OrderPath, c: ChangePubKey, now: int, out: Deltas) -> in
         return TX_EXPIRED
     if not valid_pub_key(pub):
         return INVALID_PUBLIC_KEY
-    set_key(eng, acct, ki, bytes(pub), out)
+    set_key(st, acct, ki, bytes(pub), out)
     acct.set_nonce(acct.keys[ki], n)
     out.nonce_updated(ai, ki, n)
     return OK
 
 
-def set_key(eng: OrderPath, acct: Account, ki: int, pub: bytes, out: Deltas) -> None:
+def set_key(st: ExchangeState, acct: Account, ki: int, pub: bytes, out: Deltas) -> None:
     key = acct.keys.get(ki)
     if key is None:
         key = ApiKey(pub)
@@ -170,65 +170,65 @@ def set_key(eng: OrderPath, acct: Account, ki: int, pub: bytes, out: Deltas) -> 
     out.event(ApiKeyChanged(acct.index, ki, pub))
 
 
-def fits(eng: OrderPath, acct: Account | None, amount: int) -> bool:
+def fits(st: ExchangeState, acct: Account | None, amount: int) -> bool:
     """A deposit of ``amount`` leaves the account's collateral and the exchange's total deposits
     within their i64 fields (``BalanceChanged``, ``ExchangeBalancesChanged``)."""
     held = 0 if acct is None else acct.collateral
-    return held + amount <= MAX_I63 and eng.total_deposits + amount <= MAX_I63
+    return held + amount <= MAX_I63 and st.total_deposits + amount <= MAX_I63
 
 
-def account_for(eng: OrderPath, ai: int) -> Account:
-    acct = eng._accounts.get(ai)
+def account_for(st: ExchangeState, ai: int) -> Account:
+    acct = st.accounts.get(ai)
     if acct is None:
         acct = Account(ai)
-        eng._add_account(acct)
-        eng._mark_account(acct)
+        st.add_account(acct)
+        st.mark_account(acct)
     return acct
 
 
-def deposit(eng: OrderPath, c: Deposit, now: int, out: Deltas) -> int:
+def deposit(st: ExchangeState, c: Deposit, now: int, out: Deltas) -> int:
     ai, amount = c
     if not is_int(ai) or not 0 <= ai <= MAX_48:
         return INVALID_PARAM
     if not is_int(amount) or not 1 <= amount <= MAX_I63:
         return INVALID_AMOUNT
-    if not fits(eng, eng._accounts.get(ai), amount):
+    if not fits(st, st.accounts.get(ai), amount):
         return INVALID_AMOUNT
-    acct = account_for(eng, ai)
+    acct = account_for(st, ai)
     acct.collateral += amount
-    eng.total_deposits += amount
-    eng._exchange_dirty = True
-    eng._mark_account(acct)
+    st.total_deposits += amount
+    st.mark_exchange()
+    st.mark_account(acct)
     return OK
 
 
-def l1_deposit(eng: OrderPath, c: L1Deposit, now: int, out: Deltas) -> int:
+def l1_deposit(st: ExchangeState, c: L1Deposit, now: int, out: Deltas) -> int:
     addr, amount = c
     if not isinstance(addr, bytes) or len(addr) != 20 or addr == bytes(20):
         return INVALID_PARAM
     if not is_int(amount) or not 1 <= amount <= MAX_I63:
         return INVALID_AMOUNT
-    ai = eng._by_l1.get(addr)
-    if not fits(eng, None if ai is None else eng._accounts[ai], amount):
+    ai = st.by_l1.get(addr)
+    if not fits(st, None if ai is None else st.accounts[ai], amount):
         return INVALID_AMOUNT
     if ai is None:
-        ai = max(eng._accounts, default=0) + 1
+        ai = max(st.accounts, default=0) + 1
         if ai > MAX_48:
             return INVALID_PARAM
-        acct = account_for(eng, ai)
+        acct = account_for(st, ai)
         acct.l1_address = addr
-        eng._by_l1[addr] = ai
+        st.by_l1[addr] = ai
         out.event(L1AddressSet(ai, addr))
     else:
-        acct = eng._accounts[ai]
+        acct = st.accounts[ai]
     acct.collateral += amount
-    eng.total_deposits += amount
-    eng._exchange_dirty = True
-    eng._mark_account(acct)
+    st.total_deposits += amount
+    st.mark_exchange()
+    st.mark_account(acct)
     return OK
 
 
-def register_api_key(eng: OrderPath, c: RegisterApiKey, now: int, out: Deltas) -> int:
+def register_api_key(st: ExchangeState, c: RegisterApiKey, now: int, out: Deltas) -> int:
     ai, ki, pub = c
     if not is_int(ai) or not 0 <= ai <= MAX_48:
         return INVALID_PARAM
@@ -236,15 +236,15 @@ def register_api_key(eng: OrderPath, c: RegisterApiKey, now: int, out: Deltas) -
         return INVALID_API_KEY_INDEX
     if not valid_pub_key(pub):
         return INVALID_PUBLIC_KEY
-    set_key(eng, account_for(eng, ai), ki, bytes(pub), out)
+    set_key(st, account_for(st, ai), ki, bytes(pub), out)
     return OK
 
 
 def valid_pub_key(pub: object) -> bool:
     """40 bytes encoding a point of the group other than the neutral (Lighter's keys): a key no
     signature could verify under, or anyone could sign for, is refused with 21136. The check
-    (~0.2 ms in C, a square root in GF(p^5)) is memoised per key: a pure function of the bytes,
-    so replay stays deterministic."""
+    (costly: a square root in GF(p^5)) is memoised per key: a pure function of the bytes, so
+    replay stays deterministic."""
     if not isinstance(pub, bytes | bytearray) or len(pub) != _PUBLIC_KEY_SIZE:
         return False
     key = bytes(pub)

@@ -4,11 +4,9 @@ Every event the engine emits is appended here in the block body's layout (``code
 tag byte, then the event's little-endian fields, ``codecs._events`` per tag), so a block's body
 is these bytes as they are and ``count`` its event count. Nothing is built per event: no
 NamedTuple, no int object per field. Compiled (mypyc), each field is one ``librt.strings`` write
-of a native int into a growing buffer. On the bench stream the engine's instructions fell 17%
-and its ratio to the bare book 7.8x -> 5.6x when its events stopped being NamedTuples (README,
-The engine benchmark: "Events as block bytes"). ``Engine.execute`` turns a command's
-bytes back into NamedTuples for callers that want them (tests, tools); the sequencer takes the
-bytes (``Engine.execute_into`` and :meth:`Deltas.take`).
+of a native int into a growing buffer. ``Engine.execute`` turns a command's bytes back into
+NamedTuples for callers that want them (tests, tools); the sequencer takes the bytes
+(``Engine.execute_into`` and :meth:`Deltas.take`).
 
 The hot events (a command's levels, orders, trades, balances, positions, nonces, market stats,
 exchange balances, and the sequencer's ``TxExecuted``) have a writer each, field by field
@@ -107,8 +105,8 @@ class Deltas:
         self.count += 1
 
     def order_updated(self, o: Order, status: int) -> None:
-        """``OrderUpdated`` of order ``o`` with ``status``: read from the order here, where
-        passing its 14 fields as arguments cost ~60 instructions an event."""
+        """``OrderUpdated`` of order ``o`` with ``status``: read from the order here (cheaper
+        than passing its 14 fields as arguments)."""
         w = self.w
         w.append(ORDER_UPDATED)
         w.append(o.market.index)

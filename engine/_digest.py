@@ -20,7 +20,7 @@ engine creates them when an order is placed, a replica only when one is reported
 
 Semantics: order-independent (records are keyed and sorted here), so callers may list them in any
 order. Cost: O(state log state): one pass to key the records, one sort per kind, one sha256 over
-one short line per record; ~1 µs per record here. Callers cache it per seq.
+one short line per record. Callers cache it per seq.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
     """:func:`state_digest` in steps: yields after every ``chunk`` records keyed and every
     ``chunk`` lines hashed, returns the digest. An event loop drives it a step per turn
     (``actors/runtime/checks.py``), so hashing a large state never holds the loop for more
-    than one chunk (~2 ms). Same digest whatever the chunk."""
+    than one chunk. Same digest whatever the chunk."""
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     exchange = (0, 0)

@@ -22,7 +22,7 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   case needs ``equity - adverse - fee >= IMR`` after it, where ``adverse`` is the loss of filling it
   at its limit price (market orders: the opposite best price) against the mark, and ``fee`` its
   taker fee. Maintenance (MMR) uses ``|size|`` and the market's maintenance fraction.
-  Cost: each account caches its three sums (see ``_refresh``); fills and order changes update the
+  Cost: each account caches its three sums (``_orders.refresh``); fills and order changes update the
   cache in O(1); a mark move invalidates it (epoch), and the next use recomputes it in O(markets
   the account holds).
 - Orders: Limit (IOC, GoodTillTime, PostOnly) and Market (IOC only; ``price`` is the worst price).
@@ -59,10 +59,10 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   ties by account index) at the account's bankruptcy price, no fees. Collateral left negative is
   covered by the insurance fund, which is a signed ledger (it may go negative). Liquidation is
   full, not partial.
-  Cost: a mark move checks only holders whose liquidation trigger it crossed (``_arm``) plus the
-  holders of that market that traded since they were last armed (``Market.unarmed``: the walk
-  is over those accounts only, not over every unarmed account); fills check the traders
-  exactly, in O(1).
+  Cost: a mark move checks only holders whose liquidation trigger it crossed
+  (``_liquidation.arm``) plus the holders of that market that traded since they were last armed
+  (``Market.unarmed``: the walk is over those accounts only, not over every unarmed account);
+  fills check the traders exactly, in O(1).
 - Speed: ~95% of commands are CreateOrder/CancelOrder/ModifyOrder, dispatched first by an
   identity test; hot paths keep locals and inline their helpers. ``make`` compiles the engine
   with mypyc (``setup.py``); the pure-Python modules are the reference and the fallback, and both
@@ -70,18 +70,19 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   therefore does: module constants and heapq functions are ``Final`` names (C statics, not
   globals-dict lookups); order commands are unpacked through plain tuple types
   (``_orders.CreateOrderT``, ...: one check, direct reads, instead of iterating the interpreted
-  codecs NamedTuple); ``self._method`` and ``out.<event>`` are called directly (a bound-method
-  local is a generic Python call); int products keep non-negative operands below 2**30 where
-  the value allows, and the wider ones (notional * fee, equity * BPS, margin sums) go through
-  ``rules.product``, an i64 multiply within bounds (mypyc boxes anything else through
-  ``PyNumber_Multiply``); ids used as dict keys are boxed once (``Account.ref``, ``Order.ref``,
-  ``Level.key``); events are not objects but block bytes (``_deltas``: each field one native
-  write, no int object, no tuple). Per-command queues (touched objects, traders to check) are
-  chains through the objects, not lists; accounts (below 2**20), their API keys and the markets
-  are also kept by position in lists, a resting order points at its position, and an account's
-  orders are a linked list (its client indexes a dict only past 8 orders). What remains per
-  command is CPython object work on the book: the orders and levels themselves and their
-  int-keyed dicts (orders by index, levels by price), as in the bare book.
+  codecs NamedTuple); the parts' functions, the state's methods and ``out.<event>`` are called
+  directly (native calls: a bound-method local would be a generic Python call); int products
+  keep non-negative operands below 2**30 where the value allows, and the wider ones (notional *
+  fee, equity * BPS, margin sums) go through ``rules.product``, an i64 multiply within bounds
+  (mypyc boxes anything else through ``PyNumber_Multiply``); ids used as dict keys are boxed
+  once (``Account.ref``, ``Order.ref``, ``Level.key``); events are not objects but block bytes
+  (``_deltas``: each field one native write, no int object, no tuple). Per-command queues
+  (touched objects, traders to check) are chains through the objects, not lists; accounts
+  (below 2**20), their API keys and the markets are also kept by position in lists, a resting
+  order points at its position, and an account's orders are a linked list (its client indexes
+  a dict only past 8 orders). What remains per command is CPython object work on the book: the
+  orders and levels themselves and their int-keyed dicts (orders by index, levels by price), as
+  in the bare book.
 - Funding: ``size * mark * mult * rate / 1e8``; payers round up, receivers down; the residue goes
   to the insurance fund. ``ApplyFunding`` charges a given rate; ``FundingTick`` runs a market's
   funding clock (``_funding``: premium sampled each minute, the hour's rate charged on the hour).
@@ -97,21 +98,26 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
 
 Where each part lives (a command's path, hot first):
 
-- ``_engine``: this contract, ``Engine`` (dispatch, the read accessors, the snapshot API);
+- ``_engine``: this contract, ``Engine`` (dispatch, the read accessors, the snapshot API); it
+  owns the ``ExchangeState`` and hands it to the parts, which are functions over it;
 - ``_orders``: the order path (gates, checks, matching, fills, positions, the margin cache);
-- ``rules``: the pure order and margin rules, shared with the replica's dry-run; ``codes``: the
-  result codes and order values as ints (from ``raydex.codecs``);
-- ``_state``: the data and the end-of-command events (``_flush``); ``_model``: the objects;
 - cold paths: ``_accounts`` (money, leverage, keys), ``_markets`` (markets, marks, funding),
-  ``_liquidation`` (triggers, liquidation, deleveraging), ``_snapshot`` (records, state hash),
-  ``_funding`` (the funding clock),
-  ``_validate`` (``validate_internal_state``).
+  ``_liquidation`` (triggers, liquidation, deleveraging), ``_funding`` (the funding clock),
+  ``_snapshot`` (records, state hash), ``_validate`` (``validate_internal_state``);
+- ``_state``: ``ExchangeState``, the data and the end-of-command events (``flush``);
+  ``_model``: the objects; ``_deltas``: the events as block bytes;
+- ``rules``: the pure order and margin rules, shared with the replica's dry-run; ``codes``: the
+  result codes and order values as ints (from ``raydex.codecs``).
+
+Each imports only modules further down this order, so they form no circle: ``_engine`` <-
+``_funding``, ``_snapshot``, ``_validate`` <- ``_accounts``, ``_markets`` <- ``_liquidation`` <-
+``_orders`` <- ``_state`` <- ``_deltas`` <- ``_model`` <- ``rules`` <- ``codes`` (``_funding``
+and ``_snapshot`` use ``_markets``; nothing imports upwards, in a function or for typing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from heapq import nlargest, nsmallest
 from typing import Any, Final, NamedTuple
 
 from raydex.codecs import (
@@ -139,11 +145,13 @@ from raydex.codecs import (
 
 from . import _accounts, _markets, _snapshot
 from ._deltas import Deltas
+from ._funding import tick as funding_tick
 from ._liquidation import check_traded
-from ._orders import OrderPath, cancel_all
+from ._orders import cancel_all, cancel_order, create_order, equity_imr, modify_order
 from ._snapshot import Record, records_hash
-from ._state import BPS, DEFAULT_ORDER_LIFETIME_MS
-from .codes import ACCOUNT_NOT_FOUND, UNSUPPORTED_TX_TYPE
+from ._state import BPS, DEFAULT_ORDER_LIFETIME_MS, ExchangeState
+from ._validate import InvariantViolation, validate
+from .codes import UNSUPPORTED_TX_TYPE
 from .rules import exposure
 
 __all__ = [
@@ -163,23 +171,47 @@ CANCEL_ORDER: Final = CancelOrder
 MODIFY_ORDER: Final = ModifyOrder
 
 
-class InvariantViolation(Exception):
-    """``validate_internal_state`` found the state inconsistent (always a bug)."""
-
-
 class Result(NamedTuple):
     code: int
     events: tuple[Any, ...]
 
 
-class Engine(OrderPath):
+class Engine:
     """The exchange state machine. See the module docstring for the semantics.
 
-    Public, read-only by convention: ``fee_pool``, ``insurance_fund``, ``total_deposits``,
-    ``total_withdrawals`` (micro-USDC). Everything else is reached through the methods; the read
-    accessors (``next_nonce``, ``book_levels``, ...) copy nothing large and never mutate state.
+    Public, read-only: ``fee_pool``, ``insurance_fund``, ``total_deposits``,
+    ``total_withdrawals`` (micro-USDC) and ``last_order_index``; everything else is reached
+    through the methods; the read accessors (``next_nonce``, ``book_levels``, ...) copy nothing
+    large and never mutate state. ``state`` is the exchange's data the engine's parts operate
+    on (``_state.ExchangeState``): tests and tools may read it; only commands change it.
     Not thread-safe: one caller (the sequencer) drives it.
     """
+
+    def __init__(self) -> None:
+        self.state = ExchangeState()
+        #: ``state.deltas``: the events of the commands run, as block bytes, until taken.
+        self.deltas = self.state.deltas
+
+    @property
+    def fee_pool(self) -> int:
+        return self.state.fee_pool
+
+    @property
+    def insurance_fund(self) -> int:
+        return self.state.insurance_fund
+
+    @property
+    def total_deposits(self) -> int:
+        return self.state.total_deposits
+
+    @property
+    def total_withdrawals(self) -> int:
+        return self.state.total_withdrawals
+
+    @property
+    def last_order_index(self) -> int:
+        """The index of the last order a CreateOrder made (its reply to the client)."""
+        return self.state.last_order_index
 
     # ---- public API -----------------------------------------------------------------------------
 
@@ -187,23 +219,24 @@ class Engine(OrderPath):
         """Execute one command; its events are appended to :attr:`deltas` as block bytes (the
         sequencer's path: :meth:`take_deltas` hands over a block's body). Returns its
         ResultCode value."""
-        out = self.deltas
+        st = self.state
+        out = st.deltas
         t = type(cmd)
         # The three order commands (~95% of traffic) are called directly, the rest by type.
         if t is CREATE_ORDER:
-            code = self._create_order(cmd, now_ms, out)
+            code = create_order(st, cmd, now_ms, out)
         elif t is CANCEL_ORDER:
-            code = self._cancel_order(cmd, now_ms, out)
+            code = cancel_order(st, cmd, now_ms, out)
         elif t is MODIFY_ORDER:
-            code = self._modify_order(cmd, now_ms, out)
+            code = modify_order(st, cmd, now_ms, out)
         else:
             handler = _HANDLERS.get(t)
             if handler is None:
                 return UNSUPPORTED_TX_TYPE
-            code = handler(self, cmd, now_ms, out)
-        if self._traded_head is not None:
-            check_traded(self, now_ms, out)
-        self._flush(out)
+            code = handler(st, cmd, now_ms, out)
+        if st.traded_head is not None:
+            check_traded(st, now_ms, out)
+        st.flush(out)
         return code
 
     def execute(self, cmd: Any, now_ms: int, out: list[Any]) -> int:
@@ -228,97 +261,61 @@ class Engine(OrderPath):
         code = self.execute(cmd, now_ms, out)
         return Result(code, tuple(out))
 
-    def force_order(self, cmd: CreateOrder, now_ms: int, out: list[Any]) -> int:
-        """Execute ``cmd`` as the engine itself (the liquidation path's entry for one order): no
-        key, nonce or tx-deadline gates, no margin, fat-finger, minimum-amount or open-order-count
-        checks, and the market may be inactive. The order keeps its book semantics (reduce-only
-        clipping, IOC, self-trade prevention); maintenance is checked after it as after any fill.
-        Its events are appended to ``out`` as NamedTuples, as :meth:`execute` does."""
-        acct = self._accounts.get(cmd.account_index)
-        if acct is None:
-            return ACCOUNT_NOT_FOUND
-        d = self.deltas
-        start = d.size()
-        count = d.count
-        code = self._place(
-            acct,
-            cmd.market_index,
-            cmd.client_order_index,
-            cmd.base_amount,
-            cmd.price,
-            cmd.is_ask,
-            cmd.order_type,
-            cmd.time_in_force,
-            cmd.reduce_only,
-            cmd.order_expiry,
-            now_ms,
-            d,
-            True,
-        )
-        if self._traded_head is not None:
-            check_traded(self, now_ms, d)
-        self._flush(d)
-        _move_events(d, start, count, out)
-        return code
-
     # ---- reads ----------------------------------------------------------------------------------
 
     def next_nonce(self, account: int, api_key: int) -> int | None:
-        acct = self._accounts.get(account)
+        acct = self.state.accounts.get(account)
         key = acct.keys.get(api_key) if acct is not None else None
         return None if key is None or acct is None else acct.last_nonce(key) + 1
 
     def account_by_l1(self, l1_address: bytes) -> int | None:
         """The index of the account whose L1 address is ``l1_address`` (20 bytes), or None."""
-        return self._by_l1.get(l1_address)
+        return self.state.by_l1.get(l1_address)
 
     def l1_address(self, account: int) -> bytes | None:
         """``account``'s L1 address (20 bytes); None for an unknown account or one without."""
-        acct = self._accounts.get(account)
+        acct = self.state.accounts.get(account)
         return acct.l1_address or None if acct is not None else None
 
     def pub_key(self, account: int, api_key: int) -> bytes | None:
-        acct = self._accounts.get(account)
+        acct = self.state.accounts.get(account)
         key = acct.keys.get(api_key) if acct is not None else None
         return None if key is None else key.pub_key
 
     def account_collateral(self, account: int) -> int | None:
-        acct = self._accounts.get(account)
+        acct = self.state.accounts.get(account)
         return None if acct is None else acct.collateral
 
     def market(self, market_index: int) -> MarketRecord | None:
-        m = self._markets.get(market_index)
+        m = self.state.markets.get(market_index)
         return None if m is None else _snapshot.market_record(m)
 
     def book_levels(self, market: int, is_ask: int, depth: int) -> list[tuple[int, int]]:
         """Up to ``depth`` levels of one side, best first: ``[(price, size), ...]``."""
-        m = self._markets.get(market)
+        m = self.state.markets.get(market)
         if m is None or depth <= 0:
             return []
-        side = m.asks if is_ask else m.bids
-        levels = side.levels
-        pick = nsmallest if is_ask else nlargest
-        return [(p, levels[p].size) for p in pick(depth, levels)]
+        return (m.asks if is_ask else m.bids).best_levels(depth)
 
     def available_margin(self, account: int) -> int:
         """Equity minus the initial-margin requirement (with resting orders), in micro-USDC."""
-        acct = self._accounts.get(account)
+        acct = self.state.accounts.get(account)
         if acct is None:
             return 0
-        equity, imr_num = self._equity_imr(acct)
+        equity, imr_num = equity_imr(self.state, acct)
         return equity - -(-imr_num // BPS)
 
     def equity(self, account: int) -> int | None:
-        acct = self._accounts.get(account)
-        return None if acct is None else self._equity_imr(acct)[0]
+        acct = self.state.accounts.get(account)
+        return None if acct is None else equity_imr(self.state, acct)[0]
 
     def position(self, account: int, market: int) -> PositionRecord | None:
-        acct = self._accounts.get(account)
+        acct = self.state.accounts.get(account)
         pos = acct.positions.get(market) if acct is not None else None
         return None if pos is None else _snapshot.position_record(pos)
 
     def open_orders(self, account: int) -> list[OrderRecord]:
-        acct = self._accounts.get(account)
+        acct = self.state.accounts.get(account)
         if acct is None:
             return []
         return [_snapshot.order_record(o) for o in acct.resting_orders()]
@@ -327,24 +324,22 @@ class Engine(OrderPath):
 
     def records(self) -> Iterator[Record]:
         """The full state as snapshot records (see ``codecs._records``), in a canonical order."""
-        return _snapshot.records(self)
+        return _snapshot.records(self.state)
 
     @classmethod
     def from_records(cls, records: Iterable[Any]) -> Engine:
         """Rebuild an engine from :meth:`records` output (rows in that order)."""
         eng = cls()
-        _snapshot.load(eng, records)
+        _snapshot.load(eng.state, records)
         return eng
 
     def state_hash(self) -> bytes:
         """sha256 over the canonical records: equal for equal state, whatever the history."""
-        return _snapshot.state_hash(self)
+        return _snapshot.state_hash(self.state)
 
     def validate_internal_state(self) -> None:
         """Check every invariant; raise :class:`InvariantViolation` on the first broken one."""
-        from ._validate import validate
-
-        validate(self)
+        validate(self.state)
 
 
 def _move_events(d: Deltas, start: int, count: int, out: list[Any]) -> None:
@@ -355,14 +350,8 @@ def _move_events(d: Deltas, start: int, count: int, out: list[Any]) -> None:
         d.rewind(start, count)
 
 
-def _funding_tick(eng: Engine, c: FundingTick, now: int, out: Deltas) -> int:
-    """Run market ``c.market_index``'s funding clock (``_funding``)."""
-    code: int = eng.funding.tick(eng, c, now, out)  # (typed here: mypyc builds without _funding)
-    return code
-
-
-#: The cold commands' handlers, by command type: ``handler(engine, cmd, now_ms, out) -> code``.
-_HANDLERS: Final[dict[type, Callable[[Engine, Any, int, Deltas], int]]] = {
+#: The cold commands' handlers, by command type: ``handler(state, cmd, now_ms, out) -> code``.
+_HANDLERS: Final[dict[type, Callable[[ExchangeState, Any, int, Deltas], int]]] = {
     CancelAllOrders: cancel_all,
     Transfer: _accounts.transfer,
     Withdraw: _accounts.withdraw,
@@ -375,5 +364,5 @@ _HANDLERS: Final[dict[type, Callable[[Engine, Any, int, Deltas], int]]] = {
     UpdateMarket: _markets.update_market,
     SetMarkPrice: _markets.set_mark_price,
     ApplyFunding: _markets.apply_funding,
-    FundingTick: _funding_tick,
+    FundingTick: funding_tick,
 }

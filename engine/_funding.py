@@ -19,9 +19,10 @@ Semantics (integers only; rates in 1e-8 = ``FUNDING_SCALE``, > 0: longs pay shor
   ``rate = clamp((P + clamp(I - P, -INTEREST_CLAMP, INTEREST_CLAMP)) / 8, -RATE_CAP, RATE_CAP)``,
   integer division truncating toward zero. With a flat premium the hourly rate is
   ``I / 8`` = 0.00125 %.
-- Everything depends on the commands and their ``now_ms`` only, and the clock of every market is
-  in ``records()`` (``FundingRecord``), so replay and snapshots reproduce it; each tick that changes
-  a clock emits ``FundingChanged`` with its absolute values.
+- Everything depends on the commands and their ``now_ms`` only, and the clock of every market
+  (``ExchangeState.funding``, a ``_model.FundingClock`` each) is in ``records()``
+  (``FundingRecord``), so replay and snapshots reproduce it; each tick that changes a clock emits
+  ``FundingChanged`` with its absolute values.
 
 Knobs (module constants, as Lighter fixes them per exchange rather than per market): the interest
 rate, its clamp, the hourly cap and the impact notional. A larger impact notional makes the premium
@@ -34,13 +35,15 @@ interval from the sequencer, so none of it is on the order path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from raydex.codecs import ApplyFunding, FundingChanged, FundingRecord, FundingTick, ResultCode
+from raydex.codecs import ApplyFunding, FundingChanged, FundingTick
 
-if TYPE_CHECKING:
-    from ._deltas import Deltas
-    from ._engine import Engine
+from ._deltas import Deltas
+from ._markets import apply_funding
+from ._model import FundingClock
+from ._state import ExchangeState
+from .codes import MARKET_NOT_FOUND, OK
 
 FUNDING_SCALE: Final = 100_000_000
 HOUR_MS: Final = 3_600_000
@@ -55,10 +58,8 @@ RATE_CAP: Final = 500_000
 IMPACT_NOTIONAL: Final = 500_000_000
 #: levels of one side walked for an impact price
 IMPACT_DEPTH: Final = 64
-_NONE: Final = -1
-_OK: Final = int(ResultCode.OK)
 
-__all__ = ["FundingClock", "funding_rate", "premium"]
+__all__ = ["funding_rate", "premium", "tick"]
 
 
 def _div(a: int, b: int) -> int:
@@ -110,80 +111,45 @@ def premium(index: int, bids: list[tuple[int, int]], asks: list[tuple[int, int]]
     return out
 
 
-class _Clock:
-    __slots__ = ("hour", "last_funding_ms", "last_minute", "last_rate", "premium_sum", "samples")
-
-    def __init__(self) -> None:
-        self.hour = _NONE
-        self.last_minute = _NONE
-        self.samples = 0
-        self.premium_sum = 0
-        self.last_rate = 0
-        self.last_funding_ms = 0
-
-
-class FundingClock:
-    """Every market's funding clock; the engine holds one and hands it ``FundingTick``s."""
-
-    def __init__(self) -> None:
-        self._clocks: dict[int, _Clock] = {}
-
-    def tick(self, eng: Engine, cmd: FundingTick, now: int, out: Deltas) -> int:
-        """Run ``cmd.market_index``'s clock at ``now`` (see the module docstring)."""
-        mi = cmd.market_index
-        m = eng.market(mi)
-        if m is None:
-            return int(ResultCode.MARKET_NOT_FOUND)
-        c = self._clocks.get(mi)
-        if c is None:
-            c = self._clocks[mi] = _Clock()
-        hour = now // HOUR_MS
-        minute = now // MINUTE_MS
-        changed = False
-        if c.hour == _NONE:
-            c.hour = hour
-        elif hour > c.hour:
-            rate = funding_rate(c.premium_sum, c.samples)
-            from ._markets import apply_funding  # here: _markets imports this module's users
-
-            code = apply_funding(eng, ApplyFunding(mi, rate), now, out)
-            if code != _OK:  # cannot happen for a known market and a capped rate
-                return code
-            c.last_rate, c.last_funding_ms = rate, hour * HOUR_MS
-            c.hour, c.samples, c.premium_sum = hour, 0, 0
-            changed = True
-        if minute > c.last_minute:
-            mult = 10 ** (6 - m.price_decimals - m.size_decimals)
-            bids = eng.book_levels(mi, 0, IMPACT_DEPTH)
-            asks = eng.book_levels(mi, 1, IMPACT_DEPTH)
-            c.premium_sum += premium(m.mark_price, bids, asks, mult)
-            c.samples += 1
-            c.last_minute = minute
-            changed = True
-        if changed:
-            out.event(
-                FundingChanged(
-                    mi,
-                    c.samples,
-                    c.premium_sum,
-                    c.last_rate,
-                    c.last_funding_ms,
-                    c.hour,
-                    c.last_minute,
-                )
+def tick(st: ExchangeState, cmd: FundingTick, now: int, out: Deltas) -> int:
+    """Run ``cmd.market_index``'s clock at ``now`` (see the module docstring)."""
+    mi = cmd.market_index
+    m = st.market(mi)
+    if m is None:
+        return MARKET_NOT_FOUND
+    c = st.funding.get(mi)
+    if c is None:
+        c = st.funding[mi] = FundingClock()
+    hour = now // HOUR_MS
+    minute = now // MINUTE_MS
+    changed = False
+    if c.hour == -1:
+        c.hour = hour
+    elif hour > c.hour:
+        rate = funding_rate(c.premium_sum, c.samples)
+        code = apply_funding(st, ApplyFunding(mi, rate), now, out)
+        if code != OK:  # cannot happen for a known market and a capped rate
+            return code
+        c.last_rate, c.last_funding_ms = rate, hour * HOUR_MS
+        c.hour, c.samples, c.premium_sum = hour, 0, 0
+        changed = True
+    if minute > c.last_minute:
+        bids = m.bids.best_levels(IMPACT_DEPTH)
+        asks = m.asks.best_levels(IMPACT_DEPTH)
+        c.premium_sum += premium(m.mark, bids, asks, m.mult)
+        c.samples += 1
+        c.last_minute = minute
+        changed = True
+    if changed:
+        out.event(
+            FundingChanged(
+                mi,
+                c.samples,
+                c.premium_sum,
+                c.last_rate,
+                c.last_funding_ms,
+                c.hour,
+                c.last_minute,
             )
-        return _OK
-
-    # ---- snapshots ------------------------------------------------------------------------------
-
-    def records(self) -> list[FundingRecord]:
-        return [
-            FundingRecord(
-                mi, c.hour, c.last_minute, c.samples, c.premium_sum, c.last_rate, c.last_funding_ms
-            )
-            for mi, c in sorted(self._clocks.items())
-        ]
-
-    def restore(self, r: FundingRecord) -> None:
-        c = self._clocks[r.market_index] = _Clock()
-        (c.hour, c.last_minute, c.samples, c.premium_sum, c.last_rate, c.last_funding_ms) = r[1:]
+        )
+    return OK

@@ -1,6 +1,6 @@
 """Liquidation and deleveraging: who is checked when, and how an account under maintenance closes.
 
-Functions over the engine (``OrderPath``); the rules are in ``_engine``'s docstring (Liquidation).
+Functions over the ``ExchangeState``; the rules are in ``_engine``'s docstring (Liquidation).
 
 - Triggers (:func:`arm`): after an exact check an account's maintenance buffer is split over its
   positions into one mark price per position beyond which it *may* be liquidatable; a mark move
@@ -29,8 +29,8 @@ from raydex.codecs import PositionDeleveraged, PositionLiquidated
 
 from ._deltas import Deltas
 from ._model import Account, Market, Order, Position, heappop, heappush
-from ._orders import OrderPath
-from ._state import BPS
+from ._orders import apply_fill, equity_mmr, expire, match_and_finish, refresh, remove_resting
+from ._state import BPS, ExchangeState
 from .codes import CANCELED_LIQUIDATION, IOC, MARKET
 from .rules import MAX_PRICE, product, unrealized_pnl
 
@@ -46,16 +46,17 @@ ACCOUNT_BITS: Final = 48
 ACCOUNT_MASK: Final = (1 << ACCOUNT_BITS) - 1
 
 #: ``arm`` keeps back ``1/RESERVE_DIV`` of an account's maintenance buffer from its triggers, for
-#: funding payments to spend without an exact check (measured: ``raydex bench engine``, README).
+#: funding payments to spend without an exact check. It trades: a larger reserve spares more of
+#: funding's exact checks but tightens every trigger, so mark moves check more accounts.
 RESERVE_DIV: Final = 8
 
 
-def liquidate_holders(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
+def liquidate_holders(st: ExchangeState, m: Market, now: int, out: Deltas) -> None:
     """Exact check of every holder of ``m`` (funding, market updates): liquidate or re-arm."""
-    check_accounts(eng, sorted(m.holders), now, out)
+    check_accounts(st, sorted(m.holders), now, out)
 
 
-def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
+def liquidate_crossed(st: ExchangeState, m: Market, now: int, out: Deltas) -> None:
     """After a mark move: exact check of the holders whose trigger the new mark crossed and of
     the unarmed holders (their risk changed since they were armed)."""
     mark = m.mark
@@ -81,7 +82,7 @@ def liquidate_crossed(eng: OrderPath, m: Market, now: int, out: Deltas) -> None:
                     q = q.next_pos
                 cand.add(a.ref)
     if cand:
-        check_accounts(eng, sorted(cand), now, out)
+        check_accounts(st, sorted(cand), now, out)
 
 
 def _pop_crossed(m: Market, heap: list[int], bound: int, cand: set[int]) -> None:
@@ -98,24 +99,24 @@ def _pop_crossed(m: Market, heap: list[int], bound: int, cand: set[int]) -> None
         free.append(slot)
 
 
-def check_accounts(eng: OrderPath, indexes: list[int], now: int, out: Deltas) -> None:
+def check_accounts(st: ExchangeState, indexes: list[int], now: int, out: Deltas) -> None:
     """Exact maintenance check of each account (in the given order): liquidate or re-arm."""
-    accounts = eng._accounts
-    slots = eng._account_slots
+    accounts = st.accounts
+    slots = st.account_slots
     for ai in indexes:
         i: int = ai
         acct = slots[i] if i < len(slots) else accounts[ai]
         assert acct is not None
-        if acct.c_epoch != eng._epoch:
-            eng._refresh(acct)
+        if acct.c_epoch != st.epoch:
+            refresh(st, acct)
         room = product(acct.collateral + acct.c_upnl, BPS) - acct.c_mm
         if room < 0:
-            liquidate(eng, acct, now, out)
+            liquidate(st, acct, now, out)
         else:
-            arm(eng, acct, room)
+            arm(st, acct, room)
 
 
-def arm(eng: OrderPath, acct: Account, buffer: int) -> None:
+def arm(st: ExchangeState, acct: Account, buffer: int) -> None:
     """Record, per market the account holds, the mark beyond which it may be liquidatable.
 
     ``buffer = equity*BPS - maintenance numerator >= 0``: a ``1/RESERVE_DIV`` part is kept back
@@ -191,15 +192,15 @@ def live_triggers(m: Market, heap: list[int]) -> list[int]:
     return live
 
 
-def rearm(eng: OrderPath, acct: Account) -> None:
+def rearm(st: ExchangeState, acct: Account) -> None:
     """The account's buffer shrank without a trade (transfer, withdraw): arm it again at the
     next move of a market it holds (until then, the marks it was checked at are current)."""
     if acct.positions:
         acct.risk_version += 1
-        unarm(eng, acct)
+        unarm(st, acct)
 
 
-def unarm(eng: OrderPath, acct: Account) -> None:
+def unarm(st: ExchangeState, acct: Account) -> None:
     """Queue ``acct`` for an exact check and re-arming at the next move of a market it holds
     (each non-zero position in its market's ``unarmed`` list)."""
     acct.unarmed = True
@@ -227,79 +228,73 @@ def _live_queue(queue: list[Position]) -> list[Position]:
     return live
 
 
-def check_traded(eng: OrderPath, now: int, out: Deltas) -> None:
+def check_traded(st: ExchangeState, now: int, out: Deltas) -> None:
     """Accounts that traded in this command, each once in first-traded order: liquidate if
     under maintenance (exact check at the current marks). Survivors are left unarmed: their
     triggers are rebuilt once, at the next mark move, instead of after every fill. A
     liquidation's counterparties join the queue (again, if already checked: a queued one is
     checked after the liquidation anyway); it ends because every liquidation leaves its
-    account without positions. The queue is a chain through the accounts (``_note_traded``),
-    not a list built, deduplicated and dropped per trading command."""
-    epoch = eng._epoch
-    acct = eng._traded_head
+    account without positions. The queue is a chain through the accounts
+    (``ExchangeState.note_traded``), not a list built, deduplicated and dropped per command."""
+    epoch = st.epoch
+    acct = st.pop_traded()
     while acct is not None:
-        nxt = acct.next_traded
-        eng._traded_head = nxt
-        if nxt is None:
-            eng._traded_tail = None
-        acct.next_traded = None
-        acct.traded = False
         if acct.c_epoch != epoch:
-            eng._refresh(acct)
+            refresh(st, acct)
         if product(acct.collateral + acct.c_upnl, BPS) < acct.c_mm:
-            liquidate(eng, acct, now, out)
+            liquidate(st, acct, now, out)
         elif not acct.unarmed:
             # Its old triggers no longer bound its risk.
             acct.risk_version += 1
-            unarm(eng, acct)
-        acct = eng._traded_head
+            unarm(st, acct)
+        acct = st.pop_traded()
 
 
-def liquidate(eng: OrderPath, acct: Account, now: int, out: Deltas) -> None:
+def liquidate(st: ExchangeState, acct: Account, now: int, out: Deltas) -> None:
     """Close ``acct`` entirely (see the module docstring); its counterparties are checked next."""
     acct.risk_version += 1
     for o in acct.resting_orders():
-        eng._remove_resting(o, CANCELED_LIQUIDATION, out)
+        remove_resting(st, o, CANCELED_LIQUIDATION, out)
     for mi in sorted(acct.positions):
         pos = acct.positions[mi]
         if pos.size == 0:
             continue
         m = pos.market
         if m.next_expiry < now:
-            eng._expire(m, now, out)
+            expire(st, m, now, out)
         start = pos.size
         is_ask = 1 if start > 0 else 0
         band = m.mark * m.max_price_deviation // BPS
         bound = max(1, m.mark - band) if is_ask else min(MAX_PRICE, m.mark + band)
-        fund_before = eng.insurance_fund
-        oi = eng._next_order_index
-        eng._next_order_index = oi + 1
-        pr = eng._next_priority
-        eng._next_priority = pr + 1
+        fund_before = st.insurance_fund
+        oi = st.next_order_index
+        st.next_order_index = oi + 1
+        pr = st.next_priority
+        st.next_priority = pr + 1
         o = Order(oi, acct, 0, m, is_ask, bound, abs(start), now, MARKET, IOC, 1, pr)
-        eng._liquidation_quote = 0  # price * size of its fills (``_match``)
-        eng._match_and_finish(m, o, acct, pos, now, out, True)
+        st.liquidation_quote = 0  # price * size of its fills (``_match``)
+        match_and_finish(st, m, o, acct, pos, now, out, True)
         closed = start - pos.size
         if closed:
-            quote = eng._liquidation_quote
-            fee = eng.insurance_fund - fund_before
+            quote = st.liquidation_quote
+            fee = st.insurance_fund - fund_before
             out.event(PositionLiquidated(acct.index, m.index, closed, quote // abs(closed), fee))
         if pos.size:
-            deleverage(eng, acct, pos, out)
+            deleverage(st, acct, pos, out)
     if acct.collateral < 0:
-        eng.insurance_fund += acct.collateral
+        st.insurance_fund += acct.collateral
         acct.collateral = 0
-        eng._exchange_dirty = True
-        eng._mark_account(acct)
+        st.mark_exchange()
+        st.mark_account(acct)
 
 
-def deleverage(eng: OrderPath, acct: Account, pos: Position, out: Deltas) -> None:
+def deleverage(st: ExchangeState, acct: Account, pos: Position, out: Deltas) -> None:
     """Offset what is left of ``pos`` against the most profitable opposite positions at the
     account's bankruptcy price (no fees)."""
     m = pos.market
     s = pos.size
     mult = m.mult
-    equity, _ = eng._equity_mmr(acct)
+    equity, _ = equity_mmr(st, acct)
     # Price at which closing s lots at that price leaves equity at zero (rounded so the
     # account, not the insurance fund, keeps the rounding residue).
     num = s * m.mark_q - equity
@@ -308,9 +303,8 @@ def deleverage(eng: OrderPath, acct: Account, pos: Position, out: Deltas) -> Non
     bp = min(MAX_PRICE, max(1, bp))
     mq = m.mark_q
     # The opposite positions, most profitable first (ties: the lower account index), as a heap
-    # of one int each, ``(-upnl << ACCOUNT_BITS) + account``, popped only as far as needed:
-    # sorting every opposite holder with a key function and a tuple each cost ~5 million
-    # instructions a deleverage against a bench-stream market's thousands of holders.
+    # of one int each, ``(-upnl << ACCOUNT_BITS) + account``, popped only as far as needed (not
+    # every opposite holder sorted with a key function and a tuple each).
     holders = m.holders
     ranked: list[int] = []
     is_long = s > 0
@@ -324,10 +318,10 @@ def deleverage(eng: OrderPath, acct: Account, pos: Position, out: Deltas) -> Non
         cp = holders[heappop(ranked) & ACCOUNT_MASK]
         q = min(abs(pos.size), abs(cp.size))
         d = q if s < 0 else -q
-        acct.collateral += eng._apply_fill(pos, d, pq)
-        cp.account.collateral += eng._apply_fill(cp, -d, pq)
-        eng._mark_account(acct)
-        eng._mark_account(cp.account)
+        acct.collateral += apply_fill(st, pos, d, pq)
+        cp.account.collateral += apply_fill(st, cp, -d, pq)
+        st.mark_account(acct)
+        st.mark_account(cp.account)
         out.event(PositionDeleveraged(acct.index, cp.account.index, m.index, -d, bp))
-        eng._note_traded(cp.account)
-    eng._mark_market(m)
+        st.note_traded(cp.account)
+    st.mark_market(m)

@@ -1,9 +1,9 @@
 """Markets: CreateMarket, UpdateMarket, SetMarkPrice, ApplyFunding (operator commands; cold paths).
 
-Functions over the engine (``OrderPath``), one per command, plus the market-parameter helpers the
+Functions over the ``ExchangeState``, one per command, plus the market-parameter helpers the
 snapshot code shares (:func:`valid_params`, :func:`set_params`, :func:`market_fields`).
 
-- A mark move or a parameter change bumps the engine's ``_epoch`` (every cached account risk sum
+- A mark move or a parameter change bumps ``ExchangeState.epoch`` (every cached account risk sum
   is stale) and runs the liquidation checks for that market (``_liquidation``).
 - Funding: ``size * mark * mult * rate / 1e8`` per holder, in account order; payers round up,
   receivers down; the residue goes to the insurance fund; a payer is checked for maintenance
@@ -24,8 +24,18 @@ from raydex.codecs import ApplyFunding, CreateMarket, MarketChanged, SetMarkPric
 from ._deltas import Deltas
 from ._liquidation import check_accounts, liquidate_crossed, liquidate_holders
 from ._model import Market
-from ._orders import OrderPath
-from ._state import BPS, FUNDING_SCALE, MAX_48, MAX_I63, MAX_MARKET_INDEX, PPM, _new, is_int
+from ._orders import expire
+from ._state import (
+    BPS,
+    FUNDING_SCALE,
+    MAX_48,
+    MAX_I63,
+    MAX_MARKET_INDEX,
+    PPM,
+    ExchangeState,
+    is_int,
+    new_tuple,
+)
 from .codes import (
     INVALID_MARKET_PARAMS,
     INVALID_PARAM,
@@ -37,11 +47,11 @@ from .codes import (
 from .rules import MAX_PRICE, USDC_DECIMALS, product
 
 
-def create_market(eng: OrderPath, c: CreateMarket, now: int, out: Deltas) -> int:
+def create_market(st: ExchangeState, c: CreateMarket, now: int, out: Deltas) -> int:
     mi = c.market_index
     if not is_int(mi) or not 0 <= mi <= MAX_MARKET_INDEX:
         return INVALID_MARKET_PARAMS
-    if mi in eng._markets:
+    if mi in st.markets:
         return MARKET_EXISTS
     pd, sd, sym = c.price_decimals, c.size_decimals, c.symbol
     if not (is_int(pd) and is_int(sd) and pd >= 0 and sd >= 0 and pd + sd <= USDC_DECIMALS):
@@ -55,44 +65,44 @@ def create_market(eng: OrderPath, c: CreateMarket, now: int, out: Deltas) -> int
     m = Market(int(mi), sym, int(pd), int(sd))
     set_params(m, c[4:14], c.status)
     m.set_mark(int(c.mark_price))
-    eng._add_market(m)
-    out.event(_new(MarketChanged, market_fields(m)))
-    eng._mark_market(m)
+    st.add_market(m)
+    out.event(new_tuple(MarketChanged, market_fields(m)))
+    st.mark_market(m)
     return OK
 
 
-def update_market(eng: OrderPath, c: UpdateMarket, now: int, out: Deltas) -> int:
-    m = eng._markets.get(c.market_index)
+def update_market(st: ExchangeState, c: UpdateMarket, now: int, out: Deltas) -> int:
+    m = st.markets.get(c.market_index)
     if m is None:
         return MARKET_NOT_FOUND
     if not valid_params(c[1:11], c.status):
         return INVALID_MARKET_PARAMS
     set_params(m, c[1:11], c.status)
-    eng._epoch += 1
-    out.event(_new(MarketChanged, market_fields(m)))
-    liquidate_holders(eng, m, now, out)
+    st.epoch += 1
+    out.event(new_tuple(MarketChanged, market_fields(m)))
+    liquidate_holders(st, m, now, out)
     return OK
 
 
-def set_mark_price(eng: OrderPath, c: SetMarkPrice, now: int, out: Deltas) -> int:
+def set_mark_price(st: ExchangeState, c: SetMarkPrice, now: int, out: Deltas) -> int:
     mi, price = c
-    m = eng._markets.get(mi)
+    m = st.markets.get(mi)
     if m is None:
         return MARKET_NOT_FOUND
     if not is_int(price) or not 1 <= price <= MAX_PRICE:
         return INVALID_PRICE
     if m.next_expiry < now:
-        eng._expire(m, now, out)
+        expire(st, m, now, out)
     m.set_mark(int(price))
-    eng._epoch += 1
-    eng._mark_market(m)
-    liquidate_crossed(eng, m, now, out)
+    st.epoch += 1
+    st.mark_market(m)
+    liquidate_crossed(st, m, now, out)
     return OK
 
 
-def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: Deltas) -> int:
+def apply_funding(st: ExchangeState, c: ApplyFunding, now: int, out: Deltas) -> int:
     mi, rate = c
-    m = eng._markets.get(mi)
+    m = st.markets.get(mi)
     if m is None:
         return MARKET_NOT_FOUND
     if not is_int(rate) or not -(2**31) <= rate < 2**31:
@@ -122,14 +132,14 @@ def apply_funding(eng: OrderPath, c: ApplyFunding, now: int, out: Deltas) -> int
         pos.funding_paid += amount
         acct.collateral -= amount
         if not pos.dirty:
-            eng._mark_position(pos)
+            st.mark_position(pos)
         if not acct.dirty:
-            eng._mark_account(acct)
-    eng.insurance_fund += paid - received
-    eng._exchange_dirty = True
+            st.mark_account(acct)
+    st.insurance_fund += paid - received
+    st.mark_exchange()
     # Only payers lost buffer (receivers' triggers stay conservative), and only those whose
     # payment did not fit in their reserve need the exact check.
-    check_accounts(eng, payers, now, out)
+    check_accounts(st, payers, now, out)
     return OK
 
 

@@ -1,5 +1,5 @@
 """Mutable engine state: ``__slots__`` objects for orders, levels, book sides, markets, positions,
-API keys and accounts.
+API keys, accounts and funding clocks.
 
 Invariants kept by the engine (checked by ``validate_internal_state``):
 
@@ -24,13 +24,14 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
   beyond which it *may* be under maintenance (see ``_liquidation.arm``), so a mark move checks
   only the accounts whose trigger it crossed.
 - ``dirty`` flags mark objects already queued for this command's events (chained through their
-  ``next_dirty``, in the order first touched); the engine clears both when it emits the events at
-  the end of the command.
+  ``next_dirty``, in the order first touched); ``ExchangeState.flush`` clears both when it emits
+  the events at the end of the command.
 """
 
 from __future__ import annotations
 
 import heapq
+from heapq import nlargest, nsmallest
 from typing import Any, Final
 
 from .rules import notional_multiplier
@@ -110,13 +111,13 @@ class Account:
         #: the order path's lookups (:meth:`position_in`) and the walks over all of them (the
         #: risk sums, arming): an account holds a few, and each step reads the position itself,
         #: where a dict lookup or a list's items first read the dict's or the list's own
-        #: memory (two more cache misses on an account the command has just touched: the
-        #: bench stream's 10,000 accounts are read at random). Changed only with ``positions``
+        #: memory (two more cache misses on an account the command has just touched: accounts
+        #: are read at random). Changed only with ``positions``
         #: (:meth:`add_position` / :meth:`drop_position`).
         self.first_pos: Position | None = None
         self.keys: dict[int, ApiKey] = {}
         #: The same keys by position (None: no key), for the gate every user tx passes: a list
-        #: read where a dict lookup cost ~50 instructions more. As long as the highest key
+        #: read, cheaper than a dict lookup. As long as the highest key
         #: index in use (at most 255). Changed only with ``keys`` (:meth:`add_key`).
         self.key_slots: list[ApiKey | None] = []
         #: The key the account's last user tx was signed with (``hot_ki``: its index; -1 for
@@ -131,9 +132,8 @@ class Account:
         #: The account's L1 (Ethereum) address, 20 bytes; b"" for an account made without one.
         self.l1_address = b""
         #: Resting orders: a doubly linked list through ``Order.acct_prev`` / ``acct_next`` (most
-        #: recently rested first; :meth:`resting_orders` sorts them), not a dict: a dict insert
-        #: and delete per order, with the resizes small dicts go through under that churn, cost
-        #: ~2.5% of the engine's instructions on the bench stream.
+        #: recently rested first; :meth:`resting_orders` sorts them), not a dict: that would be
+        #: an insert and a delete per order, with the resizes small dicts go through under churn.
         self.first_order: Order | None = None
         self.order_count = 0
         #: Resting orders by client order index (non-zero only), kept only while the account
@@ -154,7 +154,7 @@ class Account:
         #: Its triggers are out of date: checked exactly at the next move of a market it holds
         #: (its non-zero positions are ``queued`` there; ``_liquidation.unarm``).
         self.unarmed = False
-        #: Cached risk sums (see ``Engine._refresh``), valid while ``c_epoch == engine epoch``.
+        #: Cached risk sums (``_orders.refresh``), valid while ``c_epoch == ExchangeState.epoch``.
         self.c_epoch = -1
         self.c_upnl = 0
         self.c_mm = 0
@@ -273,9 +273,8 @@ class Account:
     def find_client_order(self, client_index: int) -> Order | None:
         """The resting order with this (non-zero) client order index, if any.
         Up to ``COI_SCAN`` orders, a scan of the account's list (a few native compares) beats a
-        dict kept per account, whose insert, delete and lookup (with the resizes small dicts
-        go through under churn, and an int object per key) were ~7% of the engine's
-        instructions on the bench stream (callgrind); past it, the dict (O(1) for a market
+        dict kept per account (an insert, a delete and a lookup, with the resizes small dicts go
+        through under churn, and an int object per key); past it, the dict (O(1) for a market
         maker)."""
         coi = self.coi
         if coi is not None:
@@ -402,8 +401,8 @@ class Order:
         self.next: Order | None = None
         self.level: Level | None = None
         #: Its account's position in its market, set when it rests (a resting order's position
-        #: is never replaced: the lookup ``account.positions[market]`` it saves was ~130
-        #: instructions per fill, cancel and modify).
+        #: is never replaced): no lookup ``account.positions[market]`` per fill, cancel and
+        #: modify.
         self.position: Position | None = None
         #: the account's resting-order list (``Account.first_order``)
         self.acct_prev: Order | None = None
@@ -510,6 +509,12 @@ class Side:
         """Prices best first (O(n log n); for snapshots and queries, not the hot path)."""
         return sorted(self.levels, reverse=not self.is_ask)
 
+    def best_levels(self, depth: int) -> list[tuple[int, int]]:
+        """Up to ``depth`` levels, best first: ``[(price, size), ...]`` (O(n log depth))."""
+        levels = self.levels
+        pick = nsmallest if self.is_ask else nlargest
+        return [(p, levels[p].size) for p in pick(depth, levels)]
+
 
 class Market:
     __slots__ = (
@@ -587,8 +592,8 @@ class Market:
         self.new_holders: list[Position] = []
         #: Positions of unarmed accounts (``Position.queued``) to check exactly and re-arm at this
         #: market's next mark move; entries no longer queued are stale and skipped. Flags and a
-        #: list, not a dict per market and one for the engine: two dict inserts per unarmed
-        #: trader cost ~3% of the engine's instructions on the bench stream.
+        #: list, not a dict per market and one for the engine (two dict inserts per unarmed
+        #: trader).
         self.unarmed: list[Position] = []
         #: Liquidation index: heaps of ``(price << SLOT_BITS) + slot`` (``_liquidation.arm``),
         #: price -trigger for longs (check when mark <= trigger) and trigger for shorts (check
@@ -613,7 +618,7 @@ class Market:
         self.queue_head = 0
         self.expiries: list[int] = []
         self.next_expiry = NO_EXPIRY
-        #: Drop their stale entries (``_compact_expiries``) past this many entries.
+        #: Drop their stale entries (``_orders._compact_expiries``) past this many entries.
         self.compact_at = 1024
         self.dirty = False
         self.next_dirty: Market | None = None
@@ -632,9 +637,8 @@ class Market:
 
     def holders_by_account(self) -> list[Position]:
         """The holders (non-zero positions) by account index: the last order merged with the
-        positions that went non-zero since, sorted. Sorting every holder each time cost a
-        funding settlement ~40% of its instructions on the bench stream; this merge is
-        O(holders + k log k) for k new ones."""
+        positions that went non-zero since, sorted: O(holders + k log k) for k new ones, where
+        sorting every holder each time would be O(holders log holders)."""
         old = self.holder_order
         new = self.new_holders
         if new:
@@ -663,3 +667,18 @@ class Market:
 
 def _account_index(p: Position) -> int:
     return p.account.index
+
+
+class FundingClock:
+    """One market's funding clock (``_funding``): the hour being sampled (-1: none yet), the last
+    minute sampled, the samples and their premium sum, and the last settlement's rate and time."""
+
+    __slots__ = ("hour", "last_funding_ms", "last_minute", "last_rate", "premium_sum", "samples")
+
+    def __init__(self) -> None:
+        self.hour = -1
+        self.last_minute = -1
+        self.samples = 0
+        self.premium_sum = 0
+        self.last_rate = 0
+        self.last_funding_ms = 0

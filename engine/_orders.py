@@ -1,17 +1,21 @@
-"""The hot order path, ``OrderPath``: gates -> checks -> matching -> fills -> positions, margin.
+"""The hot order path: gates -> checks -> matching -> fills -> positions, margin; functions over
+the ``ExchangeState`` (``_state``).
 
 ~95% of commands are CreateOrder / CancelOrder / ModifyOrder; their whole life is in this module:
 
-- gates (:meth:`OrderPath._gate`, which also hands the order handlers the account): account,
-  API key, nonce, tx deadline; passing them consumes the nonce (``NonceUpdated``);
-- :meth:`OrderPath._place`: field and market checks (the pure ones from ``rules``), reduce-only
-  and the pre-trade initial-margin check, then match or rest;
-- :meth:`OrderPath._match`: price-time matching at the makers' prices, self-trade prevention
-  (ExpireMaker), reduce-only clipping, fees; :meth:`OrderPath._apply_fill` moves positions and
-  realized PnL; :meth:`OrderPath._open` keeps the resting-order lots behind the worst case;
-- the account risk cache (:meth:`OrderPath._refresh`): ``c_upnl``, ``c_mm``, ``c_im`` per
-  account, updated in O(1) by fills and order changes, recomputed in O(markets held) after a
-  mark move (``_epoch``).
+- gates (:func:`auth`; ``_gate`` also hands the order handlers the account): account, API key,
+  nonce, tx deadline; passing them consumes the nonce (``NonceUpdated``);
+- ``_place``: field and market checks (the pure ones from ``rules``), reduce-only and the
+  pre-trade initial-margin check, then match or rest (:func:`rest`);
+- ``_match`` (through :func:`match_and_finish`): price-time matching at the makers' prices,
+  self-trade prevention (ExpireMaker), reduce-only clipping, fees; :func:`apply_fill` moves
+  positions and realized PnL; ``_open`` keeps the resting-order lots behind the worst case;
+  :func:`remove_resting` takes an order off the book, :func:`expire` the expired ones;
+- the account risk cache (:func:`refresh`, :func:`equity_imr`, :func:`equity_mmr`): ``c_upnl``,
+  ``c_mm``, ``c_im`` per account, updated in O(1) by fills and order changes, recomputed in
+  O(markets held) after a mark move (``ExchangeState.epoch``).
+
+The cold parts (``_liquidation``, ``_accounts``, ``_markets``, ``_snapshot``) build on these.
 
 Cost: a resting order is O(1) plus one heap push for a new level (its expiry is a list append,
 ``Market.expiry_queue``); a fill is O(1); a margin check is O(1) unless the marks moved since the
@@ -20,7 +24,7 @@ operands are in ``[0, 2**30)``; otherwise it boxes both and calls ``PyNumber_Mul
 margin and fee products go through ``rules.product`` (an i64 multiply within its bounds). An
 ``int`` used as a dict key or an event field is boxed anew at each use, so the ids the hot path
 passes along are kept boxed once (``Account.ref``, ``Order.ref``, ``Level.key``).
-Hot methods keep locals and inline their helpers (Side.append, Side.unlink, _open) on purpose.
+Hot functions keep locals and inline their helpers (Side.append, Side.unlink, _open) on purpose.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from ._state import (
     MAX_I63,
     MAX_OPEN_ORDERS_PER_ACCOUNT,
     MAX_SHORT,
-    EngineState,
+    ExchangeState,
 )
 from .codes import (
     ACCOUNT_NOT_FOUND,
@@ -123,691 +127,712 @@ ModifyOrderT = tuple[Any, Any, int, Any, int, int, int, int, Any, object]
 CancelAllOrdersT = tuple[int, int, int, int, int, int, object]
 
 
-class OrderPath(EngineState):
-    """The order commands and everything a fill touches. See the module docstring."""
+# ---- gates --------------------------------------------------------------------------------------
 
-    # ---- gates ----------------------------------------------------------------------------------
 
-    def _auth(self, ai: int, ki: int, nonce: int, expired_at: int, now: int, out: Deltas) -> int:
-        """The four gates of a user tx (see ``_engine``); 0 when passed."""
-        return self._gate(ai, ki, nonce, expired_at, now, out)[0]
+def auth(
+    st: ExchangeState, ai: int, ki: int, nonce: int, expired_at: int, now: int, out: Deltas
+) -> int:
+    """The four gates of a user tx (see ``_engine``); 0 when passed."""
+    return _gate(st, ai, ki, nonce, expired_at, now, out)[0]
 
-    def _gate(
-        self, ai: Any, ki: Any, nonce_obj: Any, expired_at: int, now: int, out: Deltas
-    ) -> tuple[int, Account | None]:
-        """:meth:`_auth` that also returns the account when passed (``(0, account)``), so the
-        order handlers look it up once (``(code, None)`` when refused). ``ai``, ``ki`` and
-        ``nonce_obj`` are int objects: the order commands pass their own (see ``CreateOrderT``)."""
-        i: int = ai
-        slots = self._account_slots
-        acct = slots[i] if 0 <= i < len(slots) else self._accounts.get(ai)
-        if acct is None:
-            return ACCOUNT_NOT_FOUND, None
-        k: int = ki
-        if (k != acct.hot_ki or k < 0) and not acct.heat(k):
-            return API_KEY_NOT_FOUND, None
-        last = acct.hot_nonce  # (the key's, kept on the account: ``Account.heat``)
-        nonce: int = nonce_obj
-        if nonce != last + 1:
-            nonce = accepted_nonce(last, nonce)  # SkipNonce (rules); -1: refused
-            if nonce < 0:
-                return INVALID_NONCE, None
-            nonce_obj = nonce
-        if not expired_at >= now:
-            return TX_EXPIRED, None
-        acct.hot_nonce = nonce
-        out.nonce_updated(acct.index, ki, nonce)
-        return 0, acct
 
-    # ---- orders ---------------------------------------------------------------------------------
+def _gate(
+    st: ExchangeState, ai: Any, ki: Any, nonce_obj: Any, expired_at: int, now: int, out: Deltas
+) -> tuple[int, Account | None]:
+    """:func:`auth` that also returns the account when passed (``(0, account)``), so the
+    order handlers look it up once (``(code, None)`` when refused). ``ai``, ``ki`` and
+    ``nonce_obj`` are int objects: the order commands pass their own (see ``CreateOrderT``)."""
+    i: int = ai
+    slots = st.account_slots
+    acct = slots[i] if 0 <= i < len(slots) else st.accounts.get(ai)
+    if acct is None:
+        return ACCOUNT_NOT_FOUND, None
+    k: int = ki
+    if (k != acct.hot_ki or k < 0) and not acct.heat(k):
+        return API_KEY_NOT_FOUND, None
+    last = acct.hot_nonce  # (the key's, kept on the account: ``Account.heat``)
+    nonce: int = nonce_obj
+    if nonce != last + 1:
+        nonce = accepted_nonce(last, nonce)  # SkipNonce (rules); -1: refused
+        if nonce < 0:
+            return INVALID_NONCE, None
+        nonce_obj = nonce
+    if not expired_at >= now:
+        return TX_EXPIRED, None
+    acct.hot_nonce = nonce
+    out.nonce_updated(acct.index, ki, nonce)
+    return 0, acct
 
-    def _create_order(self, c: CreateOrder, now: int, out: Deltas) -> int:
-        t: CreateOrderT = c
-        ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = t
-        code, acct = self._gate(ai, ki, nonce, exp_at, now, out)
-        if acct is None:
-            return code
-        return self._place(
-            acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out, False
-        )
 
-    def _place(
-        self,
-        acct: Account,
-        mi: int,
-        coi: int,
-        size: int,
-        price: int,
-        is_ask: int,
-        otype: int,
-        tif: int,
-        ro: int,
-        oexp: int,
-        now: int,
-        out: Deltas,
-        internal: bool,
-    ) -> int:
-        """Validate and execute one order of ``acct`` (``internal``: the engine's own). The order
-        it creates, accepted or not, is ``last_order_index``."""
-        m = self._market(mi)
-        if m is None:
-            return MARKET_NOT_FOUND
-        if m.next_expiry < now:
-            self._expire(m, now, out)
-        if m.status != 1 and not internal:
-            return MARKET_NOT_ACTIVE
-        if not 1 <= price <= MAX_PRICE:
-            return INVALID_PRICE
-        if not 1 <= size <= MAX_48:
-            return INVALID_SIZE
-        if is_ask != 0 and is_ask != 1:
-            return INVALID_PARAM
-        if ro != 0 and ro != 1:
-            return INVALID_PARAM
-        code = order_kind_code(otype, tif)
-        if code:
-            return code
-        if coi:
-            if not 0 < coi <= MAX_48:
-                return INVALID_CLIENT_ORDER_INDEX
-            if acct.find_client_order(coi) is not None:
-                return CLIENT_ORDER_INDEX_EXISTS
-        if oexp == 0 or oexp == -1:
-            expiry = now + DEFAULT_ORDER_LIFETIME_MS
-        elif oexp < now or (oexp > MAX_SHORT and oexp > MAX_I63):
-            return INVALID_EXPIRY
-        else:
-            expiry = oexp
-        is_ask = 1 if is_ask else 0
-        ro = 1 if ro else 0
-        if not internal:
-            code = order_amount_code(
-                size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
-            )
-            if code:
-                return code
-            if acct.order_count >= MAX_OPEN_ORDERS_PER_ACCOUNT:
-                return TOO_MANY_ORDERS
-        pos = acct.position_in(m)
-        new_pos = pos is None
-        if pos is None:
-            # stored only once the order is accepted: a rejected tx leaves no trace in the state
-            # (every state change is visible in the events, so followers rebuild it from them)
-            pos = Position(acct, m, m.default_imf)
-        opp = m.bids if is_ask else m.asks
-        best = opp.best
-        if ro:
-            if reduce_only_increases(pos.size, is_ask):
-                return REDUCE_ONLY_INCREASES_POSITION
-        elif not internal:
-            # Does the order raise the worst-case exposure?
-            s = pos.size
-            bo = pos.bid_open
-            ao = pos.ask_open
-            before = exposure(s, bo, ao)
-            after = exposure(s, bo, ao + size) if is_ask else exposure(s, bo + size, ao)
-            if after > before:
-                est = best if otype == MARKET and best else price
-                if not self._margin_after(acct, m, pos, is_ask, size, est, after - before):
-                    return NOT_ENOUGH_MARGIN
-        if new_pos:
-            acct.add_position(pos)
-        oi = self._next_order_index
-        self._next_order_index = oi + 1
-        self.last_order_index = oi
-        pr = self._next_priority
-        self._next_priority = pr + 1
-        o = Order(oi, acct, coi, m, is_ask, price, size, expiry, otype, tif, ro, pr)
-        if best and (best >= price if is_ask else best <= price):
-            if tif == POST_ONLY:
-                out.order_updated(o, CANCELED_POST_ONLY)
-                return POST_ONLY_WOULD_CROSS
-            self._match_and_finish(m, o, acct, pos, now, out, internal)
-            return OK
-        if tif == IOC:
-            if otype == MARKET:
-                status = CANCELED_TOO_MUCH_SLIPPAGE if best else CANCELED_NOT_ENOUGH_LIQUIDITY
-            else:
-                status = CANCELED
-        else:
-            self._rest(m, o, acct, pos)
-            status = ACTIVE_LIMIT
-        out.order_updated(o, status)
-        return OK
+# ---- orders -------------------------------------------------------------------------------------
 
-    def _match_and_finish(
-        self,
-        m: Market,
-        o: Order,
-        acct: Account,
-        pos: Position,
-        now: int,
-        out: Deltas,
-        liquidation: bool,
-    ) -> None:
-        """Match ``o`` as taker, then rest / cancel its remainder and report its final state."""
-        is_ask = o.is_ask
-        opp = m.bids if is_ask else m.asks
-        best = opp.best
-        status = 0
-        if best and (best >= o.price if is_ask else best <= o.price):
-            status = self._match(m, o, acct, pos, opp, out, liquidation)
-        if o.remaining == 0:
-            status = FILLED
-        elif status == 0:
-            if o.tif == IOC:
-                if o.order_type == MARKET:
-                    status = (
-                        CANCELED_TOO_MUCH_SLIPPAGE if opp.best else (CANCELED_NOT_ENOUGH_LIQUIDITY)
-                    )
-                else:
-                    status = CANCELED
-            else:
-                self._rest(m, o, acct, pos)
-                status = ACTIVE_LIMIT
-        out.order_updated(o, status)
 
-    def _rest(self, m: Market, o: Order, acct: Account, pos: Position) -> None:
-        """Put ``o`` at the tail of its level and register it (Side.append and _open, inlined)."""
-        price = o.price
-        is_ask = o.is_ask
-        rem = o.remaining
-        side = m.asks if is_ask else m.bids
-        levels = side.levels
-        lvl = levels.get(price)
-        if lvl is None:
-            # Side.level_for, inlined: most resting orders open a new level here.
-            lvl = Level(m.index, is_ask, price)
-            key = lvl.key  # (the price boxed once, for the three containers)
-            levels[key] = lvl
-            in_heap = side.in_heap
-            if key not in in_heap:
-                in_heap.add(key)
-                heappush(side.heap, key if is_ask else -price)
-            best = side.best
-            if best == 0 or (price < best if is_ask else price > best):
-                side.best = price
-        tail = lvl.tail
-        o.prev = tail
-        if tail is None:
-            lvl.head = o
-        else:
-            tail.next = o
-        lvl.tail = o
-        o.level = lvl
-        lvl.size += rem
-        if not lvl.dirty:
-            self._mark_level(lvl)
-        o.position = pos
-        self._orders[o.ref] = o
-        acct.link_order(o)
-        if not o.reduce_only:
-            self._open(pos, is_ask, rem)
-        # Market.expiry_queue: appended when it keeps the queue sorted by (expiry, index), as a
-        # new order with the default lifetime does; otherwise (an explicit expiry, a snapshot
-        # load) pushed on the heap. A modified order re-entering keeps the entry it has.
-        if not o.expiry_listed:
-            o.expiry_listed = True
-            exp = o.expiry
-            queue = m.expiry_queue
-            head = m.queue_head
-            if head == len(queue):
-                if head:
-                    queue.clear()
-                    m.queue_head = 0
-                queue.append(o)
-            else:
-                last = queue[-1]
-                last_exp = last.expiry
-                if exp > last_exp or (exp == last_exp and o.index > last.index):
-                    queue.append(o)
-                else:
-                    heappush(m.expiries, (exp << EXPIRY_SHIFT) + o.index)
-            if exp < m.next_expiry:
-                m.next_expiry = exp
-            if len(queue) - m.queue_head + len(m.expiries) > m.compact_at:
-                self._compact_expiries(m)
+def create_order(st: ExchangeState, c: CreateOrder, now: int, out: Deltas) -> int:
+    t: CreateOrderT = c
+    ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = t
+    code, acct = _gate(st, ai, ki, nonce, exp_at, now, out)
+    if acct is None:
+        return code
+    return _place(st, acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out)
 
-    def _match(
-        self,
-        m: Market,
-        t: Order,
-        acct: Account,
-        pos: Position,
-        opp: Side,
-        out: Deltas,
-        liquidation: bool,
-    ) -> int:
-        """Fill taker ``t`` against ``opp`` up to its limit. Returns 0, or CANCELED_REDUCE_ONLY when
-        a reduce-only taker stopped because its position is closed."""
-        levels = opp.levels
-        is_ask = t.is_ask
-        limit = t.price
-        mi = m.index
-        mult = m.mult
-        taker_fee_ppm = m.liquidation_fee if liquidation else m.taker_fee
-        maker_fee_ppm = m.maker_fee
-        taker_fees = 0
-        maker_fees = 0
-        taker_ai = acct.index
-        taker_ro = t.reduce_only
-        if not acct.traded:
-            self._note_traded(acct)
-        last_price = 0
-        stop = 0
-        while t.remaining and not stop:
-            best = opp.best
-            if not best or (best < limit if is_ask else best > limit):
-                break
-            lvl = levels[best]
-            if not lvl.dirty:
-                self._mark_level(lvl)
-            o: Order | None = lvl.head
-            while o is not None:
-                nxt = o.next
-                macct = o.account
-                if macct is acct:
-                    self._remove_resting(o, CANCELED_SELF_TRADE, out)
-                    o = nxt
-                    continue
-                mpos = o.position
-                assert mpos is not None  # (a resting order has its position)
-                rem = t.remaining
-                q = rem if rem < o.remaining else o.remaining
-                if taker_ro:
-                    s = pos.size
-                    allowed = (s if s > 0 else 0) if is_ask else (-s if s < 0 else 0)
-                    if allowed == 0:
-                        stop = CANCELED_REDUCE_ONLY
-                        break
-                    if allowed < q:
-                        q = allowed
-                if o.reduce_only:
-                    s = mpos.size
-                    allowed = (s if s > 0 else 0) if o.is_ask else (-s if s < 0 else 0)
-                    if allowed == 0:
-                        self._remove_resting(o, CANCELED_REDUCE_ONLY, out)
-                        o = nxt
-                        continue
-                    if allowed < q:
-                        q = allowed
-                pq = best * mult
-                notional = pq * q
-                tfee = fee(notional, taker_fee_ppm)
-                mfee = fee(notional, maker_fee_ppm)
-                acct.collateral += self._apply_fill(pos, -q if is_ask else q, pq) - tfee
-                macct.collateral += self._apply_fill(mpos, q if is_ask else -q, pq) - mfee
-                taker_fees += tfee
-                maker_fees += mfee
-                t.remaining -= q
-                o.remaining -= q
-                lvl.size -= q
-                if not o.reduce_only:
-                    self._open(mpos, o.is_ask, -q)
-                if not macct.dirty:
-                    self._mark_account(macct)
-                if not macct.traded:
-                    self._note_traded(macct)
-                tid = self._next_trade_id
-                self._next_trade_id = tid + 1
-                out.trade_executed(
-                    mi, tid, best, q, taker_ai, macct.index, t.index, o.index, is_ask, tfee, mfee
-                )
-                if liquidation:
-                    self._liquidation_quote += best * q
-                last_price = best
-                if o.remaining == 0:
-                    self._remove_resting(o, FILLED, out)
-                elif o.reduce_only and mpos.size == 0:
-                    self._remove_resting(o, CANCELED_REDUCE_ONLY, out)
-                else:
-                    out.order_updated(o, ACTIVE_LIMIT)
-                if not t.remaining:
-                    break
-                o = nxt
-        if last_price:
-            m.last_trade_price = last_price
-            if not m.dirty:
-                self._mark_market(m)
-            if not acct.dirty:
-                self._mark_account(acct)
-            if liquidation:
-                self.insurance_fund += taker_fees
-                self.fee_pool += maker_fees
-            else:
-                self.fee_pool += taker_fees + maker_fees
-            self._exchange_dirty = True
-        return stop
 
-    def _apply_fill(self, pos: Position, d: int, pq: int) -> int:
-        """Add ``d`` signed lots at ``pq`` micro-USDC per lot; return the realized PnL."""
-        s = pos.size
-        m = pos.market
-        eq = pos.entry_quote
-        realized = 0
-        if s == 0 or (s > 0) == (d > 0):
-            pos.size = ns = s + d
-            # (sign kept out of the products: see the module docstring, Cost)
-            pos.entry_quote = neq = eq + d * pq if d > 0 else eq - -d * pq
-        else:
-            a_s = s if s > 0 else -s
-            a_d = d if d > 0 else -d
-            c = a_d if a_d < a_s else a_s
-            removed = product(eq, c) // a_s if eq >= 0 else -(product(-eq, c) // a_s)
-            realized = (pq * c if s > 0 else -(pq * c)) - removed
-            pos.realized_pnl += realized
-            if a_d > c:
-                ns = d + s
-                neq = ns * pq
-            else:
-                ns = s + d
-                neq = eq - removed
-            pos.size = ns
-            pos.entry_quote = neq
-        m.open_interest += (ns if ns > 0 else 0) - (s if s > 0 else 0)
-        acct = pos.account
-        if ns == 0:
-            m.holders.pop(acct.ref, None)
-            pos.queued = False
-        elif s == 0:
-            m.add_holder(pos)
-            if acct.unarmed and not pos.queued:
-                pos.queued = True
-                m.unarmed.append(pos)
-        if acct.c_epoch == self._epoch:
-            mq = m.mark_q
-            acct.c_upnl += product(d, mq) - (neq - eq)
-            g = (ns if ns > 0 else -ns) - (s if s > 0 else -s)
-            acct.c_mm += product(product(g, mq), m.maintenance_mf)
-            bo = pos.bid_open
-            ao = pos.ask_open
-            g = exposure(ns, bo, ao) - exposure(s, bo, ao)
-            acct.c_im += product(product(g, mq), pos.imf)
-        if not pos.dirty:
-            self._mark_position(pos)
-        return realized
-
-    def _open(self, pos: Position, is_ask: int, delta: int) -> None:
-        """Change the position's resting-order lots on one side (and the account's cached IMR)."""
-        bo = pos.bid_open
-        ao = pos.ask_open
-        if is_ask:
-            pos.ask_open = nao = ao + delta
-            nbo = bo
-        else:
-            pos.bid_open = nbo = bo + delta
-            nao = ao
-        acct = pos.account
-        if acct.c_epoch == self._epoch:
-            s = pos.size
-            g = exposure(s, nbo, nao) - exposure(s, bo, ao)
-            acct.c_im += product(product(g, pos.market.mark_q), pos.imf)
-
-    def _remove_resting(self, o: Order, status: int, out: Deltas) -> None:
-        """Take a resting order off the book and its account, and report it with ``status``."""
-        m = o.market
-        is_ask = o.is_ask
-        rem = o.remaining
-        lvl = (m.asks if is_ask else m.bids).unlink(o)
-        if not lvl.dirty:
-            self._mark_level(lvl)
-        acct = o.account
-        del self._orders[o.ref]
-        acct.unlink_order(o)
-        if rem and not o.reduce_only:
-            pos = o.position
-            assert pos is not None
-            self._open(pos, is_ask, -rem)
-        out.order_updated(o, status)  # (unlinking leaves ``o.remaining`` as it was)
-
-    def _expire(self, m: Market, now: int, out: Deltas) -> None:
-        """Cancel resting orders of ``m`` whose expiry is before ``now`` (CANCELED_EXPIRED), in
-        ``(expiry, index)`` order across ``Market.expiry_queue`` and ``Market.expiries``."""
-        heap = m.expiries
-        queue = m.expiry_queue
-        head = m.queue_head
-        orders = self._orders
-        while True:
-            # Both heads as heap keys, (expiry << EXPIRY_SHIFT) + index: the smaller goes first.
-            if head < len(queue):
-                o = queue[head]
-                q_key = (o.expiry << EXPIRY_SHIFT) + o.index
-            else:
-                q_key = NO_EXPIRY_KEY
-            h_key = heap[0] if heap else NO_EXPIRY_KEY
-            if (q_key if q_key < h_key else h_key) >> EXPIRY_SHIFT >= now:
-                break
-            if h_key < q_key:
-                heappop(heap)
-                o_h = orders.get(h_key & INDEX_MASK)
-                if o_h is not None and o_h.expiry == h_key >> EXPIRY_SHIFT:
-                    self._remove_resting(o_h, CANCELED_EXPIRED, out)
-            else:
-                head += 1
-                if o.level is not None:  # still resting (a filled or cancelled order is not)
-                    self._remove_resting(o, CANCELED_EXPIRED, out)
-        if head > 1024 and 2 * head > len(queue):
-            del queue[:head]
-            head = 0
-        m.queue_head = head
-        m.next_expiry = (q_key if q_key < h_key else h_key) >> EXPIRY_SHIFT
-
-    def _compact_expiries(self, m: Market) -> None:
-        """Drop the stale entries (orders no longer resting); amortised O(1) per resting order.
-        The queue is filtered, which keeps it sorted, and the heap filtered and heapified: each
-        resting order has exactly one entry (``Order.expiry_listed``), so nothing else can go.
-        (Rebuilding both from the books cost a walk of every level, a big-int key per order
-        and a sort: 2.6% of the engine's instructions on the bench stream.)"""
-        queue = m.expiry_queue
-        live_q: list[Order] = []
-        for i in range(m.queue_head, len(queue)):
-            o = queue[i]
-            if o.level is not None:
-                live_q.append(o)
-        orders = self._orders
-        live_h: list[int] = []
-        for key in m.expiries:
-            oh = orders.get(key & INDEX_MASK)
-            if oh is not None and oh.expiry == key >> EXPIRY_SHIFT:
-                live_h.append(key)
-        heapify(live_h)
-        m.expiry_queue = live_q
-        m.queue_head = 0
-        m.expiries = live_h
-        q_next = live_q[0].expiry if live_q else NO_EXPIRY
-        h_next = live_h[0] >> EXPIRY_SHIFT if live_h else NO_EXPIRY
-        m.next_expiry = q_next if q_next < h_next else h_next
-        m.compact_at = max(1024, 4 * (len(live_q) + len(live_h)))
-
-    def _find_order(self, acct: Account, mi: int, index: Any) -> Order | None:
-        """``acct``'s order in market ``mi`` by client or exchange ``index`` (an int object)."""
-        i: int = index
-        o = acct.find_client_order(i) if i < FIRST_ORDER_INDEX else self._orders.get(index)
-        if o is None or o.account is not acct or o.market.index != mi:
-            return None
-        return o
-
-    def _cancel_order(self, c: CancelOrder, now: int, out: Deltas) -> int:
-        t: CancelOrderT = c
-        ai, ki, mi, index, exp_at, nonce, _s = t
-        code, acct = self._gate(ai, ki, nonce, exp_at, now, out)
-        if acct is None:
-            return code
-        m = self._market(mi)
-        if m is None:
-            return MARKET_NOT_FOUND
-        if m.next_expiry < now:
-            self._expire(m, now, out)
-        o = self._find_order(acct, mi, index)
-        if o is None:
-            return NOT_ACTIVE_LIMIT_ORDER
-        self._remove_resting(o, CANCELED, out)
-        return OK
-
-    def _modify_order(self, c: ModifyOrder, now: int, out: Deltas) -> int:
-        t: ModifyOrderT = c
-        ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s = t
-        code, acct = self._gate(ai, ki, nonce, exp_at, now, out)
-        if acct is None:
-            return code
-        m = self._market(mi)
-        if m is None:
-            return MARKET_NOT_FOUND
-        if m.next_expiry < now:
-            self._expire(m, now, out)
-        o = self._find_order(acct, mi, index)
-        if o is None:
-            return NOT_ACTIVE_LIMIT_ORDER
-        if m.status != 1:
-            return MARKET_NOT_ACTIVE
-        if not 1 <= price <= MAX_PRICE:
-            return INVALID_PRICE
-        if not 1 <= size <= MAX_48:
-            return INVALID_SIZE
-        code = order_amount_code(
-            size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
-        )
-        if code:
-            return code
-        filled = o.initial - o.remaining
-        if size <= filled:
-            self._remove_resting(o, CANCELED, out)
-            return OK
-        new_rem = size - filled
-        pos = o.position
-        assert pos is not None
-        grow = new_rem - o.remaining
-        if price == o.price and grow <= 0:
-            if grow:
-                side = m.asks if o.is_ask else m.bids
-                lvl = side.levels[price]
-                lvl.size += grow
-                if not lvl.dirty:
-                    self._mark_level(lvl)
-                if not o.reduce_only:
-                    self._open(pos, o.is_ask, grow)
-                o.remaining = new_rem
-            o.initial = size
-            out.order_updated(o, ACTIVE_LIMIT)
-            return OK
-        is_ask = o.is_ask
-        opp = m.bids if is_ask else m.asks
-        best = opp.best
-        if (
-            grow > 0
-            and not o.reduce_only
-            and not self._order_margin_ok(acct, m, pos, is_ask, grow, price)
-        ):
-            return NOT_ENOUGH_MARGIN
-        crosses = best and (best >= price if is_ask else best <= price)
-        # Take the order out (without reporting it) and re-enter it with its new terms.
-        side = m.asks if is_ask else m.bids
-        rem = o.remaining
-        lvl = side.unlink(o)
-        if not lvl.dirty:
-            self._mark_level(lvl)
-        del self._orders[o.ref]
-        acct.unlink_order(o)
-        if not o.reduce_only:
-            self._open(pos, is_ask, -rem)
-        o.price = price
-        o.initial = size
-        o.remaining = new_rem
-        o.priority = self._next_priority
-        self._next_priority += 1
-        if crosses and o.tif == POST_ONLY:
-            out.order_updated(o, CANCELED_POST_ONLY)
-            return POST_ONLY_WOULD_CROSS
-        self._match_and_finish(m, o, acct, pos, now, out, False)
-        return OK
-
-    # ---- margin ---------------------------------------------------------------------------------
-
-    def _refresh(self, acct: Account) -> None:
-        """Recompute the account's cached risk sums (O(markets it holds)) if the marks moved since.
-
-        ``c_upnl = sum(size*mark*mult - entry_quote)``, ``c_mm = sum(|size|*mark*mult*mmf)``,
-        ``c_im = sum(worst*mark*mult*imf)`` with ``worst = max(|size+bids|, |size-asks|)``. Between
-        mark moves fills and order changes update them in O(1)."""
-        upnl = mm = im = 0
-        p = acct.first_pos
-        while p is not None:
-            s = p.size
-            bo = p.bid_open
-            ao = p.ask_open
-            if s or bo or ao:
-                m = p.market
-                mq = m.mark_q
-                if s:
-                    upnl += unrealized_pnl(s, mq, p.entry_quote)
-                    mm += maintenance_margin(s if s > 0 else -s, mq, m.maintenance_mf)
-                im += initial_margin(exposure(s, bo, ao), mq, p.imf)
-            p = p.next_pos
-        acct.c_upnl = upnl
-        acct.c_mm = mm
-        acct.c_im = im
-        acct.c_epoch = self._epoch
-
-    def _equity_imr(self, acct: Account) -> tuple[int, int]:
-        """(equity, IMR numerator in micro-USDC * bps) including resting-order exposure."""
-        if acct.c_epoch != self._epoch:
-            self._refresh(acct)
-        return acct.collateral + acct.c_upnl, acct.c_im
-
-    def _equity_mmr(self, acct: Account) -> tuple[int, int]:
-        """(equity, maintenance numerator in micro-USDC * bps); positions only."""
-        if acct.c_epoch != self._epoch:
-            self._refresh(acct)
-        return acct.collateral + acct.c_upnl, acct.c_mm
-
-    def _order_margin_ok(
-        self, acct: Account, m: Market, pos: Position, is_ask: int, q: int, est: int
-    ) -> bool:
-        """Pre-trade check for ``q`` more lots on one side (``rules.initial_margin_ok``)."""
+def _place(
+    st: ExchangeState,
+    acct: Account,
+    mi: int,
+    coi: int,
+    size: int,
+    price: int,
+    is_ask: int,
+    otype: int,
+    tif: int,
+    ro: int,
+    oexp: int,
+    now: int,
+    out: Deltas,
+) -> int:
+    """Validate and execute one order of ``acct`` (a CreateOrder past its gates). The order it
+    creates, accepted or not, is ``last_order_index``."""
+    m = st.market(mi)
+    if m is None:
+        return MARKET_NOT_FOUND
+    if m.next_expiry < now:
+        expire(st, m, now, out)
+    if m.status != 1:
+        return MARKET_NOT_ACTIVE
+    if not 1 <= price <= MAX_PRICE:
+        return INVALID_PRICE
+    if not 1 <= size <= MAX_48:
+        return INVALID_SIZE
+    if is_ask != 0 and is_ask != 1:
+        return INVALID_PARAM
+    if ro != 0 and ro != 1:
+        return INVALID_PARAM
+    code = order_kind_code(otype, tif)
+    if code:
+        return code
+    if coi:
+        if not 0 < coi <= MAX_48:
+            return INVALID_CLIENT_ORDER_INDEX
+        if acct.find_client_order(coi) is not None:
+            return CLIENT_ORDER_INDEX_EXISTS
+    if oexp == 0 or oexp == -1:
+        expiry = now + DEFAULT_ORDER_LIFETIME_MS
+    elif oexp < now or (oexp > MAX_SHORT and oexp > MAX_I63):
+        return INVALID_EXPIRY
+    else:
+        expiry = oexp
+    is_ask = 1 if is_ask else 0
+    ro = 1 if ro else 0
+    code = order_amount_code(
+        size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+    )
+    if code:
+        return code
+    if acct.order_count >= MAX_OPEN_ORDERS_PER_ACCOUNT:
+        return TOO_MANY_ORDERS
+    pos = acct.position_in(m)
+    new_pos = pos is None
+    if pos is None:
+        # stored only once the order is accepted: a rejected tx leaves no trace in the state
+        # (every state change is visible in the events, so followers rebuild it from them)
+        pos = Position(acct, m, m.default_imf)
+    opp = m.bids if is_ask else m.asks
+    best = opp.best
+    if ro:
+        if reduce_only_increases(pos.size, is_ask):
+            return REDUCE_ONLY_INCREASES_POSITION
+    else:
+        # Does the order raise the worst-case exposure?
         s = pos.size
         bo = pos.bid_open
         ao = pos.ask_open
         before = exposure(s, bo, ao)
-        after = exposure(s, bo, ao + q) if is_ask else exposure(s, bo + q, ao)
-        if after <= before:
-            return True
-        return self._margin_after(acct, m, pos, is_ask, q, est, after - before)
+        after = exposure(s, bo, ao + size) if is_ask else exposure(s, bo + size, ao)
+        if after > before:
+            est = best if otype == MARKET and best else price
+            if not _margin_after(st, acct, m, pos, is_ask, size, est, after - before):
+                return NOT_ENOUGH_MARGIN
+    if new_pos:
+        acct.add_position(pos)
+    oi = st.next_order_index
+    st.next_order_index = oi + 1
+    st.last_order_index = oi
+    pr = st.next_priority
+    st.next_priority = pr + 1
+    o = Order(oi, acct, coi, m, is_ask, price, size, expiry, otype, tif, ro, pr)
+    if best and (best >= price if is_ask else best <= price):
+        if tif == POST_ONLY:
+            out.order_updated(o, CANCELED_POST_ONLY)
+            return POST_ONLY_WOULD_CROSS
+        match_and_finish(st, m, o, acct, pos, now, out, False)
+        return OK
+    if tif == IOC:
+        if otype == MARKET:
+            status = CANCELED_TOO_MUCH_SLIPPAGE if best else CANCELED_NOT_ENOUGH_LIQUIDITY
+        else:
+            status = CANCELED
+    else:
+        rest(st, m, o, acct, pos)
+        status = ACTIVE_LIMIT
+    out.order_updated(o, status)
+    return OK
 
-    def _margin_after(
-        self, acct: Account, m: Market, pos: Position, is_ask: int, q: int, est: int, grow: int
-    ) -> bool:
-        """``equity - adverse - fee >= IMR + grow lots`` (``grow``: rise of the worst case)."""
-        if acct.c_epoch != self._epoch:
-            self._refresh(acct)
-        return initial_margin_ok(
-            acct.collateral + acct.c_upnl,
-            acct.c_im,
-            m.mark,
-            m.mult,
-            pos.imf,
-            m.taker_fee,
-            is_ask,
-            q,
-            est,
-            grow,
-        )
 
-    def _imr_ok(self, acct: Account, extra_debit: int = 0) -> bool:
-        equity, num = self._equity_imr(acct)
-        return (equity - extra_debit) * BPS >= num
+def match_and_finish(
+    st: ExchangeState,
+    m: Market,
+    o: Order,
+    acct: Account,
+    pos: Position,
+    now: int,
+    out: Deltas,
+    liquidation: bool,
+) -> None:
+    """Match ``o`` as taker, then rest / cancel its remainder and report its final state."""
+    is_ask = o.is_ask
+    opp = m.bids if is_ask else m.asks
+    best = opp.best
+    status = 0
+    if best and (best >= o.price if is_ask else best <= o.price):
+        status = _match(st, m, o, acct, pos, opp, out, liquidation)
+    if o.remaining == 0:
+        status = FILLED
+    elif status == 0:
+        if o.tif == IOC:
+            if o.order_type == MARKET:
+                status = CANCELED_TOO_MUCH_SLIPPAGE if opp.best else (CANCELED_NOT_ENOUGH_LIQUIDITY)
+            else:
+                status = CANCELED
+        else:
+            rest(st, m, o, acct, pos)
+            status = ACTIVE_LIMIT
+    out.order_updated(o, status)
 
 
-def cancel_all(eng: OrderPath, c: CancelAllOrders, now: int, out: Deltas) -> int:
+def rest(st: ExchangeState, m: Market, o: Order, acct: Account, pos: Position) -> None:
+    """Put ``o`` at the tail of its level and register it (Side.append and _open, inlined)."""
+    price = o.price
+    is_ask = o.is_ask
+    rem = o.remaining
+    side = m.asks if is_ask else m.bids
+    levels = side.levels
+    lvl = levels.get(price)
+    if lvl is None:
+        # Side.level_for, inlined: most resting orders open a new level here.
+        lvl = Level(m.index, is_ask, price)
+        key = lvl.key  # (the price boxed once, for the three containers)
+        levels[key] = lvl
+        in_heap = side.in_heap
+        if key not in in_heap:
+            in_heap.add(key)
+            heappush(side.heap, key if is_ask else -price)
+        best = side.best
+        if best == 0 or (price < best if is_ask else price > best):
+            side.best = price
+    tail = lvl.tail
+    o.prev = tail
+    if tail is None:
+        lvl.head = o
+    else:
+        tail.next = o
+    lvl.tail = o
+    o.level = lvl
+    lvl.size += rem
+    if not lvl.dirty:
+        st.mark_level(lvl)
+    o.position = pos
+    st.orders[o.ref] = o
+    acct.link_order(o)
+    if not o.reduce_only:
+        _open(st, pos, is_ask, rem)
+    # Market.expiry_queue: appended when it keeps the queue sorted by (expiry, index), as a
+    # new order with the default lifetime does; otherwise (an explicit expiry, a snapshot
+    # load) pushed on the heap. A modified order re-entering keeps the entry it has.
+    if not o.expiry_listed:
+        o.expiry_listed = True
+        exp = o.expiry
+        queue = m.expiry_queue
+        head = m.queue_head
+        if head == len(queue):
+            if head:
+                queue.clear()
+                m.queue_head = 0
+            queue.append(o)
+        else:
+            last = queue[-1]
+            last_exp = last.expiry
+            if exp > last_exp or (exp == last_exp and o.index > last.index):
+                queue.append(o)
+            else:
+                heappush(m.expiries, (exp << EXPIRY_SHIFT) + o.index)
+        if exp < m.next_expiry:
+            m.next_expiry = exp
+        if len(queue) - m.queue_head + len(m.expiries) > m.compact_at:
+            _compact_expiries(st, m)
+
+
+def _match(
+    st: ExchangeState,
+    m: Market,
+    t: Order,
+    acct: Account,
+    pos: Position,
+    opp: Side,
+    out: Deltas,
+    liquidation: bool,
+) -> int:
+    """Fill taker ``t`` against ``opp`` up to its limit. Returns 0, or CANCELED_REDUCE_ONLY when
+    a reduce-only taker stopped because its position is closed."""
+    levels = opp.levels
+    is_ask = t.is_ask
+    limit = t.price
+    mi = m.index
+    mult = m.mult
+    taker_fee_ppm = m.liquidation_fee if liquidation else m.taker_fee
+    maker_fee_ppm = m.maker_fee
+    taker_fees = 0
+    maker_fees = 0
+    taker_ai = acct.index
+    taker_ro = t.reduce_only
+    if not acct.traded:
+        st.note_traded(acct)
+    last_price = 0
+    stop = 0
+    while t.remaining and not stop:
+        best = opp.best
+        if not best or (best < limit if is_ask else best > limit):
+            break
+        lvl = levels[best]
+        if not lvl.dirty:
+            st.mark_level(lvl)
+        o: Order | None = lvl.head
+        while o is not None:
+            nxt = o.next
+            macct = o.account
+            if macct is acct:
+                remove_resting(st, o, CANCELED_SELF_TRADE, out)
+                o = nxt
+                continue
+            mpos = o.position
+            assert mpos is not None  # (a resting order has its position)
+            rem = t.remaining
+            q = rem if rem < o.remaining else o.remaining
+            if taker_ro:
+                s = pos.size
+                allowed = (s if s > 0 else 0) if is_ask else (-s if s < 0 else 0)
+                if allowed == 0:
+                    stop = CANCELED_REDUCE_ONLY
+                    break
+                if allowed < q:
+                    q = allowed
+            if o.reduce_only:
+                s = mpos.size
+                allowed = (s if s > 0 else 0) if o.is_ask else (-s if s < 0 else 0)
+                if allowed == 0:
+                    remove_resting(st, o, CANCELED_REDUCE_ONLY, out)
+                    o = nxt
+                    continue
+                if allowed < q:
+                    q = allowed
+            pq = best * mult
+            notional = pq * q
+            tfee = fee(notional, taker_fee_ppm)
+            mfee = fee(notional, maker_fee_ppm)
+            acct.collateral += apply_fill(st, pos, -q if is_ask else q, pq) - tfee
+            macct.collateral += apply_fill(st, mpos, q if is_ask else -q, pq) - mfee
+            taker_fees += tfee
+            maker_fees += mfee
+            t.remaining -= q
+            o.remaining -= q
+            lvl.size -= q
+            if not o.reduce_only:
+                _open(st, mpos, o.is_ask, -q)
+            if not macct.dirty:
+                st.mark_account(macct)
+            if not macct.traded:
+                st.note_traded(macct)
+            tid = st.next_trade_id
+            st.next_trade_id = tid + 1
+            out.trade_executed(
+                mi, tid, best, q, taker_ai, macct.index, t.index, o.index, is_ask, tfee, mfee
+            )
+            if liquidation:
+                st.liquidation_quote += best * q
+            last_price = best
+            if o.remaining == 0:
+                remove_resting(st, o, FILLED, out)
+            elif o.reduce_only and mpos.size == 0:
+                remove_resting(st, o, CANCELED_REDUCE_ONLY, out)
+            else:
+                out.order_updated(o, ACTIVE_LIMIT)
+            if not t.remaining:
+                break
+            o = nxt
+    if last_price:
+        m.last_trade_price = last_price
+        if not m.dirty:
+            st.mark_market(m)
+        if not acct.dirty:
+            st.mark_account(acct)
+        if liquidation:
+            st.insurance_fund += taker_fees
+            st.fee_pool += maker_fees
+        else:
+            st.fee_pool += taker_fees + maker_fees
+        st.mark_exchange()
+    return stop
+
+
+def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int) -> int:
+    """Add ``d`` signed lots at ``pq`` micro-USDC per lot; return the realized PnL."""
+    s = pos.size
+    m = pos.market
+    eq = pos.entry_quote
+    realized = 0
+    if s == 0 or (s > 0) == (d > 0):
+        pos.size = ns = s + d
+        # (sign kept out of the products: see the module docstring, Cost)
+        pos.entry_quote = neq = eq + d * pq if d > 0 else eq - -d * pq
+    else:
+        a_s = s if s > 0 else -s
+        a_d = d if d > 0 else -d
+        c = a_d if a_d < a_s else a_s
+        removed = product(eq, c) // a_s if eq >= 0 else -(product(-eq, c) // a_s)
+        realized = (pq * c if s > 0 else -(pq * c)) - removed
+        pos.realized_pnl += realized
+        if a_d > c:
+            ns = d + s
+            neq = ns * pq
+        else:
+            ns = s + d
+            neq = eq - removed
+        pos.size = ns
+        pos.entry_quote = neq
+    m.open_interest += (ns if ns > 0 else 0) - (s if s > 0 else 0)
+    acct = pos.account
+    if ns == 0:
+        m.holders.pop(acct.ref, None)
+        pos.queued = False
+    elif s == 0:
+        m.add_holder(pos)
+        if acct.unarmed and not pos.queued:
+            pos.queued = True
+            m.unarmed.append(pos)
+    if acct.c_epoch == st.epoch:
+        mq = m.mark_q
+        acct.c_upnl += product(d, mq) - (neq - eq)
+        g = (ns if ns > 0 else -ns) - (s if s > 0 else -s)
+        acct.c_mm += product(product(g, mq), m.maintenance_mf)
+        bo = pos.bid_open
+        ao = pos.ask_open
+        g = exposure(ns, bo, ao) - exposure(s, bo, ao)
+        acct.c_im += product(product(g, mq), pos.imf)
+    if not pos.dirty:
+        st.mark_position(pos)
+    return realized
+
+
+def _open(st: ExchangeState, pos: Position, is_ask: int, delta: int) -> None:
+    """Change the position's resting-order lots on one side (and the account's cached IMR)."""
+    bo = pos.bid_open
+    ao = pos.ask_open
+    if is_ask:
+        pos.ask_open = nao = ao + delta
+        nbo = bo
+    else:
+        pos.bid_open = nbo = bo + delta
+        nao = ao
+    acct = pos.account
+    if acct.c_epoch == st.epoch:
+        s = pos.size
+        g = exposure(s, nbo, nao) - exposure(s, bo, ao)
+        acct.c_im += product(product(g, pos.market.mark_q), pos.imf)
+
+
+def remove_resting(st: ExchangeState, o: Order, status: int, out: Deltas) -> None:
+    """Take a resting order off the book and its account, and report it with ``status``."""
+    m = o.market
+    is_ask = o.is_ask
+    rem = o.remaining
+    lvl = (m.asks if is_ask else m.bids).unlink(o)
+    if not lvl.dirty:
+        st.mark_level(lvl)
+    acct = o.account
+    del st.orders[o.ref]
+    acct.unlink_order(o)
+    if rem and not o.reduce_only:
+        pos = o.position
+        assert pos is not None
+        _open(st, pos, is_ask, -rem)
+    out.order_updated(o, status)  # (unlinking leaves ``o.remaining`` as it was)
+
+
+def expire(st: ExchangeState, m: Market, now: int, out: Deltas) -> None:
+    """Cancel resting orders of ``m`` whose expiry is before ``now`` (CANCELED_EXPIRED), in
+    ``(expiry, index)`` order across ``Market.expiry_queue`` and ``Market.expiries``."""
+    heap = m.expiries
+    queue = m.expiry_queue
+    head = m.queue_head
+    orders = st.orders
+    while True:
+        # Both heads as heap keys, (expiry << EXPIRY_SHIFT) + index: the smaller goes first.
+        if head < len(queue):
+            o = queue[head]
+            q_key = (o.expiry << EXPIRY_SHIFT) + o.index
+        else:
+            q_key = NO_EXPIRY_KEY
+        h_key = heap[0] if heap else NO_EXPIRY_KEY
+        if (q_key if q_key < h_key else h_key) >> EXPIRY_SHIFT >= now:
+            break
+        if h_key < q_key:
+            heappop(heap)
+            o_h = orders.get(h_key & INDEX_MASK)
+            if o_h is not None and o_h.expiry == h_key >> EXPIRY_SHIFT:
+                remove_resting(st, o_h, CANCELED_EXPIRED, out)
+        else:
+            head += 1
+            if o.level is not None:  # still resting (a filled or cancelled order is not)
+                remove_resting(st, o, CANCELED_EXPIRED, out)
+    if head > 1024 and 2 * head > len(queue):
+        del queue[:head]
+        head = 0
+    m.queue_head = head
+    m.next_expiry = (q_key if q_key < h_key else h_key) >> EXPIRY_SHIFT
+
+
+def _compact_expiries(st: ExchangeState, m: Market) -> None:
+    """Drop the stale entries (orders no longer resting); amortised O(1) per resting order.
+    The queue is filtered, which keeps it sorted, and the heap filtered and heapified: each
+    resting order has exactly one entry (``Order.expiry_listed``), so nothing else can go."""
+    queue = m.expiry_queue
+    live_q: list[Order] = []
+    for i in range(m.queue_head, len(queue)):
+        o = queue[i]
+        if o.level is not None:
+            live_q.append(o)
+    orders = st.orders
+    live_h: list[int] = []
+    for key in m.expiries:
+        oh = orders.get(key & INDEX_MASK)
+        if oh is not None and oh.expiry == key >> EXPIRY_SHIFT:
+            live_h.append(key)
+    heapify(live_h)
+    m.expiry_queue = live_q
+    m.queue_head = 0
+    m.expiries = live_h
+    q_next = live_q[0].expiry if live_q else NO_EXPIRY
+    h_next = live_h[0] >> EXPIRY_SHIFT if live_h else NO_EXPIRY
+    m.next_expiry = q_next if q_next < h_next else h_next
+    m.compact_at = max(1024, 4 * (len(live_q) + len(live_h)))
+
+
+def _find_order(st: ExchangeState, acct: Account, mi: int, index: Any) -> Order | None:
+    """``acct``'s order in market ``mi`` by client or exchange ``index`` (an int object)."""
+    i: int = index
+    o = acct.find_client_order(i) if i < FIRST_ORDER_INDEX else st.orders.get(index)
+    if o is None or o.account is not acct or o.market.index != mi:
+        return None
+    return o
+
+
+def cancel_order(st: ExchangeState, c: CancelOrder, now: int, out: Deltas) -> int:
+    t: CancelOrderT = c
+    ai, ki, mi, index, exp_at, nonce, _s = t
+    code, acct = _gate(st, ai, ki, nonce, exp_at, now, out)
+    if acct is None:
+        return code
+    m = st.market(mi)
+    if m is None:
+        return MARKET_NOT_FOUND
+    if m.next_expiry < now:
+        expire(st, m, now, out)
+    o = _find_order(st, acct, mi, index)
+    if o is None:
+        return NOT_ACTIVE_LIMIT_ORDER
+    remove_resting(st, o, CANCELED, out)
+    return OK
+
+
+def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> int:
+    t: ModifyOrderT = c
+    ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s = t
+    code, acct = _gate(st, ai, ki, nonce, exp_at, now, out)
+    if acct is None:
+        return code
+    m = st.market(mi)
+    if m is None:
+        return MARKET_NOT_FOUND
+    if m.next_expiry < now:
+        expire(st, m, now, out)
+    o = _find_order(st, acct, mi, index)
+    if o is None:
+        return NOT_ACTIVE_LIMIT_ORDER
+    if m.status != 1:
+        return MARKET_NOT_ACTIVE
+    if not 1 <= price <= MAX_PRICE:
+        return INVALID_PRICE
+    if not 1 <= size <= MAX_48:
+        return INVALID_SIZE
+    code = order_amount_code(
+        size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+    )
+    if code:
+        return code
+    filled = o.initial - o.remaining
+    if size <= filled:
+        remove_resting(st, o, CANCELED, out)
+        return OK
+    new_rem = size - filled
+    pos = o.position
+    assert pos is not None
+    grow = new_rem - o.remaining
+    if price == o.price and grow <= 0:
+        if grow:
+            side = m.asks if o.is_ask else m.bids
+            lvl = side.levels[price]
+            lvl.size += grow
+            if not lvl.dirty:
+                st.mark_level(lvl)
+            if not o.reduce_only:
+                _open(st, pos, o.is_ask, grow)
+            o.remaining = new_rem
+        o.initial = size
+        out.order_updated(o, ACTIVE_LIMIT)
+        return OK
+    is_ask = o.is_ask
+    opp = m.bids if is_ask else m.asks
+    best = opp.best
+    if (
+        grow > 0
+        and not o.reduce_only
+        and not _order_margin_ok(st, acct, m, pos, is_ask, grow, price)
+    ):
+        return NOT_ENOUGH_MARGIN
+    crosses = best and (best >= price if is_ask else best <= price)
+    # Take the order out (without reporting it) and re-enter it with its new terms.
+    side = m.asks if is_ask else m.bids
+    rem = o.remaining
+    lvl = side.unlink(o)
+    if not lvl.dirty:
+        st.mark_level(lvl)
+    del st.orders[o.ref]
+    acct.unlink_order(o)
+    if not o.reduce_only:
+        _open(st, pos, is_ask, -rem)
+    o.price = price
+    o.initial = size
+    o.remaining = new_rem
+    o.priority = st.next_priority
+    st.next_priority += 1
+    if crosses and o.tif == POST_ONLY:
+        out.order_updated(o, CANCELED_POST_ONLY)
+        return POST_ONLY_WOULD_CROSS
+    match_and_finish(st, m, o, acct, pos, now, out, False)
+    return OK
+
+
+# ---- margin -------------------------------------------------------------------------------------
+
+
+def refresh(st: ExchangeState, acct: Account) -> None:
+    """Recompute the account's cached risk sums (O(markets it holds)) if the marks moved since.
+
+    ``c_upnl = sum(size*mark*mult - entry_quote)``, ``c_mm = sum(|size|*mark*mult*mmf)``,
+    ``c_im = sum(worst*mark*mult*imf)`` with ``worst = max(|size+bids|, |size-asks|)``. Between
+    mark moves fills and order changes update them in O(1)."""
+    upnl = mm = im = 0
+    p = acct.first_pos
+    while p is not None:
+        s = p.size
+        bo = p.bid_open
+        ao = p.ask_open
+        if s or bo or ao:
+            m = p.market
+            mq = m.mark_q
+            if s:
+                upnl += unrealized_pnl(s, mq, p.entry_quote)
+                mm += maintenance_margin(s if s > 0 else -s, mq, m.maintenance_mf)
+            im += initial_margin(exposure(s, bo, ao), mq, p.imf)
+        p = p.next_pos
+    acct.c_upnl = upnl
+    acct.c_mm = mm
+    acct.c_im = im
+    acct.c_epoch = st.epoch
+
+
+def equity_imr(st: ExchangeState, acct: Account) -> tuple[int, int]:
+    """(equity, IMR numerator in micro-USDC * bps) including resting-order exposure."""
+    if acct.c_epoch != st.epoch:
+        refresh(st, acct)
+    return acct.collateral + acct.c_upnl, acct.c_im
+
+
+def equity_mmr(st: ExchangeState, acct: Account) -> tuple[int, int]:
+    """(equity, maintenance numerator in micro-USDC * bps); positions only."""
+    if acct.c_epoch != st.epoch:
+        refresh(st, acct)
+    return acct.collateral + acct.c_upnl, acct.c_mm
+
+
+def _order_margin_ok(
+    st: ExchangeState, acct: Account, m: Market, pos: Position, is_ask: int, q: int, est: int
+) -> bool:
+    """Pre-trade check for ``q`` more lots on one side (``rules.initial_margin_ok``)."""
+    s = pos.size
+    bo = pos.bid_open
+    ao = pos.ask_open
+    before = exposure(s, bo, ao)
+    after = exposure(s, bo, ao + q) if is_ask else exposure(s, bo + q, ao)
+    if after <= before:
+        return True
+    return _margin_after(st, acct, m, pos, is_ask, q, est, after - before)
+
+
+def _margin_after(
+    st: ExchangeState,
+    acct: Account,
+    m: Market,
+    pos: Position,
+    is_ask: int,
+    q: int,
+    est: int,
+    grow: int,
+) -> bool:
+    """``equity - adverse - fee >= IMR + grow lots`` (``grow``: rise of the worst case)."""
+    if acct.c_epoch != st.epoch:
+        refresh(st, acct)
+    return initial_margin_ok(
+        acct.collateral + acct.c_upnl,
+        acct.c_im,
+        m.mark,
+        m.mult,
+        pos.imf,
+        m.taker_fee,
+        is_ask,
+        q,
+        est,
+        grow,
+    )
+
+
+def imr_ok(st: ExchangeState, acct: Account, extra_debit: int = 0) -> bool:
+    equity, num = equity_imr(st, acct)
+    return (equity - extra_debit) * BPS >= num
+
+
+def cancel_all(st: ExchangeState, c: CancelAllOrders, now: int, out: Deltas) -> int:
     """CancelAllOrders: every resting order of the account, by order index (time_in_force 0)."""
     t: CancelAllOrdersT = c
     ai, ki, tif, _time, exp_at, nonce, _s = t
-    code = eng._auth(ai, ki, nonce, exp_at, now, out)
+    code = auth(st, ai, ki, nonce, exp_at, now, out)
     if code:
         return code
     if tif != 0:
         return UNSUPPORTED_TX_TYPE
-    for o in eng._accounts[ai].resting_orders():
-        eng._remove_resting(o, CANCELED, out)
+    for o in st.accounts[ai].resting_orders():
+        remove_resting(st, o, CANCELED, out)
     return OK
 
 

@@ -2,8 +2,9 @@
 
 - :func:`records`: the full state as ``codecs`` snapshot records in one canonical order (the
   exchange row, markets, accounts, positions, API keys by account, resting orders by market in
-  book order), whatever the history that built it.
-- :func:`load`: rebuild an engine from those rows (in that order): books and every index are
+  book order, funding clocks by market, L1 addresses by account), whatever the history that
+  built it.
+- :func:`load`: rebuild the state from those rows (in that order): books and every index are
   rebuilt, every account holding a position is armed (liquidation triggers) at the loaded marks.
 - :func:`state_hash`: sha256 over :func:`records` (:func:`records_hash`); equal states hash equal
   (snapshot round trips, WAL replay and replicas are compared by it).
@@ -30,9 +31,9 @@ from raydex.codecs import (
 
 from ._liquidation import arm
 from ._markets import market_fields, set_params
-from ._model import Account, ApiKey, Market, Order, Position
-from ._orders import OrderPath, iter_market_orders, position_for
-from ._state import BPS, _new
+from ._model import Account, ApiKey, FundingClock, Market, Order, Position
+from ._orders import equity_mmr, iter_market_orders, position_for, rest
+from ._state import BPS, ExchangeState, new_tuple
 
 Record: TypeAlias = (
     ExchangeRecord
@@ -46,27 +47,27 @@ Record: TypeAlias = (
 )
 
 
-def records(eng: OrderPath) -> Iterator[Record]:
+def records(st: ExchangeState) -> Iterator[Record]:
     """The full state as snapshot records (see ``codecs._records``), in a canonical order."""
-    yield _new(
+    yield new_tuple(
         ExchangeRecord,
         (
-            eng.fee_pool,
-            eng.insurance_fund,
-            eng.total_deposits,
-            eng.total_withdrawals,
-            eng._next_order_index,
-            eng._next_trade_id,
-            eng._next_priority,
+            st.fee_pool,
+            st.insurance_fund,
+            st.total_deposits,
+            st.total_withdrawals,
+            st.next_order_index,
+            st.next_trade_id,
+            st.next_priority,
         ),
     )
-    markets = eng._markets
+    markets = st.markets
     for mi in sorted(markets):
         yield market_record(markets[mi])
-    accounts = eng._accounts
+    accounts = st.accounts
     ais = sorted(accounts)
     for ai in ais:
-        yield _new(_AccountRecord, (ai, accounts[ai].collateral))
+        yield new_tuple(_AccountRecord, (ai, accounts[ai].collateral))
     for ai in ais:
         positions = accounts[ai].positions
         for mi in sorted(positions):
@@ -76,29 +77,35 @@ def records(eng: OrderPath) -> Iterator[Record]:
         keys = acct.keys
         for ki in sorted(keys):
             k = keys[ki]
-            yield _new(ApiKeyRecord, (ai, ki, acct.last_nonce(k), k.pub_key))
+            yield new_tuple(ApiKeyRecord, (ai, ki, acct.last_nonce(k), k.pub_key))
     for mi in sorted(markets):
         for o in iter_market_orders(markets[mi]):
             yield order_record(o)
-    yield from eng.funding.records()
+    clocks = st.funding
+    for mi in sorted(clocks):
+        c = clocks[mi]
+        yield new_tuple(
+            FundingRecord,
+            (mi, c.hour, c.last_minute, c.samples, c.premium_sum, c.last_rate, c.last_funding_ms),
+        )
     for ai in ais:
         addr = accounts[ai].l1_address
         if addr:
-            yield _new(L1AddressRecord, (ai, addr))
+            yield new_tuple(L1AddressRecord, (ai, addr))
 
 
-def load(eng: OrderPath, rows: Iterable[Any]) -> None:
-    """Fill a fresh engine from :func:`records` output (rows in that order)."""
+def load(st: ExchangeState, rows: Iterable[Any]) -> None:
+    """Fill a fresh ``ExchangeState`` from :func:`records` output (rows in that order)."""
     for r in rows:
         if isinstance(r, ExchangeRecord):
             (
-                eng.fee_pool,
-                eng.insurance_fund,
-                eng.total_deposits,
-                eng.total_withdrawals,
-                eng._next_order_index,
-                eng._next_trade_id,
-                eng._next_priority,
+                st.fee_pool,
+                st.insurance_fund,
+                st.total_deposits,
+                st.total_withdrawals,
+                st.next_order_index,
+                st.next_trade_id,
+                st.next_priority,
             ) = r
         elif isinstance(r, MarketRecord):
             m = Market(r.market_index, r.symbol, r.price_decimals, r.size_decimals)
@@ -106,12 +113,12 @@ def load(eng: OrderPath, rows: Iterable[Any]) -> None:
             m.set_mark(r.mark_price)
             m.last_trade_price = r.last_trade_price
             m.open_interest = r.open_interest
-            eng._add_market(m)
+            st.add_market(m)
         elif isinstance(r, _AccountRecord):
-            eng._add_account(Account(r.account_index, r.collateral))
+            st.add_account(Account(r.account_index, r.collateral))
         elif isinstance(r, PositionRecord):
-            acct = eng._accounts[r.account_index]
-            m = eng._markets[r.market_index]
+            acct = st.accounts[r.account_index]
+            m = st.markets[r.market_index]
             pos = Position(acct, m, r.initial_margin_fraction)
             (pos.size, pos.entry_quote, pos.realized_pnl, pos.funding_paid) = r[2:6]
             pos.margin_mode = r.margin_mode
@@ -119,11 +126,11 @@ def load(eng: OrderPath, rows: Iterable[Any]) -> None:
             if pos.size:
                 m.add_holder(pos)
         elif isinstance(r, ApiKeyRecord):
-            acct = eng._accounts[r.account_index]
+            acct = st.accounts[r.account_index]
             acct.add_key(r.api_key_index, ApiKey(r.pub_key, r.nonce))
         elif isinstance(r, OrderRecord):
-            acct = eng._accounts[r.account_index]
-            m = eng._markets[r.market_index]
+            acct = st.accounts[r.account_index]
+            m = st.markets[r.market_index]
             o = Order(
                 r.order_index,
                 acct,
@@ -139,24 +146,27 @@ def load(eng: OrderPath, rows: Iterable[Any]) -> None:
                 r.priority,
             )
             o.remaining = r.remaining_base_amount
-            eng._rest(m, o, acct, position_for(acct, m))
+            rest(st, m, o, acct, position_for(acct, m))
         elif isinstance(r, FundingRecord):
-            eng.funding.restore(r)
+            c = st.funding[r.market_index] = FundingClock()
+            (c.hour, c.last_minute, c.samples, c.premium_sum, c.last_rate, c.last_funding_ms) = r[
+                1:
+            ]
         elif isinstance(r, L1AddressRecord):
-            eng._accounts[r.account_index].l1_address = r.l1_address
-            eng._by_l1[r.l1_address] = r.account_index
+            st.accounts[r.account_index].l1_address = r.l1_address
+            st.by_l1[r.l1_address] = r.account_index
         else:
             raise TypeError(f"not a snapshot record: {type(r).__name__}")
-    eng._forget_levels()
-    for acct in eng._accounts.values():
+    st.forget_levels()
+    for acct in st.accounts.values():
         if any(p.size for p in acct.positions.values()):
-            equity, num = eng._equity_mmr(acct)
-            arm(eng, acct, max(0, equity * BPS - num))
+            equity, num = equity_mmr(st, acct)
+            arm(st, acct, max(0, equity * BPS - num))
 
 
-def state_hash(eng: OrderPath) -> bytes:
+def state_hash(st: ExchangeState) -> bytes:
     """sha256 over the canonical records: equal for equal state, whatever the history."""
-    return records_hash(records(eng))
+    return records_hash(records(st))
 
 
 def records_hash(rows: Iterable[Any]) -> bytes:
@@ -172,11 +182,11 @@ def records_hash(rows: Iterable[Any]) -> bytes:
 
 
 def market_record(m: Market) -> MarketRecord:
-    return _new(MarketRecord, (*market_fields(m), m.last_trade_price, m.open_interest))
+    return new_tuple(MarketRecord, (*market_fields(m), m.last_trade_price, m.open_interest))
 
 
 def position_record(p: Position) -> PositionRecord:
-    return _new(
+    return new_tuple(
         PositionRecord,
         (
             p.account.index,
@@ -192,7 +202,7 @@ def position_record(p: Position) -> PositionRecord:
 
 
 def order_record(o: Order) -> OrderRecord:
-    return _new(
+    return new_tuple(
         OrderRecord,
         (
             o.market.index,

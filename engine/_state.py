@@ -1,17 +1,19 @@
-"""The engine's state and its per-command bookkeeping: ``EngineState``.
+"""The exchange's state, which every part of the engine operates on: ``ExchangeState``.
 
-``EngineState`` holds every map and counter of the exchange (markets, accounts, resting orders,
-the fee pool and insurance fund, id counters) plus the per-command scratch that turns state
-changes into events: objects touched by a command are queued once (their ``dirty`` flag) and
-:meth:`EngineState._flush` emits one event per queued object with its *final* values, in a fixed
-order (levels, positions, balances, market stats, exchange balances), then clears the queues.
-A queue is a chain through the objects' own ``next_dirty`` (a head and a tail here), not a list:
-a list cleared after every command frees its item array and reallocates it on the next append
-(~4% of the engine's instructions on the bench stream, measured with callgrind).
-Events are written into ``deltas`` as block bytes (``_deltas``), not built as objects.
+``ExchangeState`` holds every map and counter of the exchange (markets, accounts, resting orders,
+funding clocks, the fee pool and insurance fund, id counters) plus the per-command scratch that
+turns state changes into events: objects touched by a command are queued once (their ``dirty``
+flag) and :meth:`ExchangeState.flush` emits one event per queued object with its *final* values,
+in a fixed order (levels, positions, balances, market stats, exchange balances), then clears the
+queues. A queue is a chain through the objects' own ``next_dirty`` (a head and a tail here), not
+a list: a list cleared after every command frees its item array and reallocates it on the next
+append. Events are written into ``deltas`` as block bytes (``_deltas``), not built as objects.
 
-The order path (``_orders.OrderPath``) and the ``Engine`` build on it; the cold paths
-(``_accounts``, ``_markets``, ``_liquidation``, ``_snapshot``) are functions over it.
+The ``Engine`` owns one and hands it to its parts, functions over it, each importing only the
+ones below it: ``_orders`` (the order path, the margin cache), ``_liquidation``, ``_accounts``
+and ``_markets`` (the cold commands), ``_funding``, ``_snapshot``, ``_validate``. Its attributes
+are public for them; everything else reads it only (``Engine.state``). Compiled (mypyc), it is
+a native class: each attribute read is a struct read, each method call a direct C call.
 
 Also here: the limits every module shares (``Final``: a mypyc build binds them once).
 """
@@ -23,11 +25,11 @@ from typing import Final
 from raydex import codecs as _codecs
 
 from ._deltas import Deltas
-from ._funding import FundingClock
-from ._model import Account, Level, Market, Order, Position, put_at
+from ._model import Account, FundingClock, Level, Market, Order, Position, put_at
 
 # Final: a compiled (mypyc) build binds these once instead of looking them up per use.
-_new: Final = tuple.__new__
+#: ``new_tuple(NamedTupleType, fields)``: a record or event built from a tuple of its fields.
+new_tuple: Final = tuple.__new__
 FIRST_ORDER_INDEX: Final[int] = _codecs.FIRST_ORDER_INDEX
 MAX_48: Final[int] = _codecs.MAX_48
 MAX_API_KEY_INDEX: Final[int] = _codecs.MAX_API_KEY_INDEX
@@ -37,14 +39,14 @@ PPM: Final[int] = _codecs.PPM
 FUNDING_SCALE: Final[int] = _codecs.FUNDING_RATE_SCALE
 MAX_I63: Final = 2**63 - 1
 #: The largest int a compiled (mypyc) build keeps unboxed ("short"). Comparing an int with a
-#: larger constant (``MAX_I63``) boxes both and calls ``PyObject_RichCompare`` (~300
-#: instructions), so hot checks test against this first.
+#: larger constant (``MAX_I63``) boxes both and calls ``PyObject_RichCompare``, so hot checks
+#: test against this first.
 MAX_SHORT: Final = 2**62 - 1
 #: Default lifetime of a resting order whose ``order_expiry`` is 0 or -1.
 DEFAULT_ORDER_LIFETIME_MS: Final = 28 * 86_400_000
 #: Open orders per account; bounds per-account work (cancel-all, liquidation).
 MAX_OPEN_ORDERS_PER_ACCOUNT: Final = 10_000
-#: Accounts with an index below this are also in ``EngineState._account_slots`` (by position).
+#: Accounts with an index below this are also in ``ExchangeState.account_slots`` (by position).
 DENSE_ACCOUNTS: Final = 1 << 20
 #: ``Market.expiries`` holds ``(expiry << EXPIRY_SHIFT) + order_index``: one int orders exactly
 #: like the pair ``(expiry, order_index)`` (order indexes are below 2**64) and compares faster.
@@ -57,33 +59,48 @@ def is_int(x: object) -> bool:
     return type(x) is int or isinstance(x, int)
 
 
-class EngineState:
+class ExchangeState:
     """The exchange's data and the per-command event queues. Not thread-safe."""
 
     def __init__(self) -> None:
-        self._markets: dict[int, Market] = {}
+        self.markets: dict[int, Market] = {}
         #: The same markets by position (None: no market; indexes are at most
-        #: ``MAX_MARKET_INDEX``), for the order commands: a list read where the dict lookup, an
-        #: int object made for the key each time, cost ~130 instructions (``_market``).
-        self._market_slots: list[Market | None] = []
-        self._accounts: dict[int, Account] = {}
+        #: ``MAX_MARKET_INDEX``), for the order commands: a list read where the dict lookup makes
+        #: an int object for the key each time (:meth:`market`).
+        self.market_slots: list[Market | None] = []
+        self.accounts: dict[int, Account] = {}
         #: The accounts with an index below ``DENSE_ACCOUNTS`` by position (None: no account),
         #: for the gate every user tx passes: a list read where the dict lookup, keyed by the
-        #: tx's own int object (equal to the stored key, not the same object), cost ~200
-        #: instructions. At most 8 MB of slots, as high as the highest such index in use.
-        self._account_slots: list[Account | None] = []
+        #: tx's own int object (equal to the stored key, not the same object), compares the two.
+        #: At most 8 MB of slots, as high as the highest such index in use.
+        self.account_slots: list[Account | None] = []
         #: L1 address (20 bytes) -> account index (accounts made by ``L1Deposit``)
-        self._by_l1: dict[bytes, int] = {}
-        self._orders: dict[int, Order] = {}
+        self.by_l1: dict[bytes, int] = {}
+        #: Resting orders by order index.
+        self.orders: dict[int, Order] = {}
+        #: Every market's funding clock that has ticked (``_funding``), by market index.
+        self.funding: dict[int, FundingClock] = {}
         self.fee_pool = 0
         self.insurance_fund = 0
         self.total_deposits = 0
         self.total_withdrawals = 0
-        self._next_order_index = FIRST_ORDER_INDEX
-        self._next_trade_id = 1
-        self._next_priority = 1
+        self.next_order_index = FIRST_ORDER_INDEX
+        self.next_trade_id = 1
+        self.next_priority = 1
+        #: Bumped whenever marks or margin fractions change: accounts' cached risk sums are valid
+        #: only when their ``c_epoch`` equals it.
+        self.epoch = 0
+        #: The events of the commands run, as block bytes (``_deltas``), until taken.
+        self.deltas = Deltas()
+        #: The index of the last order a CreateOrder made (its reply to the client).
+        self.last_order_index = 0
+        #: Price * size of the fills of the liquidation order being matched (``liquidate``).
+        self.liquidation_quote = 0
+        #: The first account queued by :meth:`note_traded` (None: none), for a quick test.
+        self.traded_head: Account | None = None
         # Per-command scratch: objects whose events are emitted at the end of the command, a
-        # chain per kind (head, tail) through their ``next_dirty``, in the order first touched.
+        # chain per kind (head, tail) through their ``next_dirty``, in the order first touched;
+        # and the tail of the traders' chain (through ``Account.next_traded``).
         self._levels_head: Level | None = None
         self._levels_tail: Level | None = None
         self._positions_head: Position | None = None
@@ -93,43 +110,30 @@ class EngineState:
         self._markets_head: Market | None = None
         self._markets_tail: Market | None = None
         self._exchange_dirty = False
-        #: Accounts that traded in this command, each once, in first-traded order (maintenance
-        #: is checked after it): a chain through ``Account.next_traded``, as the event queues.
-        self._traded_head: Account | None = None
         self._traded_tail: Account | None = None
-        #: every market's funding clock (``_funding``): premium samples, hourly settlement
-        self.funding = FundingClock()
-        #: Bumped whenever marks or margin fractions change: accounts' cached risk sums are valid
-        #: only when their ``c_epoch`` equals it.
-        self._epoch = 0
-        #: The events of the commands run, as block bytes (``_deltas``), until taken.
-        self.deltas = Deltas()
-        #: The index of the last order a CreateOrder made (its reply to the client).
-        self.last_order_index = 0
-        #: Price * size of the fills of the liquidation order being matched (``liquidate``).
-        self._liquidation_quote = 0
 
-    # ---- queueing touched objects ---------------------------------------------------------------
+    # ---- registering and finding ----------------------------------------------------------------
 
-    def _add_market(self, m: Market) -> None:
-        """Register a new market (in ``_markets`` and ``_market_slots``)."""
-        self._markets[m.index] = m
-        put_at(self._market_slots, m.index, m)
+    def add_market(self, m: Market) -> None:
+        """Register a new market (in ``markets`` and ``market_slots``)."""
+        self.markets[m.index] = m
+        put_at(self.market_slots, m.index, m)
 
-    def _market(self, mi: int) -> Market | None:
+    def market(self, mi: int) -> Market | None:
         """The market with index ``mi``, or None."""
-        slots = self._market_slots
+        slots = self.market_slots
         return slots[mi] if 0 <= mi < len(slots) else None
 
-    def _add_account(self, acct: Account) -> None:
-        """Register a new account (in ``_accounts`` and, if dense, ``_account_slots``)."""
-        self._accounts[acct.ref] = acct
+    def add_account(self, acct: Account) -> None:
+        """Register a new account (in ``accounts`` and, if dense, ``account_slots``)."""
+        self.accounts[acct.ref] = acct
         if 0 <= acct.index < DENSE_ACCOUNTS:
-            put_at(self._account_slots, acct.index, acct)
+            put_at(self.account_slots, acct.index, acct)
 
+    # ---- queueing touched objects ---------------------------------------------------------------
     # Each queues its object once per command (the hot paths test ``dirty`` before calling).
 
-    def _mark_level(self, lvl: Level) -> None:
+    def mark_level(self, lvl: Level) -> None:
         if not lvl.dirty:
             lvl.dirty = True
             tail = self._levels_tail
@@ -139,7 +143,7 @@ class EngineState:
                 tail.next_dirty = lvl
             self._levels_tail = lvl
 
-    def _mark_position(self, pos: Position) -> None:
+    def mark_position(self, pos: Position) -> None:
         if not pos.dirty:
             pos.dirty = True
             tail = self._positions_tail
@@ -149,7 +153,7 @@ class EngineState:
                 tail.next_dirty = pos
             self._positions_tail = pos
 
-    def _mark_account(self, acct: Account) -> None:
+    def mark_account(self, acct: Account) -> None:
         if not acct.dirty:
             acct.dirty = True
             tail = self._accounts_tail
@@ -159,7 +163,7 @@ class EngineState:
                 tail.next_dirty = acct
             self._accounts_tail = acct
 
-    def _mark_market(self, m: Market) -> None:
+    def mark_market(self, m: Market) -> None:
         if not m.dirty:
             m.dirty = True
             tail = self._markets_tail
@@ -169,18 +173,35 @@ class EngineState:
                 tail.next_dirty = m
             self._markets_tail = m
 
-    def _note_traded(self, acct: Account) -> None:
+    def mark_exchange(self) -> None:
+        """The fee pool, the insurance fund or the deposit/withdrawal totals moved."""
+        self._exchange_dirty = True
+
+    def note_traded(self, acct: Account) -> None:
         """Queue ``acct`` for the maintenance check after the command (once)."""
         if not acct.traded:
             acct.traded = True
             tail = self._traded_tail
             if tail is None:
-                self._traded_head = acct
+                self.traded_head = acct
             else:
                 tail.next_traded = acct
             self._traded_tail = acct
 
-    def _forget_levels(self) -> None:
+    def pop_traded(self) -> Account | None:
+        """The first account :meth:`note_traded` queued, taken off the queue (None: empty); it
+        can be queued again."""
+        acct = self.traded_head
+        if acct is not None:
+            nxt = acct.next_traded
+            self.traded_head = nxt
+            if nxt is None:
+                self._traded_tail = None
+            acct.next_traded = None
+            acct.traded = False
+        return acct
+
+    def forget_levels(self) -> None:
         """Unqueue the queued levels without reporting them (a snapshot load)."""
         lvl = self._levels_head
         while lvl is not None:
@@ -192,7 +213,7 @@ class EngineState:
 
     # ---- end of command -------------------------------------------------------------------------
 
-    def _flush(self, out: Deltas) -> None:
+    def flush(self, out: Deltas) -> None:
         """Emit one event per object the command touched, with its final values (written into
         ``out`` field by field: ``_deltas``), and empty the queues."""
         lvl = self._levels_head

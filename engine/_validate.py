@@ -1,10 +1,10 @@
-"""``validate_internal_state``: a full, slow (O(state)) consistency check of an :class:`Engine`.
+"""``validate_internal_state``: a full, slow (O(state)) consistency check of the ``ExchangeState``.
 
 Checked, first failure raises ``InvariantViolation``:
 
 - conservation: ``sum(collateral - entry_quote) + fee_pool + insurance_fund``
   ``== deposits - withdrawals``;
-- the account slots (``_account_slots``) hold exactly the accounts with a dense index, the
+- the account slots (``account_slots``) hold exactly the accounts with a dense index, the
   market slots every market;
 - per market: positions net to zero, open interest == sum of long sizes, ``holders`` == positions
   with non-zero size, each of them in the account order (``holder_order``, sorted, or
@@ -13,7 +13,7 @@ Checked, first failure raises ``InvariantViolation``:
 - per book side: every level non-empty, its size == sum of its orders' remaining, prev/next links
   consistent, orders on the right side/price/market, ``best`` is the best price, every live price in
   the heap, no crossed book;
-- orders: exchange indexes unique and below ``next_order_index``, the engine map, the accounts'
+- orders: exchange indexes unique and below ``next_order_index``, the order map, the accounts'
   resting-order lists (links and counts) and client-index maps agree with the book, client
   order indexes unique per account, priorities increase within a level;
 - per position: ``bid_open``/``ask_open`` == the account's resting non-reduce-only orders there;
@@ -27,33 +27,35 @@ Expired orders are removed lazily (when a command touches their market), so expi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ._model import COI_SCAN, Account, Order, Side
-from ._state import DENSE_ACCOUNTS
-
-if TYPE_CHECKING:
-    from ._engine import Engine
+from ._orders import equity_mmr, refresh
+from ._state import DENSE_ACCOUNTS, ExchangeState
 
 
-def validate(eng: Engine) -> None:
-    from ._engine import InvariantViolation
+class InvariantViolation(Exception):
+    """:func:`validate` found the state inconsistent (always a bug)."""
+
+
+def validate(st: ExchangeState) -> None:
+    """Check every invariant (see the module docstring); raise :class:`InvariantViolation` on
+    the first broken one."""
 
     def fail(msg: str) -> None:
         raise InvariantViolation(msg)
 
-    by_l1 = {a.l1_address: a.index for a in eng._accounts.values() if a.l1_address}
-    if by_l1 != eng._by_l1:
+    by_l1 = {a.l1_address: a.index for a in st.accounts.values() if a.l1_address}
+    if by_l1 != st.by_l1:
         fail("the L1 address index disagrees with the accounts' L1 addresses")
-    cash = eng.fee_pool + eng.insurance_fund
-    if {i: m for i, m in enumerate(eng._market_slots) if m is not None} != eng._markets:
+    cash = st.fee_pool + st.insurance_fund
+    if {i: m for i, m in enumerate(st.market_slots) if m is not None} != st.markets:
         fail("the market slots disagree with the markets")
-    slots = eng._account_slots
+    slots = st.account_slots
     if [i for i, a in enumerate(slots) if a is not None] != sorted(
-        ai for ai in eng._accounts if 0 <= ai < len(slots)
+        ai for ai in st.accounts if 0 <= ai < len(slots)
     ) or len(slots) > DENSE_ACCOUNTS:
         fail("the account slots disagree with the accounts")
-    for ai, acct in eng._accounts.items():
+    for ai, acct in st.accounts.items():
         if acct.index != ai or acct.ref != ai:
             fail(f"account {ai} stored as {acct.index} (boxed {acct.ref})")
         if 0 <= ai < DENSE_ACCOUNTS and (ai >= len(slots) or slots[ai] is not acct):
@@ -79,16 +81,16 @@ def validate(eng: Engine) -> None:
                 fail(f"position of account {acct.index} points elsewhere")
             if pos.size == 0 and pos.entry_quote != 0:
                 fail(f"flat position {acct.index}/{pos.market.index} keeps basis {pos.entry_quote}")
-    if cash != eng.total_deposits - eng.total_withdrawals:
-        fail(f"cash not conserved: {cash} != {eng.total_deposits - eng.total_withdrawals}")
+    if cash != st.total_deposits - st.total_withdrawals:
+        fail(f"cash not conserved: {cash} != {st.total_deposits - st.total_withdrawals}")
 
     seen_orders: dict[int, Order] = {}
     open_lots: dict[tuple[int, int], list[int]] = {}
-    for mi, m in eng._markets.items():
+    for mi, m in st.markets.items():
         net = 0
         longs = 0
         holders = set()
-        for acct in eng._accounts.values():
+        for acct in st.accounts.values():
             p = acct.positions.get(mi)
             if p is not None and p.size:
                 net += p.size
@@ -107,7 +109,7 @@ def validate(eng: Engine) -> None:
         if any(id(p) not in known for p in m.holders.values()):
             fail(f"market {mi}: a holder is missing from the holder order")
         queued = {id(p) for p in m.unarmed}
-        for acct in eng._accounts.values():
+        for acct in st.accounts.values():
             p = acct.positions.get(mi)
             if p is None:
                 continue
@@ -116,14 +118,14 @@ def validate(eng: Engine) -> None:
             if p.queued and id(p) not in queued:
                 fail(f"market {mi}: queued position of {acct.index} not in its unarmed list")
         for side in (m.bids, m.asks):
-            _check_side(eng, side, mi, seen_orders, open_lots)
+            _check_side(st, side, mi, seen_orders, open_lots)
         if m.bids.best and m.asks.best and m.bids.best >= m.asks.best:
             fail(f"market {mi}: crossed book {m.bids.best} >= {m.asks.best}")
 
-    if set(seen_orders) != set(eng._orders):
+    if set(seen_orders) != set(st.orders):
         fail("engine order map differs from the books")
     listed: set[int] = set()
-    for acct in eng._accounts.values():
+    for acct in st.accounts.values():
         resting = _account_orders(acct, fail)
         for o in resting:
             if seen_orders.get(o.index) is not o or o.account is not acct:
@@ -144,17 +146,17 @@ def validate(eng: Engine) -> None:
                     f"position {acct.index}/{mi}: open lots {pos.bid_open, pos.ask_open}"
                     f" != orders {bo, ao}"
                 )
-    for acct in eng._accounts.values():
-        if acct.c_epoch == eng._epoch:
+    for acct in st.accounts.values():
+        if acct.c_epoch == st.epoch:
             cached = (acct.c_upnl, acct.c_mm, acct.c_im)
-            eng._refresh(acct)
+            refresh(st, acct)
             if cached != (acct.c_upnl, acct.c_mm, acct.c_im):
                 fail(
                     f"account {acct.index}: cached risk {cached} != "
                     f"{(acct.c_upnl, acct.c_mm, acct.c_im)}"
                 )
-    for acct in eng._accounts.values():
-        equity, mmr = eng._equity_mmr(acct)
+    for acct in st.accounts.values():
+        equity, mmr = equity_mmr(st, acct)
         if equity * 10_000 < mmr:
             fail(f"account {acct.index} is under maintenance margin and was not liquidated")
     for o in seen_orders.values():
@@ -163,14 +165,12 @@ def validate(eng: Engine) -> None:
 
 
 def _check_side(
-    eng: Engine,
+    st: ExchangeState,
     side: Side,
     mi: int,
     seen: dict[int, Order],
     open_lots: dict[tuple[int, int], list[int]],
 ) -> None:
-    from ._engine import InvariantViolation
-
     def bad(msg: str) -> None:
         raise InvariantViolation(f"market {mi} {'ask' if side.is_ask else 'bid'}: {msg}")
 
@@ -204,7 +204,7 @@ def _check_side(
                 bad(f"order {o.index} remaining {o.remaining} of {o.initial}")
             if prev is not None and prev.priority >= o.priority:
                 bad(f"order {o.index} out of time priority")
-            if o.index in seen or o.index >= eng._next_order_index:
+            if o.index in seen or o.index >= st.next_order_index:
                 bad(f"order index {o.index} duplicated or unallocated")
             seen[o.index] = o
             if not o.reduce_only:

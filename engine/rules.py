@@ -87,13 +87,12 @@ def product(a: int, b: int) -> int:
     """``a * b``, exact; ``b`` is the narrow factor (a fee in ppm, a fraction in bps, a price).
 
     Why a function: compiled (mypyc), an ``int`` product is one machine multiply only while both
-    operands are in ``[0, 2**30)``; otherwise both are boxed and ``PyNumber_Multiply`` runs (~750
-    instructions: a notional times a fee, a margin sum times ``BPS``). Here, while the operands
-    are within ``WIDE`` / ``NARROW`` (or ``WIDER`` / ``NARROWER``: an equity of more than 2.2
-    million USDC times ``BPS``, ~1 product in 14 on the bench stream), they are multiplied as
-    ``i64`` (one instruction, no boxing; the bounds keep the product below 2**62); outside them,
-    Python's exact product. Interpreted, the bounds check costs more than it saves (measured:
-    the pure engine ~12% slower), so an interpreted ``rules`` binds ``product`` to
+    operands are in ``[0, 2**30)``; otherwise both are boxed and ``PyNumber_Multiply`` runs (a
+    notional times a fee, a margin sum times ``BPS``). Here, while the operands are within
+    ``WIDE`` / ``NARROW`` (or ``WIDER`` / ``NARROWER``: an equity of more than 2.2 million USDC
+    times ``BPS``), they are multiplied as ``i64`` (one instruction, no boxing; the bounds keep
+    the product below 2**62); outside them, Python's exact product. Interpreted, the bounds
+    check costs more than it saves, so an interpreted ``rules`` binds ``product`` to
     ``operator.mul``, the same value (below)."""
     if -WIDE < a < WIDE and -NARROW < b < NARROW:
         x: i64 = a

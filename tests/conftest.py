@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import raydex.engine
+import raydex.observability.bench
 
 settings.register_profile(
     "raydex", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
@@ -21,9 +22,10 @@ settings.load_profile("raydex")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Refuse to test a stale compiled engine: ``make`` compiles ``engine/*.py`` into ``.so``
-    files that shadow the sources, so after an edit (or a checkout) the tests would run the old
-    code. ``make test`` rebuilds first; a direct ``pytest`` run is stopped here instead."""
+    """Refuse to test a stale compiled engine: ``make`` compiles ``engine/*.py`` (and the
+    benchmark's floors, ``observability/bench/floors.py``) into ``.so`` files that shadow the
+    sources, so after an edit (or a checkout) the tests would run the old code. ``make test``
+    rebuilds first; a direct ``pytest`` run is stopped here instead."""
     stale = _stale_compiled_engine_modules()
     if stale:
         pytest.exit(
@@ -34,12 +36,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _stale_compiled_engine_modules() -> list[str]:
-    engine_dir = Path(raydex.engine.__file__).parent
     stale = []
-    for ext in engine_dir.glob("*.so"):
-        src = engine_dir / (ext.name.split(".", 1)[0] + ".py")
-        if src.is_file() and src.stat().st_mtime > ext.stat().st_mtime:
-            stale.append(src.name)
+    for package in (raydex.engine, raydex.observability.bench):
+        folder = Path(str(package.__file__)).parent
+        for ext in folder.glob("*.so"):
+            src = folder / (ext.name.split(".", 1)[0] + ".py")
+            if src.is_file() and src.stat().st_mtime > ext.stat().st_mtime:
+                stale.append(src.name)
     return sorted(stale)
 
 

@@ -45,11 +45,12 @@ from raydex.codecs import (
     TradeExecuted,
     decode_body,
 )
-from raydex.engine import BareBook, Engine, InvariantViolation, NullBook
+from raydex.engine import Engine, InvariantViolation
 from raydex.engine.rules import notional_multiplier
 
 from ..hist import Histogram
 from ..loadtest.workload import MARKETS, Chunk, Workload, WorkloadConfig
+from .floors import BareBook, NullBook
 
 __all__ = ["GOAL_COMMANDS_PER_S", "GOAL_RATIO", "demo", "format_report", "format_summary", "run"]
 

@@ -35,6 +35,7 @@ from raydex.codecs import (
     Transfer,
     public_key_of,
 )
+from raydex.observability.bench.floors import BareBook
 
 from .engine import market
 
@@ -245,8 +246,6 @@ def bare_ops(stream: Iterable[tuple[Any, int]]) -> list[tuple[int, int, int, int
 
 def run_bare(ops: list[tuple[int, int, int, int, int, int]], markets: int) -> int:
     """Feed ``ops`` through one :class:`BareBook` per market; return the total filled lots."""
-    from raydex.engine import BareBook
-
     books = [BareBook() for _ in range(markets)]
     sides: dict[int, int] = {}
     filled = 0

@@ -12,7 +12,8 @@ from kit.engine import KEY, market
 
 from raydex.codecs import CancelOrder, CreateOrder, Deposit, RegisterApiKey
 from raydex.codecs import ResultCode as RC
-from raydex.engine import BareBook, Engine
+from raydex.engine import Engine
+from raydex.observability.bench.floors import BareBook
 
 NOW = 1_700_000_000_000
 SIG = b"\x00" * 80

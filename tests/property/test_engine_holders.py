@@ -32,7 +32,7 @@ STEPS = st.one_of(
 
 def _charges(d: Desk, rate: int) -> dict[int, int]:
     """What a settlement at ``rate`` must charge each holder (the engine's rounding)."""
-    m = d.eng._markets[0]
+    m = d.eng.state.markets[0]
     out = {}
     for ai, pos in m.holders.items():
         raw = pos.size * m.mark_q * rate
@@ -45,7 +45,7 @@ def _funding_paid(d: Desk) -> dict[int, int]:
 
 
 def _check_order(d: Desk) -> None:
-    m = d.eng._markets[0]
+    m = d.eng.state.markets[0]
     order = m.holders_by_account()
     assert [p.account.index for p in order] == sorted(m.holders)
     assert all(m.holders[p.account.index] is p for p in order)
@@ -79,7 +79,7 @@ def test_a_market_without_settlements_folds_its_new_holders_in() -> None:
     """Thousands of opens and closes with no funding: ``new_holders`` stays bounded (folded
     into the order past 2 * holders + 1024), and the order is still right afterwards."""
     d = Desk(accounts=(1, 2, 3))
-    m = d.eng._markets[0]
+    m = d.eng.state.markets[0]
     peak = 0
     for _ in range(600):  # each round opens and closes the positions of accounts 1 and 2
         assert d.sell(2, 1, 10_000) == OK and d.buy(1, 1, 10_000) == OK

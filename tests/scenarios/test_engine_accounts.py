@@ -195,21 +195,6 @@ def test_inactive_markets_take_no_orders_but_allow_cancels() -> None:
     assert d.bids() == []
 
 
-def test_the_engine_can_place_an_order_for_an_account_without_key_nonce_or_margin_checks() -> None:
-    d = Desk(collateral=SMALL)
-    assert d.deposit(2, 10**12) == RC.OK
-    assert d.sell(2, 500, 10_000) == RC.OK
-    # $150 at 10% initial margin needs $15 (the user path says NOT_ENOUGH_MARGIN); maintenance
-    # needs $7.50, so the account is not liquidated afterwards.
-    assert d.buy(1, 150, 10_000, tif=IOC) == RC.NOT_ENOUGH_MARGIN
-    market_buy = CreateOrder(1, 9, 0, 0, 150, 10_000, 0, 1, 0, 0, 0, 0, 0, 999, SIG)
-    out: list[object] = []
-    assert d.eng.force_order(market_buy, NOW, out) == RC.OK
-    assert d.size(1) == 150
-    assert d.eng.next_nonce(1, 0) == 1
-    d.eng.validate_internal_state()
-
-
 def test_available_margin_is_equity_minus_initial_margin_including_resting_orders() -> None:
     d = Desk(collateral=SMALL)
     assert d.eng.available_margin(1) == SMALL
@@ -264,11 +249,11 @@ def test_a_refused_leverage_change_in_a_new_market_leaves_no_position_behind() -
     assert d.mark(9_900) == ResultCode.OK
     assert d.leverage(1, 2_000, m=1) == ResultCode.NOT_ENOUGH_MARGIN
     assert d.eng.position(1, 1) is None
-    assert _chain_markets(d.eng._accounts[1]) == [0]
+    assert _chain_markets(d.eng.state.accounts[1]) == [0]
     assert d.buy(1, 1, 9_000, m=1) == ResultCode.NOT_ENOUGH_MARGIN  # and still short of margin
     assert d.deposit(1, SMALL) == ResultCode.OK
     assert d.buy(1, 1, 9_000, m=1) == ResultCode.OK  # rests: the position is made again
-    assert _chain_markets(d.eng._accounts[1]) == [0, 1]
+    assert _chain_markets(d.eng.state.accounts[1]) == [0, 1]
 
 
 DENSE_ACCOUNTS = 2**20
@@ -284,6 +269,6 @@ def test_accounts_far_apart_in_index_trade_like_any_other() -> None:
         assert d.buy(1, 1, 10_000) == ResultCode.OK
         assert d.eng.position(ai, 0).size == -1  # type: ignore[union-attr]
     assert d.eng.position(1, 0).size == 3  # type: ignore[union-attr]
-    assert len(d.eng._account_slots) == DENSE_ACCOUNTS
+    assert len(d.eng.state.account_slots) == DENSE_ACCOUNTS
     assert d.buy(DENSE_ACCOUNTS + 1, 1, 10_000) == ResultCode.ACCOUNT_NOT_FOUND
     assert d.buy(2, 1, 10_000) == ResultCode.ACCOUNT_NOT_FOUND  # a free slot below the highest

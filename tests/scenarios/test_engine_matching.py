@@ -171,7 +171,7 @@ def test_client_order_indexes_resolve_with_few_orders_and_with_many() -> None:
     Desk validates the map against the orders after every command)."""
     many = 16
     d = Desk(accounts=(1, 2))
-    acct = d.eng._accounts[1]
+    acct = d.eng.state.accounts[1]
     assert d.buy(1, 1, 9_000) == OK  # no client index: never found as client index 0
     assert acct.coi is None
     for coi in range(1, many + 1):

@@ -112,7 +112,7 @@ def test_the_unarmed_queue_of_a_still_market_stays_bounded_and_still_liquidates(
     assert d.withdraw(1, d.collateral - 11 * DOLLAR) == OK
     assert d.sell(2, 100, 10_000, m=1) == OK and d.buy(1, 100, 10_000, m=1) == OK
     assert d.sell(4, 1, 10_000) == OK and d.buy(1, 1, 10_000) == OK
-    m1 = d.eng._markets[1]
+    m1 = d.eng.state.markets[1]
     peak = 0
     for i in range(700):
         assert d.sell(3, 1, 10_000) == OK and d.buy(1, 1, 10_000) == OK
@@ -123,7 +123,7 @@ def test_the_unarmed_queue_of_a_still_market_stays_bounded_and_still_liquidates(
     limit = 2 * len(m1.holders) + 256  # a queue past this is compacted (``unarm``)
     assert peak == limit  # stale entries reached it (700 round trips) and went no further
     assert d.sell(3, 1, 10_000) == OK and d.buy(1, 1, 10_000) == OK  # unarmed again
-    assert d.eng._accounts[1].unarmed
+    assert d.eng.state.accounts[1].unarmed
     for price in range(9_990, 5_000, -10):  # market 1 down until account 1 is under maintenance
         assert d.mark(price, m=1) == OK
         if d.eng.position(1, 1).size == 0:  # type: ignore[union-attr]
@@ -202,7 +202,7 @@ def test_the_trigger_index_stays_bounded_under_churn_and_still_liquidates() -> N
     the long under maintenance closes it in that command (the Desk checks after every command
     that no account is left under maintenance, so no earlier move missed it)."""
     d = _long_100()
-    m = d.eng._markets[0]
+    m = d.eng.state.markets[0]
     peak = 0
     for i in range(700):
         assert d.buy(3, 1, 10_000) == OK and d.sell(1, 1, 10_000) == OK

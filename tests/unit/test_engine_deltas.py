@@ -77,7 +77,7 @@ def _model_types() -> tuple[type, ...]:
     from a live engine's objects rather than imported)."""
     d = Desk(accounts=(1,))
     assert d.buy(1, 1, 9_000) == 200
-    o = next(iter(d.eng._orders.values()))
+    o = next(iter(d.eng.state.orders.values()))
     return type(o), type(o.account), type(o.market), type(o.level), type(o.position)
 
 

@@ -1,13 +1,21 @@
-"""``BareBook``: price-time matching and nothing else (no accounts, margin, fees or events).
+"""The floors ``raydex bench engine`` (``engine.py`` here) measures the engine against.
 
-It is the floor the engine is benchmarked against: the same order stream, the same data structures
-(per side a dict price -> FIFO level, a lazily-cleaned price heap and a cached best price; orders in
-doubly linked lists for O(1) cancel), minus every exchange concern.
+- ``BareBook``: price-time matching and nothing else (no accounts, margin, fees or events), the
+  floor the engine is compared with: the same order stream, the same data structures (per side a
+  dict price -> FIFO level, a lazily-cleaned price heap and a cached best price; orders in doubly
+  linked lists for O(1) cancel), minus every exchange concern.
 
-- ``add(order_id, is_ask, price, size) -> filled``: match against the opposite side at the makers'
-  prices while the order crosses, then rest the remainder (GoodTillTime). ``order_id`` must be new.
-- ``cancel(order_id) -> bool``: remove a resting order; False if it is not resting.
-- ``levels(is_ask, depth)``: ``[(price, size), ...]`` best first.
+  - ``add(order_id, is_ask, price, size) -> filled``: match against the opposite side at the
+    makers' prices while the order crosses, then rest the remainder (GoodTillTime). ``order_id``
+    must be new.
+  - ``cancel(order_id) -> bool``: remove a resting order; False if it is not resting.
+  - ``levels(is_ask, depth)``: ``[(price, size), ...]`` best first.
+
+- ``NullBook``: the calls of the benchmark's two timed loops, doing nothing, to time the loops
+  themselves.
+
+Compiled by mypyc as the engine is (``setup.py``, ``make engine``), so the ratios compare like
+with like: a compiled engine with a compiled floor, or both pure (``make pure``).
 """
 
 from __future__ import annotations
