@@ -61,6 +61,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -86,6 +87,7 @@ __all__ = [
     "ReplicaGroupSpec",
     "SequencerSpec",
     "SnapshotSpec",
+    "RENAMED_KEYS",
     "SpecError",
     "load_spec",
 ]
@@ -150,20 +152,21 @@ class GcSpec:
 
 @dataclass(frozen=True, slots=True)
 class PortsSpec:
-    """Ports on every host: REST/WebSocket (shared by its replicas) and the gRPC data plane
-    (blocks and tx batches on ``grpc``, the snapshot holder's tx log on ``grpc + 1``)."""
+    """Ports on every host: REST/WebSocket (shared by its replicas) and the data plane, whichever
+    plane serves it (blocks and tx batches on ``data``, the snapshot holder's tx log on
+    ``data + 1``)."""
 
     http: int = 8080
-    grpc: int = 50051
+    data: int = 50051
 
     def _problems(self) -> _Problems:
-        for key in ("http", "grpc"):
+        for key in ("http", "data"):
             if not 1 <= getattr(self, key) <= 65535:
                 yield key, f"must be a port in 1..65535, got {getattr(self, key)}"
-        if self.grpc == 65535:
-            yield "grpc", "must leave grpc + 1 (the tx-log port) in range"
-        if self.http in (self.grpc, self.grpc + 1):
-            yield "grpc", f"must differ from http ({self.http}), as must grpc + 1"
+        if self.data == 65535:
+            yield "data", "must leave data + 1 (the tx-log port) in range"
+        if self.http in (self.data, self.data + 1):
+            yield "data", f"must differ from http ({self.http}), as must data + 1"
 
 
 def _placement_problems(host: str | None, numa_node: int, cpus: int) -> _Problems:
@@ -180,9 +183,9 @@ _SECRET_SOURCE = "`raydex deploy` (a per-deployment secret, never written to a f
 _SEQUENCER_WIRED = {
     "chain_id": "the top-level chain_id",
     "snapshot_dir": "snapshot.dir",
-    "grpc_host": "`raydex deploy --bind`",
-    "grpc_port": "ports.grpc",
-    "txlog_port": "ports.grpc + 1",
+    "data_host": "`raydex deploy --bind`",
+    "data_port": "ports.data",
+    "txlog_port": "ports.data + 1",
     "data_plane_secret": _SECRET_SOURCE,
 }
 
@@ -431,12 +434,12 @@ class ReplicaGroupSpec:
 
     More replicas per NUMA node serve more connections and parallel dry-runs, but each one applies
     every block (CPU per replica is constant, not divided). ``cpus_per_replica`` > 1 leaves room for
-    the replica's extra threads (gRPC, GC) on its own cores. ``pin`` keeps caches warm and avoids
-    migrations (less jitter) but stops the kernel from balancing load; ``realtime`` (SCHED_FIFO)
-    cuts scheduling latency but can starve everything else on those cores; ``huge_pages`` as in
-    ``SequencerSpec``. ``replica`` is the
-    ``ReplicaConfig`` every replica of the group starts from (its knobs and ``api:`` are written
-    inline in the group; the deployment fills in the wired fields).
+    the replica's extra threads (gRPC's on the gRPC plane) on its own cores. ``pin`` keeps caches
+    warm and avoids migrations (less jitter) but stops the kernel from balancing load;
+    ``realtime`` (SCHED_FIFO) cuts scheduling latency but can starve everything else on those
+    cores; ``huge_pages`` as in ``SequencerSpec``. ``replica`` is the ``ReplicaConfig`` every
+    replica of the group starts from (its knobs and ``api:`` are written inline in the group; the
+    deployment fills in the wired fields).
     """
 
     name: str
@@ -532,8 +535,8 @@ class DeploySpec:
             seq.config,
             chain_id=self.chain_id,
             snapshot_dir=self.snapshot.config.dir,
-            grpc_port=self.ports.grpc,
-            txlog_port=self.ports.grpc + 1,
+            data_port=self.ports.data,
+            txlog_port=self.ports.data + 1,
         )
         object.__setattr__(self, "sequencer", dataclasses.replace(seq, config=seq_config))
         groups = tuple(self._wired_group(g) for g in self.replica_groups)
@@ -597,7 +600,34 @@ def load_spec(source: str | os.PathLike[str]) -> DeploySpec:
         tree = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SpecError("", f"invalid YAML: {exc}") from None
+    _rename_keys(tree)
     return _build(DeploySpec, tree, "")
+
+
+#: Keys that were renamed: old dotted path -> new key name in the same mapping.
+RENAMED_KEYS: Mapping[str, str] = {
+    # it names the data plane's port whichever plane serves it, not only gRPC
+    "ports.grpc": "data",
+}
+
+
+def _rename_keys(tree: object) -> None:
+    """Read each old key of ``RENAMED_KEYS`` as its new name, printing one line that says so."""
+    for old, new in RENAMED_KEYS.items():
+        *parents, key = old.split(".")
+        node = tree
+        for parent in parents:
+            node = node.get(parent) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or key not in node:
+            continue
+        renamed = ".".join([*parents, new])
+        if new in node:
+            raise SpecError(old, f"the old name of {renamed}: write only {renamed}")
+        node[new] = node.pop(key)
+        print(
+            f"raydex: deploy spec key {old} is deprecated, read as {renamed}: rename it",
+            file=sys.stderr,
+        )
 
 
 # --- the generic, type-driven reader ------------------------------------------------------------
