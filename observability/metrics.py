@@ -211,6 +211,24 @@ CATALOG: dict[str, MetricDef] = {
             "counter",
             "Connections the fast lane handed to aiohttp (reads, WebSocket, multipart, ...).",
         ),
+        MetricDef("raydex_http_connections", "gauge", "Open HTTP connections (WebSocket too)."),
+        MetricDef(
+            "raydex_http_refusals_total",
+            "counter",
+            "HTTP connections refused or closed before an answer: per_ip / total (over a cap: "
+            "429 / 503), head_timeout (a request head not complete in time: 408), bad_head.",
+            ("reason",),
+        ),
+        MetricDef(
+            "raydex_http_bad_requests_total",
+            "counter",
+            "Malformed requests answered 4xx by aiohttp's parser (bare LF, over-long lines).",
+        ),
+        MetricDef(
+            "raydex_http_accept_errors_total",
+            "counter",
+            "accept() failures for want of file descriptors (logged within a budget).",
+        ),
         MetricDef(
             "raydex_ws_socket_writes_total",
             "counter",
