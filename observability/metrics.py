@@ -153,6 +153,13 @@ CATALOG: dict[str, MetricDef] = {
             "Newest block seq this actor holds (two actors' are sampled seconds apart: "
             "a replica's lag is raydex_replica_lag_blocks, measured where it is true).",
         ),
+        MetricDef(
+            "raydex_preauth_refusals_total",
+            "counter",
+            "Data-plane connections turned away before they showed the deployment's secret: "
+            "bad_secret, hello_timeout, hello_too_large, not_hello, per_peer, total.",
+            ("reason",),
+        ),
         # snapshot holder
         _h("raydex_snapshot_build_seconds", "Snapshot build: records, Arrow, IPC write, put."),
         # replica

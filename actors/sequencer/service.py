@@ -77,7 +77,15 @@ from ..runtime import (
     short_hash,
 )
 from ..snapshot.store import read_snapshot_meta, snapshot_seq, snapshots
-from ..transport import DEFAULT_DATA_PLANE, TX_STREAM, BlockHub, DataPlane, data_plane_server
+from ..transport import (
+    DEFAULT_DATA_PLANE,
+    PREAUTH_REASONS,
+    TX_STREAM,
+    BlockHub,
+    DataPlane,
+    PreAuth,
+    data_plane_server,
+)
 from .journal import Journal
 from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, Checked, ClosedBlock
@@ -164,6 +172,17 @@ class SequencerConfig:
     #: before they execute, slice by slice): shorter keeps block closes and other batches flowing
     #: under a flood of signed txs, at a little more overhead per batch.
     verify_slice_ms: float = 2.0
+    #: Before a data-plane caller has shown the secret (``transport.PreAuth``): seconds it has to
+    #: send its whole HELLO (TCP; gRPC: to finish the HTTP/2 handshake), and how many connections
+    #: may be waiting for theirs, per peer address (the Unix socket counts as one) and in all;
+    #: beyond, a connection is closed unread (``raydex_preauth_refusals_total{reason}``). A HELLO
+    #: is at most 256 bytes. Shorter and smaller bound what strangers hold sooner; too small
+    #: turns away a reconnect storm of the deployment's own followers (each shows it at once).
+    hello_timeout_s: float = 5.0
+    max_unauthenticated: int = 256
+    max_unauthenticated_per_peer: int = 16
+    #: gRPC plane only: connections in all (it cannot tell a member's before its first call)
+    max_data_connections: int = 1024
     #: The deployment's data-plane secret (``raydex deploy`` makes one; never in raydex.yaml):
     #: every data-plane caller must carry it. Empty: no check, loopback only (tests, embedded
     #: runs).
@@ -244,6 +263,21 @@ class SequencerService:
             backend=signing.BACKEND,
             accelerated=str(signing.ACCELERATED).lower(),
         )
+        #: the pre-auth bounds of the blocks/txs server and of the tx-log server
+        self.preauth = tuple(
+            PreAuth(
+                config.hello_timeout_s,
+                config.max_unauthenticated_per_peer,
+                config.max_unauthenticated,
+            )
+            for _ in range(2)
+        )
+        for reason in PREAUTH_REASONS:
+            m.counter_fn(
+                "raydex_preauth_refusals_total",
+                lambda r=reason: sum(p.refused[r] for p in self.preauth),
+                reason=reason,
+            )
         self.supervisor = Supervisor(m, self._fatal)
 
     @property
@@ -296,6 +330,8 @@ class SequencerService:
             secret=cfg.data_plane_secret,
             max_inflight=cfg.max_inflight_batches,
             unix_dir=cfg.unix_socket_dir if cfg.unix_sockets else None,
+            preauth=self.preauth[0],
+            max_connections=cfg.max_data_connections,
         )
         self.txlog_server = data_plane_server(
             cfg.data_plane,
@@ -305,6 +341,8 @@ class SequencerService:
             port=cfg.txlog_port,
             secret=cfg.data_plane_secret,
             unix_dir=cfg.unix_socket_dir if cfg.unix_sockets else None,
+            preauth=self.preauth[1],
+            max_connections=cfg.max_data_connections,
         )
         try:
             self.port = await self.server.start()
@@ -644,6 +682,11 @@ class SequencerService:
                 "refused_calls": sum(
                     srv.refused for srv in (self.server, self.txlog_server) if srv is not None
                 ),
+                # connections turned away before they showed the secret, by reason
+                "preauth_refused": {
+                    r: sum(p.refused[r] for p in self.preauth) for r in PREAUTH_REASONS
+                },
+                "unauthenticated_open": sum(p.open for p in self.preauth),
                 "batches_refused": self.batches_refused,
             },
             "replayed_blocks": self.replayed,

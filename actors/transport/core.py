@@ -26,6 +26,10 @@ here and called from each:
 
 - membership: :func:`check_listen` refuses to serve off loopback without the deployment's secret,
   and :func:`admits` compares a caller's secret in constant time;
+- before the secret is shown: :class:`PreAuth` bounds what a stranger can hold: a HELLO of at
+  most ``MAX_HELLO`` bytes, ``hello_timeout_s`` to send it whole, ``max_per_peer`` connections
+  per peer address and ``max_total`` in all that have not shown it yet; beyond, the connection is
+  closed unread, and every refusal is counted by reason (:data:`PREAUTH_REASONS`);
 - block order: :func:`accept_seq` drops a duplicate and turns a gap into :class:`ResyncRequired`;
   :meth:`Backoff.wait` paces the reconnects in between (the Ray plane too);
 - tx batches: :class:`TxBounds` bounds the batches a server runs (per stream and in total), and
@@ -41,12 +45,17 @@ import asyncio
 import enum
 import hmac
 import itertools
+import logging
 import secrets
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+
+from raydex.observability.logbudget import LogBudget
+
+log = logging.getLogger(__name__)
 
 Frame = tuple[int, bytes]
 T = TypeVar("T")
@@ -132,6 +141,71 @@ def admits(secret: bytes, given: bytes) -> bool:
     """Whether a caller that presents ``given`` is a member: anyone when the server has no
     ``secret``, else exactly the secret (compared in constant time; a prefix is no secret)."""
     return not secret or hmac.compare_digest(given, secret)
+
+
+#: the largest HELLO a server reads: the secret is 64 hex characters (``new_secret``)
+MAX_HELLO = 256
+
+#: why a connection was turned away before it showed the secret
+PreAuthRefusal = Literal[
+    "bad_secret", "hello_timeout", "hello_too_large", "not_hello", "per_peer", "total"
+]
+PREAUTH_REASONS: tuple[PreAuthRefusal, ...] = (
+    "bad_secret", "hello_timeout", "hello_too_large", "not_hello", "per_peer", "total",
+)  # fmt: skip
+
+
+class PreAuth:
+    """The connections of one server that have not shown the deployment's secret yet (see the
+    module docstring): :meth:`admit` counts one as it opens (or refuses it), :meth:`release`
+    when it authenticated or ended. ``peer`` is an address (TCP) or ``"unix"`` (the Unix-domain
+    socket, mode 0600: this host's user only, so one key for all of it). Memory of a stranger's
+    connection is bounded by the transport's read buffer (its high-water mark), not by what the
+    stranger sends: nothing beyond ``MAX_HELLO`` is read before the secret matched."""
+
+    def __init__(
+        self, hello_timeout_s: float = 5.0, max_per_peer: int = 16, max_total: int = 256
+    ) -> None:
+        if hello_timeout_s <= 0 or max_per_peer < 1 or max_total < 1:
+            raise ValueError("pre-auth bounds: a positive deadline and caps of at least 1")
+        self.hello_timeout_s = hello_timeout_s
+        self.max_per_peer = max_per_peer
+        self.max_total = max_total
+        self.open = 0
+        self.per_peer: Counter[str] = Counter()
+        #: refusals by reason (every one of ``PREAUTH_REASONS``, from 0)
+        self.refused: Counter[str] = Counter(dict.fromkeys(PREAUTH_REASONS, 0))
+        self.logs = LogBudget(log)
+
+    def admit(self, peer: str) -> bool:
+        """Count a connection from ``peer`` opening now; False (counted as refused) when it
+        would pass a cap: the caller closes it unread."""
+        if self.open >= self.max_total:
+            self.refuse("total", peer)
+            return False
+        if self.per_peer[peer] >= self.max_per_peer:
+            self.refuse("per_peer", peer)
+            return False
+        self.open += 1
+        self.per_peer[peer] += 1
+        return True
+
+    def release(self, peer: str) -> None:
+        """A connection :meth:`admit` counted showed the secret, or ended."""
+        self.open -= 1
+        left = self.per_peer[peer] - 1
+        if left > 0:
+            self.per_peer[peer] = left
+        else:
+            del self.per_peer[peer]
+
+    def refuse(self, reason: PreAuthRefusal, peer: str) -> None:
+        """Count (and log, within a budget: one line per reason per 10 s) a refusal."""
+        self.refused[reason] += 1
+        self.logs.warning(
+            reason, "data plane: a connection from %s turned away before authenticating (%s); "
+            "%d so far", peer, reason, self.refused[reason],
+        )  # fmt: skip
 
 
 def accept_seq(seq: int, next_seq: int) -> bool:

@@ -326,7 +326,7 @@ def test_an_idle_connection_a_stalled_and_a_trickling_request_head_are_closed(
 
     async def main() -> None:
         trader = Trader(10)
-        ex, s = await lane_rig([trader], ApiConfig(http_head_timeout_s=0.5))
+        _, s = await lane_rig([trader], ApiConfig(http_head_timeout_s=0.5))
         try:
             served = await Conn.open(s.port)  # one answer, then nothing
             await served.send(post("/api/v1/sendTx", form(trader.order(299_000, 10, 0))))
@@ -388,7 +388,7 @@ MALFORMED = [
 @pytest.mark.parametrize("raw", MALFORMED, ids=["bare-lf-post", "bare-lf-get", "line", "header"])
 def test_malformed_heads_get_the_api_json_400_whoever_answers(raw: bytes, fast_lane: bool) -> None:
     async def main() -> None:
-        ex, s = await lane_rig([Trader(10)], ApiConfig(fast_lane=fast_lane))
+        _, s = await lane_rig([Trader(10)], ApiConfig(fast_lane=fast_lane))
         try:
             c = await Conn.open(s.port)
             await c.send(raw)
@@ -407,7 +407,7 @@ def test_malformed_heads_get_the_api_json_400_whoever_answers(raw: bytes, fast_l
 def test_connections_over_the_per_ip_and_the_global_cap_are_refused_and_counted() -> None:
     async def main() -> None:
         cfg = ApiConfig(http_max_connections_per_ip=3, rate_limit_exempt=())
-        ex, s = await lane_rig([Trader(10)], cfg)
+        _, s = await lane_rig([Trader(10)], cfg)
         try:
             held = [await Conn.open(s.port) for _ in range(3)]
             over = await Conn.open(s.port)
@@ -427,7 +427,7 @@ def test_connections_over_the_per_ip_and_the_global_cap_are_refused_and_counted(
         finally:
             await s.close()
         # the global cap counts every address, exempt ones too
-        ex, s = await lane_rig([Trader(10)], ApiConfig(http_max_connections=2))
+        _, s = await lane_rig([Trader(10)], ApiConfig(http_max_connections=2))
         try:
             held = [await Conn.open(s.port) for _ in range(2)]
             over = await Conn.open(s.port)
