@@ -63,7 +63,16 @@ from raydex.observability.hist import Histogram
 from raydex.observability.logbudget import LogBudget
 from raydex.observability.metrics import ApiCounters, Recorder
 
-from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal, short_hash
+from ..runtime import (
+    ActorRuntime,
+    HeldBlocks,
+    RecentBlocks,
+    Supervisor,
+    exit_process,
+    held_blocks,
+    log_fatal,
+    short_hash,
+)
 from ..runtime.checks import COMPARE_INTERVAL_S, StateChecks
 from ..transport import (
     ResyncRequired,
@@ -218,6 +227,9 @@ class ReplicaService:
         #: the apply waited off the CPU, i.e. the kernel ran another process on this core
         self.apply_cpu_time = Histogram()
         self.blocks_applied = 0
+        #: the newest block frames applied here, for a sequencer repairing its log
+        #: (``held_blocks``; ``actors/runtime/held.py``)
+        self.recent = RecentBlocks()
         #: newest seq known to exist (stream frames, the holder's catch-up answers, the floor of
         #: a publisher's ring that no longer holds our next block)
         self.seen_seq = 0
@@ -498,6 +510,7 @@ class ReplicaService:
         applied = self.state.apply_block(block)
         t2 = time.perf_counter_ns()
         if not applied.duplicate:
+            self.recent.add(block.seq, frame)
             self.fanout.publish(applied)
             if applied.books:
                 self.publish_delay.record(time.time_ns() - applied.timestamp_ns)
@@ -519,6 +532,13 @@ class ReplicaService:
         probe = self.hooks.probe
         if probe is not None:
             probe.on_apply(block, applied, t1 - t0, t2 - t1, t3 - t2, cpu_ns)
+
+    def held_blocks(self, since: int, frames_after: int) -> HeldBlocks:
+        """What this replica applied and still holds of the newest blocks (``runtime/held.py``):
+        asked by a sequencer whose log lost its tail, before it serves."""
+        return held_blocks(
+            self.config.name, "replica", self.state.seq, self.recent, since, frames_after
+        )
 
     def _fold_ledger(self) -> None:
         self._fold_scheduled = False
@@ -866,6 +886,11 @@ class ReplicaActor:
                 "direct": svc.direct_port or None,
             }
         return self.runtime.describe("replica", facts, fixed=fixed)
+
+    async def held_blocks(self, since: int, frames_after: int) -> HeldBlocks | None:
+        """The service's :meth:`ReplicaService.held_blocks` (None while it boots: nothing
+        applied yet); answered at once, never waiting for the boot."""
+        return None if self.service is None else self.service.held_blocks(since, frames_after)
 
     async def state_hash(self) -> dict[str, Any]:
         """The current state hash (O(state), on the replica's loop; ``status`` is cheap)."""

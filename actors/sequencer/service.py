@@ -42,6 +42,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -70,6 +71,7 @@ from raydex.observability.metrics import Recorder
 
 from ..runtime import (
     ActorRuntime,
+    HeldBlocks,
     Supervisor,
     advertised_host,
     exit_process,
@@ -89,7 +91,14 @@ from ..transport import (
 from .journal import Journal
 from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, Checked, ClosedBlock
-from .wal import FsyncPolicy, Wal
+from .repair import (
+    AskFollowers,
+    RepairReport,
+    check_rebuilt,
+    restore_tail,
+    tail_to_restore,
+)
+from .wal import FsyncPolicy, Wal, WalError
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +192,11 @@ class SequencerConfig:
     max_unauthenticated_per_peer: int = 16
     #: gRPC plane only: connections in all (it cannot tell a member's before its first call)
     max_data_connections: int = 1024
+    #: At start, how long the sequencer waits for its followers' answers (what they applied and
+    #: hold of the newest blocks: ``repair.py``) before it goes on without the silent ones.
+    #: Longer waits out a follower that is slow to answer; a block only it holds is lost if the
+    #: log lost it too. Also the pause before a refused start is tried again (at least 1 s).
+    repair_timeout_s: float = 10.0
     #: The deployment's data-plane secret (``raydex deploy`` makes one; never in raydex.yaml):
     #: every data-plane caller must carry it. Empty: no check, loopback only (tests, embedded
     #: runs).
@@ -205,10 +219,19 @@ class SequencerService:
     actor shell passes :func:`exit_process`. The default only logs (tests, embedded runs)."""
 
     def __init__(
-        self, config: SequencerConfig, on_fatal: Callable[[str], None] = log_fatal
+        self,
+        config: SequencerConfig,
+        on_fatal: Callable[[str], None] = log_fatal,
+        followers: AskFollowers | None = None,
     ) -> None:
         self.config = config
         self.on_fatal = on_fatal
+        #: asks the followers what they hold of the newest blocks (``repair.py``); None: no
+        #: followers to ask (a first start, a test): a torn tail is cut as found
+        self.followers = followers
+        #: what the last start found and did: the log's end, the followers' answers, the blocks
+        #: checked and restored (``repair.RepairReport``)
+        self.recovery = RepairReport()
         self.producer: BlockProducer | None = None
         self.hub: BlockHub | None = None
         #: the snapshot holder's stream: each block's delta frame stamped with the crc of its WAL
@@ -286,8 +309,10 @@ class SequencerService:
         return self.producer.wal
 
     async def start(self) -> int:
-        """Recover (newest usable snapshot + WAL), open the data plane, start the loops; the
-        blocks port. Raises (WalError, OSError, ...) when the sequencer cannot start."""
+        """Recover (newest usable snapshot + WAL), check the rebuilt blocks and repair a lost
+        tail from the followers (``repair.py``), open the data plane, start the loops; the
+        blocks port. Raises (WalError, StartRefused, OSError, ...) when the sequencer cannot
+        start; nothing is served then."""
         cfg = self.config
         wal = Wal(
             cfg.wal_dir,
@@ -295,9 +320,20 @@ class SequencerService:
             segment_bytes=cfg.wal_segment_bytes,
             preallocate=cfg.wal_preallocate,
         )
-        self.producer, self.replayed = BlockProducer.recover(
-            Path(cfg.snapshot_dir), wal, Verifier(cfg.chain_id), keep_blocks=cfg.ring_size
-        )
+        digests: dict[int, bytes] = {}
+        try:
+            self.producer, self.replayed = BlockProducer.recover(
+                Path(cfg.snapshot_dir),
+                wal,
+                Verifier(cfg.chain_id),
+                keep_blocks=cfg.ring_size,
+                digests=digests,
+            )
+            await self._check_and_repair(self.producer, wal, digests)
+        except BaseException:
+            self.producer = None
+            wal.close()
+            raise
         self.producer.verify_signatures = (
             cfg.verify_signatures
             if cfg.verify_signatures is not None
@@ -306,7 +342,7 @@ class SequencerService:
         self.metrics.histogram("raydex_wal_fsync_seconds", wal.fsync_time)
         log.info(
             "sequencer recovered: snapshot seq %d (%s), %d WAL blocks replayed, now at seq %d",
-            self.producer.seq - self.replayed,
+            self.recovery.log_seq - self.replayed,
             self.producer.recovered_from.path if self.producer.recovered_from else None,
             self.replayed,
             self.producer.seq,
@@ -368,6 +404,54 @@ class SequencerService:
             self.supervisor.start("oracle", self.oracle.run)
         self.supervisor.start("maintenance", self._maintain)
         return self.port
+
+    async def _check_and_repair(
+        self, producer: BlockProducer, wal: Wal, rebuilt: dict[int, bytes]
+    ) -> None:
+        """Before serving: ask the followers, check the rebuilt blocks against the committer's
+        chain and restore the blocks after the log's end that they applied (``repair.py``)."""
+        report = self.recovery = RepairReport(log_seq=producer.seq, torn_bytes=wal.torn_bytes)
+        if self.followers is None:
+            return
+        since = min(rebuilt) if rebuilt else producer.seq
+        answers, report.unanswered = await self.followers(since, producer.seq)
+        report.followers = {a.name: a.seq for a in answers}
+        if report.unanswered:
+            log.warning(
+                "sequencer start: %s did not answer within %.0f s; a block only they applied "
+                "cannot be restored (they will find their history replaced when they resume)",
+                ", ".join(report.unanswered), self.config.repair_timeout_s,
+            )  # fmt: skip
+        report.checked_blocks = check_rebuilt(rebuilt, answers)
+        top, blocks = tail_to_restore(producer.seq, rebuilt.get(producer.seq), answers)
+        if blocks:
+            committed = {s for a in answers if a.role == "committer" for s, _ in a.digests}
+            restored = restore_tail(producer, wal, blocks)
+            producer.recovered_blocks.extend(restored)
+            report.restored = (blocks[0][0], blocks[-1][0])
+            report.restored_checked = sum(1 for seq, _, _ in blocks if seq in committed)
+            report.verdict = (
+                f"the WAL ended at seq {report.log_seq} ({wal.torn_bytes} torn bytes cut); blocks "
+                f"{blocks[0][0]}..{top} that the followers applied were restored from their "
+                f"copies ({report.restored_checked} of {len(blocks)} checked against the "
+                "committer's chain) and written back to the log"
+            )
+            log.warning("WAL repaired: %s", report.verdict)
+        elif wal.torn_bytes:
+            newest = max(report.followers.values(), default=0)
+            report.verdict = (
+                f"the torn tail cut after seq {report.log_seq} held no block any of the "
+                f"{len(answers)} followers that answered applied (newest applied: {newest}): it "
+                "was never acknowledged to any of their clients"
+            )
+            log.warning("WAL: %s", report.verdict)
+        else:
+            report.verdict = "the WAL holds every block the followers applied"
+        if report.checked_blocks:
+            log.info(
+                "sequencer start: %d rebuilt blocks match the hashes the followers hold",
+                report.checked_blocks,
+            )
 
     async def stop(self) -> None:
         self._stopping = True
@@ -690,6 +774,8 @@ class SequencerService:
                 "batches_refused": self.batches_refused,
             },
             "replayed_blocks": self.replayed,
+            # the last start: the log's end, the followers' answers, blocks checked / restored
+            "recovery": dataclasses.asdict(self.recovery),
             "blocks": self.blocks,
             "wal": {
                 "first_seq": wal.first_seq if wal else 0,
@@ -723,28 +809,99 @@ class SequencerActor:
     """Ray shell around :class:`SequencerService` (wrap with ``ray.remote``; see ``deploy``).
 
     Starts as soon as it is created *and whenever Ray restarts it* (the start task is scheduled
-    from ``__init__``): it recovers from the newest usable snapshot plus the WAL, so a crash loses
-    nothing acknowledged, and reopens the data plane on its configured ports. A start that fails,
-    or a fault that stops the sequencer later (a WAL write error), exits the process after logging
-    why, so Ray restarts it instead of keeping a live actor that answers nothing.
+    from ``__init__``): it recovers from the newest usable snapshot plus the WAL, asks the
+    deployment's followers (every other named actor of its namespace: the holder, the committer,
+    the replicas) what they applied, checks and repairs its log's tail from them
+    (``repair.py``), so a crash loses nothing acknowledged, and reopens the data plane on its
+    configured ports. A log it cannot use (damage, an altered record, a tail it cannot repair:
+    ``WalError``) is a refused start: the actor stays up without serving, its status and live
+    line say why (``refused``), the error is logged, and it tries again every
+    ``repair_timeout_s``. Any other failed start, or a fault that stops the sequencer later (a
+    WAL write error), exits the process after logging why, so Ray restarts it instead of keeping
+    a live actor that answers nothing.
     """
 
     def __init__(self, config: SequencerConfig, bundle: Any = None, gc_spec: Any = None) -> None:
-        self.service = SequencerService(config, on_fatal=exit_process)
+        self.service = SequencerService(
+            config, on_fatal=exit_process, followers=self._ask_followers
+        )
         self.runtime = ActorRuntime(bundle, gc_spec)
+        #: why the sequencer does not serve yet (a refused start), None once it serves
+        self.refused: str | None = None
+        self.refusals = 0
         self._started = asyncio.get_event_loop().create_task(self._start())
 
     async def _start(self) -> int:
         self.runtime.before_boot()
-        try:
-            port = await self.service.start()
-        except Exception as exc:  # any failed start: exit so that Ray restarts (and retries) us
-            log.exception("sequencer start failed")
-            exit_process(f"sequencer start failed: {exc!r}")
-        self.runtime.after_boot(
-            self.service.metrics, busy_poll=self.service.config.busy_poll, live=self.live
-        )
+        cfg = self.service.config
+        booted = False
+        while True:
+            try:
+                port = await self.service.start()
+                break
+            except WalError as exc:  # the log cannot be used as it is: refuse, say why, retry
+                self.refusals += 1
+                self.refused = str(exc)
+                log.error("SEQUENCER REFUSES TO START (attempt %d): %s; trying again in %.0f s",
+                          self.refusals, exc, max(1.0, cfg.repair_timeout_s))  # fmt: skip
+                if not booted:  # status, metrics and the live line while it refuses
+                    self.runtime.after_boot(self.service.metrics, live=self.live)
+                    booted = True
+                await asyncio.sleep(max(1.0, cfg.repair_timeout_s))
+            except Exception as exc:  # any other failed start: exit so that Ray restarts us
+                log.exception("sequencer start failed")
+                exit_process(f"sequencer start failed: {exc!r}")
+        if self.refused is not None:
+            log.warning("sequencer serving after %d refused starts", self.refusals)
+        self.refused = None
+        if not booted:
+            self.runtime.after_boot(self.service.metrics, busy_poll=cfg.busy_poll, live=self.live)
         return port
+
+    async def _ask_followers(
+        self, since: int, frames_after: int
+    ) -> tuple[list[HeldBlocks], list[str]]:
+        """Every other named actor of this deployment's namespace, asked ``held_blocks`` at once
+        (``runtime/held.py``), within ``repair_timeout_s``: the answers, and the names that gave
+        none (a replica still booting answers that it holds nothing). Outside a Ray actor (the
+        shell run in a plain process) there are no followers to ask."""
+        ray = sys.modules.get("ray")
+        if ray is None or not ray.is_initialized():
+            return [], []  # never imports or starts Ray itself
+        loop = asyncio.get_running_loop()
+        ctx = ray.get_runtime_context()
+        namespace, me = ctx.namespace, ctx.get_actor_name()
+        if me is None:  # a driver, not the sequencer actor
+            return [], []
+        listed = await loop.run_in_executor(
+            None, lambda: ray.util.list_named_actors(all_namespaces=True)
+        )
+        names = sorted(
+            a["name"] for a in listed if a.get("namespace") == namespace and a["name"] != me
+        )
+
+        async def ask(name: str) -> HeldBlocks | None:
+            actor = await loop.run_in_executor(
+                None, lambda: ray.get_actor(name, namespace=namespace)
+            )
+            held: HeldBlocks | None = await actor.held_blocks.remote(since, frames_after)
+            return held
+
+        tasks = {name: asyncio.ensure_future(ask(name)) for name in names}
+        if tasks:
+            await asyncio.wait(tasks.values(), timeout=self.service.config.repair_timeout_s)
+        answers: list[HeldBlocks] = []
+        silent: list[str] = []
+        for name, task in tasks.items():
+            if not task.done():
+                task.cancel()
+                silent.append(name)
+            elif task.exception() is not None:
+                log.warning("sequencer start: %s did not answer: %r", name, task.exception())
+                silent.append(name)
+            elif (held := task.result()) is not None:
+                answers.append(held)
+        return answers, silent
 
     async def _ensure_started(self) -> SequencerService:
         await self._started
@@ -771,10 +928,14 @@ class SequencerActor:
         return await svc.handle_batch(frame)
 
     async def status(self) -> dict[str, Any]:
-        svc = await self._ensure_started()
+        """The service's status (also while the start is refused: ``refused`` says why);
+        answered at once, never waiting for the start."""
+        svc = self.service
         return {
             **svc.status(),
             **self.runtime.status(),
+            "refused": self.refused,
+            "refused_starts": self.refusals,
             "address": advertised_host(),
             "repr": self.live(),
         }
@@ -791,7 +952,12 @@ class SequencerActor:
         p = svc.producer
         cfg = svc.config
         snap = svc.snapshot
-        state = "failed" if svc.failed else "serving" if p is not None else "booting"
+        state = (
+            "failed" if svc.failed
+            else "refused" if self.refused
+            else "serving" if p is not None and svc.server is not None
+            else "booting"
+        )  # fmt: skip
         return self.runtime.describe(
             "sequencer",
             {

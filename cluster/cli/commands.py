@@ -316,8 +316,13 @@ def _status(args: argparse.Namespace) -> int:
     hosts = deploy.host_loads(st)
     agree = deploy.state_agreement(st)
     audit = deploy.audit_line(st)
-    # exit 3: the state or the signature audit says something is wrong (scriptable alarms)
-    diverged = any(a.diverged for a in agree) or (audit is not None and audit[1])
+    # exit 3: the state or the signature audit says something is wrong, or the sequencer refuses
+    # to start (its log cannot be used: ``refused`` says why) (scriptable alarms)
+    diverged = (
+        any(a.diverged for a in agree)
+        or (audit is not None and audit[1])
+        or any(s.get("refused") for s in st.values())
+    )
     if args.json:
         rows = [{**dataclasses.asdict(h), "oversubscribed": h.oversubscribed, "line": h.line()}
                 for h in hosts]  # fmt: skip
@@ -339,6 +344,7 @@ def _status(args: argparse.Namespace) -> int:
 #: what ``raydex status`` prints per actor besides its repr
 _STATUS_KEYS = (
     "seq", "lag", "state_hash_seq", "state_hash", "port", "signatures", "placement", "error",
+    "refused",
 )  # fmt: skip
 
 
