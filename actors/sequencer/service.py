@@ -912,9 +912,31 @@ class SequencerActor:
         return svc.status()
 
     async def operator(self, txs: list[Any]) -> list[TxOutcome]:
-        """Operator commands (deposits, markets, oracle, funding, key registration)."""
+        """Operator commands (deposits, markets, oracle, funding, key registration), answered
+        once their block is durable *and* a follower applied it (or ``repair_timeout_s`` passed,
+        logged): like a client's tx, an operator's is acknowledged only when a copy of its block
+        exists outside the log, so a damaged log tail can always be repaired (``repair.py``)."""
         svc = await self._ensure_started()
-        return await svc.submit(txs, operator=True)
+        outcomes = await svc.submit(txs, operator=True)
+        if outcomes:
+            await self._witnessed(max(o.seq for o in outcomes))
+        return outcomes
+
+    async def _witnessed(self, seq: int) -> None:
+        """Wait until a follower applied block ``seq`` (none deployed yet, or outside Ray: at
+        once), at most ``repair_timeout_s``."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.service.config.repair_timeout_s
+        while True:
+            answers, silent = await self._ask_followers(seq, 1 << 62)
+            if any(a.seq >= seq for a in answers) or not (answers or silent):
+                return
+            if loop.time() >= end:
+                log.warning("operator commands of block %d answered before any follower "
+                            "applied it (none within %.0f s)", seq,
+                            self.service.config.repair_timeout_s)  # fmt: skip
+                return
+            await asyncio.sleep(0.01)
 
     async def account_by_l1(self, l1_address: bytes) -> int | None:
         """The account index of an L1 address (20 bytes), or None (``raydex deposit``)."""
