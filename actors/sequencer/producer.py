@@ -125,6 +125,7 @@ class BlockProducer:
         operator: bool = False,
         replay: bool = False,
         checked: Sequence[Checked] | None = None,
+        verify: bool | None = None,
     ) -> range:
         """Execute ``txs`` into the open block (opening it at ``now_ns`` if none is open).
 
@@ -133,7 +134,9 @@ class BlockProducer:
         were authorized when they were logged (no operator or signature check again).
         ``checked``: :meth:`check_signature` of each tx, done ahead (off the critical section);
         a result is used only if the tx's key is still the one it was checked against.
+        ``verify``: check user signatures (None: ``verify_signatures``).
         """
+        verify = self.verify_signatures if verify is None else verify
         if not self._outcomes:
             self._ts_ns = now_ns
         now_ms = self._ts_ns // 1_000_000
@@ -149,7 +152,9 @@ class BlockProducer:
             code = (
                 _OK
                 if replay
-                else self._authorize(tx, ttype, operator, checked[i] if checked else None, h)
+                else self._authorize(
+                    tx, ttype, operator, checked[i] if checked else None, h, verify
+                )
             )
             order_index = 0
             account = getattr(tx, "account_index", 0)
@@ -171,7 +176,9 @@ class BlockProducer:
             self._outcomes.append(TxOutcome(h, code, order_index, seq))
         return range(first, len(self._outcomes))
 
-    def _authorize(self, tx: Any, ttype: int, operator: bool, checked: Checked, hm: bytes) -> int:
+    def _authorize(
+        self, tx: Any, ttype: int, operator: bool, checked: Checked, hm: bytes, verify: bool
+    ) -> int:
         if ttype in OPERATOR_TX_TYPES:
             return _OK if operator else _OPERATOR_ONLY
         if not is_signed_type(type(tx)):
@@ -184,7 +191,7 @@ class BlockProducer:
             l1 = self.engine.l1_address(tx.account_index)
             if l1 is None or l1_signer(tx) != l1:
                 return _INVALID_L1_SIGNATURE
-        if self.verify_signatures:
+        if verify:
             valid = checked[1] if checked is not None and checked[0] == pk else None
             if valid is None:
                 valid = self.verifier.verify(tx, pk, hm)

@@ -86,6 +86,7 @@ from ..transport import (
     BlockHub,
     DataPlane,
     PreAuth,
+    StreamOrder,
     data_plane_server,
 )
 from .journal import Journal
@@ -147,11 +148,14 @@ class SequencerConfig:
     #: interval: marks track the book closely (and liquidations trigger sooner), more commands.
     oracle_interval_ms: float = 0.0
     oracle_max_step_bps: int = 50
-    #: Check every user tx's signature again in the sequencer (``BlockProducer.verify_signatures``).
-    #: None (auto): only when the data plane is open to anyone on loopback (no
-    #: ``data_plane_secret``); a deployment's replicas are members that verified every tx in
-    #: their dry-run, and its committer re-verifies every executed tx off the hot path
-    #: (``actors/audit.py``), so the sequencer saves a verify (~30 µs) per tx. True: always.
+    #: Check user txs' signatures again in the sequencer, before they execute. None (auto):
+    #: without a ``data_plane_secret`` every batch (the plane is open to anyone on loopback);
+    #: with one, the batches of streams from another host (a TCP peer whose address is not this
+    #: machine's), not those of the same host's members (its Unix socket, loopback): a member's
+    #: secret crosses the network in the clear, a same-host member shares the sequencer's trust
+    #: domain, and the committer re-verifies every executed tx anyway (``actors/audit.py``). A
+    #: verify costs ~30 µs of the sequencer's core per tx. True: every batch; False: none (the
+    #: audit alone, after the fact).
     verify_signatures: bool | None = None
     #: Busy-poll the event loop (it never parks: see ``actors/runtime/shell.py``): less wake-up
     #: latency per batch, one whole core burnt; only where the sequencer has a core of its own.
@@ -472,6 +476,12 @@ class SequencerService:
         if self.producer is not None and self.producer.wal is not None:
             self.producer.wal.close()
 
+    def signature_policy(self) -> str:
+        """Whose batches the sequencer checks (``verify_signatures``): all, other hosts', none."""
+        if self.producer is not None and self.producer.verify_signatures:
+            return "all"
+        return "other hosts" if self.config.verify_signatures is None else "none"
+
     def _engine(self) -> Any:
         assert self.producer is not None
         return self.producer.engine
@@ -499,9 +509,11 @@ class SequencerService:
             reply = encode_outcomes([])
             return reply
         stream = TX_STREAM.get()
-        if stream is None or not self.producer or not self.producer.verify_signatures:
-            # nothing to wait for: batches execute in the order they arrive
-            reply = encode_outcomes(await self.submit(txs, operator=False))
+        verify = self.verifies(stream)
+        if stream is None or not verify:
+            # nothing to wait for: batches execute in the order they arrive (without a stream,
+            # a verifying producer checks each tx as it executes)
+            reply = encode_outcomes(await self.submit(txs, operator=False, verify=verify))
             return reply
         # The check yields between slices, so a later batch of this stream (a replica keeps
         # several out, ``MicroBatcher``) may finish its check first; it still executes after
@@ -509,23 +521,36 @@ class SequencerService:
         before, mine = stream.last, asyncio.get_running_loop().create_future()
         stream.last = mine
         try:
-            checked = await self.check_signatures(txs)
+            checked = await self.check_signatures(txs, verify=True)
             if before is not None and not before.done():
                 await asyncio.wait((before,))  # not ``await before``: a cancel must not reach it
-            fut, at = self._execute(txs, False, checked)
+            fut, at = self._execute(txs, False, checked, verify=True)
         finally:
             mine.set_result(None)
         block = await fut
         reply = encode_outcomes([block.outcomes[i] for i in at])
         return reply
 
-    async def check_signatures(self, txs: Sequence[Any]) -> list[Checked] | None:
+    def verifies(self, stream: StreamOrder | None) -> bool:
+        """Whether the batches of ``stream`` (None: not a data-plane stream) have their
+        signatures checked here (``SequencerConfig.verify_signatures``)."""
+        producer = self.producer
+        if producer is None:
+            return False
+        if producer.verify_signatures:
+            return True
+        return self.config.verify_signatures is None and stream is not None and stream.remote
+
+    async def check_signatures(
+        self, txs: Sequence[Any], verify: bool | None = None
+    ) -> list[Checked] | None:
         """Each user tx's signature checked against its key as it is now, yielding to the loop
-        every ``verify_slice_ms`` (None when the sequencer does not verify). The producer trusts
-        a result only if the key is unchanged when the tx executes."""
+        every ``verify_slice_ms`` (None when not verifying: ``verify``, by default the
+        producer's own policy). The producer trusts a result only if the key is unchanged when
+        the tx executes."""
         producer = self.producer
         assert producer is not None, "start() first"
-        if not producer.verify_signatures:
+        if not (producer.verify_signatures if verify is None else verify):
             return None
         budget = int(self.config.verify_slice_ms * 1e6)
         clock = time.perf_counter_ns
@@ -548,16 +573,25 @@ class SequencerService:
         return out
 
     async def submit(
-        self, txs: Sequence[Any], operator: bool = False, checked: Sequence[Checked] | None = None
+        self,
+        txs: Sequence[Any],
+        operator: bool = False,
+        checked: Sequence[Checked] | None = None,
+        verify: bool | None = None,
     ) -> list[TxOutcome]:
         """Execute ``txs`` in the open block; resolves when that block is durable. ``checked``:
-        :meth:`check_signatures` of ``txs``."""
-        fut, at = self._execute(txs, operator, checked)
+        :meth:`check_signatures` of ``txs``; ``verify``: check their signatures (None: the
+        producer's policy)."""
+        fut, at = self._execute(txs, operator, checked, verify)
         block = await fut
         return [block.outcomes[i] for i in at]
 
     def _execute(
-        self, txs: Sequence[Any], operator: bool, checked: Sequence[Checked] | None
+        self,
+        txs: Sequence[Any],
+        operator: bool,
+        checked: Sequence[Checked] | None,
+        verify: bool | None = None,
     ) -> tuple[asyncio.Future[ClosedBlock], range]:
         """Execute ``txs`` in the open block now: (the future of that block once durable, the
         outcomes' positions in it)."""
@@ -565,7 +599,7 @@ class SequencerService:
         assert producer is not None, "start() first"
         if self._stopping:
             raise RuntimeError(f"sequencer is stopping ({self.failed or 'stop requested'})")
-        at = producer.submit(txs, time.time_ns(), operator=operator, checked=checked)
+        at = producer.submit(txs, time.time_ns(), operator=operator, checked=checked, verify=verify)
         if self._pending is None:
             self._pending = asyncio.get_running_loop().create_future()
         fut = self._pending
@@ -748,6 +782,8 @@ class SequencerService:
             "pid": os.getpid(),
             "signatures": signing.BACKEND,
             "verifies_signatures": bool(self.producer and self.producer.verify_signatures),
+            # whose batches are checked here: "all", "other hosts" (auto with a secret), "none"
+            "signature_policy": self.signature_policy(),
             "seq": p.seq if p else 0,
             "height": p.height if p else 0,
             "state_hash": self.snapshot.state_hash,

@@ -66,13 +66,16 @@ class StreamOrder:
     (``SequencerService.handle_batch``): a member may keep several batches out on one stream
     (``MicroBatcher``), and the check yields between slices, so a later, smaller batch could
     finish its check first. Batches of different streams are not ordered against each other
-    (a slow check on one stream never holds another)."""
+    (a slow check on one stream never holds another). ``remote``: the stream comes from another
+    host (a TCP peer whose address is not this machine's; a Unix socket never is), which the
+    sequencer's signature policy looks at."""
 
-    __slots__ = ("last",)
+    __slots__ = ("last", "remote")
 
-    def __init__(self) -> None:
+    def __init__(self, remote: bool = False) -> None:
         #: resolved once the stream's latest batch to arrive has executed (or failed)
         self.last: asyncio.Future[None] | None = None
+        self.remote = remote
 
 
 #: The stream the running tx batch arrived on: each data-plane server sets a fresh
@@ -287,10 +290,11 @@ class TxBounds:
         self.max_request_bytes = max_request_bytes
         self._slots = asyncio.Semaphore(total)
 
-    def stream(self) -> StreamBatches:
+    def stream(self, remote: bool = False) -> StreamBatches:
         """The bounds of a tx stream opening now. Sets :data:`TX_STREAM` to a fresh
-        :class:`StreamOrder` in the calling task's context, which its batch tasks inherit."""
-        TX_STREAM.set(StreamOrder())
+        :class:`StreamOrder` (``remote``: from another host) in the calling task's context,
+        which its batch tasks inherit."""
+        TX_STREAM.set(StreamOrder(remote))
         return StreamBatches(self._slots, self.per_stream)
 
 

@@ -52,6 +52,7 @@ import asyncio
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
+from urllib.parse import unquote
 
 import grpc
 import grpc.aio
@@ -75,6 +76,7 @@ from .core import (
     admits,
     check_listen,
 )
+from .tcp_plane import is_local_host
 
 SERVICE = "raydex.DataPlane"
 BLOCKS_METHOD = f"/{SERVICE}/Blocks"
@@ -235,7 +237,8 @@ class GrpcDataPlaneServer:
         context: grpc.aio.ServicerContext[bytes, bytes],
     ) -> AsyncIterator[bytes]:
         assert self._tx_handler is not None
-        batches = self._bounds.stream()  # before the reader task: its batch tasks inherit it
+        # before the reader task: its batch tasks inherit it (and whether the peer is remote)
+        batches = self._bounds.stream(_remote_peer(context.peer()))
         handler = self._tx_handler
         out: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
         stream = aiter(requests)
@@ -270,6 +273,16 @@ class GrpcDataPlaneServer:
         finally:
             reader.cancel()
             batches.cancel()
+
+
+def _remote_peer(peer: str | None) -> bool:
+    """gRPC's peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``, ``unix:...``) names another
+    host: an address this machine does not have."""
+    if not peer or peer.startswith("unix"):
+        return False
+    _, _, address = unquote(peer).partition(":")
+    host = address.rpartition(":")[0].strip("[]")
+    return bool(host) and not is_local_host(host)
 
 
 async def _refuse(

@@ -282,7 +282,8 @@ class TcpDataPlaneServer:
             if kind == BLOCKS and len(body) >= _U64.size:
                 await self._blocks(body, writer)
             elif kind == TXS and self._tx_handler is not None:
-                await self._txs(reader, writer, self._tx_handler)
+                remote = peer != "unix" and not is_local_host(peer)
+                await self._txs(reader, writer, self._tx_handler, remote)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the peer went away, stalled or spoke nonsense: this connection only
         finally:
@@ -346,9 +347,14 @@ class TcpDataPlaneServer:
             await writer.drain()
 
     async def _txs(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: TxHandler
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        handler: TxHandler,
+        remote: bool,
     ) -> None:
-        batches = self._bounds.stream()  # this connection's batch tasks inherit its order
+        # this connection's batch tasks inherit its order, and whether it comes from another host
+        batches = self._bounds.stream(remote)
         limit = self._limit
 
         async def next_batch() -> bytes:
