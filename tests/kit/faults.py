@@ -2,7 +2,7 @@
 
 ::
 
-    Load (signed orders, one GrpcTxChannel) ──Txs──► sequencer (in this process, or a child
+    Load (signed orders, one tx channel)    ──Txs──► sequencer (in this process, or a child
         records every acknowledged outcome             process: kit/sequencer_proc.py, so that it
                                                        can be SIGKILLed or run on a tiny disk)
     SnapshotService (in this process) ◄──tx log / deltas──┘
@@ -41,7 +41,7 @@ from raydex.actors.local import eth_market
 from raydex.actors.replica import ApiError
 from raydex.actors.sequencer import BlockProducer, SequencerConfig, Wal, WalError
 from raydex.actors.snapshot import SnapshotConfig, SnapshotService
-from raydex.actors.transport import GrpcTxChannel, TransportError
+from raydex.actors.transport import TransportError, TxChannel, tx_channel
 from raydex.cluster.control.deploy import free_port
 from raydex.codecs import (
     DEFAULT_CHAIN_ID,
@@ -192,7 +192,10 @@ class Load:
     unknown: int = 0
     rounds: int = 0
     via: Submit | None = None
-    _channel: GrpcTxChannel | None = None
+    #: the data-plane secret the load carries (a deployment member's), and its channel: the
+    #: plane the target names (``host:port`` gRPC, ``tcp://host:port`` TCP)
+    secret: str = ""
+    _channel: TxChannel | None = None
 
     async def round(self) -> bool:
         """One batch; True when acknowledged (its outcomes recorded), False when unknown."""
@@ -204,7 +207,7 @@ class Load:
                 outs = await asyncio.wait_for(self.via(list(txs)), 10.0)
             else:
                 if self._channel is None:
-                    self._channel = GrpcTxChannel(self.target)
+                    self._channel = tx_channel(self.target, secret=self.secret)
                 reply = await asyncio.wait_for(self._channel.submit(encode_batch(txs)), 10.0)
                 outs = decode_outcomes(reply)
         except (TransportError, TimeoutError, OSError, ApiError) as exc:

@@ -426,15 +426,28 @@ def test_connections_over_the_per_ip_and_the_global_cap_are_refused_and_counted(
                 c.close()
         finally:
             await s.close()
-        # the global cap counts every address, exempt ones too
+        # the global cap counts every address, exempt ones too. At the cap the connection that
+        # has waited longest for its first head makes room (408, "evicted"); when every one has
+        # sent a request, the newcomer is answered 503 and closed
         _, s = await lane_rig([Trader(10)], ApiConfig(http_max_connections=2))
         try:
-            held = [await Conn.open(s.port) for _ in range(2)]
+            silent = await Conn.open(s.port)
+            await asyncio.sleep(0.05)
+            served = await Conn.open(s.port)
+            await served.send(post("/api/v1/sendTx", b"tx_type=14"))
+            assert (await served.response())[0] == 400  # a request answered: not evictable
+            newcomer = await Conn.open(s.port)
+            status, _, raw = await silent.response()
+            assert (status, json.loads(raw)["code"]) == (408, ResultCode.INVALID_PARAM)
+            assert "make room" in json.loads(raw)["message"]
+            await newcomer.send(post("/api/v1/sendTx", b"tx_type=14"))
+            assert (await newcomer.response())[0] == 400  # admitted, served
             over = await Conn.open(s.port)
             status, _, raw = await over.response()
             assert (status, json.loads(raw)["code"]) == (503, ResultCode.RATE_LIMITED)
-            assert s.lane is not None and s.lane.gate.refused["total"] == 1
-            for c in held:
+            assert s.lane is not None and s.lane.gate.open == 2
+            assert (s.lane.gate.refused["total"], s.lane.gate.refused["evicted"]) == (1, 1)
+            for c in (silent, served, newcomer, over):
                 c.close()
         finally:
             await s.close()

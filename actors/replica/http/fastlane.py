@@ -232,6 +232,9 @@ class FastLaneServer:
         self.serve = serve
         #: connections in the lane now (a handed-off one is aiohttp's, counted by ``gate``)
         self.connections: set[FastLane] = set()
+        #: connections still waiting for their first request head, oldest first: the ones
+        #: closed to make room at the global cap (``gate.py``)
+        self.first_heads: dict[FastLane, None] = {}
         self.date = _Date()
         #: requests the lane answered, and connections it handed to aiohttp
         self.served = 0
@@ -239,6 +242,16 @@ class FastLaneServer:
 
     def __call__(self) -> FastLane:
         return FastLane(self)
+
+    def make_room(self) -> bool:
+        """At the global cap: close the connection that has waited longest for its first
+        request head (counted ``evicted``, answered 408) and release its place; False when no
+        connection is waiting for one."""
+        if not self.first_heads:
+            return False
+        oldest = next(iter(self.first_heads))
+        oldest.evict()
+        return True
 
     def close(self) -> None:
         """Close every connection still in the lane (the owner stops; aiohttp's are the
@@ -276,14 +289,19 @@ class FastLane(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else None
-        refusal = self.server.gate.admit(self.peer)
-        if refusal is not None:
+        server = self.server
+        gate = server.gate
+        reason = gate.admit(self.peer)
+        if reason == "total" and server.make_room():
+            reason = gate.admit(self.peer)
+        if reason is not None:
             self.closing = True
-            transport.write(refusal)
+            transport.write(gate.refuse(reason, self.peer))
             transport.close()
             return
         self.admitted = True
-        self.server.connections.add(self)
+        server.connections.add(self)
+        server.first_heads[self] = None
         loop = asyncio.get_running_loop()
         self.last = self.head_at = loop.time()
         self.timer = loop.call_later(self.server.head_timeout_s, self._check_time)
@@ -309,10 +327,23 @@ class FastLane(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.discard(self)
+        self.server.first_heads.pop(self, None)
         self._stop_timer()
         if self.admitted:
             self.admitted = False
             self.server.gate.release(self.peer)
+
+    def evict(self) -> None:
+        """Closed to make room at the global cap (``FastLaneServer.make_room``): its place is
+        released now, not when the close completes."""
+        self.server.first_heads.pop(self, None)
+        answer = self.server.gate.refuse("evicted", self.peer)
+        if self.admitted:
+            self.admitted = False
+            self.server.gate.release(self.peer)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(answer)
+        self._close()
 
     def _check_time(self) -> None:
         """The connection's one timer: a head in progress (or the first one awaited) past
@@ -369,6 +400,7 @@ class FastLane(asyncio.Protocol):
                 self.transport.resume_reading()
                 self.paused = False
             return
+        server.first_heads.pop(self, None)  # a whole head came: never evicted for room
         if req is HANDOFF:
             self._handoff()
             return

@@ -6,7 +6,10 @@ it here before it reads a byte:
 - **a global cap** below the process's file limit: ``http_max_connections`` open connections at
   most (0: the file limit less a reserve, :func:`auto_max_connections`), so ``accept`` never
   meets "Too many open files" and the process keeps the descriptors its own work needs (the data
-  plane, snapshots, Ray). One more is answered ``503`` / 23000 and closed at once;
+  plane, snapshots, Ray). At the cap, the connection that has waited longest for its first
+  request head is closed to make room (``evicted``: a trickling head from a flood of many
+  addresses, never a client that sent a request); with none waiting, the newcomer is answered
+  ``503`` / 23000 and closed at once;
 - **a cap per peer address**: ``http_max_connections_per_ip`` open connections from one IP (the
   addresses of ``rate_limit_exempt`` are not counted); one more is answered ``429`` / 23000 with
   ``Retry-After`` and closed;
@@ -44,8 +47,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: why a connection was refused or closed before its request was answered
-Refusal = Literal["per_ip", "total", "head_timeout", "bad_head"]
-REASONS: tuple[Refusal, ...] = ("per_ip", "total", "head_timeout", "bad_head")
+Refusal = Literal["per_ip", "total", "evicted", "head_timeout", "bad_head"]
+REASONS: tuple[Refusal, ...] = ("per_ip", "total", "evicted", "head_timeout", "bad_head")
 
 #: descriptors kept back from the file limit for the process's own work (at least)
 FD_RESERVE = 512
@@ -120,16 +123,20 @@ class OpenConnections:
                 408, "Request Timeout", int(ResultCode.INVALID_PARAM),
                 f"request head not complete within {self.caps.head_timeout_s:g} s", False,
             ),
+            "evicted": canned(
+                408, "Request Timeout", int(ResultCode.INVALID_PARAM),
+                "request head not complete; closed to make room for another connection", False,
+            ),
         }  # fmt: skip
 
-    def admit(self, ip: str | None) -> bytes | None:
-        """Count a connection from ``ip`` that opens now; or the answer that refuses it (the
-        caller writes it and closes; nothing is counted then)."""
+    def admit(self, ip: str | None) -> Refusal | None:
+        """Count a connection from ``ip`` that opens now; or why it cannot be (nothing counted:
+        the caller makes room, or writes :meth:`refuse`'s answer and closes)."""
         if self.open >= self.max_total:
-            return self.refuse("total", ip)
+            return "total"
         counted = ip is not None and self.caps.max_per_ip and ip not in self._exempt
         if counted and self.per_ip[ip] >= self.caps.max_per_ip:  # type: ignore[index]
-            return self.refuse("per_ip", ip)
+            return "per_ip"
         self.open += 1
         if counted:
             self.per_ip[ip] += 1  # type: ignore[index]
