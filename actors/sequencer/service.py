@@ -74,6 +74,7 @@ from ..runtime import (
     HeldBlocks,
     Supervisor,
     advertised_host,
+    current_namespace,
     exit_process,
     log_fatal,
     short_hash,
@@ -905,13 +906,18 @@ class SequencerActor:
         if ray is None or not ray.is_initialized():
             return [], []  # never imports or starts Ray itself
         loop = asyncio.get_running_loop()
-        ctx = ray.get_runtime_context()
-        namespace, me = ctx.namespace, ctx.get_actor_name()
+        me = ray.get_runtime_context().get_actor_name()
         if me is None:  # a driver, not the sequencer actor
             return [], []
         listed = await loop.run_in_executor(
             None, lambda: ray.util.list_named_actors(all_namespaces=True)
         )
+        # the actor's own namespace (the runtime context names the job's): the deployment's
+        # (``current_namespace``: deploy sets it), else the only one holding an actor of our name
+        namespace = current_namespace()
+        mine = {a.get("namespace") for a in listed if a["name"] == me}
+        if namespace not in mine and len(mine) == 1:
+            namespace = str(mine.pop())
         names = sorted(
             a["name"] for a in listed if a.get("namespace") == namespace and a["name"] != me
         )
@@ -944,8 +950,9 @@ class SequencerActor:
         return self.service
 
     async def start(self) -> dict[str, Any]:
-        svc = await self._ensure_started()
-        return svc.status()
+        """Wait until the sequencer serves; its :meth:`status`."""
+        await self._ensure_started()
+        return await self.status()
 
     async def operator(self, txs: list[Any]) -> list[TxOutcome]:
         """Operator commands (deposits, markets, oracle, funding, key registration), answered

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import time
 from collections import deque
@@ -411,6 +412,7 @@ class SnapshotService:
         state checks (``state_checks``: checkpoint seq -> hash)."""
         current = self.state_hash()
         return {
+            "pid": os.getpid(),
             "seq": self.seq,
             "height": self.height,
             "delta_seq": self.delta_seq,
