@@ -26,8 +26,13 @@ Invariants:
   published in seq order, each once, never replaced (followers check it on every resume).
 - A batch whose frame does not decode, or over ``max_batch_txs``, is refused whole and changes
   nothing. A stream's batches execute in the order sent.
-- The sequencer is serving or exiting: a failed start, WAL write or sync, a dead block loop or a
-  supervised loop that keeps failing calls ``on_fatal`` (the shell exits so Ray restarts it).
+- Before it serves, the blocks rebuilt from the WAL are checked against the followers' hashes
+  and a lost tail is taken back from their copies (``repair.py``); a log that cannot be used
+  raises ``WalError`` from :meth:`SequencerService.start` (the shell then refuses to start,
+  stays up and says why, and tries again).
+- Once serving, the sequencer is serving or exiting: a failed WAL write or sync, a dead block
+  loop or a supervised loop that keeps failing calls ``on_fatal`` (the shell exits so Ray
+  restarts it).
 - Followers behind the ring catch up from the WAL through bounded range reads up to the newest
   *published* seq; the WAL is pruned only behind every snapshot on disk (and ``wal_keep_blocks``).
 - ``block_close="durable"``: the open block closes as soon as the previous one is durable (or at
