@@ -249,10 +249,12 @@ class PendingBatches:
         self._futures[batch_id] = future
         return future
 
-    def unsent(self, batch_id: int) -> TxStreamBroken:
-        """Forget a batch whose write failed; the error its ``submit`` raises."""
+    def unsent(self, batch_id: int, cause: object = None) -> TxStreamBroken:
+        """Forget a batch whose write failed; the error its ``submit`` raises (naming ``cause``
+        when the stream's end is known, e.g. ``NOT_A_MEMBER``)."""
         self._futures.pop(batch_id, None)
-        return TxStreamBroken(f"tx stream broke before batch {batch_id} was sent")
+        why = f" ({cause})" if cause is not None else ""
+        return TxStreamBroken(f"tx stream broke before batch {batch_id} was sent{why}")
 
     def resolve(self, batch_id: int, result: bytes) -> None:
         """Hand ``result`` to its batch (an id no longer out is ignored)."""

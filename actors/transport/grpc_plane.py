@@ -428,7 +428,9 @@ class GrpcTxChannel:
             try:
                 await stream.call.write(_U64.pack(batch_id) + frame)
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
-                raise stream.pending.unsent(batch_id) from exc
+                # the server may have ended the call as it opened (a stranger: refused on its
+                # metadata before any message is read) while this write was in flight
+                raise stream.pending.unsent(batch_id, await _ended_why(stream.call)) from exc
         return await future
 
     async def close(self) -> None:
@@ -474,6 +476,16 @@ class GrpcTxChannel:
             if self._stream is stream:
                 self._stream = None
             stream.pending.fail(cause)
+
+
+async def _ended_why(call: grpc.aio.StreamStreamCall[bytes, bytes]) -> object:
+    """Why a call whose write failed ended: ``NOT_A_MEMBER`` for UNAUTHENTICATED, else its
+    status code (None when it has not ended within a second)."""
+    try:
+        code = await asyncio.wait_for(call.code(), 1.0)
+    except (TimeoutError, grpc.aio.AioRpcError):
+        return None
+    return NOT_A_MEMBER if code == grpc.StatusCode.UNAUTHENTICATED else code
 
 
 class _TxStream(NamedTuple):
