@@ -154,6 +154,18 @@ CATALOG: dict[str, MetricDef] = {
             "a replica's lag is raydex_replica_lag_blocks, measured where it is true).",
         ),
         MetricDef(
+            "raydex_sequencer_refused_starts_total",
+            "counter",
+            "Starts the sequencer refused: its log cannot be used (damaged, altered, a tail it "
+            "cannot repair); it stays up, says why in its status and tries again (an alarm).",
+        ),
+        MetricDef(
+            "raydex_wal_restored_blocks_total",
+            "counter",
+            "Blocks the sequencer's log had lost that it took back from the followers' copies "
+            "at a start (actors/sequencer/repair.py).",
+        ),
+        MetricDef(
             "raydex_preauth_refusals_total",
             "counter",
             "Data-plane connections turned away before they showed the deployment's secret: "

@@ -242,6 +242,8 @@ class SequencerService:
         #: what the last start found and did: the log's end, the followers' answers, the blocks
         #: checked and restored (``repair.RepairReport``)
         self.recovery = RepairReport()
+        #: blocks taken back from the followers over this process's starts
+        self.restored_blocks = 0
         self.producer: BlockProducer | None = None
         self.hub: BlockHub | None = None
         #: the snapshot holder's stream: each block's delta frame stamped with the crc of its WAL
@@ -289,6 +291,7 @@ class SequencerService:
         m.histogram("raydex_block_size_txs", self.block_txs)
         m.counter_fn("raydex_blocks_total", lambda: self.blocks)
         m.counter_fn("raydex_txs_total", lambda: self.txs)
+        m.counter_fn("raydex_wal_restored_blocks_total", lambda: self.restored_blocks)
         m.gauge("raydex_block_seq", lambda: self.producer.seq if self.producer else 0)
         m.gauge(
             "raydex_signing_info",
@@ -438,6 +441,7 @@ class SequencerService:
             committed = {s for a in answers if a.role == "committer" for s, _ in a.digests}
             restored = restore_tail(producer, wal, blocks)
             producer.recovered_blocks.extend(restored)
+            self.restored_blocks += len(restored)
             report.restored = (blocks[0][0], blocks[-1][0])
             report.restored_checked = sum(1 for seq, _, _ in blocks if seq in committed)
             report.verdict = (
@@ -871,6 +875,9 @@ class SequencerActor:
         #: why the sequencer does not serve yet (a refused start), None once it serves
         self.refused: str | None = None
         self.refusals = 0
+        self.service.metrics.counter_fn(
+            "raydex_sequencer_refused_starts_total", lambda: self.refusals
+        )
         self._started = asyncio.get_event_loop().create_task(self._start())
 
     async def _start(self) -> int:
