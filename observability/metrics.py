@@ -153,6 +153,25 @@ CATALOG: dict[str, MetricDef] = {
             "Newest block seq this actor holds (two actors' are sampled seconds apart: "
             "a replica's lag is raydex_replica_lag_blocks, measured where it is true).",
         ),
+        MetricDef(
+            "raydex_sequencer_refused_starts_total",
+            "counter",
+            "Starts the sequencer refused: its log cannot be used (damaged, altered, a tail it "
+            "cannot repair); it stays up, says why in its status and tries again (an alarm).",
+        ),
+        MetricDef(
+            "raydex_wal_restored_blocks_total",
+            "counter",
+            "Blocks the sequencer's log had lost that it took back from the followers' copies "
+            "at a start (actors/sequencer/repair.py).",
+        ),
+        MetricDef(
+            "raydex_preauth_refusals_total",
+            "counter",
+            "Data-plane connections turned away before they showed the deployment's secret: "
+            "bad_secret, hello_timeout, hello_too_large, not_hello, per_peer, total.",
+            ("reason",),
+        ),
         # snapshot holder
         _h("raydex_snapshot_build_seconds", "Snapshot build: records, Arrow, IPC write, put."),
         # replica
@@ -210,6 +229,24 @@ CATALOG: dict[str, MetricDef] = {
             "raydex_fastlane_handoffs_total",
             "counter",
             "Connections the fast lane handed to aiohttp (reads, WebSocket, multipart, ...).",
+        ),
+        MetricDef("raydex_http_connections", "gauge", "Open HTTP connections (WebSocket too)."),
+        MetricDef(
+            "raydex_http_refusals_total",
+            "counter",
+            "HTTP connections refused or closed before an answer: per_ip / total (over a cap: "
+            "429 / 503), head_timeout (a request head not complete in time: 408), bad_head.",
+            ("reason",),
+        ),
+        MetricDef(
+            "raydex_http_bad_requests_total",
+            "counter",
+            "Malformed requests answered 4xx by aiohttp's parser (bare LF, over-long lines).",
+        ),
+        MetricDef(
+            "raydex_http_accept_errors_total",
+            "counter",
+            "accept() failures for want of file descriptors (logged within a budget).",
         ),
         MetricDef(
             "raydex_ws_socket_writes_total",

@@ -7,6 +7,8 @@
 ``producer``    ``BlockProducer``: execute txs into the open block, close it, recover
 ``journal``     group commit: WAL writes and fsyncs on their own thread
 ``wal``         the write-ahead log files: segments, torn tail vs damage, index, pruning
+``repair``      before serving: the rebuilt blocks checked against the committer's chain, a
+                lost tail taken back from the followers (restored records)
 ``oracle``      the mark-price oracle that stamps marks toward each book's mid
 ==============  ==========================================================================
 """
