@@ -9,8 +9,8 @@ Subcommands (``raydex <command> --help`` for each one's flags; README.md has the
   a cluster, then deploys; ``down --stop-ray`` stops only that head, never another Ray (no
   ``ray stop``);
 - ``grafana install`` (``observability/grafana.py``);
-- ``bench engine|codecs|signatures|apply|transport|dataplane|wal`` (``observability/bench/``; the
-  last four delegated whole to their module's ``main``);
+- ``bench engine|codecs|signatures|apply|transport|dataplane|wal|sequencer``
+  (``observability/bench/``; the last five delegated whole to their module's ``main``);
 - ``node-args`` (``cluster/topology.py``).
 
 Control commands connect to ``--address``, else ``RAY_ADDRESS``, else the head ``raydex up``
@@ -44,6 +44,7 @@ _DELEGATED: dict[tuple[str, ...], str] = {
     ("bench", "apply"): "raydex.observability.bench.apply",
     ("bench", "dataplane"): "raydex.observability.bench.dataplane",
     ("bench", "wal"): "raydex.observability.bench.wal",
+    ("bench", "sequencer"): "raydex.observability.bench.sequencer",
 }
 
 
@@ -529,11 +530,12 @@ def _add_demo(sub: Any) -> None:
 
 def _add_bench(sub: Any) -> None:
     p = sub.add_parser(
-        "bench", help="benchmarks (engine, codecs, signatures, apply, transport, dataplane, wal)"
+        "bench",
+        help="benchmarks (engine, codecs, signatures, apply, transport, dataplane, wal, sequencer)",
     )
     bench = p.add_subparsers(
         dest="bench",
-        metavar="{engine,codecs,signatures,apply,transport,dataplane,wal}",
+        metavar="{engine,codecs,signatures,apply,transport,dataplane,wal,sequencer}",
         required=True,
     )
     e = bench.add_parser(
@@ -567,6 +569,10 @@ def _add_bench(sub: Any) -> None:
     )
     bench.add_parser("dataplane", help="book-update latency under a flood of badly signed batches")
     bench.add_parser("wal", help="the WAL's per-block write and sync: appended vs preallocated")
+    bench.add_parser(
+        "sequencer",
+        help="the sequencer alone on its data plane: the highest rate with block p99 <= 2 ms",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
