@@ -93,6 +93,7 @@ def _loadtest(args: argparse.Namespace) -> int:
         out_dir=args.out, json_out=args.json_out, address=args.address,
         sample_every=args.sample_every, seed=args.seed, quiet=args.quiet,
         profile=args.profile, resync=not args.no_resync, generator_cpus=args.generator_cpus,
+        impolite=args.impolite, capacity=args.capacity,
     )  # fmt: skip
     if args.sweep is not None:
         return _sweep(args, opts)
@@ -173,6 +174,13 @@ def _add_loadtest(sub: Any) -> None:
     p.add_argument("--no-resync", action="store_true",
                    help="after a rejection keep sending the planned nonces (no nextNonce "
                    "re-sync; the account's later txs then fail INVALID_NONCE)")  # fmt: skip
+    p.add_argument("--impolite", action="store_true",
+                   help="clients that do not bound their in-flight requests (a flood): every tx "
+                   "over REST at its planned time, SkipNonce-signed; the report reads the run "
+                   "against the overload goals")  # fmt: skip
+    p.add_argument("--capacity", type=float, default=None, metavar="TPS",
+                   help="with --impolite: the capacity the goals are read against (default: "
+                   "half of --tps)")  # fmt: skip
     p.set_defaults(handler=_loadtest)
 
 

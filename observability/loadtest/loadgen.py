@@ -21,6 +21,15 @@ account's previous one was answered, on the same keep-alive connection, hence to
 the server answers a connection's requests in order). A WS lane keeps
 at most the replica's ``ws_max_inflight_txs`` txs unanswered (beyond, the replica would refuse).
 
+**Impolite clients** (``--impolite``, lanes of kind ``impolite``): every tx goes out over REST at
+its planned time whatever is in flight, on an idle keep-alive connection of the lane or, when
+every one is busy, on a new one (no bound, as a flood would; a connection serves one request at a
+time, so pipelining would only queue the excess in the server's socket buffers). The plan is then
+signed with Lighter's SkipNonce attribute (a nonce need only exceed the key's last, as ccxt sends
+them): a refused tx leaves a gap, not a stale account, so nothing re-syncs or re-signs. Each
+refusal (a tx answered without an outcome from the sequencer) is counted by code with whether its
+answer carried ``Retry-After``.
+
 **After a rejection** (``NonceKeeper``): a rejection that did not consume its nonce makes the
 account's later planned nonces wrong; like lighter-sdk's nonce manager, the generator then asks
 the server (``nextNonce``) once the account's txs in flight are answered, and re-signs the
@@ -60,6 +69,7 @@ import msgspec
 
 from raydex.actors.local import FAR_MS, Trader
 from raydex.codecs import (
+    SKIP_NONCE_FLAG,
     CancelOrder,
     CreateOrder,
     ModifyOrder,
@@ -217,6 +227,12 @@ class Recorder:
         #: INVALID_NONCE from the engine (the replica's dry-run had passed the tx: its pending
         #: nonces had run ahead of what the sequencer received)
         self.nonce_at_engine = 0
+        #: txs answered without an outcome from the sequencer, by code, and of them those whose
+        #: answer carried ``Retry-After`` (impolite lanes: their answers' headers are read)
+        self.refusals: Counter[int] = Counter()
+        self.refusals_retry_after: Counter[int] = Counter()
+        #: connections impolite lanes opened (one more each time every open one was busy)
+        self.connections = 0
 
     def sent_at(self, planned_ns: int, actual_ns: int, n: int) -> None:
         self.send_lag.record(max(0, actual_ns - planned_ns))
@@ -259,6 +275,13 @@ class Recorder:
         self.committed += committed
         for _ in range(committed):
             self.admitted.record(lat)
+
+    def refused(self, codes: Sequence[int], retry_after: bool) -> None:
+        """Txs of one answer that did not reach the sequencer, refused with ``codes``."""
+        for code in codes:
+            self.refusals[code] += 1
+            if retry_after:
+                self.refusals_retry_after[code] += 1
 
     def errors(self, intended: bool | None = None) -> dict[str, int]:
         """Non-200 codes by name; ``intended`` True/False keeps only those (not) in
@@ -333,19 +356,22 @@ class LaneSpec:
     index: int
     group: str
     port: int
-    kind: str  # "ws" or "rest"
+    kind: str  # "ws", "rest" or "impolite" (REST, in flight unbounded)
 
 
-def lane_specs(clients: int, groups: Sequence[tuple[str, int]]) -> list[LaneSpec]:
+def lane_specs(
+    clients: int, groups: Sequence[tuple[str, int]], impolite: bool = False
+) -> list[LaneSpec]:
     """``clients`` lanes spread over the groups (name, port) round-robin; within a group, lanes
-    alternate WS and REST (the first lane of every group is WS)."""
+    alternate WS and REST (the first lane of every group is WS); ``impolite``: every lane is an
+    unbounded REST lane (kind ``impolite``, see the module docstring)."""
     if clients < 2 * len(groups):
         raise ValueError(f"--clients must be >= {2 * len(groups)} (a WS and a REST lane per group)")
     out = []
     for i in range(clients):
         name, port = groups[i % len(groups)]
         kind = "ws" if (i // len(groups)) % 2 == 0 else "rest"
-        out.append(LaneSpec(i, name, port, kind))
+        out.append(LaneSpec(i, name, port, "impolite" if impolite else kind))
     return out
 
 
@@ -376,8 +402,10 @@ def plan_load(
     sample_every: int = 0,
     first_account: int = 1,
     progress: Callable[[str], None] | None = None,
+    skip_nonce: bool = False,
 ) -> LoadPlan:
-    """Sign the whole timed window's traffic now (see the module docstring)."""
+    """Sign the whole timed window's traffic now (see the module docstring); ``skip_nonce``:
+    every user tx carries Lighter's SkipNonce attribute (impolite clients)."""
     rng = random.Random(seed)
     if accounts < 4:
         raise ValueError("--accounts must be >= 4")
@@ -416,8 +444,10 @@ def plan_load(
     # own, so the replica's dry-run sees the new leverage), absent: done
     lev_stage = {t.account: 0 for t in levered}
 
+    flag = SKIP_NONCE_FLAG if skip_nonce else 0
+
     def sign(t: Trader, tx: Any) -> Any:
-        tx = tx._replace(nonce=t.nonce)
+        tx = tx._replace(nonce=t.nonce | flag)
         t.nonce += 1
         return sign_tx(tx, t.seed)
 
@@ -927,6 +957,60 @@ async def _ws_lane(
             c.close()
 
 
+async def _impolite_lane(
+    lane: LaneSpec, items: list[Item], t0: int, rec: Recorder, stop: asyncio.Event, pacer: Pacer
+) -> None:
+    """Every item sent over REST at its planned time whatever is in flight (module docstring):
+    on an idle connection of the lane, else on a new one. A tx without an answer is NO_REPLY
+    (timed out) or CLIENT_ERROR (its connection failed)."""
+    idle: list[HttpConnection] = []
+    every: list[HttpConnection] = []
+    inflight: set[asyncio.Task[None]] = set()
+
+    async def one(item: Item) -> None:
+        planned = t0 + item.at_ns
+        n = len(item.types)
+        http = None
+        while idle and http is None:
+            c = idle.pop()
+            http = c if c.lost is None else None
+        rec.sent_at(planned, time.monotonic_ns(), n)
+        try:
+            if http is None:
+                http = await _open_http(lane.port)
+                every.append(http)
+                rec.connections += 1
+            answer = await http.post_answer(_API + item.rest_path, item.rest_body)
+            codes, committed, _ = reply_facts(_decode(answer.body), n)
+            retry_after = answer.retry_after is not None
+        except TimeoutError:
+            codes, committed, retry_after = [NO_REPLY] * n, 0, False
+        except (ConnectionError, OSError, msgspec.DecodeError):
+            codes, committed, retry_after = [CLIENT_ERROR] * n, 0, False
+        rec.by_path["rest_batch" if n > 1 else "rest"] += 1
+        rec.finished(planned, time.monotonic_ns(), t0, item.types, codes, committed)
+        if not committed:
+            rec.refused(codes, retry_after)
+        if http is not None and http.lost is None:
+            idle.append(http)
+
+    try:
+        for item in items:
+            if stop.is_set():
+                break
+            due = pacer.until(t0 + item.at_ns)
+            if due is not None:
+                await due
+            task = asyncio.get_running_loop().create_task(one(item))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        if inflight:
+            await asyncio.wait(set(inflight))
+    finally:
+        for c in every:
+            c.close()
+
+
 async def run_lanes(
     lanes: Sequence[LaneSpec],
     items: Sequence[Item],
@@ -961,6 +1045,8 @@ async def run_lanes(
         if ln.kind == "ws":
             ws_args = (nonces, ws_max_inflight, reply_timeout_s, pacer)
             jobs.append(_ws_lane(ln, mine, t0, rec, stop, *ws_args))
+        elif ln.kind == "impolite":
+            jobs.append(_impolite_lane(ln, mine, t0, rec, stop, pacer))
         else:
             rest_args = (rest_connections, nonces, pacer)
             jobs.append(_rest_lane(ln, mine, t0, rec, trace, stop, *rest_args))

@@ -235,6 +235,12 @@ class LoadtestOptions:
     #: where the generator runs during the window: "auto" (off the replicas' cores when they
     #: are pinned and this host has others), "any" (wherever the kernel puts it), or "1,3"
     generator_cpus: str = "auto"
+    #: impolite clients (loadgen.py): every tx over REST at its planned time, in flight
+    #: unbounded, signed with SkipNonce; the report gets an ``overload`` section
+    impolite: bool = False
+    #: the stack's capacity (tx/s) the overload targets are read against; None: half the
+    #: offered rate (a run at the issue's "2x capacity"), said so in the report
+    capacity: float | None = None
 
 
 def check_options(opts: LoadtestOptions) -> None:
@@ -252,6 +258,8 @@ def check_options(opts: LoadtestOptions) -> None:
         find_py_spy()
     if opts.generator_cpus not in ("auto", "any"):
         parse_cpus(opts.generator_cpus)
+    if opts.capacity is not None and (not opts.impolite or opts.capacity <= 0):
+        raise OptionError("--capacity needs --impolite and must be > 0")
 
 
 def parse_cpus(text: str) -> frozenset[int]:
@@ -442,12 +450,13 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
     spec = build_spec(load_spec(opts.spec_path), opts, out / "state")
     namespace = f"raydex-loadtest-{os.getpid()}"
     group_ports = [(g.name, g.http_port or spec.ports.http) for g in spec.replica_groups]
-    lanes = lane_specs(opts.clients, group_ports)
+    lanes = lane_specs(opts.clients, group_ports, impolite=opts.impolite)
     markets = [MarketInfo.of(m) for m in spec.markets]
     _say(opts, f"loadtest: signing {int(opts.tps * opts.seconds):,} txs before the window")
     plan = plan_load(markets, opts.accounts, opts.tps, opts.seconds, lanes, seed=opts.seed,
                      sample_every=opts.sample_every,
-                     progress=None if opts.quiet else lambda s: _say(opts, s))  # fmt: skip
+                     progress=None if opts.quiet else lambda s: _say(opts, s),
+                     skip_nonce=opts.impolite)  # fmt: skip
     started_ray = False
     topology = read_topology()
     t_boot = time.monotonic()
@@ -533,6 +542,7 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
         "loadgen_cpu_pct_of_machine": round(100 * cpu_s / elapsed / cpus, 1) if elapsed else 0.0,
         "loadgen_loop_lag_us": win.loop_lag.summary_us(),
         "generator_cpus": "any" if gen_cpus is None else sorted(gen_cpus),
+        "impolite": opts.impolite, "capacity": opts.capacity,
         "spans_files": sorted(str(p) for p in out.glob("spans-*.jsonl")),
         "out_dir": str(out),
     }  # fmt: skip
@@ -653,7 +663,9 @@ def _drive(
     books = {g: BookWatch() for g, _ in group_ports}
     win = _Window(recs, books, 0.0, 0.0, roles=dict(roles))
     tracer = _ClientTracer(out / "spans-loadgen.jsonl") if opts.sample_every > 0 else None
-    seeds = {t.account: t.seed for t in plan.traders} if opts.resync else None
+    # impolite clients sign with SkipNonce: a refusal leaves a gap, nothing to re-sync
+    resync = opts.resync and not opts.impolite
+    seeds = {t.account: t.seed for t in plan.traders} if resync else None
 
     async def main() -> None:
         stop_watch = asyncio.Event()

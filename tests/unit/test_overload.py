@@ -274,6 +274,43 @@ def test_a_resyncing_client_under_overload_gets_answers_only_200_or_23000() -> N
     assert rec.resyncs > 0 and rec.resigned > 0
 
 
+def test_impolite_clients_flood_past_their_connections_and_get_23000_with_retry_after() -> None:
+    """The loadtest's impolite clients (``--impolite``): the same burst against a sequencer slow
+    in it, sent over REST at the planned times whatever is in flight (new connections when the
+    open ones are busy), SkipNonce-signed so a refusal leaves a gap and no re-sync. Every tx is
+    answered: executed, or refused at the door with 23000 and ``Retry-After``; none
+    INVALID_NONCE; the refusals are counted with the header they carried."""
+    traders = [Trader(i) for i in (21, 22, 23)]
+
+    def skip(tx: Any, t: Trader) -> Any:
+        return sign_tx(tx._replace(nonce=tx.nonce | SKIP_NONCE_FLAG), t.seed)
+
+    async def main() -> tuple[Recorder, Door]:
+        def slow_in_the_burst(txs: list[Any]) -> float:
+            return 0.05 if any(tx.price > 290_000 - 60 for tx in txs) else 0.0
+
+        async with door(traders, max_delay_s=0.02, batch_delay=slow_in_the_burst) as d:
+            burst = [(i * SEC // 400, t) for i in range(20) for t in traders]
+            late = [(SEC + i * SEC // 100, t) for i in range(3) for t in traders]
+            items = [
+                encode_item(at, 0, t.account, [skip(t.order(290_000 - n, 10, 0), t)])
+                for n, (at, t) in enumerate(burst + late)
+            ]
+            rec = Recorder("g")
+            lane = LaneSpec(0, "g", d.server.port or 0, "impolite")
+            await run_lanes([lane], items, {"g": rec}, time.monotonic_ns(), asyncio.Event())
+            return rec, d
+
+    rec, d = run(main())
+    codes = {c: n for c, n in rec.codes.items() if n}
+    assert set(codes) <= {OK, OVERLOADED} and codes.get(OVERLOADED, 0) > 0, codes
+    assert rec.done == rec.sent == 69 and rec.committed == codes[OK] == len(d.handled)
+    assert rec.refusals == {OVERLOADED: codes[OVERLOADED]}
+    assert rec.refusals_retry_after == rec.refusals  # each one said when to come back
+    assert rec.connections > 1  # more in flight than one connection serves
+    assert rec.resyncs == 0 and rec.resigned == 0
+
+
 def test_the_loop_lag_probe_sees_a_blocked_loop_while_it_is_blocked() -> None:
     from raydex.actors.replica.http.admission import LoopLag
 
