@@ -23,8 +23,13 @@ at most the replica's ``ws_max_inflight_txs`` txs unanswered (beyond, the replic
 
 **Impolite clients** (``--impolite``, lanes of kind ``impolite``): every tx goes out over REST at
 its planned time whatever is in flight, on an idle keep-alive connection of the lane or, when
-every one is busy, on a new one (no bound, as a flood would; a connection serves one request at a
-time, so pipelining would only queue the excess in the server's socket buffers). The plan is then
+every one is busy, on a new one (as a flood would; a connection serves one request at a time, so
+pipelining would only queue the excess in the server's socket buffers, out of the overload
+door's sight). ``IMPOLITE_CONNECTIONS`` are opened per lane before the window (opening one per
+request in it turned the run into a connection storm that swamped the replica's loop), at most
+``IMPOLITE_MAX_CONNECTIONS`` (a process's file descriptors); a request that found the lane at its
+cap waited for a connection, and is counted (``connection_waits``: 0 for a run that was truly
+unbounded). The plan is then
 signed with Lighter's SkipNonce attribute (a nonce need only exceed the key's last, as ccxt sends
 them): a refused tx leaves a gap, not a stale account, so nothing re-syncs or re-signs. Each
 refusal (a tx answered without an outcome from the sequencer) is counted by code with whether its
@@ -231,8 +236,10 @@ class Recorder:
         #: answer carried ``Retry-After`` (impolite lanes: their answers' headers are read)
         self.refusals: Counter[int] = Counter()
         self.refusals_retry_after: Counter[int] = Counter()
-        #: connections impolite lanes opened (one more each time every open one was busy)
+        #: connections impolite lanes opened (their pools, and one more each time every open
+        #: one was busy), and requests that had to wait for one (every lane at its cap)
         self.connections = 0
+        self.connection_waits = 0
 
     def sent_at(self, planned_ns: int, actual_ns: int, n: int) -> None:
         self.send_lag.record(max(0, actual_ns - planned_ns))
@@ -957,29 +964,66 @@ async def _ws_lane(
             c.close()
 
 
+#: an impolite lane's keep-alive connections opened before the window, and the most it opens
+#: (more on demand while every open one is busy); past the cap a request waits for one
+#: (``Recorder.connection_waits``): the file descriptors of one process are the only bound
+IMPOLITE_CONNECTIONS = 256
+IMPOLITE_MAX_CONNECTIONS = 1024
+
+
 async def _impolite_lane(
-    lane: LaneSpec, items: list[Item], t0: int, rec: Recorder, stop: asyncio.Event, pacer: Pacer
+    lane: LaneSpec,
+    items: list[Item],
+    t0: int,
+    rec: Recorder,
+    stop: asyncio.Event,
+    pacer: Pacer,
+    connections: int = IMPOLITE_CONNECTIONS,
+    max_connections: int = IMPOLITE_MAX_CONNECTIONS,
 ) -> None:
     """Every item sent over REST at its planned time whatever is in flight (module docstring):
-    on an idle connection of the lane, else on a new one. A tx without an answer is NO_REPLY
-    (timed out) or CLIENT_ERROR (its connection failed)."""
-    idle: list[HttpConnection] = []
-    every: list[HttpConnection] = []
+    on an idle connection of the lane (``connections`` are opened before the first send), else
+    on a new one, up to ``max_connections``. A tx without an answer is NO_REPLY (timed out) or
+    CLIENT_ERROR (its connection failed)."""
+    opened = await asyncio.gather(
+        *(_open_http(lane.port) for _ in range(connections)), return_exceptions=True
+    )
+    idle = [c for c in opened if isinstance(c, HttpConnection)]
+    every = list(idle)
+    rec.connections += len(every)
+    waiting: deque[asyncio.Future[HttpConnection]] = deque()
     inflight: set[asyncio.Task[None]] = set()
+
+    async def connection() -> HttpConnection:
+        while idle:
+            c = idle.pop()
+            if c.lost is None:
+                return c
+        if len(every) < max_connections:
+            c = await _open_http(lane.port)
+            every.append(c)
+            rec.connections += 1
+            return c
+        rec.connection_waits += 1
+        fut: asyncio.Future[HttpConnection] = asyncio.get_running_loop().create_future()
+        waiting.append(fut)
+        return await fut
+
+    def release(c: HttpConnection) -> None:
+        while waiting:
+            fut = waiting.popleft()
+            if not fut.done():
+                fut.set_result(c)
+                return
+        idle.append(c)
 
     async def one(item: Item) -> None:
         planned = t0 + item.at_ns
         n = len(item.types)
-        http = None
-        while idle and http is None:
-            c = idle.pop()
-            http = c if c.lost is None else None
+        http: HttpConnection | None = None
         rec.sent_at(planned, time.monotonic_ns(), n)
         try:
-            if http is None:
-                http = await _open_http(lane.port)
-                every.append(http)
-                rec.connections += 1
+            http = await connection()
             answer = await http.post_answer(_API + item.rest_path, item.rest_body)
             codes, committed, _ = reply_facts(_decode(answer.body), n)
             retry_after = answer.retry_after is not None
@@ -991,8 +1035,17 @@ async def _impolite_lane(
         rec.finished(planned, time.monotonic_ns(), t0, item.types, codes, committed)
         if not committed:
             rec.refused(codes, retry_after)
-        if http is not None and http.lost is None:
-            idle.append(http)
+        if http is not None:
+            if http.lost is None:
+                release(http)
+            else:  # a replacement for whoever waits (the lost one no longer counts)
+                every.remove(http)
+                if waiting:
+                    with contextlib.suppress(OSError, TimeoutError):
+                        c = await _open_http(lane.port)
+                        every.append(c)
+                        rec.connections += 1
+                        release(c)
 
     try:
         for item in items:
@@ -1023,12 +1076,14 @@ async def run_lanes(
     ws_max_inflight: int = 256,
     reply_timeout_s: float = 30.0,
     pacer: Pacer | None = None,
+    impolite_connections: int = IMPOLITE_CONNECTIONS,
 ) -> None:
     """Drive every lane from ``t0`` (``time.monotonic_ns``); returns when all are answered (or
     ``stop`` is set and the in-flight ones are). Recorders are keyed by lane group. A REST lane
     keeps ``rest_connections`` keep-alive connections (its maximum concurrency), a WS lane at most
     ``ws_max_inflight`` unanswered txs and, once all is sent, waits ``reply_timeout_s`` for the
-    last answers (the rest are recorded NO_REPLY). With ``seeds``
+    last answers (the rest are recorded NO_REPLY), an impolite lane opens
+    ``impolite_connections`` before its first send. With ``seeds``
     (account -> signing seed) a rejection re-syncs the account's nonce from the server
     (:class:`NonceKeeper`); without, the planned nonces are sent as they are. The lanes share
     one :class:`Pacer` (``pacer``, else a 1 ms one): sends are never early, at most a tick
@@ -1046,7 +1101,8 @@ async def run_lanes(
             ws_args = (nonces, ws_max_inflight, reply_timeout_s, pacer)
             jobs.append(_ws_lane(ln, mine, t0, rec, stop, *ws_args))
         elif ln.kind == "impolite":
-            jobs.append(_impolite_lane(ln, mine, t0, rec, stop, pacer))
+            pool = (impolite_connections, max(impolite_connections, IMPOLITE_MAX_CONNECTIONS))
+            jobs.append(_impolite_lane(ln, mine, t0, rec, stop, pacer, *pool))
         else:
             rest_args = (rest_connections, nonces, pacer)
             jobs.append(_rest_lane(ln, mine, t0, rec, trace, stop, *rest_args))

@@ -150,6 +150,7 @@ def _group_report(g: GroupData) -> dict[str, Any]:
             for c, n in sorted(rec.refusals.items())
         },
         "connections_opened": rec.connections,
+        "connection_waits": rec.connection_waits,
         "request_latency_us": rec.latency.summary_us(),
         "admitted_latency_us": rec.admitted.summary_us(),
         "send_lag_us": rec.send_lag.summary_us(),
@@ -194,6 +195,7 @@ def _merged(groups: Sequence[GroupData]) -> dict[str, Any]:
         rec.refusals.update(r.refusals)
         rec.refusals_retry_after.update(r.refusals_retry_after)
         rec.connections += r.connections
+        rec.connection_waits += r.connection_waits
         books.engine.merge(g.books.engine)
         books.replica.merge(g.books.replica)
         books.updates += g.books.updates
@@ -339,6 +341,8 @@ def overload_report(r: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, A
         "refusals_not_23000_with_retry_after": other,
         "unanswered_txs": unanswered,
         "connections_opened": r.get("connections_opened", 0),
+        # requests that waited for a connection (a lane at its cap): 0 when in flight was unbounded
+        "connection_waits": r.get("connection_waits", 0),
         "targets": [
             {"label": "goodput vs capacity", "target": f">= {OVERLOAD_GOODPUT_SHARE:.0%}",
              "measured": f"{share:.1%} ({goodput:,.0f} of {capacity:,.0f} tx/s)",
@@ -362,7 +366,8 @@ def overload_lines(o: Mapping[str, Any]) -> list[str]:
         f"Offered {o['offered_tps']:,.0f} tx/s against a capacity of {o['capacity_tps']:,.0f} "
         f"({o['capacity_from']}); goodput {o['goodput_tps']:,.0f} tx/s; admitted txs' latency "
         f"from the planned send p50 {o['admitted_latency_ms']['p50']} ms, p99 "
-        f"{o['admitted_latency_ms']['p99']} ms; {o['connections_opened']:,} connections opened.",
+        f"{o['admitted_latency_ms']['p99']} ms; {o['connections_opened']:,} connections opened, "
+        f"{o['connection_waits']:,} requests waited for one (0: in flight was unbounded).",
         "",
         "| target | wanted | measured | met |",
         "|---|---|---|---|",
