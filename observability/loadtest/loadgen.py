@@ -985,37 +985,60 @@ async def _impolite_lane(
     on an idle connection of the lane (``connections`` are opened before the first send), else
     on a new one, up to ``max_connections``. A tx without an answer is NO_REPLY (timed out) or
     CLIENT_ERROR (its connection failed)."""
+    loop = asyncio.get_running_loop()
     opened = await asyncio.gather(
         *(_open_http(lane.port) for _ in range(connections)), return_exceptions=True
     )
     idle = [c for c in opened if isinstance(c, HttpConnection)]
     every = list(idle)
     rec.connections += len(every)
+    # Requests take connections in the order they were planned (FIFO), so an account's txs are
+    # written in nonce order even when an earlier one waits for a connection being opened.
     waiting: deque[asyncio.Future[HttpConnection]] = deque()
+    opening = [0]
     inflight: set[asyncio.Task[None]] = set()
 
-    async def connection() -> HttpConnection:
-        while idle:
-            c = idle.pop()
-            if c.lost is None:
-                return c
-        if len(every) < max_connections:
-            c = await _open_http(lane.port)
-            every.append(c)
-            rec.connections += 1
-            return c
-        rec.connection_waits += 1
-        fut: asyncio.Future[HttpConnection] = asyncio.get_running_loop().create_future()
-        waiting.append(fut)
-        return await fut
-
     def release(c: HttpConnection) -> None:
+        """``c`` is free: to the first waiting request, else back to the idle ones."""
         while waiting:
             fut = waiting.popleft()
             if not fut.done():
                 fut.set_result(c)
                 return
         idle.append(c)
+
+    async def grow() -> None:
+        try:
+            c = await _open_http(lane.port)
+        except (OSError, TimeoutError) as exc:
+            opening[0] -= 1
+            if waiting:  # the request first in line learns it (CLIENT_ERROR)
+                fut = waiting.popleft()
+                if not fut.done():
+                    fut.set_exception(ConnectionError(f"cannot open a connection: {exc!r}"))
+            return
+        opening[0] -= 1
+        every.append(c)
+        rec.connections += 1
+        release(c)
+
+    def connection() -> asyncio.Future[HttpConnection]:
+        fut: asyncio.Future[HttpConnection] = loop.create_future()
+        if not waiting:
+            while idle:
+                c = idle.pop()
+                if c.lost is None:
+                    fut.set_result(c)
+                    return fut
+        waiting.append(fut)
+        if len(every) + opening[0] < max_connections:
+            opening[0] += 1
+            task = loop.create_task(grow())
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        else:
+            rec.connection_waits += 1
+        return fut
 
     async def one(item: Item) -> None:
         planned = t0 + item.at_ns
@@ -1038,14 +1061,11 @@ async def _impolite_lane(
         if http is not None:
             if http.lost is None:
                 release(http)
-            else:  # a replacement for whoever waits (the lost one no longer counts)
+            else:  # gone: replaced for whoever waits (it no longer counts against the cap)
                 every.remove(http)
                 if waiting:
-                    with contextlib.suppress(OSError, TimeoutError):
-                        c = await _open_http(lane.port)
-                        every.append(c)
-                        rec.connections += 1
-                        release(c)
+                    opening[0] += 1
+                    await grow()
 
     try:
         for item in items:
