@@ -33,9 +33,11 @@ blocks, its block time (first tx in -> durable and published) and block sizes, i
 (``/proc/<pid>/stat``, all threads), and its step counters (``actors/sequencer/steps.py``:
 decode, engine, close + the journal's write and sync = WAL, publish; the rest is the event loop
 and the sockets). A step is *sustained* when the sequencer sequenced >= 95% of the offered rate
-with block time p99 <= 2 ms; the sweep stops after two steps in a row are not, or when the
-feeders could not send on time (then the feeders' core is the limit, said so), or past
-``--max-seconds``. The answer is the highest sustained rate and its µs of sequencer CPU per tx.
+with block time p99 <= 2 ms; the sweep goes on while the sequencer keeps up (>= 95%, block time
+aside: a block waits for its WAL sync, so a disk slower than that sets the block time at any
+rate) and stops after two steps in a row where it did not, when the feeders fell behind their
+plan (their core is then the limit, said so), or past ``--max-seconds``. The answers: the highest
+sustained rate, the highest rate kept up with, and the sequencer's µs of CPU per tx at them.
 
 **Placement**: the sequencer's process pinned alone to one CPU, the feeders, the followers and
 this process to the others (the host allows it when it has two or more CPUs; with one, all
@@ -88,8 +90,11 @@ BLOCK_P99_MS = 2.0
 SUSTAIN_SHARE = 0.95
 #: a step's first seconds are not measured (blocks and queues settle at the new rate)
 WARM_S = 0.5
-#: feeders later than this (send lag p99, ms) did not offer the planned rate: the step says so
-FEEDER_LATE_MS = 20.0
+#: feeders whose median send was later than this (ms) were behind their plan most of the time:
+#: the planned rate was not offered, the step says so and the sweep stops (their core is the
+#: limit). A late p99 alone only makes the offered load burstier (reported, not a verdict: on a
+#: host shared with other work a sleeper's p99 wake-up is several ms late by itself)
+FEEDER_BEHIND_MS = 5.0
 #: how long the last answers of a step may take before its batches count as unanswered (s)
 ANSWER_TIMEOUT_S = 30.0
 #: how long a follower may take to come back within ``CAUGHT_UP_BLOCKS`` after a step (s)
@@ -533,8 +538,8 @@ def _step(
     b, ticks_b = seq.ask("mark")[1], _ticks(seq_pid)
     window_s = opts.step_seconds - WARM_S
     done = [f.expect(ANSWER_TIMEOUT_S + 30)[1] for f in feeders]
-    behind = _followers_behind(followers, b["seq"])
-    return _row(rate, window_s, a, b, ticks_b - ticks_a, done, behind, gen_s, sign_s)
+    lag = _followers_behind(followers, b["seq"])
+    return _row(rate, window_s, a, b, ticks_b - ticks_a, done, lag, gen_s, sign_s)
 
 
 def _sleep_until(t_ns: int) -> None:
@@ -571,7 +576,7 @@ def _catch_up(followers: _Child, seq: _Child) -> dict[str, int]:
 
 def _row(
     rate: float, window_s: float, a: dict[str, Any], b: dict[str, Any], ticks: int,
-    done: list[dict[str, Any]], behind: dict[str, int], gen_s: float, sign_s: float,
+    done: list[dict[str, Any]], followers_lag: dict[str, int], gen_s: float, sign_s: float,
 ) -> dict[str, Any]:  # fmt: skip
     txs = int(b["txs"] - a["txs"])
     blocks = b["blocks"] - a["blocks"]
@@ -601,21 +606,23 @@ def _row(
         codes.update({int(k): v for k, v in d["codes"].items()})
     achieved = txs / window_s
     p99_ms = _ms(block_time, 0.99)
-    late = _ms(lag, 0.99) > FEEDER_LATE_MS
-    sustained = achieved >= SUSTAIN_SHARE * rate and p99_ms <= BLOCK_P99_MS and not late
+    feeders_behind = _ms(lag, 0.5) > FEEDER_BEHIND_MS
+    kept_up = achieved >= SUSTAIN_SHARE * rate and not feeders_behind
+    sustained = kept_up and p99_ms <= BLOCK_P99_MS
     why = []
     if achieved < SUSTAIN_SHARE * rate:
         why.append(f"sequenced {achieved / rate:.0%} of the offered rate")
     if p99_ms > BLOCK_P99_MS:
         why.append(f"block time p99 {p99_ms} ms > {BLOCK_P99_MS:g}")
-    if late:
-        why.append(f"the feeders sent late (p99 {_ms(lag, 0.99)} ms): their core is the limit")
+    if feeders_behind:
+        why.append(f"the feeders were behind their plan (send lag p50 {_ms(lag, 0.5)} ms)")
     return {
         "offered_tps": rate,
         "achieved_tps": round(achieved, 1),
         "sustained": sustained,
         "why_not": "; ".join(why),
-        "feeders_late": late,
+        "kept_up": kept_up,
+        "feeders_behind": feeders_behind,
         "window_s": window_s,
         "txs": txs,
         "blocks": blocks,
@@ -637,7 +644,7 @@ def _row(
         "sent_txs": sum(d["sent_txs"] for d in done),
         "unanswered_batches": sum(d["unanswered_batches"] for d in done),
         "codes": {_code_name(c): n for c, n in sorted(codes.items())},
-        "followers_behind_blocks": behind,
+        "followers_behind_blocks": followers_lag,
         "prepare_s": {"generate": round(gen_s, 2), "sign_and_frame": sign_s},
     }
 
@@ -725,12 +732,12 @@ def run(opts: BenchOptions) -> dict[str, Any]:
             row["followers_after_catch_up"] = _catch_up(followers, seq)
             rows.append(row)
             _progress(opts, row)
-            if row["feeders_late"]:
-                stopped = "the feeders could not send on time: their core is the limit"
+            if row["feeders_behind"]:
+                stopped = "the feeders fell behind their plan: their core is the limit"
                 break
-            misses = 0 if row["sustained"] else misses + 1
+            misses = 0 if row["kept_up"] else misses + 1
             if misses == 2:
-                stopped = "two rates in a row not sustained"
+                stopped = "two rates in a row where the sequencer did not keep up"
                 break
         else:
             stopped = "every rate given was run"
@@ -787,8 +794,11 @@ def _report(
     facts: dict[str, Any],
 ) -> dict[str, Any]:  # fmt: skip
     best = max((r for r in rows if r["sustained"]), key=lambda r: r["offered_tps"], default=None)
+    # the throughput ceiling, block time aside: where the WAL's sync sets the block time (a disk
+    # shared with other work), no rate may meet the 2 ms, and the CPU per tx is read here
+    ceiling = max((r for r in rows if r["kept_up"]), key=lambda r: r["offered_tps"], default=None)
     goal_us = round(1e6 / GOAL_TPS, 1)
-    at = best or (rows[-1] if rows else None)
+    at = best or ceiling or (rows[-1] if rows else None)
     return {
         "bench": "sequencer",
         "plane": opts.plane,
@@ -805,6 +815,7 @@ def _report(
         "steps": rows,
         "best_sustained_tps": best["offered_tps"] if best else None,
         "best": best,
+        "highest_kept_up_tps": ceiling["offered_tps"] if ceiling else None,
         "goal": {
             "tps": GOAL_TPS,
             "us_per_tx": goal_us,
@@ -846,7 +857,8 @@ def format_report(r: dict[str, Any]) -> str:
     lines += [
         "",
         f"stopped: {r['stopped']}",
-        f"highest sustained rate: {f'{best:,.0f} tx/s' if best else 'none'}",
+        f"highest sustained rate: {f'{best:,.0f} tx/s' if best else 'none'}; highest rate "
+        f"sequenced (block time aside): {_tps(r['highest_kept_up_tps'])}",
         f"goal: >= {g['tps']:,} tx/s on one core (<= {g['us_per_tx']} µs of sequencer CPU per "
         f"tx): {'met' if g['met'] else 'not met'}; measured {g['us_per_tx_measured']} µs per tx "
         f"(one core at that cost: ~{g['one_core_ceiling_tps'] or 0:,} tx/s)",
@@ -858,6 +870,10 @@ def format_report(r: dict[str, Any]) -> str:
         last = r["steps"][-1]["followers_behind_blocks"]
         lines.append(f"followers behind at the last step's end (blocks): {last}")
     return "\n".join(lines)
+
+
+def _tps(v: float | None) -> str:
+    return f"{v:,.0f} tx/s" if v else "none"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
