@@ -36,6 +36,7 @@ from raydex.codecs import (
     tx_to_json_str,
 )
 from raydex.observability.loadtest.loadgen import (
+    Item,
     LaneSpec,
     Recorder,
     encode_item,
@@ -238,6 +239,25 @@ def test_without_the_door_the_tx_waits_in_the_queue_and_executes() -> None:
     run(main())
 
 
+def slow_in_the_burst(txs: list[Any]) -> float:
+    """The sequencer's time for a batch: 50 ms for the burst's orders, none for the later ones."""
+    return 0.05 if any(tx.price > 290_000 - 60 for tx in txs) else 0.0
+
+
+def burst_then_calm(traders: list[Trader], skip_nonce: bool = False) -> list[Item]:
+    """60 orders of the traders in a burst (400 a second), then 9 a second later (100 a second);
+    ``skip_nonce``: signed with SkipNonce."""
+    burst = [(i * SEC // 400, t) for i in range(20) for t in traders]
+    late = [(SEC + i * SEC // 100, t) for i in range(3) for t in traders]
+    items = []
+    for n, (at, t) in enumerate(burst + late):
+        tx = t.order(290_000 - n, 10, 0)
+        if skip_nonce:
+            tx = sign_tx(tx._replace(nonce=tx.nonce | SKIP_NONCE_FLAG), t.seed)
+        items.append(encode_item(at, 0, t.account, [tx]))
+    return items
+
+
 def test_a_resyncing_client_under_overload_gets_answers_only_200_or_23000() -> None:
     """A sequencer slow in a burst (each batch 50 ms) and a door at 20 ms: a WebSocket lane
     pipelining 60 txs of 3 accounts in a burst has some refused at the door; 9 more planned a
@@ -247,16 +267,8 @@ def test_a_resyncing_client_under_overload_gets_answers_only_200_or_23000() -> N
     traders = [Trader(i) for i in (11, 12, 13)]
 
     async def main() -> tuple[Recorder, Door]:
-        def slow_in_the_burst(txs: list[Any]) -> float:
-            return 0.05 if any(tx.price > 290_000 - 60 for tx in txs) else 0.0
-
         async with door(traders, max_delay_s=0.02, batch_delay=slow_in_the_burst) as d:
-            burst = [(i * SEC // 400, t) for i in range(20) for t in traders]
-            late = [(SEC + i * SEC // 100, t) for i in range(3) for t in traders]
-            items = [
-                encode_item(at, 0, t.account, [t.order(290_000 - n, 10, 0)])
-                for n, (at, t) in enumerate(burst + late)
-            ]
+            items = burst_then_calm(traders)
             rec = Recorder("g")
             lane = LaneSpec(0, "g", d.server.port or 0, "ws")
             seeds = {t.account: t.seed for t in traders}
@@ -282,20 +294,9 @@ def test_impolite_clients_flood_past_their_connections_and_get_23000_with_retry_
     INVALID_NONCE; the refusals are counted with the header they carried."""
     traders = [Trader(i) for i in (21, 22, 23)]
 
-    def skip(tx: Any, t: Trader) -> Any:
-        return sign_tx(tx._replace(nonce=tx.nonce | SKIP_NONCE_FLAG), t.seed)
-
     async def main() -> tuple[Recorder, Door]:
-        def slow_in_the_burst(txs: list[Any]) -> float:
-            return 0.05 if any(tx.price > 290_000 - 60 for tx in txs) else 0.0
-
         async with door(traders, max_delay_s=0.02, batch_delay=slow_in_the_burst) as d:
-            burst = [(i * SEC // 400, t) for i in range(20) for t in traders]
-            late = [(SEC + i * SEC // 100, t) for i in range(3) for t in traders]
-            items = [
-                encode_item(at, 0, t.account, [skip(t.order(290_000 - n, 10, 0), t)])
-                for n, (at, t) in enumerate(burst + late)
-            ]
+            items = burst_then_calm(traders, skip_nonce=True)
             rec = Recorder("g")
             lane = LaneSpec(0, "g", d.server.port or 0, "impolite")
             await run_lanes([lane], items, {"g": rec}, time.monotonic_ns(), asyncio.Event(),
