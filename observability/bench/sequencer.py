@@ -15,7 +15,7 @@ sustains with block time p99 <= 2 ms; its CPU per tx, by step.
     │ then send them open loop every  │◄───────┤ this host), or --plane grpc         │
     │ --batch-ms (as replicas would)  │outcomes│                                     │
     └─────────────────────────────────┘        └──────┬──────────────────────────────┘
-    followers process (CPU B, nice 15)                │ blocks, stamped blocks, WAL reads
+    followers process (CPU B)                         │ blocks, stamped blocks, WAL reads
     ┌─────────────────────────────────┐◄──────────────┘
     │ snapshot holder, committer with │
     │ its signature audit, one replica│
@@ -39,12 +39,16 @@ rate) and stops after two steps in a row where it did not, when the feeders fell
 plan (their core is then the limit, said so), or past ``--max-seconds``. The answers: the highest
 sustained rate, the highest rate kept up with, and the sequencer's µs of CPU per tx at them.
 
-**Placement**: the sequencer's process pinned alone to one CPU, the feeders, the followers and
-this process to the others (the host allows it when it has two or more CPUs; with one, all
-share it and the output says so). The followers run at nice 15 (Ray's worker niceness, which the
-deployed holder and committer keep), so the feeders get their core first; a follower that falls
-behind is cut off by the sequencer's hub and resumes from its ring, as deployed. How far each one
-was behind at the end of each step is reported.
+**Placement**: the sequencer's process pinned alone to one CPU (at SCHED_FIFO by default when it
+has one, as raydex.yaml advises for a sequencer with a core of its own), the feeders, the
+followers and this process on the others (the host allows it when it has two or more CPUs; with
+one, all share it and the output says so). The feeders run at SCHED_FIFO while they send: they
+stand for replicas on other hosts, so their sends must not wait behind the followers or other
+work on their CPU. The followers share what is left of it: past a few thousand tx/s on a 2-core
+host they fall behind (the committer's audit alone verifies every signature), are cut off by the
+sequencer's hub and resume from its ring or its WAL, as deployed followers that fall behind do;
+that replay is sequencer work, in the rest. How far each one was behind after each step is
+reported (None: their process did not answer within ``FOLLOWERS_ANSWER_S``).
 
 Not measured here: the replicas' dry-run and HTTP work (the feeders send what a replica's
 micro-batcher would), Ray's actor calls (none on this path), the metrics export to Ray (a local
@@ -60,12 +64,14 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import multiprocessing as mp
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -98,7 +104,9 @@ FEEDER_BEHIND_MS = 5.0
 #: how long the last answers of a step may take before its batches count as unanswered (s)
 ANSWER_TIMEOUT_S = 30.0
 #: how long a follower may take to come back within ``CAUGHT_UP_BLOCKS`` after a step (s)
-CATCH_UP_S = 5.0
+CATCH_UP_S = 3.0
+#: how long the followers' process may take to say where it is (s)
+FOLLOWERS_ANSWER_S = 5.0
 CAUGHT_UP_BLOCKS = 50
 #: how long a child process may take to start (imports, setup) (s)
 START_TIMEOUT_S = 120.0
@@ -109,8 +117,11 @@ SETUP_CHUNK = 4_000
 CLIENT_ERROR = -2
 #: the sequencer's SCHED_FIFO priority with ``--realtime`` (the actor shell's)
 RT_PRIORITY = 10
-#: the feeders' niceness while they send (where the host allows it): on a host shared with other
-#: work they must offer the planned rate, or the step measures their lateness, not the sequencer
+#: the feeders' SCHED_FIFO priority while they send (where the host allows it; else nice -10):
+#: they stand for replicas on other hosts, so their wake-ups must not wait behind the followers
+#: and other work on their CPU, or a step measures their lateness, not the sequencer. They sleep
+#: between batches, so they take little of that CPU; back to SCHED_OTHER to sign between steps.
+FEEDER_RT_PRIORITY = 5
 FEEDER_NICE = -10
 
 
@@ -121,6 +132,9 @@ class BenchOptions:
     #: for a sequencer with a core of its own), "on", "off" (raydex.yaml's ``realtime`` value)
     realtime: str = "auto"
     feeders: int = 4
+    #: the snapshot holder, the committer and one replica follow the sequencer (as deployed);
+    #: False leaves them out (what following costs the sequencer is the difference)
+    followers: bool = True
     rates: tuple[float, ...] = tuple(float(r) for r in range(2_000, 40_001, 2_000))
     step_seconds: float = 4.0
     batch_ms: float = 1.0
@@ -213,7 +227,6 @@ def _followers_main(
 ) -> None:  # fmt: skip
     if cpus:
         pin_all_threads(cpus)
-    os.nice(15)  # Ray's worker niceness, which the deployed holder and committer keep
     asyncio.run(_followers(snap_cfg, replica_cfg, delta, txlog, chain_id, conn))
 
 
@@ -259,21 +272,26 @@ async def _followers(
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
-    def on_message() -> None:
-        msg = conn.recv()
-        if msg[0] == "mark":
-            conn.send(("mark", {
-                "holder": holder.seq, "committer": committer.committer.seq, "audit": audit.seq,
-                "replica": replica.state.seq, "audit_failed_txs": audit.failed_txs,
-                "committer_resyncs": committer.resyncs, "replica_resyncs": replica.resyncs,
-            }))  # fmt: skip
-        elif msg[0] == "stop":
-            stop.set()
+    def control() -> None:
+        """A thread of its own answers where the followers are (plain int reads), so a long
+        step of their loop (a snapshot load, a catch-up) delays no answer."""
+        while True:
+            msg = conn.recv()
+            if msg[0] == "mark":
+                conn.send(("mark", msg[1], {
+                    "holder": holder.seq, "committer": committer.committer.seq,
+                    "audit": audit.seq, "replica": replica.state.seq,
+                    "audit_failed_txs": audit.failed_txs,
+                    "committer_resyncs": committer.resyncs, "replica_resyncs": replica.resyncs,
+                }))  # fmt: skip
+            elif msg[0] == "stop":
+                loop.call_soon_threadsafe(stop.set)
+                return
 
-    loop.add_reader(conn.fileno(), on_message)
+    answering = threading.Thread(target=control, name="bench-control", daemon=True)
     conn.send(("ready", os.getpid()))
+    answering.start()
     await stop.wait()
-    loop.remove_reader(conn.fileno())
     await replica.stop()
     await committer.stop()
     await holder.stop()
@@ -322,16 +340,27 @@ async def _feeder(
         elif msg[0] == "go":
             if cpus:
                 pin_all_threads(cpus)
+            policy = try_realtime(FEEDER_RT_PRIORITY)
             try:
                 stats = await _send(channel, frames, msg[1])
             finally:
+                _normal_policy()
                 if cpus:
                     pin_all_threads(free)
-            conn.send(("done", stats))
+            conn.send(("done", {**stats, "policy": policy}))
         elif msg[0] == "stop":
             await channel.close()
             conn.send(("stopped",))
             return
+
+
+def _normal_policy() -> None:
+    """Every thread of this process back to SCHED_OTHER (after ``try_realtime``)."""
+    from raydex.cluster.pinning import thread_ids
+
+    for tid in thread_ids():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
 
 
 async def _send(channel: Any, frames: list[tuple[int, bytes, int]], t0: int) -> dict[str, Any]:
@@ -516,7 +545,7 @@ def _ms(h: Histogram, q: float) -> float:
 
 def _step(
     opts: BenchOptions, rate: float, stream: _Stream, seq: _Child, seq_pid: int,
-    feeders: list[_Child], followers: _Child,
+    feeders: list[_Child], followers: _Child | None,
 ) -> dict[str, Any]:  # fmt: skip
     """One rate: load the feeders, go, mark the window's two ends, collect."""
     n = int(rate * opts.step_seconds)
@@ -538,7 +567,7 @@ def _step(
     b, ticks_b = seq.ask("mark")[1], _ticks(seq_pid)
     window_s = opts.step_seconds - WARM_S
     done = [f.expect(ANSWER_TIMEOUT_S + 30)[1] for f in feeders]
-    lag = _followers_behind(followers, b["seq"])
+    lag = _followers_behind(followers, b["seq"]) if followers is not None else None
     return _row(rate, window_s, a, b, ticks_b - ticks_a, done, lag, gen_s, sign_s)
 
 
@@ -555,28 +584,39 @@ def _ticks(pid: int) -> int:
     return info.ticks
 
 
-def _followers_behind(followers: _Child, seq: int) -> dict[str, int]:
-    """How many blocks each follower was behind ``seq`` right after the step."""
-    f = followers.ask("mark", timeout_s=30)[1]
-    out = {k: max(0, seq - f[k]) for k in ("holder", "committer", "audit", "replica")}
-    out["audit_failed_txs"] = f["audit_failed_txs"]
-    return out
+_marks = itertools.count(1)
 
 
-def _catch_up(followers: _Child, seq: _Child) -> dict[str, int]:
+def _followers_behind(followers: _Child, seq: int) -> dict[str, int] | None:
+    """How many blocks each follower was behind ``seq`` right after the step; None when their
+    process did not answer within ``FOLLOWERS_ANSWER_S`` (busy in a long step: a snapshot load,
+    a catch-up; a late answer is recognised by its token and dropped)."""
+    token = next(_marks)
+    followers.conn.send(("mark", token))
+    deadline = time.monotonic() + FOLLOWERS_ANSWER_S
+    while followers.conn.poll(max(0.0, deadline - time.monotonic())):
+        _, got, f = followers.conn.recv()
+        if got == token:
+            out = {k: max(0, seq - f[k]) for k in ("holder", "committer", "audit", "replica")}
+            out["audit_failed_txs"] = f["audit_failed_txs"]
+            return out
+    return None
+
+
+def _catch_up(followers: _Child, seq: _Child) -> dict[str, int] | None:
     """Let the followers come back within ``CAUGHT_UP_BLOCKS`` (at most ``CATCH_UP_S``)."""
     deadline = time.monotonic() + CATCH_UP_S
     while True:
         last = _followers_behind(followers, seq.ask("mark")[1]["seq"])
-        lag = max(last[k] for k in ("holder", "committer", "replica"))
-        if lag <= CAUGHT_UP_BLOCKS or time.monotonic() > deadline:
+        lag = max(last[k] for k in ("holder", "committer", "replica")) if last else None
+        if (lag is not None and lag <= CAUGHT_UP_BLOCKS) or time.monotonic() > deadline:
             return last
         time.sleep(0.2)
 
 
 def _row(
     rate: float, window_s: float, a: dict[str, Any], b: dict[str, Any], ticks: int,
-    done: list[dict[str, Any]], followers_lag: dict[str, int], gen_s: float, sign_s: float,
+    done: list[dict[str, Any]], followers_lag: dict[str, int] | None, gen_s: float, sign_s: float,
 ) -> dict[str, Any]:  # fmt: skip
     txs = int(b["txs"] - a["txs"])
     blocks = b["blocks"] - a["blocks"]
@@ -640,7 +680,8 @@ def _row(
         "journal_us_per_tx": us(steps["wal_ns"]),
         "batches_per_s": round(steps["batches"] / window_s, 1),
         "batch_ms": {"p50": _ms(latency, 0.5), "p99": _ms(latency, 0.99)},
-        "feeder_send_lag_ms_p99": _ms(lag, 0.99),
+        "feeder_send_lag_ms": {"p50": _ms(lag, 0.5), "p99": _ms(lag, 0.99)},
+        "feeder_policy": sorted({d.get("policy", "") for d in done}),
         "sent_txs": sum(d["sent_txs"] for d in done),
         "unanswered_batches": sum(d["unanswered_batches"] for d in done),
         "codes": {_code_name(c): n for c, n in sorted(codes.items())},
@@ -703,10 +744,12 @@ def run(opts: BenchOptions) -> dict[str, Any]:
             group.replica, name="raydex-replica-bench-0", sequencer_target=delta,
             http_host="127.0.0.1", http_port=0, data_plane_secret=secret,
         )  # fmt: skip
-        follow_args = (snap_cfg, replica_cfg, delta, txlog, spec.chain_id, other_cpus)
-        followers = _Child(ctx, "followers", _followers_main, follow_args)
-        children.append(followers)
-        followers.start()
+        followers: _Child | None = None
+        if opts.followers:
+            follow_args = (snap_cfg, replica_cfg, delta, txlog, spec.chain_id, other_cpus)
+            followers = _Child(ctx, "followers", _followers_main, follow_args)
+            children.append(followers)
+            followers.start()
         feed_args = (delta, secret, spec.chain_id, other_cpus)
         feeders = [
             _Child(ctx, f"feeder-{i}", _feeder_main, (i, *feed_args)) for i in range(opts.feeders)
@@ -716,20 +759,26 @@ def run(opts: BenchOptions) -> dict[str, Any]:
             f.start()  # before this process keeps to its CPUs: they sign on any CPU
         if other_cpus:
             pin_all_threads(other_cpus)
-        followers.expect()
+        if followers is not None:
+            followers.expect()
         for f in feeders:
             f.expect()
-        _catch_up(followers, seq)
+        if followers is not None:
+            _catch_up(followers, seq)
         rows: list[dict[str, Any]] = []
         stopped = ""
         misses = 0
+        last_step_s = 0.0
         for rate in opts.rates:
             spent = time.monotonic() - started
-            if rows and spent + 3 * opts.step_seconds > opts.max_seconds:
+            if rows and spent + last_step_s * rate / rows[-1]["offered_tps"] > opts.max_seconds:
                 stopped = f"--max-seconds {opts.max_seconds:g} reached"
                 break
+            t_step = time.monotonic()
             row = _step(opts, rate, stream, seq, seq_pid, feeders, followers)
-            row["followers_after_catch_up"] = _catch_up(followers, seq)
+            if followers is not None:
+                row["followers_after_catch_up"] = _catch_up(followers, seq)
+            last_step_s = time.monotonic() - t_step
             rows.append(row)
             _progress(opts, row)
             if row["feeders_behind"]:
@@ -741,7 +790,7 @@ def run(opts: BenchOptions) -> dict[str, Any]:
                 break
         else:
             stopped = "every rate given was run"
-        for child in (*feeders, followers):  # the followers first: the sequencer outlives them
+        for child in (*feeders, *([followers] if followers else [])):  # the sequencer last
             child.stop()
         final = seq.ask("stop", timeout_s=60)[1]
         report = _report(opts, rows, stopped, placement, {
@@ -803,6 +852,7 @@ def _report(
         "bench": "sequencer",
         "plane": opts.plane,
         "feeders": opts.feeders,
+        "followers": opts.followers,
         "batch_ms": opts.batch_ms,
         "step_seconds": opts.step_seconds,
         "sweep": "open loop, one step per offered rate, ascending",
@@ -831,11 +881,12 @@ def _report(
 
 def format_report(r: dict[str, Any]) -> str:
     """The table printed on stdout."""
+    feeders = ", ".join(r["steps"][0]["feeder_policy"]) if r["steps"] else "-"
     lines = [
         f"raydex bench sequencer: {r['plane']} data plane, {r['feeders']} feeders, a batch per "
         f"feeder every {r['batch_ms']:g} ms, {r['step_seconds']:g} s per rate ({r['sweep']})",
-        f"placement: {r['placement']}; journal {r['journal_policy']}, loop {r['loop_policy']}; "
-        f"load average {r['load_average']}",
+        f"placement: {r['placement']}; the sequencer's journal {r['journal_policy']}, its loop "
+        f"{r['loop_policy']}; feeders {feeders}; load average {r['load_average']}",
         f"sustained: {r['criterion']}",
         "",
         "| offered | sequenced tx/s | blocks/s | txs/block p50 | block p50 / p99 ms "
@@ -866,8 +917,10 @@ def format_report(r: dict[str, Any]) -> str:
         "block's close on the loop plus the journal thread's write and sync; rest is the event "
         "loop and the data plane's sockets (the steps' counters: actors/sequencer/steps.py)",
     ]
-    if r["steps"]:
-        last = r["steps"][-1]["followers_behind_blocks"]
+    if r["steps"] and not r["followers"]:
+        lines.append("no followers (--no-followers): the sequencer served only the feeders")
+    elif r["steps"]:
+        last = r["steps"][-1]["followers_behind_blocks"] or "(their process did not answer)"
         lines.append(f"followers behind at the last step's end (blocks): {last}")
     return "\n".join(lines)
 
@@ -891,6 +944,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the sequencer at SCHED_FIFO (auto: when it has a CPU of its own)",
     )
     add("--feeders", type=int, default=4, help="feeder processes (4)")
+    add(
+        "--no-followers",
+        action="store_true",
+        help="no holder, committer or replica following (what following costs, by difference)",
+    )
     add("--rates", default="2000:40000:2000", help="offered tx/s: 1000,2000 or START:STOP:STEP")
     add("--step-seconds", type=float, default=4.0, help="seconds per rate (4)")
     add("--batch-ms", type=float, default=1.0, help="a batch per feeder every this many ms (1)")
@@ -910,6 +968,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plane=args.plane,
         realtime=args.realtime,
         feeders=args.feeders,
+        followers=not args.no_followers,
         rates=rates,
         step_seconds=args.step_seconds,
         batch_ms=args.batch_ms,
