@@ -156,7 +156,7 @@ class BenchOptions:
     dir: str | None = None
     spec_path: str = "raydex.yaml"
     seed: int = 1
-    max_seconds: float = 150.0
+    max_seconds: float = 120.0
     json_out: bool = False
 
 
@@ -1001,7 +1001,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--dir", default=None, help="where the WAL and snapshots go (default: the state dir)")
     add("--spec", default="raydex.yaml", help="the deploy spec whose configs run (raydex.yaml)")
     add("--seed", type=int, default=1, help="workload seed (1)")
-    add("--max-seconds", type=float, default=150.0, help="no new rate starts past this (150)")
+    add("--max-seconds", type=float, default=120.0, help="no new rate starts past this (120)")
     add("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     try:
