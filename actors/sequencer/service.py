@@ -105,6 +105,7 @@ from .repair import (
     restore_tail,
     tail_to_restore,
 )
+from .steps import StepClock, StepCounters
 from .wal import FsyncPolicy, Wal, WalError
 
 log = logging.getLogger(__name__)
@@ -283,6 +284,8 @@ class SequencerService:
         #: wake-up, and whatever it was running first)
         self.handoff_time = Histogram()
         self.block_txs = Histogram()
+        #: CPU per step (decode, engine, close, publish) on the real path (``steps.py``)
+        self.steps = StepCounters()
         self.metrics = Recorder("sequencer", "sequencer")
         m = self.metrics
         m.histogram("raydex_block_seconds", self.block_time)
@@ -507,6 +510,9 @@ class SequencerService:
         (:meth:`check_signatures`), so a flood of signed txs never holds the loop for long; the
         batches of one stream still execute in the order they arrived (``StreamOrder``)."""
         reply: bytes
+        steps = self.steps
+        steps.batches += 1
+        t0 = StepClock()
         try:
             txs = decode_batch(frame, self.config.max_batch_txs)
         except CodecError as exc:
@@ -515,6 +521,8 @@ class SequencerService:
             code = ResultCode.BATCH_TOO_LARGE if too_large else ResultCode.INVALID_TX_INFO
             reply = encode_outcomes([(bytes(40), code, 0, 0)])
             return reply
+        finally:
+            steps.decode_ns += StepClock() - t0
         if not txs:
             reply = encode_outcomes([])
             return reply
@@ -523,7 +531,10 @@ class SequencerService:
         if stream is None or not verify:
             # nothing to wait for: batches execute in the order they arrive (without a stream,
             # a verifying producer checks each tx as it executes)
-            reply = encode_outcomes(await self.submit(txs, operator=False, verify=verify))
+            outcomes = await self.submit(txs, operator=False, verify=verify)
+            t0 = StepClock()
+            reply = encode_outcomes(outcomes)
+            steps.publish_ns += StepClock() - t0
             return reply
         # The check yields between slices, so a later batch of this stream (a replica keeps
         # several out, ``MicroBatcher``) may finish its check first; it still executes after
@@ -538,7 +549,9 @@ class SequencerService:
         finally:
             mine.set_result(None)
         block = await fut
+        t0 = StepClock()
         reply = encode_outcomes([block.outcomes[i] for i in at])
+        steps.publish_ns += StepClock() - t0
         return reply
 
     def verifies(self, stream: StreamOrder | None) -> bool:
@@ -609,7 +622,9 @@ class SequencerService:
         assert producer is not None, "start() first"
         if self._stopping:
             raise RuntimeError(f"sequencer is stopping ({self.failed or 'stop requested'})")
+        t0 = StepClock()
         at = producer.submit(txs, time.time_ns(), operator=operator, checked=checked, verify=verify)
+        self.steps.engine_ns += StepClock() - t0
         if self._pending is None:
             self._pending = asyncio.get_running_loop().create_future()
         fut = self._pending
@@ -637,7 +652,7 @@ class SequencerService:
         fut, self._pending = self._pending, None
         if producer is None or fut is None:
             return
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), StepClock()
         block = producer.close_block(write_wal=False)
         if block is None:
             fut.cancel()
@@ -646,10 +661,12 @@ class SequencerService:
         self._undurable.append((block, fut))
         self.journal.submit(block.seq, block.wal_record)
         self.close_time.record(time.perf_counter_ns() - t0)
+        self.steps.close_ns += StepClock() - c0
 
     def _on_durable(self, seq: int, fsync_ns: int = 0, synced_at_ns: int = 0) -> None:
         """Blocks up to ``seq`` are on disk: publish them in order and release their outcomes."""
         assert self.hub is not None and self.txlog is not None
+        c0 = StepClock()
         if synced_at_ns:  # the journal's sync returned then: how long the loop took to get here
             self.handoff_time.record(time.perf_counter_ns() - synced_at_ns)
         if fsync_ns and self.producer is not None and self.producer.wal is not None:
@@ -665,6 +682,8 @@ class SequencerService:
             self.block_txs.record(block.tx_count)
             if not fut.done():
                 fut.set_result(block)
+            self.steps.blocks += 1
+        self.steps.publish_ns += StepClock() - c0
         if (
             self.config.block_close == "durable"
             and self._pending is not None
@@ -841,6 +860,8 @@ class SequencerService:
             "block_time_us": self.block_time.summary_us(),
             "block_close_us": self.close_time.summary_us(),
             "block_txs": self.block_txs.summary_us(scale_ns=False),
+            # CPU per step since the start (ns; ``steps.py``), the journal's as ``wal_ns``
+            "steps": self.steps.as_dict(self.journal.cpu_ns if self.journal is not None else 0),
             "hub": dataclasses.asdict(self.hub.statistics()) if self.hub else {},
         }
 
