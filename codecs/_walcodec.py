@@ -261,3 +261,63 @@ def decode_wal_read_reply(frame: Buffer) -> WalReadReply:
         records.append((info.seq, data[off : info.end]))
         off = info.end
     return WalReadReply(first_held, last_seq, records)
+
+
+# ---- replication: the primary's WAL records pushed to its standby, each answered with an ack ----
+
+_REPLICATE_HEAD = struct.Struct("<Q")
+_REPLICATE_REPLY = struct.Struct("<BQQ")
+
+#: the standby holds every record through ``seq`` durably (its ``fsync``)
+REPLICATE_OK = 0
+#: the standby holds records through ``seq`` only: send from ``seq + 1`` (a gap before this request)
+REPLICATE_GAP = 1
+#: the standby follows a newer epoch (``epoch``): the sender is not the primary any more
+REPLICATE_FENCED = 2
+#: the standby holds another record at ``seq``: its log and the sender's differ there
+REPLICATE_DIVERGED = 3
+
+
+class ReplicateReply(NamedTuple):
+    """A standby's answer to one replication request (``REPLICATE_*`` kind, seq, its epoch)."""
+
+    kind: int
+    seq: int
+    epoch: int
+
+
+def encode_replicate(epoch: int, records: Sequence[bytes]) -> bytes:
+    """``u64 epoch`` + consecutive complete WAL records (they delimit themselves)."""
+    head: bytes = _REPLICATE_HEAD.pack(epoch)
+    return head + b"".join(records)
+
+
+def decode_replicate(frame: Buffer) -> tuple[int, list[tuple[int, bytes]]]:
+    """The epoch and ``(seq, record)`` of each record (crc-checked, not decoded); CodecError if
+    the frame is short or a record is incomplete or damaged."""
+    if len(frame) < _REPLICATE_HEAD.size:
+        raise CodecError("shorter than its header", type_name="Replicate")
+    (epoch,) = _REPLICATE_HEAD.unpack_from(frame)
+    data = bytes(frame)
+    records: list[tuple[int, bytes]] = []
+    off = _REPLICATE_HEAD.size
+    while off < len(data):
+        info = peek_wal_record(data, off)
+        if info is None:
+            raise CodecError(f"bad record at byte {off}", type_name="Replicate")
+        records.append((info.seq, data[off : info.end]))
+        off = info.end
+    return epoch, records
+
+
+def encode_replicate_reply(kind: int, seq: int, epoch: int) -> bytes:
+    reply: bytes = _REPLICATE_REPLY.pack(kind, seq, epoch)
+    return reply
+
+
+def decode_replicate_reply(frame: Buffer) -> ReplicateReply:
+    if len(frame) != _REPLICATE_REPLY.size:
+        raise CodecError(
+            f"needs {_REPLICATE_REPLY.size} bytes, got {len(frame)}", type_name="ReplicateReply"
+        )
+    return ReplicateReply(*_REPLICATE_REPLY.unpack_from(frame))

@@ -186,6 +186,9 @@ _SEQUENCER_WIRED = {
     "data_host": "`raydex deploy --bind`",
     "data_port": "ports.data",
     "txlog_port": "ports.data + 1",
+    "replication_port": "ports.data + 2",
+    "standby_target": "`raydex deploy` (the standby's address)",
+    "standby_name": "`raydex deploy` (the standby's actor name)",
     "data_plane_secret": _SECRET_SOURCE,
 }
 
@@ -238,6 +241,10 @@ class SequencerSpec:
             yield "max_inflight_batches", f"must be >= 1, got {c.max_inflight_batches}"
         if c.verify_slice_ms <= 0:
             yield "verify_slice_ms", f"must be > 0, got {c.verify_slice_ms}"
+        if c.durability not in ("local", "replicated"):
+            yield "durability", f"must be local or replicated, got {c.durability!r}"
+        if c.replication_timeout_s < 0:
+            yield "replication_timeout_s", f"must be >= 0, got {c.replication_timeout_s}"
         yield from _placement_problems(self.host, self.numa_node, self.cpus)
 
 
@@ -537,6 +544,7 @@ class DeploySpec:
             snapshot_dir=self.snapshot.config.dir,
             data_port=self.ports.data,
             txlog_port=self.ports.data + 1,
+            replication_port=self.ports.data + 2,
         )
         object.__setattr__(self, "sequencer", dataclasses.replace(seq, config=seq_config))
         groups = tuple(self._wired_group(g) for g in self.replica_groups)

@@ -1,0 +1,225 @@
+"""Replicated durability on loopback TCP: a primary answers a tx only once the standby synced its
+block; a standby of a newer epoch fences the old primary; a cut link degrades the primary (acks on
+its own sync, counted) until the standby caught up from the primary's WAL; a promoted standby
+serves the same state, and a fresh standby of the new primary catches up from its log."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+from raydex.actors.local import eth_market
+from raydex.actors.sequencer.service import SequencerConfig, SequencerService
+from raydex.actors.sequencer.standby import StandbyService
+from raydex.actors.transport import target_of
+from raydex.codecs import (
+    REPLICATE_FENCED,
+    REPLICATE_OK,
+    CreateOrder,
+    Deposit,
+    RegisterApiKey,
+    ResultCode,
+    TxOutcome,
+    decode_replicate_reply,
+    encode_replicate,
+    generate_key,
+    sign_tx,
+)
+
+SEED, PUB = generate_key()
+FAR = 4_000_000_000_000
+
+
+def config(tmp: Path, name: str, **kw: object) -> SequencerConfig:
+    base = SequencerConfig(
+        wal_dir=str(tmp / name / "wal"), snapshot_dir=str(tmp / name / "snap"), data_plane="tcp"
+    )
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+def order(account: int, nonce: int, price: int, is_ask: int) -> CreateOrder:
+    tx = CreateOrder(
+        account, 0, 0, nonce + 1, 100, price, is_ask, 0, 1, 0, 0, -1, FAR, nonce, bytes(80)
+    )
+    return sign_tx(tx, SEED)
+
+
+async def funded(svc: SequencerService) -> None:
+    setup: list[object] = [eth_market()]
+    for a in (1, 2):
+        setup += [RegisterApiKey(a, 0, PUB), Deposit(a, 10**12)]
+    assert {o.code for o in await svc.submit(setup, operator=True)} == {ResultCode.OK}
+
+
+async def trade(svc: SequencerService, nonce: int) -> list[TxOutcome]:
+    outs = await svc.submit([order(1, nonce, 300_000, 1), order(2, nonce, 300_000, 0)])
+    assert [o.code for o in outs] == [ResultCode.OK, ResultCode.OK]
+    return outs
+
+
+async def until(check: object, what: str) -> None:
+    """Yield to the loop until ``check()`` holds (event-driven work in the background)."""
+    for _ in range(200_000):
+        if check():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"never: {what}")
+
+
+async def pair(
+    tmp: Path, timeout_s: float = 0.0, epoch: int = 1
+) -> tuple[SequencerService, StandbyService]:
+    standby = StandbyService(config(tmp, "standby"))
+    port = await standby.start()
+    primary = SequencerService(
+        config(
+            tmp, "primary", durability="replicated",
+            standby_target=target_of("tcp", "127.0.0.1", port), replication_timeout_s=timeout_s,
+        ),
+        epoch=epoch,
+    )  # fmt: skip
+    await primary.start()
+    return primary, standby
+
+
+def test_a_block_is_answered_only_once_the_standby_synced_it(tmp_path: Path) -> None:
+    async def run() -> None:
+        primary, standby = await pair(tmp_path)  # timeout 0: always wait for the standby
+        try:
+            await funded(primary)
+            assert standby.durable == primary.producer.seq == 1  # type: ignore[union-attr]
+            await standby._turn.acquire()  # the standby takes no record while held
+            submitted = asyncio.ensure_future(trade(primary, 0))
+            await until(lambda: primary._local_seq == 2, "block 2 synced on the primary")
+            await asyncio.sleep(0.05)  # the standby's turn is held: no ack can come
+            assert not submitted.done() and primary.status()["replication"]["lag_blocks"] == 1
+            standby._turn.release()
+            outs = await submitted
+            assert outs[0].seq == 2 and standby.durable == 2
+            assert standby.state_hash() == primary.state_hash()
+            status = primary.status()["replication"]
+            assert (status["acked_seq"], status["lag_blocks"]) == (2, 0)
+            assert (status["degraded"], status["in_sync"]) == (False, True)
+        finally:
+            await primary.stop()
+            await standby.stop()
+
+    asyncio.run(run())
+
+
+def test_a_standby_of_a_newer_epoch_fences_the_old_primary(tmp_path: Path) -> None:
+    fatal: list[str] = []
+
+    async def run() -> None:
+        standby = StandbyService(config(tmp_path, "standby"), epoch=3)
+        port = await standby.start()
+        target = target_of("tcp", "127.0.0.1", port)
+        primary = SequencerService(
+            config(tmp_path, "primary", durability="replicated", standby_target=target),
+            on_fatal=fatal.append,
+            epoch=2,
+        )
+        await primary.start()
+        try:
+            submitted = asyncio.ensure_future(funded(primary))
+            await until(lambda: bool(fatal), "the primary fenced")
+            assert not submitted.done()  # never acknowledged: the standby holds none of it
+            assert primary.status()["replication"]["fenced_by"] == 3
+            assert standby.durable == 0 and standby.fenced_requests >= 1
+            submitted.cancel()
+            # a request of the standby's own epoch is taken
+            reply = decode_replicate_reply(await standby.replicate(encode_replicate(3, ())))
+            assert reply.kind == REPLICATE_OK
+            old = decode_replicate_reply(await standby.replicate(encode_replicate(2, ())))
+            assert (old.kind, old.epoch) == (REPLICATE_FENCED, 3)
+        finally:
+            await primary.stop()
+            await standby.stop()
+
+    asyncio.run(run())
+    assert "fenced" in fatal[0] and "epoch 3" in fatal[0]
+
+
+def test_a_cut_link_degrades_the_primary_and_the_standby_catches_up_from_its_wal(
+    tmp_path: Path,
+) -> None:
+    async def run() -> None:
+        primary, standby = await pair(tmp_path, timeout_s=0.2)
+        port = standby.port
+        degraded_at: list[bool] = []
+
+        async def allow() -> bool:
+            degraded_at.append(True)
+            return True
+
+        primary.on_degrade = allow
+        try:
+            await funded(primary)
+            await trade(primary, 0)
+            await until(lambda: primary.standby_in_sync, "the standby in sync")
+            await standby.stop()  # the link is cut (the standby's host is gone)
+            for nonce in range(1, 6):  # answered on the primary's own sync after the timeout
+                await trade(primary, nonce)
+            status = primary.status()["replication"]
+            assert status["degraded"] and not status["in_sync"] and status["degradations"] == 1
+            assert degraded_at == [True] and standby.durable < primary.producer.seq  # type: ignore[union-attr]
+            # the standby comes back on the same port with its own log: it gets what it
+            # missed from the primary's WAL (the records are no longer kept in memory)
+            again = StandbyService(config(tmp_path, "standby", replication_port=port))
+            await again.start()
+            try:
+                await until(lambda: primary.standby_in_sync, "back in sync")
+                await trade(primary, 6)
+                assert again.durable == primary.producer.seq == 8  # type: ignore[union-attr]
+                assert again.state_hash() == primary.state_hash()
+                assert not primary.status()["replication"]["degraded"]
+            finally:
+                await again.stop()
+        finally:
+            await primary.stop()
+
+    asyncio.run(run())
+
+
+def test_a_promoted_standby_serves_every_acknowledged_block_and_a_new_standby_catches_up(
+    tmp_path: Path,
+) -> None:
+    async def run() -> None:
+        primary, standby = await pair(tmp_path)
+        await funded(primary)
+        acked = [o for nonce in range(3) for o in await trade(primary, nonce)]
+        before = primary.state_hash()
+        # the primary's host is lost: it answers nothing more (its loops and ports are gone)
+        await primary.stop()
+        new = await standby.promote(epoch=2)
+        fresh: StandbyService | None = None
+        try:
+            assert new.state_hash() == before and new.replayed == 0
+            assert max(o.seq for o in acked) == new.producer.seq  # type: ignore[union-attr]
+            await trade(new, 3)  # the new primary sequences (durability local: no standby yet)
+            # the old primary's epoch is refused
+            old = decode_replicate_reply(await standby.replicate(encode_replicate(1, ())))
+            assert (old.kind, old.epoch) == (REPLICATE_FENCED, 2)
+            # a new standby of the new primary catches up from its WAL, from seq 1
+            fresh = StandbyService(config(tmp_path, "fresh"))
+            port = await fresh.start()
+            target = target_of("tcp", "127.0.0.1", port)
+            await new.stop()
+            cfg = dataclasses.replace(
+                new.config, durability="replicated", standby_target=target,
+                replication_timeout_s=0.0,
+            )  # fmt: skip
+            restarted = SequencerService(cfg, epoch=2)
+            await restarted.start()
+            try:
+                await trade(restarted, 4)
+                assert fresh.durable == restarted.producer.seq == 6  # type: ignore[union-attr]
+                assert fresh.state_hash() == restarted.state_hash()
+            finally:
+                await restarted.stop()
+        finally:
+            if fresh is not None:
+                await fresh.stop()
+
+    asyncio.run(run())
