@@ -1125,6 +1125,8 @@ class SequencerActor:
         )
         #: the arbiter's handle (None: no arbiter in this deployment, or outside Ray)
         self.arbiter: Any = None
+        #: named actors of the deployment that are not followers (never asked ``held_blocks``)
+        self.not_followers: tuple[str, ...] = (ARBITER_NAME,)
         self._lease_task: asyncio.Task[None] | None = None
         self._started = asyncio.get_event_loop().create_task(self._start())
 
@@ -1257,7 +1259,9 @@ class SequencerActor:
         if namespace not in mine and len(mine) == 1:
             namespace = str(mine.pop())
         names = sorted(
-            a["name"] for a in listed if a.get("namespace") == namespace and a["name"] != me
+            a["name"]
+            for a in listed
+            if a.get("namespace") == namespace and a["name"] not in (me, *self.not_followers)
         )
 
         async def ask(name: str) -> HeldBlocks | None:

@@ -51,7 +51,7 @@ from raydex.codecs import (
 )
 from raydex.engine import state_digest
 
-from ..runtime import advertised_host, exit_process, log_fatal
+from ..runtime import HeldBlocks, advertised_host, exit_process, held_blocks, log_fatal
 from ..transport import BlockHub, data_plane_server
 from .arbiter import Verdict
 from .journal import Journal
@@ -291,6 +291,13 @@ class StandbyService:
 
     # ---- control plane --------------------------------------------------------------------------
 
+    def held_blocks(self, name: str, since: int, frames_after: int) -> HeldBlocks:
+        """Its answer to a primary repairing its log's tail: the newest seq applied and the
+        frames it keeps (``runtime/held.py``)."""
+        p = self.producer
+        frames = [(b.seq, b.frame) for b in self._kept]
+        return held_blocks(name, "standby", p.seq if p else 0, frames, since, frames_after)
+
     def state_hash(self) -> dict[str, Any]:
         """The state hash of what it applied (O(state)), with its seq."""
         p = self.producer
@@ -346,6 +353,11 @@ class StandbyActor(SequencerActor):
         self.takeover_s: float | None = None
         self._primary_node: str | None = None
         super().__init__(config, bundle, gc_spec)
+        self.not_followers = (*self.not_followers, primary)  # the lost primary answers nothing
+
+    async def held_blocks(self, since: int, frames_after: int) -> HeldBlocks:
+        """What it applied (a primary restarting on its own log asks, ``repair.py``)."""
+        return self.follower.held_blocks(self._name(), since, frames_after)
 
     async def _start(self) -> int:
         self.runtime.before_boot()
