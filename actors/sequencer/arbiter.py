@@ -184,3 +184,10 @@ class ArbiterActor:
 
     def view(self) -> dict[str, Any]:
         return self.arbiter.view(time.monotonic())
+
+    def status(self) -> dict[str, Any]:
+        """:meth:`view` with a one-line ``repr`` (``raydex status``)."""
+        v = self.view()
+        line = f"arbiter epoch={v['epoch']} primary={v['primary'] or '-'} "
+        line += f"standby={v['standby'] or '-'} in_sync={v['in_sync']}"
+        return {**v, "repr": line}

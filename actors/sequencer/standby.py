@@ -252,7 +252,7 @@ class StandbyService:
         shell's, whose metrics it already exports; else a new one with ``followers`` and
         ``on_fatal``); it checks its tail against its followers as any start does
         (``repair.py``). Returns the serving service."""
-        if epoch <= self.epoch:
+        if epoch < self.epoch:
             raise ValueError(f"promotion to epoch {epoch}: this standby has seen {self.epoch}")
         self.epoch = epoch
         self.promoted = True
@@ -388,6 +388,9 @@ class StandbyActor(SequencerActor):
                 continue
             try:
                 view = await arbiter.view.remote()
+                # follow no primary older than the arbiter's (a new standby after a takeover
+                # must not take an old primary's records)
+                self.follower.epoch = max(self.follower.epoch, int(view["epoch"]))
                 if view["primary"] == me:  # taken over before a restart of this process
                     verdict: Verdict = await arbiter.acquire.remote(me)
                 else:

@@ -355,7 +355,8 @@ def _status(args: argparse.Namespace) -> int:
 #: what ``raydex status`` prints per actor besides its repr
 _STATUS_KEYS = (
     "seq", "lag", "state_hash_seq", "state_hash", "port", "signatures", "placement", "error",
-    "refused",
+    "refused", "epoch", "replication", "durable_seq", "primary", "standby", "in_sync",
+    "lease_left_s",
 )  # fmt: skip
 
 

@@ -79,8 +79,9 @@ def test_the_standby_takes_over_a_lost_primary_and_the_old_primary_is_fenced(
         assert ray.get(standby.state_hash.remote(), timeout=30) == before
         out = ray.get(standby.operator.remote([SetMarkPrice(0, 300_400)]), timeout=30)
         assert out[0].code == ResultCode.OK and out[0].seq == 5
-        view = ray.get(arbiter.view.remote())
+        view = ray.get(arbiter.status.remote())
         assert (view["epoch"], view["primary"]) == (2, "standby")
+        assert view["repr"].startswith("arbiter epoch=2 primary=standby")
 
         # the old primary comes back on its own log: it may not sequence
         again = primary_cls.options(name="primary", **opts).remote(pcfg)
