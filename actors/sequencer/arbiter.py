@@ -41,10 +41,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
+from ..runtime import ARBITER_NAME
+
 log = logging.getLogger(__name__)
 
-#: the arbiter actor's name (in the deployment's namespace)
-ARBITER_NAME = "arbiter"
+__all__ = ["ARBITER_NAME", "DEFAULT_LEASE_S", "Arbiter", "ArbiterActor", "ArbiterState",
+           "Fenced", "Verdict"]  # fmt: skip
+
 #: the lease a primary renews (seconds): a standby may take over this long after the last renewal
 DEFAULT_LEASE_S = 3.0
 

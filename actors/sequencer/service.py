@@ -1040,6 +1040,7 @@ class SequencerService:
             "state_hash": self.snapshot.state_hash,
             "state_hash_seq": self.snapshot.seq,
             "failed": self.failed,
+            "data_host": self.config.data_host,
             "data_port": self.port,
             "txlog_port": self.txlog_port,
             "data_plane": {

@@ -88,6 +88,7 @@ from .planes import (
     DataPlane,
     block_source,
     data_plane_server,
+    retarget,
     target_of,
     tx_channel,
 )
@@ -140,6 +141,7 @@ __all__ = [
     "TxStreamBroken",
     "block_source",
     "data_plane_server",
+    "retarget",
     "target_of",
     "tx_channel",
     "new_secret",

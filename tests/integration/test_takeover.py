@@ -1,7 +1,8 @@
-"""Takeover on the local Ray: a primary with a standby (replicated durability) and the arbiter;
-the primary is killed for good; the standby takes over when its lease lapses, with every
-acknowledged block and the same state hash, in epoch 2; the old primary, started again on its
-own log, is refused (fenced). The takeover time is printed (a figure, not a bound)."""
+"""Takeover on the local Ray: a primary with a standby (replicated durability), the arbiter and
+a snapshot holder following the primary; the primary is killed for good; the standby takes over
+when its lease lapses, with every acknowledged block and the same state hash, in epoch 2; the
+holder finds the new primary through the arbiter and follows it; the old primary, started again
+on its own log, is refused (fenced). The takeover time is printed (a figure, not a bound)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from raydex.actors.runtime import DEPLOYMENT_ENV
 from raydex.actors.sequencer.arbiter import ARBITER_NAME, ArbiterActor
 from raydex.actors.sequencer.service import SequencerActor, SequencerConfig
 from raydex.actors.sequencer.standby import StandbyActor
+from raydex.actors.snapshot import SnapshotActor, SnapshotConfig
 from raydex.actors.transport import target_of
 from raydex.codecs import Deposit, RegisterApiKey, ResultCode, SetMarkPrice, generate_key
 
@@ -57,6 +59,7 @@ def test_the_standby_takes_over_a_lost_primary_and_the_old_primary_is_fenced(
     primary_cls = ray.remote(max_restarts=0, max_task_retries=0)(SequencerActor)
     primary = primary_cls.options(name="primary", **opts).remote(pcfg)
     again: Any = None
+    holder: Any = None
     try:
         ops = [eth_market(), RegisterApiKey(1, 0, PUB), Deposit(1, 10**9)]
         assert {o.code for o in ray.get(primary.operator.remote(ops), timeout=60)} == {
@@ -64,7 +67,14 @@ def test_the_standby_takes_over_a_lost_primary_and_the_old_primary_is_fenced(
         }
         acked = [ray.get(primary.operator.remote([SetMarkPrice(0, p)]), timeout=30)[0]
                  for p in (300_100, 300_200, 300_300)]  # fmt: skip
+        started = ray.get(primary.start.remote(), timeout=30)
+        txlog = target_of("tcp", "127.0.0.1", started["txlog_port"])
+        holder_cls = ray.remote(max_restarts=0, max_task_retries=0)(SnapshotActor)
+        hcfg = SnapshotConfig(dir=str(tmp_path / "a" / "snap"))
+        holder = holder_cls.options(name="snapshot", **opts).remote(hcfg, txlog, txlog)
+        ray.get(holder.start.remote(), timeout=60)
         before = ray.get(primary.state_hash.remote(), timeout=30)
+        status_when(holder, lambda s: s["seq"] == 4, "the holder at seq 4")
         st = status_when(primary, lambda s: s["replication"]["in_sync"], "standby in sync")
         assert st["epoch"] == 1 and st["replication"]["acked_seq"] == before["seq"] == 4
         assert ray.get(arbiter.view.remote())["in_sync"]
@@ -79,6 +89,9 @@ def test_the_standby_takes_over_a_lost_primary_and_the_old_primary_is_fenced(
         assert ray.get(standby.state_hash.remote(), timeout=30) == before
         out = ray.get(standby.operator.remote([SetMarkPrice(0, 300_400)]), timeout=30)
         assert out[0].code == ResultCode.OK and out[0].seq == 5
+        # the holder found the new primary through the arbiter and follows it
+        held = status_when(holder, lambda s: s["seq"] == 5, "the holder following the new primary")
+        assert held["state_hash"] == ray.get(standby.state_hash.remote(), timeout=30)["state_hash"]
         view = ray.get(arbiter.status.remote())
         assert (view["epoch"], view["primary"]) == (2, "standby")
         assert view["repr"].startswith("arbiter epoch=2 primary=standby")
@@ -89,6 +102,6 @@ def test_the_standby_takes_over_a_lost_primary_and_the_old_primary_is_fenced(
         assert "fenced" in st["refused"] and "'standby' is the primary of epoch 2" in st["refused"]
         assert st["seq"] == 0 and st["data_port"] == 0  # nothing recovered, nothing served
     finally:
-        for actor in (again, primary, standby, arbiter):
+        for actor in (again, holder, primary, standby, arbiter):
             if actor is not None:
                 ray.kill(actor, no_restart=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from raydex.actors.local import eth_market
 from raydex.actors.sequencer.service import SequencerConfig, SequencerService
@@ -223,3 +224,57 @@ def test_a_promoted_standby_serves_every_acknowledged_block_and_a_new_standby_ca
                 await fresh.stop()
 
     asyncio.run(run())
+
+
+def test_a_retargeted_source_and_channel_follow_another_publisher_from_where_they_were() -> None:
+    from raydex.actors.transport import (
+        BlockHub,
+        block_source,
+        data_plane_server,
+        retarget,
+        tx_channel,
+    )
+
+    async def run() -> tuple[list[int], bytes]:
+        hubs = [BlockHub(ring_size=16), BlockHub(ring_size=16)]
+        for hub in hubs:  # the same history on both (a standby holds the primary's blocks)
+            for seq in (1, 2, 3):
+                hub.publish_nowait(seq, b"block %d" % seq)
+
+        async def answer(tag: bytes) -> Any:
+            async def handler(frame: bytes) -> bytes:
+                return tag + frame
+
+            return handler
+
+        servers = [
+            data_plane_server("tcp", hub, await answer(tag), host="127.0.0.1", port=0)
+            for hub, tag in zip(hubs, (b"old:", b"new:"), strict=True)
+        ]
+        ports = [await s.start() for s in servers]
+        source = block_source(target_of("tcp", "127.0.0.1", ports[0]), name="t")
+        channel = tx_channel(target_of("tcp", "127.0.0.1", ports[0]))
+        assert await channel.submit(b"x") == b"old:x"
+        seen: list[int] = []
+
+        async def follow() -> None:  # one subscription, across the switch
+            async for seq, _ in source.subscribe(1):
+                seen.append(seq)
+                if seq == 4:
+                    return
+
+        following = asyncio.ensure_future(follow())
+        await until(lambda: seen == [1, 2, 3], "the old publisher's blocks")
+        await servers[0].stop()  # the old publisher is gone
+        new = target_of("tcp", "127.0.0.1", ports[1])
+        assert await retarget(source, new) and await retarget(channel, new)
+        hubs[1].publish_nowait(4, b"block 4")
+        await asyncio.wait_for(following, 60)
+        reply = await channel.submit(b"y")
+        await source.close()
+        await channel.close()
+        await servers[1].stop()
+        return seen, reply
+
+    seen, reply = asyncio.run(run())
+    assert seen == [1, 2, 3, 4] and reply == b"new:y"
