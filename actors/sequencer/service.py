@@ -429,6 +429,7 @@ class SequencerService:
             self.producer = None
             wal.close()
             raise
+        self.producer.epoch = self.epoch  # written into every block's WAL record
         self.producer.verify_signatures = (
             cfg.verify_signatures
             if cfg.verify_signatures is not None

@@ -44,6 +44,7 @@ from raydex.codecs import (
     Verifier,
     decode_replicate,
     decode_wal_record,
+    peek_wal_record,
     wal_record_crc,
 )
 from raydex.codecs import (
@@ -61,6 +62,12 @@ from .service import SequencerActor, SequencerConfig, SequencerService
 from .wal import Wal
 
 log = logging.getLogger(__name__)
+
+
+def record_epoch(record: bytes) -> int:
+    """The epoch a WAL record carries (0 for layout 2)."""
+    info = peek_wal_record(record)
+    return int(info.epoch) if info is not None else 0
 
 
 def _reply(kind: int, seq: int, epoch: int) -> bytes:
@@ -158,6 +165,8 @@ class StandbyService:
         async with self._turn:  # requests of one stream come in order; a reconnect's may overlap
             top = 0
             for seq, record in records:
+                if record_epoch(record) > epoch:  # a primary sends its own and older epochs only
+                    raise CodecError(f"record {seq} of epoch {record_epoch(record)} > {epoch}")
                 if seq <= self.received:
                     if not await self._holds(seq, record):
                         self.diverged += 1

@@ -278,3 +278,70 @@ def test_a_retargeted_source_and_channel_follow_another_publisher_from_where_the
 
     seen, reply = asyncio.run(run())
     assert seen == [1, 2, 3, 4] and reply == b"new:y"
+
+
+def test_a_wal_record_carries_its_epoch_and_a_layout_2_record_reads_as_epoch_0() -> None:
+    from raydex.codecs import (
+        REGISTRY,
+        decode_wal_record,
+        encode_restored_wal_record,
+        encode_tx,
+        encode_wal_record,
+        peek_wal_record,
+        wal_record_crc,
+    )
+
+    frames = [encode_tx(Deposit(1, 5)), encode_tx(Deposit(2, 6))]
+    old = encode_wal_record(7, 123, frames)  # no arbiter: layout 2, as every log before
+    new = encode_wal_record(7, 123, frames, (), 5)
+    assert (old[:4], new[:4]) == (b"WXD2", b"WXD3")
+    # the construct declarations are the reference of both headers
+    h2 = REGISTRY["wal"][1].construct.parse(old)
+    h3 = REGISTRY["wal"][3].construct.parse(new)
+    assert (h2.seq, h3.seq, h3.epoch) == (7, 7, 5)
+    assert len(new) == len(old) + 4
+    for record, epoch in ((old, 0), (new, 5)):
+        info = peek_wal_record(record)
+        assert info is not None and info.epoch == epoch and info.end == len(record)
+        assert decode_wal_record(record).epoch == epoch
+    # the crc covers the epoch: a changed epoch is damage, not another record
+    forged = new[: -len(new) + 36] + (6).to_bytes(4, "little") + new[40:]
+    assert peek_wal_record(forged) is None and wal_record_crc(new) != wal_record_crc(old)
+    restored = encode_restored_wal_record(8, 124, 0xABCD, b"frame", 5)
+    assert wal_record_crc(restored) == 0xABCD and decode_wal_record(restored).epoch == 5
+
+
+def test_every_block_is_logged_with_the_epoch_that_sequenced_it_on_both_hosts(
+    tmp_path: Path,
+) -> None:
+    from raydex.actors.sequencer import Wal
+
+    async def run() -> dict[str, object]:
+        primary, standby = await pair(tmp_path, epoch=3)
+        await funded(primary)
+        await trade(primary, 0)
+        await primary.stop()
+        new = await standby.promote(epoch=4)
+        try:
+            await trade(new, 1)
+            return new.state_hash()
+        finally:
+            await new.stop()
+
+    promoted = asyncio.run(run())
+    for host, epochs in (("primary", [3, 3]), ("standby", [3, 3, 4])):
+        wal = Wal(tmp_path / host / "wal")
+        try:
+            assert [b.epoch for b in wal.replay()] == epochs
+        finally:
+            wal.close()
+
+    async def restart() -> dict[str, object]:  # both layouts' records replay to the same state
+        svc = SequencerService(config(tmp_path, "standby"))
+        await svc.start()
+        try:
+            return svc.state_hash()
+        finally:
+            await svc.stop()
+
+    assert asyncio.run(restart()) == promoted
