@@ -18,7 +18,10 @@ holds another record at a seq: it must be rebuilt; counted and retried after a p
 Invariants: records are sent in seq order, contiguous from what the standby holds; ``acked`` only
 grows and is the newest seq the standby said is durable; a broken stream reconnects (bounded
 backoff) and resends every record after ``acked``, which the standby takes idempotently (a seq it
-holds with the same crc is acked again). Records kept in memory are those not acked, minus what
+holds with the same crc is acked again). On every connect the standby's newest record is
+checked against this primary's at that seq before anything it holds counts as acked (a log that
+is not a prefix of the primary's: ``StandbyMismatch``, retried; the primary degrades meanwhile).
+Records kept in memory are those not acked, minus what
 :meth:`Replicator.trim` dropped (a degraded primary: those are durable in the local WAL).
 """
 
@@ -43,6 +46,11 @@ from raydex.codecs import (
 from ..transport import TransportError, TxChannel, tx_channel
 
 log = logging.getLogger(__name__)
+
+
+class StandbyMismatch(TransportError):
+    """The standby's log is not a prefix of this primary's: it cannot follow until rebuilt."""
+
 
 #: reads the local WAL's durable records ``from_seq..through_seq`` (at most ``max_bytes`` or so)
 ReadWal = Callable[[int, int, int], Awaitable[list[tuple[int, bytes]]]]
@@ -139,6 +147,21 @@ class Replicator:
         submit = channel.submit
         # an empty request first: the standby says what it holds
         reply = decode_replicate_reply(await submit(encode_replicate(self.epoch, ())))
+        if reply.kind == REPLICATE_OK and reply.seq > 0:
+            # never trust what it holds blindly (an old primary's log, rejoining as a standby,
+            # may end in blocks this primary never had): its newest record must be ours
+            mine = await self._record_at(reply.seq)
+            if mine is None:
+                raise StandbyMismatch(
+                    f"the standby holds blocks up to {reply.seq}, beyond this primary's log "
+                    f"({self.local_durable()}): it must be rebuilt"
+                )
+            reply = decode_replicate_reply(await submit(encode_replicate(self.epoch, [mine])))
+            if reply.kind == REPLICATE_DIVERGED:
+                self.diverged += 1
+                raise StandbyMismatch(
+                    f"the standby holds another block at seq {reply.seq}: it must be rebuilt"
+                )
         nxt = self._answer(reply)
         if nxt is None:
             return
@@ -181,6 +204,17 @@ class Replicator:
         elif kind not in (REPLICATE_OK, REPLICATE_GAP):
             raise CodecError(f"unknown replication reply kind {kind}", type_name="ReplicateReply")
         return int(seq) + 1
+
+    async def _record_at(self, seq: int) -> bytes | None:
+        """This primary's record of block ``seq`` (memory, else the local WAL), or None when it
+        has none durable at that seq."""
+        q = self._unacked
+        if q and q[0][0] <= seq <= q[-1][0]:
+            return q[seq - q[0][0]][1]
+        if seq > self.local_durable():
+            return None
+        got = await self.read_wal(seq, seq, self.max_request_bytes)
+        return got[0][1] if got and got[0][0] == seq else None
 
     def _next_available(self, nxt: int) -> bool:
         q = self._unacked

@@ -345,3 +345,45 @@ def test_every_block_is_logged_with_the_epoch_that_sequenced_it_on_both_hosts(
             await svc.stop()
 
     assert asyncio.run(restart()) == promoted
+
+
+def test_an_old_primary_rejoining_as_a_standby_is_never_counted_as_holding_the_new_history(
+    tmp_path: Path,
+) -> None:
+    async def run() -> dict[str, object]:
+        primary, standby = await pair(tmp_path)
+        await funded(primary)
+        await trade(primary, 0)
+        await standby._turn.acquire()  # block 3 reaches the primary's disk, never the standby
+        lost = asyncio.ensure_future(trade(primary, 1))
+        await until(lambda: primary._local_seq == 3, "block 3 synced on the primary alone")
+        await primary.stop()  # its host is lost: block 3 was never acknowledged
+        lost.cancel()
+        standby._turn.release()
+        new = await standby.promote(epoch=2)
+        await trade(new, 1)  # the new history's block 3 (another timestamp: another record)
+        port = new.port
+        await new.stop()
+        # the old primary's host comes back and its log is offered as the new primary's standby
+        rejoined = StandbyService(config(tmp_path, "primary"))
+        rport = await rejoined.start()
+        assert rejoined.durable == 3  # its own block 3, not the new history's
+        cfg = dataclasses.replace(
+            config(tmp_path, "standby"), durability="replicated", replication_timeout_s=0.2,
+            standby_target=target_of("tcp", "127.0.0.1", rport), data_port=port,
+        )  # fmt: skip
+        again = SequencerService(cfg, epoch=2)
+        await again.start()
+        try:
+            await trade(again, 2)  # answered on its own sync: the standby cannot follow
+            await until(lambda: again.replicator.diverged >= 1, "the mismatch seen")  # type: ignore[union-attr]
+            status = again.status()["replication"]
+            assert status["degraded"] and status["acked_seq"] == 0
+            assert "must be rebuilt" in status["error"]
+            assert rejoined.durable == 3  # nothing of the new history appended to it
+            return status
+        finally:
+            await again.stop()
+            await rejoined.stop()
+
+    asyncio.run(run())
