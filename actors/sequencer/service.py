@@ -225,6 +225,13 @@ class SequencerConfig:
     standby_target: str = ""
     #: the standby's actor name (the arbiter lets only it take over; deploy fills it in)
     standby_name: str = ""
+    #: A standby writes a snapshot of its own state every this many blocks (into
+    #: ``snapshot_dir`` on its host, the newest 3 kept) and prunes its WAL behind them as the
+    #: primary does: a restarted standby replays from its newest snapshot, and after a takeover
+    #: the snapshots are on the new primary's host even when the holder's were lost with the old
+    #: one. Fewer: shorter replays, an O(state) listing on the standby's loop more often
+    #: (its acks wait meanwhile). 0: none (the standby keeps its whole WAL).
+    standby_snapshot_blocks: int = 10_000
     #: the port a standby serves replication on (the spec: ``ports.data + 2``; 0: any free port)
     replication_port: int = 0
     #: Replicated durability with the standby gone or behind: after this many seconds waiting

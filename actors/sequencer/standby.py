@@ -29,6 +29,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import shutil
 import time
 from collections import deque
 from collections.abc import Callable
@@ -53,6 +54,7 @@ from raydex.codecs import (
 from raydex.engine import state_digest
 
 from ..runtime import HeldBlocks, advertised_host, exit_process, held_blocks, log_fatal
+from ..snapshot.store import snapshot_seq, snapshots, write_snapshot
 from ..transport import BlockHub, data_plane_server
 from .arbiter import Verdict
 from .journal import Journal
@@ -62,6 +64,24 @@ from .service import SequencerActor, SequencerConfig, SequencerService
 from .wal import Wal
 
 log = logging.getLogger(__name__)
+
+
+#: snapshots a standby keeps in its folder (the WAL is kept back to the oldest)
+SNAPSHOTS_KEPT = 3
+
+
+class _Frozen:
+    """The state as listed at one seq (immutable records) and its hash: what a snapshot is
+    written from off the loop while the engine moves on."""
+
+    def __init__(self, records: tuple[Any, ...], state_hash: bytes) -> None:
+        self._records, self._hash = records, state_hash
+
+    def records(self) -> tuple[Any, ...]:
+        return self._records
+
+    def state_hash(self) -> bytes:
+        return self._hash
 
 
 def record_epoch(record: bytes) -> int:
@@ -110,6 +130,10 @@ class StandbyService:
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._ids = itertools.count()
         self._turn = asyncio.Lock()
+        #: the newest snapshot in its folder, and how many it wrote
+        self.snapshot_seq = 0
+        self.snapshots_written = 0
+        self._snapshotting: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
         """Recover its own log (newest usable snapshot + WAL), open the journal and serve
@@ -149,7 +173,51 @@ class StandbyService:
             unix_dir=cfg.unix_socket_dir if cfg.unix_sockets else None,
         )
         self.port = await self.server.start()
+        self.snapshot_seq = max(
+            (snapshot_seq(d) for d in snapshots(Path(cfg.snapshot_dir))), default=0
+        )
+        if cfg.standby_snapshot_blocks > 0:
+            self._snapshotting = loop.create_task(self._snapshot_loop(), name="standby-snapshots")
         return self.port
+
+    # ---- its own snapshots (and WAL pruning behind them) ----------------------------------------
+
+    async def _snapshot_loop(self) -> None:
+        cfg = self.config
+        while True:
+            await asyncio.sleep(cfg.maintenance_interval_s)
+            p = self.producer
+            if p is not None and p.seq - self.snapshot_seq >= cfg.standby_snapshot_blocks:
+                try:
+                    await self.snapshot_now()
+                except Exception:  # logged; the WAL is kept meanwhile, nothing is lost
+                    log.exception("standby snapshot failed")
+
+    async def snapshot_now(self) -> Path:
+        """Write a snapshot of the state applied now (once its block is synced here), keep the
+        newest ``SNAPSHOTS_KEPT``, and prune the WAL behind the oldest of them (and
+        ``wal_keep_blocks``). The state is listed on the loop (O(state)); the files are written
+        on a worker thread."""
+        p = self.producer
+        assert p is not None and p.wal is not None, "start() first"
+        cfg = self.config
+        state = _Frozen(tuple(p.engine.records()), p.engine.state_hash())
+        seq, height, crc = p.seq, p.height, self._crcs.get(p.seq)
+        await self._durable_through(seq)  # never a snapshot of a block this log may lose
+        folder, wal = Path(cfg.snapshot_dir), p.wal
+
+        def write() -> Path:
+            path, _ = write_snapshot(folder, state, seq, height, crc)
+            for old in snapshots(folder)[:-SNAPSHOTS_KEPT]:
+                shutil.rmtree(old, ignore_errors=True)
+            oldest = snapshot_seq(snapshots(folder)[0])
+            wal.prune(min(oldest, seq - cfg.wal_keep_blocks))
+            return path
+
+        path = await asyncio.get_running_loop().run_in_executor(None, write)
+        self.snapshot_seq = seq
+        self.snapshots_written += 1
+        return path
 
     # ---- following ------------------------------------------------------------------------------
 
@@ -265,6 +333,7 @@ class StandbyService:
             raise ValueError(f"promotion to epoch {epoch}: this standby has seen {self.epoch}")
         self.epoch = epoch
         self.promoted = True
+        await self._stop_snapshots()
         async with self._turn:
             if self.server is not None:
                 await self.server.stop()
@@ -288,7 +357,14 @@ class StandbyService:
         log.warning("standby promoted: primary of epoch %d from seq %d", epoch, producer.seq)
         return service
 
+    async def _stop_snapshots(self) -> None:
+        if self._snapshotting is not None:
+            self._snapshotting.cancel()
+            await asyncio.gather(self._snapshotting, return_exceptions=True)
+            self._snapshotting = None
+
     async def stop(self) -> None:
+        await self._stop_snapshots()
         if self.server is not None:
             await self.server.stop()
             self.server = None
@@ -332,6 +408,8 @@ class StandbyService:
             "since_record_s": (
                 round(time.monotonic() - self.last_record_at, 3) if self.last_record_at else None
             ),
+            "snapshot_seq": self.snapshot_seq,
+            "snapshots_written": self.snapshots_written,
             "failed": self.failed,
             "promoted": self.promoted,
         }

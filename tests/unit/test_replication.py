@@ -387,3 +387,52 @@ def test_an_old_primary_rejoining_as_a_standby_is_never_counted_as_holding_the_n
             await rejoined.stop()
 
     asyncio.run(run())
+
+
+def test_the_standby_keeps_snapshots_of_its_own_and_prunes_its_wal_behind_them(
+    tmp_path: Path,
+) -> None:
+    from raydex.actors.sequencer import Wal
+    from raydex.actors.snapshot.store import snapshots
+
+    knobs = {
+        "standby_snapshot_blocks": 2, "maintenance_interval_s": 0.02, "wal_keep_blocks": 0,
+        "wal_segment_bytes": 256, "wal_preallocate": False,
+    }  # fmt: skip
+
+    async def run() -> tuple[dict[str, object], int]:
+        standby = StandbyService(config(tmp_path, "standby", **knobs))
+        port = await standby.start()
+        primary = SequencerService(
+            config(tmp_path, "primary", durability="replicated",
+                   standby_target=target_of("tcp", "127.0.0.1", port)),
+        )  # fmt: skip
+        await primary.start()
+        try:
+            await funded(primary)
+            for nonce in range(8):
+                await trade(primary, nonce)
+            await until(lambda: standby.snapshot_seq >= 8, "a snapshot at seq 8 or later")
+            return primary.state_hash(), standby.snapshots_written
+        finally:
+            await primary.stop()
+            await standby.stop()
+
+    expected, written = asyncio.run(run())
+    folder = tmp_path / "standby" / "snap"
+    assert written >= 2 and 1 <= len(snapshots(folder)) <= 3
+    wal = Wal(tmp_path / "standby" / "wal")
+    try:
+        assert wal.first_seq > 1 and wal.last_seq == 9  # pruned behind the snapshots
+    finally:
+        wal.close()
+
+    async def restart() -> tuple[dict[str, object], int]:
+        again = StandbyService(config(tmp_path, "standby", standby_snapshot_blocks=0))
+        await again.start()
+        try:
+            return again.state_hash(), again.received
+        finally:
+            await again.stop()
+
+    assert asyncio.run(restart()) == (expected, 9)
