@@ -23,7 +23,7 @@ from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, ClosedBlock
 from .replication import Replicator
 from .service import SequencerActor, SequencerConfig, SequencerService, SnapshotInfo
-from .standby import StandbyService
+from .standby import StandbyActor, StandbyService
 from .steps import StepCounters
 from .wal import FsyncPolicy, Wal, WalError
 
@@ -38,6 +38,7 @@ __all__ = [
     "SequencerService",
     "Replicator",
     "SnapshotInfo",
+    "StandbyActor",
     "StandbyService",
     "StepCounters",
     "Wal",

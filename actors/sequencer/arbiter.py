@@ -188,6 +188,13 @@ class ArbiterActor:
     def view(self) -> dict[str, Any]:
         return self.arbiter.view(time.monotonic())
 
+    def forget(self) -> None:
+        """Delete the kept state (``raydex down``): the next deployment starts at epoch 1."""
+        from ray.experimental import internal_kv
+
+        internal_kv._internal_kv_del(self.key)
+        self.arbiter = Arbiter(self.arbiter.ttl_s)
+
     def status(self) -> dict[str, Any]:
         """:meth:`view` with a one-line ``repr`` (``raydex status``)."""
         v = self.view()

@@ -237,4 +237,10 @@ class Replicator:
         through = q[0][0] - 1 if q else self.local_durable()
         if through < nxt:
             return []
-        return [r for _, r in await self.read_wal(nxt, through, self.max_request_bytes)]
+        got = await self.read_wal(nxt, through, self.max_request_bytes)
+        if got and got[0][0] != nxt:  # pruned behind a snapshot: not in this log any more
+            raise StandbyMismatch(
+                f"the standby needs block {nxt}, and this primary's log starts at {got[0][0]}: "
+                "it must start from a snapshot"
+            )
+        return [r for _, r in got]

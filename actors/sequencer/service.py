@@ -288,6 +288,8 @@ class SequencerService:
         self.degradations = 0
         #: the standby is known to hold every block released so far (the arbiter is told)
         self.standby_in_sync = False
+        #: the standby's actor name (the arbiter lets only it take over)
+        self.standby_name = ""
         #: the newest block released while degraded: the standby is in sync once it acked it
         self._sync_point = 0
         #: the newest seq synced locally, and the newest released (published, answered)
@@ -496,20 +498,13 @@ class SequencerService:
         )
         self.journal.start()
         if cfg.durability == "replicated":
-            if not cfg.standby_target:
-                raise ValueError("durability: replicated needs a standby_target")
-            self.replicator = Replicator(
-                cfg.standby_target,
-                self.epoch,
-                self._read_durable,
-                lambda: self._local_seq,
-                self._on_replicated,
-                self._on_fenced,
-                secret=cfg.data_plane_secret,
-            )
-            # waiting for the standby from the first block: one that does not answer within
-            # the timeout degrades the primary, as a standby lost later does
-            self.replicator.start()
+            self.standby_name = cfg.standby_name
+            if cfg.standby_target:
+                # waiting for the standby from the first block: one that does not answer
+                # within the timeout degrades the primary, as a standby lost later does
+                self._replicate_to(cfg.standby_target)
+            else:  # no standby yet (deploy names one later: ``set_standby``)
+                self.degraded = True
             if cfg.replication_timeout_s > 0:
                 self.supervisor.start("replication-watch", self._watch_replication)
         if cfg.block_close == "timer":
@@ -834,6 +829,33 @@ class SequencerService:
         ):
             self._close_block()  # natural batching: what arrived during the fsync is the next block
 
+    def _replicate_to(self, target: str) -> None:
+        self.replicator = Replicator(
+            target,
+            self.epoch,
+            self._read_durable,
+            lambda: self._local_seq,
+            self._on_replicated,
+            self._on_fenced,
+            secret=self.config.data_plane_secret,
+        )
+        self.replicator.start()
+
+    async def set_standby(self, target: str, name: str) -> None:
+        """Replicate to the standby at ``target`` (actor ``name``) from now on, instead of the one
+        before (a new standby after one was lost, or after a takeover): it is out of sync until
+        it caught up from this primary's WAL, and blocks are acknowledged on this host's sync
+        meanwhile (status degraded), as when a standby is lost. Replicated durability only."""
+        if self.config.durability != "replicated":
+            raise ValueError("set_standby: this sequencer's durability is local")
+        old, self.replicator = self.replicator, None
+        if old is not None:
+            await old.stop()
+        self.degraded, self.standby_in_sync = True, False
+        self.standby_name = name
+        self._replicate_to(target)
+        self._release(StepClock())
+
     def _tell(self, call: Awaitable[object]) -> None:
         """Run an arbiter call in the background (kept referenced; a failure is logged)."""
         task = asyncio.ensure_future(call)
@@ -1022,7 +1044,8 @@ class SequencerService:
         r = self.replicator
         return {
             "durability": self.config.durability,
-            "standby": self.config.standby_target or None,
+            "standby": r.target if r else None,
+            "standby_name": self.standby_name or None,
             "acked_seq": r.acked if r else None,
             "lag_blocks": r.lag if r else None,
             "connected": r.connected if r else None,
@@ -1215,7 +1238,7 @@ class SequencerActor:
         svc = self.service
         try:
             verdict: Verdict = await self.arbiter.standby_sync.remote(
-                self._name(), svc.epoch, svc.config.standby_name, in_sync
+                self._name(), svc.epoch, svc.standby_name, in_sync
             )
         except Exception as exc:  # the arbiter unreachable: not allowed (wait, safely)
             log.warning("arbiter unreachable (standby in sync: %s): %r", in_sync, exc)
@@ -1385,6 +1408,17 @@ class SequencerActor:
             },
             fixed=fixed,
         )
+
+    async def set_standby(self, target: str, name: str) -> None:
+        """Replicate to a new standby (``raydex deploy`` after it placed one): the arbiter first
+        records the standby out of sync (it may not take over before it caught up)."""
+        svc = await self._ensure_started()
+        svc.standby_name = name
+        if not await self._standby_sync(False):
+            raise RuntimeError(
+                "the arbiter did not record the new standby (unreachable, or fenced)"
+            )
+        await svc.set_standby(target, name)
 
     async def data_plane_secret(self) -> str:
         """The deployment's data-plane secret, for ``raydex deploy`` to hand to new followers.

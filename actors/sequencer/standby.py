@@ -415,6 +415,18 @@ class StandbyService:
         }
 
 
+def _set_aside(folder: Path) -> Path | None:
+    """Move a WAL folder that holds records aside (``<folder>.set-aside-<unix time>``), never
+    deleting it: an old primary's log may end in blocks no one acknowledged, and a standby must
+    hold a prefix of the new primary's log (``replication.StandbyMismatch``)."""
+    if not any(folder.glob("wal-*.log")):
+        return None
+    aside = folder.with_name(f"{folder.name}.set-aside-{int(time.time())}")
+    folder.rename(aside)
+    log.warning("standby: the old log %s moved aside to %s", folder, aside)
+    return aside
+
+
 class StandbyActor(SequencerActor):
     """Ray shell of the standby (wrap with ``ray.remote``; see ``deploy``): follows the primary
     (:class:`StandbyService`), watches the arbiter and Ray's view of the primary's node, and
@@ -431,7 +443,10 @@ class StandbyActor(SequencerActor):
         gc_spec: Any = None,
         primary: str = "sequencer",
         watch_s: float = 0.1,
+        set_aside: bool = False,
     ) -> None:
+        if set_aside:
+            _set_aside(Path(config.wal_dir))
         self.follower = StandbyService(config, on_fatal=exit_process)
         #: the primary's actor name (its node is watched)
         self.primary = primary

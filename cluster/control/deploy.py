@@ -72,6 +72,8 @@ from .spec import DeploySpec, ReplicaGroupSpec
 
 NAMESPACE = "raydex"
 SEQUENCER = "raydex-sequencer"
+#: the standby sequencer (``sequencer.standby`` in the spec) and the arbiter of their epochs
+STANDBY = "raydex-standby"
 SNAPSHOT = "raydex-snapshot"
 COMMITTER = "raydex-committer"
 REPLICA_PREFIX = "raydex-replica-"
@@ -173,6 +175,141 @@ def sequencer_host(
     return str(host)
 
 
+def primary_name(namespace: str = NAMESPACE) -> str:
+    """The primary sequencer's actor name: the one the arbiter names (a standby that took over),
+    else ``SEQUENCER`` (no arbiter: a deployment without a standby)."""
+    import ray
+
+    from raydex.actors.runtime import ARBITER_NAME
+
+    try:
+        arbiter = ray.get_actor(ARBITER_NAME, namespace=namespace)
+    except ValueError:
+        return SEQUENCER
+    view: Any = ray.get(arbiter.view.remote(), timeout=30)
+    return str(view["primary"] or SEQUENCER)
+
+
+def _spawn_arbiter(namespace: str) -> Any:
+    """The arbiter on the head node (its state in the GCS beside it; see
+    ``actors/sequencer/arbiter.py``): detached, restarted by Ray, no CPU."""
+    import ray
+
+    from raydex.actors.runtime import ARBITER_NAME, DEPLOYMENT_ENV
+    from raydex.actors.sequencer.arbiter import ArbiterActor
+
+    return (
+        ray.remote(ArbiterActor)
+        .options(
+            name=ARBITER_NAME,
+            namespace=namespace,
+            runtime_env={"env_vars": {DEPLOYMENT_ENV: namespace}},
+            lifetime="detached",
+            max_restarts=-1,
+            max_task_retries=-1,
+            num_cpus=0,
+            resources={"node:__internal_head__": 0.001},
+        )
+        .remote(f"raydex/{namespace}/arbiter")
+    )
+
+
+def _ensure_standby(
+    spec: DeploySpec,
+    namespace: str,
+    bind: str,
+    secret: str,
+    plane: str,
+    leader: str,
+    existing: set[str],
+    bundle: Callable[[str], BundlePlacement | None],
+    timeout_s: float,
+) -> str | None:
+    """A standby beside the primary ``leader``, in the other slot: ``STANDBY`` (the spec's
+    ``sequencer.standby`` host and folders) while ``SEQUENCER`` is the primary, ``SEQUENCER``
+    (the sequencer's host, its WAL folder moved aside first) after the standby took over. An old
+    primary found fenced there (its host came back) is replaced. The primary is told where its
+    new standby is (``set_standby``). Returns the name of a standby it started, None if none."""
+    import ray
+
+    from raydex.actors.sequencer import StandbyActor
+    from raydex.actors.transport import target_of
+
+    assert spec.sequencer.standby is not None
+    other = STANDBY if leader == SEQUENCER else SEQUENCER
+    if other in existing and _fenced(other, namespace, timeout_s):
+        ray.kill(ray.get_actor(other, namespace=namespace), no_restart=True)
+        _remove_group(other)
+        existing.discard(other)
+    if other in existing:
+        return None
+    _free_name(other, namespace, timeout_s)  # a lost primary's name may still be held
+    base = spec.sequencer.config
+    if other == STANDBY:
+        wal_dir, snap_dir = spec.sequencer.standby.wal_dir, spec.sequencer.standby.snapshot_dir
+    else:  # the old primary's slot: the holder's folder is not the standby's
+        wal_dir, snap_dir = base.wal_dir, f"{base.snapshot_dir}-standby"
+    cfg = dataclasses.replace(
+        base,
+        data_host=bind,
+        data_plane_secret=secret,
+        wal_dir=wal_dir,
+        snapshot_dir=snap_dir,  # durability as the primary's: what it keeps once it took over
+    )
+    b = bundle("standby" if other == STANDBY else "sequencer")
+    args = (cfg, b, spec.sequencer.gc, leader)
+    actor = _spawn(
+        StandbyActor, other, namespace, b, args, kwargs={"set_aside": other == SEQUENCER}
+    )
+    st = _until_serving(actor, timeout_s)
+    target = target_of(plane, sequencer_host(st, bind, lambda: st), st["replication_port"])
+    primary = ray.get_actor(leader, namespace=namespace)
+    ray.get(primary.set_standby.remote(target, other), timeout=timeout_s)
+    return other
+
+
+def _free_name(name: str, namespace: str, timeout_s: float) -> None:
+    """Wait until no actor holds ``name`` (one killed, or lost with its host, may hold it a
+    while: killed again, for good), bounded by ``timeout_s``."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            held = ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return
+        ray.kill(held, no_restart=True)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the actor name {name} is still taken after {timeout_s}s")
+        time.sleep(0.2)
+
+
+def _fenced(name: str, namespace: str, timeout_s: float) -> bool:
+    """Whether sequencer ``name`` refuses to start because another one holds the epoch."""
+    import ray
+
+    try:
+        st: Any = ray.get(ray.get_actor(name, namespace=namespace).status.remote(), timeout=10)
+    except Exception:  # gone or not answering: not known to be fenced
+        return False
+    return "fenced" in str(st.get("refused") or "")
+
+
+def _until_serving(actor: Any, timeout_s: float) -> dict[str, Any]:
+    """A standby's status once it serves replication (bounded by ``timeout_s``)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st: dict[str, Any] = ray.get(actor.status.remote(), timeout=timeout_s)
+        if st.get("replication_port"):
+            return st
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the standby did not serve within {timeout_s}s: {st}")
+        time.sleep(0.1)
+
+
 def _named(namespace: str) -> set[str]:
     import ray
 
@@ -253,6 +390,7 @@ def deploy(
 
     from raydex.actors.committer import CommitterActor
     from raydex.actors.replica import ReplicaActor
+    from raydex.actors.runtime import ARBITER_NAME
     from raydex.actors.sequencer import SequencerActor
     from raydex.actors.snapshot import SnapshotActor
     from raydex.actors.transport import target_of
@@ -268,6 +406,11 @@ def deploy(
 
     existing = _named(namespace)
     created: list[str] = []
+    standby = spec.sequencer.standby
+    if standby is not None and ARBITER_NAME not in existing:
+        arbiter = _spawn_arbiter(namespace)
+        ray.get(arbiter.view.remote(), timeout=timeout_s)  # alive before a sequencer asks it
+        created.append(ARBITER_NAME)
     if SEQUENCER not in existing:
         # The deployment's data-plane secret is born with its sequencer and lives in the actors'
         # creation arguments (Ray hands them to restarted actors too); later deploys ask the
@@ -278,7 +421,8 @@ def deploy(
         args_q = (cfg, bundle("sequencer"), spec.sequencer.gc)
         _spawn(SequencerActor, SEQUENCER, namespace, bundle("sequencer"), args_q)
         created.append(SEQUENCER)
-    sequencer = ray.get_actor(SEQUENCER, namespace=namespace)
+    leader = primary_name(namespace)  # a standby that took over, else the sequencer
+    sequencer = ray.get_actor(leader, namespace=namespace)
     started: Any = ray.get(sequencer.start.remote(), timeout=timeout_s)
     host = sequencer_host(
         started, bind, lambda: ray.get(sequencer.status.remote(), timeout=timeout_s)
@@ -288,6 +432,8 @@ def deploy(
     delta_target = target_of(plane, host, started["data_port"], unix.get("blocks"))
     txlog_target = target_of(plane, host, started["txlog_port"], unix.get("txlog"))
     secret: str = ray.get(sequencer.data_plane_secret.remote(), timeout=timeout_s)
+    if standby is not None:
+        _ensure_standby(spec, namespace, bind, secret, plane, leader, existing, bundle, timeout_s)
     # CreateMarket of an existing market is refused (MARKET_EXISTS) and changes nothing.
     ray.get(sequencer.operator.remote(list(spec.markets)), timeout=timeout_s)
 
@@ -529,10 +675,16 @@ def host_loads(statuses: Mapping[str, Mapping[str, Any]]) -> list[HostLoad]:
 
 
 def down(namespace: str = NAMESPACE) -> list[str]:
-    """Kill every raydex actor of ``namespace`` and remove their placement groups."""
+    """Kill every raydex actor of ``namespace`` and remove their placement groups (the arbiter
+    forgets its epoch first: a new deployment starts at epoch 1)."""
     import ray
 
+    from raydex.actors.runtime import ARBITER_NAME
+
     names = sorted(_named(namespace))
+    if ARBITER_NAME in names:
+        with contextlib.suppress(Exception):
+            ray.get(ray.get_actor(ARBITER_NAME, namespace=namespace).forget.remote(), timeout=30)
     for name in names:
         ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
         _remove_group(name)
@@ -545,7 +697,7 @@ def wait_ready(namespace: str = NAMESPACE, timeout_s: float = 60.0) -> dict[str,
     deadline = time.monotonic() + timeout_s
     while True:
         st = status(namespace)
-        seq = st.get(SEQUENCER, {}).get("seq", 0)
+        seq = st.get(primary_name(namespace), {}).get("seq", 0)
         reps = [v for k, v in st.items() if k.startswith(REPLICA_PREFIX)]
         if reps and all(
             r.get("seq", -1) >= seq and r.get("state_hash_seq") == r.get("seq") for r in reps

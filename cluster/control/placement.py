@@ -40,7 +40,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..bundle import BundlePlacement, Role, pin_bundle
 from ..topology import HOST_LABEL, ROLE_LABEL, Topology, numa_resource, read_topology
-from .spec import CommitterSpec, DeploySpec, ReplicaGroupSpec, SequencerSpec, SnapshotSpec
+from .spec import (
+    CommitterSpec,
+    DeploySpec,
+    ReplicaGroupSpec,
+    SequencerSpec,
+    SnapshotSpec,
+    StandbySpec,
+)
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
@@ -82,7 +89,9 @@ def placement_for(
     planner = _Planner(topology_by_node)
     head = next(iter(topology_by_node))
 
-    def single(role: Role, part: SequencerSpec | SnapshotSpec | CommitterSpec) -> GroupPlacement:
+    def single(
+        role: Role, part: SequencerSpec | SnapshotSpec | CommitterSpec | StandbySpec
+    ) -> GroupPlacement:
         slot = (part.host or head, part.numa_node)
         planner.check_slot(slot, part.cpus, role)
         bundle = planner.take(
@@ -91,6 +100,11 @@ def placement_for(
         return GroupPlacement(role, (bundle,))
 
     core = [single("sequencer", spec.sequencer), single("snapshot", spec.snapshot)]
+    standby = spec.sequencer.standby
+    if standby is not None:  # the sequencer's host is lost with it: the standby may not share it
+        if standby.host == (spec.sequencer.host or head):
+            raise PlacementError("sequencer.standby: must be on another host than the sequencer's")
+        core.append(single("standby", standby))
     groups = [
         GroupPlacement(g.name, tuple(_replica_bundles(planner, g))) for g in spec.replica_groups
     ]
@@ -202,9 +216,9 @@ class _Planner:
         shared = any(usage[c] for c in chosen)
         for c in chosen:
             usage[c] += 1
-            if role in ("sequencer", "snapshot"):
+            if role in ("sequencer", "snapshot", "standby"):
                 self.reserved.add((host, c))
-            if role == "sequencer":
+            if role in ("sequencer", "standby"):
                 self.sequencer_cores.add((host, c))
         self.requested[slot] = self.requested.get(slot, 0) + k
         return BundlePlacement(

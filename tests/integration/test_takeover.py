@@ -105,3 +105,71 @@ def test_the_standby_takes_over_a_lost_primary_and_the_old_primary_is_fenced(
         for actor in (again, holder, primary, standby, arbiter):
             if actor is not None:
                 ray.kill(actor, no_restart=True)
+
+
+def test_a_deployed_standby_takes_over_the_replicas_follow_and_a_redeploy_adds_a_standby(
+    ray_session: None, tmp_path: Path
+) -> None:
+    import asyncio
+
+    import aiohttp
+
+    from raydex.actors.local import Trader
+    from raydex.cluster.control import deploy as dep
+    from raydex.cluster.control.spec import load_spec
+    from raydex.codecs import tx_to_json_str
+
+    ns = "raydex-takeover-deploy"
+    http, data = dep.free_port(), 0
+    data = dep.free_port(pair=True, avoid={http, http + 1, http + 2})
+    spec = load_spec(f"""
+chain_id: 304
+ports: {{http: {http}, data: {data}}}
+sequencer: {{wal_dir: {tmp_path}/wal, data_plane: tcp, standby: {{host: elsewhere}}}}
+snapshot: {{dir: {tmp_path}/snap, every_blocks: 20, every_seconds: 1.0, check_every_blocks: 4}}
+markets:
+  - {{market_index: 0, symbol: ETH, price_decimals: 2, size_decimals: 4, initial_mark: "3000.00",
+     taker_fee: 200, liquidation_fee: 5000, max_price_deviation: 5000}}
+replica_groups:
+  - {{name: api, replicas: 1}}
+""")
+    assert spec.sequencer.config.durability == "replicated"  # the default with a standby
+    dep.deploy(spec, namespace=ns, place=False)
+    try:
+        primary = ray.get_actor(dep.SEQUENCER, namespace=ns)
+        alice, bob = Trader(1), Trader(2)
+        outs = ray.get(primary.operator.remote(alice.setup(10**12) + bob.setup(10**12)))
+        assert {o.code for o in outs} == {200}
+        st = status_when(primary, lambda s: s["replication"]["in_sync"], "the standby in sync")
+        assert st["replication"]["standby_name"] == dep.STANDBY
+        replica = ray.get_actor("raydex-replica-api-0", namespace=ns)
+        port = ray.get(replica.status.remote())["direct_port"]
+
+        async def send(tx: Any) -> int:
+            form = {"tx_type": "14", "tx_info": tx_to_json_str(tx)}
+            url = f"http://127.0.0.1:{port}/api/v1/sendTx"
+            async with aiohttp.ClientSession() as s, s.post(url, data=form) as r:
+                return int((await r.json())["code"])
+
+        assert asyncio.run(send(alice.order(300_500, 20, is_ask=1))) == 200
+        ray.kill(primary, no_restart=True)  # the primary's host is gone
+        standby = ray.get_actor(dep.STANDBY, namespace=ns)
+        st = status_when(standby, lambda s: s.get("role") == "primary", "the takeover")
+        assert st["epoch"] == 2 and dep.primary_name(ns) == dep.STANDBY
+        # the replica found the new primary: a tx through it executes there
+        codes = [asyncio.run(send(bob.order(299_500, 20, is_ask=0)))]
+        while codes[-1] != 200 and len(codes) < 100:  # 21822 until its channel moved
+            codes.append(asyncio.run(send(bob.order(299_500 - len(codes), 20, is_ask=0))))
+        assert codes[-1] == 200 and set(codes[:-1]) <= {21822}, codes
+        seq = ray.get(standby.status.remote())["seq"]
+        rep = status_when(
+            replica, lambda s: s["seq"] == s["state_hash_seq"] == seq, "the replica at the seq"
+        )
+        assert rep["state_hash"] == ray.get(standby.state_hash.remote())["state_hash"]
+        # a redeploy starts a standby in the old primary's slot, its old log moved aside
+        dep.deploy(spec, namespace=ns, place=False)
+        st = status_when(standby, lambda s: s["replication"]["in_sync"], "the new standby in sync")
+        assert st["replication"]["standby_name"] == dep.SEQUENCER
+        assert list(tmp_path.glob("wal.set-aside-*"))
+    finally:
+        dep.down(ns)
