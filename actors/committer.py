@@ -460,7 +460,7 @@ class CommitterActor:
         self.runtime.before_boot()
         self.runtime.after_boot(self.metrics, live=self.live)  # GC, placement; flush task
         self.follower.start()
-        watch = PrimaryWatch(self._follow_primary, namespace=self.namespace)
+        watch = PrimaryWatch(self._follow_primary, self.delta_target, namespace=self.namespace)
         self.follower.supervisor.start("primary-watch", watch.run)
 
     async def _follow_primary(self, primary: PrimaryTargets) -> None:

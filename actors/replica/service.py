@@ -838,7 +838,10 @@ class ReplicaActor:
         )
         self._comparing = asyncio.get_running_loop().create_task(self._compare_loop())
         self.service.supervisor.start(
-            "primary-watch", PrimaryWatch(self._follow_primary, namespace=self.namespace).run
+            "primary-watch",
+            PrimaryWatch(
+                self._follow_primary, self.config.sequencer_target, namespace=self.namespace
+            ).run,
         )
         return port
 

@@ -7,9 +7,10 @@ and ports) and points its sources and channels there (``transport.retarget``); a
 after the last block it yielded, and the new primary's blocks up to there are the same bytes (the
 standby wrote the same records and rebuilt the same frames).
 
-:class:`PrimaryWatch` asks every ``interval_s`` (one small Ray call); it acts only on an epoch
-newer than the one it saw first, so it never moves a follower to an older primary. Outside Ray,
-or in a deployment without an arbiter, it finds nothing and does nothing.
+:class:`PrimaryWatch` asks every ``interval_s`` (one small Ray call; the primary's status only for
+an epoch it has not resolved yet) and moves the follower whenever the arbiter's primary is not the
+one it follows, never to an older epoch's. Outside Ray, or in a deployment without an arbiter, it
+finds nothing and does nothing.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import asyncio
 import logging
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from ..transport import target_of
+from ..transport import UNIX_QUERY, target_of
 from .shell import current_namespace
 
 log = logging.getLogger(__name__)
@@ -100,19 +101,24 @@ async def find_primary(namespace: str | None = None) -> PrimaryTargets | None:
 
 
 class PrimaryWatch:
-    """Calls ``on_new(targets)`` when the arbiter names a primary of a newer epoch than the one
-    seen at the first look (see the module docstring). ``run`` is a supervised loop."""
+    """Calls ``on_new(targets)`` when the arbiter's primary is not the one the follower follows
+    (its ``kind`` target, ``following``, compared by address; see the module docstring), never
+    for an epoch older than one already seen. ``run`` is a supervised loop."""
 
     def __init__(
         self,
         on_new: Callable[[PrimaryTargets], Awaitable[None]],
+        following: str,
+        kind: Literal["blocks", "txlog"] = "blocks",
         interval_s: float = 0.25,
         namespace: str | None = None,
     ) -> None:
         self.on_new = on_new
+        self.following = following
+        self.kind = kind
         self.interval_s = interval_s
         self.namespace = namespace
-        #: the newest epoch acted on (or seen first); 0: none yet
+        #: the newest epoch whose primary was resolved; 0: none yet
         self.epoch = 0
         self.switches = 0
 
@@ -123,15 +129,23 @@ class PrimaryWatch:
             try:
                 arbiter = arbiter or await _arbiter(self.namespace)
                 if arbiter is not None:
-                    found = await primary_of(arbiter, self.namespace, self.epoch)
+                    # its primary's status is asked only for an epoch not resolved yet
+                    found = await primary_of(arbiter, self.namespace, self.epoch or -1)
             except Exception as exc:  # the arbiter or the primary unreachable: ask again
                 log.debug("primary watch: %r", exc)
-            if found is not None and found.epoch > self.epoch:
-                if self.epoch:
+            if found is not None and found.epoch >= self.epoch:
+                target = found.blocks if self.kind == "blocks" else found.txlog
+                if _address(target) != _address(self.following):
                     log.warning("the primary is now %s (epoch %d): following it at %s",
-                                found.name, found.epoch, found.blocks)  # fmt: skip
+                                found.name, found.epoch, target)  # fmt: skip
                     await self.on_new(found)
+                    self.following = target
                     self.switches += 1
                 self.epoch = found.epoch
             # no arbiter (a deployment without a standby): look again now and then
             await asyncio.sleep(self.interval_s if arbiter is not None else NO_ARBITER_S)
+
+
+def _address(target: str) -> str:
+    """A target without its Unix-socket part (the same server either way)."""
+    return target.partition(UNIX_QUERY)[0]

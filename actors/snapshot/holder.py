@@ -467,7 +467,8 @@ class SnapshotActor:
             log.exception("snapshot holder start failed")
             exit_process(f"snapshot holder start failed: {exc!r}")
         self.runtime.after_boot(self.service.metrics, live=self.live)
-        self.service.supervisor.start("primary-watch", PrimaryWatch(self._follow_primary).run)
+        watch = PrimaryWatch(self._follow_primary, txlog_target, "txlog")
+        self.service.supervisor.start("primary-watch", watch.run)
 
     async def _follow_primary(self, primary: PrimaryTargets) -> None:
         """A standby took over: the stamped stream and the WAL reads go to it."""

@@ -85,6 +85,7 @@ from .grpc_plane import (
 from .planes import (
     DEFAULT_DATA_PLANE,
     TCP_SCHEME,
+    UNIX_QUERY,
     DataPlane,
     block_source,
     data_plane_server,
@@ -111,6 +112,7 @@ __all__ = [
     "DEFAULT_DATA_PLANE",
     "SERVICE",
     "TCP_SCHEME",
+    "UNIX_QUERY",
     "TXS_METHOD",
     "Backoff",
     "BlockHub",
