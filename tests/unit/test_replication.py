@@ -420,7 +420,7 @@ def test_the_standby_keeps_snapshots_of_its_own_and_prunes_its_wal_behind_them(
 
     expected, written = asyncio.run(run())
     folder = tmp_path / "standby" / "snap"
-    assert written >= 2 and 1 <= len(snapshots(folder)) <= 3
+    assert written >= 1 and 1 <= len(snapshots(folder)) <= 3  # the newest 3 kept
     wal = Wal(tmp_path / "standby" / "wal")
     try:
         assert wal.first_seq > 1 and wal.last_seq == 9  # pruned behind the snapshots
