@@ -64,6 +64,7 @@ from raydex.observability.metrics import ApiCounters, Recorder
 from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal, short_hash
 from ..runtime.checks import COMPARE_INTERVAL_S, StateChecks
 from ..transport import (
+    Link,
     ResyncRequired,
     TransportUnavailable,
     TxChannel,
@@ -573,6 +574,10 @@ class ReplicaService:
             self._digest = (seq, self.checks.done.get(seq) or self.state.state_hash().hex())
         return {"seq": self._digest[0], "state_hash": self._digest[1]}
 
+    def _link_status(self) -> dict[str, Any] | None:
+        link: Link | None = getattr(self.source, "link", None)
+        return link.status() if link is not None else None
+
     def status(self, state_hash: bool = True) -> dict[str, Any]:
         """Counters, ports, seq and lag, and a state hash with the seq it is for
         (``state_hash_seq``). ``state_hash``: hash the current seq if the replica has been quiet
@@ -615,6 +620,8 @@ class ReplicaService:
             "pipelined_batches": self.batcher.pipelined,
             "timeouts": {"sequencer": self.batcher.timeouts, "apply": self.apply_timeouts},
             "reconnects": self.source.reconnects,
+            # the block stream reaches the sequencer (None: this plane does not say)
+            "sequencer": self._link_status(),
             # the per-account history (ledger.py): logs, entries against the budget, logs dropped
             "ledger": {
                 "accounts": len(st.ledger),
