@@ -468,6 +468,7 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
                 topologies={"loadtest-host": topology} if opts.address is None else None,
                 replica_class=InstrumentedReplicaActor,
                 replica_kwargs={"instrumentation": Instrumentation(str(out))},
+                monitor=False,  # its polling would show in the CPU ledger; nothing reads it
             )
             seq = ray.get_actor(dep.SEQUENCER, namespace=namespace)
             for i in range(0, len(plan.setup_ops), 4000):
@@ -617,7 +618,7 @@ def actor_roles(namespace: str) -> dict[int, str]:
 
     from raydex.cluster.control import deploy as dep
 
-    names = sorted(dep._named(namespace))
+    names = sorted(dep.named_actors(namespace))
     refs = [ray.get_actor(n, namespace=namespace).__ray_call__.remote(_pid_of) for n in names]
     pids: list[int] = ray.get(refs, timeout=60)
     return {int(pid): role_of_actor(n) for n, pid in zip(names, pids, strict=True)}
@@ -628,7 +629,7 @@ def _replicas(namespace: str) -> dict[str, Any]:
 
     from raydex.cluster.control import deploy as dep
 
-    names = sorted(n for n in dep._named(namespace) if n.startswith(dep.REPLICA_PREFIX))
+    names = sorted(n for n in dep.named_actors(namespace) if n.startswith(dep.REPLICA_PREFIX))
     return {n: ray.get_actor(n, namespace=namespace) for n in names}
 
 
