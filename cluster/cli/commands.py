@@ -31,7 +31,7 @@ import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +221,15 @@ def deploy_job_name(command: str, spec_path: str, spec: Any) -> str:
     return f"{command}: deploys {os.path.basename(spec_path)} into namespace {NAMESPACE} ({parts})"
 
 
+@contextlib.contextmanager
+def _ray_prints_to_stderr() -> Iterator[None]:
+    """While connected, what Ray prints on the driver (a node marked dead, an actor's error) goes
+    to stderr, so that a command's stdout stays what it promises (one JSON object, an index).
+    Disconnect inside: Ray's printing thread stops with the connection."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
 def _connect(address: str | None, job_name: str | None = None) -> Any:
     import ray
     from ray.job_config import JobConfig
@@ -321,25 +330,30 @@ def _status(args: argparse.Namespace) -> int:
     import json
 
     address = _resolve_address(args.address)
-    from ..control import deploy, health
+    from ..control import health, view  # not deploy: what creates actors costs seconds to import
 
-    _connect(address)
-    import ray
+    with _ray_prints_to_stderr():
+        _connect(address)
+        import ray
 
-    # the monitor's restart counts are asked first and collected last: they ride along
-    try:
-        monitor = ray.get_actor(deploy.MONITOR, namespace=deploy.NAMESPACE)
-        asked: Any = monitor.restarts.remote()
-    except ValueError:
-        asked = None
-    facts, st = health.gather(timeout_s=args.timeout)
-    if asked is not None and ray.wait([asked], timeout=0.5)[0]:
-        with contextlib.suppress(Exception):
-            facts = dataclasses.replace(facts, restarts_last_minute=ray.get(asked))
+        # The monitor gathers (it holds every actor's handle: a new driver would spend seconds
+        # importing their classes); when it cannot, the actors are asked from here.
+        facts: health.Facts
+        st: dict[str, Any]
+        try:
+            monitor = ray.get_actor(view.MONITOR, namespace=view.NAMESPACE)
+            facts, st = ray.get(monitor.check.remote(args.timeout), timeout=args.timeout + 5)
+        except Exception as exc:  # no monitor, or it did not answer: asked directly, slower
+            if not isinstance(exc, ValueError):  # ValueError: there is none (nothing deployed)
+                why = type(exc).__name__
+                print(f"raydex status: the deployment's monitor did not answer ({why}); "
+                      "asking every actor from here", file=sys.stderr)  # fmt: skip
+            facts, st = health.gather(timeout_s=args.timeout)
+        hosts = view.host_loads(st)
+        ray.shutdown()
     verdict = health.assess(facts)
-    hosts = deploy.host_loads(st)
-    agree = deploy.state_agreement({k: v for k, v in st.items() if "error" not in v})
-    audit = deploy.audit_line(st)
+    agree = view.state_agreement({k: v for k, v in st.items() if "error" not in v})
+    audit = view.audit_line(st)
     if args.json:
         rows = [{**dataclasses.asdict(h), "oversubscribed": h.oversubscribed, "line": h.line()}
                 for h in hosts]  # fmt: skip
@@ -420,8 +434,12 @@ def _deposit(args: argparse.Namespace) -> int:
     address = _resolve_address(args.address)
     from ..control import operator
 
-    _connect(address)
-    code, index = operator.deposit_l1(l1, amount, namespace=args.namespace)
+    with _ray_prints_to_stderr():  # stdout carries the index alone, for scripts
+        _connect(address)
+        code, index = operator.deposit_l1(l1, amount, namespace=args.namespace)
+        import ray
+
+        ray.shutdown()
     if index is None:
         print(f"raydex deposit: refused with {ResultCode(code).name} ({code})", file=sys.stderr)
         return 1

@@ -23,7 +23,7 @@ Verdict (``Health.code``), the exit status of ``raydex status``:
 the last minute come from whoever samples Ray's restart counter over time (the monitor keeps those
 samples, ``RestartWindow``); without them only Ray's total is known.
 
-Cost: one actor-table read (Ray's state API, through the dashboard), ``ray.nodes()``, and one
+Cost: a few GCS reads per actor (its name, its row in the actor table), ``ray.nodes()``, and one
 status call per actor, all in parallel: a few seconds at most, however many actors are down.
 """
 
@@ -54,8 +54,10 @@ __all__ = [
 ]
 
 HEALTHY, BROKEN, DEGRADED = 0, 3, 4
-#: restarts within the last minute that make an actor that is up again count as restarting
-RESTART_LOOP = 2
+#: restarts within the last minute that make an actor that is up again count as restarting: a
+#: crash loop restarts every few seconds, while losing a host costs its actors two (the worker,
+#: then the node)
+RESTART_LOOP = 3
 WINDOW_S = 60.0
 
 #: Ray's actor states that mean "being (re)started now"
@@ -256,28 +258,27 @@ class RestartWindow:
         return out
 
 
-def actor_table(namespace: str, names: Sequence[str], timeout_s: float) -> dict[str, Any] | None:
-    """Ray's view of ``names`` in ``namespace`` (state API: needs the dashboard), the live
-    incarnation of each name where several exist; None when the state API does not answer."""
-    from ray.util.state import list_actors
+def actor_table(namespace: str, names: Sequence[str]) -> dict[str, Any] | None:
+    """Ray's view of each of ``names`` that exists in ``namespace``: its state, restarts and
+    node, read from the GCS (the named actor's id, then its row: no dashboard needed). A name
+    with no live actor is left out; None when this Ray cannot be asked."""
+    import ray
 
     try:
-        rows = list_actors(
-            filters=[("ray_namespace", "=", namespace)],
-            limit=10_000,
-            timeout=max(1, int(timeout_s)),
-            raise_on_missing_output=False,
-        )
-    except Exception:  # no dashboard, or it is busy: the verdict then rests on the calls
+        from ray._private.state import state as gcs
+    except ImportError:  # pragma: no cover - a Ray without it: the verdict rests on the calls
         return None
-    wanted = set(names)
     out: dict[str, Any] = {}
-    for r in rows:
-        if r.name not in wanted:
+    for name in names:
+        try:
+            handle = ray.get_actor(name, namespace=namespace)
+        except ValueError:  # no such actor (never made, killed, or dead for good)
             continue
-        row = {"state": r.state, "num_restarts": r.num_restarts or 0, "node_id": r.node_id}
-        if r.name not in out or out[r.name]["state"] == "DEAD":
-            out[r.name] = row
+        row = gcs.actor_table(handle._actor_id.hex())  # type: ignore[no-untyped-call]
+        if row:
+            node = (row.get("Address") or {}).get("NodeID") or None
+            out[name] = {"state": row["State"], "num_restarts": row["NumRestarts"],
+                         "node_id": node}  # fmt: skip
     return out
 
 
@@ -303,7 +304,7 @@ def gather(
     the others are called in parallel and waited for ``timeout_s`` at most."""
     rec = deployed(namespace)
     nodes = live_nodes()
-    table = actor_table(namespace, list(rec.actors), timeout_s)
+    table = actor_table(namespace, list(rec.actors))
     callable_ = [
         n
         for n, e in rec.actors.items()

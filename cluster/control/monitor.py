@@ -8,10 +8,11 @@
                          health.assess  ─►  raydex_health, raydex_actor_state{state},
                                             raydex_actor_restarts_last_minute, raydex_host_up
 
-``raydex status`` asks it for the restarts it counted (``restarts()``): a one-shot command sees
-Ray's total only, the monitor sees when each restart happened. The same verdict is what ``raydex
-status`` exits with. A series of an actor or host that left the deployment is set to 0 once and
-then no longer written.
+``raydex status`` asks it for a fresh gather (``check``), with the restarts it counted: a one-shot
+command would see Ray's total only, and would spend seconds importing every actor class to get
+their handles (Ray loads an actor's class to make a handle); the monitor holds them all. The same
+verdict is what ``raydex status`` exits with. A series of an actor or host that left the
+deployment is set to 0 once and then no longer written.
 
 Why an actor: the facts worth an alarm (a host down, an actor restarting, unreachable) cannot be
 reported by the actor they concern, and Ray's metrics agent exports only what a live process
@@ -29,7 +30,7 @@ from typing import Any
 
 from raydex.observability.metrics import CATALOG, Sink, default_sink
 
-from .health import Health, RestartWindow, assess, gather
+from .health import Facts, Health, RestartWindow, assess, gather
 
 __all__ = ["STATES", "Exported", "MonitorActor", "export"]
 
@@ -104,11 +105,22 @@ class MonitorActor:
                 log.exception("raydex monitor: health round failed")
             await asyncio.sleep(self.interval_s)
 
-    def _round(self) -> Health:
-        facts, _ = gather(self.namespace, self.timeout_s, state_hash=False)
+    def _gather(self, timeout_s: float, state_hash: bool) -> tuple[Facts, dict[str, Any]]:
+        facts, statuses = gather(self.namespace, timeout_s, state_hash=state_hash)
         if facts.table is not None:
             self.window.sample({n: int(r["num_restarts"]) for n, r in facts.table.items()})
-        return assess(dataclasses.replace(facts, restarts_last_minute=self.window.counts()))
+        return dataclasses.replace(facts, restarts_last_minute=self.window.counts()), statuses
+
+    def _round(self) -> Health:
+        return assess(self._gather(self.timeout_s, state_hash=False)[0])
+
+    async def check(
+        self, timeout_s: float = 3.0, state_hash: bool = True
+    ) -> tuple[Facts, dict[str, Any]]:
+        """A fresh gather for ``raydex status``: the facts (with the restarts this monitor
+        counted) and every actor's status. Asked here because this process holds every actor's
+        handle already: a new driver pays seconds importing the actor classes to get them."""
+        return await asyncio.to_thread(self._gather, timeout_s, state_hash)
 
     async def restarts(self) -> dict[str, int]:
         """Restarts per actor in the last minute, as sampled every ``interval_s``."""

@@ -185,9 +185,10 @@ def audit_line(statuses: Mapping[str, Mapping[str, Any]]) -> tuple[str, bool] | 
     a = statuses.get(COMMITTER, {}).get("signature_audit")
     if not a:
         return None
+    start = f"from seq {a['from_seq']} (this committer's start), " if a.get("from_seq") else ""
     head = (
         f"signature audit: {a['audited_txs']} txs re-verified through seq {a['seq']}"
-        f" ({a['pending_blocks']} blocks behind, {a['skipped_blocks']} passed unaudited)"
+        f" ({start}{a['pending_blocks']} blocks behind, {a['skipped_blocks']} passed unaudited)"
     )
     if a["failed_at"] is None:
         return head + ": all valid", False
