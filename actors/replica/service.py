@@ -40,7 +40,7 @@ import heapq
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,8 @@ HASH_QUIET_S = 0.1
 FetchSnapshot = Callable[[], Awaitable[tuple[int, int, dict[str, pa.Table]]]]
 #: ``(seq) -> (holder's last seq, [(seq, frame), ...])``: delta blocks after ``seq``
 FetchBlocks = Callable[[int], Awaitable[tuple[int, list[tuple[int, bytes]]]]]
+#: ``snapshot seq -> the market tape as of it`` (``actors/snapshot/tape.py``), None: none kept
+FetchTrades = Callable[[int], Awaitable[Sequence[Any] | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +138,11 @@ class ReplicaService:
         commitments: CommitmentSource | None = None,
         hooks: ReplicaHooks | None = None,
         on_fatal: Callable[[str], None] = log_fatal,
+        fetch_trades: FetchTrades | None = None,
     ) -> None:
         self.config = config
+        #: the holder's market tape as of a snapshot seq (None: boots without one)
+        self.fetch_trades = fetch_trades
         self.commitments = commitments
         self.hooks = hooks if hooks is not None else ReplicaHooks()
         self.fetch_snapshot = fetch_snapshot
@@ -275,6 +280,8 @@ class ReplicaService:
         """Replace the caches with the holder's newest snapshot; its seq."""
         seq, height, tables = await self.fetch_snapshot()
         fresh = ReplicaState.from_records(tables_to_records(tables), seq, height, self.verifier)
+        if self.fetch_trades is not None:  # the tape as of the snapshot: the same recentTrades
+            fresh.seed_trades(await self.fetch_trades(seq) or ())
         self.state.reload(fresh)
         self.checks.forget_after(seq)  # hashes of a state after this one are not ours any more
         return seq
@@ -721,6 +728,14 @@ class ReplicaActor:
         tables = {name: await ref for name, ref in refs.items()}
         return seq, height, tables
 
+    async def _fetch_trades(self, seq: int) -> Sequence[Any] | None:
+        try:
+            rows: Sequence[Any] | None = await self._holder().recent_trades.remote(seq)
+        except Exception as exc:  # a holder without a tape: boot without one, as before
+            log.warning("replica %s: no market tape from the holder: %r", self.config.name, exc)
+            return None
+        return rows
+
     async def _fetch_blocks(self, seq: int) -> tuple[int, list[tuple[int, bytes]]]:
         result: tuple[int, list[tuple[int, bytes]]] = await self._holder().blocks_since.remote(
             seq, 1000, 0.05
@@ -756,6 +771,7 @@ class ReplicaActor:
             commitments=self if self.committer_name else None,
             hooks=self.hooks(),
             on_fatal=exit_process,
+            fetch_trades=self._fetch_trades,
         )
         port = await self.service.start()
         self.runtime.after_boot(
