@@ -89,6 +89,8 @@ __all__ = [
     "Pacer",
     "Recorder",
     "BookWatch",
+    "Endpoint",
+    "assign_endpoints",
     "encode_item",
     "lane_specs",
     "min_lots",
@@ -218,6 +220,24 @@ class Recorder:
         #: nonces had run ahead of what the sequencer received)
         self.nonce_at_engine = 0
 
+    def merge(self, other: Recorder) -> None:
+        """Add ``other``'s outcomes to these (two lanes' recorders summed into one)."""
+        for mine, theirs in ((self.latency, other.latency), (self.admitted, other.admitted),
+                             (self.send_lag, other.send_lag)):  # fmt: skip
+            mine.merge(theirs)
+        for name, h in other.by_type.items():
+            self.by_type.setdefault(name, Histogram()).merge(h)
+        while len(self.per_second) < len(other.per_second):
+            self.per_second.append(Histogram())
+            self.ok_per_second.append(0)
+        for i, h in enumerate(other.per_second):
+            self.per_second[i].merge(h)
+            self.ok_per_second[i] += other.ok_per_second[i]
+        for counter in ("codes", "follow_on", "by_path"):
+            getattr(self, counter).update(getattr(other, counter))
+        for n in ("sent", "done", "committed", "resyncs", "resigned", "nonce_at_engine"):
+            setattr(self, n, getattr(self, n) + getattr(other, n))
+
     def sent_at(self, planned_ns: int, actual_ns: int, n: int) -> None:
         self.send_lag.record(max(0, actual_ns - planned_ns))
         self.sent += n
@@ -334,6 +354,32 @@ class LaneSpec:
     group: str
     port: int
     kind: str  # "ws" or "rest"
+    #: the replica endpoint the lane talks to: an IP, and the host label it is reported under
+    host: str = _HOST
+    label: str = "local"
+
+
+#: a group's replica endpoint: (host label, IP the driver reaches it at, port)
+Endpoint = tuple[str, str, int]
+
+
+def assign_endpoints(
+    lanes: Sequence[LaneSpec], endpoints: Mapping[str, Sequence[Endpoint]]
+) -> list[LaneSpec]:
+    """Each lane moved to one of its group's endpoints: within a group, consecutive pairs of lanes
+    (a WS and a REST one, see ``lane_specs``) go to the endpoints round-robin, so every endpoint
+    gets both kinds when there are lanes enough. A group without endpoints keeps its lanes."""
+    out = []
+    seen: Counter[str] = Counter()
+    for ln in lanes:
+        mine = endpoints.get(ln.group) or ()
+        k = seen[ln.group]
+        seen[ln.group] += 1
+        if mine:
+            label, host, port = mine[(k // 2) % len(mine)]
+            ln = dataclasses.replace(ln, host=host, port=port, label=label)
+        out.append(ln)
+    return out
 
 
 def lane_specs(clients: int, groups: Sequence[tuple[str, int]]) -> list[LaneSpec]:
@@ -556,9 +602,9 @@ def encode_item(at: int, lane: int, account: int, txs: list[Any], sampled: bool 
 SpanHook = Callable[[Item, int, int, int], dict[str, str]]
 
 
-def _open_http(port: int) -> Awaitable[HttpConnection]:
-    """A keep-alive connection to the replica whose answers time out after ``_TIMEOUT_S``."""
-    return HttpConnection.open(_HOST, port, answer_timeout_s=_TIMEOUT_S)
+def _open_http(lane: LaneSpec) -> Awaitable[HttpConnection]:
+    """A keep-alive connection to the lane's replica whose answers time out after ``_TIMEOUT_S``."""
+    return HttpConnection.open(lane.host, lane.port, answer_timeout_s=_TIMEOUT_S)
 
 
 def _when_done(task: asyncio.Future[Any]) -> asyncio.Future[None]:
@@ -729,7 +775,7 @@ async def _rest_lane(
     # Accounts take the connections round-robin in plan order: ``account % connections`` put
     # every account of a lane on one connection (the lanes already split accounts by
     # ``account % lanes``, 8 and 8), so the server answered the whole lane one at a time.
-    conns = [await _open_http(lane.port) for _ in range(connections)]
+    conns = [await _open_http(lane) for _ in range(connections)]
     conn_of: dict[int, int] = {}  # filled as each account's first request is dispatched
     reopening: dict[int, asyncio.Future[HttpConnection]] = {}
 
@@ -740,7 +786,7 @@ async def _rest_lane(
             return c
         fut = reopening.get(i)
         if fut is None:
-            fut = reopening[i] = asyncio.ensure_future(_open_http(lane.port))
+            fut = reopening[i] = asyncio.ensure_future(_open_http(lane))
             fut.add_done_callback(lambda _f: reopening.pop(i, None))
         c = conns[i] = await asyncio.shield(fut)
         return c
@@ -842,7 +888,7 @@ async def _ws_lane(
         if not waiting:
             answered.set()
 
-    ws = await WsConnection.open(_HOST, lane.port, "/stream", on_message)
+    ws = await WsConnection.open(lane.host, lane.port, "/stream", on_message)
     gone: asyncio.Future[Any] = ws.closed
 
     async def send(item: Item) -> None:
@@ -869,7 +915,7 @@ async def _ws_lane(
         assert nonces is not None
         try:
             if not rest or rest[0].lost is not None:
-                rest[:] = [await _open_http(lane.port)]
+                rest[:] = [await _open_http(lane)]
         except (OSError, TimeoutError):
             return
         await nonces.resync(rest[0], item, rec)
@@ -939,6 +985,7 @@ async def run_lanes(
     ws_max_inflight: int = 256,
     reply_timeout_s: float = 30.0,
     pacer: Pacer | None = None,
+    key: Callable[[LaneSpec], str] = lambda ln: ln.group,
 ) -> None:
     """Drive every lane from ``t0`` (``time.monotonic_ns``); returns when all are answered (or
     ``stop`` is set and the in-flight ones are). Recorders are keyed by lane group. A REST lane
@@ -948,7 +995,8 @@ async def run_lanes(
     (account -> signing seed) a rejection re-syncs the account's nonce from the server
     (:class:`NonceKeeper`); without, the planned nonces are sent as they are. The lanes share
     one :class:`Pacer` (``pacer``, else a 1 ms one): sends are never early, at most a tick
-    late."""
+    late. ``key``: which recorder a lane records into (its group; the loadtest keys by group
+    and host to report per host too, then merges them: ``Recorder.merge``)."""
     by_lane: dict[int, list[Item]] = {ln.index: [] for ln in lanes}
     for it in items:
         by_lane[it.lane].append(it)
@@ -956,7 +1004,7 @@ async def run_lanes(
     pacer = pacer or Pacer()
     jobs = []
     for ln in lanes:
-        rec = recorders[ln.group]
+        rec = recorders[key(ln)]
         mine = by_lane[ln.index]
         if ln.kind == "ws":
             ws_args = (nonces, ws_max_inflight, reply_timeout_s, pacer)
@@ -1018,8 +1066,9 @@ async def watch_books(
     watch: BookWatch,
     t0_wall_us: int,
     ready: asyncio.Event | None = None,
+    host: str = _HOST,
 ) -> BookWatch:
-    """Subscribe to ``markets``' order_book on ``port`` until ``stop``; fills ``watch``."""
+    """Subscribe to ``markets``' order_book on ``host:port`` until ``stop``; fills ``watch``."""
     last: dict[str, int] = {}
     greeted: list[bool] = []
 
@@ -1029,7 +1078,7 @@ async def watch_books(
             return
         watch.on_message(_decode(data), time.time_ns() // 1000, t0_wall_us, last)
 
-    ws = await WsConnection.open(_HOST, port, "/stream", on_message)
+    ws = await WsConnection.open(host, port, "/stream", on_message)
     try:
         for m in markets:
             ws.send_text(b'{"type": "subscribe", "channel": "order_book/%d"}' % m)
