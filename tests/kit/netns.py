@@ -20,6 +20,10 @@ netns pids``; nothing else runs there), deletes the namespaces, the veths and th
 removes the temp dirs; it never runs ``ray stop``. Commands run inside a host with ``run``
 (``ip netns exec``); with ``RAYDEX_TEST_TIMING`` set each one's duration goes to stderr. Needs
 root and iproute2: ``unavailable()`` says why not, for a skip.
+
+Use: ``with netns_cluster() as c:`` (a module-scoped fixture's body; see
+tests/integration/test_multihost.py); ``c.kill_host(label)`` and ``c.start_ray(label)`` take a host
+down and back; tests/kit/multihost.py has the raydex side (spec, deploy, status, trades).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,14 +190,15 @@ class NetnsCluster:
 
     # --- Ray on each host -------------------------------------------------------------------
 
-    def start_ray(self, label: str, timeout_s: float = 180.0) -> None:
+    def start_ray(self, label: str, timeout_s: float = 180.0, as_host: str | None = None) -> None:
         """``ray start --block`` in ``label``'s namespace with ``raydex node-args --host
-        <label>`` and ``--node-ip-address``; returns once it says it runs."""
+        <label>`` and ``--node-ip-address``; returns once it says it runs. ``as_host``: the host
+        label it announces instead (another host's: two machines that share a hostname)."""
         host = self.hosts[label]
         is_head = label == self.labels[0]
         role = "head" if is_head else "worker"
         flags = self.run(label, [str(BIN / "raydex"), "node-args", "--role", role,
-                                 "--host", host.label]).stdout.split()  # fmt: skip
+                                 "--host", as_host or host.label]).stdout.split()  # fmt: skip
         argv = [
             str(BIN / "ray"), "start", "--block", f"--node-ip-address={host.ip}",
             f"--temp-dir={host.temp_dir}", f"--object-store-memory={self.object_store_bytes}",
@@ -268,3 +273,27 @@ class NetnsCluster:
 def make_root() -> Path:
     """A short folder for the cluster (Ray's socket paths live under its temp dirs)."""
     return Path(tempfile.mkdtemp(prefix="rdxn", dir="/tmp"))
+
+
+@contextlib.contextmanager
+def netns_cluster(
+    labels: Sequence[str] = ("host-a", "host-b", "host-c"), keep_root: bool = False
+) -> Iterator[NetnsCluster]:
+    """A running cluster for a ``with`` block (a pytest fixture's body, a script): the network
+    made, Ray started on every host (head first); on the way out, whatever happened, every
+    process stopped by PID, the network deleted and, unless ``keep_root``, its folder removed.
+    How long the start and the whole block took go to stderr. Check ``unavailable()`` first."""
+    c = NetnsCluster(make_root(), labels=labels)
+    started = time.monotonic()
+    try:
+        c.create_network()
+        for label in c.labels:
+            c.start_ray(label)
+        print(f"\nnetns cluster: {len(labels)} Ray hosts up in {time.monotonic() - started:.1f} s",
+              file=sys.stderr)  # fmt: skip
+        yield c
+    finally:
+        c.close()
+        print(f"netns cluster: used for {time.monotonic() - started:.1f} s", file=sys.stderr)
+        if not keep_root:
+            shutil.rmtree(c.root, ignore_errors=True)
