@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import logging
 import random
 import re
 import socket
@@ -119,6 +120,18 @@ __all__ = [  # the names a deployment is read by (``view.py``) are also here, be
     "status",
     "wait_ready",
 ]
+
+
+class _OwnGroupsWarning(logging.Filter):
+    """Ray warns at every restartable detached actor scheduled in a placement group that removing
+    the group kills it for good. That is how raydex stops an actor (``down``, a scale-down):
+    printed once per actor of every deploy, the warning told an operator nothing to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "restartable detached actor with a placement group" not in record.getMessage()
+
+
+logging.getLogger("ray.actor").addFilter(_OwnGroupsWarning())
 
 
 #: Ports :func:`free_port` never hands out: Ray's default worker port range. The kernel's

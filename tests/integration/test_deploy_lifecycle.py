@@ -5,6 +5,7 @@ resource, and a deploy that fails after starting actors takes back what it start
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -45,6 +46,17 @@ class Keeper:
         return "here"
 
 
+class Said(logging.Handler):
+    """What a logger let through (a logger's filters run before its handlers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def live_groups() -> list[str]:
     return sorted(name for _, name in record.leftover_groups(NS))
 
@@ -71,10 +83,14 @@ def test_down_stops_exactly_what_the_deployment_created_and_leaves_no_group(
     tmp_path: Path, ports: tuple[int, int], place: dict[str, Topology]
 ) -> None:
     keeper = Keeper.options(name="my-own-actor", namespace=NS, lifetime="detached").remote()  # type: ignore[attr-defined]
+    said = Said()
+    logging.getLogger("ray.actor").addHandler(said)
     try:
         for cycle in range(2):  # down then deploy again: the same names, new groups
             spec = spec_for(tmp_path / str(cycle), *ports)
             result = dep.deploy(spec, namespace=NS, topologies=place)
+            # Ray's warning that removing a group kills its actor: raydex's way to stop one
+            assert not [m for m in said.messages if "detached actor with a placement" in m]
             assert set(result.created) == PLACED | {dep.MONITOR}
             rec = record.load(NS)
             assert rec is not None and set(rec.actors) == PLACED | {dep.MONITOR}
@@ -91,6 +107,7 @@ def test_down_stops_exactly_what_the_deployment_created_and_leaves_no_group(
             assert ray.get(keeper.ping.remote(), timeout=30) == "here"
         assert dep.down(NS) == []  # nothing left to stop: a no-op
     finally:
+        logging.getLogger("ray.actor").removeHandler(said)
         ray.kill(keeper)
 
 
