@@ -11,8 +11,9 @@
 
 Verdict (``Health.code``), the exit status of ``raydex status``:
 
-- 3 **broken**: two actors hash the state differently at one seq, or the committer's signature
-  audit failed (a forged tx was executed);
+- 3 **broken**: two actors hash the state differently at one seq, the committer's signature
+  audit failed (a forged tx was executed), or the sequencer refuses to start (its WAL cannot be
+  used as it is: its status says why; an operator decides);
 - 4 **degraded**: a planned actor is not serving: missing, dead, restarting (Ray restarts it now,
   or it restarted ``RESTART_LOOP`` times or more in the last minute), on a host that is down,
   unreachable (no answer within ``timeout_s``), still booting, or a replica that cannot reach the
@@ -67,7 +68,7 @@ _STARTING = frozenset({"RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY"}
 @dataclass(frozen=True, slots=True)
 class ActorHealth:
     """One planned actor: ``state`` is one of alive, restarting, unreachable, host down,
-    missing, dead, booting, no sequencer; ``ok`` only for alive."""
+    missing, dead, booting, no sequencer, refused; ``ok`` only for alive."""
 
     name: str
     role: str
@@ -107,7 +108,7 @@ class Health:
 
     @property
     def code(self) -> int:
-        if self.diverged or self.audit_failed:
+        if self.diverged or self.audit_failed or any(a.state == "refused" for a in self.actors):
             return BROKEN
         return DEGRADED if self.problems else HEALTHY
 
@@ -215,6 +216,8 @@ def _actor(name: str, entry: record.ActorEntry, f: Facts) -> ActorHealth:
         return health("restarting", f"Ray's state {row['state']}")
     if "error" in st:
         return health("unreachable", str(st["error"]))
+    if st.get("refused"):
+        return health("refused", f"refuses to start: {st['refused']}")
     if recent is not None and recent >= RESTART_LOOP:
         return health("restarting", "up now, but in a restart loop")
     if st.get("booting"):

@@ -124,6 +124,20 @@ def test_a_restart_loop_degrades_even_while_the_actor_is_up_and_one_restart_does
     assert bad.state == "restarting" and "restarted 3 times in the last minute" in bad.line()
 
 
+def test_a_sequencer_that_refuses_to_start_on_its_log_is_broken_and_says_why() -> None:
+    """Alive in Ray's table, not serving: its log cannot be used as it is (an operator decides),
+    so the verdict is 3, not a restart to wait for."""
+    f = healthy_facts()
+    why = "damaged WAL record at 00000012.wal offset 4096 (seq 11 before, 13 after)"
+    f["statuses"]["raydex-sequencer"]["refused"] = why
+    h = assess(Facts(**f))
+    (bad,) = [a for a in h.actors if not a.ok]
+    assert (bad.name, bad.state) == ("raydex-sequencer", "refused")
+    assert h.code == BROKEN and why in h.line()
+    f["statuses"]["raydex-sequencer"]["refused"] = None  # the log restored: it starts
+    assert assess(Facts(**f)).code == HEALTHY
+
+
 def test_unaudited_blocks_degrade_and_a_failed_audit_or_a_divergence_is_broken() -> None:
     f = healthy_facts()
     f["statuses"]["raydex-committer"]["signature_audit"]["skipped_blocks"] = 2236
