@@ -369,8 +369,11 @@ class HostIdentityError(PlacementError):
 
 def discover_nodes(timeout_s: float = 60.0) -> list[NodeFacts]:
     """Every live node's facts, read on that node by a zero-CPU task (in parallel); a node that
-    does not answer within ``timeout_s`` is a ``PlacementError`` naming it."""
+    does not answer within ``timeout_s`` is a ``PlacementError`` naming it. A node Ray listed
+    alive that died meanwhile (a host just killed: Ray notices after missing its heartbeats, and
+    its probe then cannot be scheduled) is left out, as it would have been a moment later."""
     import ray
+    from ray.exceptions import NodeDiedError, TaskUnschedulableError, WorkerCrashedError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     probe = ray.remote(num_cpus=0)(_read_this_node)
@@ -381,7 +384,7 @@ def discover_nodes(timeout_s: float = 60.0) -> list[NodeFacts]:
         ).remote()
         for node in alive
     ]
-    ready, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    _, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     if late:
         slow = [
             f"{n['NodeManagerAddress']} ({n.get('Labels', {}).get(HOST_LABEL, 'no host label')})"
@@ -392,10 +395,21 @@ def discover_nodes(timeout_s: float = 60.0) -> list[NodeFacts]:
             f"Ray nodes {', '.join(slow)} did not run a probe within {timeout_s:g}s (a host "
             "that just died stays listed for ~30 s): try again once `ray status` settles"
         )
-    return [
-        NodeFacts(node["NodeID"], node["NodeManagerAddress"], labels, topology, auth)
-        for node, (labels, topology, auth) in zip(alive, ray.get(ready), strict=True)
-    ]
+    found: list[NodeFacts] = []
+    gone: list[tuple[str, Exception]] = []
+    for node, ref in zip(alive, refs, strict=True):
+        try:
+            labels, topology, auth = ray.get(ref)
+        except (TaskUnschedulableError, NodeDiedError, WorkerCrashedError) as exc:
+            gone.append((node["NodeID"], exc))
+            continue
+        found.append(NodeFacts(node["NodeID"], node["NodeManagerAddress"], labels, topology, auth))
+    if gone:  # left out only if Ray now lists them dead; another failure is raised as it is
+        still = {n["NodeID"] for n in ray.nodes() if n["Alive"]}  # type: ignore[no-untyped-call]
+        for node_id, failure in gone:
+            if node_id in still:
+                raise failure
+    return found
 
 
 def topologies_of(nodes: Sequence[NodeFacts]) -> dict[str, Topology]:
