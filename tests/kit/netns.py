@@ -11,8 +11,10 @@ Each namespace has its own network stack (ports never collide with the suite's s
 machine's services or another run), no default route (so Ray needs ``--node-ip-address``, as on
 a host with several or no routable addresses), and shares the hostname of the machine (so every
 host needs ``raydex node-args --host``: the default label, the hostname, would merge them). Each
-host's Ray has its own temp dir; every Ray process runs with token authentication and this run's
-own token (``RAY_AUTH_TOKEN``), never the user's ``~/.ray``.
+host's Ray has its own temp dir, and each host's processes their own temp folder (``TMPDIR``:
+the sequencer's data-plane socket is named by port, and every cluster's sequencer has port 50051);
+every Ray process runs with token authentication and this run's own token (``RAY_AUTH_TOKEN``),
+never the user's ``~/.ray``.
 
 ``<id>`` is the creating process's pid: two runs at once use different names and a /24 that no
 interface of the machine holds. ``close`` stops every process of every namespace by PID (``ip
@@ -129,6 +131,7 @@ class NetnsCluster:
             _ip("netns", "add", netns)
             host = Host(label, netns, ip, self.root / label, self.root / f"{label}.log")
             self.hosts[label] = host
+            (host.temp_dir / "tmp").mkdir(parents=True, exist_ok=True)
             _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
             _ip("link", "set", inside, "netns", netns)
             _ip("link", "set", outside, "master", self.bridge, "up")
@@ -160,6 +163,13 @@ class NetnsCluster:
             **extra,
         }
 
+    def host_env(self, label: str) -> dict[str, str]:
+        """``env()`` with ``label``'s own temp folder (``TMPDIR``): the namespaces share one
+        file system, and what a host keeps in its temp folder (the sequencer's data-plane Unix
+        socket, ``raydex-dataplane-<port>.sock``) must not meet another host's, another
+        cluster's or the machine's, as on separate machines it would not."""
+        return self.env(TMPDIR=str(self.hosts[label].temp_dir / "tmp"))
+
     # --- commands inside a host -------------------------------------------------------------
 
     def run(
@@ -170,7 +180,7 @@ class NetnsCluster:
         full = ["ip", "netns", "exec", self.hosts[label].netns, *argv]
         t0 = time.monotonic()
         done = subprocess.run(full, capture_output=True, text=True, timeout=timeout, check=False,
-                              env=env or self.env(), cwd=self.root)  # fmt: skip
+                              env=env or self.host_env(label), cwd=self.root)  # fmt: skip
         if os.environ.get("RAYDEX_TEST_TIMING"):  # each command's duration, on stderr
             what = " ".join(a.rsplit("/", 1)[-1] for a in argv)[:90]
             print(f"[timing] {time.monotonic() - t0:5.1f}s {what}", file=sys.stderr)
@@ -211,7 +221,7 @@ class NetnsCluster:
             ]  # fmt: skip
         else:
             argv.insert(2, f"--address={self.address}")
-        host.temp_dir.mkdir(parents=True, exist_ok=True)
+        (host.temp_dir / "tmp").mkdir(parents=True, exist_ok=True)
         host.starts += 1
         with open(host.log, "ab") as out:
             out.write(f"\n--- start {host.starts}: {' '.join(argv)}\n".encode())
@@ -219,7 +229,8 @@ class NetnsCluster:
             offset = out.tell()
             host.proc = subprocess.Popen(
                 ["ip", "netns", "exec", host.netns, *argv], stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True,
+                stdout=out, stderr=subprocess.STDOUT, env=self.host_env(label),
+                start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + timeout_s
         while True:
