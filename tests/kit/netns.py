@@ -110,6 +110,8 @@ class NetnsCluster:
     labels: Sequence[str] = ("host-a", "host-b", "host-c")
     object_store_bytes: int = 150_000_000
     token: str = field(default_factory=lambda: secrets.token_hex(32))
+    #: the head's dashboard (port 8265 on its IP); off, it saves the machine a few processes
+    dashboard: bool = False
     hosts: dict[str, Host] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -204,6 +206,16 @@ class NetnsCluster:
         """``ray start --block`` in ``label``'s namespace with ``raydex node-args --host
         <label>`` and ``--node-ip-address``; returns once it says it runs. ``as_host``: the host
         label it announces instead (another host's: two machines that share a hostname)."""
+        self._await_ray(label, self._spawn_ray(label, as_host), timeout_s)
+
+    def start_rays(self, labels: Sequence[str], timeout_s: float = 180.0) -> None:
+        """``start_ray`` of several workers at once (the head must run already)."""
+        started = [(label, self._spawn_ray(label, None)) for label in labels]
+        for label, offset in started:
+            self._await_ray(label, offset, timeout_s)
+
+    def _spawn_ray(self, label: str, as_host: str | None) -> int:
+        """Starts ``ray start --block`` in ``label``; the offset of its output in the host's log."""
         host = self.hosts[label]
         is_head = label == self.labels[0]
         role = "head" if is_head else "worker"
@@ -215,10 +227,12 @@ class NetnsCluster:
             *flags,
         ]  # fmt: skip
         if is_head:
-            argv[2:2] = [
-                "--head", f"--port={GCS_PORT}", "--include-dashboard=true",
-                f"--dashboard-host={host.ip}", f"--dashboard-port={DASHBOARD_PORT}",
-            ]  # fmt: skip
+            argv[2:2] = ["--head", f"--port={GCS_PORT}"]
+            argv[4:4] = (
+                ["--include-dashboard=true", f"--dashboard-host={host.ip}",
+                 f"--dashboard-port={DASHBOARD_PORT}"]
+                if self.dashboard else ["--include-dashboard=false"]
+            )  # fmt: skip
         else:
             argv.insert(2, f"--address={self.address}")
         (host.temp_dir / "tmp").mkdir(parents=True, exist_ok=True)
@@ -232,6 +246,11 @@ class NetnsCluster:
                 stdout=out, stderr=subprocess.STDOUT, env=self.host_env(label),
                 start_new_session=True,
             )  # fmt: skip
+        return offset
+
+    def _await_ray(self, label: str, offset: int, timeout_s: float) -> None:
+        host = self.hosts[label]
+        assert host.proc is not None
         deadline = time.monotonic() + timeout_s
         while True:
             text = host.log.read_bytes()[offset:].decode(errors="replace")
@@ -291,15 +310,16 @@ def netns_cluster(
     labels: Sequence[str] = ("host-a", "host-b", "host-c"), keep_root: bool = False
 ) -> Iterator[NetnsCluster]:
     """A running cluster for a ``with`` block (a pytest fixture's body, a script): the network
-    made, Ray started on every host (head first); on the way out, whatever happened, every
-    process stopped by PID, the network deleted and, unless ``keep_root``, its folder removed.
-    How long the start and the whole block took go to stderr. Check ``unavailable()`` first."""
+    made, Ray started on every host (the head, then the workers at once); on the way out,
+    whatever happened, every process stopped by PID, the network deleted and, unless
+    ``keep_root``, its folder removed. How long the start and the whole block took go to
+    stderr. Check ``unavailable()`` first."""
     c = NetnsCluster(make_root(), labels=labels)
     started = time.monotonic()
     try:
         c.create_network()
-        for label in c.labels:
-            c.start_ray(label)
+        c.start_ray(c.labels[0])
+        c.start_rays(c.labels[1:])
         print(f"\nnetns cluster: {len(labels)} Ray hosts up in {time.monotonic() - started:.1f} s",
               file=sys.stderr)  # fmt: skip
         yield c
