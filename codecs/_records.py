@@ -78,8 +78,11 @@ class MarketRecord(NamedTuple):
 
 @wire(RECORD, RecordTag.ACCOUNT)
 class AccountRecord(NamedTuple):
+    """An account's collateral and its master account's index (its own for a master)."""
+
     account_index: Account
     collateral: Annotated[int, I64]
+    master_index: Account
 
 
 @wire(RECORD, RecordTag.POSITION)

@@ -88,6 +88,7 @@ class Account:
         "key_slots",
         "keys",
         "l1_address",
+        "master_index",
         "next_dirty",
         "next_traded",
         "order_count",
@@ -131,6 +132,10 @@ class Account:
         self.hot_nonce = -1
         #: The account's L1 (Ethereum) address, 20 bytes; b"" for an account made without one.
         self.l1_address = b""
+        #: The index of its master account: its own for a master (an index up to Lighter's
+        #: ``MaxMasterAccountIndex``, 2**47 - 1), the master's for a sub-account (an index from
+        #: ``MinSubAccountIndex``, 2**47, on). Set when the account is made, never changed.
+        self.master_index = index
         #: Resting orders: a doubly linked list through ``Order.acct_prev`` / ``acct_next`` (most
         #: recently rested first; :meth:`resting_orders` sorts them), not a dict: that would be
         #: an insert and a delete per order, with the resizes small dicts go through under churn.

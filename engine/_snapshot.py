@@ -67,7 +67,8 @@ def records(st: ExchangeState) -> Iterator[Record]:
     accounts = st.accounts
     ais = sorted(accounts)
     for ai in ais:
-        yield new_tuple(_AccountRecord, (ai, accounts[ai].collateral))
+        acct = accounts[ai]
+        yield new_tuple(_AccountRecord, (ai, acct.collateral, acct.master_index))
     for ai in ais:
         positions = accounts[ai].positions
         for mi in sorted(positions):
@@ -115,7 +116,9 @@ def load(st: ExchangeState, rows: Iterable[Any]) -> None:
             m.open_interest = r.open_interest
             st.add_market(m)
         elif isinstance(r, _AccountRecord):
-            st.add_account(Account(r.account_index, r.collateral))
+            acct = Account(r.account_index, r.collateral)
+            acct.master_index = r.master_index
+            st.add_account(acct)
         elif isinstance(r, PositionRecord):
             acct = st.accounts[r.account_index]
             m = st.markets[r.market_index]
@@ -153,8 +156,10 @@ def load(st: ExchangeState, rows: Iterable[Any]) -> None:
                 1:
             ]
         elif isinstance(r, L1AddressRecord):
-            st.accounts[r.account_index].l1_address = r.l1_address
-            st.by_l1[r.l1_address] = r.account_index
+            acct = st.accounts[r.account_index]
+            acct.l1_address = r.l1_address
+            if acct.master_index == acct.index:  # (a sub-account shares its master's address)
+                st.by_l1[r.l1_address] = r.account_index
         else:
             raise TypeError(f"not a snapshot record: {type(r).__name__}")
     st.forget_levels()

@@ -67,6 +67,7 @@ class DeltaState:
         "keys",
         "l1",
         "markets",
+        "masters",
         "next_order_index",
         "next_priority",
         "next_trade_id",
@@ -95,6 +96,8 @@ class DeltaState:
         self.funding: dict[int, FundingRecord] = {}
         #: L1 addresses by account
         self.l1: dict[int, bytes] = {}
+        #: sub-account -> its master (a master, its own, has no entry)
+        self.masters: dict[int, int] = {}
 
     # ---- records in, records out -----------------------------------------------------------------
 
@@ -118,6 +121,8 @@ class DeltaState:
                 st.markets[r.market_index] = r
             elif t is AccountRecord:
                 st.accounts[r.account_index] = r.collateral
+                if r.master_index != r.account_index:
+                    st.masters[r.account_index] = r.master_index
             elif t is PositionRecord:
                 st.positions[(r.account_index, r.market_index)] = r
             elif t is ApiKeyRecord:
@@ -147,8 +152,9 @@ class DeltaState:
         for mi in sorted(markets):
             yield markets[mi]
         accounts = self.accounts
+        masters = self.masters
         for ai in sorted(accounts):
-            yield _new(AccountRecord, (ai, accounts[ai]))
+            yield _new(AccountRecord, (ai, accounts[ai], masters.get(ai, ai)))
         positions = self.positions
         for k in sorted(positions):
             yield positions[k]

@@ -291,6 +291,10 @@ class ReplicaState:
         #: account -> its L1 address (20 bytes), and back (``accountsByL1Address``)
         self.l1_addresses: dict[int, bytes] = {}
         self.by_l1: dict[bytes, int] = {}
+        #: sub-account -> its master (a master, its own, has no entry), and each master's
+        #: sub-accounts in creation order (``accountsByL1Address``, ``account``)
+        self.masters: dict[int, int] = {}
+        self.sub_accounts: dict[int, list[int]] = {}
         self.trades: dict[int, deque[TradeRow]] = {}
         self.txs: dict[bytes, TxRecord] = {}
         #: ``txs``' keys, oldest first: the oldest result is dropped past ``tx_results``
@@ -322,6 +326,8 @@ class ReplicaState:
                 st._add_market(r)
             elif t is _AccountRecord:
                 st.accounts[r.account_index] = AccountCache(r.collateral)
+                if r.master_index != r.account_index:
+                    st._add_sub_account(r.account_index, r.master_index)
                 ledger.seed_account(r.account_index, r.collateral)
             elif t is PositionRecord:
                 st._account(r.account_index).positions[r.market_index] = r
@@ -342,7 +348,8 @@ class ReplicaState:
                 ledger.seed_rate(r.market_index, r.last_rate)
             elif t is L1AddressRecord:
                 st.l1_addresses[r.account_index] = r.l1_address
-                st.by_l1[r.l1_address] = r.account_index
+                if r.account_index not in st.masters:  # (a sub-account shares its master's)
+                    st.by_l1[r.l1_address] = r.account_index
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         for mi in st.markets:
@@ -375,6 +382,18 @@ class ReplicaState:
             self.trades[mi] = deque(maxlen=RECENT_TRADES)
             self.stats[mi] = MarketStats()
             self.books.add(mi)
+
+    def _add_sub_account(self, ai: int, master: int) -> None:
+        self.masters[ai] = master
+        subs = self.sub_accounts.get(master)
+        if subs is None:
+            self.sub_accounts[master] = [ai]
+        else:
+            subs.append(ai)
+
+    def master_of(self, ai: int) -> int:
+        """``ai``'s master account (its own index for a master)."""
+        return self.masters.get(ai, ai)
 
     def _account(self, ai: int) -> AccountCache:
         acct = self.accounts.get(ai)
@@ -761,8 +780,9 @@ class ReplicaState:
         the digest leaves exactly those out."""
         yield ExchangeRecord(self.fee_pool, self.insurance_fund, 0, 0, 0, 0, 0)
         yield from self.markets.values()
+        masters = self.masters
         for ai, acct in self.accounts.items():
-            yield _AccountRecord(ai, acct.collateral)
+            yield _new(_AccountRecord, (ai, acct.collateral, masters.get(ai, ai)))
             yield from acct.positions.values()
         yield from self.api_keys.values()
         yield from self.orders.values()
