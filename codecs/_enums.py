@@ -85,6 +85,28 @@ USER_TX_TYPES = frozenset(
         TxType.UPDATE_LEVERAGE,
     }
 )
+#: Lighter's user tx types raydex does not execute -> the feature each belongs to (lighter-go
+#: ``types/txtypes/constants.go``; binary options from the SDK signer's own ``GetTxType``): such a
+#: tx is answered with ``FEATURE_NOT_SUPPORTED`` and a message naming the feature, never as an
+#: unknown type.
+UNSERVED_TX_TYPES: dict[int, str] = {
+    10: "public pools (CreatePublicPool)",
+    11: "public pools (UpdatePublicPool)",
+    18: "public pools (MintShares)",
+    19: "public pools (BurnShares)",
+    33: "staking (CreateStakingPool)",
+    35: "staking (StakeAssets)",
+    36: "staking (UnstakeAssets)",
+    40: "public pools (ForceBurnShares)",
+    41: "the unified account and multi-asset collateral (UpdateAccountConfig)",
+    42: "multi-asset collateral (UpdateAccountAssetConfig)",
+    43: "strategy transfers (StrategyTransfer)",
+    44: "market configuration by users (UpdateMarketConfig)",
+    45: "integrator fees (ApproveIntegrator)",
+    49: "binary options (BinaryOptionsOperatorCreateMarket)",
+    50: "binary options (BinaryOptionsOperatorSettleMarket)",
+    52: "binary options (BinaryOptionsOperatorUpdateMarket)",
+}
 #: Commands only the operator may submit (deposits, markets, oracle, funding, first API key).
 OPERATOR_TX_TYPES = frozenset(
     {
@@ -168,6 +190,10 @@ class ResultCode(IntEnum):
     ATTRIBUTE_NOT_SUPPORTED = 21830
     #: ChangePubKey: ``L1Sig`` is malformed or was not made by the account's L1 address
     INVALID_L1_SIGNATURE = 21831
+    #: a Lighter feature raydex does not execute, named in the message: a tx type of
+    #: ``UNSERVED_TX_TYPES``, a Transfer or Withdraw of another asset or route (spot markets and
+    #: assets, multi-asset collateral), fast withdrawals
+    FEATURE_NOT_SUPPORTED = 21840
     # rate limits (23xxx)
     RATE_LIMITED = 23000
     # WebSocket (30xxx)

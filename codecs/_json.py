@@ -4,8 +4,9 @@
 JSON string, bytes, or an already-parsed dict). The key of every field is its ``json_name`` in the
 ``@wire`` declaration. Rules, all enforced with CodecError naming the type and the key:
 
-- the tx type must be registered (else CodecError with ``code=INVALID_TX_TYPE``; every other
-  rejection carries ``INVALID_TX_INFO``);
+- the tx type must be registered (else CodecError with ``code=INVALID_TX_TYPE``, or
+  ``FEATURE_NOT_SUPPORTED`` naming the feature for a Lighter type raydex does not execute,
+  ``UNSERVED_TX_TYPES``; every other rejection carries ``INVALID_TX_INFO``);
 - exactly the declared keys: none missing, none extra;
 - integers are JSON integers (``bool``, floats and numeric strings are rejected), except that
   0/1 flag fields (``Range(0, 1)``) also take ``true``/``false``;
@@ -46,7 +47,7 @@ from typing import Any
 import msgspec
 
 from . import signing
-from ._enums import SKIP_NONCE_FLAG, USDC_DECIMALS, ResultCode
+from ._enums import SKIP_NONCE_FLAG, UNSERVED_TX_TYPES, USDC_DECIMALS, ResultCode
 from ._errors import CodecError
 from ._hot import HOT_BY_TAG, HotCodec, codec_of, field_format, int_bounds
 from ._tx import TX, Transaction
@@ -209,6 +210,12 @@ def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]
     ok = isinstance(tx_type, int) and not isinstance(tx_type, bool)
     entry = _TX_FIELDS.get(int(tx_type)) if ok else None
     if entry is None:
+        feature = UNSERVED_TX_TYPES.get(int(tx_type)) if ok else None
+        if feature is not None:
+            raise CodecError(
+                f"tx type {tx_type} is {feature}, which raydex does not execute",
+                code=ResultCode.FEATURE_NOT_SUPPORTED,
+            )
         raise CodecError(f"unknown tx type {tx_type!r}", code=ResultCode.INVALID_TX_TYPE)
     codec, fields, keys = entry
     obj = _parse_object(tx_info)

@@ -141,6 +141,16 @@ class PublicReads:
             {"total": 1, "accounts": [views.account(self.state, ai, acct)], "next_cursor": ""}
         )
 
+    async def fast_withdraw(self, request: web.Request) -> web.Response:
+        """``fastwithdraw``, ``fastwithdraw/info``, ``fastbridge/info``: Lighter's fast withdrawals
+        through its bridge, which raydex does not run (its withdrawals complete in their block):
+        refused with ``FEATURE_NOT_SUPPORTED`` naming the feature."""
+        raise ApiError(
+            int(ResultCode.FEATURE_NOT_SUPPORTED),
+            "fast withdrawals (Lighter's bridge) are not executed by raydex: use a Withdraw "
+            "(tx 13), which completes in its block",
+        )
+
     async def api_keys(self, request: web.Request) -> web.Response:
         q = request.query
         ai = int_param(q, "account_index", 0, MAX_48)
