@@ -83,6 +83,7 @@ USER_TX_TYPES = frozenset(
         TxType.CANCEL_ALL_ORDERS,
         TxType.MODIFY_ORDER,
         TxType.UPDATE_LEVERAGE,
+        TxType.UPDATE_MARGIN,
     }
 )
 #: Lighter's user tx types raydex does not execute -> the feature each belongs to (lighter-go
@@ -194,6 +195,11 @@ class ResultCode(IntEnum):
     #: ``UNSERVED_TX_TYPES``, a Transfer or Withdraw of another asset or route (spot markets and
     #: assets, multi-asset collateral), fast withdrawals
     FEATURE_NOT_SUPPORTED = 21840
+    #: UpdateLeverage: a position's margin mode changes only while it is flat with no resting
+    #: orders in its market
+    MARGIN_MODE_LOCKED = 21841
+    #: UpdateMargin: the account has no open isolated position in that market
+    NO_ISOLATED_POSITION = 21842
     # rate limits (23xxx)
     RATE_LIMITED = 23000
     # WebSocket (30xxx)

@@ -104,7 +104,9 @@ class BalanceChanged(NamedTuple):
 
 @wire(EVENT, EventTag.POSITION_CHANGED)
 class PositionChanged(NamedTuple):
-    """Full position state; ``entry_quote`` is the signed cost basis in micro-USDC (long > 0)."""
+    """Full position state; ``entry_quote`` is the signed cost basis in micro-USDC (long > 0);
+    ``allocated_margin`` the collateral of an isolated position (``margin_mode`` 1, micro-USDC;
+    0 for a cross one), the same fields as ``PositionRecord``."""
 
     account_index: Account
     market_index: Market
@@ -114,6 +116,7 @@ class PositionChanged(NamedTuple):
     funding_paid: Annotated[int, I64]
     initial_margin_fraction: Annotated[int, U16]
     margin_mode: Annotated[int, U8]
+    allocated_margin: Annotated[int, I64]
 
 
 @wire(EVENT, EventTag.NONCE_UPDATED)

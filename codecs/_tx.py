@@ -180,6 +180,22 @@ class UpdateLeverage(NamedTuple):
     sig: Sig
 
 
+@wire(TX, TxType.UPDATE_MARGIN)
+class UpdateMargin(NamedTuple):
+    """Lighter's (lighter-go ``update_margin.go``): move ``usdc_amount`` micro-USDC into
+    (``direction`` 1, ``AddToIsolatedMargin``) or out of (0, ``RemoveFromIsolatedMargin``) the
+    collateral of the account's isolated position in ``market_index``."""
+
+    account_index: Account
+    api_key_index: ApiKey
+    market_index: Market
+    usdc_amount: Annotated[int, U64, Range(1, 2**60 - 1), Json("USDCAmount")]
+    direction: Flag
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
 # ---- operator commands (unsigned; operator control path only) ----------------------------------
 
 
@@ -286,6 +302,7 @@ Transaction = (
     | CancelAllOrders
     | ModifyOrder
     | UpdateLeverage
+    | UpdateMargin
     | Deposit
     | L1Deposit
     | RegisterApiKey
@@ -304,4 +321,5 @@ UserTransaction = (
     | CancelAllOrders
     | ModifyOrder
     | UpdateLeverage
+    | UpdateMargin
 )

@@ -5,8 +5,13 @@ code and changes nothing when it refuses (a user tx's nonce is consumed by the g
 
 - Transfer / Withdraw: ``1 <= amount <= collateral`` and the initial margin met afterwards; the
   account's liquidation triggers are re-armed (its buffer shrank without a trade).
-- UpdateLeverage: cross margin only; ``imf`` in ``[market min imf, 10_000]``; raising it must
-  keep the IMR met. ChangePubKey / RegisterApiKey: a new key starts at nonce -1.
+- UpdateLeverage: ``imf`` in ``[market min imf, 10_000]``; raising it must keep the cross IMR
+  met (and an isolated position's own initial margin). ``margin_mode`` 0 cross / 1 isolated
+  (lighter-go ``CrossMargin`` / ``IsolatedMargin``) changes only while the position is flat with
+  no resting order in its market (MARGIN_MODE_LOCKED): a position never moves between pools
+  with money or orders behind it. UpdateMargin moves collateral into or out of an open
+  isolated position (:func:`update_margin`). ChangePubKey / RegisterApiKey: a new key starts at
+  nonce -1.
 - Deposit and RegisterApiKey (operator) create the account when missing; L1Deposit finds the
   account by its L1 address or creates it at the next free index (``max(index) + 1``, 1 for the
   first) with that address (``L1AddressSet``).
@@ -30,6 +35,7 @@ from raydex.codecs import (
     RegisterApiKey,
     Transfer,
     UpdateLeverage,
+    UpdateMargin,
     Withdraw,
 )
 from raydex.codecs.signing import PUBLIC_KEY_SIZE as _PUBLIC_KEY_SIZE
@@ -37,7 +43,7 @@ from raydex.codecs.signing import is_valid_public_key as _is_valid_public_key
 
 from ._deltas import Deltas
 from ._liquidation import rearm
-from ._model import Account, ApiKey
+from ._model import Account, ApiKey, Market, Position
 from ._orders import auth, imr_ok, position_for
 from ._state import BPS, MAX_48, MAX_API_KEY_INDEX, MAX_I63, ExchangeState, is_int
 from .codes import (
@@ -49,14 +55,15 @@ from .codes import (
     INVALID_NONCE,
     INVALID_PARAM,
     INVALID_PUBLIC_KEY,
+    MARGIN_MODE_LOCKED,
     MARKET_NOT_FOUND,
+    NO_ISOLATED_POSITION,
     NOT_ENOUGH_MARGIN,
     OK,
     SELF_TRANSFER,
     TX_EXPIRED,
-    UNSUPPORTED_TX_TYPE,
 )
-from .rules import accepted_nonce
+from .rules import accepted_nonce, initial_margin, product, unrealized_pnl
 
 
 def transfer(st: ExchangeState, c: Transfer, now: int, out: Deltas) -> int:
@@ -117,22 +124,101 @@ def update_leverage(st: ExchangeState, c: UpdateLeverage, now: int, out: Deltas)
     m = st.markets.get(mi)
     if m is None:
         return MARKET_NOT_FOUND
-    if mode != 0:
-        return UNSUPPORTED_TX_TYPE
+    if mode != 0 and mode != 1:
+        return INVALID_PARAM
     if not m.min_imf <= imf <= BPS:
         return INVALID_LEVERAGE
     acct = st.accounts[ai]
     new_pos = mi not in acct.positions
     pos = position_for(acct, m)
+    old_mode = pos.margin_mode
+    if mode != old_mode and (pos.size or _has_orders_in(acct, m)):
+        if new_pos:  # (cannot be: a new position is flat without orders)
+            acct.drop_position(mi)
+        return MARGIN_MODE_LOCKED
     old = pos.imf
+    _set_mode(acct, pos, mode)
     pos.imf = imf
     acct.c_epoch = -1
-    if imf > old and not imr_ok(st, acct):
+    if imf > old and (not imr_ok(st, acct) or not isolated_im_ok(pos)):
         pos.imf = old
+        _set_mode(acct, pos, old_mode)
         acct.c_epoch = -1
         if new_pos:  # a rejected tx leaves no trace (see _orders._place)
             acct.drop_position(mi)
         return NOT_ENOUGH_MARGIN
+    if mode != old_mode:
+        rearm(st, acct)
+    st.mark_position(pos)
+    return OK
+
+
+def _set_mode(acct: Account, pos: Position, mode: int) -> None:
+    if mode != pos.margin_mode:
+        acct.isolated += 1 if mode else -1
+        pos.margin_mode = mode
+
+
+def _has_orders_in(acct: Account, m: Market) -> bool:
+    """``acct`` rests an order in ``m`` (reduce-only ones included). O(its orders)."""
+    o = acct.first_order
+    while o is not None:
+        if o.market is m:
+            return True
+        o = o.acct_next
+    return False
+
+
+def isolated_im_ok(pos: Position) -> bool:
+    """An isolated position's equity (its collateral plus unrealized PnL) meets its initial
+    margin at the mark; True for a cross or a flat one."""
+    s = pos.size
+    if not pos.margin_mode or not s:
+        return True
+    mq = pos.market.mark_q
+    equity = pos.allocated + unrealized_pnl(s, mq, pos.entry_quote)
+    return product(equity, BPS) >= initial_margin(s if s > 0 else -s, mq, pos.imf)
+
+
+def update_margin(st: ExchangeState, c: UpdateMargin, now: int, out: Deltas) -> int:
+    """UpdateMargin (Lighter's tx 29): ``usdc_amount`` into (``direction`` 1) or out of (0) the
+    collateral of the account's open isolated position in ``market_index``, from or to its cross
+    collateral. Adding needs the amount in the cross collateral with its initial margin still
+    met afterwards (as a withdrawal); removing, the amount in the position's collateral with
+    the position's initial margin still met afterwards (equity = collateral + unrealized PnL,
+    so profit may come out). Either way the account is re-armed."""
+    ai, ki, mi, amount, direction, exp_at, nonce, _s = c
+    code = auth(st, ai, ki, nonce, exp_at, now, out)
+    if code:
+        return code
+    m = st.markets.get(mi)
+    if m is None:
+        return MARKET_NOT_FOUND
+    if not 1 <= amount <= MAX_I63:
+        return INVALID_AMOUNT
+    if direction != 0 and direction != 1:
+        return INVALID_PARAM
+    acct = st.accounts[ai]
+    pos = acct.positions.get(mi)
+    if pos is None or not pos.margin_mode or not pos.size:
+        return NO_ISOLATED_POSITION
+    if direction:
+        if pos.allocated + amount > MAX_I63:
+            return INVALID_AMOUNT
+        code = debit(st, acct, amount)
+        if code:
+            return code
+        pos.allocated += amount
+    else:
+        if amount > pos.allocated:
+            return INSUFFICIENT_BALANCE
+        pos.allocated -= amount
+        if not isolated_im_ok(pos):
+            pos.allocated += amount
+            return NOT_ENOUGH_MARGIN
+        acct.collateral += amount
+        rearm(st, acct)
+        st.mark_account(acct)
     st.mark_position(pos)
     return OK
 

@@ -125,6 +125,9 @@ def load(st: ExchangeState, rows: Iterable[Any]) -> None:
             pos = Position(acct, m, r.initial_margin_fraction)
             (pos.size, pos.entry_quote, pos.realized_pnl, pos.funding_paid) = r[2:6]
             pos.margin_mode = r.margin_mode
+            pos.allocated = r.allocated_margin
+            if pos.margin_mode:
+                acct.isolated += 1
             acct.add_position(pos)
             if pos.size:
                 m.add_holder(pos)
@@ -202,6 +205,7 @@ def position_record(p: Position) -> PositionRecord:
             p.funding_paid,
             p.imf,
             p.margin_mode,
+            p.allocated,
         ),
     )
 

@@ -94,8 +94,10 @@ class ExchangeState:
         self.deltas = Deltas()
         #: The index of the last order a CreateOrder made (its reply to the client).
         self.last_order_index = 0
-        #: Price * size of the fills of the liquidation order being matched (``liquidate``).
+        #: Price * size of the fills of the liquidation order being matched (``liquidate``),
+        #: and their liquidation fees.
         self.liquidation_quote = 0
+        self.liquidation_fee = 0
         #: The first account queued by :meth:`note_traded` (None: none), for a quick test.
         self.traded_head: Account | None = None
         # Per-command scratch: objects whose events are emitted at the end of the command, a

@@ -30,6 +30,7 @@ __all__ = [
     "CANCELED_TOO_MUCH_SLIPPAGE",
     "CLIENT_ORDER_INDEX_EXISTS",
     "FAT_FINGER_PRICE",
+    "FEATURE_NOT_SUPPORTED",
     "FILLED",
     "GTT",
     "INSUFFICIENT_BALANCE",
@@ -48,12 +49,14 @@ __all__ = [
     "INVALID_TIME_IN_FORCE",
     "IOC",
     "LIMIT",
+    "MARGIN_MODE_LOCKED",
     "MARKET",
     "MARKET_EXISTS",
     "MARKET_NOT_ACTIVE",
     "MARKET_NOT_FOUND",
     "NOT_ACTIVE_LIMIT_ORDER",
     "NOT_ENOUGH_MARGIN",
+    "NO_ISOLATED_POSITION",
     "OK",
     "POST_ONLY",
     "POST_ONLY_WOULD_CROSS",
@@ -99,6 +102,9 @@ SELF_TRANSFER: Final[int] = _R.SELF_TRANSFER.value
 INVALID_API_KEY_INDEX: Final[int] = _R.INVALID_API_KEY_INDEX.value
 UNSUPPORTED_TX_TYPE: Final[int] = _R.UNSUPPORTED_TX_TYPE.value
 TOO_MANY_ORDERS: Final[int] = _R.TOO_MANY_ORDERS.value
+FEATURE_NOT_SUPPORTED: Final[int] = _R.FEATURE_NOT_SUPPORTED.value
+MARGIN_MODE_LOCKED: Final[int] = _R.MARGIN_MODE_LOCKED.value
+NO_ISOLATED_POSITION: Final[int] = _R.NO_ISOLATED_POSITION.value
 
 # ---- order statuses (OrderStatus) ---------------------------------------------------------------
 ACTIVE_LIMIT: Final[int] = _S.ACTIVE_LIMIT.value

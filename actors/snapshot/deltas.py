@@ -192,7 +192,7 @@ class DeltaState:
                     orders.pop(oi, None)
                 if (ai, mi) not in positions:
                     imf = self.markets[mi].default_initial_margin_fraction
-                    positions[(ai, mi)] = _new(PositionRecord, (ai, mi, 0, 0, 0, 0, imf, 0))
+                    positions[(ai, mi)] = _new(PositionRecord, (ai, mi, 0, 0, 0, 0, imf, 0, 0))
                 if oi >= self.next_order_index:
                     self.next_order_index = oi + 1
                 if ev[13] >= self.next_priority:

@@ -26,6 +26,7 @@ from raydex.codecs import (
     TimeInForce,
     Transfer,
     UpdateLeverage,
+    UpdateMargin,
     Withdraw,
     public_key_of,
 )
@@ -175,6 +176,18 @@ class Desk:
             UpdateLeverage(account, 0, m, imf, mode, self.now + 60_000, self.nonce(account), SIG)
         )
 
+    def isolate(self, account: int, m: int = 0, imf: int = 1_000) -> int:
+        """UpdateLeverage to isolated margin in market ``m`` at ``imf``."""
+        return self.leverage(account, imf, m, 1)
+
+    def margin(self, account: int, amount: int, add: bool = True, m: int = 0) -> int:
+        """UpdateMargin: ``amount`` into (``add``) or out of the isolated position in ``m``."""
+        return self.run(
+            UpdateMargin(
+                account, 0, m, amount, int(add), self.now + 60_000, self.nonce(account), SIG
+            )
+        )
+
     def change_key(self, account: int, new_key: int, pub: bytes) -> int:
         """Lighter's ChangePubKey of slot ``new_key`` (the engine does not check signatures)."""
         return self.run(
@@ -211,6 +224,11 @@ class Desk:
     def size(self, account: int, m: int = 0) -> int:
         p = self.eng.position(account, m)
         return 0 if p is None else p.size
+
+    def allocated(self, account: int, m: int = 0) -> int:
+        """The collateral of ``account``'s isolated position in ``m`` (0: none or cross)."""
+        p = self.eng.position(account, m)
+        return 0 if p is None else p.allocated_margin
 
     def cash(self, account: int) -> int:
         c = self.eng.account_collateral(account)

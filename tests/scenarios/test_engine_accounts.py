@@ -160,7 +160,7 @@ MARGIN: dict[str, list[Step]] = {
         Step("leverage", (1, 500)),
         Step("buy", (1, 200, 10_000)),
         Step("leverage", (1, 1_000), code=RC.NOT_ENOUGH_MARGIN),
-        Step("leverage", (1, 1_000, 0, 1), code=RC.UNSUPPORTED_TX_TYPE),
+        Step("leverage", (1, 1_000, 0, 1), code=RC.MARGIN_MODE_LOCKED),  # an order rests there
     ],
 }
 
