@@ -5,8 +5,10 @@ ChangePubKey: the new key's, then its ``L1Sig``, 21831), nonce against the pendi
 (21104; ``rules.accepted_nonce``, so a SkipNonce tx needs only to be above the last pending or
 used one), too many pending (21506), deadline (21810), then per type: market, order fields, fat
 finger, reduce-only and initial margin (21739). What needs the live book (post-only crossing,
-fills) is left to the engine. The rules are the engine's own (``raydex.engine.rules``); the sums
-come from the caches (``margin.equity_and_requirement``).
+fills) is left to the engine. UpdateLeverage: the fraction's range and the margin mode's lock
+(21841); UpdateMargin: an open isolated position (21842), the amount and the margin it leaves.
+The rules are the engine's own (``raydex.engine.rules``); the sums come from the caches
+(``margin.equity_and_requirement``: cross and isolated margin as the engine keeps them).
 
 Reads the state, changes nothing: the caller notes a passed tx as sent (``note_sent``). Cost:
 one Lighter signature check plus O(markets the account holds or rests orders in).
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from raydex.codecs import (
+    BPS,
     OPERATOR_TX_TYPES,
     CancelOrder,
     ChangePubKey,
@@ -25,6 +28,7 @@ from raydex.codecs import (
     OrderType,
     ResultCode,
     UpdateLeverage,
+    UpdateMargin,
     is_signed_type,
     l1_signer,
     signer_key,
@@ -40,7 +44,7 @@ from raydex.engine.rules import (
     reduce_only_increases,
 )
 
-from .margin import equity_and_requirement
+from .margin import equity_and_requirement, isolated_ok
 from .state import AccountCache, ReplicaState
 
 __all__ = ["MAX_PENDING_PER_KEY", "dry_run"]
@@ -82,8 +86,12 @@ def dry_run(st: ReplicaState, tx: Any, now_ms: int) -> int:
     t = type(tx)
     if t is CreateOrder:
         return _check_order(st, tx, acct)
-    if t is CancelOrder or t is ModifyOrder or t is UpdateLeverage:
+    if t is CancelOrder or t is ModifyOrder:
         return _check_market(st, tx.market_index)
+    if t is UpdateLeverage:
+        return _check_leverage(st, tx, acct)
+    if t is UpdateMargin:
+        return _check_update_margin(st, tx, acct)
     return _OK
 
 
@@ -105,6 +113,50 @@ def _check_market(st: ReplicaState, mi: int) -> int:
         return int(ResultCode.MARKET_NOT_FOUND)
     if m.status != 1:
         return int(ResultCode.MARKET_NOT_ACTIVE)
+    return _OK
+
+
+def _check_leverage(st: ReplicaState, tx: UpdateLeverage, acct: AccountCache) -> int:
+    """The market, the fraction's range (21812), and a margin mode that changes only while
+    the position is flat with no resting order there (21841), as the engine rules."""
+    mi = tx.market_index
+    m = st.markets.get(mi)
+    if m is None:
+        return int(ResultCode.MARKET_NOT_FOUND)
+    if not m.min_initial_margin_fraction <= tx.initial_margin_fraction <= BPS:
+        return int(ResultCode.INVALID_LEVERAGE)
+    pos = acct.positions.get(mi)
+    mode = pos.margin_mode if pos is not None else 0
+    if tx.margin_mode != mode and ((pos is not None and pos.size) or acct.order_counts.get(mi)):
+        return int(ResultCode.MARGIN_MODE_LOCKED)
+    return _OK
+
+
+def _check_update_margin(st: ReplicaState, tx: UpdateMargin, acct: AccountCache) -> int:
+    """UpdateMargin as the engine rules it (``engine._accounts.update_margin``): an open
+    isolated position (21842); adding needs the amount in the cross collateral and the cross
+    initial margin met after it (21811, 21739); removing, the amount in the position's
+    collateral and its initial margin met after it."""
+    m = st.markets.get(tx.market_index)
+    if m is None:
+        return int(ResultCode.MARKET_NOT_FOUND)
+    pos = acct.positions.get(tx.market_index)
+    if pos is None or not pos.margin_mode or not pos.size:
+        return int(ResultCode.NO_ISOLATED_POSITION)
+    amount = tx.usdc_amount
+    if tx.direction:
+        if amount > acct.collateral:
+            return int(ResultCode.INSUFFICIENT_BALANCE)
+        equity, num = equity_and_requirement(
+            st.markets, acct.collateral, acct.positions, acct.open_lots
+        )
+        if (equity - amount) * BPS < num:
+            return int(ResultCode.NOT_ENOUGH_MARGIN)
+        return _OK
+    if amount > pos.allocated_margin:
+        return int(ResultCode.INSUFFICIENT_BALANCE)
+    if not isolated_ok(m, pos, pos.allocated_margin - amount, pos.initial_margin_fraction):
+        return int(ResultCode.NOT_ENOUGH_MARGIN)
     return _OK
 
 

@@ -65,7 +65,7 @@ from raydex.observability.gcstats import untrack, untrack_all
 
 from .history import History
 from .ledger import Ledger
-from .margin import equity_and_requirement
+from .margin import MarginSummary, equity_and_requirement, margin_summary
 from .rows import Applied, BookDelta, Levels, TradeRow, TxRecord
 
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
@@ -760,6 +760,14 @@ class ReplicaState:
             self.markets, acct.collateral, acct.positions, acct.open_lots
         )
         return int(equity - -(-num // BPS))
+
+    def margin_summary(self, account: int) -> MarginSummary:
+        """The account's cross and isolated margin (``margin.margin_summary``); zeros for an
+        unknown account."""
+        acct = self.accounts.get(account)
+        if acct is None:
+            return MarginSummary(0, 0, 0, 0, 0)
+        return margin_summary(self.markets, acct.collateral, acct.positions, acct.open_lots)
 
     def equity_and_margin(self, account: int) -> tuple[int, int]:
         """(equity, initial-margin requirement), micro-USDC, as :meth:`available_balance` counts
