@@ -24,6 +24,19 @@ Nonce = NewType("Nonce", int)
 #: client order index (1 .. 2**48-1), at or above it an exchange order index.
 FIRST_ORDER_INDEX = 1 << 48
 MAX_48 = (1 << 48) - 1
+#: Lighter's account index ranges (lighter-go ``constants.go``; Lighter's docs: "master account
+#: indices are in [0, 2^47 - 1], while subaccount indices are in [2^47, 2^48 - 2]")
+MAX_MASTER_ACCOUNT_INDEX = (1 << 47) - 1
+MIN_SUB_ACCOUNT_INDEX = 1 << 47
+MAX_ACCOUNT_INDEX = (1 << 48) - 2
+#: Sub-accounts one master may open (Lighter's limit depends on the account's tier, 4 to 64;
+#: raydex has one tier and takes the highest)
+MAX_SUB_ACCOUNTS = 64
+#: Lighter's USDC asset index and its routes (lighter-go ``USDCAssetIndex``,
+#: ``AssetRouteType_Perps`` / ``_Spot``)
+USDC_ASSET_INDEX = 3
+PERPS_ROUTE = 0
+SPOT_ROUTE = 1
 MAX_API_KEY_INDEX = 254
 ALL_API_KEYS = 255
 MAX_MARKET_INDEX = 254
@@ -76,6 +89,7 @@ class TxType(IntEnum):
 USER_TX_TYPES = frozenset(
     {
         TxType.CHANGE_PUB_KEY,
+        TxType.CREATE_SUB_ACCOUNT,
         TxType.TRANSFER,
         TxType.WITHDRAW,
         TxType.CREATE_ORDER,
@@ -200,6 +214,8 @@ class ResultCode(IntEnum):
     MARGIN_MODE_LOCKED = 21841
     #: UpdateMargin: the account has no open isolated position in that market
     NO_ISOLATED_POSITION = 21842
+    #: CreateSubAccount: the master holds ``MAX_SUB_ACCOUNTS`` already
+    TOO_MANY_SUB_ACCOUNTS = 21843
     # rate limits (23xxx)
     RATE_LIMITED = 23000
     # WebSocket (30xxx)

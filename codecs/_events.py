@@ -43,6 +43,7 @@ class EventTag(IntEnum):
     TX_EXECUTED = 13
     FUNDING_CHANGED = 14
     L1_ADDRESS_SET = 15
+    SUB_ACCOUNT_CREATED = 16
 
 
 Account = Annotated[AccountIndex, U64]
@@ -140,6 +141,16 @@ class L1AddressSet(NamedTuple):
     """An account got its L1 (Ethereum) address: created by ``L1Deposit``. Absolute."""
 
     account_index: Account
+    l1_address: Annotated[bytes, Bytes20]
+
+
+@wire(EVENT, EventTag.SUB_ACCOUNT_CREATED)
+class SubAccountCreated(NamedTuple):
+    """CreateSubAccount made ``account_index`` for ``master_index``, sharing its L1 address (20
+    bytes; zeros for a master without one). Absolute: the account's master never changes."""
+
+    account_index: Account
+    master_index: Account
     l1_address: Annotated[bytes, Bytes20]
 
 
@@ -254,4 +265,5 @@ Event = (
     | TxExecuted
     | FundingChanged
     | L1AddressSet
+    | SubAccountCreated
 )

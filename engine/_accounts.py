@@ -29,10 +29,12 @@ from __future__ import annotations
 from raydex.codecs import (
     ApiKeyChanged,
     ChangePubKey,
+    CreateSubAccount,
     Deposit,
     L1AddressSet,
     L1Deposit,
     RegisterApiKey,
+    SubAccountCreated,
     Transfer,
     UpdateLeverage,
     UpdateMargin,
@@ -45,12 +47,26 @@ from ._deltas import Deltas
 from ._liquidation import rearm
 from ._model import Account, ApiKey, Market, Position
 from ._orders import auth, imr_ok, position_for
-from ._state import BPS, MAX_48, MAX_API_KEY_INDEX, MAX_I63, ExchangeState, is_int
+from ._state import (
+    BPS,
+    MAX_48,
+    MAX_API_KEY_INDEX,
+    MAX_I63,
+    MAX_MASTER_ACCOUNT_INDEX,
+    MAX_SUB_ACCOUNTS,
+    MIN_SUB_ACCOUNT_INDEX,
+    PERPS_ROUTE,
+    USDC_ASSET_INDEX,
+    ExchangeState,
+    is_int,
+)
 from .codes import (
     ACCOUNT_NOT_FOUND,
+    FEATURE_NOT_SUPPORTED,
     INSUFFICIENT_BALANCE,
     INVALID_AMOUNT,
     INVALID_API_KEY_INDEX,
+    INVALID_L1_SIGNATURE,
     INVALID_LEVERAGE,
     INVALID_NONCE,
     INVALID_PARAM,
@@ -61,38 +77,62 @@ from .codes import (
     NOT_ENOUGH_MARGIN,
     OK,
     SELF_TRANSFER,
+    TOO_MANY_SUB_ACCOUNTS,
     TX_EXPIRED,
 )
-from .rules import accepted_nonce, initial_margin, product, unrealized_pnl
+from .rules import accepted_nonce, initial_margin, product, transfer_fee, unrealized_pnl
 
 
 def transfer(st: ExchangeState, c: Transfer, now: int, out: Deltas) -> int:
-    ai, ki, to, amount, exp_at, nonce, _s = c
+    """Transfer (Lighter's tx 12): USDC (asset 3) from the perps route to another account's perps
+    route; any other asset or route is FEATURE_NOT_SUPPORTED (raydex has no spot markets or
+    other assets). The sender pays ``usdc_amount`` plus ``usdc_fee`` (to the fee pool; at least
+    ``rules.transfer_fee``, which ``transferFeeInfo`` reports) and must meet its initial margin
+    afterwards. A transfer to another master's account needs an ``l1_sig`` from an account with
+    an L1 address (INVALID_L1_SIGNATURE without one; its validity is checked before execution,
+    as every signature is); one between accounts of one master needs none, nor does one from
+    an account the operator made without an L1 address (its API key is all it has)."""
+    ai, ki, to, asset, src_route, dst_route, amount, fee, _memo, l1_sig, exp_at, nonce, _s = c
     code = auth(st, ai, ki, nonce, exp_at, now, out)
     if code:
         return code
-    if not 1 <= amount <= MAX_I63:
+    if asset != USDC_ASSET_INDEX or src_route != PERPS_ROUTE or dst_route != PERPS_ROUTE:
+        return FEATURE_NOT_SUPPORTED
+    if not 1 <= amount <= MAX_I63 or not 0 <= fee <= MAX_I63:
         return INVALID_AMOUNT
     if to == ai:
         return SELF_TRANSFER
     dst = st.accounts.get(to)
     if dst is None:
         return ACCOUNT_NOT_FOUND
+    src = st.accounts[ai]
+    same_master = dst.master_index == src.master_index
+    if not same_master and src.l1_address and not any(l1_sig):
+        return INVALID_L1_SIGNATURE
+    if fee < transfer_fee(same_master) or amount + fee > MAX_I63:
+        return INVALID_AMOUNT
     if dst.collateral + amount > MAX_I63:
         return INVALID_AMOUNT
-    code = debit(st, st.accounts[ai], amount)
+    code = debit(st, src, amount + fee)
     if code:
         return code
     dst.collateral += amount
     st.mark_account(dst)
+    if fee:
+        st.fee_pool += fee
+        st.mark_exchange()
     return OK
 
 
 def withdraw(st: ExchangeState, c: Withdraw, now: int, out: Deltas) -> int:
-    ai, ki, amount, exp_at, nonce, _s = c
+    """Withdraw (Lighter's tx 13): USDC (asset 3) from the perps route; any other asset or route
+    is FEATURE_NOT_SUPPORTED."""
+    ai, ki, asset, route, amount, exp_at, nonce, _s = c
     code = auth(st, ai, ki, nonce, exp_at, now, out)
     if code:
         return code
+    if asset != USDC_ASSET_INDEX or route != PERPS_ROUTE:
+        return FEATURE_NOT_SUPPORTED
     if not 1 <= amount <= MAX_I63:
         return INVALID_AMOUNT
     code = debit(st, st.accounts[ai], amount)
@@ -100,6 +140,37 @@ def withdraw(st: ExchangeState, c: Withdraw, now: int, out: Deltas) -> int:
         return code
     st.total_withdrawals += amount
     st.mark_exchange()
+    return OK
+
+
+def create_sub_account(st: ExchangeState, c: CreateSubAccount, now: int, out: Deltas) -> int:
+    """CreateSubAccount (Lighter's tx 9), signed by an API key of the master: a new account at
+    the next free sub-account index, counting down from ``MAX_ACCOUNT_INDEX`` (2^48 - 2, as
+    Lighter allocates them; never below ``MIN_SUB_ACCOUNT_INDEX``, 2^47), with the master's L1
+    address, no collateral and no key (``SubAccountCreated``). Only a master opens one
+    (INVALID_PARAM), at most ``MAX_SUB_ACCOUNTS`` each (TOO_MANY_SUB_ACCOUNTS). The
+    sub-account gets API keys as any account does: a ChangePubKey authorised by the L1
+    address it shares with its master."""
+    ai, ki, exp_at, nonce, _s = c
+    code = auth(st, ai, ki, nonce, exp_at, now, out)
+    if code:
+        return code
+    master = st.accounts[ai]
+    if master.master_index != master.index or ai > MAX_MASTER_ACCOUNT_INDEX:
+        return INVALID_PARAM
+    if master.sub_accounts >= MAX_SUB_ACCOUNTS:
+        return TOO_MANY_SUB_ACCOUNTS
+    sub = st.next_sub_index
+    while sub in st.accounts:  # (an index the operator funded before: skipped)
+        sub -= 1
+    if sub < MIN_SUB_ACCOUNT_INDEX:
+        return TOO_MANY_SUB_ACCOUNTS
+    acct = account_for(st, sub)
+    acct.master_index = master.index
+    acct.l1_address = master.l1_address
+    master.sub_accounts += 1
+    st.next_sub_index = sub - 1
+    out.event(SubAccountCreated(sub, master.index, master.l1_address or bytes(20)))
     return OK
 
 
@@ -263,6 +334,12 @@ def fits(st: ExchangeState, acct: Account | None, amount: int) -> bool:
     return held + amount <= MAX_I63 and st.total_deposits + amount <= MAX_I63
 
 
+def _may_exist(st: ExchangeState, ai: int) -> bool:
+    """An operator command may name ``ai``: an account that exists, or a master's index (the
+    operator creates masters; sub-accounts come from CreateSubAccount)."""
+    return ai <= MAX_MASTER_ACCOUNT_INDEX or ai in st.accounts
+
+
 def account_for(st: ExchangeState, ai: int) -> Account:
     acct = st.accounts.get(ai)
     if acct is None:
@@ -274,7 +351,7 @@ def account_for(st: ExchangeState, ai: int) -> Account:
 
 def deposit(st: ExchangeState, c: Deposit, now: int, out: Deltas) -> int:
     ai, amount = c
-    if not is_int(ai) or not 0 <= ai <= MAX_48:
+    if not is_int(ai) or not 0 <= ai <= MAX_48 or not _may_exist(st, ai):
         return INVALID_PARAM
     if not is_int(amount) or not 1 <= amount <= MAX_I63:
         return INVALID_AMOUNT
@@ -298,8 +375,8 @@ def l1_deposit(st: ExchangeState, c: L1Deposit, now: int, out: Deltas) -> int:
     if not fits(st, None if ai is None else st.accounts[ai], amount):
         return INVALID_AMOUNT
     if ai is None:
-        ai = max(st.accounts, default=0) + 1
-        if ai > MAX_48:
+        ai = max((a for a in st.accounts if a <= MAX_MASTER_ACCOUNT_INDEX), default=0) + 1
+        if ai > MAX_MASTER_ACCOUNT_INDEX:
             return INVALID_PARAM
         acct = account_for(st, ai)
         acct.l1_address = addr
@@ -316,7 +393,7 @@ def l1_deposit(st: ExchangeState, c: L1Deposit, now: int, out: Deltas) -> int:
 
 def register_api_key(st: ExchangeState, c: RegisterApiKey, now: int, out: Deltas) -> int:
     ai, ki, pub = c
-    if not is_int(ai) or not 0 <= ai <= MAX_48:
+    if not is_int(ai) or not 0 <= ai <= MAX_48 or not _may_exist(st, ai):
         return INVALID_PARAM
     if not is_int(ki) or not 0 <= ki <= MAX_API_KEY_INDEX:
         return INVALID_API_KEY_INDEX

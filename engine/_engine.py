@@ -136,6 +136,7 @@ from raydex.codecs import (
     ChangePubKey,
     CreateMarket,
     CreateOrder,
+    CreateSubAccount,
     Deposit,
     FundingTick,
     L1Deposit,
@@ -282,6 +283,11 @@ class Engine:
         """The index of the account whose L1 address is ``l1_address`` (20 bytes), or None."""
         return self.state.by_l1.get(l1_address)
 
+    def master_index(self, account: int) -> int | None:
+        """``account``'s master account (its own index for a master); None for an unknown one."""
+        acct = self.state.accounts.get(account)
+        return None if acct is None else acct.master_index
+
     def l1_address(self, account: int) -> bytes | None:
         """``account``'s L1 address (20 bytes); None for an unknown account or one without."""
         acct = self.state.accounts.get(account)
@@ -368,6 +374,7 @@ _HANDLERS: Final[dict[type, Callable[[ExchangeState, Any, int, Deltas], int]]] =
     UpdateLeverage: _accounts.update_leverage,
     UpdateMargin: _accounts.update_margin,
     ChangePubKey: _accounts.change_pub_key,
+    CreateSubAccount: _accounts.create_sub_account,
     Deposit: _accounts.deposit,
     L1Deposit: _accounts.l1_deposit,
     RegisterApiKey: _accounts.register_api_key,

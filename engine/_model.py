@@ -101,6 +101,7 @@ class Account:
         "reserve",
         "reserve_version",
         "risk_version",
+        "sub_accounts",
         "traded",
         "unarmed",
     )
@@ -140,6 +141,8 @@ class Account:
         #: ``MaxMasterAccountIndex``, 2**47 - 1), the master's for a sub-account (an index from
         #: ``MinSubAccountIndex``, 2**47, on). Set when the account is made, never changed.
         self.master_index = index
+        #: How many sub-accounts this master opened (derived from the accounts on a load).
+        self.sub_accounts = 0
         #: Resting orders: a doubly linked list through ``Order.acct_prev`` / ``acct_next`` (most
         #: recently rested first; :meth:`resting_orders` sorts them), not a dict: that would be
         #: an insert and a delete per order, with the resizes small dicts go through under churn.

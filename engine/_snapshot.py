@@ -5,7 +5,9 @@
   book order, funding clocks by market, L1 addresses by account), whatever the history that
   built it.
 - :func:`load`: rebuild the state from those rows (in that order): books and every index are
-  rebuilt, every account holding a position is armed (liquidation triggers) at the loaded marks.
+  rebuilt (the masters' sub-account counts and the next sub-account index too, from the
+  accounts' masters), every account holding a position is armed (liquidation triggers) at the
+  loaded marks.
 - :func:`state_hash`: sha256 over :func:`records` (:func:`records_hash`); equal states hash equal
   (snapshot round trips, WAL replay and replicas are compared by it).
 
@@ -166,6 +168,12 @@ def load(st: ExchangeState, rows: Iterable[Any]) -> None:
         else:
             raise TypeError(f"not a snapshot record: {type(r).__name__}")
     st.forget_levels()
+    accounts = st.accounts
+    for acct in accounts.values():
+        if acct.master_index != acct.index:
+            accounts[acct.master_index].sub_accounts += 1
+            if acct.index <= st.next_sub_index:
+                st.next_sub_index = acct.index - 1
     for acct in st.accounts.values():
         if any(p.size for p in acct.positions.values()):
             equity, num = equity_mmr(st, acct)

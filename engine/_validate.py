@@ -4,6 +4,8 @@ Checked, first failure raises ``InvariantViolation``:
 
 - conservation: ``sum(collateral + allocated - entry_quote) + fee_pool + insurance_fund``
   ``== deposits - withdrawals`` (``allocated``: isolated positions' collateral);
+- accounts: each one's master is a master; a sub-account shares its master's L1 address and is
+  above the next sub-account index; the masters' sub-account counts;
 - isolated positions: counted in ``Account.isolated``; only an open isolated position holds
   collateral; none is left under its own maintenance margin;
 - the account slots (``account_slots``) hold exactly the accounts with a dense index, the
@@ -71,6 +73,10 @@ def validate(st: ExchangeState) -> None:
         ai for ai in st.accounts if 0 <= ai < len(slots)
     ) or len(slots) > DENSE_ACCOUNTS:
         fail("the account slots disagree with the accounts")
+    sub_counts: dict[int, int] = {}
+    for a in st.accounts.values():
+        if a.master_index != a.index:
+            sub_counts[a.master_index] = sub_counts.get(a.master_index, 0) + 1
     for ai, acct in st.accounts.items():
         if acct.index != ai or acct.ref != ai:
             fail(f"account {ai} stored as {acct.index} (boxed {acct.ref})")
@@ -106,6 +112,15 @@ def validate(st: ExchangeState) -> None:
                 fail(f"isolated position {acct.index}/{pos.market.index} under maintenance")
         if isolated != acct.isolated:
             fail(f"account {acct.index}: {acct.isolated} isolated positions counted, {isolated}")
+        if sub_counts.get(ai, 0) != acct.sub_accounts:
+            fail(f"account {ai}: {acct.sub_accounts} sub-accounts counted, {sub_counts.get(ai)}")
+        master = st.accounts.get(acct.master_index)
+        if master is None or master.master_index != master.index:
+            fail(f"account {ai}: its master {acct.master_index} is not a master account")
+        elif master is not acct and (
+            master.l1_address != acct.l1_address or ai <= st.next_sub_index
+        ):
+            fail(f"account {ai}: a sub-account without its master's L1 address or below the next")
     if cash != st.total_deposits - st.total_withdrawals:
         fail(f"cash not conserved: {cash} != {st.total_deposits - st.total_withdrawals}")
 

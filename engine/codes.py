@@ -36,6 +36,7 @@ __all__ = [
     "INSUFFICIENT_BALANCE",
     "INVALID_AMOUNT",
     "INVALID_API_KEY_INDEX",
+    "INVALID_L1_SIGNATURE",
     "INVALID_CLIENT_ORDER_INDEX",
     "INVALID_EXPIRY",
     "INVALID_LEVERAGE",
@@ -63,6 +64,7 @@ __all__ = [
     "REDUCE_ONLY_INCREASES_POSITION",
     "SELF_TRANSFER",
     "TOO_MANY_ORDERS",
+    "TOO_MANY_SUB_ACCOUNTS",
     "TX_EXPIRED",
     "UNSUPPORTED_TX_TYPE",
 ]
@@ -105,6 +107,8 @@ TOO_MANY_ORDERS: Final[int] = _R.TOO_MANY_ORDERS.value
 FEATURE_NOT_SUPPORTED: Final[int] = _R.FEATURE_NOT_SUPPORTED.value
 MARGIN_MODE_LOCKED: Final[int] = _R.MARGIN_MODE_LOCKED.value
 NO_ISOLATED_POSITION: Final[int] = _R.NO_ISOLATED_POSITION.value
+TOO_MANY_SUB_ACCOUNTS: Final[int] = _R.TOO_MANY_SUB_ACCOUNTS.value
+INVALID_L1_SIGNATURE: Final[int] = _R.INVALID_L1_SIGNATURE.value
 
 # ---- order statuses (OrderStatus) ---------------------------------------------------------------
 ACTIVE_LIMIT: Final[int] = _S.ACTIVE_LIMIT.value

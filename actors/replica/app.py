@@ -146,6 +146,7 @@ def build_app(
         ("accountTxs", private.account_txs),
         ("accountLimits", private.account_limits),
         ("accountMetadata", private.account_metadata),
+        ("transferFeeInfo", private.transfer_fee_info),
         ("fastwithdraw/info", public.fast_withdraw),
         ("fastbridge/info", public.fast_withdraw),
     ):

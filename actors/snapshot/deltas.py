@@ -9,7 +9,8 @@ id seen; ``MarketRecord`` from ``MarketChanged``/``MarketStatsChanged``; ``Accou
 ``BalanceChanged``; ``PositionRecord`` from ``PositionChanged`` (an order in a market without a
 position creates the engine's empty one); ``ApiKeyRecord`` from ``NonceUpdated``/``ApiKeyChanged``;
 ``OrderRecord`` from ``OrderUpdated`` (resting while active with lots remaining);
-``FundingRecord`` from ``FundingChanged``; ``L1AddressRecord`` from ``L1AddressSet``.
+``FundingRecord`` from ``FundingChanged``; ``L1AddressRecord`` from ``L1AddressSet`` and
+``SubAccountCreated`` (which also names the sub-account's master in its ``AccountRecord``).
 
 Invariant (tested against the sequencer's engine by state hash,
 ``tests/unit/test_snapshot_deltas.py``): applying a block's events to the state at ``seq - 1``
@@ -48,6 +49,7 @@ from raydex.codecs import (
     OrderUpdated,
     PositionChanged,
     PositionRecord,
+    SubAccountCreated,
     TradeExecuted,
 )
 from raydex.engine import records_hash
@@ -238,6 +240,12 @@ class DeltaState:
                 )
             elif t is L1AddressSet:
                 self.l1[ev[0]] = ev[1]
+            elif t is SubAccountCreated:
+                ai, master, addr = ev
+                self.masters[ai] = master
+                accounts.setdefault(ai, 0)
+                if any(addr):
+                    self.l1[ai] = addr
             # LevelChanged, TxExecuted, PositionLiquidated, PositionDeleveraged: nothing to keep
 
 

@@ -165,11 +165,27 @@ class Desk:
 
     def transfer(self, account: int, to: int, amount: int) -> int:
         return self.run(
-            Transfer(account, 0, to, amount, self.now + 60_000, self.nonce(account), SIG)
+            Transfer(
+                account,
+                0,
+                to,
+                3,
+                0,
+                0,
+                amount,
+                0,
+                bytes(32),
+                bytes(65),
+                self.now + 60_000,
+                self.nonce(account),
+                SIG,
+            )
         )
 
     def withdraw(self, account: int, amount: int) -> int:
-        return self.run(Withdraw(account, 0, amount, self.now + 60_000, self.nonce(account), SIG))
+        return self.run(
+            Withdraw(account, 0, 3, 0, amount, self.now + 60_000, self.nonce(account), SIG)
+        )
 
     def leverage(self, account: int, imf: int, m: int = 0, mode: int = 0) -> int:
         return self.run(

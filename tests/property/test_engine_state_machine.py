@@ -628,8 +628,12 @@ class EngineUnderStress(RuleBasedStateMachine):
 
     @rule(a=st.integers(1, 5), b=st.integers(1, 5), amount=st.integers(1, 3_000_000))
     def move_cash(self, a: int, b: int, amount: int) -> None:
-        self.run(Transfer(a, 0, b, amount, self.now, self.nonce(a), SIG))
-        self.run(Withdraw(b, 0, amount // 2 + 1, self.now, self.nonce(b), SIG))
+        self.run(
+            Transfer(
+                a, 0, b, 3, 0, 0, amount, 0, bytes(32), bytes(65), self.now, self.nonce(a), SIG
+            )
+        )
+        self.run(Withdraw(b, 0, 3, 0, amount // 2 + 1, self.now, self.nonce(b), SIG))
 
     @rule(
         a=st.integers(1, 5),

@@ -261,8 +261,9 @@ DENSE_ACCOUNTS = 2**20
 
 def test_accounts_far_apart_in_index_trade_like_any_other() -> None:
     # The engine also finds accounts below DENSE_ACCOUNTS (2**20) by position in a list (the
-    # order gate's fast path); the others (Lighter's indexes go to 2**48) only through its map.
-    high = (DENSE_ACCOUNTS - 1, DENSE_ACCOUNTS, 2**47 + 5)
+    # order gate's fast path); the others (Lighter's masters go to 2**47 - 1, its sub-accounts
+    # to 2**48 - 2) only through its map.
+    high = (DENSE_ACCOUNTS - 1, DENSE_ACCOUNTS, 2**47 - 5)
     d = Desk(accounts=(1, *high))
     for ai in high:
         assert d.sell(ai, 1, 10_000) == ResultCode.OK

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -74,3 +75,16 @@ def test_fast_withdrawals_are_refused_naming_the_feature() -> None:
     for status, reply in answers:
         assert (status, reply["code"]) == (400, ResultCode.FEATURE_NOT_SUPPORTED)
         assert "fast withdrawals" in reply["message"]
+
+
+def test_the_sdks_own_txs_of_unserved_features_are_refused_by_name() -> None:
+    vectors = json.loads((Path(__file__).parent / "data" / "lighter_sdk_vectors.json").read_text())
+    unserved = [c for c in vectors["cases"] if c["tx_type"] in UNSERVED_TX_TYPES]
+    names = {c["name"] for c in unserved}
+    assert {"create_public_pool", "mint_shares", "stake_assets", "approve_integrator"} <= names
+    assert {"update_account_config", "update_account_asset_config"} <= names
+    for c in unserved:
+        with pytest.raises(CodecError) as err:
+            tx_from_json(c["tx_type"], c["tx_info"])
+        assert err.value.code == ResultCode.FEATURE_NOT_SUPPORTED, c["name"]
+        assert UNSERVED_TX_TYPES[c["tx_type"]] in str(err.value)

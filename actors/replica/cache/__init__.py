@@ -26,7 +26,7 @@ from .candles import (
     candle_json,
     parse_candle_channel,
 )
-from .dryrun import MAX_PENDING_PER_KEY, dry_run
+from .dryrun import MAX_PENDING_PER_KEY, dry_run, explain
 from .history import Funding, History, Settlement, sequence_index
 from .ledger import DoneOrder, Flow, FundingPayment, Ledger, LedgerCaps, Liquidation, PnlBucket
 from .margin import (
@@ -83,6 +83,7 @@ __all__ = [
     "candle_json",
     "dry_run",
     "equity_and_requirement",
+    "explain",
     "liquidation_price",
     "liquidation_prices",
     "margin_summary",

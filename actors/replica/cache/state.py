@@ -51,6 +51,7 @@ from raydex.codecs import (
     OrderUpdated,
     PositionChanged,
     PositionRecord,
+    SubAccountCreated,
     TradeExecuted,
     TxExecuted,
     Verifier,
@@ -384,12 +385,15 @@ class ReplicaState:
             self.books.add(mi)
 
     def _add_sub_account(self, ai: int, master: int) -> None:
+        """``ai`` is a sub-account of ``master``: in ``masters``, and in the master's list, kept in
+        creation order (highest index first: the engine hands them out counting down)."""
         self.masters[ai] = master
         subs = self.sub_accounts.get(master)
         if subs is None:
             self.sub_accounts[master] = [ai]
-        else:
+        elif ai not in subs:
             subs.append(ai)
+            subs.sort(reverse=True)
 
     def master_of(self, ai: int) -> int:
         """``ai``'s master account (its own index for a master)."""
@@ -635,7 +639,8 @@ class ReplicaState:
         touched: set[int],
     ) -> None:
         """The events of a block other than the six per-tx kinds (both loops call this):
-        trades, market stats and parameters, exchange balances, keys, funding, L1 addresses.
+        trades, market stats and parameters, exchange balances, keys, funding, L1 addresses,
+        sub-accounts.
         The C loop applies trades and market stats itself, as these two branches do (the
         day's trade stats are counted after either loop: ``_count_trades``).
         ``tx_hash``: the block's last ``TxExecuted`` before ``ev`` (its trade's tx)."""
@@ -674,6 +679,13 @@ class ReplicaState:
         elif t is L1AddressSet:
             self.l1_addresses[ev.account_index] = ev.l1_address
             self.by_l1[ev.l1_address] = ev.account_index
+        elif t is SubAccountCreated:
+            ai = ev.account_index
+            self._add_sub_account(ai, ev.master_index)
+            if any(ev.l1_address):  # its master's, which keeps the address's ``by_l1`` entry
+                self.l1_addresses[ai] = ev.l1_address
+            self._account(ai)
+            touched.add(ai)
         # PositionLiquidated / PositionDeleveraged are informational: their effects arrive as
         # PositionChanged / BalanceChanged / LevelChanged events.
 

@@ -121,9 +121,11 @@ class PublicReads:
         return raw, ai
 
     async def accounts_by_l1_address(self, request: web.Request) -> web.Response:
-        """``SubAccounts`` of ``l1_address``: its account (raydex keeps one per address)."""
+        """``SubAccounts`` of ``l1_address``: its master account, then its sub-accounts in
+        creation order."""
         raw, ai = self._by_l1(request.query.get("l1_address"))
-        return self.ctx.ok(views.sub_accounts(self.state, raw, [ai]))
+        st = self.state
+        return self.ctx.ok(views.sub_accounts(st, raw, [ai, *st.sub_accounts.get(ai, ())]))
 
     async def account(self, request: web.Request) -> web.Response:
         q = request.query

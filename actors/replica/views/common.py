@@ -494,8 +494,8 @@ def l1_address(state: ReplicaState, ai: int) -> str:
 
 
 def sub_accounts(state: ReplicaState, l1: bytes, ais: list[int]) -> dict[str, Any]:
-    """``SubAccounts`` (``accountsByL1Address``): the accounts of one L1 address as Lighter's
-    ``Account`` (raydex has one account per L1 address: the master, no sub-accounts)."""
+    """``SubAccounts`` (``accountsByL1Address``): the accounts of one L1 address (its master and
+    its sub-accounts) as Lighter's ``Account``, ``account_type`` telling them apart."""
     ts_ms = state.timestamp_ns // 1_000_000
     rows = []
     for ai in ais:
@@ -503,7 +503,7 @@ def sub_accounts(state: ReplicaState, l1: bytes, ais: list[int]) -> dict[str, An
         rows.append(
             {
                 "code": 200,
-                "account_type": 0,
+                "account_type": account_type(state, ai),
                 "account_trading_mode": 0,
                 "index": ai,
                 "l1_address": l1_address(state, ai),
