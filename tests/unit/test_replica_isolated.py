@@ -13,6 +13,7 @@ from raydex.actors.local import FAR_MS, LocalExchange, Trader, new_exchange
 from raydex.actors.replica import views
 from raydex.actors.replica.cache import margin
 from raydex.actors.replica.cache.dryrun import dry_run
+from raydex.actors.replica.ws.account_channels import AccountChannel, parse, snapshot
 from raydex.codecs import (
     PositionDeleveraged,
     PositionLiquidated,
@@ -144,3 +145,28 @@ def test_the_dry_run_answers_margin_modes_and_update_margin_as_the_engine_does()
         got.append(outcome)
     assert got == want
     assert st.accounts[lev.account].positions[0].allocated_margin == 309_400_000
+
+
+def test_the_account_channels_show_the_isolated_position_and_the_split() -> None:
+    ex, lev = isolated_long()
+    st = ex.serve().state
+    ai = lev.account
+    positions = snapshot(st, _channel(f"account_all_positions/{ai}"), 0, {})
+    assert positions is not None
+    iso = positions["positions"]["0"]
+    assert (iso["margin_mode"], iso["allocated_margin"]) == (1, "299.400000")
+    models.AccountPosition.model_validate(iso, strict=True)
+    stats = snapshot(st, _channel(f"user_stats/{ai}"), 0, {})
+    assert stats is not None
+    cross, total = stats["stats"]["cross_stats"], stats["stats"]["total_stats"]
+    assert (cross["collateral"], total["collateral"]) == ("699.400000", "998.800000")
+    assert (cross["portfolio_value"], total["portfolio_value"]) == ("699.400000", "998.800000")
+    assert cross["available_balance"] == total["available_balance"] == "549.400000"
+    assets = snapshot(st, _channel(f"account_all_assets/{ai}"), 0, {})
+    assert assets is not None and assets["assets"]["3"]["balance"] == "998.800000"
+
+
+def _channel(name: str) -> AccountChannel:
+    ch = parse(name)
+    assert ch is not None
+    return ch
