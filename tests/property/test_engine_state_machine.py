@@ -2,8 +2,11 @@
 list-based price-time reference book; after every step the books, the fills and the positions must
 agree and ``validate_internal_state()`` must pass. Accounts switch between cross and isolated margin
 and move isolated collateral (UpdateMargin); a plain per-fill ledger of each position (its basis
-and, in isolated mode, its collateral by raydex's rule) must agree with the engine's. A replay of
-every command through a fresh engine and a snapshot round trip must reproduce the state hash."""
+and, in isolated mode, its collateral by raydex's rule) must agree with the engine's. Masters open
+sub-accounts (tx 9: the next index down from 2^48 - 2, at most ``MAX_SUB_ACCOUNTS`` each) and move
+USDC among all accounts with a fee; a plain ledger of each sub-account's cash, the fee pool and the
+masters' debits must agree with the engine's. A replay of every command through a fresh engine
+and a snapshot round trip must reproduce the state hash."""
 
 from __future__ import annotations
 
@@ -22,10 +25,13 @@ from hypothesis.stateful import (
 from kit.engine import KEY, market
 
 from raydex.codecs import (
+    MAX_ACCOUNT_INDEX,
+    MAX_SUB_ACCOUNTS,
     ApplyFunding,
     CancelAllOrders,
     CancelOrder,
     CreateOrder,
+    CreateSubAccount,
     Deposit,
     ModifyOrder,
     RegisterApiKey,
@@ -176,6 +182,10 @@ class EngineVsReference(RuleBasedStateMachine):
         self.nonces = dict.fromkeys(ACCOUNTS, 0)
         self.ledgers = {a: RefLedger() for a in ACCOUNTS}
         self.mark_price = MARKET.mark_price
+        self.subs: dict[int, int] = {}  # sub-account -> master
+        self.sub_cash: dict[int, int] = {}
+        self.next_sub = MAX_ACCOUNT_INDEX
+        self.fee_pool = 0  # the trades' fees and the transfers'
         self.log: list[Any] = []
         self.events: list[Any] = []
         self.run(MARKET)
@@ -190,6 +200,7 @@ class EngineVsReference(RuleBasedStateMachine):
         for e in self.events:
             if type(e).__name__ == "TradeExecuted":
                 q = -e.size if e.taker_is_ask else e.size
+                self.fee_pool += e.taker_fee + e.maker_fee
                 self.ledgers[e.taker_account_index].fill(q, e.price, e.taker_fee, self.mark_price)
                 self.ledgers[e.maker_account_index].fill(-q, e.price, e.maker_fee, self.mark_price)
         return code
@@ -378,6 +389,60 @@ class EngineVsReference(RuleBasedStateMachine):
             assert code == RC.OK
             ledger.collateral -= amount
 
+    @rule(a=st.sampled_from(ACCOUNTS))
+    def open_sub_account(self, a: int) -> None:
+        """CreateSubAccount: the next index down, the signer its master, no collateral; the
+        operator then gives it a key as the SDK's ChangePubKey would."""
+        code = self.run(CreateSubAccount(a, 0, NOW, self.nonce(a), SIG))
+        if sum(m == a for m in self.subs.values()) >= MAX_SUB_ACCOUNTS:
+            assert code == RC.TOO_MANY_SUB_ACCOUNTS
+            return
+        assert code == RC.OK
+        made = [
+            (e.account_index, e.master_index)
+            for e in self.events
+            if type(e).__name__ == "SubAccountCreated"
+        ]
+        sub = self.next_sub
+        assert made == [(sub, a)]
+        self.next_sub -= 1
+        self.subs[sub], self.sub_cash[sub], self.nonces[sub] = a, 0, 0
+        assert self.run(RegisterApiKey(sub, 0, KEY)) == RC.OK
+
+    @precondition(lambda self: bool(self.subs))
+    @rule(data=st.data(), amount=st.integers(1, 10**9), fee=st.integers(0, 1_000))
+    def transfer(self, data: st.DataObject, amount: int, fee: int) -> None:
+        """Transfer of USDC on the perps route between any two accounts (the masters here have
+        no L1 address, so none needs an L1 signature): the sender pays amount and fee, the fee
+        goes to the fee pool; a sub-account holds only what was sent to it (no position, no
+        order), a master far more than any transfer."""
+        everyone = sorted((*ACCOUNTS, *self.subs))
+        src = data.draw(st.sampled_from(everyone))
+        others = [a for a in everyone if a != src]
+        dst = data.draw(
+            st.sampled_from(others) | st.sampled_from(sorted(self.subs.keys() - {src}) or others)
+        )
+        if src in self.subs:  # often what it holds, or less
+            held = self.sub_cash[src]
+            amount = data.draw(st.sampled_from((amount, max(1, held), max(1, held // 2))))
+        paid = self.eng.account_collateral(src)
+        tx = Transfer(
+            src, 0, dst, 3, 0, 0, amount, fee, bytes(32), bytes(65), NOW, self.nonce(src), SIG
+        )
+        code = self.run(tx)
+        if src in self.subs and amount + fee > self.sub_cash[src]:
+            assert code == RC.INSUFFICIENT_BALANCE
+            assert self.eng.account_collateral(src) == paid
+            event("transfer refused: INSUFFICIENT_BALANCE")
+            return
+        assert code == RC.OK
+        event("transfer from a sub-account" if src in self.subs else "transfer from a master")
+        assert paid - self.eng.account_collateral(src) == amount + fee
+        self.fee_pool += fee
+        for a, delta in ((src, -amount - fee), (dst, amount)):
+            if a in self.subs:
+                self.sub_cash[a] += delta
+
     @invariant()
     def books_positions_and_internal_state_agree(self) -> None:
         self.eng.validate_internal_state()
@@ -393,6 +458,10 @@ class EngineVsReference(RuleBasedStateMachine):
                 else (p.size, p.entry_quote, p.margin_mode, p.allocated_margin)
             )
             assert got == (ledger.size, ledger.basis, int(ledger.isolated), ledger.collateral)
+        for sub, master in self.subs.items():
+            assert self.eng.master_index(sub) == master
+            assert self.eng.account_collateral(sub) == self.sub_cash[sub]
+        assert self.eng.fee_pool == self.fee_pool
 
     def teardown(self) -> None:
         replay = Engine()
