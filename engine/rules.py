@@ -19,6 +19,7 @@ raise, allocate nothing and cost O(1).
 - Static order checks, in the engine's order: :func:`order_kind_code` (order type / time in force),
   :func:`order_amount_code` (minimum size and notional, then the fat-finger band
   ``|price - mark| <= mark * max_deviation / 1e4``), :func:`reduce_only_increases`.
+- Transfers: :func:`transfer_fee`, the least ``USDCFee`` a transfer carries.
 
 Caller duty: pass the market's current values (mark, fractions, fees); the functions hold no state.
 """
@@ -63,6 +64,7 @@ __all__ = [
     "order_kind_code",
     "product",
     "reduce_only_increases",
+    "transfer_fee",
     "unrealized_pnl",
 ]
 
@@ -219,6 +221,13 @@ def order_amount_code(
         dev = -dev
     if dev * BPS > mark * max_deviation:
         return FAT_FINGER_PRICE
+    return 0
+
+
+def transfer_fee(same_master: bool) -> int:
+    """The fee (micro-USDC) a Transfer must carry at least (its ``USDCFee``; what it carries is
+    charged, to the fee pool): raydex's rule is none, between the accounts of one master and to
+    anyone else, as a transfer inside raydex costs it no bridge or gas."""
     return 0
 
 
