@@ -301,7 +301,11 @@ class CommitterFollower:
         self.committer = self._new(Committer.from_records(records, seq, anchor=anchor))
         if self.audit is not None:
             a = self.audit
-            if seq > a.seq:  # blocks the snapshot jumps over are never audited: say so
+            if seq > a.seq and a.seq == 0 and a.audited_blocks == a.skipped_blocks == 0:
+                # this committer's first state: it audits from there (its status says so); what
+                # came before was the previous committer's to audit, not passed by this one
+                a.from_seq = seq
+            elif seq > a.seq:  # blocks the snapshot jumps over are never audited: say so
                 a.skipped_blocks += seq - a.seq
                 why = "signature audit: blocks %d..%d passed unaudited (rebuilt from a snapshot)"
                 log.warning(why, a.seq + 1, seq)

@@ -931,7 +931,8 @@ class SequencerActor:
     async def _ask_followers(
         self, since: int, frames_after: int
     ) -> tuple[list[HeldBlocks], list[str]]:
-        """Every other named actor of this deployment's namespace, asked ``held_blocks`` at once
+        """Every other named actor of this deployment's namespace that has ``held_blocks`` (the
+        followers: not the monitor, not a user's own actor), asked it at once
         (``runtime/held.py``), within ``repair_timeout_s``: the answers, and the names that gave
         none (a replica still booting answers that it holds nothing). Outside a Ray actor (the
         shell run in a plain process) there are no followers to ask."""
@@ -955,10 +956,15 @@ class SequencerActor:
             a["name"] for a in listed if a.get("namespace") == namespace and a["name"] != me
         )
 
+        others: set[str] = set()  # named actors that hold no blocks: not followers
+
         async def ask(name: str) -> HeldBlocks | None:
             actor = await loop.run_in_executor(
                 None, lambda: ray.get_actor(name, namespace=namespace)
             )
+            if not hasattr(actor, "held_blocks"):  # the deployment's monitor, a user's own actor
+                others.add(name)
+                return None
             held: HeldBlocks | None = await actor.held_blocks.remote(since, frames_after)
             return held
 
@@ -968,6 +974,8 @@ class SequencerActor:
         answers: list[HeldBlocks] = []
         silent: list[str] = []
         for name, task in tasks.items():
+            if name in others:
+                continue
             if not task.done():
                 task.cancel()
                 silent.append(name)

@@ -104,6 +104,8 @@ __all__ = [
     "Pacer",
     "Recorder",
     "BookWatch",
+    "Endpoint",
+    "assign_endpoints",
     "encode_item",
     "lane_specs",
     "min_lots",
@@ -241,6 +243,24 @@ class Recorder:
         self.connections = 0
         self.connection_waits = 0
 
+    def merge(self, other: Recorder) -> None:
+        """Add ``other``'s outcomes to these (two lanes' recorders summed into one)."""
+        for mine, theirs in ((self.latency, other.latency), (self.admitted, other.admitted),
+                             (self.send_lag, other.send_lag)):  # fmt: skip
+            mine.merge(theirs)
+        for name, h in other.by_type.items():
+            self.by_type.setdefault(name, Histogram()).merge(h)
+        while len(self.per_second) < len(other.per_second):
+            self.per_second.append(Histogram())
+            self.ok_per_second.append(0)
+        for i, h in enumerate(other.per_second):
+            self.per_second[i].merge(h)
+            self.ok_per_second[i] += other.ok_per_second[i]
+        for counter in ("codes", "follow_on", "by_path"):
+            getattr(self, counter).update(getattr(other, counter))
+        for n in ("sent", "done", "committed", "resyncs", "resigned", "nonce_at_engine"):
+            setattr(self, n, getattr(self, n) + getattr(other, n))
+
     def sent_at(self, planned_ns: int, actual_ns: int, n: int) -> None:
         self.send_lag.record(max(0, actual_ns - planned_ns))
         self.sent += n
@@ -364,6 +384,32 @@ class LaneSpec:
     group: str
     port: int
     kind: str  # "ws", "rest" or "impolite" (REST, in flight unbounded)
+    #: the replica endpoint the lane talks to: an IP, and the host label it is reported under
+    host: str = _HOST
+    label: str = "local"
+
+
+#: a group's replica endpoint: (host label, IP the driver reaches it at, port)
+Endpoint = tuple[str, str, int]
+
+
+def assign_endpoints(
+    lanes: Sequence[LaneSpec], endpoints: Mapping[str, Sequence[Endpoint]]
+) -> list[LaneSpec]:
+    """Each lane moved to one of its group's endpoints: within a group, consecutive pairs of lanes
+    (a WS and a REST one, see ``lane_specs``) go to the endpoints round-robin, so every endpoint
+    gets both kinds when there are lanes enough. A group without endpoints keeps its lanes."""
+    out = []
+    seen: Counter[str] = Counter()
+    for ln in lanes:
+        mine = endpoints.get(ln.group) or ()
+        k = seen[ln.group]
+        seen[ln.group] += 1
+        if mine:
+            label, host, port = mine[(k // 2) % len(mine)]
+            ln = dataclasses.replace(ln, host=host, port=port, label=label)
+        out.append(ln)
+    return out
 
 
 def lane_specs(
@@ -612,9 +658,9 @@ def encode_item(at: int, lane: int, account: int, txs: list[Any], sampled: bool 
 SpanHook = Callable[[Item, int, int, int], dict[str, str]]
 
 
-def _open_http(port: int) -> Awaitable[HttpConnection]:
-    """A keep-alive connection to the replica whose answers time out after ``_TIMEOUT_S``."""
-    return HttpConnection.open(_HOST, port, answer_timeout_s=_TIMEOUT_S)
+def _open_http(lane: LaneSpec) -> Awaitable[HttpConnection]:
+    """A keep-alive connection to the lane's replica whose answers time out after ``_TIMEOUT_S``."""
+    return HttpConnection.open(lane.host, lane.port, answer_timeout_s=_TIMEOUT_S)
 
 
 def _when_done(task: asyncio.Future[Any]) -> asyncio.Future[None]:
@@ -785,7 +831,7 @@ async def _rest_lane(
     # Accounts take the connections round-robin in plan order: ``account % connections`` put
     # every account of a lane on one connection (the lanes already split accounts by
     # ``account % lanes``, 8 and 8), so the server answered the whole lane one at a time.
-    conns = [await _open_http(lane.port) for _ in range(connections)]
+    conns = [await _open_http(lane) for _ in range(connections)]
     conn_of: dict[int, int] = {}  # filled as each account's first request is dispatched
     reopening: dict[int, asyncio.Future[HttpConnection]] = {}
 
@@ -796,7 +842,7 @@ async def _rest_lane(
             return c
         fut = reopening.get(i)
         if fut is None:
-            fut = reopening[i] = asyncio.ensure_future(_open_http(lane.port))
+            fut = reopening[i] = asyncio.ensure_future(_open_http(lane))
             fut.add_done_callback(lambda _f: reopening.pop(i, None))
         c = conns[i] = await asyncio.shield(fut)
         return c
@@ -898,7 +944,7 @@ async def _ws_lane(
         if not waiting:
             answered.set()
 
-    ws = await WsConnection.open(_HOST, lane.port, "/stream", on_message)
+    ws = await WsConnection.open(lane.host, lane.port, "/stream", on_message)
     gone: asyncio.Future[Any] = ws.closed
 
     async def send(item: Item) -> None:
@@ -925,7 +971,7 @@ async def _ws_lane(
         assert nonces is not None
         try:
             if not rest or rest[0].lost is not None:
-                rest[:] = [await _open_http(lane.port)]
+                rest[:] = [await _open_http(lane)]
         except (OSError, TimeoutError):
             return
         await nonces.resync(rest[0], item, rec)
@@ -1006,7 +1052,7 @@ async def _impolite_lane(
     CLIENT_ERROR (its connection failed)."""
     loop = asyncio.get_running_loop()
     opened = await asyncio.gather(
-        *(_open_http(lane.port) for _ in range(connections)), return_exceptions=True
+        *(_open_http(lane) for _ in range(connections)), return_exceptions=True
     )
     idle = [c for c in opened if isinstance(c, HttpConnection)]
     every = list(idle)
@@ -1028,7 +1074,7 @@ async def _impolite_lane(
 
     async def grow() -> None:
         try:
-            c = await _open_http(lane.port)
+            c = await _open_http(lane)
         except (OSError, TimeoutError) as exc:
             opening[0] -= 1
             if waiting:  # the request first in line learns it (CLIENT_ERROR)
@@ -1115,6 +1161,7 @@ async def run_lanes(
     ws_max_inflight: int = 256,
     reply_timeout_s: float = 30.0,
     pacer: Pacer | None = None,
+    key: Callable[[LaneSpec], str] = lambda ln: ln.group,
     impolite_connections: int = IMPOLITE_CONNECTIONS,
 ) -> None:
     """Drive every lane from ``t0`` (``time.monotonic_ns``); returns when all are answered (or
@@ -1126,7 +1173,8 @@ async def run_lanes(
     (account -> signing seed) a rejection re-syncs the account's nonce from the server
     (:class:`NonceKeeper`); without, the planned nonces are sent as they are. The lanes share
     one :class:`Pacer` (``pacer``, else a 1 ms one): sends are never early, at most a tick
-    late."""
+    late. ``key``: which recorder a lane records into (its group; the loadtest keys by group
+    and host to report per host too, then merges them: ``Recorder.merge``)."""
     by_lane: dict[int, list[Item]] = {ln.index: [] for ln in lanes}
     for it in items:
         by_lane[it.lane].append(it)
@@ -1134,7 +1182,7 @@ async def run_lanes(
     pacer = pacer or Pacer()
     jobs = []
     for ln in lanes:
-        rec = recorders[ln.group]
+        rec = recorders[key(ln)]
         mine = by_lane[ln.index]
         if ln.kind == "ws":
             ws_args = (nonces, ws_max_inflight, reply_timeout_s, pacer)
@@ -1199,8 +1247,9 @@ async def watch_books(
     watch: BookWatch,
     t0_wall_us: int,
     ready: asyncio.Event | None = None,
+    host: str = _HOST,
 ) -> BookWatch:
-    """Subscribe to ``markets``' order_book on ``port`` until ``stop``; fills ``watch``."""
+    """Subscribe to ``markets``' order_book on ``host:port`` until ``stop``; fills ``watch``."""
     last: dict[str, int] = {}
     greeted: list[bool] = []
 
@@ -1210,7 +1259,7 @@ async def watch_books(
             return
         watch.on_message(_decode(data), time.time_ns() // 1000, t0_wall_us, last)
 
-    ws = await WsConnection.open(_HOST, port, "/stream", on_message)
+    ws = await WsConnection.open(host, port, "/stream", on_message)
     try:
         for m in markets:
             ws.send_text(b'{"type": "subscribe", "channel": "order_book/%d"}' % m)

@@ -370,6 +370,16 @@ class ReplicaState:
         self.__dict__.update(other.__dict__)
         self.ledger = ledger
 
+    def seed_trades(self, rows: Iterable[tuple[int, Any, bytes, int, int]]) -> None:
+        """The market tape as of this state's seq (the holder's, ``actors/snapshot/tape.py``):
+        ``(market, TradeExecuted, tx hash, seq, ms)`` rows, oldest first, as this replica would
+        hold them had it applied those blocks itself (a replica booted later serves the same
+        ``recentTrades`` as its elders). Rows of unknown markets or newer seqs are ignored."""
+        for mi, trade, tx_hash, seq, ts_ms in rows:
+            tape = self.trades.get(mi)
+            if tape is not None and seq <= self.seq:
+                tape.append(_new(TradeRow, (trade, tx_hash, seq, ts_ms)))
+
     def _add_market(self, r: MarketRecord) -> None:
         mi = r.market_index
         self.markets[mi] = r
