@@ -11,9 +11,10 @@ executes, so an SDK-signed tx with those values verifies:
 - ChangePubKey is Lighter's: signed by the key it sets (:func:`signer_key`), authorised by
   ``L1Sig`` from the account's L1 address (:func:`l1_signer` recovers it; a rare tx).
 
-``L2TxAttributes``: the only set attribute raydex executes, SkipNonce, travels as
-``SKIP_NONCE_FLAG`` in the tx's ``nonce``; :func:`lighter_info` turns it back into Lighter's
-``Nonce`` and ``{"L2TxAttributes": {4: 1}}``, so the hash is ``H(H(msg) || H(attrs))`` as Lighter's.
+``L2TxAttributes``: SkipNonce travels as ``SKIP_NONCE_FLAG`` in the tx's ``nonce``, the other
+attributes a type executes as its fields after ``sig`` (``Attr`` extras); :func:`lighter_info`
+turns them back into Lighter's ``Nonce`` and ``L2TxAttributes`` (the set ones only), so the hash
+is ``H(H(msg) || H(attrs))`` as Lighter's.
 
 - :func:`verify_tx` and :meth:`Verifier.verify` never raise on bad input (malformed key, wrong
   length or forged signature, unsigned tx type): they return False.
@@ -63,14 +64,24 @@ _RENAMED: dict[type, dict[str, str]] = {
 }
 
 
-def _plan(cls: type) -> tuple[int, tuple[str, ...], dict[str, int]]:
-    names = [f.json_name for f in codec_of(cls).spec.fields][:-1]  # all but Sig
+#: A tx type's signing plan: its tx type, the Lighter keys of its fields before ``sig`` (the
+#: values of those fields, in order), the fixed fields, and its attribute fields as
+#: ``(position, attribute type, nil value)``.
+_Plan = tuple[int, tuple[str, ...], dict[str, int], tuple[tuple[int, int, int], ...]]
+
+
+def _plan(cls: type) -> _Plan:
+    fields = codec_of(cls).spec.fields
+    sig = next(i for i, f in enumerate(fields) if f.name == "sig")
     renamed = _RENAMED.get(cls, {})
-    return tx_type_of(cls), tuple(renamed.get(n, n) for n in names), _FIXED.get(cls, {})
+    keys = tuple(renamed.get(f.json_name, f.json_name) for f in fields[:sig])
+    attrs = tuple(
+        (i, a.type, a.nil) for i, f in enumerate(fields) if (a := f.attribute) is not None
+    )
+    return tx_type_of(cls), keys, _FIXED.get(cls, {}), attrs
 
 
-_PLANS: dict[type, tuple[int, tuple[str, ...], dict[str, int]]] = {}
-_SKIP_NONCE_ATTRS: Final = {signing.ATTR_SKIP_NONCE: 1}
+_PLANS: dict[type, _Plan] = {}
 _NONCE_MASK: Final = SKIP_NONCE_FLAG - 1
 
 
@@ -82,14 +93,21 @@ def lighter_info(tx: Any) -> tuple[int, dict[str, Any]]:
         if not is_signed_type(cls):
             raise CodecError("not a signed (user) transaction", type_name=cls.__name__)
         plan = _PLANS[cls] = _plan(cls)
-    tx_type, keys, fixed = plan
+    tx_type, keys, fixed, attr_fields = plan
     info = dict(zip(keys, tx, strict=False))
     if fixed:
         info.update(fixed)
+    attrs: dict[int, int] = {}
+    for i, t, nil in attr_fields:
+        v = tx[i]
+        if v != nil:
+            attrs[t] = v
     nonce = info["Nonce"]
     if nonce & SKIP_NONCE_FLAG:  # Lighter signs the nonce proper and the attribute
         info["Nonce"] = nonce ^ SKIP_NONCE_FLAG
-        info["L2TxAttributes"] = _SKIP_NONCE_ATTRS
+        attrs[signing.ATTR_SKIP_NONCE] = 1
+    if attrs:
+        info["L2TxAttributes"] = attrs
     return tx_type, info
 
 

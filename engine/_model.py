@@ -88,6 +88,7 @@ class Account:
         "key_slots",
         "keys",
         "l1_address",
+        "master_index",
         "next_dirty",
         "next_traded",
         "order_count",
@@ -105,6 +106,9 @@ class Account:
         #: ``index`` as one Python int object, made once: compiled (mypyc), ``index`` is a native
         #: int and every event field or dict key made of it would allocate a new int object.
         self.ref: Any = index
+        #: The index of its master account (its own for a master): the self-trade equality mode
+        #: MasterAccountIndex (``L2TxAttributes`` 7) treats accounts with the same one as one.
+        self.master_index = index
         self.collateral = collateral
         self.positions: dict[int, Position] = {}
         #: The same positions as a chain through ``Position.next_pos``, in the dict's order, for
@@ -364,6 +368,7 @@ class Order:
         "ref",
         "remaining",
         "tif",
+        "version",
     )
 
     def __init__(
@@ -410,6 +415,9 @@ class Order:
         #: It has its entry in its market's expiry queue or heap (once: an order modified and
         #: re-entered keeps its expiry and index, so its entry stays good).
         self.expiry_listed = False
+        #: The version the last versioned ModifyOrder gave it (``L2TxAttributes`` 8; 0: none):
+        #: a versioned modify applies only above it.
+        self.version = 0
 
 
 class Level:

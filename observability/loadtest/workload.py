@@ -459,6 +459,8 @@ class Workload:
                     self._expired_at,
                     self._nonce(account, key),
                     SIG,
+                    0,  # self-trade modes: Lighter's defaults (tuple.__new__ fills no defaults)
+                    0,
                 ),
             )
         )
@@ -524,6 +526,9 @@ class Workload:
                         self._expired_at,
                         self._nonce(account, key),
                         SIG,
+                        0,  # self-trade modes and order version: none
+                        0,
+                        0,
                     ),
                 )
             )

@@ -1,10 +1,11 @@
-"""Order-book scenarios: price-time matching, STP, post-only, IOC, market price protection,
-modify priority, cancels and client order indexes. One row = one command and what it leaves."""
+"""Order-book scenarios: price-time matching, the self-trade modes, post-only, IOC, a market
+market price protection, modify priority, cancels (in one market too) and
+client order indexes. One row = one command and what it leaves."""
 
 from __future__ import annotations
 
 import pytest
-from kit.engine import IOC, MARKET, OK, POST_ONLY, Desk, Step, play
+from kit.engine import IOC, MARKET, OK, POST_ONLY, Desk, Step, market, play
 
 from raydex.codecs import ResultCode as RC
 
@@ -91,12 +92,49 @@ SCENARIOS: dict[str, list[Step]] = {
         Step("cancel_all", (1,), bids=[(9_800, 1)], asks=[]),
         Step("cancel_all", (1, 1), code=UNSUPPORTED),
     ],
+    "self-trade ExpireMaker (the default) cancels the resting order and keeps matching": [
+        Step("sell", (1, 2, 10_000)),
+        Step("sell", (2, 2, 10_010)),
+        Step("buy", (1, 3, 10_010), kw={"stb": 0}, asks=[], bids=[(10_010, 1)], sizes={1: 2}),
+    ],
+    "self-trade ExpireTaker cancels the incoming order and leaves the resting one": [
+        Step("sell", (2, 1, 9_990)),
+        Step("sell", (1, 2, 10_000)),
+        Step("buy", (1, 3, 10_010), kw={"stb": 1}, asks=[(10_000, 2)], bids=[], sizes={1: 1}),
+    ],
+    "self-trade CancelBoth cancels both": [
+        Step("sell", (1, 2, 10_000)),
+        Step("sell", (2, 2, 10_010)),
+        Step("buy", (1, 3, 10_010), kw={"stb": 2}, asks=[(10_010, 2)], bids=[], sizes={1: 0}),
+    ],
+    "self-trade Reduce shrinks both by the overlap; the taker goes on against others": [
+        Step("sell", (1, 2, 10_000)),
+        Step("sell", (2, 2, 10_010)),
+        Step("buy", (1, 3, 10_010), kw={"stb": 3}, asks=[(10_010, 1)], bids=[], sizes={1: 1}),
+        Step("sell", (1, 5, 10_020)),
+        Step("buy", (1, 2, 10_020), kw={"stb": 3}, asks=[(10_020, 4)], bids=[], sizes={1: 2}),
+    ],
+    "cancel-all with a market cancels that market's orders only": [
+        Step("buy", (1, 1, 9_900)),
+        Step(
+            "buy",
+            (
+                1,
+                1,
+                9_800,
+            ),
+            kw={"m": 1},
+        ),
+        Step("buy", (2, 1, 9_700)),
+        Step("cancel_all", (1,), kw={"market": 0}, bids=[(9_700, 1)]),
+        Step("cancel_all", (1,), kw={"market": 7}, code=RC.MARKET_NOT_FOUND),
+    ],
 }
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_matching_scenario(name: str) -> None:
-    play(Desk(), SCENARIOS[name])
+    play(Desk(markets=(market(0), market(1))), SCENARIOS[name])
 
 
 def test_modify_keeping_price_and_shrinking_size_keeps_time_priority() -> None:

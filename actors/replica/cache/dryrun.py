@@ -3,9 +3,10 @@
 Checks, in order: operator-only / unsigned types, account, API key (21108), signature (21120; a
 ChangePubKey: the new key's, then its ``L1Sig``, 21831), nonce against the pending next nonce
 (21104; ``rules.accepted_nonce``, so a SkipNonce tx needs only to be above the last pending or
-used one), too many pending (21506), deadline (21810), then per type: market, order fields, fat
-finger, reduce-only and initial margin (21739). What needs the live book (post-only crossing,
-fills) is left to the engine. The rules are the engine's own (``raydex.engine.rules``); the sums
+used one), too many pending (21506), deadline (21810), then per type: market (a cancel-all's
+market too), order fields, fat finger, reduce-only and initial margin (21739). What needs the
+live book or an order's current state (post-only crossing, fills, a modify's order and its
+version) is left to the engine. The rules are the engine's own (``raydex.engine.rules``); the sums
 come from the caches (``margin.equity_and_requirement``).
 
 Reads the state, changes nothing: the caller notes a passed tx as sent (``note_sent``). Cost:
@@ -17,7 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from raydex.codecs import (
+    ALL_MARKETS,
     OPERATOR_TX_TYPES,
+    CancelAllOrders,
     CancelOrder,
     ChangePubKey,
     CreateOrder,
@@ -84,6 +87,9 @@ def dry_run(st: ReplicaState, tx: Any, now_ms: int) -> int:
         return _check_order(st, tx, acct)
     if t is CancelOrder or t is ModifyOrder or t is UpdateLeverage:
         return _check_market(st, tx.market_index)
+    mi = tx.cancel_market_index if t is CancelAllOrders else ALL_MARKETS
+    if mi != ALL_MARKETS and mi not in st.markets:  # (an inactive market's orders go too)
+        return int(ResultCode.MARKET_NOT_FOUND)
     return _OK
 
 
