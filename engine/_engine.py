@@ -26,13 +26,16 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   cache in O(1); a mark move invalidates it (epoch), and the next use recomputes it in O(markets
   the account holds).
 - Orders: Limit (IOC, GoodTillTime, PostOnly) and Market (IOC only; ``price`` is the worst
-  price). Price-time priority, fills at the maker's price. Self-trade prevention follows the
+  average fill price, Lighter's slippage limit: fills go on while their running average stays
+  within it). Price-time priority, fills at the maker's price. Self-trade prevention follows the
   taker's ``L2TxAttributes`` (6: ExpireMaker, the default, cancels the resting order and matching
   goes on; ExpireTaker ends the taker; CancelBoth both; Reduce shrinks both by the overlap, no
   trade; 7: the same account, or any account under the same master, ``Account.master_index``);
   what self-trade prevention cancels ends CANCELED_SELF_TRADE.
   PostOnly that would cross is cancelled (status CANCELED_POST_ONLY, code POST_ONLY_WOULD_CROSS).
-  Every user order is inside the fat-finger band ``|price - mark| <= mark * max_deviation / 1e4``.
+  A limit order is no more aggressive than the band around the mark (a buy at most ``mark * (1 +
+  max_deviation / 1e4)``, a sell at least ``mark * (1 - max_deviation / 1e4)``, else
+  FAT_FINGER_PRICE; passive prices are not bounded); a market order's price has no band.
   IOC remainders end CANCELED; market-order remainders
   CANCELED_TOO_MUCH_SLIPPAGE (book not empty) or CANCELED_NOT_ENOUGH_LIQUIDITY (empty).
 - ``order_expiry``: 0 or -1 (Lighter's nil) mean the default, ``now_ms + 28 days``; otherwise an

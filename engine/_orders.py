@@ -86,6 +86,7 @@ from .codes import (
     INVALID_PRICE,
     INVALID_SIZE,
     IOC,
+    LIMIT,
     MARKET,
     MARKET_NOT_ACTIVE,
     MARKET_NOT_FOUND,
@@ -254,7 +255,7 @@ def _place(
     is_ask = 1 if is_ask else 0
     ro = 1 if ro else 0
     code = order_amount_code(
-        size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+        size, price, is_ask, otype, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
     )
     if code:
         return code
@@ -279,7 +280,9 @@ def _place(
         before = exposure(s, bo, ao)
         after = exposure(s, bo, ao + size) if is_ask else exposure(s, bo + size, ao)
         if after > before:
-            est = best if otype == MARKET and best else price
+            # a market order's price only limits its average: estimated at the best price, or
+            # the mark on an empty book (where it cancels unfilled)
+            est = price if otype != MARKET else (best if best else m.mark)
             if not _margin_after(st, acct, m, pos, is_ask, size, est, after - before):
                 return NOT_ENOUGH_MARGIN
     if new_pos:
@@ -416,9 +419,12 @@ def _match(
     liquidation: bool,
     stp: int,
 ) -> int:
-    """Fill taker ``t`` against ``opp`` up to its limit. Returns 0, or why it stopped early:
-    CANCELED_REDUCE_ONLY (a reduce-only taker whose position closed), CANCELED_SELF_TRADE (it
-    met its own order under ExpireTaker or CancelBoth, or Reduce took all of it).
+    """Fill taker ``t`` against ``opp`` up to its limit: a limit order's price bounds each
+    fill's, a market order's the average of its fills (Lighter's slippage limit: at a level
+    beyond it, only the lots that keep the average within it). Returns 0, or why it stopped
+    early: CANCELED_REDUCE_ONLY (a reduce-only taker whose position closed),
+    CANCELED_SELF_TRADE (it met its own order under ExpireTaker or CancelBoth, or Reduce took all
+    of it), CANCELED_TOO_MUCH_SLIPPAGE (a market taker's average limit reached inside a level).
 
     Orders trade at makers' prices up to their price. Self-trades follow ``stp``
     (:func:`self_trade_mode`): the taker's own resting orders, or with MasterAccountIndex those of
@@ -439,19 +445,35 @@ def _match(
     behavior = stp & 3
     # the master index a maker's account must not share (-1: only the taker's own account)
     master = acct.master_index if stp >= 4 else -1
+    # A market taker's price limits its average fill (not a liquidation's: its bound is a
+    # level): ``slack`` is what its fills so far left under that limit, sum((limit - price) *
+    # q) for a buy, sum((price - limit) * q) for a sell; a level ``over`` ticks beyond the limit
+    # takes at most ``slack // over`` lots.
+    average = t.order_type == MARKET and not liquidation
+    slack = 0
     if not acct.traded:
         st.note_traded(acct)
     last_price = 0
     stop = 0
     while t.remaining and not stop:
         best = opp.best
-        if not best or (best < limit if is_ask else best > limit):
+        if not best:
             break
+        over = 0
+        if best < limit if is_ask else best > limit:
+            if not average:
+                break
+            over = limit - best if is_ask else best - limit
+            if slack < over:
+                break
         lvl = levels[best]
         if not lvl.dirty:
             st.mark_level(lvl)
         o: Order | None = lvl.head
         while o is not None:
+            if over and slack < over:
+                stop = CANCELED_TOO_MUCH_SLIPPAGE
+                break
             nxt = o.next
             macct = o.account
             if macct is acct or macct.master_index == master:
@@ -492,6 +514,8 @@ def _match(
                     continue
                 if allowed < q:
                     q = allowed
+            if over and q * over > slack:
+                q = slack // over
             pq = best * mult
             notional = pq * q
             tfee = fee(notional, taker_fee_ppm)
@@ -503,6 +527,8 @@ def _match(
             t.remaining -= q
             o.remaining -= q
             lvl.size -= q
+            if average:
+                slack += (best - limit) * q if is_ask else (limit - best) * q
             if not o.reduce_only:
                 _open(st, mpos, o.is_ask, -q)
             if not macct.dirty:
@@ -768,7 +794,7 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
         if version and version <= o.version:
             return STALE_ORDER_VERSION
     code = order_amount_code(
-        size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+        size, price, o.is_ask, LIMIT, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
     )
     if code:
         return code

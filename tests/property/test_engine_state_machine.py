@@ -252,7 +252,7 @@ class EngineVsReference(RuleBasedStateMachine):
             )
         )
         assert code == RC.OK
-        _, fills = self.ref.take(a, is_ask, limit, size, stb)
+        _, fills = self.ref.take(a, is_ask, limit, size, stb, average=True)
         assert self.fills() == fills
 
     @precondition(lambda self: self.ref.orders)
@@ -440,7 +440,9 @@ class EngineUnderStress(RuleBasedStateMachine):
         a=st.integers(1, 5),
         m=st.integers(0, 1),
         is_ask=st.integers(0, 1),
-        price=st.integers(92, 108),
+        # extremes too: a market order's widest average limits, a limit order's band (an
+        # aggressive one refused, a passive one resting)
+        price=st.integers(92, 108) | st.sampled_from((1, 2**32 - 1)),
         size=st.integers(1, 2_000),
         otype=st.integers(0, 1),
         tif=st.integers(0, 2),

@@ -4,10 +4,10 @@ Checks, in order: operator-only / unsigned types, account, API key (21108), sign
 ChangePubKey: the new key's, then its ``L1Sig``, 21831), nonce against the pending next nonce
 (21104; ``rules.accepted_nonce``, so a SkipNonce tx needs only to be above the last pending or
 used one), too many pending (21506), deadline (21810), then per type: market (a cancel-all's
-market too), order fields, fat finger, reduce-only and initial margin (21739). What needs the
-live book or an order's current state (post-only crossing, fills, a modify's order and its
-version) is left to the engine. The rules are the engine's own (``raydex.engine.rules``); the sums
-come from the caches (``margin.equity_and_requirement``).
+market too), order fields, the limit-order price band, reduce-only and initial margin (21739).
+What needs the live book or an order's current state (post-only crossing, fills, a modify's order
+and its version) is left to the engine. The rules are the engine's own (``raydex.engine.rules``);
+the sums come from the caches (``margin.equity_and_requirement``).
 
 Reads the state, changes nothing: the caller notes a passed tx as sent (``note_sent``). Cost:
 one Lighter signature check plus O(markets the account holds or rests orders in).
@@ -127,6 +127,8 @@ def _check_order(st: ReplicaState, tx: CreateOrder, acct: AccountCache) -> int:
         order_amount_code(
             tx.base_amount,
             tx.price,
+            tx.is_ask,
+            tx.order_type,
             mult,
             m.min_base_amount,
             m.min_quote_amount,
@@ -146,10 +148,9 @@ def _check_order(st: ReplicaState, tx: CreateOrder, acct: AccountCache) -> int:
             return int(ResultCode.REDUCE_ONLY_INCREASES_POSITION)
         return _OK
     est = tx.price
-    if tx.order_type == _MARKET:  # the best opposite price
+    if tx.order_type == _MARKET:  # the best opposite price, or the mark on an empty book
         best = st.best_price(tx.market_index, not tx.is_ask)
-        if best is not None:
-            est = best
+        est = best if best else m.mark_price
     if not _margin_ok(st, acct, tx.market_index, tx.is_ask, tx.base_amount, est):
         return int(ResultCode.NOT_ENOUGH_MARGIN)
     return _OK
