@@ -163,13 +163,13 @@ class ResultCode(IntEnum):
     #: the sequencer did not answer (stream broken or unreachable); the tx may still execute:
     #: look it up with tx?by=hash
     SEQUENCER_UNAVAILABLE = 21822
-    #: a Lighter feature raydex does not execute, named in the message (integrator fees:
-    #: ``L2TxAttributes`` 1-3); every other attribute is executed
-    FEATURE_NOT_SUPPORTED = 21830
     #: ChangePubKey: ``L1Sig`` is malformed or was not made by the account's L1 address
     INVALID_L1_SIGNATURE = 21831
+    #: a Lighter feature raydex does not execute, named in the message (integrator fees: the
+    #: ``L2TxAttributes`` 1-3; every other attribute is executed)
+    FEATURE_NOT_SUPPORTED = 21840
     #: ModifyOrder with ``L2TxAttributes`` OrderVersion (8): not above the order's current version
-    STALE_ORDER_VERSION = 21840
+    STALE_ORDER_VERSION = 21850
     # rate limits (23xxx)
     RATE_LIMITED = 23000
     # WebSocket (30xxx)

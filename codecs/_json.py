@@ -20,7 +20,7 @@ JSON string, bytes, or an already-parsed dict). The key of every field is its ``
   range, at most 4 set, integrator fees only with the integrator account, no self-trade mode
   beside integrator fees, no Reduce (6 = 3) with MasterAccountIndex (7 = 1)), each with
   ``INVALID_TX_INFO``; then integrator fees (1-3), which raydex does not execute, with
-  ``FEATURE_NOT_SUPPORTED`` (21830), and an attribute the tx type does not take (one its layout
+  ``FEATURE_NOT_SUPPORTED`` (21840), and an attribute the tx type does not take (one its layout
   has no field for: cancel-all market 5 on CancelAllOrders, self-trade modes 6-7 on CreateOrder
   and ModifyOrder, order version 8 on ModifyOrder) with ``INVALID_TX_INFO``. SkipNonce (4) sets
   ``SKIP_NONCE_FLAG`` in the tx's ``nonce`` (see ``_enums``), the others their fields
