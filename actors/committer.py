@@ -40,7 +40,15 @@ from raydex.codecs import (
 from raydex.observability.metrics import Recorder
 
 from .audit import SignatureAudit
-from .runtime import ActorRuntime, Supervisor, exit_process, log_fatal
+from .runtime import (
+    ActorRuntime,
+    HeldBlocks,
+    RecentBlocks,
+    Supervisor,
+    exit_process,
+    held_blocks,
+    log_fatal,
+)
 from .snapshot import Diverged, Reconnect, block_digest, follow
 from .transport import BlockSource, ResyncRequired, TransportError, TxChannel
 
@@ -262,6 +270,8 @@ class CommitterFollower:
         self.audit_reads = 0
         self._committed = asyncio.Event()
         self.committer = self._new(Committer())
+        #: the newest block frames committed, for a sequencer repairing its log (``held_blocks``)
+        self.recent = RecentBlocks()
 
     def _new(self, c: Committer) -> Committer:
         if self.audit is not None:
@@ -295,6 +305,15 @@ class CommitterFollower:
                 log.warning(why, a.seq + 1, seq)
             a.reset(seq, records)
         self.resyncs += 1
+
+    def held_blocks(self, since: int, frames_after: int) -> HeldBlocks:
+        """The committed seq, the newest frames committed and the hash chain's block hashes from
+        ``since`` on (``runtime/held.py``): what a sequencer repairing its log checks against."""
+        c = self.committer
+        hashes = {s: cm.block_hash for s, cm in c.commitments.items()}
+        return held_blocks(
+            "committer", "committer", c.seq, self.recent, since, frames_after, hashes
+        )
 
     def withheld(self, seq: int) -> bool:
         """True when the commitment of block ``seq`` must not be published: the signature audit
@@ -341,8 +360,9 @@ class CommitterFollower:
             c = self.committer
             before = c.seq
             try:
-                async for _seq, frame in follow(self.source, c.seq, c.last_hash, block_digest):
-                    c.apply(frame)
+                async for seq, frame in follow(self.source, c.seq, c.last_hash, block_digest):
+                    if c.apply(frame) is not None:
+                        self.recent.add(seq, frame)
             except (ResyncRequired, GapError) as exc:
                 log.info("committer: %s; rebuilding from the holder's snapshot", exc)
                 await self._rebuild_or_wait()
@@ -438,6 +458,10 @@ class CommitterActor:
         self.runtime.before_boot()
         self.runtime.after_boot(self.metrics, live=self.live)  # GC, placement; flush task
         self.follower.start()
+
+    async def held_blocks(self, since: int, frames_after: int) -> HeldBlocks:
+        """:meth:`CommitterFollower.held_blocks`, answered at once."""
+        return self.follower.held_blocks(since, frames_after)
 
     async def commitment(self, seq: int) -> dict[str, Any] | None:
         """Block ``seq``'s commitment; None when unknown or withheld (a failed signature audit)."""

@@ -23,7 +23,8 @@ Invariants the generator keeps so transactions are valid (the engine decides the
   modifies name orders by client order index (< ``FIRST_ORDER_INDEX``),
 - ``expired_at`` and GTT ``order_expiry`` are far in the future; ``now_ms`` advances by 1 ms every
   ``commands_per_ms`` commands (20,000 commands/s of simulated time by default),
-- signatures are 64 zero bytes: the engine never verifies them.
+- signatures are zero bytes: the engine never verifies them (every account's API key ``k`` is the
+  key of ``bench_key_seed(k)``, so a stream can be signed for a sequencer and its audit).
 
 The generator does not simulate matching, so a cancel or modify may name an order the engine has
 already filled (the engine answers ``NOT_ACTIVE_LIMIT_ORDER``, as it would for a real market maker),
@@ -89,6 +90,7 @@ __all__ = [
     "MarketSpec",
     "Workload",
     "WorkloadConfig",
+    "bench_key_seed",
 ]
 
 #: 2026-01-01T00:00:00Z: the simulated clock starts here.
@@ -185,6 +187,9 @@ class WorkloadConfig:
     liquidation_fee_ppm: int = 10_000
     max_price_deviation_bps: int = 500
     min_quote_usd: int = 10
+    #: Where the simulated clock starts (ms since the epoch); expiries are 28-30 days after it. A
+    #: stream fed to a running sequencer, which stamps its own wall clock, starts it now.
+    start_ms: int = START_MS
 
 
 # Category weights of a stream command (market makers dominate, as on a real venue). Oracle
@@ -212,13 +217,19 @@ _MM_HALF_SPREAD = 0.0003  # 3 bp from mid to the first level
 _MM_LEVEL_STEP = 0.0003
 
 
+def bench_key_seed(k: int) -> bytes:
+    """The signing seed of API key index ``k``, the same for every account of the workload (a
+    stream fed to a sequencer is signed with it: ``raydex bench sequencer``)."""
+    return hashlib.sha256(b"raydex-bench/%d" % k).digest() + bytes(8)
+
+
 def _bench_pub(k: int) -> bytes:
     """One valid public key per key index, shared by every account: the engine checks that a
-    key is a curve point (~0.2 ms each, memoised per distinct key), and nothing signs here."""
+    key is a curve point (~0.2 ms each, memoised per distinct key); the engine benchmark signs
+    nothing (``bench_key_seed`` signs for a sequencer)."""
     pub = _BENCH_PUBS.get(k)
     if pub is None:
-        seed = hashlib.sha256(b"raydex-bench/%d" % k).digest() + bytes(8)
-        pub = _BENCH_PUBS[k] = public_key_of(seed)
+        pub = _BENCH_PUBS[k] = public_key_of(bench_key_seed(k))
     return pub
 
 
@@ -267,8 +278,9 @@ class Workload:
         self._mw = [0.0]
         for m in MARKETS:
             self._mw.append(self._mw[-1] + m.weight)
-        self._expired_at = START_MS + 30 * _DAY_MS
-        self._order_expiry = START_MS + 28 * _DAY_MS
+        self._start_ms = cfg.start_ms
+        self._expired_at = cfg.start_ms + 30 * _DAY_MS
+        self._order_expiry = cfg.start_ms + 28 * _DAY_MS
         self._cmds: list[Transaction] = []
         self._times: list[int] = []
         self._ops: list[BareOp] = []
@@ -329,7 +341,7 @@ class Workload:
                     SIG,
                 )
             )
-        return Chunk(cmds, [START_MS] * len(cmds), [])
+        return Chunk(cmds, [self._start_ms] * len(cmds), [])
 
     # ---- stream ----------------------------------------------------------------------------
 
@@ -402,7 +414,7 @@ class Workload:
 
     def _emit(self, cmd: Transaction) -> None:
         self._cmds.append(cmd)
-        self._times.append(START_MS + self.ix // self._cpm)
+        self._times.append(self._start_ms + self.ix // self._cpm)
         self.ix += 1
 
     def _nonce(self, account: int, key: int) -> _Nonce:
@@ -614,7 +626,7 @@ class Workload:
             return
         coi = self._rest_list[int(self.rng.random() * len(self._rest_list))]
         account = self._rest[coi][0]
-        now = START_MS + self.ix // self.cfg.commands_per_ms
+        now = self._start_ms + self.ix // self.cfg.commands_per_ms
         self._emit(
             CancelAllOrders(
                 _Acct(account),

@@ -226,7 +226,9 @@ def test_the_sdks_account_order_and_transaction_apis_read_the_accounts_history(
             assert [w.amount for w in wds.withdraws] == ["10.000000"]
             trs = await tx.transfer_history(account_index=ACCOUNT, authorization=tok)
             assert [(t.type, t.amount) for t in trs.transfers] == [("L2TransferInflow", "2.000000")]
-            txs = await tx.account_txs(limit=20, by="account_index", value=str(ACCOUNT))
+            txs = await tx.account_txs(
+                limit=20, by="account_index", value=str(ACCOUNT), authorization=tok
+            )
             assert {t.type for t in txs.txs} >= {14, 15, 13}
 
             pnl = await account.pnl(by="index", value=str(ACCOUNT), resolution="1h",

@@ -266,6 +266,13 @@ def test_every_private_read_refuses_missing_foreign_expired_and_forged_tokens() 
                 got, reply = await r.get(path, tok, account_index=a.account, **params)
                 assert (got, reply["code"]) == (status, code), (path, tok, reply)
                 assert set(reply) == {"code", "message"}, reply  # nothing served
+        # accountTxs names its account in ``value``: the same refusals, nothing of the list served
+        for tok, status, code in cases:
+            got, reply = await r.get(
+                "/api/v1/accountTxs", tok, by="account_index", value=a.account, limit=10
+            )
+            assert (got, reply["code"]) == (status, code), ("accountTxs", tok, reply)
+            assert set(reply) == {"code", "message"}, reply
         # the same token works as the ``auth`` parameter
         status, reply = await r.get(
             "/api/v1/deposit/history", token(a), header=False, account_index=a.account

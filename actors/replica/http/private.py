@@ -2,8 +2,9 @@
 liquidations, pnl and txs, from the caches and the per-account ledger (``cache/ledger.py``).
 
 The request's auth token (``Authorization`` header or ``auth`` parameter, auth.py) must speak for
-the account, else the refusal (HTTP 401/403) and nothing is served. ``accountTxs`` and
-``accountMetadata`` are read without a token; ``trades`` without ``account_index`` is the
+the account, else the refusal (HTTP 401/403) and nothing is served; ``accountTxs`` too, as on
+Lighter (its list of an account's txs is a private read; one tx by hash, ``tx``, is public).
+``accountMetadata`` is read without a token; ``trades`` without ``account_index`` is the
 market's public tape.
 """
 
@@ -266,11 +267,12 @@ class PrivateReads:
         return self.ctx.ok({"resolution": res, "pnl": rows[-count:] if count else rows})
 
     async def account_txs(self, request: web.Request) -> web.Response:
-        """``Txs``: the account's own txs, newest first (``by=account_index``)."""
+        """``Txs``: the account's own txs, newest first (``by=account_index``); authorized like
+        the other private histories (a public caller sees nothing of the list)."""
         q = request.query
         if q.get("by", "account_index") != "account_index":
             raise ApiError(int(ResultCode.INVALID_PARAM), "only by=account_index is supported")
-        ai = self._account_param(q, "value")
+        ai = self._private(request, "value")
         limit = self._list_limit(q)
         if q.get("index") is not None:
             raise ApiError(int(ResultCode.INVALID_PARAM), "index paging is not supported")
