@@ -3,9 +3,9 @@
 For every block: ``block_hash = sha256(frame)``, the Merkle root of account state, and a hash chain
 ``chain[seq] = sha256(chain[seq-1] || block_hash || account_root)``. It follows the block stream
 like any replica; it may fall behind under load, and trading never waits for it. Account leaves:
-``sha256(account_index, collateral, each non-flat position (market, size, entry_quote) in market
-order)`` in a sparse Merkle tree keyed by account index, so a block costs ~48 hashes per touched
-account, not a rebuild, and the root depends on state only.
+``sha256(account_index, collateral, each non-flat position (market, size, entry_quote, isolated
+collateral) in market order)`` in a sparse Merkle tree keyed by account index, so a block costs ~48
+hashes per touched account, not a rebuild, and the root depends on state only.
 
 Invariants: commitments are computed in seq order with no gap (a gap means rebuilding from a
 snapshot, :meth:`Committer.from_records`); applying an already-committed seq is a no-op.
@@ -71,7 +71,7 @@ _COMMITTED: frozenset[type] = frozenset(
     {TxExecuted, BalanceChanged, PositionChanged, ApiKeyChanged}
 )
 _ACCOUNT = struct.Struct("<Qq")
-_POSITION = struct.Struct("<Bqq")
+_POSITION = struct.Struct("<Bqqq")
 
 
 class Commitment(NamedTuple):
@@ -152,7 +152,7 @@ class Committer:
         self.chain = _EMPTY
         self.tree = SparseMerkleTree()
         self._collateral: dict[int, int] = {}
-        self._positions: dict[int, dict[int, tuple[int, int]]] = {}
+        self._positions: dict[int, dict[int, tuple[int, int, int]]] = {}
         self.commitments: OrderedDict[int, Commitment] = OrderedDict()
         self.keep = keep
         #: block hash of block ``seq`` when this committer started from a snapshot (if known)
@@ -183,6 +183,7 @@ class Committer:
                 c._positions.setdefault(r.account_index, {})[r.market_index] = (
                     r.size,
                     r.entry_quote,
+                    r.allocated_margin,
                 )
                 touched.add(r.account_index)
         c.tree.update({a: c._leaf(a) for a in touched})
@@ -190,9 +191,9 @@ class Committer:
 
     def _leaf(self, account: int) -> bytes:
         h = hashlib.sha256(_ACCOUNT.pack(account, self._collateral.get(account, 0)))
-        for m, (size, quote) in sorted(self._positions.get(account, {}).items()):
+        for m, (size, quote, allocated) in sorted(self._positions.get(account, {}).items()):
             if size or quote:  # a flat position is no position (snapshots may hold flat ones)
-                h.update(_POSITION.pack(m, size, quote))
+                h.update(_POSITION.pack(m, size, quote, allocated))
         return h.digest()
 
     def apply(self, frame: bytes) -> Commitment | None:
@@ -215,6 +216,7 @@ class Committer:
                 self._positions.setdefault(ev.account_index, {})[ev.market_index] = (
                     ev.size,
                     ev.entry_quote,
+                    ev.allocated_margin,
                 )
                 touched.add(ev.account_index)
         if touched:

@@ -62,6 +62,7 @@ from ._signing import (
     public_key_of,
     sign_tx,
     signer_key,
+    transfer_l1_signer,
     tx_hash_of,
     verify_tx,
 )
@@ -212,6 +213,7 @@ __all__ = [
     "Verifier",
     "generate_key",
     "l1_signer",
+    "transfer_l1_signer",
     "lighter_info",
     "message_hash_of",
     "public_key_of",

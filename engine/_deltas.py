@@ -174,6 +174,7 @@ class Deltas:
         write_i64_le(w, p.funding_paid)
         _u16(w, p.imf)
         w.append(p.margin_mode)
+        write_i64_le(w, p.allocated)
         self.count += 1
 
     def nonce_updated(self, account: int, api_key: int, nonce: int) -> None:

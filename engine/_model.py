@@ -23,6 +23,9 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
   ``long_triggers`` / ``short_triggers`` are the liquidation index: per holder a mark price
   beyond which it *may* be under maintenance (see ``_liquidation.arm``), so a mark move checks
   only the accounts whose trigger it crossed.
+- A position in isolated margin (``margin_mode`` 1) holds its own collateral, ``allocated``
+  (0 for a cross or a flat position); ``Account.isolated`` counts its account's isolated
+  positions, so the checks that look for them cost a cross-only account one read.
 - ``dirty`` flags mark objects already queued for this command's events (chained through their
   ``next_dirty``, in the order first touched); ``ExchangeState.flush`` clears both when it emits
   the events at the end of the command.
@@ -85,6 +88,7 @@ class Account:
         "hot_ki",
         "hot_nonce",
         "index",
+        "isolated",
         "key_slots",
         "keys",
         "l1_address",
@@ -97,6 +101,7 @@ class Account:
         "reserve",
         "reserve_version",
         "risk_version",
+        "sub_accounts",
         "traded",
         "unarmed",
     )
@@ -106,9 +111,6 @@ class Account:
         #: ``index`` as one Python int object, made once: compiled (mypyc), ``index`` is a native
         #: int and every event field or dict key made of it would allocate a new int object.
         self.ref: Any = index
-        #: The index of its master account (its own for a master): the self-trade equality mode
-        #: MasterAccountIndex (``L2TxAttributes`` 7) treats accounts with the same one as one.
-        self.master_index = index
         self.collateral = collateral
         self.positions: dict[int, Position] = {}
         #: The same positions as a chain through ``Position.next_pos``, in the dict's order, for
@@ -135,6 +137,14 @@ class Account:
         self.hot_nonce = -1
         #: The account's L1 (Ethereum) address, 20 bytes; b"" for an account made without one.
         self.l1_address = b""
+        #: The index of its master account: its own for a master (an index up to Lighter's
+        #: ``MaxMasterAccountIndex``, 2**47 - 1), the master's for a sub-account (an index from
+        #: ``MinSubAccountIndex``, 2**47, on). Set when the account is made, never changed. The
+        #: self-trade equality mode MasterAccountIndex (``L2TxAttributes`` 7) treats accounts
+        #: with the same one as one.
+        self.master_index = index
+        #: How many sub-accounts this master opened (derived from the accounts on a load).
+        self.sub_accounts = 0
         #: Resting orders: a doubly linked list through ``Order.acct_prev`` / ``acct_next`` (most
         #: recently rested first; :meth:`resting_orders` sorts them), not a dict: that would be
         #: an insert and a delete per order, with the resizes small dicts go through under churn.
@@ -158,6 +168,10 @@ class Account:
         #: Its triggers are out of date: checked exactly at the next move of a market it holds
         #: (its non-zero positions are ``queued`` there; ``_liquidation.unarm``).
         self.unarmed = False
+        #: How many of its positions are in isolated margin mode (``Position.margin_mode`` 1):
+        #: the checks after a fill and a mark move walk its positions for them only when it
+        #: has any, so a cross-only account (the common case) pays one read.
+        self.isolated = 0
         #: Cached risk sums (``_orders.refresh``), valid while ``c_epoch == ExchangeState.epoch``.
         self.c_epoch = -1
         self.c_upnl = 0
@@ -310,6 +324,7 @@ def _order_index(o: Order) -> int:
 class Position:
     __slots__ = (
         "account",
+        "allocated",
         "ask_open",
         "bid_open",
         "dirty",
@@ -336,7 +351,12 @@ class Position:
         self.realized_pnl = 0
         self.funding_paid = 0
         self.imf = imf
+        #: 0 cross: backed by its account's collateral with its other cross positions; 1
+        #: isolated: backed by ``allocated`` alone (``_isolated``).
         self.margin_mode = 0
+        #: An isolated position's own collateral (micro-USDC; may go negative between a loss
+        #: and its liquidation); 0 for a cross position and for a flat one.
+        self.allocated = 0
         self.bid_open = 0
         self.ask_open = 0
         self.dirty = False

@@ -21,6 +21,7 @@ raise, allocate nothing and cost O(1).
   at most ``mark * (1 + max_deviation / 1e4)``, a sell at least ``mark * (1 - max_deviation /
   1e4)``; a market order's price limits its average fill and has no band),
   :func:`reduce_only_increases`.
+- Transfers: :func:`transfer_fee`, the least ``USDCFee`` a transfer carries.
 
 Caller duty: pass the market's current values (mark, fractions, fees); the functions hold no state.
 """
@@ -65,6 +66,7 @@ __all__ = [
     "order_kind_code",
     "product",
     "reduce_only_increases",
+    "transfer_fee",
     "unrealized_pnl",
 ]
 
@@ -231,6 +233,13 @@ def order_amount_code(
     dev = mark - price if is_ask else price - mark
     if dev > 0 and dev * BPS > mark * max_deviation:
         return FAT_FINGER_PRICE
+    return 0
+
+
+def transfer_fee(same_master: bool) -> int:
+    """The fee (micro-USDC) a Transfer must carry at least (its ``USDCFee``; what it carries is
+    charged, to the fee pool): raydex's rule is none, between the accounts of one master and to
+    anyone else, as a transfer inside raydex costs it no bridge or gas."""
     return 0
 
 

@@ -9,7 +9,8 @@ id seen; ``MarketRecord`` from ``MarketChanged``/``MarketStatsChanged``; ``Accou
 ``BalanceChanged``; ``PositionRecord`` from ``PositionChanged`` (an order in a market without a
 position creates the engine's empty one); ``ApiKeyRecord`` from ``NonceUpdated``/``ApiKeyChanged``;
 ``OrderRecord`` from ``OrderUpdated`` (resting while active with lots remaining);
-``FundingRecord`` from ``FundingChanged``; ``L1AddressRecord`` from ``L1AddressSet``.
+``FundingRecord`` from ``FundingChanged``; ``L1AddressRecord`` from ``L1AddressSet`` and
+``SubAccountCreated`` (which also names the sub-account's master in its ``AccountRecord``).
 
 Invariant (tested against the sequencer's engine by state hash,
 ``tests/unit/test_snapshot_deltas.py``): applying a block's events to the state at ``seq - 1``
@@ -48,6 +49,7 @@ from raydex.codecs import (
     OrderUpdated,
     PositionChanged,
     PositionRecord,
+    SubAccountCreated,
     TradeExecuted,
 )
 from raydex.engine import records_hash
@@ -67,6 +69,7 @@ class DeltaState:
         "keys",
         "l1",
         "markets",
+        "masters",
         "next_order_index",
         "next_priority",
         "next_trade_id",
@@ -95,6 +98,8 @@ class DeltaState:
         self.funding: dict[int, FundingRecord] = {}
         #: L1 addresses by account
         self.l1: dict[int, bytes] = {}
+        #: sub-account -> its master (a master, its own, has no entry)
+        self.masters: dict[int, int] = {}
 
     # ---- records in, records out -----------------------------------------------------------------
 
@@ -118,6 +123,8 @@ class DeltaState:
                 st.markets[r.market_index] = r
             elif t is AccountRecord:
                 st.accounts[r.account_index] = r.collateral
+                if r.master_index != r.account_index:
+                    st.masters[r.account_index] = r.master_index
             elif t is PositionRecord:
                 st.positions[(r.account_index, r.market_index)] = r
             elif t is ApiKeyRecord:
@@ -147,8 +154,9 @@ class DeltaState:
         for mi in sorted(markets):
             yield markets[mi]
         accounts = self.accounts
+        masters = self.masters
         for ai in sorted(accounts):
-            yield _new(AccountRecord, (ai, accounts[ai]))
+            yield _new(AccountRecord, (ai, accounts[ai], masters.get(ai, ai)))
         positions = self.positions
         for k in sorted(positions):
             yield positions[k]
@@ -186,7 +194,7 @@ class DeltaState:
                     orders.pop(oi, None)
                 if (ai, mi) not in positions:
                     imf = self.markets[mi].default_initial_margin_fraction
-                    positions[(ai, mi)] = _new(PositionRecord, (ai, mi, 0, 0, 0, 0, imf, 0))
+                    positions[(ai, mi)] = _new(PositionRecord, (ai, mi, 0, 0, 0, 0, imf, 0, 0))
                 if oi >= self.next_order_index:
                     self.next_order_index = oi + 1
                 if ev[13] >= self.next_priority:
@@ -232,6 +240,12 @@ class DeltaState:
                 )
             elif t is L1AddressSet:
                 self.l1[ev[0]] = ev[1]
+            elif t is SubAccountCreated:
+                ai, master, addr = ev
+                self.masters[ai] = master
+                accounts.setdefault(ai, 0)
+                if any(addr):
+                    self.l1[ai] = addr
             # LevelChanged, TxExecuted, PositionLiquidated, PositionDeleveraged: nothing to keep
 
 

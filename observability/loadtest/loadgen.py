@@ -531,7 +531,26 @@ def plan_load(
             txs = [sign(t, CancelOrder(t.account, 0, mi, c, FAR_MS, 0, bytes(80)))]
         elif kind == "transfer":
             t, u = rng.sample(takers, 2) if len(takers) > 1 else (takers[0], makers[0])
-            txs = [sign(t, Transfer(t.account, 0, u.account, 1_000_000, FAR_MS, 0, bytes(80)))]
+            txs = [
+                sign(
+                    t,
+                    Transfer(
+                        t.account,
+                        0,
+                        u.account,
+                        3,
+                        0,
+                        0,
+                        1_000_000,
+                        0,
+                        bytes(32),
+                        bytes(65),
+                        FAR_MS,
+                        0,
+                        bytes(80),
+                    ),
+                )
+            ]
         else:
             kind = "ioc"
             t = takers[rng.randrange(len(takers))]

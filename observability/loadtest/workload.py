@@ -57,9 +57,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
-from raydex.codecs import AccountIndex as _Acct
-from raydex.codecs import ApiKeyIndex as _Key
 from raydex.codecs import (
+    PERPS_ROUTE,
+    USDC_ASSET_INDEX,
     ApplyFunding,
     CancelAllOrders,
     CancelOrder,
@@ -77,6 +77,8 @@ from raydex.codecs import (
     Withdraw,
     public_key_of,
 )
+from raydex.codecs import AccountIndex as _Acct
+from raydex.codecs import ApiKeyIndex as _Key
 from raydex.codecs import MarketIndex as _Mkt
 from raydex.codecs import Nonce as _Nonce
 
@@ -101,6 +103,10 @@ USDC = 1_000_000
 #: the NewType wrappers): the generator's hot lines use it.
 _new = tuple.__new__
 SIG = bytes(80)
+#: A transfer's memo, and its L1 signature where none is needed (the workload's accounts are
+#: the operator's, without an L1 address: their API keys authorise their transfers)
+_MEMO = bytes(32)
+_NO_L1_SIG = bytes(65)
 #: Bare-book op kinds.
 ADD = 0
 CANCEL = 1
@@ -699,7 +705,13 @@ class Workload:
                 _Acct(a),
                 _Key(_TAKER_KEY),
                 _Acct(b),
+                USDC_ASSET_INDEX,
+                PERPS_ROUTE,
+                PERPS_ROUTE,
                 self.rng.randint(10, 1_000) * USDC,
+                0,
+                _MEMO,
+                _NO_L1_SIG,
                 self._expired_at,
                 self._nonce(a, _TAKER_KEY),
                 SIG,
@@ -712,6 +724,8 @@ class Workload:
             Withdraw(
                 _Acct(a),
                 _Key(_TAKER_KEY),
+                USDC_ASSET_INDEX,
+                PERPS_ROUTE,
                 self.rng.randint(10, 200) * USDC,
                 self._expired_at,
                 self._nonce(a, _TAKER_KEY),

@@ -7,9 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kit.engine import OK, Desk, market
+from kit.engine import KEY, NOW, OK, SIG, Desk, market
 
-from raydex.codecs import OrderStatus, ResultCode, SelfTradeBehavior, SelfTradeEquality
+from raydex.codecs import (
+    CreateSubAccount,
+    OrderStatus,
+    RegisterApiKey,
+    ResultCode,
+    SelfTradeBehavior,
+    SelfTradeEquality,
+)
 from raydex.engine import Engine
 
 SELF = int(OrderStatus.CANCELED_SELF_TRADE)
@@ -97,18 +104,22 @@ def test_a_modify_re_entering_the_book_matches_with_its_own_self_trade_mode() ->
 
 
 def test_master_account_equality_treats_accounts_under_one_master_as_one() -> None:
-    """Accounts 2 and 3 under master 2 (``Account.master_index``, which the sub-account tx
-    sets; set here directly, as its state): with MasterAccountIndex they do not trade with each
-    other, with AccountIndex (the default) they do."""
+    """Master 2 and its sub-account (CreateSubAccount, tx 9): with MasterAccountIndex they do
+    not trade with each other, with AccountIndex (the default) they do."""
     d = Desk()
-    d.eng.state.accounts[3].master_index = 2
-    assert d.sell(3, 2, 10_000) == OK
+    assert d.run(CreateSubAccount(2, 0, NOW + 60_000, d.nonce(2), SIG)) == OK
+    (ev,) = d.of("SubAccountCreated")
+    sub = int(ev.account_index)
+    assert d.eng.master_index(sub) == 2
+    assert d.run(RegisterApiKey(sub, 0, KEY)) == OK
+    assert d.deposit(sub, d.collateral) == OK
+    assert d.sell(sub, 2, 10_000) == OK
     sub_ask = d.last_order_index()
     assert d.buy(2, 1, 10_000, ste=MASTER) == OK
     assert _orders(d)[sub_ask] == (SELF, 2, 2) and _traded(d) == []
-    assert d.sell(3, 2, 10_000) == OK
+    assert d.sell(sub, 2, 10_000) == OK
     assert d.buy(2, 1, 10_000) == OK
-    assert _traded(d) == [(2, 3, 1)]
+    assert _traded(d) == [(2, sub, 1)]
     assert d.sell(1, 1, 10_000) == OK  # another master's order: a trade under either mode
     assert d.buy(2, 2, 10_000, ste=MASTER) == OK
     assert _traded(d) == [(2, 1, 1)]
