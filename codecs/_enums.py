@@ -200,14 +200,12 @@ class ResultCode(IntEnum):
     #: the sequencer did not answer (stream broken or unreachable); the tx may still execute:
     #: look it up with tx?by=hash
     SEQUENCER_UNAVAILABLE = 21822
-    #: a set ``L2TxAttributes`` entry raydex does not execute (integrator fees 1-3, cancel-all
-    #: market 5, self-trade modes 6-7, order version 8); SkipNonce (4) is executed
-    ATTRIBUTE_NOT_SUPPORTED = 21830
     #: ChangePubKey: ``L1Sig`` is malformed or was not made by the account's L1 address
     INVALID_L1_SIGNATURE = 21831
     #: a Lighter feature raydex does not execute, named in the message: a tx type of
     #: ``UNSERVED_TX_TYPES``, a Transfer or Withdraw of another asset or route (spot markets and
-    #: assets, multi-asset collateral), fast withdrawals
+    #: assets, multi-asset collateral), fast withdrawals, integrator fees (the ``L2TxAttributes``
+    #: 1-3; every other attribute is executed)
     FEATURE_NOT_SUPPORTED = 21840
     #: UpdateLeverage: a position's margin mode changes only while it is flat with no resting
     #: orders in its market
@@ -216,6 +214,8 @@ class ResultCode(IntEnum):
     NO_ISOLATED_POSITION = 21842
     #: CreateSubAccount: the master holds ``MAX_SUB_ACCOUNTS`` already
     TOO_MANY_SUB_ACCOUNTS = 21843
+    #: ModifyOrder with ``L2TxAttributes`` OrderVersion (8): not above the order's current version
+    STALE_ORDER_VERSION = 21850
     # rate limits (23xxx)
     RATE_LIMITED = 23000
     # WebSocket (30xxx)
@@ -261,10 +261,42 @@ class OrderStatus(IntEnum):
     CANCELED_LIQUIDATION = 15
 
 
-class SelfTradeMode(IntEnum):
+class SelfTradeBehavior(IntEnum):
+    """What a taker meeting its own resting order does (``L2TxAttributes`` 6, lighter-go's
+    ``SelfTradeBehavior*``): cancel the maker, cancel the taker, cancel both, or reduce both by
+    the overlap (neither trades)."""
+
     EXPIRE_MAKER = 0
     EXPIRE_TAKER = 1
     CANCEL_BOTH = 2
+    REDUCE = 3
+
+
+class SelfTradeEquality(IntEnum):
+    """Which resting orders count as the taker's own (``L2TxAttributes`` 7): its account's, or
+    those of every account under the same master account."""
+
+    ACCOUNT_INDEX = 0
+    MASTER_ACCOUNT_INDEX = 1
+
+
+class AttributeType(IntEnum):
+    """Lighter's ``L2TxAttributes`` types (lighter-go ``tx_attributes.go``; 8, ModifyOrder's
+    order version, is the newer SDK's)."""
+
+    INTEGRATOR_ACCOUNT_INDEX = 1
+    INTEGRATOR_TAKER_FEE = 2
+    INTEGRATOR_MAKER_FEE = 3
+    SKIP_NONCE = 4
+    CANCEL_ALL_MARKET_INDEX = 5
+    SELF_TRADE_BEHAVIOR = 6
+    SELF_TRADE_EQUALITY = 7
+    ORDER_VERSION = 8
+
+
+#: ``CancelAllOrders``' market attribute when every market's orders go (lighter-go
+#: ``NilMarketIndex``).
+ALL_MARKETS = 255
 
 
 class MarginMode(IntEnum):

@@ -80,6 +80,8 @@ class OrderUpdated(NamedTuple):
     #: time priority (FIFO within a level; a re-entered order gets a new one): with it the
     #: snapshot holder rebuilds the full order record from deltas alone
     priority: Annotated[int, U64]
+    #: the version its last versioned ModifyOrder set (``L2TxAttributes`` 8; 0: none)
+    order_version: Annotated[int, U64]
 
 
 @wire(EVENT, EventTag.TRADE_EXECUTED)

@@ -124,6 +124,7 @@ class OrderRecord(NamedTuple):
     time_in_force: Annotated[int, U8]
     reduce_only: Annotated[int, U8]
     priority: Annotated[int, U64]
+    order_version: Annotated[int, U64]
 
 
 @wire(RECORD, RecordTag.FUNDING)

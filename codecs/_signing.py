@@ -10,9 +10,10 @@ carries all of Lighter's signed fields, so an SDK-signed tx verifies whatever th
 - a Transfer to another master's account is authorised by its ``L1Sig`` too, over Lighter's
   transfer text (:func:`transfer_l1_signer`); one between accounts of one master needs none.
 
-``L2TxAttributes``: the only set attribute raydex executes, SkipNonce, travels as
-``SKIP_NONCE_FLAG`` in the tx's ``nonce``; :func:`lighter_info` turns it back into Lighter's
-``Nonce`` and ``{"L2TxAttributes": {4: 1}}``, so the hash is ``H(H(msg) || H(attrs))`` as Lighter's.
+``L2TxAttributes``: SkipNonce travels as ``SKIP_NONCE_FLAG`` in the tx's ``nonce``, the other
+attributes a type executes as its fields after ``sig`` (``Attr`` extras); :func:`lighter_info`
+turns them back into Lighter's ``Nonce`` and ``L2TxAttributes`` (the set ones only), so the hash
+is ``H(H(msg) || H(attrs))`` as Lighter's.
 
 - :func:`verify_tx` and :meth:`Verifier.verify` never raise on bad input (malformed key, wrong
   length or forged signature, unsigned tx type): they return False.
@@ -42,13 +43,23 @@ TX_HASH_SIZE: Final = 40
 U = TypeVar("U", bound=UserTransaction)
 
 
-def _plan(cls: type) -> tuple[int, tuple[str, ...]]:
-    names = [f.json_name for f in codec_of(cls).spec.fields][:-1]  # all but Sig
-    return tx_type_of(cls), tuple(names)
+#: A tx type's signing plan: its tx type, the Lighter keys of its fields before ``sig`` (the
+#: values of those fields, in order), and its attribute fields as ``(position, attribute type,
+#: nil value)``.
+_Plan = tuple[int, tuple[str, ...], tuple[tuple[int, int, int], ...]]
 
 
-_PLANS: dict[type, tuple[int, tuple[str, ...]]] = {}
-_SKIP_NONCE_ATTRS: Final = {signing.ATTR_SKIP_NONCE: 1}
+def _plan(cls: type) -> _Plan:
+    fields = codec_of(cls).spec.fields
+    sig = next(i for i, f in enumerate(fields) if f.name == "sig")
+    keys = tuple(f.json_name for f in fields[:sig])
+    attrs = tuple(
+        (i, a.type, a.nil) for i, f in enumerate(fields) if (a := f.attribute) is not None
+    )
+    return tx_type_of(cls), keys, attrs
+
+
+_PLANS: dict[type, _Plan] = {}
 _NONCE_MASK: Final = SKIP_NONCE_FLAG - 1
 
 
@@ -60,12 +71,19 @@ def lighter_info(tx: Any) -> tuple[int, dict[str, Any]]:
         if not is_signed_type(cls):
             raise CodecError("not a signed (user) transaction", type_name=cls.__name__)
         plan = _PLANS[cls] = _plan(cls)
-    tx_type, keys = plan
+    tx_type, keys, attr_fields = plan
     info = dict(zip(keys, tx, strict=False))
+    attrs: dict[int, int] = {}
+    for i, t, nil in attr_fields:
+        v = tx[i]
+        if v != nil:
+            attrs[t] = v
     nonce = info["Nonce"]
     if nonce & SKIP_NONCE_FLAG:  # Lighter signs the nonce proper and the attribute
         info["Nonce"] = nonce ^ SKIP_NONCE_FLAG
-        info["L2TxAttributes"] = _SKIP_NONCE_ATTRS
+        attrs[signing.ATTR_SKIP_NONCE] = 1
+    if attrs:
+        info["L2TxAttributes"] = attrs
     return tx_type, info
 
 

@@ -1,9 +1,13 @@
 """Transactions: the commands the engine executes, one NamedTuple (= one layout) each.
 
-User transactions end with ``sig``: Lighter's 80-byte Schnorr signature (ECgFp5, Poseidon2) of
+User transactions carry ``sig``: Lighter's 80-byte Schnorr signature (ECgFp5, Poseidon2) of
 the tx's Lighter message hash (see ``_signing`` and ``raydex.codecs.signing``); public keys are 40
-bytes. The engine never looks at ``sig``: signatures are checked before execution, by the
-replica's dry-run (and by the sequencer where it verifies too), and re-checked afterwards by the
+bytes. After ``sig`` come the ``L2TxAttributes`` a type executes, one field each (``Attr``
+extras, defaulting to "not set", so the common tx without attributes is built as before):
+CreateOrder and ModifyOrder the self-trade modes (6, 7), ModifyOrder the order version (8),
+CancelAllOrders the market (5). SkipNonce (4) travels in ``nonce`` (``SKIP_NONCE_FLAG``).
+The engine never looks at ``sig``: signatures are checked before execution, by the replica's
+dry-run (and by the sequencer where it verifies too), and re-checked afterwards by the
 committer's audit.
 
 Operator commands carry no signature; only the operator's control path may submit them.
@@ -17,15 +21,19 @@ from __future__ import annotations
 from typing import Annotated, NamedTuple
 
 from ._enums import (
+    ALL_MARKETS,
     MAX_48,
     MAX_API_KEY_INDEX,
     MAX_MARKET_INDEX,
     MAX_MASTER_ACCOUNT_INDEX,
     AccountIndex,
     ApiKeyIndex,
+    AttributeType,
     ClientOrderIndex,
     MarketIndex,
     Nonce,
+    SelfTradeBehavior,
+    SelfTradeEquality,
     TxType,
 )
 from ._market import (
@@ -45,6 +53,7 @@ from ._wire import (
     U16,
     U32,
     U64,
+    Attr,
     Bytes20,
     Bytes32,
     Bytes40,
@@ -68,6 +77,14 @@ NonceF = Annotated[Nonce, I64, Range(0, 2**63 - 1)]
 Usdc = Annotated[int, U64, Range(1, 2**63 - 1)]
 Sig = Annotated[bytes, Bytes80]
 PubKey = Annotated[bytes, Bytes40]
+#: ``L2TxAttributes`` 6 and 7: what a taker meeting its own resting order does, and which
+#: resting orders are its own (``SelfTradeBehavior``, ``SelfTradeEquality``; 0 = Lighter's default).
+StBehavior = Annotated[
+    int, U8, Range(0, int(max(SelfTradeBehavior))), Attr(int(AttributeType.SELF_TRADE_BEHAVIOR), 0)
+]
+StEquality = Annotated[
+    int, U8, Range(0, int(max(SelfTradeEquality))), Attr(int(AttributeType.SELF_TRADE_EQUALITY), 0)
+]
 
 
 # ---- user transactions ------------------------------------------------------------------------
@@ -165,6 +182,8 @@ class CreateOrder(NamedTuple):
     expired_at: Millis
     nonce: NonceF
     sig: Sig
+    self_trade_behavior: StBehavior = 0
+    self_trade_equality: StEquality = 0
 
 
 @wire(TX, TxType.CANCEL_ORDER)
@@ -183,7 +202,9 @@ class CancelOrder(NamedTuple):
 
 @wire(TX, TxType.CANCEL_ALL_ORDERS)
 class CancelAllOrders(NamedTuple):
-    """``time_in_force`` 0 cancels now (1 scheduled, 2 abort are Lighter's, not supported yet)."""
+    """``time_in_force`` 0 cancels now (1 scheduled, 2 abort are Lighter's, not supported yet);
+    ``cancel_market_index`` (``L2TxAttributes`` 5) limits it to one market (``ALL_MARKETS``:
+    every market; another market only with ``time_in_force`` 0, as lighter-go's Validate)."""
 
     account_index: Account
     api_key_index: ApiKey
@@ -192,10 +213,20 @@ class CancelAllOrders(NamedTuple):
     expired_at: Millis
     nonce: NonceF
     sig: Sig
+    cancel_market_index: Annotated[
+        int,
+        U8,
+        Range(0, ALL_MARKETS),
+        Attr(int(AttributeType.CANCEL_ALL_MARKET_INDEX), ALL_MARKETS),
+    ] = ALL_MARKETS
 
 
 @wire(TX, TxType.MODIFY_ORDER)
 class ModifyOrder(NamedTuple):
+    """``order_version`` (``L2TxAttributes`` 8, 0 = none, at most 2**48 - 1 as the SDK's signer
+    bounds it): the modify applies only if it is above the order's current version, which it then
+    becomes (the SDK's versioned modify)."""
+
     account_index: Account
     api_key_index: ApiKey
     market_index: Market
@@ -206,6 +237,11 @@ class ModifyOrder(NamedTuple):
     expired_at: Millis
     nonce: NonceF
     sig: Sig
+    self_trade_behavior: StBehavior = 0
+    self_trade_equality: StEquality = 0
+    order_version: Annotated[
+        int, U64, Range(0, MAX_48), Attr(int(AttributeType.ORDER_VERSION), 0)
+    ] = 0
 
 
 @wire(TX, TxType.UPDATE_LEVERAGE)

@@ -123,6 +123,7 @@ class Deltas:
         w.append(o.reduce_only)
         w.append(status)
         write_i64_le(w, o.priority)
+        write_i64_le(w, o.version)
         self.count += 1
 
     def trade_executed(

@@ -8,12 +8,13 @@ can compare them.
 
 What it covers is the state every role holds: the exchange's fee pool and insurance fund, every
 market's parameters and stats, every account's collateral, master account and L1 address, every
-position not at its defaults, every API key (public key and nonce), every resting order. Left out,
-because the block stream never carries them: order priority (the order of a level is covered by the
-orders themselves), the engine's id counters and deposit/withdrawal totals, the markets' funding
-clocks (``FundingRecord``: a replica keeps only what its public endpoints show of them), and
-positions still at their defaults (size, entry, pnl and funding 0, the market's default margin
-fraction: the engine creates them when an order is placed, a replica only when one is reported).
+position not at its defaults, every API key (public key and nonce), every resting order (with its
+version). Left out, because the block stream never carries them: order priority (the order of a
+level is covered by the orders themselves), the engine's id counters and deposit/withdrawal
+totals, the markets' funding clocks (``FundingRecord``: a replica keeps only what its public
+endpoints show of them), and positions still at their defaults (size, entry, pnl and funding 0,
+the market's default margin fraction: the engine creates them when an order is placed, a replica
+only when one is reported).
 
 ``Engine.state_hash()`` remains the full-state integrity hash written into each snapshot's
 ``meta.json`` (it covers priority and counters too); this digest is what actors report.
@@ -73,7 +74,7 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
             yield
         t = type(r)
         if t is OrderRecord:
-            orders[r.order_index] = tuple(r[:-1])  # all but priority
+            orders[r.order_index] = (*r[:12], r.order_version)  # all but priority
         elif t is PositionRecord:
             positions[r.account_index, r.market_index] = r
         elif t is AccountRecord:

@@ -34,13 +34,19 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   insurance fund); UpdateMargin (29) moves more in or out (out down to its initial margin); it
   is liquidated when ``(allocated + upnl) * 1e4 < |size| * mark * mult * mmf``, on its own,
   and pays funding from its collateral (``_orders.isolated_fill``, ``_liquidation``).
-- Orders: Limit (IOC, GoodTillTime, PostOnly) and Market (IOC only; ``price`` is the worst price).
-  Price-time priority, fills at the maker's price. Self-trade prevention is ExpireMaker: the
-  resting order of the same account is cancelled (CANCELED_SELF_TRADE) and matching goes on.
+- Orders: Limit (IOC, GoodTillTime, PostOnly) and Market (IOC only; ``price`` is the worst
+  average fill price, Lighter's slippage limit: fills go on while their running average stays
+  within it). Price-time priority, fills at the maker's price. Self-trade prevention follows the
+  taker's ``L2TxAttributes`` (6: ExpireMaker, the default, cancels the resting order and matching
+  goes on; ExpireTaker ends the taker; CancelBoth both; Reduce shrinks both by the overlap, no
+  trade; 7: the same account, or any account under the same master, ``Account.master_index``);
+  what self-trade prevention cancels ends CANCELED_SELF_TRADE.
   PostOnly that would cross is cancelled (status CANCELED_POST_ONLY, code POST_ONLY_WOULD_CROSS).
-  Every user order is inside the fat-finger band ``|price - mark| <= mark * max_deviation / 1e4``.
-  IOC remainders end CANCELED; market-order remainders CANCELED_TOO_MUCH_SLIPPAGE (book not empty)
-  or CANCELED_NOT_ENOUGH_LIQUIDITY (empty).
+  A limit order is no more aggressive than the band around the mark (a buy at most ``mark * (1 +
+  max_deviation / 1e4)``, a sell at least ``mark * (1 - max_deviation / 1e4)``, else
+  FAT_FINGER_PRICE; passive prices are not bounded); a market order's price has no band.
+  IOC remainders end CANCELED; market-order remainders
+  CANCELED_TOO_MUCH_SLIPPAGE (book not empty) or CANCELED_NOT_ENOUGH_LIQUIDITY (empty).
 - ``order_expiry``: 0 or -1 (Lighter's nil) mean the default, ``now_ms + 28 days``; otherwise an
   absolute ms time that must be >= now_ms. A resting order is live while ``now_ms <= expiry``.
   Expired orders are removed (CANCELED_EXPIRED) at the start of any command touching the market.
@@ -51,8 +57,12 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
 - Client order index 0 means "none"; non-zero ones are unique among an account's open orders.
 - ModifyOrder: ``base_amount`` is the new total size. At or below the filled amount the order is
   cancelled. Same price and no size increase keeps time priority; otherwise the order is taken out
-  and re-entered (new priority; it may trade, PostOnly rules apply).
-- CancelAllOrders: ``time_in_force`` 0 only (others UNSUPPORTED_TX_TYPE, nonce consumed).
+  and re-entered (new priority; it may trade, PostOnly rules apply, the tx's self-trade modes).
+  With an order version (``L2TxAttributes`` 8) it applies only when that is above the order's
+  version (STALE_ORDER_VERSION, the order untouched), which then becomes the order's; a modify
+  without one leaves the version as it is (new orders: 0).
+- CancelAllOrders: ``time_in_force`` 0 only (others UNSUPPORTED_TX_TYPE, nonce consumed); with a
+  market (``L2TxAttributes`` 5) only the account's orders in that market.
 - UpdateLeverage: cross margin only (isolated -> UNSUPPORTED_TX_TYPE); ``imf`` in
   ``[market min imf, 10_000]``; raising it must keep the IMR met.
 - Transfer / Withdraw: ``amount <= collateral`` (INSUFFICIENT_BALANCE) and the IMR met afterwards

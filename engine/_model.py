@@ -139,7 +139,9 @@ class Account:
         self.l1_address = b""
         #: The index of its master account: its own for a master (an index up to Lighter's
         #: ``MaxMasterAccountIndex``, 2**47 - 1), the master's for a sub-account (an index from
-        #: ``MinSubAccountIndex``, 2**47, on). Set when the account is made, never changed.
+        #: ``MinSubAccountIndex``, 2**47, on). Set when the account is made, never changed. The
+        #: self-trade equality mode MasterAccountIndex (``L2TxAttributes`` 7) treats accounts
+        #: with the same one as one.
         self.master_index = index
         #: How many sub-accounts this master opened (derived from the accounts on a load).
         self.sub_accounts = 0
@@ -386,6 +388,7 @@ class Order:
         "ref",
         "remaining",
         "tif",
+        "version",
     )
 
     def __init__(
@@ -432,6 +435,9 @@ class Order:
         #: It has its entry in its market's expiry queue or heap (once: an order modified and
         #: re-entered keeps its expiry and index, so its entry stays good).
         self.expiry_listed = False
+        #: The version the last versioned ModifyOrder gave it (``L2TxAttributes`` 8; 0: none):
+        #: a versioned modify applies only above it.
+        self.version = 0
 
 
 class Level:

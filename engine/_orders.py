@@ -8,10 +8,10 @@ the ``ExchangeState`` (``_state``).
 - ``_place``: field and market checks (the pure ones from ``rules``), reduce-only and the
   pre-trade initial-margin check, then match or rest (:func:`rest`);
 - ``_match`` (through :func:`match_and_finish`): price-time matching at the makers' prices,
-  self-trade prevention (ExpireMaker), reduce-only clipping, fees; :func:`apply_fill` moves
-  positions and realized PnL (an isolated position's money through :func:`isolated_fill`, off
-  the cross path: one flag read per fill there); ``_open`` keeps the resting-order lots behind
-  the worst case;
+  self-trade prevention (the taker's mode, ``L2TxAttributes`` 6 and 7), reduce-only clipping,
+  fees; :func:`apply_fill` moves positions and realized PnL (an isolated position's money through
+  :func:`isolated_fill`, off the cross path: one flag read per fill there); ``_open`` keeps the
+  resting-order lots behind the worst case;
   :func:`remove_resting` takes an order off the book, :func:`expire` the expired ones;
 - the account risk cache (:func:`refresh`, :func:`equity_imr`, :func:`equity_mmr`): ``c_upnl``,
   ``c_mm``, ``c_im`` per account, updated in O(1) by fills and order changes, recomputed in
@@ -69,6 +69,7 @@ from ._state import (
 from .codes import (
     ACCOUNT_NOT_FOUND,
     ACTIVE_LIMIT,
+    ALL_MARKETS,
     API_KEY_NOT_FOUND,
     CANCELED,
     CANCELED_EXPIRED,
@@ -86,6 +87,7 @@ from .codes import (
     INVALID_PRICE,
     INVALID_SIZE,
     IOC,
+    LIMIT,
     MARKET,
     MARKET_NOT_ACTIVE,
     MARKET_NOT_FOUND,
@@ -95,6 +97,12 @@ from .codes import (
     POST_ONLY,
     POST_ONLY_WOULD_CROSS,
     REDUCE_ONLY_INCREASES_POSITION,
+    ST_CANCEL_BOTH,
+    ST_EXPIRE_MAKER,
+    ST_EXPIRE_TAKER,
+    ST_MASTER_ACCOUNT,
+    ST_REDUCE,
+    STALE_ORDER_VERSION,
     TOO_MANY_ORDERS,
     TX_EXPIRED,
     UNSUPPORTED_TX_TYPE,
@@ -123,10 +131,12 @@ NO_EXPIRY_KEY: Final = NO_EXPIRY << EXPIRY_SHIFT
 # times slower. The signature stays an ``object``: the engine never reads it. So do the fields
 # that serve only as dict keys or event fields (``Any``: account, API key, nonce, order index):
 # compiled, a native int made into a key or field again allocates a new int object.
-CreateOrderT = tuple[Any, Any, int, int, int, int, int, int, int, int, int, int, int, Any, object]
+CreateOrderT = tuple[
+    Any, Any, int, int, int, int, int, int, int, int, int, int, int, Any, object, int, int
+]
 CancelOrderT = tuple[Any, Any, int, Any, int, Any, object]
-ModifyOrderT = tuple[Any, Any, int, Any, int, int, int, int, Any, object]
-CancelAllOrdersT = tuple[int, int, int, int, int, int, object]
+ModifyOrderT = tuple[Any, Any, int, Any, int, int, int, int, Any, object, int, int, int]
+CancelAllOrdersT = tuple[int, int, int, int, int, int, object, int]
 
 
 # ---- gates --------------------------------------------------------------------------------------
@@ -172,11 +182,27 @@ def _gate(
 
 def create_order(st: ExchangeState, c: CreateOrder, now: int, out: Deltas) -> int:
     t: CreateOrderT = c
-    ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = t
+    ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s, b, e = t
     code, acct = _gate(st, ai, ki, nonce, exp_at, now, out)
     if acct is None:
         return code
-    return _place(st, acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out)
+    stp = 0  # Lighter's default (ExpireMaker, same account): most orders
+    if b or e:
+        stp = self_trade_mode(b, e)
+        if stp < 0:
+            return INVALID_PARAM
+    return _place(st, acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, stp, now, out)
+
+
+def self_trade_mode(behavior: int, equality: int) -> int:
+    """The self-trade mode a taker matches with, ``behavior + 4 * equality`` (``_match``), from
+    ``L2TxAttributes`` 6 and 7; -1 for a pair lighter-go refuses (out of range, or Reduce with
+    MasterAccountIndex): the JSON edge refuses those first, this keeps the engine whole."""
+    if not ST_EXPIRE_MAKER <= behavior <= ST_REDUCE or not 0 <= equality <= ST_MASTER_ACCOUNT:
+        return -1
+    if behavior == ST_REDUCE and equality == ST_MASTER_ACCOUNT:
+        return -1
+    return behavior + 4 * equality
 
 
 def _place(
@@ -191,11 +217,13 @@ def _place(
     tif: int,
     ro: int,
     oexp: int,
+    stp: int,
     now: int,
     out: Deltas,
 ) -> int:
-    """Validate and execute one order of ``acct`` (a CreateOrder past its gates). The order it
-    creates, accepted or not, is ``last_order_index``."""
+    """Validate and execute one order of ``acct`` (a CreateOrder past its gates), matching with
+    self-trade mode ``stp`` (:func:`self_trade_mode`). The order it creates, accepted or not, is
+    ``last_order_index``."""
     m = st.market(mi)
     if m is None:
         return MARKET_NOT_FOUND
@@ -228,7 +256,7 @@ def _place(
     is_ask = 1 if is_ask else 0
     ro = 1 if ro else 0
     code = order_amount_code(
-        size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+        size, price, is_ask, otype, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
     )
     if code:
         return code
@@ -253,7 +281,9 @@ def _place(
         before = exposure(s, bo, ao)
         after = exposure(s, bo, ao + size) if is_ask else exposure(s, bo + size, ao)
         if after > before:
-            est = best if otype == MARKET and best else price
+            # a market order's price only limits its average: estimated at the best price, or
+            # the mark on an empty book (where it cancels unfilled)
+            est = price if otype != MARKET else (best if best else m.mark)
             if not _margin_after(st, acct, m, pos, is_ask, size, est, after - before):
                 return NOT_ENOUGH_MARGIN
     if new_pos:
@@ -268,7 +298,7 @@ def _place(
         if tif == POST_ONLY:
             out.order_updated(o, CANCELED_POST_ONLY)
             return POST_ONLY_WOULD_CROSS
-        match_and_finish(st, m, o, acct, pos, now, out, False)
+        match_and_finish(st, m, o, acct, pos, now, out, False, stp)
         return OK
     if tif == IOC:
         if otype == MARKET:
@@ -291,15 +321,19 @@ def match_and_finish(
     now: int,
     out: Deltas,
     liquidation: bool,
+    stp: int = 0,
 ) -> None:
-    """Match ``o`` as taker, then rest / cancel its remainder and report its final state."""
+    """Match ``o`` as taker (self-trade mode ``stp``), then rest / cancel its remainder and
+    report its final state."""
     is_ask = o.is_ask
     opp = m.bids if is_ask else m.asks
     best = opp.best
     status = 0
     if best and (best >= o.price if is_ask else best <= o.price):
-        status = _match(st, m, o, acct, pos, opp, out, liquidation)
-    if o.remaining == 0:
+        status = _match(st, m, o, acct, pos, opp, out, liquidation, stp)
+    if status == CANCELED_SELF_TRADE:
+        pass  # the taker expired meeting its own order: no remainder rests
+    elif o.remaining == 0:
         status = FILLED
     elif status == 0:
         if o.tif == IOC:
@@ -384,9 +418,20 @@ def _match(
     opp: Side,
     out: Deltas,
     liquidation: bool,
+    stp: int,
 ) -> int:
-    """Fill taker ``t`` against ``opp`` up to its limit. Returns 0, or CANCELED_REDUCE_ONLY when
-    a reduce-only taker stopped because its position is closed."""
+    """Fill taker ``t`` against ``opp`` up to its limit: a limit order's price bounds each
+    fill's, a market order's the average of its fills (Lighter's slippage limit: at a level
+    beyond it, only the lots that keep the average within it). Returns 0, or why it stopped
+    early: CANCELED_REDUCE_ONLY (a reduce-only taker whose position closed),
+    CANCELED_SELF_TRADE (it met its own order under ExpireTaker or CancelBoth, or Reduce took all
+    of it), CANCELED_TOO_MUCH_SLIPPAGE (a market taker's average limit reached inside a level).
+
+    Orders trade at makers' prices up to their price. Self-trades follow ``stp``
+    (:func:`self_trade_mode`): the taker's own resting orders, or with MasterAccountIndex those of
+    every account under its master, are cancelled (ExpireMaker), end the taker (ExpireTaker), both
+    (CancelBoth), or are reduced against it by the overlap, neither trading (Reduce), each
+    cancelled order with status CANCELED_SELF_TRADE."""
     levels = opp.levels
     is_ask = t.is_ask
     limit = t.price
@@ -398,23 +443,55 @@ def _match(
     maker_fees = 0
     taker_ai = acct.index
     taker_ro = t.reduce_only
+    behavior = stp & 3
+    # the master index a maker's account must not share (-1: only the taker's own account)
+    master = acct.master_index if stp >= 4 else -1
+    # A market taker's price limits its average fill (not a liquidation's: its bound is a
+    # level): ``slack`` is what its fills so far left under that limit, sum((limit - price) *
+    # q) for a buy, sum((price - limit) * q) for a sell; a level ``over`` ticks beyond the limit
+    # takes at most ``slack // over`` lots.
+    average = t.order_type == MARKET and not liquidation
+    slack = 0
     if not acct.traded:
         st.note_traded(acct)
     last_price = 0
     stop = 0
     while t.remaining and not stop:
         best = opp.best
-        if not best or (best < limit if is_ask else best > limit):
+        if not best:
             break
+        over = 0
+        if best < limit if is_ask else best > limit:
+            if not average:
+                break
+            over = limit - best if is_ask else best - limit
+            if slack < over:
+                break
         lvl = levels[best]
         if not lvl.dirty:
             st.mark_level(lvl)
         o: Order | None = lvl.head
         while o is not None:
+            if over and slack < over:
+                stop = CANCELED_TOO_MUCH_SLIPPAGE
+                break
             nxt = o.next
             macct = o.account
-            if macct is acct:
-                remove_resting(st, o, CANCELED_SELF_TRADE, out)
+            if macct is acct or macct.master_index == master:
+                if behavior == ST_EXPIRE_MAKER:
+                    remove_resting(st, o, CANCELED_SELF_TRADE, out)
+                    o = nxt
+                    continue
+                if behavior == ST_EXPIRE_TAKER:
+                    stop = CANCELED_SELF_TRADE
+                    break
+                if behavior == ST_CANCEL_BOTH:
+                    remove_resting(st, o, CANCELED_SELF_TRADE, out)
+                    stop = CANCELED_SELF_TRADE
+                    break
+                if _reduce_both(st, t, o, lvl, out):
+                    stop = CANCELED_SELF_TRADE
+                    break
                 o = nxt
                 continue
             mpos = o.position
@@ -438,6 +515,8 @@ def _match(
                     continue
                 if allowed < q:
                     q = allowed
+            if over and q * over > slack:
+                q = slack // over
             pq = best * mult
             notional = pq * q
             tfee = fee(notional, taker_fee_ppm)
@@ -449,6 +528,8 @@ def _match(
             t.remaining -= q
             o.remaining -= q
             lvl.size -= q
+            if average:
+                slack += (best - limit) * q if is_ask else (limit - best) * q
             if not o.reduce_only:
                 _open(st, mpos, o.is_ask, -q)
             if not macct.dirty:
@@ -486,6 +567,31 @@ def _match(
             st.fee_pool += taker_fees + maker_fees
         st.mark_exchange()
     return stop
+
+
+def _reduce_both(st: ExchangeState, t: Order, o: Order, lvl: Level, out: Deltas) -> bool:
+    """Self-trade Reduce: taker ``t`` and its own resting ``o`` both shrink by their overlap,
+    neither trading. An order the overlap uses up ends CANCELED_SELF_TRADE with that remainder
+    (as any cancelled order reports what it had left); the other goes on with its size and
+    remainder both smaller by it (what filled stays ``initial - remaining``). True when the taker
+    is used up (its caller ends it)."""
+    q = t.remaining if t.remaining < o.remaining else o.remaining
+    if o.remaining == q:
+        remove_resting(st, o, CANCELED_SELF_TRADE, out)
+    else:
+        o.remaining -= q
+        o.initial -= q
+        lvl.size -= q
+        if not o.reduce_only:
+            pos = o.position
+            assert pos is not None
+            _open(st, pos, o.is_ask, -q)
+        out.order_updated(o, ACTIVE_LIMIT)
+    if t.remaining == q:
+        return True
+    t.remaining -= q
+    t.initial -= q
+    return False
 
 
 def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int, fee: int) -> int:
@@ -721,8 +827,12 @@ def cancel_order(st: ExchangeState, c: CancelOrder, now: int, out: Deltas) -> in
 
 
 def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> int:
+    """ModifyOrder: a new total size and price (see ``_engine``); with an order version
+    (``L2TxAttributes`` 8) only above the order's current one, which it then becomes
+    (STALE_ORDER_VERSION otherwise, the order untouched); re-entered, it matches with the tx's
+    self-trade modes."""
     t: ModifyOrderT = c
-    ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s = t
+    ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s, b, e, version = t
     code, acct = _gate(st, ai, ki, nonce, exp_at, now, out)
     if acct is None:
         return code
@@ -740,13 +850,22 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
         return INVALID_PRICE
     if not 1 <= size <= MAX_48:
         return INVALID_SIZE
+    stp = 0
+    if b or e or version:
+        stp = self_trade_mode(b, e)
+        if stp < 0 or not 0 <= version <= MAX_48:
+            return INVALID_PARAM
+        if version and version <= o.version:
+            return STALE_ORDER_VERSION
     code = order_amount_code(
-        size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+        size, price, o.is_ask, LIMIT, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
     )
     if code:
         return code
     filled = o.initial - o.remaining
     if size <= filled:
+        if version:
+            o.version = version
         remove_resting(st, o, CANCELED, out)
         return OK
     new_rem = size - filled
@@ -764,6 +883,8 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
                 _open(st, pos, o.is_ask, grow)
             o.remaining = new_rem
         o.initial = size
+        if version:
+            o.version = version
         out.order_updated(o, ACTIVE_LIMIT)
         return OK
     is_ask = o.is_ask
@@ -791,10 +912,12 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
     o.remaining = new_rem
     o.priority = st.next_priority
     st.next_priority += 1
+    if version:
+        o.version = version
     if crosses and o.tif == POST_ONLY:
         out.order_updated(o, CANCELED_POST_ONLY)
         return POST_ONLY_WOULD_CROSS
-    match_and_finish(st, m, o, acct, pos, now, out, False)
+    match_and_finish(st, m, o, acct, pos, now, out, False, stp)
     return OK
 
 
@@ -893,16 +1016,21 @@ def imr_ok(st: ExchangeState, acct: Account, extra_debit: int = 0) -> bool:
 
 
 def cancel_all(st: ExchangeState, c: CancelAllOrders, now: int, out: Deltas) -> int:
-    """CancelAllOrders: every resting order of the account, by order index (time_in_force 0)."""
+    """CancelAllOrders (time_in_force 0): every resting order of the account by order index, or
+    with a market (``L2TxAttributes`` 5) those in that market only (MARKET_NOT_FOUND for one that
+    does not exist)."""
     t: CancelAllOrdersT = c
-    ai, ki, tif, _time, exp_at, nonce, _s = t
+    ai, ki, tif, _time, exp_at, nonce, _s, mi = t
     code = auth(st, ai, ki, nonce, exp_at, now, out)
     if code:
         return code
     if tif != 0:
         return UNSUPPORTED_TX_TYPE
+    if mi != ALL_MARKETS and st.market(mi) is None:
+        return MARKET_NOT_FOUND
     for o in st.accounts[ai].resting_orders():
-        remove_resting(st, o, CANCELED, out)
+        if mi == ALL_MARKETS or o.market.index == mi:
+            remove_resting(st, o, CANCELED, out)
     return OK
 
 

@@ -154,6 +154,7 @@ def load(st: ExchangeState, rows: Iterable[Any]) -> None:
                 r.priority,
             )
             o.remaining = r.remaining_base_amount
+            o.version = r.order_version
             rest(st, m, o, acct, position_for(acct, m))
         elif isinstance(r, FundingRecord):
             c = st.funding[r.market_index] = FundingClock()
@@ -235,5 +236,6 @@ def order_record(o: Order) -> OrderRecord:
             o.tif,
             o.reduce_only,
             o.priority,
+            o.version,
         ),
     )

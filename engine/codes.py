@@ -1,7 +1,8 @@
 """The engine's result codes and order/status values as plain ``int`` constants.
 
 One source: every value here is *derived by name* from ``raydex.codecs`` (``ResultCode``,
-``OrderStatus``, ``OrderType``, ``TimeInForce``), never written as a literal. The engine's hot path
+``OrderStatus``, ``OrderType``, ``TimeInForce``, ``SelfTradeBehavior``, ``SelfTradeEquality``,
+``ALL_MARKETS``), never written as a literal. The engine's hot path
 returns and compares these plain ints because an ``IntEnum`` member costs an attribute lookup per
 use and a plain module constant does not (``Final``: a mypyc build binds each once); an
 ``IntEnum`` member compares equal to its int, so callers may compare a returned code with
@@ -13,11 +14,22 @@ from __future__ import annotations
 
 from typing import Final
 
-from raydex.codecs import OrderStatus, OrderType, ResultCode, TimeInForce
+from raydex.codecs import (
+    ALL_MARKETS as _ALL_MARKETS,
+)
+from raydex.codecs import (
+    OrderStatus,
+    OrderType,
+    ResultCode,
+    SelfTradeBehavior,
+    SelfTradeEquality,
+    TimeInForce,
+)
 
 __all__ = [
     "ACCOUNT_NOT_FOUND",
     "ACTIVE_LIMIT",
+    "ALL_MARKETS",
     "API_KEY_NOT_FOUND",
     "BELOW_MIN_AMOUNT",
     "CANCELED",
@@ -63,6 +75,12 @@ __all__ = [
     "POST_ONLY_WOULD_CROSS",
     "REDUCE_ONLY_INCREASES_POSITION",
     "SELF_TRANSFER",
+    "STALE_ORDER_VERSION",
+    "ST_CANCEL_BOTH",
+    "ST_EXPIRE_MAKER",
+    "ST_EXPIRE_TAKER",
+    "ST_MASTER_ACCOUNT",
+    "ST_REDUCE",
     "TOO_MANY_ORDERS",
     "TOO_MANY_SUB_ACCOUNTS",
     "TX_EXPIRED",
@@ -104,6 +122,7 @@ SELF_TRANSFER: Final[int] = _R.SELF_TRANSFER.value
 INVALID_API_KEY_INDEX: Final[int] = _R.INVALID_API_KEY_INDEX.value
 UNSUPPORTED_TX_TYPE: Final[int] = _R.UNSUPPORTED_TX_TYPE.value
 TOO_MANY_ORDERS: Final[int] = _R.TOO_MANY_ORDERS.value
+STALE_ORDER_VERSION: Final[int] = _R.STALE_ORDER_VERSION.value
 FEATURE_NOT_SUPPORTED: Final[int] = _R.FEATURE_NOT_SUPPORTED.value
 MARGIN_MODE_LOCKED: Final[int] = _R.MARGIN_MODE_LOCKED.value
 NO_ISOLATED_POSITION: Final[int] = _R.NO_ISOLATED_POSITION.value
@@ -128,3 +147,11 @@ MARKET: Final[int] = OrderType.MARKET.value
 IOC: Final[int] = TimeInForce.IMMEDIATE_OR_CANCEL.value
 GTT: Final[int] = TimeInForce.GOOD_TILL_TIME.value
 POST_ONLY: Final[int] = TimeInForce.POST_ONLY.value
+
+# ---- self-trade modes (SelfTradeBehavior, SelfTradeEquality), cancel-all's every market ------
+ST_EXPIRE_MAKER: Final[int] = SelfTradeBehavior.EXPIRE_MAKER.value
+ST_EXPIRE_TAKER: Final[int] = SelfTradeBehavior.EXPIRE_TAKER.value
+ST_CANCEL_BOTH: Final[int] = SelfTradeBehavior.CANCEL_BOTH.value
+ST_REDUCE: Final[int] = SelfTradeBehavior.REDUCE.value
+ST_MASTER_ACCOUNT: Final[int] = SelfTradeEquality.MASTER_ACCOUNT_INDEX.value
+ALL_MARKETS: Final[int] = _ALL_MARKETS

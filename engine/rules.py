@@ -17,8 +17,10 @@ raise, allocate nothing and cost O(1).
   ``equity - adverse - fee >= IMR`` after it, ``adverse`` the loss of filling it at its estimated
   price against the mark, ``fee`` its taker fee (:func:`fee`, rounded up).
 - Static order checks, in the engine's order: :func:`order_kind_code` (order type / time in force),
-  :func:`order_amount_code` (minimum size and notional, then the fat-finger band
-  ``|price - mark| <= mark * max_deviation / 1e4``), :func:`reduce_only_increases`.
+  :func:`order_amount_code` (minimum size and notional, then a limit order's price band: a buy
+  at most ``mark * (1 + max_deviation / 1e4)``, a sell at least ``mark * (1 - max_deviation /
+  1e4)``; a market order's price limits its average fill and has no band),
+  :func:`reduce_only_increases`.
 - Transfers: :func:`transfer_fee`, the least ``USDCFee`` a transfer carries.
 
 Caller duty: pass the market's current values (mark, fractions, fees); the functions hold no state.
@@ -203,6 +205,8 @@ def order_kind_code(order_type: int, tif: int) -> int:
 def order_amount_code(
     size: int,
     price: int,
+    is_ask: int,
+    order_type: int,
     mult: int,
     min_base: int,
     min_quote: int,
@@ -210,16 +214,24 @@ def order_amount_code(
     max_deviation: int,
 ) -> int:
     """0, or BELOW_MIN_AMOUNT (under the market's minimum size in lots or notional in
-    micro-USDC), or FAT_FINGER_PRICE (``price`` outside ``|price - mark| <= mark * dev / 1e4``),
-    checked in that order."""
-    # price * (size * mult), not (price * size) * mult: the same integer, and compiled its two
+    micro-USDC), or FAT_FINGER_PRICE (a limit order more aggressive than the band around the
+    mark: a buy's ``(price - mark) * 1e4 > mark * dev``, a sell's ``(mark - price) * 1e4 > mark *
+    dev``; a passive price is not bounded), checked in that order.
+
+    A Market order's price is the limit of its average fill (``_orders._match``), any value the
+    wire takes: no band, and its notional is counted at the mark (at its price while the market
+    has none)."""
+    px = price
+    if order_type == MARKET and mark:
+        px = mark
+    # px * (size * mult), not (px * size) * mult: the same integer, and compiled its two
     # operands stay small (a mypyc int product is fast only while both are below 2**30)
-    if size < min_base or price * (size * mult) < min_quote:
+    if size < min_base or px * (size * mult) < min_quote:
         return BELOW_MIN_AMOUNT
-    dev = price - mark
-    if dev < 0:
-        dev = -dev
-    if dev * BPS > mark * max_deviation:
+    if order_type == MARKET:
+        return 0
+    dev = mark - price if is_ask else price - mark
+    if dev > 0 and dev * BPS > mark * max_deviation:
         return FAT_FINGER_PRICE
     return 0
 

@@ -189,7 +189,7 @@ class DeltaState:
             if t is OrderUpdated:
                 mi, oi, ai = ev[0], ev[1], ev[2]
                 if ev[12] == _ACTIVE and ev[7] > 0:  # status, remaining
-                    orders[oi] = _new(OrderRecord, (*ev[:12], ev[13]))
+                    orders[oi] = _new(OrderRecord, (*ev[:12], ev[13], ev[14]))
                 else:
                     orders.pop(oi, None)
                 if (ai, mi) not in positions:

@@ -477,6 +477,8 @@ class Workload:
                     self._expired_at,
                     self._nonce(account, key),
                     SIG,
+                    0,  # self-trade modes: Lighter's defaults (tuple.__new__ fills no defaults)
+                    0,
                 ),
             )
         )
@@ -542,6 +544,9 @@ class Workload:
                         self._expired_at,
                         self._nonce(account, key),
                         SIG,
+                        0,  # self-trade modes and order version: none
+                        0,
+                        0,
                     ),
                 )
             )

@@ -119,7 +119,11 @@ class Desk:
         coi: int = 0,
         m: int = 0,
         expiry: int = 0,
+        stb: int = 0,
+        ste: int = 0,
     ) -> int:
+        """A CreateOrder; ``stb``/``ste``: its self-trade behaviour and equality modes
+        (``L2TxAttributes`` 6 and 7)."""
         return self.run(
             CreateOrder(
                 account,
@@ -137,6 +141,8 @@ class Desk:
                 self.now + 60_000,
                 self.nonce(account),
                 SIG,
+                stb,
+                ste,
             )
         )
 
@@ -151,15 +157,41 @@ class Desk:
             CancelOrder(account, 0, m, index, self.now + 60_000, self.nonce(account), SIG)
         )
 
-    def cancel_all(self, account: int, tif: int = 0) -> int:
+    def cancel_all(self, account: int, tif: int = 0, market: int = 255) -> int:
+        """CancelAllOrders; ``market``: only that market's orders (``L2TxAttributes`` 5)."""
         return self.run(
-            CancelAllOrders(account, 0, tif, 0, self.now + 60_000, self.nonce(account), SIG)
+            CancelAllOrders(account, 0, tif, 0, self.now + 60_000, self.nonce(account), SIG, market)
         )
 
-    def modify(self, account: int, index: int, size: int, price: int, m: int = 0) -> int:
+    def modify(
+        self,
+        account: int,
+        index: int,
+        size: int,
+        price: int,
+        m: int = 0,
+        *,
+        version: int = 0,
+        stb: int = 0,
+        ste: int = 0,
+    ) -> int:
+        """ModifyOrder; ``version``: its order version (``L2TxAttributes`` 8), ``stb``/``ste``
+        its self-trade modes."""
         return self.run(
             ModifyOrder(
-                account, 0, m, index, size, price, 0, self.now + 60_000, self.nonce(account), SIG
+                account,
+                0,
+                m,
+                index,
+                size,
+                price,
+                0,
+                self.now + 60_000,
+                self.nonce(account),
+                SIG,
+                stb,
+                ste,
+                version,
             )
         )
 

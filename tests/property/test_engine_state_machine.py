@@ -1,12 +1,16 @@
 """Hypothesis drives the engine with random orders, cancels, modifies and mark moves against a tiny
-list-based price-time reference book; after every step the books, the fills and the positions must
-agree and ``validate_internal_state()`` must pass. Accounts switch between cross and isolated margin
-and move isolated collateral (UpdateMargin); a plain per-fill ledger of each position (its basis
-and, in isolated mode, its collateral by raydex's rule) must agree with the engine's. Masters open
-sub-accounts (tx 9: the next index down from 2^48 - 2, at most ``MAX_SUB_ACCOUNTS`` each) and move
-USDC among all accounts with a fee; a plain ledger of each sub-account's cash, the fee pool and the
-masters' debits must agree with the engine's. A replay of every command through a fresh engine
-and a snapshot round trip must reproduce the state hash."""
+list-based price-time reference book; after every step the books, the fills, the positions and the
+resting orders' versions must agree and ``validate_internal_state()`` must pass. Accounts switch
+between cross and isolated margin and move isolated collateral (UpdateMargin); a plain per-fill
+ledger of each position (its basis and, in isolated mode, its collateral by raydex's rule) must
+agree with the engine's. Masters open sub-accounts (tx 9: the next index down from 2^48 - 2, at
+most ``MAX_SUB_ACCOUNTS`` each) and move USDC among all accounts with a fee; a plain ledger of each
+sub-account's cash, the fee pool and the masters' debits must agree with the engine's. A replay of
+every command through a fresh engine and a snapshot round trip must reproduce the state hash.
+
+The reference also plays Lighter's ``L2TxAttributes``: the four self-trade behaviours (6; the
+equality mode 7 with every account its own master), versioned modifies (8) and cancel-all in one
+market (5); and a market order's price as the limit of its average fill."""
 
 from __future__ import annotations
 
@@ -119,10 +123,17 @@ class RefOrder:
     remaining: int
     seq: int
     post_only: bool
+    version: int = 0
+
+
+#: ``take``'s answer when self-trade prevention ended the taker (it does not rest).
+SELF_CANCELED = -1
+STB = st.integers(0, 3)  # self-trade behaviour: ExpireMaker, ExpireTaker, CancelBoth, Reduce
+STE = st.sampled_from((0, 0, 0, 1))  # equality: same account / same master
 
 
 class ReferenceBook:
-    """Price-time priority with ExpireMaker self-trade prevention, as plainly as possible."""
+    """Price-time priority with Lighter's self-trade behaviours, as plainly as possible."""
 
     def __init__(self) -> None:
         self.orders: list[RefOrder] = []
@@ -137,21 +148,45 @@ class ReferenceBook:
         opp = self._queue(1 - is_ask)
         return bool(opp) and (opp[0].price >= price if is_ask else opp[0].price <= price)
 
-    def take(self, account: int, is_ask: int, price: int, size: int) -> tuple[int, list[Any]]:
+    def take(
+        self, account: int, is_ask: int, price: int, size: int, stb: int = 0, average: bool = False
+    ) -> tuple[int, list[Any]]:
+        """Match; returns (lots left, or SELF_CANCELED when self-trade prevention ended the
+        taker; the fills). ``average``: ``price`` bounds the average fill (a market order)."""
         fills: list[tuple[int, int, int]] = []
+        filled = spent = 0
         while size:
             opp = self._queue(1 - is_ask)
             if not opp:
                 break
             best = opp[0]
+            cap = size
             if best.price < price if is_ask else best.price > price:
-                break
+                if not average:
+                    break
+                room = spent - price * filled if is_ask else price * filled - spent
+                cap = room // abs(best.price - price)
+                if cap <= 0:
+                    break
             if best.account == account:
-                self.orders.remove(best)
+                if stb in (0, 2):  # ExpireMaker, CancelBoth: the resting order goes
+                    self.orders.remove(best)
+                if stb in (1, 2):  # ExpireTaker, CancelBoth: the taker ends
+                    return SELF_CANCELED, fills
+                if stb == 3:  # Reduce: both shrink by the overlap
+                    q = min(size, best.remaining)
+                    best.remaining -= q
+                    if best.remaining == 0:
+                        self.orders.remove(best)
+                    if q == size:
+                        return SELF_CANCELED, fills
+                    size -= q
                 continue
-            q = min(size, best.remaining)
+            q = min(size, best.remaining, cap)
             size -= q
             best.remaining -= q
+            filled += q
+            spent += best.price * q
             fills.append((best.oid, best.price, q))
             sign = -1 if is_ask else 1
             self.positions[account] += sign * q
@@ -160,9 +195,11 @@ class ReferenceBook:
                 self.orders.remove(best)
         return size, fills
 
-    def rest(self, oid: int, account: int, is_ask: int, price: int, size: int, po: bool) -> None:
+    def rest(
+        self, oid: int, account: int, is_ask: int, price: int, size: int, po: bool, version: int = 0
+    ) -> None:
         self.seq += 1
-        self.orders.append(RefOrder(oid, account, is_ask, price, size, self.seq, po))
+        self.orders.append(RefOrder(oid, account, is_ask, price, size, self.seq, po, version))
 
     def levels(self, is_ask: int) -> list[tuple[int, int]]:
         agg: dict[int, int] = {}
@@ -226,8 +263,12 @@ class EngineVsReference(RuleBasedStateMachine):
         price=PRICES,
         size=SIZES,
         tif=st.sampled_from((0, 1, 1, 2)),
+        stb=STB,
+        ste=STE,
     )
-    def limit(self, a: int, is_ask: int, price: int, size: int, tif: int) -> None:
+    def limit(
+        self, a: int, is_ask: int, price: int, size: int, tif: int, stb: int, ste: int
+    ) -> None:
         would_cross = self.ref.crosses(is_ask, price)
         code = self.run(
             CreateOrder(
@@ -246,20 +287,31 @@ class EngineVsReference(RuleBasedStateMachine):
                 NOW,
                 self.nonce(a),
                 SIG,
+                stb,
+                ste,
             )
         )
+        if stb == 3 and ste == 1:  # lighter-go refuses Reduce with MasterAccountIndex
+            assert code == RC.INVALID_PARAM
+            return
         if tif == 2 and would_cross:
             assert code == RC.POST_ONLY_WOULD_CROSS
             return
         assert code == RC.OK
         oid = self.last_order_index()
-        left, fills = self.ref.take(a, is_ask, price, size)
+        left, fills = self.ref.take(a, is_ask, price, size, stb)
         assert self.fills() == fills
-        if left and tif != 0:
+        if left > 0 and tif != 0:
             self.ref.rest(oid, a, is_ask, price, left, tif == 2)
 
-    @rule(a=st.sampled_from(ACCOUNTS), is_ask=st.integers(0, 1), size=SIZES, worst=PRICES)
-    def market_order(self, a: int, is_ask: int, size: int, worst: int) -> None:
+    @rule(
+        a=st.sampled_from(ACCOUNTS),
+        is_ask=st.integers(0, 1),
+        size=SIZES,
+        limit=PRICES,
+        stb=STB,
+    )
+    def market_order(self, a: int, is_ask: int, size: int, limit: int, stb: int) -> None:
         code = self.run(
             CreateOrder(
                 a,
@@ -267,7 +319,7 @@ class EngineVsReference(RuleBasedStateMachine):
                 0,
                 0,
                 size,
-                worst,
+                limit,
                 is_ask,
                 1,
                 0,
@@ -277,10 +329,12 @@ class EngineVsReference(RuleBasedStateMachine):
                 NOW,
                 self.nonce(a),
                 SIG,
+                stb,
+                0,
             )
         )
         assert code == RC.OK
-        _, fills = self.ref.take(a, is_ask, worst, size)
+        _, fills = self.ref.take(a, is_ask, limit, size, stb, average=True)
         assert self.fills() == fills
 
     @precondition(lambda self: self.ref.orders)
@@ -302,13 +356,22 @@ class EngineVsReference(RuleBasedStateMachine):
             assert code == RC.NOT_ACTIVE_LIMIT_ORDER
 
     @precondition(lambda self: self.ref.orders)
-    @rule(data=st.data(), price=PRICES, size=st.integers(1, 8))
-    def modify(self, data: st.DataObject, price: int, size: int) -> None:
+    @rule(
+        data=st.data(),
+        price=PRICES,
+        size=st.integers(1, 8),
+        stb=STB,
+        bump=st.sampled_from((None, None, -1, 0, 1, 5)),
+    )
+    def modify(
+        self, data: st.DataObject, price: int, size: int, stb: int, bump: int | None
+    ) -> None:
         o = data.draw(st.sampled_from(self.ref.orders))
         # The engine's base_amount is the new total: filled + new remaining.
         ev_initial = self._initial(o.oid)
         filled = ev_initial - o.remaining
         total = filled + size
+        version = 0 if bump is None else max(0, o.version + bump)
         code = self.run(
             ModifyOrder(
                 o.account,
@@ -321,8 +384,16 @@ class EngineVsReference(RuleBasedStateMachine):
                 NOW,
                 self.nonce(o.account),
                 SIG,
+                stb,
+                0,
+                version,
             )
         )
+        if version and version <= o.version:  # stale: refused, the order as it was
+            assert code == RC.STALE_ORDER_VERSION
+            return
+        if version:
+            o.version = version
         if price == o.price and size <= o.remaining:
             assert code == RC.OK
             o.remaining = size
@@ -332,10 +403,10 @@ class EngineVsReference(RuleBasedStateMachine):
             assert code == RC.POST_ONLY_WOULD_CROSS
             return
         assert code == RC.OK
-        left, fills = self.ref.take(o.account, o.is_ask, price, size)
+        left, fills = self.ref.take(o.account, o.is_ask, price, size, stb)
         assert self.fills() == fills
-        if left:
-            self.ref.rest(o.oid, o.account, o.is_ask, price, left, o.post_only)
+        if left > 0:
+            self.ref.rest(o.oid, o.account, o.is_ask, price, left, o.post_only, o.version)
 
     def _initial(self, oid: int) -> int:
         for rec in self.eng.records():
@@ -343,9 +414,14 @@ class EngineVsReference(RuleBasedStateMachine):
                 return int(rec.initial_base_amount)
         raise AssertionError(f"order {oid} not in the engine")
 
-    @rule(a=st.sampled_from(ACCOUNTS))
-    def cancel_all(self, a: int) -> None:
-        assert self.run(CancelAllOrders(a, 0, 0, 0, NOW, self.nonce(a), SIG)) == RC.OK
+    @rule(a=st.sampled_from(ACCOUNTS), market=st.sampled_from((255, 255, 0, 3)))
+    def cancel_all(self, a: int, market: int) -> None:
+        """Every market (255), the book's market (0) or one that does not exist (3)."""
+        code = self.run(CancelAllOrders(a, 0, 0, 0, NOW, self.nonce(a), SIG, market))
+        if market == 3:
+            assert code == RC.MARKET_NOT_FOUND
+            return
+        assert code == RC.OK
         self.ref.orders = [o for o in self.ref.orders if o.account != a]
 
     @rule(mark=st.integers(97, 103))
@@ -451,6 +527,8 @@ class EngineVsReference(RuleBasedStateMachine):
         for a in ACCOUNTS:
             p = self.eng.position(a, 0)
             assert (0 if p is None else p.size) == self.ref.positions[a]
+            versions = {r.order_index: r.order_version for r in self.eng.open_orders(a)}
+            assert versions == {o.oid: o.version for o in self.ref.orders if o.account == a}
             ledger = self.ledgers[a]
             got = (
                 (0, 0, 0, 0)
@@ -562,12 +640,16 @@ class EngineUnderStress(RuleBasedStateMachine):
         a=st.integers(1, 5),
         m=st.integers(0, 1),
         is_ask=st.integers(0, 1),
-        price=st.integers(92, 108),
+        # extremes too: a market order's widest average limits, a limit order's band (an
+        # aggressive one refused, a passive one resting)
+        price=st.integers(92, 108) | st.sampled_from((1, 2**32 - 1)),
         size=st.integers(1, 2_000),
         otype=st.integers(0, 1),
         tif=st.integers(0, 2),
         ro=st.integers(0, 1),
         expiry=st.sampled_from((0, -1, NOW + 5)),
+        stb=STB,
+        ste=STE,
     )
     def order(
         self,
@@ -580,6 +662,8 @@ class EngineUnderStress(RuleBasedStateMachine):
         tif: int,
         ro: int,
         expiry: int,
+        stb: int,
+        ste: int,
     ) -> None:
         self.run(
             CreateOrder(
@@ -598,6 +682,8 @@ class EngineUnderStress(RuleBasedStateMachine):
                 self.now,
                 self.nonce(a),
                 SIG,
+                stb,
+                ste,
             )
         )
 
@@ -682,9 +768,15 @@ class EngineUnderStress(RuleBasedStateMachine):
         idx=st.integers(1 << 48, (1 << 48) + 300),
         price=st.integers(30, 130),
         size=st.integers(1, 400),
+        version=st.sampled_from((0, 0, 1, 2, 2**48 - 1, 2**48)),
+        stb=st.integers(-1, 4),
     )
-    def modify_or_cancel(self, a: int, m: int, idx: int, price: int, size: int) -> None:
-        self.run(ModifyOrder(a, 0, m, idx, size, price, 0, self.now, self.nonce(a), SIG))
+    def modify_or_cancel(
+        self, a: int, m: int, idx: int, price: int, size: int, version: int, stb: int
+    ) -> None:
+        self.run(
+            ModifyOrder(a, 0, m, idx, size, price, 0, self.now, self.nonce(a), SIG, stb, 0, version)
+        )
         self.run(CancelOrder(a, 0, m, idx + 1, self.now, self.nonce(a), SIG))
 
     @rule(m=st.integers(0, 1), mark=st.integers(40, 160))

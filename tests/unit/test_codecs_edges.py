@@ -185,7 +185,7 @@ RECORDS = [
     AccountRecord(2, 5, 2),
     AccountRecord(1, -5, 1),
     ApiKeyRecord(1, 0, 3, b"k" * 40),
-    OrderRecord(0, 1 << 48, 1, 2, 1, 100, 5, 5, -1, 0, 1, 0, 9),
+    OrderRecord(0, 1 << 48, 1, 2, 1, 100, 5, 5, -1, 0, 1, 0, 9, 0),
 ]
 
 

@@ -44,7 +44,7 @@ HOT: list[tuple[str, type, list[Any]]] = [
     (
         "order_updated",  # (written from an Order: see _order_args)
         OrderUpdated,
-        [U8, U63, U63, U63, U8, U32, U63, U63, I64, U8, U8, U8, U8, U63],
+        [U8, U63, U63, U63, U8, U32, U63, U63, I64, U8, U8, U8, U8, U63, U63],
     ),
     ("trade_executed", TradeExecuted, [U8, U63, U32, U63, U63, U63, U63, U63, U8, I64, I64]),
     ("balance_changed", BalanceChanged, [U63, I64]),
@@ -88,10 +88,11 @@ def _writer_args(name: str, values: list[int]) -> tuple[Any, ...]:
     """The arguments of writer ``name`` for an event with these fields: the engine object it
     reads them from (with the status, for an order), or the fields themselves."""
     if name == "order_updated":
-        mi, oi, ai, coi, is_ask, price, init, rem, expiry, otype, tif, ro, status, pr = values
+        mi, oi, ai, coi, is_ask, price, init, rem, expiry, otype, tif, ro, status, pr, ver = values
         m = MARKET(mi, "M", 2, 2)
         o = ORDER(oi, ACCOUNT(ai), coi, m, is_ask, price, init, expiry, otype, tif, ro, pr)
         o.remaining = rem
+        o.version = ver
         return o, status
     if name == "level_changed":
         mi, is_ask, price, size = values

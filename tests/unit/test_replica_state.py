@@ -142,8 +142,12 @@ def test_dry_run_predicts_the_gate_codes_from_the_caches() -> None:
     assert dry_run(st, sign_tx(ok._replace(market_index=9), a.seed), 0) == (
         ResultCode.MARKET_NOT_FOUND
     )
-    far = sign_tx(ok._replace(price=100_000), a.seed)
+    # the band bounds the aggressive side only: a sell far under the mark, not a bid there
+    far = sign_tx(ok._replace(price=100_000, is_ask=1), a.seed)
     assert dry_run(st, far, 0) == ResultCode.FAT_FINGER_PRICE
+    assert dry_run(st, sign_tx(ok._replace(price=100_000), a.seed), 0) == ResultCode.OK
+    wide = sign_tx(ok._replace(price=2**32 - 1, order_type=1, time_in_force=0), a.seed)
+    assert dry_run(st, wide, 0) == ResultCode.OK  # a market order's average limit: no band
     big = sign_tx(ok._replace(base_amount=1_000_000), a.seed)
     assert dry_run(st, big, 0) == ResultCode.NOT_ENOUGH_MARGIN
     assert ex.producer.engine.apply(big, 0).code == ResultCode.NOT_ENOUGH_MARGIN

@@ -3,12 +3,13 @@
 Checks, in order: operator-only / unsigned types, account, API key (21108), signature (21120; a
 ChangePubKey: the new key's, then its ``L1Sig``, 21831), nonce against the pending next nonce
 (21104; ``rules.accepted_nonce``, so a SkipNonce tx needs only to be above the last pending or
-used one), too many pending (21506), deadline (21810), then per type: market, order fields, fat
-finger, reduce-only and initial margin (21739). What needs the live book (post-only crossing,
-fills) is left to the engine. UpdateLeverage: the fraction's range and the margin mode's lock
-(21841); UpdateMargin: an open isolated position (21842), the amount and the margin it leaves;
-Transfer and Withdraw: USDC on the perps route (21840, :func:`explain` names what was asked),
-the receiver, a transfer's L1 signature (21831), the amount and the margin it leaves;
+used one), too many pending (21506), deadline (21810), then per type: market (a cancel-all's
+market too), order fields, the limit-order price band, reduce-only and initial margin (21739).
+What needs the live book or an order's current state (post-only crossing, fills, a modify's order
+and its version) is left to the engine. UpdateLeverage: the fraction's range and the margin
+mode's lock (21841); UpdateMargin: an open isolated position (21842), the amount and the margin
+it leaves; Transfer and Withdraw: USDC on the perps route (21840, :func:`explain` names what was
+asked), the receiver, a transfer's L1 signature (21831), the amount and the margin it leaves;
 CreateSubAccount: a master (20001) under its limit (21843).
 The rules are the engine's own (``raydex.engine.rules``); the sums come from the caches
 (``margin.equity_and_requirement``: cross and isolated margin as the engine keeps them).
@@ -22,11 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 from raydex.codecs import (
+    ALL_MARKETS,
     BPS,
     MAX_SUB_ACCOUNTS,
     OPERATOR_TX_TYPES,
     PERPS_ROUTE,
     USDC_ASSET_INDEX,
+    CancelAllOrders,
     CancelOrder,
     ChangePubKey,
     CreateOrder,
@@ -99,6 +102,11 @@ def dry_run(st: ReplicaState, tx: Any, now_ms: int) -> int:
         return _check_order(st, tx, acct)
     if t is CancelOrder or t is ModifyOrder:
         return _check_market(st, tx.market_index)
+    if t is CancelAllOrders:
+        mi = tx.cancel_market_index
+        if mi != ALL_MARKETS and mi not in st.markets:  # (an inactive market's orders go too)
+            return int(ResultCode.MARKET_NOT_FOUND)
+        return _OK
     if t is UpdateLeverage:
         return _check_leverage(st, tx, acct)
     if t is UpdateMargin:
@@ -259,6 +267,8 @@ def _check_order(st: ReplicaState, tx: CreateOrder, acct: AccountCache) -> int:
         order_amount_code(
             tx.base_amount,
             tx.price,
+            tx.is_ask,
+            tx.order_type,
             mult,
             m.min_base_amount,
             m.min_quote_amount,
@@ -278,10 +288,9 @@ def _check_order(st: ReplicaState, tx: CreateOrder, acct: AccountCache) -> int:
             return int(ResultCode.REDUCE_ONLY_INCREASES_POSITION)
         return _OK
     est = tx.price
-    if tx.order_type == _MARKET:  # the best opposite price
+    if tx.order_type == _MARKET:  # the best opposite price, or the mark on an empty book
         best = st.best_price(tx.market_index, not tx.is_ask)
-        if best is not None:
-            est = best
+        est = best if best else m.mark_price
     if not _margin_ok(st, acct, tx.market_index, tx.is_ask, tx.base_amount, est):
         return int(ResultCode.NOT_ENOUGH_MARGIN)
     return _OK

@@ -572,7 +572,7 @@ class ReplicaState:
             t = type(ev)
             if t is OrderUpdated:
                 if ev[12] == _ACTIVE and ev[7] > 0:  # status, remaining_base_amount
-                    order = _new(OrderRecord, (*ev[:12], ev[13]))
+                    order = _new(OrderRecord, (*ev[:12], ev[13], ev[14]))
                     untrack(order)  # the records the caches keep: see apply_block's end
                     put_order(order)
                 else:

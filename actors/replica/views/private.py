@@ -114,7 +114,7 @@ def order(
         "integrator_maker_fee": "0",
         "integrator_taker_fee": "0",
         "order_flags": 0,
-        "order_version": 0,
+        "order_version": int(o.order_version),
         "market_symbol": m.symbol,
         "market_kind": "perps",
     }
