@@ -70,6 +70,7 @@ class TxType(IntEnum):
     REGISTER_API_KEY = 103
     FUNDING_TICK = 104
     L1_DEPOSIT = 105
+    TIME_TICK = 106
 
 
 #: Transactions a user signs and a replica accepts over the public API.
@@ -83,6 +84,7 @@ USER_TX_TYPES = frozenset(
         TxType.CANCEL_ALL_ORDERS,
         TxType.MODIFY_ORDER,
         TxType.UPDATE_LEVERAGE,
+        TxType.CREATE_GROUPED_ORDERS,
     }
 )
 #: Commands only the operator may submit (deposits, markets, oracle, funding, first API key).
@@ -96,6 +98,7 @@ OPERATOR_TX_TYPES = frozenset(
         TxType.REGISTER_API_KEY,
         TxType.FUNDING_TICK,
         TxType.L1_DEPOSIT,
+        TxType.TIME_TICK,
     }
 )
 
@@ -168,6 +171,28 @@ class ResultCode(IntEnum):
     ATTRIBUTE_NOT_SUPPORTED = 21830
     #: ChangePubKey: ``L1Sig`` is malformed or was not made by the account's L1 address
     INVALID_L1_SIGNATURE = 21831
+    # conditional and grouped orders (21840-21849): lighter-go's ``Validate`` errors that have
+    # no code of their own above (types/txtypes/create_order.go, create_grouped_orders.go)
+    #: ``TriggerPrice`` missing on a stop-loss / take-profit, or set on a TWAP
+    #: (``ErrOrderTriggerPriceInvalid``)
+    INVALID_TRIGGER_PRICE = 21840
+    #: ``GroupingType`` is not 1 (OTO), 2 (OCO) or 3 (OTOCO) (``ErrGroupingTypeInvalid``)
+    INVALID_GROUPING_TYPE = 21841
+    #: a group of the wrong size for its grouping type (``ErrOrderGroupSizeInvalid``)
+    INVALID_GROUP_SIZE = 21842
+    #: the orders of a group name different markets (``ErrMarketIndexMismatch``)
+    GROUP_MARKET_MISMATCH = 21843
+    #: OCO sizes differ, or an OTO/OTOCO child has a size (``ErrBaseAmountsNotEqual``,
+    #: ``ErrBaseAmountNotNil``)
+    INVALID_GROUP_BASE_AMOUNT = 21844
+    #: OCO orders on different sides, or an OTO/OTOCO child on its entry's side
+    #: (``ErrIsAskInvalid``)
+    INVALID_GROUP_SIDE = 21845
+    #: two orders of one group carry the same client order index
+    #: (``ErrClientOrderIndexDuplicate``)
+    DUPLICATE_CLIENT_ORDER_INDEX = 21846
+    #: an OCO order that is not reduce-only (``ErrOrderReduceOnlyInvalid``)
+    INVALID_REDUCE_ONLY = 21847
     # rate limits (23xxx)
     RATE_LIMITED = 23000
     # WebSocket (30xxx)
@@ -188,6 +213,9 @@ class OrderType(IntEnum):
     TAKE_PROFIT = 4
     TAKE_PROFIT_LIMIT = 5
     TWAP = 6
+    #: Lighter's internal types (lighter-go constants.go): a TWAP's slice, a liquidation
+    TWAP_SUB = 7
+    LIQUIDATION = 8
 
 
 class TimeInForce(IntEnum):
@@ -210,7 +238,32 @@ class OrderStatus(IntEnum):
     CANCELED_NOT_ENOUGH_LIQUIDITY = 10
     CANCELED_SELF_TRADE = 11
     CANCELED_EXPIRED = 12
+    #: its OCO sibling (the other of a stop-loss / take-profit pair) fired or was cancelled
+    CANCELED_OCO = 13
+    #: a grouped child whose entry left the book (cancelled, expired) without any fill
+    CANCELED_CHILD = 14
     CANCELED_LIQUIDATION = 15
+
+
+class TriggerStatus(IntEnum):
+    """Where a conditional order stands (Lighter's ``trigger_status``): ``NA`` for plain orders
+    and grouped entries, ``PARENT_ORDER`` while a grouped child waits for its entry's first fill,
+    ``MARK_PRICE`` while a stop-loss / take-profit waits for the mark, ``TWAP`` while a TWAP
+    runs, ``READY`` once a trigger order fired."""
+
+    NA = 0
+    READY = 1
+    MARK_PRICE = 2
+    TWAP = 3
+    PARENT_ORDER = 4
+
+
+class GroupingType(IntEnum):
+    """CreateGroupedOrders' ``GroupingType`` (lighter-go constants.go)."""
+
+    ONE_TRIGGERS_THE_OTHER = 1
+    ONE_CANCELS_THE_OTHER = 2
+    ONE_TRIGGERS_A_ONE_CANCELS_THE_OTHER = 3
 
 
 class SelfTradeMode(IntEnum):

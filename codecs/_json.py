@@ -22,6 +22,10 @@ JSON string, bytes, or an already-parsed dict). The key of every field is its ``
   is refused with ``ATTRIBUTE_NOT_SUPPORTED`` (21830) naming it; a malformed entry (unknown
   type, non-integer, SkipNonce other than 1, more than 4 set) with ``INVALID_TX_INFO``. A
   ``Nonce`` at or above ``SKIP_NONCE_FLAG`` is refused (``INVALID_TX_INFO``);
+- CreateGroupedOrders (28) carries Lighter's ``Orders``: a list of 1 to 3 objects with exactly
+  the ten ``OrderInfo`` keys (``_tx.ORDER_INFO_KEYS``), each checked like a field of its slot
+  (errors name ``Orders[i].Key``); ``tx_to_json`` writes the list back (the layout's
+  ``OrderCount`` and unused slots are not Lighter's keys);
 - Transfer and Withdraw also come in Lighter's form (``Amount``, ``AssetIndex``, route types,
   ``USDCFee``, ``Memo``, ``L1Sig``): accepted when they ask for what raydex executes (USDC, asset
   3, perps routes 0, fee 0), ``Amount`` read as ``USDCAmount``; the memo and the L1 signature
@@ -49,7 +53,15 @@ from . import signing
 from ._enums import SKIP_NONCE_FLAG, USDC_DECIMALS, ResultCode
 from ._errors import CodecError
 from ._hot import HOT_BY_TAG, HotCodec, codec_of, field_format, int_bounds
-from ._tx import TX, Transaction
+from ._tx import (
+    GROUPED_FIRST_SLOT,
+    GROUPED_SLOT_FIELDS,
+    MAX_GROUPED_ORDERS,
+    ORDER_INFO_KEYS,
+    TX,
+    CreateGroupedOrders,
+    Transaction,
+)
 
 _decode_json = msgspec.json.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
@@ -204,6 +216,65 @@ def _from_lighter_form(
     return out
 
 
+_GROUPED_TYPE = 28
+_ORDERS = "Orders"
+
+
+def _grouped_slot_keys() -> list[list[str]]:
+    """The flat layout's JSON keys of each order slot (``MarketIndex0``, ...), slot by slot."""
+    _, fields, _ = _TX_FIELDS[_GROUPED_TYPE]
+    w = GROUPED_SLOT_FIELDS
+    return [
+        [f[0] for f in fields[GROUPED_FIRST_SLOT + i * w : GROUPED_FIRST_SLOT + (i + 1) * w]]
+        for i in range(MAX_GROUPED_ORDERS)
+    ]
+
+
+def _from_grouped_form(name: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """Lighter's CreateGroupedOrders (an ``Orders`` list) as the flat layout's keys, each
+    order's values checked against its slot's field (errors name ``Orders[i].Key``)."""
+    out = dict(obj)
+    orders = out.pop(_ORDERS, None)
+    if not isinstance(orders, list) or not 1 <= len(orders) <= MAX_GROUPED_ORDERS:
+        raise CodecError(
+            f"needs a list of 1 to {MAX_GROUPED_ORDERS} orders", type_name=name, field=_ORDERS
+        )
+    _, fields, _ = _TX_FIELDS[_GROUPED_TYPE]
+    by_key = {f[0]: f for f in fields}
+    want = frozenset(ORDER_INFO_KEYS)
+    for i, (order, keys) in enumerate(zip(orders + [None] * 3, _grouped_slot_keys(), strict=False)):
+        if order is None:
+            out.update(dict.fromkeys(keys, 0))
+            continue
+        where = f"{_ORDERS}[{i}]"
+        if not isinstance(order, dict) or order.keys() != want:
+            got = sorted(order) if isinstance(order, dict) else type(order).__name__
+            raise CodecError(
+                f"needs exactly the keys {list(ORDER_INFO_KEYS)}, got {got}",
+                type_name=name,
+                field=where,
+            )
+        for lighter_key, key in zip(ORDER_INFO_KEYS, keys, strict=True):
+            _, kind, a, b, flag = by_key[key]
+            out[key] = _value(name, f"{where}.{lighter_key}", kind, a, b, flag, order[lighter_key])
+    out["OrderCount"] = len(orders)
+    return out
+
+
+def _to_grouped_form(out: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`_from_grouped_form` on ``tx_to_json``'s flat keys."""
+    count = out.pop("OrderCount")
+    orders = []
+    for i, keys in enumerate(_grouped_slot_keys()):
+        values = [out.pop(k) for k in keys]
+        if i < count:
+            orders.append(dict(zip(ORDER_INFO_KEYS, values, strict=True)))
+    tail = {k: out.pop(k) for k in list(out) if k in ("ExpiredAt", "Nonce", "Sig", _ATTRS)}
+    out[_ORDERS] = orders
+    out.update(tail)
+    return out
+
+
 def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]) -> Transaction:
     """Build and validate a transaction from Lighter's ``tx_info``; raises CodecError only."""
     ok = isinstance(tx_type, int) and not isinstance(tx_type, bool)
@@ -220,6 +291,8 @@ def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]
     lighter_form = _LIGHTER_FORMS.get(int(tx_type))
     if lighter_form is not None and "Amount" in obj:
         obj = _from_lighter_form(name, obj, *lighter_form)
+    if codec.cls is CreateGroupedOrders:
+        obj = _from_grouped_form(name, obj)
     if obj.keys() != keys:
         missing = sorted(keys - obj.keys())
         extra = sorted(str(k) for k in obj.keys() - keys)
@@ -260,6 +333,8 @@ def tx_to_json(tx: Transaction) -> dict[str, Any]:
     if nonce is not None and nonce & SKIP_NONCE_FLAG:
         out["Nonce"] = nonce ^ SKIP_NONCE_FLAG
         out[_ATTRS] = {str(signing.ATTR_SKIP_NONCE): 1}
+    if type(tx) is CreateGroupedOrders:
+        out = _to_grouped_form(out)
     return out
 
 

@@ -8,6 +8,8 @@ executes, so an SDK-signed tx with those values verifies:
 
 - Transfer and Withdraw: ``AssetIndex`` 3 (USDC), route types 0 (perps), ``USDCFee`` 0, and
   raydex's ``USDCAmount`` is Lighter's ``Amount``;
+- CreateGroupedOrders: its order slots are Lighter's ``Orders`` list (the ``order_count`` used
+  ones), which ``signing`` hashes order by order (the ``orders`` kind);
 - ChangePubKey is Lighter's: signed by the key it sets (:func:`signer_key`), authorised by
   ``L1Sig`` from the account's L1 address (:func:`l1_signer` recovers it; a rare tx).
 
@@ -32,7 +34,16 @@ from . import signing
 from ._enums import SKIP_NONCE_FLAG
 from ._errors import CodecError
 from ._hot import codec_of
-from ._tx import ChangePubKey, Transfer, UserTransaction, Withdraw
+from ._tx import (
+    ORDER_INFO_KEYS,
+    ChangePubKey,
+    CreateGroupedOrders,
+    Transfer,
+    UserTransaction,
+    Withdraw,
+    grouped_canonical,
+    grouped_orders,
+)
 from ._txcodec import encode_tx, is_signed_type, tx_type_of
 
 DEFAULT_CHAIN_ID: Final = 304
@@ -83,7 +94,7 @@ def lighter_info(tx: Any) -> tuple[int, dict[str, Any]]:
             raise CodecError("not a signed (user) transaction", type_name=cls.__name__)
         plan = _PLANS[cls] = _plan(cls)
     tx_type, keys, fixed = plan
-    info = dict(zip(keys, tx, strict=False))
+    info = _grouped_info(tx) if cls is CreateGroupedOrders else dict(zip(keys, tx, strict=False))
     if fixed:
         info.update(fixed)
     nonce = info["Nonce"]
@@ -91,6 +102,19 @@ def lighter_info(tx: Any) -> tuple[int, dict[str, Any]]:
         info["Nonce"] = nonce ^ SKIP_NONCE_FLAG
         info["L2TxAttributes"] = _SKIP_NONCE_ATTRS
     return tx_type, info
+
+
+def _grouped_info(tx: CreateGroupedOrders) -> dict[str, Any]:
+    if not grouped_canonical(tx):  # slots past its order count: no Lighter message signs them
+        raise CodecError("CreateGroupedOrders: the slots past order_count must be 0")
+    return {
+        "AccountIndex": tx.account_index,
+        "ApiKeyIndex": tx.api_key_index,
+        "GroupingType": tx.grouping_type,
+        "Orders": [dict(zip(ORDER_INFO_KEYS, o, strict=True)) for o in grouped_orders(tx)],
+        "ExpiredAt": tx.expired_at,
+        "Nonce": tx.nonce,
+    }
 
 
 def message_hash_of(tx: Any, chain_id: int = DEFAULT_CHAIN_ID) -> bytes:
