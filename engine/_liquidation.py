@@ -9,10 +9,11 @@ Functions over the ``ExchangeState``; the rules are in ``_engine``'s docstring (
 - After fills (:func:`check_traded`) the traders are checked exactly and left unarmed; transfers
   and withdrawals (:func:`rearm`) unarm the account; market updates check holders, funding the
   payers whose payment does not fit in the reserve their triggers left out (:func:`arm`).
-- :func:`liquidate`: cancel all resting orders, close each position with an internal reduce-only
-  market order inside the fat-finger band (liquidation fee to the insurance fund), deleverage
-  (:func:`deleverage`) what the book cannot absorb against the most profitable opposite
-  positions at the bankruptcy price, and cover negative collateral from the insurance fund.
+- :func:`liquidate`: cancel all resting orders and waiting conditional orders, close each
+  position with an internal reduce-only market order inside the fat-finger band (liquidation
+  fee to the insurance fund), deleverage (:func:`deleverage`) what the book cannot absorb
+  against the most profitable opposite positions at the bankruptcy price, and cover negative
+  collateral from the insurance fund.
 
 Triggers are conservative and checks exact, so when an account is checked never changes the
 outcome: it is liquidated at the first command after which it is under maintenance.
@@ -30,6 +31,7 @@ from raydex.codecs import PositionDeleveraged, PositionLiquidated
 from ._deltas import Deltas
 from ._model import Account, Market, Order, Position, heappop, heappush
 from ._orders import apply_fill, equity_mmr, expire, match_and_finish, refresh, remove_resting
+from ._pending import end_all
 from ._state import BPS, ExchangeState
 from .codes import CANCELED_LIQUIDATION, IOC, MARKET
 from .rules import MAX_PRICE, product, unrealized_pnl
@@ -253,6 +255,7 @@ def check_traded(st: ExchangeState, now: int, out: Deltas) -> None:
 def liquidate(st: ExchangeState, acct: Account, now: int, out: Deltas) -> None:
     """Close ``acct`` entirely (see the module docstring); its counterparties are checked next."""
     acct.risk_version += 1
+    end_all(st, acct, CANCELED_LIQUIDATION, out)
     for o in acct.resting_orders():
         remove_resting(st, o, CANCELED_LIQUIDATION, out)
     for mi in sorted(acct.positions):

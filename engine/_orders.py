@@ -43,6 +43,7 @@ from ._deltas import Deltas
 from ._model import (
     NO_EXPIRY,
     Account,
+    Cond,
     Level,
     Market,
     Order,
@@ -51,6 +52,16 @@ from ._model import (
     heapify,
     heappop,
     heappush,
+)
+from ._pending import (
+    end_all,
+    find,
+    finish,
+    has_client_index,
+    order_filled,
+    order_left,
+    position_moved,
+    waiting_count,
 )
 from ._state import (
     BPS,
@@ -126,6 +137,10 @@ CancelOrderT = tuple[Any, Any, int, Any, int, Any, object]
 ModifyOrderT = tuple[Any, Any, int, Any, int, int, int, int, Any, object]
 CancelAllOrdersT = tuple[int, int, int, int, int, int, object]
 
+#: :func:`create_order`'s answer for a conditional order type (2-6): not placed here, the engine
+#: hands the command to ``_triggers`` (above this module), which gates it itself.
+CONDITIONAL: Final = -1
+
 
 # ---- gates --------------------------------------------------------------------------------------
 
@@ -169,15 +184,27 @@ def _gate(
 
 
 def create_order(st: ExchangeState, c: CreateOrder, now: int, out: Deltas) -> int:
+    """CreateOrder of a limit or market order; CONDITIONAL (nothing done, no nonce used) for
+    the other types, which ``_triggers`` places."""
     t: CreateOrderT = c
     ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = t
+    if otype > MARKET:
+        return CONDITIONAL
     code, acct = _gate(st, ai, ki, nonce, exp_at, now, out)
     if acct is None:
         return code
-    return _place(st, acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out)
+    return place(st, acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out, 0, None)
 
 
-def _place(
+def gate(
+    st: ExchangeState, ai: Any, ki: Any, nonce: Any, expired_at: int, now: int, out: Deltas
+) -> tuple[int, Account | None]:
+    """The four gates of a user tx with its account when passed (``(0, account)``); see
+    :func:`auth`."""
+    return _gate(st, ai, ki, nonce, expired_at, now, out)
+
+
+def place(
     st: ExchangeState,
     acct: Account,
     mi: int,
@@ -191,9 +218,13 @@ def _place(
     oexp: int,
     now: int,
     out: Deltas,
+    oi: int,
+    cond: Cond | None,
 ) -> int:
     """Validate and execute one order of ``acct`` (a CreateOrder past its gates). The order it
-    creates, accepted or not, is ``last_order_index``."""
+    creates, accepted or not, is ``last_order_index``: a new index, or ``oi`` when given (a
+    conditional order executing under its own index, ``_triggers``); ``cond`` is the condition
+    it carries (``Order.cond``), None for a plain order."""
     m = st.market(mi)
     if m is None:
         return MARKET_NOT_FOUND
@@ -215,7 +246,9 @@ def _place(
     if coi:
         if not 0 < coi <= MAX_48:
             return INVALID_CLIENT_ORDER_INDEX
-        if acct.find_client_order(coi) is not None:
+        if acct.find_client_order(coi) is not None or (
+            acct.conds is not None and has_client_index(acct, coi)
+        ):
             return CLIENT_ORDER_INDEX_EXISTS
     if oexp == 0 or oexp == -1:
         expiry = now + DEFAULT_ORDER_LIFETIME_MS
@@ -230,7 +263,10 @@ def _place(
     )
     if code:
         return code
-    if acct.order_count >= MAX_OPEN_ORDERS_PER_ACCOUNT:
+    if acct.order_count >= MAX_OPEN_ORDERS_PER_ACCOUNT or (
+        acct.conds is not None
+        and acct.order_count + waiting_count(acct) >= MAX_OPEN_ORDERS_PER_ACCOUNT
+    ):
         return TOO_MANY_ORDERS
     pos = acct.position_in(m)
     new_pos = pos is None
@@ -256,12 +292,15 @@ def _place(
                 return NOT_ENOUGH_MARGIN
     if new_pos:
         acct.add_position(pos)
-    oi = st.next_order_index
-    st.next_order_index = oi + 1
+    if oi == 0:
+        oi = st.next_order_index
+        st.next_order_index = oi + 1
     st.last_order_index = oi
     pr = st.next_priority
     st.next_priority = pr + 1
     o = Order(oi, acct, coi, m, is_ask, price, size, expiry, otype, tif, ro, pr)
+    if cond is not None:
+        o.cond = cond
     if best and (best >= price if is_ask else best <= price):
         if tif == POST_ONLY:
             out.order_updated(o, CANCELED_POST_ONLY)
@@ -297,6 +336,9 @@ def match_and_finish(
     status = 0
     if best and (best >= o.price if is_ask else best <= o.price):
         status = _match(st, m, o, acct, pos, opp, out, liquidation)
+        c = o.cond
+        if c is not None and o.remaining < o.initial:
+            order_filled(st, c, out)
     if o.remaining == 0:
         status = FILLED
     elif status == 0:
@@ -309,6 +351,10 @@ def match_and_finish(
             rest(st, m, o, acct, pos)
             status = ACTIVE_LIMIT
     out.order_updated(o, status)
+    if status != ACTIVE_LIMIT:
+        c = o.cond
+        if c is not None:  # (a modified order re-entering with a condition, gone now)
+            order_left(st, o, c, out)
 
 
 def rest(st: ExchangeState, m: Market, o: Order, acct: Account, pos: Position) -> None:
@@ -461,6 +507,9 @@ def _match(
             if liquidation:
                 st.liquidation_quote += best * q
             last_price = best
+            c = o.cond
+            if c is not None:
+                order_filled(st, c, out)
             if o.remaining == 0:
                 remove_resting(st, o, FILLED, out)
             elif o.reduce_only and mpos.size == 0:
@@ -520,6 +569,8 @@ def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int) -> int:
         if acct.unarmed and not pos.queued:
             pos.queued = True
             m.unarmed.append(pos)
+    if acct.conds is not None and (ns == 0 or (ns > 0) != (s > 0)) and s != 0:
+        position_moved(st, pos)  # closed or flipped: its position-tied orders are checked
     if acct.c_epoch == st.epoch:
         mq = m.mark_q
         acct.c_upnl += product(d, mq) - (neq - eq)
@@ -567,6 +618,9 @@ def remove_resting(st: ExchangeState, o: Order, status: int, out: Deltas) -> Non
         assert pos is not None
         _open(st, pos, is_ask, -rem)
     out.order_updated(o, status)  # (unlinking leaves ``o.remaining`` as it was)
+    c = o.cond
+    if c is not None:
+        order_left(st, o, c, out)
 
 
 def expire(st: ExchangeState, m: Market, now: int, out: Deltas) -> None:
@@ -650,7 +704,11 @@ def cancel_order(st: ExchangeState, c: CancelOrder, now: int, out: Deltas) -> in
         expire(st, m, now, out)
     o = _find_order(st, acct, mi, index)
     if o is None:
-        return NOT_ACTIVE_LIMIT_ORDER
+        w = find(acct, mi, index, FIRST_ORDER_INDEX) if acct.conds is not None else None
+        if w is None:
+            return NOT_ACTIVE_LIMIT_ORDER
+        finish(st, w, CANCELED, out, True)  # a waiting conditional order (its OCO sibling too)
+        return OK
     remove_resting(st, o, CANCELED, out)
     return OK
 
@@ -728,6 +786,9 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
     st.next_priority += 1
     if crosses and o.tif == POST_ONLY:
         out.order_updated(o, CANCELED_POST_ONLY)
+        c = o.cond
+        if c is not None:
+            order_left(st, o, c, out)
         return POST_ONLY_WOULD_CROSS
     match_and_finish(st, m, o, acct, pos, now, out, False)
     return OK
@@ -823,7 +884,8 @@ def imr_ok(st: ExchangeState, acct: Account, extra_debit: int = 0) -> bool:
 
 
 def cancel_all(st: ExchangeState, c: CancelAllOrders, now: int, out: Deltas) -> int:
-    """CancelAllOrders: every resting order of the account, by order index (time_in_force 0)."""
+    """CancelAllOrders: every resting order of the account, by order index, then its waiting
+    conditional orders, by order index (time_in_force 0)."""
     t: CancelAllOrdersT = c
     ai, ki, tif, _time, exp_at, nonce, _s = t
     code = auth(st, ai, ki, nonce, exp_at, now, out)
@@ -831,8 +893,10 @@ def cancel_all(st: ExchangeState, c: CancelAllOrders, now: int, out: Deltas) -> 
         return code
     if tif != 0:
         return UNSUPPORTED_TX_TYPE
-    for o in st.accounts[ai].resting_orders():
+    acct = st.accounts[ai]
+    for o in acct.resting_orders():
         remove_resting(st, o, CANCELED, out)
+    end_all(st, acct, CANCELED, out)
     return OK
 
 

@@ -2,10 +2,12 @@
 
 - :func:`records`: the full state as ``codecs`` snapshot records in one canonical order (the
   exchange row, markets, accounts, positions, API keys by account, resting orders by market in
-  book order, funding clocks by market, L1 addresses by account), whatever the history that
-  built it.
+  book order, funding clocks by market, L1 addresses by account, conditional orders by order
+  index), whatever the history that built it. A state without conditional orders has no such
+  rows, so its hash is what it was before they existed.
 - :func:`load`: rebuild the state from those rows (in that order): books and every index are
-  rebuilt, every account holding a position is armed (liquidation triggers) at the loaded marks.
+  rebuilt, every account holding a position is armed (liquidation triggers) at the loaded marks,
+  conditional orders are registered, armed and linked again (``_triggers.load_cond``).
 - :func:`state_hash`: sha256 over :func:`records` (:func:`records_hash`); equal states hash equal
   (snapshot round trips, WAL replay and replicas are compared by it).
 
@@ -21,6 +23,7 @@ from typing import Any, TypeAlias
 from raydex.codecs import AccountRecord as _AccountRecord
 from raydex.codecs import (
     ApiKeyRecord,
+    ConditionalOrderRecord,
     ExchangeRecord,
     FundingRecord,
     L1AddressRecord,
@@ -33,7 +36,9 @@ from ._liquidation import arm
 from ._markets import market_fields, set_params
 from ._model import Account, ApiKey, FundingClock, Market, Order, Position
 from ._orders import equity_mmr, iter_market_orders, position_for, rest
+from ._pending import cond_fields
 from ._state import BPS, ExchangeState, new_tuple
+from ._triggers import link_loaded, load_cond
 
 Record: TypeAlias = (
     ExchangeRecord
@@ -44,6 +49,7 @@ Record: TypeAlias = (
     | OrderRecord
     | FundingRecord
     | L1AddressRecord
+    | ConditionalOrderRecord
 )
 
 
@@ -92,6 +98,9 @@ def records(st: ExchangeState) -> Iterator[Record]:
         addr = accounts[ai].l1_address
         if addr:
             yield new_tuple(L1AddressRecord, (ai, addr))
+    conds = st.conds
+    for i in sorted(conds):
+        yield new_tuple(ConditionalOrderRecord, cond_fields(conds[i]))
 
 
 def load(st: ExchangeState, rows: Iterable[Any]) -> None:
@@ -155,9 +164,12 @@ def load(st: ExchangeState, rows: Iterable[Any]) -> None:
         elif isinstance(r, L1AddressRecord):
             st.accounts[r.account_index].l1_address = r.l1_address
             st.by_l1[r.l1_address] = r.account_index
+        elif isinstance(r, ConditionalOrderRecord):
+            load_cond(st, r)
         else:
             raise TypeError(f"not a snapshot record: {type(r).__name__}")
     st.forget_levels()
+    link_loaded(st)
     for acct in st.accounts.values():
         if any(p.size for p in acct.positions.values()):
             equity, num = equity_mmr(st, acct)

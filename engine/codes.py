@@ -13,10 +13,44 @@ from __future__ import annotations
 
 from typing import Final
 
-from raydex.codecs import OrderStatus, OrderType, ResultCode, TimeInForce
+from raydex.codecs import (
+    GroupingType,
+    OrderStatus,
+    OrderType,
+    ResultCode,
+    TimeInForce,
+    TriggerStatus,
+)
 
 __all__ = [
     "ACCOUNT_NOT_FOUND",
+    "CANCELED_CHILD",
+    "CANCELED_MARGIN_NOT_ALLOWED",
+    "CANCELED_OCO",
+    "DUPLICATE_CLIENT_ORDER_INDEX",
+    "GROUP_MARKET_MISMATCH",
+    "INVALID_GROUPING_TYPE",
+    "INVALID_GROUP_BASE_AMOUNT",
+    "INVALID_GROUP_SIDE",
+    "INVALID_GROUP_SIZE",
+    "INVALID_REDUCE_ONLY",
+    "INVALID_TRIGGER_PRICE",
+    "IN_PROGRESS",
+    "OCO",
+    "OTO",
+    "OTOCO",
+    "PENDING",
+    "STOP_LOSS",
+    "STOP_LOSS_LIMIT",
+    "TAKE_PROFIT",
+    "TAKE_PROFIT_LIMIT",
+    "TRIGGER_MARK_PRICE",
+    "TRIGGER_NA",
+    "TRIGGER_PARENT_ORDER",
+    "TRIGGER_READY",
+    "TRIGGER_TWAP",
+    "TWAP",
+    "TWAP_SUB",
     "ACTIVE_LIMIT",
     "API_KEY_NOT_FOUND",
     "BELOW_MIN_AMOUNT",
@@ -99,8 +133,18 @@ SELF_TRANSFER: Final[int] = _R.SELF_TRANSFER.value
 INVALID_API_KEY_INDEX: Final[int] = _R.INVALID_API_KEY_INDEX.value
 UNSUPPORTED_TX_TYPE: Final[int] = _R.UNSUPPORTED_TX_TYPE.value
 TOO_MANY_ORDERS: Final[int] = _R.TOO_MANY_ORDERS.value
+INVALID_TRIGGER_PRICE: Final[int] = _R.INVALID_TRIGGER_PRICE.value
+INVALID_GROUPING_TYPE: Final[int] = _R.INVALID_GROUPING_TYPE.value
+INVALID_GROUP_SIZE: Final[int] = _R.INVALID_GROUP_SIZE.value
+GROUP_MARKET_MISMATCH: Final[int] = _R.GROUP_MARKET_MISMATCH.value
+INVALID_GROUP_BASE_AMOUNT: Final[int] = _R.INVALID_GROUP_BASE_AMOUNT.value
+INVALID_GROUP_SIDE: Final[int] = _R.INVALID_GROUP_SIDE.value
+DUPLICATE_CLIENT_ORDER_INDEX: Final[int] = _R.DUPLICATE_CLIENT_ORDER_INDEX.value
+INVALID_REDUCE_ONLY: Final[int] = _R.INVALID_REDUCE_ONLY.value
 
 # ---- order statuses (OrderStatus) ---------------------------------------------------------------
+IN_PROGRESS: Final[int] = _S.IN_PROGRESS.value
+PENDING: Final[int] = _S.PENDING.value
 ACTIVE_LIMIT: Final[int] = _S.ACTIVE_LIMIT.value
 FILLED: Final[int] = _S.FILLED.value
 CANCELED: Final[int] = _S.CANCELED.value
@@ -111,10 +155,29 @@ CANCELED_NOT_ENOUGH_LIQUIDITY: Final[int] = _S.CANCELED_NOT_ENOUGH_LIQUIDITY.val
 CANCELED_SELF_TRADE: Final[int] = _S.CANCELED_SELF_TRADE.value
 CANCELED_EXPIRED: Final[int] = _S.CANCELED_EXPIRED.value
 CANCELED_LIQUIDATION: Final[int] = _S.CANCELED_LIQUIDATION.value
+CANCELED_MARGIN_NOT_ALLOWED: Final[int] = _S.CANCELED_MARGIN_NOT_ALLOWED.value
+CANCELED_OCO: Final[int] = _S.CANCELED_OCO.value
+CANCELED_CHILD: Final[int] = _S.CANCELED_CHILD.value
 
 # ---- order types and times in force (OrderType, TimeInForce) -----------------------------------
 LIMIT: Final[int] = OrderType.LIMIT.value
 MARKET: Final[int] = OrderType.MARKET.value
+STOP_LOSS: Final[int] = OrderType.STOP_LOSS.value
+STOP_LOSS_LIMIT: Final[int] = OrderType.STOP_LOSS_LIMIT.value
+TAKE_PROFIT: Final[int] = OrderType.TAKE_PROFIT.value
+TAKE_PROFIT_LIMIT: Final[int] = OrderType.TAKE_PROFIT_LIMIT.value
+TWAP: Final[int] = OrderType.TWAP.value
+TWAP_SUB: Final[int] = OrderType.TWAP_SUB.value
 IOC: Final[int] = TimeInForce.IMMEDIATE_OR_CANCEL.value
 GTT: Final[int] = TimeInForce.GOOD_TILL_TIME.value
 POST_ONLY: Final[int] = TimeInForce.POST_ONLY.value
+
+# ---- conditional orders (TriggerStatus, GroupingType) -------------------------------------------
+TRIGGER_NA: Final[int] = TriggerStatus.NA.value
+TRIGGER_READY: Final[int] = TriggerStatus.READY.value
+TRIGGER_MARK_PRICE: Final[int] = TriggerStatus.MARK_PRICE.value
+TRIGGER_TWAP: Final[int] = TriggerStatus.TWAP.value
+TRIGGER_PARENT_ORDER: Final[int] = TriggerStatus.PARENT_ORDER.value
+OTO: Final[int] = GroupingType.ONE_TRIGGERS_THE_OTHER.value
+OCO: Final[int] = GroupingType.ONE_CANCELS_THE_OTHER.value
+OTOCO: Final[int] = GroupingType.ONE_TRIGGERS_A_ONE_CANCELS_THE_OTHER.value

@@ -9,16 +9,37 @@ from enum import IntEnum
 from pathlib import Path
 
 import raydex.engine
-from raydex.codecs import OrderStatus, OrderType, ResultCode, TimeInForce
+from raydex.codecs import (
+    GroupingType,
+    OrderStatus,
+    OrderType,
+    ResultCode,
+    TimeInForce,
+    TriggerStatus,
+)
 from raydex.engine import codes
 
 #: Engine names that differ from their enum member's name.
 ALIASES = {"IOC": "IMMEDIATE_OR_CANCEL", "GTT": "GOOD_TILL_TIME"}
+#: Engine names of members of an enum whose names another enum also has: the enum, the member.
+QUALIFIED: dict[str, tuple[type[IntEnum], str]] = {
+    "TRIGGER_NA": (TriggerStatus, "NA"),
+    "TRIGGER_READY": (TriggerStatus, "READY"),
+    "TRIGGER_MARK_PRICE": (TriggerStatus, "MARK_PRICE"),
+    "TRIGGER_TWAP": (TriggerStatus, "TWAP"),
+    "TRIGGER_PARENT_ORDER": (TriggerStatus, "PARENT_ORDER"),
+    "OTO": (GroupingType, "ONE_TRIGGERS_THE_OTHER"),
+    "OCO": (GroupingType, "ONE_CANCELS_THE_OTHER"),
+    "OTOCO": (GroupingType, "ONE_TRIGGERS_A_ONE_CANCELS_THE_OTHER"),
+}
 ENUMS: tuple[type[IntEnum], ...] = (ResultCode, OrderStatus, OrderType, TimeInForce)
 ENGINE_DIR = Path(raydex.engine.__file__).parent
 
 
 def _member(name: str) -> IntEnum:
+    if name in QUALIFIED:
+        enum, member = QUALIFIED[name]
+        return enum[member]
     wanted = ALIASES.get(name, name)
     found = [e[wanted] for e in ENUMS if wanted in e.__members__]
     assert len(found) == 1, f"{name}: {len(found)} enum members of that name"
