@@ -274,10 +274,13 @@ def _place_entry(
     now: int,
     out: Deltas,
 ) -> int:
-    """OTO / OTOCO: the entry goes through the order path carrying its children (linked, not yet
-    registered: its first fill, maybe right here, arms them); then the children left wait for
-    it if it rests, or end CANCELED_CHILD if it neither filled nor rests. Indexes: the entry's,
-    then its children's, allocated only if the entry is accepted."""
+    """OTO / OTOCO: the entry's links are reported first (its ``ConditionalOrderUpdated``: the
+    ``OrderUpdated`` that ends it, now or later, closes that record, so an entry that never rests
+    shows its children too), then the entry goes through the order path carrying its children
+    (linked, not yet registered: its first fill, maybe right here, arms them); the children left
+    wait for it if it rests, or end CANCELED_CHILD if it neither filled nor rests. Indexes: the
+    entry's, then its children's, allocated only if the entry is accepted; an entry refused
+    before it was created leaves nothing, its report taken back (nothing is written between)."""
     e = infos[0]
     first = st.next_order_index
     kids = [_cond(acct, m, first + 1 + i, o, now) for i, o in enumerate(infos[1:])]
@@ -291,11 +294,15 @@ def _place_entry(
         k.trigger_status = TRIGGER_PARENT_ORDER
     if oco:
         _pair(kids[0], kids[1])
+    at = out.size()
+    count = out.count
+    emit(out, entry)
     code, made = _execute(
         st, acct, m, 0, e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[9], now, out, entry
     )
     if made != first:
-        return code  # refused before it was created: nothing placed
+        out.rewind(at, count)  # refused before it was created: nothing placed, nothing reported
+        return code
     st.next_order_index = first + 1 + len(kids)
     rests = st.orders.get(first) is not None
     for k in kids:
@@ -306,7 +313,6 @@ def _place_entry(
                 finish(st, k, CANCELED_CHILD, out, False)
     if rests:
         st.conds[entry.ref] = entry
-        emit(out, entry)
     st.last_order_index = first
     return code
 

@@ -8,6 +8,7 @@ real signatures."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import warnings
 from collections.abc import Awaitable, Callable
@@ -240,3 +241,70 @@ def test_a_twap_runs_in_slices_that_show_as_twap_subs_of_it() -> None:
         r.same_state()
 
     with_rig(body)
+
+
+def test_the_account_order_channels_carry_conditional_orders_with_their_triggers() -> None:
+    """``account_all_orders``: the subscribe snapshot lists a waiting stop-loss; the block that
+    places a take-profit, and the one that fires the stop, update them."""
+    a, b, c = Trader(30), Trader(31), Trader(32)
+
+    async def main() -> None:
+        ex = new_exchange([a, b, c])
+        replica = ex.serve()
+        server = TestServer(replica.app, host="127.0.0.1", port=0)
+        await server.start_server()
+        r = Rig(ex, replica.state, server)
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.ws_connect(str(server.make_url("/stream"))) as ws,
+            ):
+                r.http = http
+                await r.send(b.order(300_000, 100, 1))
+                await r.send(a.order(300_000, 100, 0))
+                await r.send(c.order(290_000, 100, 0))
+                await r.send(conditional(a, SL, 1, 0, 280_000, 295_000, _expiry(), coi=81))
+                assert (await _ws_next(ws))["type"] == "connected"
+                await ws.send_json(
+                    {"type": "subscribe", "channel": f"account_all_orders/{a.account}",
+                     "auth": token(a)}
+                )  # fmt: skip
+                snap = await _ws_next(ws)
+                [sl] = _orders(snap)
+                assert (sl["type"], sl["status"], sl["trigger_price"]) == (
+                    "stop-loss", "pending", "2950.00",
+                )  # fmt: skip
+                await r.send(conditional(a, TP, 1, 0, 300_000, 320_000, _expiry(), coi=82))
+                [tp] = _orders(await _ws_update(ws))
+                assert (tp["type"], tp["trigger_status"], tp["nonce"]) == (
+                    "take-profit", "mark-price", a.nonce - 1,
+                )  # fmt: skip
+                r.mark(295_000)
+                rows = {o["client_order_index"]: o for o in _orders(await _ws_update(ws))}
+                assert (rows[81]["status"], rows[81]["trigger_status"]) == ("filled", "ready")
+                assert rows[82]["status"] == "canceled-reduce-only"
+        finally:
+            await server.close()
+
+    run(main())
+
+
+async def _ws_next(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    msg = await asyncio.wait_for(ws.receive(), 10.0)
+    assert msg.type == aiohttp.WSMsgType.TEXT, msg
+    out: dict[str, Any] = json.loads(msg.data)
+    return out
+
+
+async def _ws_update(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    while True:
+        m = await _ws_next(ws)
+        if m["type"] == "update/account_all_orders":
+            return m
+
+
+def _orders(msg: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = msg["orders"]["0"]
+    for o in rows:
+        models.Order.model_validate(o, strict=True)
+    return rows
