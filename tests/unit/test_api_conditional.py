@@ -125,6 +125,7 @@ class Rig:
         self.ex.run([SetMarkPrice(0, price)], operator=True)
 
     def same_state(self) -> None:
+        self.state.validate()
         assert self.state.state_hash() == state_digest(self.ex.producer.engine.records())
 
 

@@ -828,8 +828,9 @@ class ReplicaState:
         return digest
 
     def validate(self) -> None:
-        """Raise AssertionError if a book disagrees with the cached orders or its snapshot, or an
-        account's order aggregates disagree with its orders."""
+        """Raise AssertionError if a book disagrees with the cached orders or its snapshot, an
+        account's order aggregates disagree with its orders, or its waiting conditional orders
+        with ``conds``."""
         for mi in self.markets:
             sums: tuple[dict[int, int], dict[int, int]] = ({}, {})
             for is_ask, side_orders in enumerate(self.level_orders[mi]):
@@ -868,3 +869,8 @@ class ReplicaState:
                 acct.order_counts,
             ):
                 raise AssertionError(f"account {ai}: order aggregates differ from its orders")
+            for oi, c in acct.conds.items():
+                if self.conds.get(oi) is not c or c.account_index != ai:
+                    raise AssertionError(f"account {ai}: waiting order {oi} misfiled")
+        if sum(len(a.conds) for a in self.accounts.values()) != len(self.conds):
+            raise AssertionError("the waiting orders differ from their accounts'")
