@@ -26,8 +26,8 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
 - Conditional orders (``Cond``, engine ``_triggers``): every live one is in
   ``ExchangeState.conds`` by order index; the waiting ones (a grouped child waiting for its
   entry, an armed stop-loss / take-profit, a running TWAP) also in their account's ``conds``. An
-  armed one has exactly one live entry in its market's ``trig_up`` / ``trig_down`` heap (lazy
-  deletion: an entry whose order is no longer armed at that trigger price is stale), counted in
+  armed one has exactly one live entry in its market's ``trig_up`` / ``trig_down`` heap, the one
+  equal to its ``trig_key`` (lazy deletion: any other entry is stale), counted in
   ``Market.trig_live``. An order on the book may
   carry the ``Cond`` it came from (``Order.cond``: a fired stop-loss-limit, a grouped entry).
 - ``dirty`` flags mark objects already queued for this command's events (chained through their
@@ -745,6 +745,7 @@ class Cond:
         "slice_index",
         "status",
         "tif",
+        "trig_key",
         "trigger_price",
         "trigger_status",
         "trigger_time",
@@ -793,3 +794,6 @@ class Cond:
         #: a TWAP's next slice time (ms) and its latest slice's order index (0: none)
         self.next_slice = 0
         self.slice_index = 0
+        #: while armed, its live entry in its market's trigger heaps (any other entry naming
+        #: it is stale: it moved, fired or ended); -1 otherwise
+        self.trig_key = -1

@@ -58,6 +58,7 @@ from ._pending import (
     find,
     finish,
     has_client_index,
+    modify_waiting,
     order_filled,
     order_left,
     position_moved,
@@ -715,7 +716,7 @@ def cancel_order(st: ExchangeState, c: CancelOrder, now: int, out: Deltas) -> in
 
 def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> int:
     t: ModifyOrderT = c
-    ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s = t
+    ai, ki, mi, index, size, price, trig, exp_at, nonce, _s = t
     code, acct = _gate(st, ai, ki, nonce, exp_at, now, out)
     if acct is None:
         return code
@@ -726,7 +727,10 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
         expire(st, m, now, out)
     o = _find_order(st, acct, mi, index)
     if o is None:
-        return NOT_ACTIVE_LIMIT_ORDER
+        w = find(acct, mi, index, FIRST_ORDER_INDEX) if acct.conds is not None else None
+        if w is None or m.status != 1:
+            return NOT_ACTIVE_LIMIT_ORDER if w is None else MARKET_NOT_ACTIVE
+        return modify_waiting(st, w, size, price, trig, out)  # a waiting stop-loss / take-profit
     if m.status != 1:
         return MARKET_NOT_ACTIVE
     if not 1 <= price <= MAX_PRICE:

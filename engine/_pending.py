@@ -42,12 +42,17 @@ from .codes import (
     CANCELED_CHILD,
     CANCELED_OCO,
     CANCELED_REDUCE_ONLY,
+    INVALID_PRICE,
+    INVALID_SIZE,
+    INVALID_TRIGGER_PRICE,
+    NOT_ACTIVE_LIMIT_ORDER,
+    OK,
     PENDING,
     TRIGGER_MARK_PRICE,
     TRIGGER_PARENT_ORDER,
     TRIGGER_TWAP,
 )
-from .rules import MAX_PRICE, fires_when_above, reduce_only_increases
+from .rules import MAX_LOTS, MAX_PRICE, fires_when_above, reduce_only_increases
 
 #: ``Market.trig_down`` keys are ``((TRIGGER_CEIL - trigger) << EXPIRY_SHIFT) + index``: the
 #: highest trigger pops first.
@@ -115,6 +120,7 @@ def release(st: ExchangeState, c: Cond) -> None:
         acct.conds = None
     if c.trigger_status == TRIGGER_MARK_PRICE and c.status == PENDING:
         c.market.trig_live -= 1
+        c.trig_key = -1
 
 
 def list_expiry(st: ExchangeState, c: Cond) -> None:
@@ -144,23 +150,62 @@ def arm(st: ExchangeState, c: Cond, out: Deltas) -> None:
     hold(st, c)
     if not listed:
         list_expiry(st, c)
+    c.market.trig_live += 1
+    _list_trigger(st, c)
+    emit(out, c)
+    _check_tied(st, c, out)
+
+
+def _list_trigger(st: ExchangeState, c: Cond) -> None:
+    """Push armed ``c``'s live heap entry (its ``trig_key``); its market is checked against
+    the mark at the end of the command."""
     m = c.market
     if fires_when_above(c.order_type, c.is_ask):
-        heappush(m.trig_up, (c.trigger_price << EXPIRY_SHIFT) + c.index)
+        key = (c.trigger_price << EXPIRY_SHIFT) + c.index
+        heappush(m.trig_up, key)
     else:
-        heappush(m.trig_down, ((TRIGGER_CEIL - c.trigger_price) << EXPIRY_SHIFT) + c.index)
-    m.trig_live += 1
+        key = ((TRIGGER_CEIL - c.trigger_price) << EXPIRY_SHIFT) + c.index
+        heappush(m.trig_down, key)
+    c.trig_key = key
     if len(m.trig_up) + len(m.trig_down) > 2 * m.trig_live + TRIGGER_SLACK:
         compact_triggers(st, m)
     st.check_markets.append(m)
     st.cond_after = True
-    emit(out, c)
-    if c.size == 0:  # position-tied: it must reduce the position as it stands (``untie``)
-        pos = c.account.position_in(m)
+
+
+def _check_tied(st: ExchangeState, c: Cond, out: Deltas) -> None:
+    """A position-tied armed order must reduce the position as it stands (``untie``)."""
+    if c.size == 0:
+        pos = c.account.position_in(c.market)
         if pos is not None:
             st.untie.append(pos)
         else:
             finish(st, c, CANCELED_REDUCE_ONLY, out, False)
+
+
+def modify_waiting(
+    st: ExchangeState, c: Cond, size: int, price: int, trigger: int, out: Deltas
+) -> int:
+    """ModifyOrder of waiting stop-loss / take-profit ``c``: its size (``size`` lots; it is no
+    longer position-tied), price and trigger price (0: kept); an armed one is re-keyed in the
+    trigger heaps (checked against the mark at the end of the command, as when armed). A TWAP
+    is not modified (NOT_ACTIVE_LIMIT_ORDER)."""
+    if c.trigger_status == TRIGGER_TWAP:
+        return NOT_ACTIVE_LIMIT_ORDER
+    if not 1 <= price <= MAX_PRICE:
+        return INVALID_PRICE
+    if not 1 <= size <= MAX_LOTS:
+        return INVALID_SIZE
+    trig = trigger if trigger else c.trigger_price
+    if not 1 <= trig <= MAX_PRICE:
+        return INVALID_TRIGGER_PRICE
+    c.size = c.remaining = size
+    c.price = price
+    c.trigger_price = trig
+    if is_armed(c):
+        _list_trigger(st, c)  # the old entry is stale now: it is not the ``trig_key``
+    emit(out, c)
+    return OK
 
 
 def start_twap(st: ExchangeState, c: Cond, out: Deltas) -> None:
@@ -192,12 +237,9 @@ def is_waiting(c: Cond) -> bool:
 def live_trigger(st: ExchangeState, m: Market, key: int, up: bool) -> Cond | None:
     """The armed order a trigger heap entry of ``m`` names, or None if the entry is stale."""
     c = st.conds.get(key & INDEX_MASK)
-    if c is None or c.market is not m or not is_armed(c):
+    if c is None or c.trig_key != key or c.market is not m:
         return None
-    price = key >> EXPIRY_SHIFT
-    if up != fires_when_above(c.order_type, c.is_ask):
-        return None
-    return c if (price if up else TRIGGER_CEIL - price) == c.trigger_price else None
+    return c if up == fires_when_above(c.order_type, c.is_ask) else None
 
 
 def compact_triggers(st: ExchangeState, m: Market) -> None:

@@ -25,7 +25,7 @@ from typing import Final
 from raydex import codecs as _codecs
 
 from ._deltas import Deltas
-from ._model import NO_EXPIRY, Account, Cond, FundingClock, Level, Market, Order, Position, put_at
+from ._model import Account, Cond, FundingClock, Level, Market, Order, Position, put_at
 
 # Final: a compiled (mypyc) build binds these once instead of looking them up per use.
 #: ``new_tuple(NamedTupleType, fields)``: a record or event built from a tuple of its fields.
@@ -52,8 +52,10 @@ DENSE_ACCOUNTS: Final = 1 << 20
 #: like the pair ``(expiry, order_index)`` (order indexes are below 2**64) and compares faster.
 EXPIRY_SHIFT: Final = 64
 INDEX_MASK: Final = (1 << 64) - 1
-#: ``ExchangeState.cond_due`` when no conditional order has anything due: after any time.
-NO_DUE: Final = NO_EXPIRY
+#: ``ExchangeState.cond_due`` when no conditional order has anything due: after any time (ms)
+#: and a short int, so the comparison every command makes stays one machine compare (compiled,
+#: a larger constant boxes both sides: see ``MAX_SHORT``).
+NO_DUE: Final = MAX_SHORT
 
 
 def is_int(x: object) -> bool:

@@ -40,7 +40,8 @@ behaviour is not public, raydex's rule is written here and in docs/lighter-compa
   so they run without user traffic too.
 - **Counts**: waiting orders count toward ``MAX_OPEN_ORDERS_PER_ACCOUNT`` with the resting
   ones; their client order indexes are unique with them; CancelOrder, CancelAllOrders and
-  liquidation end them like resting orders.
+  liquidation end them like resting orders; ModifyOrder moves a waiting stop-loss /
+  take-profit (``_pending.modify_waiting``).
 
 Cost: placing is O(log n); a mark move is O(crossed triggers) plus their execution, never a
 walk over the waiting orders; :func:`run_due` is O(due entries).

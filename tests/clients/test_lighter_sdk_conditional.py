@@ -1,6 +1,7 @@
 """Lighter's conditional orders through the unmodified lighter-sdk ``SignerClient``: its own
 ``create_sl_order``, ``create_sl_limit_order``, ``create_tp_order``, ``create_tp_limit_order``,
-``create_order`` with ``ORDER_TYPE_TWAP`` and ``create_grouped_orders`` (OTO, OCO, OTOCO), signed
+``create_order`` with ``ORDER_TYPE_TWAP``, ``create_grouped_orders`` (OTO, OCO, OTOCO) and
+``modify_order`` of a waiting stop-loss, signed
 by its Go signer and sent with its ``sendTx``; the effects read back through the SDK's API classes
 and validated strictly by its pydantic models (``Orders``, ``DetailedAccounts``).
 
@@ -304,6 +305,12 @@ def test_oto_and_oco_groups_and_the_other_stop_loss_take_profit_helpers(
             ("take-profit", "2900.00", "immediate-or-cancel"),
             ("stop-loss-limit", "3100.00", "good-till-time"),
         ]
+        # the stop moved up (a trailing stop): modify_order with a new trigger price
+        _ok(await a.modify_order(m, waiting[1]["order_index"], 100, 313_000, trigger_price=312_000))
+        moved = (await d.active(a))[1]
+        assert (moved["trigger_price"], moved["price"], moved["status"]) == (
+            "3120.00", "3130.00", "pending",
+        )  # fmt: skip
         _ok(await a.cancel_all_orders(a.CANCEL_ALL_TIF_IMMEDIATE, 0))
         assert await d.active(a) == []
 

@@ -214,12 +214,15 @@ class Desk:
             CancelAllOrders(account, 0, tif, 0, self.now + 60_000, self.nonce(account), SIG)
         )
 
-    def modify(self, account: int, index: int, size: int, price: int, m: int = 0) -> int:
+    def modify(
+        self, account: int, index: int, size: int, price: int, m: int = 0, trigger: int = 0
+    ) -> int:
         return self.run(
             ModifyOrder(
-                account, 0, m, index, size, price, 0, self.now + 60_000, self.nonce(account), SIG
+                account, 0, m, index, size, price, trigger, self.now + 60_000,
+                self.nonce(account), SIG,
             )
-        )
+        )  # fmt: skip
 
     def transfer(self, account: int, to: int, amount: int) -> int:
         return self.run(

@@ -143,6 +143,23 @@ SCENARIOS: dict[str, list[Step]] = {
         Step("buy", (1, 1, 9_000)),
         Step("cancel_all", (1,), bids=[], waiting={1: 0}),
     ],
+    "ModifyOrder moves a waiting stop-loss: its new trigger is the one that fires": [
+        *LONG_10,
+        Step("buy", (3, 10, 8_500)),
+        Step("trigger", (1, SL, 1, 10, 8_000, 9_500), kw={"coi": 9}),
+        Step("modify", (1, 9, 10, 8_000), kw={"trigger": 9_000}, waiting={1: 1}),
+        Step("mark", (9_400,), sizes={1: 10}, waiting={1: 1}),
+        Step("mark", (9_000,), sizes={1: 0}, waiting={1: 0}),
+    ],
+    "ModifyOrder of a waiting order beyond the mark fires it; a TWAP is not modified": [
+        *LONG_10,
+        Step("buy", (3, 10, 9_900)),
+        Step("trigger", (1, SL, 1, 0, 8_000, 9_500), kw={"coi": 9}),
+        Step("modify", (1, 9, 4, 8_000), kw={"trigger": 10_500}, sizes={1: 6}, waiting={1: 0}),
+        Step("twap", (1, 1, 5, 9_000, 5), kw={"coi": 10}),
+        Step("modify", (1, 10, 5, 9_500), code=RC.NOT_ACTIVE_LIMIT_ORDER, waiting={1: 1}),
+        Step("modify", (1, 11, 5, 9_500), code=RC.NOT_ACTIVE_LIMIT_ORDER),
+    ],
     "a waiting order expires after its expiry, at the first command then": [
         *LONG_10,
         Step("trigger", (1, SL, 1, 10, 9_000, 9_500), kw={"expiry": NOW + 10_000}),
