@@ -32,11 +32,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from raydex.codecs import ConditionalOrderUpdated
-
 from ._deltas import Deltas
 from ._model import Account, Cond, Market, Order, Position, heapify, heappush
-from ._state import EXPIRY_SHIFT, INDEX_MASK, NO_DUE, ExchangeState, new_tuple
+from ._state import EXPIRY_SHIFT, INDEX_MASK, NO_DUE, ExchangeState
 from .codes import (
     ACTIVE_LIMIT,
     CANCELED_CHILD,
@@ -95,8 +93,9 @@ def cond_fields(c: Cond) -> tuple[Any, ...]:
 
 
 def emit(out: Deltas, c: Cond) -> None:
-    """Report ``c``'s state (``ConditionalOrderUpdated``)."""
-    out.event(new_tuple(ConditionalOrderUpdated, cond_fields(c)))
+    """Report ``c``'s state (``ConditionalOrderUpdated``, written field by field:
+    ``Deltas.cond_updated``)."""
+    out.cond_updated(c)
 
 
 # ---- registering ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from kit.engine import (
     MARKET,
     NOW,
     OK,
+    SIG,
     SL,
     SL_LIMIT,
     TP,
@@ -27,7 +28,7 @@ from kit.engine import (
     play,
 )
 
-from raydex.codecs import GroupingType
+from raydex.codecs import CreateGroupedOrders, GroupingType, OrderStatus, grouped_slots
 from raydex.codecs import ResultCode as RC
 
 OTO = GroupingType.ONE_TRIGGERS_THE_OTHER
@@ -554,10 +555,31 @@ def test_a_liquidation_cancels_the_accounts_waiting_orders() -> None:
     assert d.mark(8_500) == OK
     assert d.size(1) == 0
     (c,) = [e for e in d.of("ConditionalOrderUpdated")]
-    assert OrderStatusName(c.status) == "CANCELED_LIQUIDATION"
+    assert OrderStatus(c.status).name == "CANCELED_LIQUIDATION"
 
 
-def OrderStatusName(v: int) -> str:
-    from raydex.codecs import OrderStatus
-
-    return OrderStatus(v).name
+def test_a_grouped_layout_with_a_value_past_its_order_count_places_nothing() -> None:
+    """The fixed layout's unused slots are 0 (Lighter's ``Orders`` list has no such slots): a
+    value in one is 20001 ``INVALID_PARAM``; the same orders with clean slots are placed."""
+    d = Desk()
+    _long(d)
+    tp = info(1, 0, 11_000, TP, ro=1, trigger=11_000, expiry=LATER)
+    sl = info(1, 0, 8_000, SL, ro=1, trigger=9_000, expiry=LATER)
+    slots = list(grouped_slots([tp, sl]))
+    for junk_at in (len(slots) - 1, 2 * len(tp)):  # the third slot's last and first field
+        dirty = slots.copy()
+        dirty[junk_at] = 1
+        cmd = CreateGroupedOrders(
+            1,
+            0,
+            OCO,
+            2,
+            *dirty,
+            d.now + 60_000,
+            d.nonce(1),
+            SIG,  # type: ignore[call-arg]
+        )
+        assert d.run(cmd) == RC.INVALID_PARAM
+        assert d.conds(1) == []
+    assert d.grouped(1, OCO, tp, sl) == OK
+    assert [c.order_type for c in d.conds(1)] == [TP, SL]
