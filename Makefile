@@ -74,6 +74,7 @@ bench: $(STAMP) $(ENGINE_STAMP)
 	$(BIN)/raydex bench signatures
 	$(BIN)/raydex bench transport
 	$(BIN)/raydex bench wal
+	$(BIN)/raydex bench sequencer
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

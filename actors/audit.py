@@ -21,7 +21,9 @@ Invariants:
 - The audit may lag the commitments; at most ``max_pending`` blocks wait. Beyond that, or when the
   WAL no longer holds a block, the oldest are passed unaudited (their key changes applied) and
   counted in ``skipped_blocks``: never silently.
-- Txs refused before the engine and operator commands (Ray control plane only) are not audited.
+- Txs refused before the engine and operator commands (Ray control plane only) are not audited;
+  nor is a block whose WAL record the sequencer restored from its followers (a damaged tail: the
+  record holds the block's events, not its signed txs): it is counted in ``skipped_blocks``.
 
 Cost: one message hash and one verify per executed user tx, in the committer's process.
 """
@@ -159,10 +161,13 @@ class SignatureAudit:
         """Check block ``seq`` (the next one) against its WAL record; returns its failures."""
         if seq != self.seq + 1:
             raise ValueError(f"audit: block {seq} does not follow {self.seq}")
-        summary = self._pending.pop(seq, None)
-        if summary is None:
+        if seq not in self._pending:
             raise ValueError(f"audit: block {seq} was not committed yet")
         block = decode_wal_record(record)
+        if block.restored is not None:  # taken back from the followers: no signed txs to check
+            self.skip(seq, "its WAL record was restored from the followers' copy of the block")
+            return []
+        summary = self._pending.pop(seq)
         refused = {pos for pos, _ in block.refused}
         txs = iter(block.txs)
         failures: list[AuditFailure] = []

@@ -3,9 +3,9 @@
 For every block: ``block_hash = sha256(frame)``, the Merkle root of account state, and a hash chain
 ``chain[seq] = sha256(chain[seq-1] || block_hash || account_root)``. It follows the block stream
 like any replica; it may fall behind under load, and trading never waits for it. Account leaves:
-``sha256(account_index, collateral, each non-flat position (market, size, entry_quote) in market
-order)`` in a sparse Merkle tree keyed by account index, so a block costs ~48 hashes per touched
-account, not a rebuild, and the root depends on state only.
+``sha256(account_index, collateral, each non-flat position (market, size, entry_quote, isolated
+collateral) in market order)`` in a sparse Merkle tree keyed by account index, so a block costs ~48
+hashes per touched account, not a rebuild, and the root depends on state only.
 
 Invariants: commitments are computed in seq order with no gap (a gap means rebuilding from a
 snapshot, :meth:`Committer.from_records`); applying an already-committed seq is a no-op.
@@ -40,7 +40,15 @@ from raydex.codecs import (
 from raydex.observability.metrics import Recorder
 
 from .audit import SignatureAudit
-from .runtime import ActorRuntime, Supervisor, exit_process, log_fatal
+from .runtime import (
+    ActorRuntime,
+    HeldBlocks,
+    RecentBlocks,
+    Supervisor,
+    exit_process,
+    held_blocks,
+    log_fatal,
+)
 from .snapshot import Diverged, Reconnect, block_digest, follow
 from .transport import BlockSource, ResyncRequired, TransportError, TxChannel
 
@@ -63,7 +71,7 @@ _COMMITTED: frozenset[type] = frozenset(
     {TxExecuted, BalanceChanged, PositionChanged, ApiKeyChanged}
 )
 _ACCOUNT = struct.Struct("<Qq")
-_POSITION = struct.Struct("<Bqq")
+_POSITION = struct.Struct("<Bqqq")
 
 
 class Commitment(NamedTuple):
@@ -144,7 +152,7 @@ class Committer:
         self.chain = _EMPTY
         self.tree = SparseMerkleTree()
         self._collateral: dict[int, int] = {}
-        self._positions: dict[int, dict[int, tuple[int, int]]] = {}
+        self._positions: dict[int, dict[int, tuple[int, int, int]]] = {}
         self.commitments: OrderedDict[int, Commitment] = OrderedDict()
         self.keep = keep
         #: block hash of block ``seq`` when this committer started from a snapshot (if known)
@@ -175,6 +183,7 @@ class Committer:
                 c._positions.setdefault(r.account_index, {})[r.market_index] = (
                     r.size,
                     r.entry_quote,
+                    r.allocated_margin,
                 )
                 touched.add(r.account_index)
         c.tree.update({a: c._leaf(a) for a in touched})
@@ -182,9 +191,9 @@ class Committer:
 
     def _leaf(self, account: int) -> bytes:
         h = hashlib.sha256(_ACCOUNT.pack(account, self._collateral.get(account, 0)))
-        for m, (size, quote) in sorted(self._positions.get(account, {}).items()):
+        for m, (size, quote, allocated) in sorted(self._positions.get(account, {}).items()):
             if size or quote:  # a flat position is no position (snapshots may hold flat ones)
-                h.update(_POSITION.pack(m, size, quote))
+                h.update(_POSITION.pack(m, size, quote, allocated))
         return h.digest()
 
     def apply(self, frame: bytes) -> Commitment | None:
@@ -207,6 +216,7 @@ class Committer:
                 self._positions.setdefault(ev.account_index, {})[ev.market_index] = (
                     ev.size,
                     ev.entry_quote,
+                    ev.allocated_margin,
                 )
                 touched.add(ev.account_index)
         if touched:
@@ -262,6 +272,8 @@ class CommitterFollower:
         self.audit_reads = 0
         self._committed = asyncio.Event()
         self.committer = self._new(Committer())
+        #: the newest block frames committed, for a sequencer repairing its log (``held_blocks``)
+        self.recent = RecentBlocks()
 
     def _new(self, c: Committer) -> Committer:
         if self.audit is not None:
@@ -295,6 +307,15 @@ class CommitterFollower:
                 log.warning(why, a.seq + 1, seq)
             a.reset(seq, records)
         self.resyncs += 1
+
+    def held_blocks(self, since: int, frames_after: int) -> HeldBlocks:
+        """The committed seq, the newest frames committed and the hash chain's block hashes from
+        ``since`` on (``runtime/held.py``): what a sequencer repairing its log checks against."""
+        c = self.committer
+        hashes = {s: cm.block_hash for s, cm in c.commitments.items()}
+        return held_blocks(
+            "committer", "committer", c.seq, self.recent, since, frames_after, hashes
+        )
 
     def withheld(self, seq: int) -> bool:
         """True when the commitment of block ``seq`` must not be published: the signature audit
@@ -341,8 +362,9 @@ class CommitterFollower:
             c = self.committer
             before = c.seq
             try:
-                async for _seq, frame in follow(self.source, c.seq, c.last_hash, block_digest):
-                    c.apply(frame)
+                async for seq, frame in follow(self.source, c.seq, c.last_hash, block_digest):
+                    if c.apply(frame) is not None:
+                        self.recent.add(seq, frame)
             except (ResyncRequired, GapError) as exc:
                 log.info("committer: %s; rebuilding from the holder's snapshot", exc)
                 await self._rebuild_or_wait()
@@ -438,6 +460,10 @@ class CommitterActor:
         self.runtime.before_boot()
         self.runtime.after_boot(self.metrics, live=self.live)  # GC, placement; flush task
         self.follower.start()
+
+    async def held_blocks(self, since: int, frames_after: int) -> HeldBlocks:
+        """:meth:`CommitterFollower.held_blocks`, answered at once."""
+        return self.follower.held_blocks(since, frames_after)
 
     async def commitment(self, seq: int) -> dict[str, Any] | None:
         """Block ``seq``'s commitment; None when unknown or withheld (a failed signature audit)."""

@@ -24,6 +24,19 @@ Nonce = NewType("Nonce", int)
 #: client order index (1 .. 2**48-1), at or above it an exchange order index.
 FIRST_ORDER_INDEX = 1 << 48
 MAX_48 = (1 << 48) - 1
+#: Lighter's account index ranges (lighter-go ``constants.go``; Lighter's docs: "master account
+#: indices are in [0, 2^47 - 1], while subaccount indices are in [2^47, 2^48 - 2]")
+MAX_MASTER_ACCOUNT_INDEX = (1 << 47) - 1
+MIN_SUB_ACCOUNT_INDEX = 1 << 47
+MAX_ACCOUNT_INDEX = (1 << 48) - 2
+#: Sub-accounts one master may open (Lighter's limit depends on the account's tier, 4 to 64;
+#: raydex has one tier and takes the highest)
+MAX_SUB_ACCOUNTS = 64
+#: Lighter's USDC asset index and its routes (lighter-go ``USDCAssetIndex``,
+#: ``AssetRouteType_Perps`` / ``_Spot``)
+USDC_ASSET_INDEX = 3
+PERPS_ROUTE = 0
+SPOT_ROUTE = 1
 MAX_API_KEY_INDEX = 254
 ALL_API_KEYS = 255
 MAX_MARKET_INDEX = 254
@@ -77,6 +90,7 @@ class TxType(IntEnum):
 USER_TX_TYPES = frozenset(
     {
         TxType.CHANGE_PUB_KEY,
+        TxType.CREATE_SUB_ACCOUNT,
         TxType.TRANSFER,
         TxType.WITHDRAW,
         TxType.CREATE_ORDER,
@@ -85,8 +99,31 @@ USER_TX_TYPES = frozenset(
         TxType.MODIFY_ORDER,
         TxType.UPDATE_LEVERAGE,
         TxType.CREATE_GROUPED_ORDERS,
+        TxType.UPDATE_MARGIN,
     }
 )
+#: Lighter's user tx types raydex does not execute -> the feature each belongs to (lighter-go
+#: ``types/txtypes/constants.go``; binary options from the SDK signer's own ``GetTxType``): such a
+#: tx is answered with ``FEATURE_NOT_SUPPORTED`` and a message naming the feature, never as an
+#: unknown type.
+UNSERVED_TX_TYPES: dict[int, str] = {
+    10: "public pools (CreatePublicPool)",
+    11: "public pools (UpdatePublicPool)",
+    18: "public pools (MintShares)",
+    19: "public pools (BurnShares)",
+    33: "staking (CreateStakingPool)",
+    35: "staking (StakeAssets)",
+    36: "staking (UnstakeAssets)",
+    40: "public pools (ForceBurnShares)",
+    41: "the unified account and multi-asset collateral (UpdateAccountConfig)",
+    42: "multi-asset collateral (UpdateAccountAssetConfig)",
+    43: "strategy transfers (StrategyTransfer)",
+    44: "market configuration by users (UpdateMarketConfig)",
+    45: "integrator fees (ApproveIntegrator)",
+    49: "binary options (BinaryOptionsOperatorCreateMarket)",
+    50: "binary options (BinaryOptionsOperatorSettleMarket)",
+    52: "binary options (BinaryOptionsOperatorUpdateMarket)",
+}
 #: Commands only the operator may submit (deposits, markets, oracle, funding, first API key).
 OPERATOR_TX_TYPES = frozenset(
     {
@@ -171,28 +208,39 @@ class ResultCode(IntEnum):
     ATTRIBUTE_NOT_SUPPORTED = 21830
     #: ChangePubKey: ``L1Sig`` is malformed or was not made by the account's L1 address
     INVALID_L1_SIGNATURE = 21831
-    # conditional and grouped orders (21840-21849): lighter-go's ``Validate`` errors that have
+    #: a Lighter feature raydex does not execute, named in the message: a tx type of
+    #: ``UNSERVED_TX_TYPES``, a Transfer or Withdraw of another asset or route (spot markets and
+    #: assets, multi-asset collateral), fast withdrawals
+    FEATURE_NOT_SUPPORTED = 21840
+    #: UpdateLeverage: a position's margin mode changes only while it is flat with no resting
+    #: orders in its market
+    MARGIN_MODE_LOCKED = 21841
+    #: UpdateMargin: the account has no open isolated position in that market
+    NO_ISOLATED_POSITION = 21842
+    #: CreateSubAccount: the master holds ``MAX_SUB_ACCOUNTS`` already
+    TOO_MANY_SUB_ACCOUNTS = 21843
+    # conditional and grouped orders (21860-21869): lighter-go's ``Validate`` errors that have
     # no code of their own above (types/txtypes/create_order.go, create_grouped_orders.go)
     #: ``TriggerPrice`` missing on a stop-loss / take-profit, or set on a TWAP
     #: (``ErrOrderTriggerPriceInvalid``)
-    INVALID_TRIGGER_PRICE = 21840
+    INVALID_TRIGGER_PRICE = 21860
     #: ``GroupingType`` is not 1 (OTO), 2 (OCO) or 3 (OTOCO) (``ErrGroupingTypeInvalid``)
-    INVALID_GROUPING_TYPE = 21841
+    INVALID_GROUPING_TYPE = 21861
     #: a group of the wrong size for its grouping type (``ErrOrderGroupSizeInvalid``)
-    INVALID_GROUP_SIZE = 21842
+    INVALID_GROUP_SIZE = 21862
     #: the orders of a group name different markets (``ErrMarketIndexMismatch``)
-    GROUP_MARKET_MISMATCH = 21843
+    GROUP_MARKET_MISMATCH = 21863
     #: OCO sizes differ, or an OTO/OTOCO child has a size (``ErrBaseAmountsNotEqual``,
     #: ``ErrBaseAmountNotNil``)
-    INVALID_GROUP_BASE_AMOUNT = 21844
+    INVALID_GROUP_BASE_AMOUNT = 21864
     #: OCO orders on different sides, or an OTO/OTOCO child on its entry's side
     #: (``ErrIsAskInvalid``)
-    INVALID_GROUP_SIDE = 21845
+    INVALID_GROUP_SIDE = 21865
     #: two orders of one group carry the same client order index
     #: (``ErrClientOrderIndexDuplicate``)
-    DUPLICATE_CLIENT_ORDER_INDEX = 21846
+    DUPLICATE_CLIENT_ORDER_INDEX = 21866
     #: an OCO order that is not reduce-only (``ErrOrderReduceOnlyInvalid``)
-    INVALID_REDUCE_ONLY = 21847
+    INVALID_REDUCE_ONLY = 21867
     # rate limits (23xxx)
     RATE_LIMITED = 23000
     # WebSocket (30xxx)

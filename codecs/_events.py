@@ -43,7 +43,8 @@ class EventTag(IntEnum):
     TX_EXECUTED = 13
     FUNDING_CHANGED = 14
     L1_ADDRESS_SET = 15
-    CONDITIONAL_ORDER_UPDATED = 16
+    SUB_ACCOUNT_CREATED = 16
+    CONDITIONAL_ORDER_UPDATED = 17
 
 
 Account = Annotated[AccountIndex, U64]
@@ -105,7 +106,9 @@ class BalanceChanged(NamedTuple):
 
 @wire(EVENT, EventTag.POSITION_CHANGED)
 class PositionChanged(NamedTuple):
-    """Full position state; ``entry_quote`` is the signed cost basis in micro-USDC (long > 0)."""
+    """Full position state; ``entry_quote`` is the signed cost basis in micro-USDC (long > 0);
+    ``allocated_margin`` the collateral of an isolated position (``margin_mode`` 1, micro-USDC;
+    0 for a cross one), the same fields as ``PositionRecord``."""
 
     account_index: Account
     market_index: Market
@@ -115,6 +118,7 @@ class PositionChanged(NamedTuple):
     funding_paid: Annotated[int, I64]
     initial_margin_fraction: Annotated[int, U16]
     margin_mode: Annotated[int, U8]
+    allocated_margin: Annotated[int, I64]
 
 
 @wire(EVENT, EventTag.NONCE_UPDATED)
@@ -138,6 +142,16 @@ class L1AddressSet(NamedTuple):
     """An account got its L1 (Ethereum) address: created by ``L1Deposit``. Absolute."""
 
     account_index: Account
+    l1_address: Annotated[bytes, Bytes20]
+
+
+@wire(EVENT, EventTag.SUB_ACCOUNT_CREATED)
+class SubAccountCreated(NamedTuple):
+    """CreateSubAccount made ``account_index`` for ``master_index``, sharing its L1 address (20
+    bytes; zeros for a master without one). Absolute: the account's master never changes."""
+
+    account_index: Account
+    master_index: Account
     l1_address: Annotated[bytes, Bytes20]
 
 
@@ -297,5 +311,6 @@ Event = (
     | TxExecuted
     | FundingChanged
     | L1AddressSet
+    | SubAccountCreated
     | ConditionalOrderUpdated
 )

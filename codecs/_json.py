@@ -4,8 +4,9 @@
 JSON string, bytes, or an already-parsed dict). The key of every field is its ``json_name`` in the
 ``@wire`` declaration. Rules, all enforced with CodecError naming the type and the key:
 
-- the tx type must be registered (else CodecError with ``code=INVALID_TX_TYPE``; every other
-  rejection carries ``INVALID_TX_INFO``);
+- the tx type must be registered (else CodecError with ``code=INVALID_TX_TYPE``, or
+  ``FEATURE_NOT_SUPPORTED`` naming the feature for a Lighter type raydex does not execute,
+  ``UNSERVED_TX_TYPES``; every other rejection carries ``INVALID_TX_INFO``);
 - exactly the declared keys: none missing, none extra;
 - integers are JSON integers (``bool``, floats and numeric strings are rejected), except that
   0/1 flag fields (``Range(0, 1)``) also take ``true``/``false``;
@@ -26,10 +27,10 @@ JSON string, bytes, or an already-parsed dict). The key of every field is its ``
   the ten ``OrderInfo`` keys (``_tx.ORDER_INFO_KEYS``), each checked like a field of its slot
   (errors name ``Orders[i].Key``); ``tx_to_json`` writes the list back (the layout's
   ``OrderCount`` and unused slots are not Lighter's keys);
-- Transfer and Withdraw also come in Lighter's form (``Amount``, ``AssetIndex``, route types,
-  ``USDCFee``, ``Memo``, ``L1Sig``): accepted when they ask for what raydex executes (USDC, asset
-  3, perps routes 0, fee 0), ``Amount`` read as ``USDCAmount``; the memo and the L1 signature
-  are not kept (neither is in the signed message; the L1 signature is not checked).
+- Transfer and Withdraw are Lighter's forms, every field carried (asset, routes, fee, memo,
+  L1 signature; what raydex executes of them is the engine's and the dry-run's decision):
+  Transfer's ``Memo`` is a list of 32 byte values (Go's ``[32]byte``), its ``L1Sig`` ``""`` for
+  none (all zeros inside) or ``0x`` + 65 bytes hex;
 
 ``tx_to_json(tx)`` is the inverse (ints, base64 ``Sig``, lower-case hex without ``0x``), so
 ``tx_from_json(t, tx_to_json(x)) == x`` for every valid ``x``.
@@ -50,7 +51,7 @@ from typing import Any
 import msgspec
 
 from . import signing
-from ._enums import SKIP_NONCE_FLAG, USDC_DECIMALS, ResultCode
+from ._enums import SKIP_NONCE_FLAG, UNSERVED_TX_TYPES, USDC_DECIMALS, ResultCode
 from ._errors import CodecError
 from ._hot import HOT_BY_TAG, HotCodec, codec_of, field_format, int_bounds
 from ._tx import (
@@ -75,6 +76,10 @@ _Field = tuple[str, str, int, int, bool]
 _BASE64 = {("ChangePubKey", "pub_key")}
 #: bytes fields Lighter writes as ``0x`` + hex (raydex's other hex fields go out without it).
 _HEX_0X = {"l1_sig", "l1_address"}
+#: bytes fields that may be ``""`` (all zeros inside, and out again as ``""``): Transfer's L1Sig.
+_MAY_BE_EMPTY = {("Transfer", "l1_sig")}
+#: bytes fields Lighter writes as a JSON list of byte values: Transfer's memo.
+_BYTE_LIST = {"memo"}
 
 
 def _fields_of(codec: HotCodec[Any]) -> tuple[_Field, ...]:
@@ -90,8 +95,12 @@ def _fields_of(codec: HotCodec[Any]) -> tuple[_Field, ...]:
             out.append((f.json_name, "text", int(fmt[:-1]), 0, False))
         elif f.name == "sig" or (codec.cls.__name__, f.name) in _BASE64:
             out.append((f.json_name, "sig", int(fmt[:-1]), 0, False))
+        elif f.name in _BYTE_LIST:
+            out.append((f.json_name, "bytelist", int(fmt[:-1]), 0, False))
         else:
             kind = "hex0x" if f.name in _HEX_0X else "hex"
+            if (codec.cls.__name__, f.name) in _MAY_BE_EMPTY:
+                kind = "hex0x?"
             out.append((f.json_name, kind, int(fmt[:-1]), 0, False))
     return tuple(out)
 
@@ -126,8 +135,18 @@ def _value(name: str, key: str, kind: str, a: int, b: int, flag: bool, v: Any) -
         if not a <= v <= b:
             raise CodecError(f"{v} out of range [{a}, {b}]", type_name=name, field=key)
         return v
+    if kind == "bytelist":
+        if (
+            type(v) is not list
+            or len(v) != a
+            or any(type(b) is not int or not 0 <= b < 256 for b in v)
+        ):
+            raise CodecError(f"needs a list of {a} byte values", type_name=name, field=key)
+        return bytes(v)
     if not isinstance(v, str):
         raise CodecError(f"needs a string, got {type(v).__name__}", type_name=name, field=key)
+    if kind == "hex0x?" and v == "":
+        return bytes(a)
     if kind == "text":
         if not v.isascii() or len(v) > a or "\0" in v:
             raise CodecError(f"needs ASCII of at most {a} chars", type_name=name, field=key)
@@ -186,34 +205,6 @@ def _skip_nonce(name: str, attrs: Any) -> bool:
                 code=ResultCode.ATTRIBUTE_NOT_SUPPORTED,
             )
     return skip
-
-
-#: tx type -> (the values raydex executes for Lighter fields it does not model, keys dropped):
-#: Lighter's Transfer and Withdraw carry an asset, routes, a fee and a memo; raydex moves USDC
-#: between perps accounts without a fee, and takes Lighter's ``Amount`` as its ``USDCAmount``.
-_LIGHTER_FORMS: dict[int, tuple[dict[str, int], tuple[str, ...]]] = {
-    12: ({"AssetIndex": 3, "FromRouteType": 0, "ToRouteType": 0, "USDCFee": 0}, ("Memo", "L1Sig")),
-    13: ({"AssetIndex": 3, "RouteType": 0}, ()),
-}
-
-
-def _from_lighter_form(
-    name: str, obj: dict[str, Any], fixed: dict[str, int], dropped: tuple[str, ...]
-) -> dict[str, Any]:
-    out = dict(obj)
-    for key, want in fixed.items():
-        got = out.pop(key, None)
-        if got != want or type(got) is not int:
-            raise CodecError(
-                f"{got!r} is not supported: raydex executes {key} {want} only "
-                f"(USDC, perps routes, no fee)",
-                type_name=name,
-                field=key,
-            )
-    for key in dropped:
-        out.pop(key, None)
-    out["USDCAmount"] = out.pop("Amount")
-    return out
 
 
 _GROUPED_TYPE = 28
@@ -280,6 +271,12 @@ def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]
     ok = isinstance(tx_type, int) and not isinstance(tx_type, bool)
     entry = _TX_FIELDS.get(int(tx_type)) if ok else None
     if entry is None:
+        feature = UNSERVED_TX_TYPES.get(int(tx_type)) if ok else None
+        if feature is not None:
+            raise CodecError(
+                f"tx type {tx_type} is {feature}, which raydex does not execute",
+                code=ResultCode.FEATURE_NOT_SUPPORTED,
+            )
         raise CodecError(f"unknown tx type {tx_type!r}", code=ResultCode.INVALID_TX_TYPE)
     codec, fields, keys = entry
     obj = _parse_object(tx_info)
@@ -288,9 +285,6 @@ def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]
     if _ATTRS in obj and _SIG in keys:
         obj = dict(obj)
         skip = _skip_nonce(name, obj.pop(_ATTRS))
-    lighter_form = _LIGHTER_FORMS.get(int(tx_type))
-    if lighter_form is not None and "Amount" in obj:
-        obj = _from_lighter_form(name, obj, *lighter_form)
     if codec.cls is CreateGroupedOrders:
         obj = _from_grouped_form(name, obj)
     if obj.keys() != keys:
@@ -327,6 +321,10 @@ def tx_to_json(tx: Transaction) -> dict[str, Any]:
             out[key] = bytes(v).hex()
         elif kind == "hex0x":
             out[key] = "0x" + bytes(v).hex()
+        elif kind == "hex0x?":
+            out[key] = "0x" + bytes(v).hex() if any(v) else ""
+        elif kind == "bytelist":
+            out[key] = list(bytes(v))
         else:
             out[key] = int(v) if kind == "int" else v
     nonce = out.get("Nonce")

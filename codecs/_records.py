@@ -79,12 +79,17 @@ class MarketRecord(NamedTuple):
 
 @wire(RECORD, RecordTag.ACCOUNT)
 class AccountRecord(NamedTuple):
+    """An account's collateral and its master account's index (its own for a master)."""
+
     account_index: Account
     collateral: Annotated[int, I64]
+    master_index: Account
 
 
 @wire(RECORD, RecordTag.POSITION)
 class PositionRecord(NamedTuple):
+    """A position: ``margin_mode`` 0 cross, 1 isolated (with its own ``allocated_margin``)."""
+
     account_index: Account
     market_index: Market
     size: Annotated[int, I64]
@@ -93,6 +98,8 @@ class PositionRecord(NamedTuple):
     funding_paid: Annotated[int, I64]
     initial_margin_fraction: Annotated[int, U16]
     margin_mode: Annotated[int, U8]
+    #: the collateral of an isolated position (``margin_mode`` 1), micro-USDC; 0 for cross
+    allocated_margin: Annotated[int, I64]
 
 
 @wire(RECORD, RecordTag.API_KEY)

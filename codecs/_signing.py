@@ -2,16 +2,15 @@
 
 The signed message of a tx is Lighter's message hash ``hm`` (Poseidon2 over the tx's fields in
 lighter-go's order, chain id and tx type first, see ``signing.TX_FIELDS``), computed from the
-raydex NamedTuple through its Lighter JSON names (:func:`lighter_info`). Where raydex's layout is
-narrower than Lighter's, the Lighter fields raydex does not model take the only values raydex
-executes, so an SDK-signed tx with those values verifies:
+raydex NamedTuple through its Lighter JSON names (:func:`lighter_info`); every user tx layout
+carries all of Lighter's signed fields, so an SDK-signed tx verifies whatever their values:
 
-- Transfer and Withdraw: ``AssetIndex`` 3 (USDC), route types 0 (perps), ``USDCFee`` 0, and
-  raydex's ``USDCAmount`` is Lighter's ``Amount``;
 - CreateGroupedOrders: its order slots are Lighter's ``Orders`` list (the ``order_count`` used
   ones), which ``signing`` hashes order by order (the ``orders`` kind);
 - ChangePubKey is Lighter's: signed by the key it sets (:func:`signer_key`), authorised by
-  ``L1Sig`` from the account's L1 address (:func:`l1_signer` recovers it; a rare tx).
+  ``L1Sig`` from the account's L1 address (:func:`l1_signer` recovers it; a rare tx);
+- a Transfer to another master's account is authorised by its ``L1Sig`` too, over Lighter's
+  transfer text (:func:`transfer_l1_signer`); one between accounts of one master needs none.
 
 ``L2TxAttributes``: the only set attribute raydex executes, SkipNonce, travels as
 ``SKIP_NONCE_FLAG`` in the tx's ``nonce``; :func:`lighter_info` turns it back into Lighter's
@@ -40,7 +39,6 @@ from ._tx import (
     CreateGroupedOrders,
     Transfer,
     UserTransaction,
-    Withdraw,
     grouped_canonical,
     grouped_orders,
 )
@@ -51,36 +49,15 @@ SEED_SIZE: Final = signing.PRIVATE_KEY_SIZE
 PUBLIC_KEY_SIZE: Final = signing.PUBLIC_KEY_SIZE
 SIGNATURE_SIZE: Final = signing.SIGNATURE_SIZE
 TX_HASH_SIZE: Final = 40
-#: Lighter's USDC asset index and perps route type: the only ones raydex executes.
-USDC_ASSET_INDEX: Final = 3
-PERPS_ROUTE: Final = 0
-
 U = TypeVar("U", bound=UserTransaction)
 
-#: Lighter fields raydex does not model, with the value raydex executes.
-_FIXED: dict[type, dict[str, int]] = {
-    Transfer: {
-        "AssetIndex": USDC_ASSET_INDEX,
-        "FromRouteType": PERPS_ROUTE,
-        "ToRouteType": PERPS_ROUTE,
-        "USDCFee": 0,
-    },
-    Withdraw: {"AssetIndex": USDC_ASSET_INDEX, "RouteType": PERPS_ROUTE},
-}
-#: raydex JSON name -> Lighter's, where they differ.
-_RENAMED: dict[type, dict[str, str]] = {
-    Transfer: {"USDCAmount": "Amount"},
-    Withdraw: {"USDCAmount": "Amount"},
-}
 
-
-def _plan(cls: type) -> tuple[int, tuple[str, ...], dict[str, int]]:
+def _plan(cls: type) -> tuple[int, tuple[str, ...]]:
     names = [f.json_name for f in codec_of(cls).spec.fields][:-1]  # all but Sig
-    renamed = _RENAMED.get(cls, {})
-    return tx_type_of(cls), tuple(renamed.get(n, n) for n in names), _FIXED.get(cls, {})
+    return tx_type_of(cls), tuple(names)
 
 
-_PLANS: dict[type, tuple[int, tuple[str, ...], dict[str, int]]] = {}
+_PLANS: dict[type, tuple[int, tuple[str, ...]]] = {}
 _SKIP_NONCE_ATTRS: Final = {signing.ATTR_SKIP_NONCE: 1}
 _NONCE_MASK: Final = SKIP_NONCE_FLAG - 1
 
@@ -93,10 +70,8 @@ def lighter_info(tx: Any) -> tuple[int, dict[str, Any]]:
         if not is_signed_type(cls):
             raise CodecError("not a signed (user) transaction", type_name=cls.__name__)
         plan = _PLANS[cls] = _plan(cls)
-    tx_type, keys, fixed = plan
+    tx_type, keys = plan
     info = _grouped_info(tx) if cls is CreateGroupedOrders else dict(zip(keys, tx, strict=False))
-    if fixed:
-        info.update(fixed)
     nonce = info["Nonce"]
     if nonce & SKIP_NONCE_FLAG:  # Lighter signs the nonce proper and the attribute
         info["Nonce"] = nonce ^ SKIP_NONCE_FLAG
@@ -145,6 +120,19 @@ def l1_signer(tx: ChangePubKey) -> bytes | None:
         bytes(tx.pub_key), tx.nonce & _NONCE_MASK, tx.account_index, tx.api_key_index
     )
     addr = signing.recover_l1_address(text, "0x" + bytes(tx.l1_sig).hex())
+    return None if addr is None else bytes.fromhex(addr[2:])
+
+
+def transfer_l1_signer(tx: Transfer, chain_id: int = DEFAULT_CHAIN_ID) -> bytes | None:
+    """The 20-byte L1 address whose Ethereum personal-sign ``tx.l1_sig`` is, over Lighter's
+    transfer text for this tx (``signing.transfer_message``: nonce, accounts, routes, asset,
+    amount, fee, chain, memo), or None for a missing (all zeros) or malformed signature."""
+    sig = bytes(tx.l1_sig)
+    if not any(sig):
+        return None
+    _, info = lighter_info(tx)
+    text = signing.transfer_message(info, chain_id)
+    addr = signing.recover_l1_address(text, "0x" + sig.hex())
     return None if addr is None else bytes.fromhex(addr[2:])
 
 

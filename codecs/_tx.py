@@ -20,6 +20,7 @@ from ._enums import (
     MAX_48,
     MAX_API_KEY_INDEX,
     MAX_MARKET_INDEX,
+    MAX_MASTER_ACCOUNT_INDEX,
     AccountIndex,
     ApiKeyIndex,
     ClientOrderIndex,
@@ -45,6 +46,7 @@ from ._wire import (
     U32,
     U64,
     Bytes20,
+    Bytes32,
     Bytes40,
     Bytes65,
     Bytes80,
@@ -87,12 +89,45 @@ class ChangePubKey(NamedTuple):
     sig: Sig
 
 
+@wire(TX, TxType.CREATE_SUB_ACCOUNT)
+class CreateSubAccount(NamedTuple):
+    """Lighter's (lighter-go ``create_sub_account.go``): the master ``account_index`` (at most
+    ``MAX_MASTER_ACCOUNT_INDEX``) opens a sub-account, signed by one of its API keys."""
+
+    account_index: Annotated[AccountIndex, U64, Range(0, MAX_MASTER_ACCOUNT_INDEX)]
+    api_key_index: ApiKey
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+#: Lighter's asset indexes (``MinAssetIndex`` 1 .. ``MaxAssetIndex`` 62; USDC is 3) and route
+#: types (perps 0, spot 1): carried as sent, executed for USDC on the perps route only.
+AssetIndex = Annotated[int, U8, Range(1, 62)]
+Route = Annotated[int, U8, Range(0, 1)]
+#: Lighter's ``MaxTransferAmount`` (2^60 - 1 micro-USDC)
+Amount = Annotated[int, U64, Range(1, 2**60 - 1), Json("Amount")]
+
+
 @wire(TX, TxType.TRANSFER)
 class Transfer(NamedTuple):
+    """Lighter's (lighter-go ``transfer.go``): ``usdc_amount`` of ``asset_index`` from this
+    account's ``from_route_type`` to ``to_account_index``'s ``to_route_type``, paying
+    ``usdc_fee``. ``memo`` is 32 bytes (a JSON list of byte values, as Lighter writes it);
+    ``l1_sig`` the sender's L1 address's Ethereum personal-sign of Lighter's transfer text
+    (``signing.transfer_message``), all zeros (JSON ``""``) when absent: a transfer between
+    accounts of one master needs none, any other one does. Neither is in the signed hash."""
+
     account_index: Annotated[AccountIndex, U64, Range(0, MAX_48), Json("FromAccountIndex")]
     api_key_index: ApiKey
     to_account_index: Account
-    usdc_amount: Annotated[int, U64, Range(1, 2**63 - 1), Json("USDCAmount")]
+    asset_index: AssetIndex
+    from_route_type: Route
+    to_route_type: Route
+    usdc_amount: Amount
+    usdc_fee: Annotated[int, U64, Range(0, 2**60 - 1), Json("USDCFee")]
+    memo: Annotated[bytes, Bytes32]
+    l1_sig: Annotated[bytes, Bytes65, Json("L1Sig")]
     expired_at: Millis
     nonce: NonceF
     sig: Sig
@@ -100,9 +135,14 @@ class Transfer(NamedTuple):
 
 @wire(TX, TxType.WITHDRAW)
 class Withdraw(NamedTuple):
+    """Lighter's (lighter-go ``withdraw.go``): ``usdc_amount`` of ``asset_index`` out of the
+    ``route_type`` route to the account's L1 address."""
+
     account_index: Annotated[AccountIndex, U64, Range(0, MAX_48), Json("FromAccountIndex")]
     api_key_index: ApiKey
-    usdc_amount: Annotated[int, U64, Range(1, 2**63 - 1), Json("USDCAmount")]
+    asset_index: AssetIndex
+    route_type: Route
+    usdc_amount: Amount
     expired_at: Millis
     nonce: NonceF
     sig: Sig
@@ -252,6 +292,22 @@ class CreateGroupedOrders(NamedTuple):
     reduce_only_2: Flag
     trigger_price_2: _GPrice
     order_expiry_2: _GExpiry
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+@wire(TX, TxType.UPDATE_MARGIN)
+class UpdateMargin(NamedTuple):
+    """Lighter's (lighter-go ``update_margin.go``): move ``usdc_amount`` micro-USDC into
+    (``direction`` 1, ``AddToIsolatedMargin``) or out of (0, ``RemoveFromIsolatedMargin``) the
+    collateral of the account's isolated position in ``market_index``."""
+
+    account_index: Account
+    api_key_index: ApiKey
+    market_index: Market
+    usdc_amount: Annotated[int, U64, Range(1, 2**60 - 1), Json("USDCAmount")]
+    direction: Flag
     expired_at: Millis
     nonce: NonceF
     sig: Sig
@@ -414,6 +470,7 @@ class TimeTick(NamedTuple):
 
 Transaction = (
     ChangePubKey
+    | CreateSubAccount
     | Transfer
     | Withdraw
     | CreateOrder
@@ -422,6 +479,7 @@ Transaction = (
     | ModifyOrder
     | UpdateLeverage
     | CreateGroupedOrders
+    | UpdateMargin
     | Deposit
     | L1Deposit
     | RegisterApiKey
@@ -434,6 +492,7 @@ Transaction = (
 )
 UserTransaction = (
     ChangePubKey
+    | CreateSubAccount
     | Transfer
     | Withdraw
     | CreateOrder
@@ -442,4 +501,5 @@ UserTransaction = (
     | ModifyOrder
     | UpdateLeverage
     | CreateGroupedOrders
+    | UpdateMargin
 )

@@ -7,6 +7,12 @@ the txs the sequencer refused before the engine (bad signature, unknown key, ope
 the refusals logged, a block rebuilt from the WAL is byte-identical to the one first published, so
 "same seq, same bytes" is a valid test of a follower's history (``actors/snapshot/follow.py``).
 
+A **restored** record (``WAL_MAGIC_RESTORED``) holds a block the sequencer's log had lost (a
+damaged tail) and took back from its followers: the same header (``count`` and ``refused`` 0),
+then ``u32 origin_crc`` (the identity of the record it replaces, or the frame's crc32 when no
+follower knew it) and the block's delta frame exactly as first published. It is replayed by
+folding the frame's events into the state, not by executing txs (it holds none).
+
 ``crc32`` covers everything after the crc field, so a torn or damaged record is detected on
 recovery. ``WAL_MAGIC`` starts every record and names the layout version: a log written with the
 first layout (``WAL_MAGIC_V1``, no ``refused`` field) is refused with a clear error rather than
@@ -22,6 +28,7 @@ from ._wire import U32, U64, wire
 WAL = "wal"
 WAL_MAGIC = 0x32445857  # "WXD2" little-endian: marks the start of every record (layout 2)
 WAL_MAGIC_V1 = 0x52445857  # "WXDR": layout 1 (no refusals); not read by this version
+WAL_MAGIC_RESTORED = 0x42445857  # "WXDB": a block restored from the followers (a delta frame)
 
 
 @wire(WAL, 1)

@@ -27,7 +27,7 @@ from ._errors import CodecError
 from ._events import TxExecuted
 from ._hot import Buffer, codec_of
 from ._txlist import decode_tx_list, encode_tx_list
-from ._wal import WAL_MAGIC, WAL_MAGIC_V1, WalRecordHeader
+from ._wal import WAL_MAGIC, WAL_MAGIC_RESTORED, WAL_MAGIC_V1, WalRecordHeader
 
 #: ``(position among the block's txs, the TxExecuted published for that refused tx)``
 Refusal = tuple[int, TxExecuted]
@@ -35,12 +35,16 @@ Refusal = tuple[int, TxExecuted]
 
 class WalBlock(NamedTuple):
     """One decoded WAL record: the txs the engine executed in block ``seq`` at ``timestamp_ns``,
-    and the txs refused before the engine (their position and published ``TxExecuted``)."""
+    and the txs refused before the engine (their position and published ``TxExecuted``); or,
+    for a restored record (``_wal``), no txs and the block's delta frame in ``restored``."""
 
     seq: int
     timestamp_ns: int
     txs: list[object]
     refused: Sequence[Refusal] = ()
+    restored: bytes | None = None
+    #: a restored record's ``origin_crc`` (``wal_record_crc`` of it)
+    origin_crc: int = 0
 
 
 class WalRecordInfo(NamedTuple):
@@ -59,6 +63,9 @@ _HEADER_SIZE = _HEADER.size
 _CRC_FROM = 12
 _MAGIC = struct.Struct("<I")
 _MAGIC_BYTES = _MAGIC.pack(WAL_MAGIC)
+_RESTORED_BYTES = _MAGIC.pack(WAL_MAGIC_RESTORED)
+_MAGICS = frozenset({WAL_MAGIC, WAL_MAGIC_RESTORED})
+_U32 = struct.Struct("<I")
 _EXECUTED = codec_of(TxExecuted)
 _POSITION = struct.Struct("<I")
 _REFUSAL_SIZE = _POSITION.size + _EXECUTED.size
@@ -79,6 +86,16 @@ def encode_wal_record(
     return head + body
 
 
+def encode_restored_wal_record(seq: int, timestamp_ns: int, origin_crc: int, frame: bytes) -> bytes:
+    """A restored record (``_wal``): block ``seq``'s delta ``frame`` as first published, standing
+    for the lost record whose identity was ``origin_crc``."""
+    body = _U32.pack(origin_crc) + frame
+    tail = _HEADER.struct.pack(WAL_MAGIC_RESTORED, len(body), 0, seq, timestamp_ns, 0, 0)
+    crc = zlib.crc32(body, zlib.crc32(tail[_CRC_FROM:]))
+    head: bytes = _HEADER.struct.pack(WAL_MAGIC_RESTORED, len(body), crc, seq, timestamp_ns, 0, 0)
+    return head + body
+
+
 def decode_wal_record(record: bytes) -> WalBlock:
     """Decode one complete record (as published on the tx-log stream); CodecError if it is not."""
     blocks, good = read_wal_records(record)
@@ -88,12 +105,19 @@ def decode_wal_record(record: bytes) -> WalBlock:
 
 
 def wal_record_crc(record: Buffer) -> int:
-    """The crc32 field of the record starting at ``record[0]``: the record's identity (it covers
-    seq, timestamp, txs and refusals). Not checked here; see :func:`peek_wal_record`."""
+    """The identity of the record starting at ``record[0]``: its crc32 field (it covers seq,
+    timestamp, txs and refusals); for a restored record, the ``origin_crc`` of the record it
+    stands for, so a follower that applied the original sees the same history. Not checked here;
+    see :func:`peek_wal_record`."""
     if len(record) < _HEADER_SIZE:
         raise CodecError("shorter than a WAL record header", type_name="WalRecord")
-    crc: int = _HEADER.struct.unpack_from(record, 0)[2]
-    return crc
+    magic, _, crc = _HEADER.struct.unpack_from(record, 0)[:3]
+    if magic == WAL_MAGIC_RESTORED:
+        if len(record) < _HEADER_SIZE + _U32.size:
+            raise CodecError("a restored WAL record without its origin crc", type_name="WalRecord")
+        origin: int = _U32.unpack_from(record, _HEADER_SIZE)[0]
+        return origin
+    return int(crc)
 
 
 def peek_wal_record(data: Buffer, off: int = 0) -> WalRecordInfo | None:
@@ -102,7 +126,7 @@ def peek_wal_record(data: Buffer, off: int = 0) -> WalRecordInfo | None:
     if len(data) - off < _HEADER_SIZE:
         return None
     magic, body_len, crc, seq, ts, _count, _refused = _HEADER.struct.unpack_from(data, off)
-    if magic != WAL_MAGIC:
+    if magic not in _MAGICS:
         if magic == WAL_MAGIC_V1:
             raise CodecError(
                 f"record at byte {off} has the first WAL layout (magic WXDR); this version reads "
@@ -125,7 +149,7 @@ def find_wal_record(data: Buffer, start: int) -> WalRecordInfo | None:
     """The first complete, crc-valid record starting at or after ``start`` (a byte-by-byte scan
     for the magic; a false magic inside a tx fails its crc). Cost: O(len(data) - start)."""
     raw = bytes(data) if not isinstance(data, bytes) else data
-    at = raw.find(_MAGIC_BYTES, start)
+    at = _next_magic(raw, start)
     while at >= 0:
         try:
             found = peek_wal_record(raw, at)
@@ -133,13 +157,29 @@ def find_wal_record(data: Buffer, start: int) -> WalRecordInfo | None:
             found = None
         if found is not None:
             return found
-        at = raw.find(_MAGIC_BYTES, at + 1)
+        at = _next_magic(raw, at + 1)
     return None
 
 
+def _next_magic(raw: bytes, start: int) -> int:
+    """Where the next record magic (either kind) starts at or after ``start``; -1 if none."""
+    hits = [
+        at for at in (raw.find(_MAGIC_BYTES, start), raw.find(_RESTORED_BYTES, start)) if at >= 0
+    ]
+    return min(hits) if hits else -1
+
+
 def _decode_body(data: Buffer, info: WalRecordInfo) -> WalBlock:
-    _, _, _, seq, ts, count, refused = _HEADER.struct.unpack_from(data, info.offset)
+    magic, _, _, seq, ts, count, refused = _HEADER.struct.unpack_from(data, info.offset)
     body_at = info.offset + _HEADER_SIZE
+    if magic == WAL_MAGIC_RESTORED:
+        if info.end - body_at < _U32.size or count or refused:
+            raise CodecError(
+                f"record seq {seq}: a malformed restored record", type_name="WalRecord"
+            )
+        (origin,) = _U32.unpack_from(data, body_at)
+        frame = bytes(memoryview(data)[body_at + _U32.size : info.end])
+        return WalBlock(seq, ts, [], (), frame, origin)
     list_end = info.end - refused * _REFUSAL_SIZE
     if list_end < body_at:
         raise CodecError(f"record seq {seq}: {refused} refusals do not fit", type_name="WalRecord")

@@ -41,7 +41,7 @@ NONCE_UPDATED: Final = 6
 MARKET_STATS_CHANGED: Final = 9
 EXCHANGE_BALANCES_CHANGED: Final = 12
 TX_EXECUTED: Final = 13
-CONDITIONAL_ORDER_UPDATED: Final = 16
+CONDITIONAL_ORDER_UPDATED: Final = 17
 #: ``TxExecuted``'s ``code`` field: its last 4 bytes (of 63 with the tag).
 TX_CODE_OFFSET: Final = 59
 
@@ -205,6 +205,7 @@ class Deltas:
         write_i64_le(w, p.funding_paid)
         _u16(w, p.imf)
         w.append(p.margin_mode)
+        write_i64_le(w, p.allocated)
         self.count += 1
 
     def nonce_updated(self, account: int, api_key: int, nonce: int) -> None:

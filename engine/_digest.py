@@ -7,15 +7,15 @@ equal state at equal seq gives an equal digest whichever role computed it, and `
 can compare them.
 
 What it covers is the state every role holds: the exchange's fee pool and insurance fund, every
-market's parameters and stats, every account's collateral and L1 address, every position not at
-its defaults, every API key (public key and nonce), every resting order, every live conditional
-order (``ConditionalOrderRecord``: a state without any hashes as it did before they existed).
-Left out, because the
-block stream never carries them: order priority (the order of a level is covered by the orders
-themselves), the engine's id counters and deposit/withdrawal totals, the markets' funding clocks
-(``FundingRecord``: a replica keeps only what its public endpoints show of them), and positions
-still at their defaults (size, entry, pnl and funding 0, the market's default margin fraction: the
-engine creates them when an order is placed, a replica only when one is reported).
+market's parameters and stats, every account's collateral, master account and L1 address, every
+position not at its defaults, every API key (public key and nonce), every resting order, every
+live conditional order (``ConditionalOrderRecord``: a state without any hashes as it did before
+they existed). Left out, because the block stream never carries them: order priority (the order
+of a level is covered by the orders themselves), the engine's id counters and
+deposit/withdrawal totals, the markets' funding clocks (``FundingRecord``: a replica keeps only
+what its public endpoints show of them), and positions still at their defaults (size, entry, pnl
+and funding 0, the market's default margin fraction: the engine creates them when an order is
+placed, a replica only when one is reported).
 
 ``Engine.state_hash()`` remains the full-state integrity hash written into each snapshot's
 ``meta.json`` (it covers priority and counters too); this digest is what actors report.
@@ -66,7 +66,7 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     exchange = (0, 0)
     markets: dict[int, MarketRecord] = {}
-    accounts: dict[int, int] = {}
+    accounts: dict[int, tuple[int, int]] = {}
     positions: dict[tuple[int, int], PositionRecord] = {}
     keys: dict[tuple[int, int], ApiKeyRecord] = {}
     orders: dict[int, tuple[Any, ...]] = {}
@@ -81,7 +81,7 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
         elif t is PositionRecord:
             positions[r.account_index, r.market_index] = r
         elif t is AccountRecord:
-            accounts[r.account_index] = r.collateral
+            accounts[r.account_index] = (r.collateral, r.master_index)
         elif t is ApiKeyRecord:
             keys[r.account_index, r.api_key_index] = r
         elif t is MarketRecord:
@@ -115,7 +115,7 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
 def _lines(
     exchange: tuple[int, int],
     markets: dict[int, MarketRecord],
-    accounts: dict[int, int],
+    accounts: dict[int, tuple[int, int]],
     positions: dict[tuple[int, int], PositionRecord],
     keys: dict[tuple[int, int], ApiKeyRecord],
     orders: dict[int, tuple[Any, ...]],
@@ -127,7 +127,8 @@ def _lines(
     for mi in sorted(markets):
         yield f"market|{tuple(markets[mi])}"
     for a in sorted(accounts):
-        yield f"account|{a}|{accounts[a]}"
+        collateral, master = accounts[a]
+        yield f"account|{a}|{collateral}|{master}"
     for a in sorted(l1):
         yield f"l1|{a}|{l1[a].hex()}"
     for k in sorted(positions):

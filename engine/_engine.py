@@ -15,7 +15,8 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
 - Positions keep ``size`` (signed lots) and ``entry_quote`` (signed cost basis, long > 0). Reducing
   removes the proportional (truncated) part of the basis and credits
   ``realized = proceeds - removed`` to collateral, so
-  ``sum(collateral - entry_quote) + fee_pool + insurance_fund == deposits - withdrawals`` exactly.
+  ``sum(collateral + allocated - entry_quote) + fee_pool + insurance_fund == deposits -
+  withdrawals`` exactly (``allocated``: the collateral of isolated positions, below).
 - Margin (cross): ``equity = collateral + sum(size*mark*mult - entry_quote)``. The initial-margin
   requirement (IMR) uses each position's worst case including resting non-reduce-only orders,
   ``max(|size + bids|, |size - asks|) * mark * mult * imf / 1e4``. An order that raises that worst
@@ -31,6 +32,14 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   (``ExchangeState.cond_due``: one comparison); what the order path leaves (triggers armed
   beyond their mark, position-tied orders of closed positions) at its end, before the
   maintenance checks of the traders.
+- Isolated margin (``Position.margin_mode`` 1, set by UpdateLeverage while the position is flat
+  without orders): the position has its own collateral (``allocated``), out of the cross sums
+  above but for what its resting orders would add; a fill's PnL and fee are its own; opening
+  lots take their initial margin at the mark (plus the fill's loss against the mark) from the
+  cross collateral, a reduction gives back its share, a close all of it (a deficit to the
+  insurance fund); UpdateMargin (29) moves more in or out (out down to its initial margin); it
+  is liquidated when ``(allocated + upnl) * 1e4 < |size| * mark * mult * mmf``, on its own,
+  and pays funding from its collateral (``_orders.isolated_fill``, ``_liquidation``).
 - Orders: Limit (IOC, GoodTillTime, PostOnly) and Market (IOC only; ``price`` is the worst price).
   Price-time priority, fills at the maker's price. Self-trade prevention is ExpireMaker: the
   resting order of the same account is cancelled (CANCELED_SELF_TRADE) and matching goes on.
@@ -138,6 +147,7 @@ from raydex.codecs import (
     CreateGroupedOrders,
     CreateMarket,
     CreateOrder,
+    CreateSubAccount,
     Deposit,
     FundingTick,
     L1Deposit,
@@ -150,6 +160,7 @@ from raydex.codecs import (
     TimeTick,
     Transfer,
     UpdateLeverage,
+    UpdateMargin,
     UpdateMarket,
     Withdraw,
     decode_body,
@@ -301,6 +312,11 @@ class Engine:
         """The index of the account whose L1 address is ``l1_address`` (20 bytes), or None."""
         return self.state.by_l1.get(l1_address)
 
+    def master_index(self, account: int) -> int | None:
+        """``account``'s master account (its own index for a master); None for an unknown one."""
+        acct = self.state.accounts.get(account)
+        return None if acct is None else acct.master_index
+
     def l1_address(self, account: int) -> bytes | None:
         """``account``'s L1 address (20 bytes); None for an unknown account or one without."""
         acct = self.state.accounts.get(account)
@@ -403,7 +419,9 @@ _HANDLERS: Final[dict[type, Callable[[ExchangeState, Any, int, Deltas], int]]] =
     Transfer: _accounts.transfer,
     Withdraw: _accounts.withdraw,
     UpdateLeverage: _accounts.update_leverage,
+    UpdateMargin: _accounts.update_margin,
     ChangePubKey: _accounts.change_pub_key,
+    CreateSubAccount: _accounts.create_sub_account,
     Deposit: _accounts.deposit,
     L1Deposit: _accounts.l1_deposit,
     RegisterApiKey: _accounts.register_api_key,

@@ -30,6 +30,9 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
   equal to its ``trig_key`` (lazy deletion: any other entry is stale), counted in
   ``Market.trig_live``. An order on the book may
   carry the ``Cond`` it came from (``Order.cond``: a fired stop-loss-limit, a grouped entry).
+- A position in isolated margin (``margin_mode`` 1) holds its own collateral, ``allocated``
+  (0 for a cross or a flat position); ``Account.isolated`` counts its account's isolated
+  positions, so the checks that look for them cost a cross-only account one read.
 - ``dirty`` flags mark objects already queued for this command's events (chained through their
   ``next_dirty``, in the order first touched); ``ExchangeState.flush`` clears both when it emits
   the events at the end of the command.
@@ -93,9 +96,11 @@ class Account:
         "hot_ki",
         "hot_nonce",
         "index",
+        "isolated",
         "key_slots",
         "keys",
         "l1_address",
+        "master_index",
         "next_dirty",
         "next_traded",
         "order_count",
@@ -104,6 +109,7 @@ class Account:
         "reserve",
         "reserve_version",
         "risk_version",
+        "sub_accounts",
         "traded",
         "unarmed",
     )
@@ -139,6 +145,12 @@ class Account:
         self.hot_nonce = -1
         #: The account's L1 (Ethereum) address, 20 bytes; b"" for an account made without one.
         self.l1_address = b""
+        #: The index of its master account: its own for a master (an index up to Lighter's
+        #: ``MaxMasterAccountIndex``, 2**47 - 1), the master's for a sub-account (an index from
+        #: ``MinSubAccountIndex``, 2**47, on). Set when the account is made, never changed.
+        self.master_index = index
+        #: How many sub-accounts this master opened (derived from the accounts on a load).
+        self.sub_accounts = 0
         #: Resting orders: a doubly linked list through ``Order.acct_prev`` / ``acct_next`` (most
         #: recently rested first; :meth:`resting_orders` sorts them), not a dict: that would be
         #: an insert and a delete per order, with the resizes small dicts go through under churn.
@@ -162,6 +174,10 @@ class Account:
         #: Its triggers are out of date: checked exactly at the next move of a market it holds
         #: (its non-zero positions are ``queued`` there; ``_liquidation.unarm``).
         self.unarmed = False
+        #: How many of its positions are in isolated margin mode (``Position.margin_mode`` 1):
+        #: the checks after a fill and a mark move walk its positions for them only when it
+        #: has any, so a cross-only account (the common case) pays one read.
+        self.isolated = 0
         #: Cached risk sums (``_orders.refresh``), valid while ``c_epoch == ExchangeState.epoch``.
         self.c_epoch = -1
         self.c_upnl = 0
@@ -316,6 +332,7 @@ def _order_index(o: Order) -> int:
 class Position:
     __slots__ = (
         "account",
+        "allocated",
         "ask_open",
         "bid_open",
         "dirty",
@@ -342,7 +359,12 @@ class Position:
         self.realized_pnl = 0
         self.funding_paid = 0
         self.imf = imf
+        #: 0 cross: backed by its account's collateral with its other cross positions; 1
+        #: isolated: backed by ``allocated`` alone (``_isolated``).
         self.margin_mode = 0
+        #: An isolated position's own collateral (micro-USDC; may go negative between a loss
+        #: and its liquidation); 0 for a cross position and for a flat one.
+        self.allocated = 0
         self.bid_open = 0
         self.ask_open = 0
         self.dirty = False

@@ -9,7 +9,9 @@ the ``ExchangeState`` (``_state``).
   pre-trade initial-margin check, then match or rest (:func:`rest`);
 - ``_match`` (through :func:`match_and_finish`): price-time matching at the makers' prices,
   self-trade prevention (ExpireMaker), reduce-only clipping, fees; :func:`apply_fill` moves
-  positions and realized PnL; ``_open`` keeps the resting-order lots behind the worst case;
+  positions and realized PnL (an isolated position's money through :func:`isolated_fill`, off
+  the cross path: one flag read per fill there); ``_open`` keeps the resting-order lots behind
+  the worst case;
   :func:`remove_resting` takes an order off the book, :func:`expire` the expired ones;
 - the account risk cache (:func:`refresh`, :func:`equity_imr`, :func:`equity_mmr`): ``c_upnl``,
   ``c_mm``, ``c_im`` per account, updated in O(1) by fills and order changes, recomputed in
@@ -487,8 +489,8 @@ def _match(
             notional = pq * q
             tfee = fee(notional, taker_fee_ppm)
             mfee = fee(notional, maker_fee_ppm)
-            acct.collateral += apply_fill(st, pos, -q if is_ask else q, pq) - tfee
-            macct.collateral += apply_fill(st, mpos, q if is_ask else -q, pq) - mfee
+            acct.collateral += apply_fill(st, pos, -q if is_ask else q, pq, tfee)
+            macct.collateral += apply_fill(st, mpos, q if is_ask else -q, pq, mfee)
             taker_fees += tfee
             maker_fees += mfee
             t.remaining -= q
@@ -528,6 +530,7 @@ def _match(
             st.mark_account(acct)
         if liquidation:
             st.insurance_fund += taker_fees
+            st.liquidation_fee = taker_fees
             st.fee_pool += maker_fees
         else:
             st.fee_pool += taker_fees + maker_fees
@@ -535,8 +538,11 @@ def _match(
     return stop
 
 
-def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int) -> int:
-    """Add ``d`` signed lots at ``pq`` micro-USDC per lot; return the realized PnL."""
+def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int, fee: int) -> int:
+    """Add ``d`` signed lots at ``pq`` micro-USDC per lot, paying ``fee``; return what the
+    account's (cross) collateral gains: the realized PnL minus the fee for a cross position;
+    for an isolated one its collateral takes them and the cross pool gains or gives what
+    :func:`isolated_fill` moves."""
     s = pos.size
     m = pos.market
     eq = pos.entry_quote
@@ -572,6 +578,8 @@ def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int) -> int:
             m.unarmed.append(pos)
     if acct.conds is not None and (ns == 0 or (ns > 0) != (s > 0)) and s != 0:
         position_moved(st, pos)  # closed or flipped: its position-tied orders are checked
+    if pos.margin_mode:
+        return isolated_fill(st, pos, s, ns, realized - fee, pq)
     if acct.c_epoch == st.epoch:
         mq = m.mark_q
         acct.c_upnl += product(d, mq) - (neq - eq)
@@ -583,7 +591,64 @@ def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int) -> int:
         acct.c_im += product(product(g, mq), pos.imf)
     if not pos.dirty:
         st.mark_position(pos)
-    return realized
+    return realized - fee
+
+
+def isolated_fill(st: ExchangeState, pos: Position, s: int, ns: int, cash: int, pq: int) -> int:
+    """The collateral of isolated position ``pos`` through a fill that took it from ``s`` to
+    ``ns`` lots at ``pq`` per lot (``apply_fill``); returns what the cross collateral gains.
+
+    The rule (raydex's, as Hyperliquid documents its isolated margin): the fill's ``cash``
+    (realized PnL minus fee) is the position's; lots opened (a new position, a larger one, the
+    far side of a flip) take from the cross collateral their initial margin at the mark
+    (``imf`` of ``|opened| * mark``, rounded up) plus the loss of the fill price against the
+    mark, so the position's equity rises by exactly that initial margin; a reduction gives back
+    the same share of its collateral as of its lots (rounded down; nothing while the collateral
+    is negative); a close (or the near side of a flip) gives back all of it, a deficit going to
+    the insurance fund: an isolated loss never reaches the cross collateral. The cross pool's
+    initial-margin sum keeps, for an isolated position, only what its resting orders would add
+    (``exposure - |size|``): that is what they take from it when they fill."""
+    a_s = s if s > 0 else -s
+    a_ns = ns if ns > 0 else -ns
+    alloc = pos.allocated + cash
+    to_cross = 0
+    opened = 0
+    if s == 0:
+        opened = a_ns
+    elif ns != 0 and (ns > 0) == (s > 0):
+        if a_ns > a_s:
+            opened = a_ns - a_s
+        elif alloc > 0:
+            to_cross = product(alloc, a_s - a_ns) // a_s
+            alloc -= to_cross
+    else:
+        if alloc < 0:
+            st.insurance_fund += alloc
+            st.mark_exchange()
+        else:
+            to_cross = alloc
+        alloc = 0
+        opened = a_ns
+    m = pos.market
+    mq = m.mark_q
+    if opened:
+        need = -(-product(product(opened, mq), pos.imf) // BPS)
+        gap = pq - mq if ns > 0 else mq - pq
+        if gap > 0:
+            need += product(opened, gap)
+        alloc += need
+        to_cross -= need
+    pos.allocated = alloc
+    acct = pos.account
+    if acct.c_epoch == st.epoch:
+        bo = pos.bid_open
+        ao = pos.ask_open
+        g = (exposure(ns, bo, ao) - a_ns) - (exposure(s, bo, ao) - a_s)
+        if g:
+            acct.c_im += product(product(g, mq), pos.imf)
+    if not pos.dirty:
+        st.mark_position(pos)
+    return to_cross
 
 
 def _open(st: ExchangeState, pos: Position, is_ask: int, delta: int) -> None:
@@ -805,8 +870,10 @@ def refresh(st: ExchangeState, acct: Account) -> None:
     """Recompute the account's cached risk sums (O(markets it holds)) if the marks moved since.
 
     ``c_upnl = sum(size*mark*mult - entry_quote)``, ``c_mm = sum(|size|*mark*mult*mmf)``,
-    ``c_im = sum(worst*mark*mult*imf)`` with ``worst = max(|size+bids|, |size-asks|)``. Between
-    mark moves fills and order changes update them in O(1)."""
+    ``c_im = sum(worst*mark*mult*imf)`` with ``worst = max(|size+bids|, |size-asks|)``, over the
+    cross positions; an isolated one adds to ``c_im`` only ``(worst - |size|)*mark*mult*imf``
+    (its resting orders' part, :func:`isolated_fill`). Between mark moves fills and order
+    changes update them in O(1)."""
     upnl = mm = im = 0
     p = acct.first_pos
     while p is not None:
@@ -816,10 +883,13 @@ def refresh(st: ExchangeState, acct: Account) -> None:
         if s or bo or ao:
             m = p.market
             mq = m.mark_q
-            if s:
-                upnl += unrealized_pnl(s, mq, p.entry_quote)
-                mm += maintenance_margin(s if s > 0 else -s, mq, m.maintenance_mf)
-            im += initial_margin(exposure(s, bo, ao), mq, p.imf)
+            if p.margin_mode:  # isolated: only what its resting orders would add
+                im += initial_margin(exposure(s, bo, ao) - (s if s > 0 else -s), mq, p.imf)
+            else:
+                if s:
+                    upnl += unrealized_pnl(s, mq, p.entry_quote)
+                    mm += maintenance_margin(s if s > 0 else -s, mq, m.maintenance_mf)
+                im += initial_margin(exposure(s, bo, ao), mq, p.imf)
         p = p.next_pos
     acct.c_upnl = upnl
     acct.c_mm = mm

@@ -37,6 +37,12 @@ MAX_MARKET_INDEX: Final[int] = _codecs.MAX_MARKET_INDEX
 BPS: Final[int] = _codecs.BPS
 PPM: Final[int] = _codecs.PPM
 FUNDING_SCALE: Final[int] = _codecs.FUNDING_RATE_SCALE
+MAX_MASTER_ACCOUNT_INDEX: Final[int] = _codecs.MAX_MASTER_ACCOUNT_INDEX
+MIN_SUB_ACCOUNT_INDEX: Final[int] = _codecs.MIN_SUB_ACCOUNT_INDEX
+MAX_ACCOUNT_INDEX: Final[int] = _codecs.MAX_ACCOUNT_INDEX
+USDC_ASSET_INDEX: Final[int] = _codecs.USDC_ASSET_INDEX
+PERPS_ROUTE: Final[int] = _codecs.PERPS_ROUTE
+MAX_SUB_ACCOUNTS: Final[int] = _codecs.MAX_SUB_ACCOUNTS
 MAX_I63: Final = 2**63 - 1
 #: The largest int a compiled (mypyc) build keeps unboxed ("short"). Comparing an int with a
 #: larger constant (``MAX_I63``) boxes both and calls ``PyObject_RichCompare``, so hot checks
@@ -88,6 +94,9 @@ class ExchangeState:
         self.insurance_fund = 0
         self.total_deposits = 0
         self.total_withdrawals = 0
+        #: The index CreateSubAccount gives next (counting down; derived from the accounts,
+        #: ``_snapshot.load``: one below the lowest sub-account index).
+        self.next_sub_index = MAX_ACCOUNT_INDEX
         self.next_order_index = FIRST_ORDER_INDEX
         self.next_trade_id = 1
         self.next_priority = 1
@@ -98,8 +107,10 @@ class ExchangeState:
         self.deltas = Deltas()
         #: The index of the last order a CreateOrder made (its reply to the client).
         self.last_order_index = 0
-        #: Price * size of the fills of the liquidation order being matched (``liquidate``).
+        #: Price * size of the fills of the liquidation order being matched (``liquidate``),
+        #: and their liquidation fees.
         self.liquidation_quote = 0
+        self.liquidation_fee = 0
         #: The first account queued by :meth:`note_traded` (None: none), for a quick test.
         self.traded_head: Account | None = None
         # Conditional orders (``_pending``, ``_triggers``; ``_model.Cond``):

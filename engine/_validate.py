@@ -2,8 +2,12 @@
 
 Checked, first failure raises ``InvariantViolation``:
 
-- conservation: ``sum(collateral - entry_quote) + fee_pool + insurance_fund``
-  ``== deposits - withdrawals``;
+- conservation: ``sum(collateral + allocated - entry_quote) + fee_pool + insurance_fund``
+  ``== deposits - withdrawals`` (``allocated``: isolated positions' collateral);
+- accounts: each one's master is a master; a sub-account shares its master's L1 address and is
+  above the next sub-account index; the masters' sub-account counts;
+- isolated positions: counted in ``Account.isolated``; only an open isolated position holds
+  collateral; none is left under its own maintenance margin;
 - the account slots (``account_slots``) hold exactly the accounts with a dense index, the
   market slots every market;
 - per market: positions net to zero, open interest == sum of long sizes, ``holders`` == positions
@@ -35,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ._model import COI_SCAN, Account, Order, Side
+from ._model import COI_SCAN, Account, Order, Position, Side
 from ._orders import equity_mmr, refresh
 from ._pending import is_armed, live_trigger
 from ._state import (
@@ -46,7 +50,16 @@ from ._state import (
     ExchangeState,
 )
 from .codes import TRIGGER_NA, TRIGGER_READY, TRIGGER_TWAP
-from .rules import fires_when_above, reduce_only_increases
+from .rules import fires_when_above, maintenance_margin, reduce_only_increases, unrealized_pnl
+
+
+def _isolated_above_maintenance(pos: Position) -> bool:
+    """Isolated ``pos`` meets its maintenance margin with its own collateral."""
+    s = pos.size
+    m = pos.market
+    mq = m.mark_q
+    equity = pos.allocated + unrealized_pnl(s, mq, pos.entry_quote)
+    return equity * 10_000 >= maintenance_margin(abs(s), mq, m.maintenance_mf)
 
 
 class InvariantViolation(Exception):
@@ -60,7 +73,11 @@ def validate(st: ExchangeState) -> None:
     def fail(msg: str) -> None:
         raise InvariantViolation(msg)
 
-    by_l1 = {a.l1_address: a.index for a in st.accounts.values() if a.l1_address}
+    by_l1 = {
+        a.l1_address: a.index
+        for a in st.accounts.values()
+        if a.l1_address and a.master_index == a.index  # (sub-accounts share their master's)
+    }
     if by_l1 != st.by_l1:
         fail("the L1 address index disagrees with the accounts' L1 addresses")
     cash = st.fee_pool + st.insurance_fund
@@ -71,6 +88,10 @@ def validate(st: ExchangeState) -> None:
         ai for ai in st.accounts if 0 <= ai < len(slots)
     ) or len(slots) > DENSE_ACCOUNTS:
         fail("the account slots disagree with the accounts")
+    sub_counts: dict[int, int] = {}
+    for a in st.accounts.values():
+        if a.master_index != a.index:
+            sub_counts[a.master_index] = sub_counts.get(a.master_index, 0) + 1
     for ai, acct in st.accounts.items():
         if acct.index != ai or acct.ref != ai:
             fail(f"account {ai} stored as {acct.index} (boxed {acct.ref})")
@@ -91,12 +112,30 @@ def validate(st: ExchangeState) -> None:
             fail(f"account {acct.index}: hot key {hot} does not match its key slots")
         if {i: k for i, k in enumerate(acct.key_slots) if k is not None} != acct.keys:
             fail(f"account {acct.index}: key slots differ from its keys")
+        isolated = 0
         for pos in acct.positions.values():
-            cash -= pos.entry_quote
+            cash += pos.allocated - pos.entry_quote
             if pos.account is not acct:
                 fail(f"position of account {acct.index} points elsewhere")
             if pos.size == 0 and pos.entry_quote != 0:
                 fail(f"flat position {acct.index}/{pos.market.index} keeps basis {pos.entry_quote}")
+            if pos.margin_mode:
+                isolated += 1
+            if pos.allocated and (not pos.margin_mode or not pos.size):
+                fail(f"position {acct.index}/{pos.market.index}: {pos.allocated} allocated")
+            if pos.margin_mode and pos.size and not _isolated_above_maintenance(pos):
+                fail(f"isolated position {acct.index}/{pos.market.index} under maintenance")
+        if isolated != acct.isolated:
+            fail(f"account {acct.index}: {acct.isolated} isolated positions counted, {isolated}")
+        if sub_counts.get(ai, 0) != acct.sub_accounts:
+            fail(f"account {ai}: {acct.sub_accounts} sub-accounts counted, {sub_counts.get(ai)}")
+        master = st.accounts.get(acct.master_index)
+        if master is None or master.master_index != master.index:
+            fail(f"account {ai}: its master {acct.master_index} is not a master account")
+        elif master is not acct and (
+            master.l1_address != acct.l1_address or ai <= st.next_sub_index
+        ):
+            fail(f"account {ai}: a sub-account without its master's L1 address or below the next")
     if cash != st.total_deposits - st.total_withdrawals:
         fail(f"cash not conserved: {cash} != {st.total_deposits - st.total_withdrawals}")
 

@@ -24,6 +24,7 @@ raise, allocate nothing and cost O(1).
   rules (``types/txtypes/create_order.go``, ``create_grouped_orders.go``) plus the TWAP window
   (``TWAP_MIN_MS`` .. ``TWAP_MAX_MS`` from now); their fill-time checks are the order checks
   above, when they fire. :func:`twap_slice` is a TWAP's schedule.
+- Transfers: :func:`transfer_fee`, the least ``USDCFee`` a transfer carries.
 
 Caller duty: pass the market's current values (mark, fractions, fees); the functions hold no state.
 """
@@ -98,6 +99,7 @@ __all__ = [
     "order_kind_code",
     "product",
     "reduce_only_increases",
+    "transfer_fee",
     "unrealized_pnl",
 ]
 
@@ -268,6 +270,13 @@ def order_amount_code(
         dev = -dev
     if dev * BPS > mark * max_deviation:
         return FAT_FINGER_PRICE
+    return 0
+
+
+def transfer_fee(same_master: bool) -> int:
+    """The fee (micro-USDC) a Transfer must carry at least (its ``USDCFee``; what it carries is
+    charged, to the fee pool): raydex's rule is none, between the accounts of one master and to
+    anyone else, as a transfer inside raydex costs it no bridge or gas."""
     return 0
 
 

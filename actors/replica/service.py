@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import heapq
 import logging
 import os
@@ -59,9 +60,19 @@ from raydex.codecs import (
     tx_type_of,
 )
 from raydex.observability.hist import Histogram
+from raydex.observability.logbudget import LogBudget
 from raydex.observability.metrics import ApiCounters, Recorder
 
-from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal, short_hash
+from ..runtime import (
+    ActorRuntime,
+    HeldBlocks,
+    RecentBlocks,
+    Supervisor,
+    exit_process,
+    held_blocks,
+    log_fatal,
+    short_hash,
+)
 from ..runtime.checks import COMPARE_INTERVAL_S, StateChecks
 from ..transport import (
     ResyncRequired,
@@ -74,10 +85,25 @@ from .app import ADMISSION, FAST_SEND, LIMITS, build_app
 from .batching import MicroBatcher
 from .cache import GapError, ReplicaState
 from .hooks import ReplicaHooks
-from .http import ApiConfig, CommitmentSource, FastLaneServer, LoopLag, OutcomePending
+from .http import (
+    KEEPALIVE_S,
+    REASONS,
+    ApiConfig,
+    CommitmentSource,
+    ConnectionCaps,
+    FastLaneServer,
+    LoopLag,
+    OpenConnections,
+    OutcomePending,
+    bad_requests,
+    json_error_protocols,
+)
 from .ws import NATIVE_PATHS, Fanout
 
 log = logging.getLogger(__name__)
+
+#: ``accept`` errors that mean the process (or the host) is out of descriptors or buffers
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 #: quiet time (no block applied) after which ``status`` recomputes the state hash (s)
 HASH_QUIET_S = 0.1
@@ -158,9 +184,21 @@ class ReplicaService:
         self.runner: web.AppRunner | None = None
         #: the shared (SO_REUSEPORT) port; its site is open only while caught up
         self.port = 0
-        self._shared: web.TCPSite | asyncio.AbstractServer | None = None
-        #: the fast lane in front of the app (None: ``api.fast_lane`` off) and its listeners
+        self._shared: asyncio.AbstractServer | None = None
+        #: the door in front of the app: every connection's caps and head deadline
+        #: (``http/gate.py``), then the fast lane (``api.fast_lane``) or aiohttp; its listeners
+        api = config.api
+        self.gate = OpenConnections(
+            ConnectionCaps(
+                api.http_max_connections,
+                api.http_max_connections_per_ip,
+                api.rate_limit_exempt,
+                api.http_head_timeout_s,
+            )
+        )
         self.lane: FastLaneServer | None = None
+        #: accept() failures for want of descriptors (the gate's cap keeps them away)
+        self.accept_errors = LogBudget(log)
         self._listeners: list[asyncio.AbstractServer] = []
         self.port_joins = 0
         self.port_leaves = 0
@@ -189,6 +227,9 @@ class ReplicaService:
         #: the apply waited off the CPU, i.e. the kernel ran another process on this core
         self.apply_cpu_time = Histogram()
         self.blocks_applied = 0
+        #: the newest block frames applied here, for a sequencer repairing its log
+        #: (``held_blocks``; ``actors/runtime/held.py``)
+        self.recent = RecentBlocks()
         #: newest seq known to exist (stream frames, the holder's catch-up answers, the floor of
         #: a publisher's ring that no longer holds our next block)
         self.seen_seq = 0
@@ -240,6 +281,14 @@ class ReplicaService:
         m.counter_fn(
             "raydex_fastlane_handoffs_total", lambda: self.lane.handoffs if self.lane else 0
         )
+        gate = self.gate
+        m.gauge("raydex_http_connections", lambda: gate.open)
+        for reason in REASONS:
+            m.counter_fn(
+                "raydex_http_refusals_total", lambda r=reason: gate.refused[r], reason=reason
+            )
+        m.counter_fn("raydex_http_bad_requests_total", bad_requests)
+        m.counter_fn("raydex_http_accept_errors_total", lambda: self.accept_errors.total["accept"])
         #: the apply loop and the port loop; a failure is logged, counted
         #: (``raydex_loop_restarts_total{loop}``) and the loop restarted; too many exit the actor
         self.supervisor = Supervisor(m, on_fatal)
@@ -320,16 +369,22 @@ class ReplicaService:
             hooks=self.hooks,
             queue_delay=self.queue_delay,
         )
-        self.runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
+        # aiohttp's keep-alive: the wait for a next request on a connection it took over (a
+        # trickling head included: its timer is not reset by a byte)
+        self.runner = web.AppRunner(
+            self.app, handle_signals=False, access_log=None, keepalive_timeout=KEEPALIVE_S
+        )
         await self.runner.setup()
-        if self.config.api.fast_lane:
-            assert self.runner.server is not None
-            self.lane = FastLaneServer(
-                self.runner.server,
-                self.app[FAST_SEND],
-                self.config.api.max_body_bytes,
-                self.hooks.request_span,
-            )
+        assert self.runner.server is not None
+        self.lane = FastLaneServer(
+            json_error_protocols(self.runner.server),
+            self.app[FAST_SEND],
+            self.config.api.max_body_bytes,
+            self.hooks.request_span,
+            gate=self.gate,
+            serve=self.config.api.fast_lane,
+        )
+        self._quiet_accept_errors()
         # A private port per replica, so an operator (or a test) can reach this very instance,
         # also while it is off the shared port.
         _, self.direct_port = await self._listen(0, reuse_port=False)
@@ -397,27 +452,41 @@ class ReplicaService:
                          self.port, lag)  # fmt: skip
         elif lag > api.leave_lag_blocks:
             self._shared = None
-            if isinstance(site, asyncio.AbstractServer):
-                site.close()  # stops accepting; its connections stay, as with a site
-                self._listeners.remove(site)
-            else:
-                await site.stop()
+            site.close()  # stops accepting; its connections stay
+            self._listeners.remove(site)
             self.port_leaves += 1
             log.warning("replica %s: %d blocks behind; off the shared port until caught up",
                         self.config.name, lag)  # fmt: skip
 
-    async def _listen(
-        self, port: int, reuse_port: bool
-    ) -> tuple[web.TCPSite | asyncio.AbstractServer, int]:
-        """A listening socket on ``port`` (0: any) for the app: through the fast lane when it is
-        on, else an aiohttp site; with the port it got."""
-        host = self.config.http_host
-        if self.lane is None:
-            assert self.runner is not None
-            site = web.TCPSite(self.runner, host, port, reuse_port=reuse_port or None)
-            await site.start()
-            return site, _bound_port(site)
+    def _quiet_accept_errors(self) -> None:
+        """asyncio logs a traceback for every ``accept`` that fails for want of descriptors
+        ("Too many open files"); the gate's cap keeps the process below its file limit, and
+        what still fails (another part of the process took the descriptors) is counted and
+        logged within a budget instead (``raydex_http_accept_errors_total``)."""
         loop = asyncio.get_running_loop()
+        previous = loop.get_exception_handler()
+
+        def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            exc = context.get("exception")
+            if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
+                self.accept_errors.warning(
+                    "accept", "replica HTTP: %s (%r); open connections %d of %d",
+                    context.get("message"), exc, self.gate.open, self.gate.max_total,
+                )  # fmt: skip
+                return
+            if previous is not None:
+                previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+
+        loop.set_exception_handler(handle)
+
+    async def _listen(self, port: int, reuse_port: bool) -> tuple[asyncio.AbstractServer, int]:
+        """A listening socket on ``port`` (0: any) for the app, through the door (the lane);
+        with the port it got."""
+        host = self.config.http_host
+        loop = asyncio.get_running_loop()
+        assert self.lane is not None, "start() builds the door first"
         server = await loop.create_server(self.lane, host, port, reuse_port=reuse_port or None)
         self._listeners.append(server)
         return server, server.sockets[0].getsockname()[1]
@@ -441,6 +510,7 @@ class ReplicaService:
         applied = self.state.apply_block(block)
         t2 = time.perf_counter_ns()
         if not applied.duplicate:
+            self.recent.add(block.seq, frame)
             self.fanout.publish(applied)
             if applied.books:
                 self.publish_delay.record(time.time_ns() - applied.timestamp_ns)
@@ -462,6 +532,13 @@ class ReplicaService:
         probe = self.hooks.probe
         if probe is not None:
             probe.on_apply(block, applied, t1 - t0, t2 - t1, t3 - t2, cpu_ns)
+
+    def held_blocks(self, since: int, frames_after: int) -> HeldBlocks:
+        """What this replica applied and still holds of the newest blocks (``runtime/held.py``):
+        asked by a sequencer whose log lost its tail, before it serves."""
+        return held_blocks(
+            self.config.name, "replica", self.state.seq, self.recent, since, frames_after
+        )
 
     def _fold_ledger(self) -> None:
         self._fold_scheduled = False
@@ -640,6 +717,7 @@ class ReplicaService:
             },
             "fast_lane": (
                 {
+                    "serves": self.lane.serve,
                     "served": self.lane.served,
                     "handoffs": self.lane.handoffs,
                     "connections": len(self.lane.connections),
@@ -647,6 +725,11 @@ class ReplicaService:
                 if self.lane is not None
                 else None
             ),
+            "http": {
+                **self.gate.stats(),
+                "bad_requests": bad_requests(),
+                "accept_errors": self.accept_errors.total["accept"],
+            },
         }
 
 
@@ -670,10 +753,6 @@ def _type_tag(tx: Any) -> str:
         tag = TxType(code).name.lower() if code in _TX_CODES else str(code)
         _TYPE_TAGS[cls] = tag
     return tag
-
-
-def _bound_port(site: web.TCPSite) -> int:
-    return int(site.port)
 
 
 class ReplicaActor:
@@ -807,6 +886,11 @@ class ReplicaActor:
                 "direct": svc.direct_port or None,
             }
         return self.runtime.describe("replica", facts, fixed=fixed)
+
+    async def held_blocks(self, since: int, frames_after: int) -> HeldBlocks | None:
+        """The service's :meth:`ReplicaService.held_blocks` (None while it boots: nothing
+        applied yet); answered at once, never waiting for the boot."""
+        return None if self.service is None else self.service.held_blocks(since, frames_after)
 
     async def state_hash(self) -> dict[str, Any]:
         """The current state hash (O(state), on the replica's loop; ``status`` is cheap)."""

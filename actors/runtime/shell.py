@@ -263,7 +263,7 @@ class ActorRuntime:
         }
         if self.metrics is not None:
             m = self.metrics
-            out["metrics"] = {"flushes": m.flushes, "dropped_samples": m.dropped}
+            out["metrics"] = {"flushes": m.flushes}
         return out
 
 

@@ -6,7 +6,10 @@
                 status, state_hash, operator; exits its process when it cannot go on)
 ``producer``    ``BlockProducer``: execute txs into the open block, close it, recover
 ``journal``     group commit: WAL writes and fsyncs on their own thread
+``steps``       the CPU of each step (decode, engine, close, publish) as plain counters
 ``wal``         the write-ahead log files: segments, torn tail vs damage, index, pruning
+``repair``      before serving: the rebuilt blocks checked against the committer's chain, a
+                lost tail taken back from the followers (restored records)
 ``oracle``      the mark-price oracle that stamps marks toward each book's mid
 ==============  ==========================================================================
 """
@@ -15,6 +18,7 @@ from .journal import Journal
 from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, ClosedBlock
 from .service import SequencerActor, SequencerConfig, SequencerService, SnapshotInfo
+from .steps import StepCounters
 from .wal import FsyncPolicy, Wal, WalError
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "SequencerConfig",
     "SequencerService",
     "SnapshotInfo",
+    "StepCounters",
     "Wal",
     "WalError",
     "oracle_commands",

@@ -58,6 +58,9 @@ class Journal:
         self._thread = threading.Thread(target=self._run, name="raydex-journal", daemon=True)
         self.syncs = 0
         self.records = 0
+        #: the journal thread's CPU so far (ns; its writes and syncs: waiting costs none), read
+        #: racily by the loop for the sequencer's step counters (``steps.py``)
+        self.cpu_ns = 0
         #: newest seq written and synced (read on the loop after the thread stopped, or racy)
         self.durable_seq = wal.last_seq
         #: the write/sync error that stopped the journal, if any
@@ -103,6 +106,7 @@ class Journal:
                 # when the sync returned: the loop measures how long it took to run the callback
                 done_ns = time.perf_counter_ns()
                 self.loop.call_soon_threadsafe(self.on_durable, batch[-1][0], sync_ns, done_ns)
+            self.cpu_ns = time.thread_time_ns()
             if stop:
                 return
 

@@ -22,6 +22,7 @@ C), the engine's execute, one sha256; per block one WAL record and its header.
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -34,24 +35,29 @@ from raydex.codecs import (
     CreateOrder,
     Refusal,
     ResultCode,
+    Transfer,
     TxExecuted,
     TxOutcome,
     Verifier,
     WalBlock,
+    decode_block_of,
     encode_block,
     encode_block_body,
+    encode_restored_wal_record,
     encode_tx,
     encode_wal_record,
     is_signed_type,
     l1_signer,
+    peek_block_header,
     signer_key,
+    transfer_l1_signer,
     tx_hash_of,
     tx_type_of,
     wal_record_crc,
 )
 from raydex.engine import Engine
 
-from ..snapshot.store import LoadedSnapshot, load_newest_snapshot
+from ..snapshot.store import LoadedSnapshot, fold_frame, load_newest_snapshot
 from .wal import Wal, WalError
 
 _OK = int(ResultCode.OK)
@@ -61,6 +67,8 @@ _INVALID_SIGNATURE = int(ResultCode.INVALID_SIGNATURE)
 _UNSUPPORTED = int(ResultCode.UNSUPPORTED_TX_TYPE)
 _INVALID_L1_SIGNATURE = int(ResultCode.INVALID_L1_SIGNATURE)
 _NONCE_MASK = SKIP_NONCE_FLAG - 1
+#: the events a restored block's outcomes are read from
+_EXECUTED: frozenset[type] = frozenset({TxExecuted})
 
 
 #: a signature checked ahead of execution: (the key it was checked against, valid), or None
@@ -119,6 +127,7 @@ class BlockProducer:
         operator: bool = False,
         replay: bool = False,
         checked: Sequence[Checked] | None = None,
+        verify: bool | None = None,
     ) -> range:
         """Execute ``txs`` into the open block (opening it at ``now_ns`` if none is open).
 
@@ -127,7 +136,9 @@ class BlockProducer:
         were authorized when they were logged (no operator or signature check again).
         ``checked``: :meth:`check_signature` of each tx, done ahead (off the critical section);
         a result is used only if the tx's key is still the one it was checked against.
+        ``verify``: check user signatures (None: ``verify_signatures``).
         """
+        verify = self.verify_signatures if verify is None else verify
         if not self._outcomes:
             self._ts_ns = now_ns
         now_ms = self._ts_ns // 1_000_000
@@ -143,7 +154,9 @@ class BlockProducer:
             code = (
                 _OK
                 if replay
-                else self._authorize(tx, ttype, operator, checked[i] if checked else None, h)
+                else self._authorize(
+                    tx, ttype, operator, checked[i] if checked else None, h, verify
+                )
             )
             order_index = 0
             account = getattr(tx, "account_index", 0)
@@ -165,7 +178,9 @@ class BlockProducer:
             self._outcomes.append(TxOutcome(h, code, order_index, seq))
         return range(first, len(self._outcomes))
 
-    def _authorize(self, tx: Any, ttype: int, operator: bool, checked: Checked, hm: bytes) -> int:
+    def _authorize(
+        self, tx: Any, ttype: int, operator: bool, checked: Checked, hm: bytes, verify: bool
+    ) -> int:
         if ttype in OPERATOR_TX_TYPES:
             return _OK if operator else _OPERATOR_ONLY
         if not is_signed_type(type(tx)):
@@ -178,13 +193,25 @@ class BlockProducer:
             l1 = self.engine.l1_address(tx.account_index)
             if l1 is None or l1_signer(tx) != l1:
                 return _INVALID_L1_SIGNATURE
-        if self.verify_signatures:
+        elif type(tx) is Transfer and not self._transfer_authorized(tx):
+            return _INVALID_L1_SIGNATURE
+        if verify:
             valid = checked[1] if checked is not None and checked[0] == pk else None
             if valid is None:
                 valid = self.verifier.verify(tx, pk, hm)
             if not valid:
                 return _INVALID_SIGNATURE
         return _OK
+
+    def _transfer_authorized(self, tx: Transfer) -> bool:
+        """A transfer to another master's account (an existing one) from an account with an L1
+        address carries that address's ``L1Sig`` (``engine._accounts.transfer``)."""
+        eng = self.engine
+        to_master = eng.master_index(tx.to_account_index)
+        if to_master is None or to_master == eng.master_index(tx.account_index):
+            return True
+        l1 = eng.l1_address(tx.account_index)
+        return l1 is None or transfer_l1_signer(tx, self.verifier.chain_id) == l1
 
     def check_signature(self, tx: Any) -> Checked:
         """``tx``'s signature checked against its key as the engine holds it now, for
@@ -222,9 +249,12 @@ class BlockProducer:
 
     def replay(self, block: WalBlock) -> ClosedBlock:
         """Rebuild logged block ``block`` (the next seq): its txs re-executed, its refusals
-        re-stamped at their positions; the result is the block as first published."""
+        re-stamped at their positions; the result is the block as first published. A restored
+        record (a block taken back from the followers) is folded in instead (:meth:`restore`)."""
         if block.seq != self.seq + 1:
             raise WalError(f"WAL block {block.seq} does not follow {self.seq}")
+        if block.restored is not None:
+            return self.restore(block.restored, block.origin_crc)
         ts = block.timestamp_ns
         if not block.refused:
             self.submit(block.txs, ts, replay=True)
@@ -247,6 +277,31 @@ class BlockProducer:
             )
         return closed
 
+    def restore(self, frame: bytes, origin_crc: int) -> ClosedBlock:
+        """Take block ``frame`` (the next seq, as first published; its WAL record lost) into the
+        state by folding its events (``snapshot.fold_frame``: O(state), no tx is executed); the
+        block with its restored WAL record (``codecs.encode_restored_wal_record``, identity
+        ``origin_crc``), which the caller writes unless it was read from the WAL. Its outcomes
+        are its ``TxExecuted`` events (no order index)."""
+        header = peek_block_header(frame)
+        if header.seq != self.seq + 1:
+            raise WalError(f"restored block {header.seq} does not follow {self.seq}")
+        if self._outcomes:
+            raise WalError("a block is open: restore only during recovery")
+        self.engine = fold_frame(self.engine, frame)
+        seq = header.seq
+        outcomes = [
+            TxOutcome(ev.tx_hash, ev.code, 0, seq)
+            for ev in decode_block_of(frame, _EXECUTED).events
+            if type(ev) is TxExecuted
+        ]
+        record = encode_restored_wal_record(seq, header.timestamp_ns, origin_crc, frame)
+        self.seq, self.height = seq, header.height
+        return ClosedBlock(
+            seq, header.height, header.timestamp_ns, frame, [], record, outcomes,
+            len(outcomes), header.count,
+        )  # fmt: skip
+
     def _stamp_refused(self, ev: TxExecuted, now_ns: int) -> None:
         if not self._outcomes:
             self._ts_ns = now_ns
@@ -258,7 +313,12 @@ class BlockProducer:
 
     @classmethod
     def recover(
-        cls, snapshot_dir: Path, wal: Wal, verifier: Verifier, keep_blocks: int = 0
+        cls,
+        snapshot_dir: Path,
+        wal: Wal,
+        verifier: Verifier,
+        keep_blocks: int = 0,
+        digests: dict[int, bytes] | None = None,
     ) -> tuple[BlockProducer, int]:
         """The newest usable snapshot + every WAL block after it -> the state the sequencer had
         before it stopped. Returns the producer and the number of blocks replayed.
@@ -266,8 +326,10 @@ class BlockProducer:
         The WAL blocks are rebuilt through :meth:`replay`, so each one's delta frame and WAL
         record are exactly those first published; the last ``keep_blocks`` of them are left in
         ``recovered_blocks`` for the caller to re-serve: followers that were behind the crash
-        catch up from them instead of finding a gap. Raises WalError when no snapshot (nor seq 0)
-        can be continued by the WAL."""
+        catch up from them instead of finding a gap. ``digests``, when given, receives the
+        sha256 of every rebuilt block's frame by seq (what the start checks against the
+        followers, ``repair.py``). Raises WalError when no snapshot (nor seq 0) can be continued
+        by the WAL."""
         loaded = load_newest_snapshot(snapshot_dir, usable=lambda s, m: _wal_gap(wal, s, m))
         if loaded.path is None and (reason := _wal_gap(wal, 0, {})) is not None:
             raise WalError(f"no snapshot the WAL continues, and from seq 0: {reason}")
@@ -278,6 +340,8 @@ class BlockProducer:
             closed = producer.replay(block)
             if keep_blocks:
                 kept.append(closed)
+            if digests is not None:
+                digests[closed.seq] = hashlib.sha256(closed.frame).digest()
             replayed += 1
         producer.recovered_blocks = kept
         producer.recovered_from = loaded

@@ -26,8 +26,13 @@ Invariants:
   published in seq order, each once, never replaced (followers check it on every resume).
 - A batch whose frame does not decode, or over ``max_batch_txs``, is refused whole and changes
   nothing. A stream's batches execute in the order sent.
-- The sequencer is serving or exiting: a failed start, WAL write or sync, a dead block loop or a
-  supervised loop that keeps failing calls ``on_fatal`` (the shell exits so Ray restarts it).
+- Before it serves, the blocks rebuilt from the WAL are checked against the followers' hashes
+  and a lost tail is taken back from their copies (``repair.py``); a log that cannot be used
+  raises ``WalError`` from :meth:`SequencerService.start` (the shell then refuses to start,
+  stays up and says why, and tries again).
+- Once serving, the sequencer is serving or exiting: a failed WAL write or sync, a dead block
+  loop or a supervised loop that keeps failing calls ``on_fatal`` (the shell exits so Ray
+  restarts it).
 - Followers behind the ring catch up from the WAL through bounded range reads up to the newest
   *published* seq; the WAL is pruned only behind every snapshot on disk (and ``wal_keep_blocks``).
 - ``block_close="durable"``: the open block closes as soon as the previous one is durable (or at
@@ -42,6 +47,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -70,18 +76,37 @@ from raydex.observability.metrics import Recorder
 
 from ..runtime import (
     ActorRuntime,
+    HeldBlocks,
     Supervisor,
     advertised_host,
+    current_namespace,
     exit_process,
     log_fatal,
     short_hash,
 )
 from ..snapshot.store import read_snapshot_meta, snapshot_seq, snapshots
-from ..transport import DEFAULT_DATA_PLANE, TX_STREAM, BlockHub, DataPlane, data_plane_server
+from ..transport import (
+    DEFAULT_DATA_PLANE,
+    PREAUTH_REASONS,
+    TX_STREAM,
+    BlockHub,
+    DataPlane,
+    PreAuth,
+    StreamOrder,
+    data_plane_server,
+)
 from .journal import Journal
 from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, Checked, ClosedBlock
-from .wal import FsyncPolicy, Wal
+from .repair import (
+    AskFollowers,
+    RepairReport,
+    check_rebuilt,
+    restore_tail,
+    tail_to_restore,
+)
+from .steps import StepClock, StepCounters
+from .wal import FsyncPolicy, Wal, WalError
 
 log = logging.getLogger(__name__)
 
@@ -130,11 +155,14 @@ class SequencerConfig:
     #: interval: marks track the book closely (and liquidations trigger sooner), more commands.
     oracle_interval_ms: float = 0.0
     oracle_max_step_bps: int = 50
-    #: Check every user tx's signature again in the sequencer (``BlockProducer.verify_signatures``).
-    #: None (auto): only when the data plane is open to anyone on loopback (no
-    #: ``data_plane_secret``); a deployment's replicas are members that verified every tx in
-    #: their dry-run, and its committer re-verifies every executed tx off the hot path
-    #: (``actors/audit.py``), so the sequencer saves a verify (~30 µs) per tx. True: always.
+    #: Check user txs' signatures again in the sequencer, before they execute. None (auto):
+    #: without a ``data_plane_secret`` every batch (the plane is open to anyone on loopback);
+    #: with one, the batches of streams from another host (a TCP peer whose address is not this
+    #: machine's), not those of the same host's members (its Unix socket, loopback): a member's
+    #: secret crosses the network in the clear, a same-host member shares the sequencer's trust
+    #: domain, and the committer re-verifies every executed tx anyway (``actors/audit.py``). A
+    #: verify costs ~30 µs of the sequencer's core per tx. True: every batch; False: none (the
+    #: audit alone, after the fact).
     verify_signatures: bool | None = None
     #: Busy-poll the event loop (it never parks: see ``actors/runtime/shell.py``): less wake-up
     #: latency per batch, one whole core burnt; only where the sequencer has a core of its own.
@@ -164,6 +192,22 @@ class SequencerConfig:
     #: before they execute, slice by slice): shorter keeps block closes and other batches flowing
     #: under a flood of signed txs, at a little more overhead per batch.
     verify_slice_ms: float = 2.0
+    #: Before a data-plane caller has shown the secret (``transport.PreAuth``): seconds it has to
+    #: send its whole HELLO (TCP; gRPC: to finish the HTTP/2 handshake), and how many connections
+    #: may be waiting for theirs, per peer address (the Unix socket counts as one) and in all;
+    #: beyond, a connection is closed unread (``raydex_preauth_refusals_total{reason}``). A HELLO
+    #: is at most 256 bytes. Shorter and smaller bound what strangers hold sooner; too small
+    #: turns away a reconnect storm of the deployment's own followers (each shows it at once).
+    hello_timeout_s: float = 5.0
+    max_unauthenticated: int = 256
+    max_unauthenticated_per_peer: int = 16
+    #: gRPC plane only: connections in all (it cannot tell a member's before its first call)
+    max_data_connections: int = 1024
+    #: At start, how long the sequencer waits for its followers' answers (what they applied and
+    #: hold of the newest blocks: ``repair.py``) before it goes on without the silent ones.
+    #: Longer waits out a follower that is slow to answer; a block only it holds is lost if the
+    #: log lost it too. Also the pause before a refused start is tried again (at least 1 s).
+    repair_timeout_s: float = 10.0
     #: The deployment's data-plane secret (``raydex deploy`` makes one; never in raydex.yaml):
     #: every data-plane caller must carry it. Empty: no check, loopback only (tests, embedded
     #: runs).
@@ -191,10 +235,20 @@ class SequencerService:
         self,
         config: SequencerConfig,
         on_fatal: Callable[[str], None] = log_fatal,
+        followers: AskFollowers | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.config = config
         self.on_fatal = on_fatal
+        #: asks the followers what they hold of the newest blocks (``repair.py``); None: no
+        #: followers to ask (a first start, a test): a torn tail is cut as found
+        self.followers = followers
+        #: what the last start found and did: the log's end, the followers' answers, the blocks
+        #: checked and restored (``repair.RepairReport``)
+        self.recovery = RepairReport()
+        #: blocks taken back from the followers over this process's starts
+        self.restored_blocks = 0
+        #: stamps block times (ns); the oracle's time ticks read it too
         self.clock = clock
         self.producer: BlockProducer | None = None
         self.hub: BlockHub | None = None
@@ -235,6 +289,8 @@ class SequencerService:
         #: wake-up, and whatever it was running first)
         self.handoff_time = Histogram()
         self.block_txs = Histogram()
+        #: CPU per step (decode, engine, close, publish) on the real path (``steps.py``)
+        self.steps = StepCounters()
         self.metrics = Recorder("sequencer", "sequencer")
         m = self.metrics
         m.histogram("raydex_block_seconds", self.block_time)
@@ -243,6 +299,7 @@ class SequencerService:
         m.histogram("raydex_block_size_txs", self.block_txs)
         m.counter_fn("raydex_blocks_total", lambda: self.blocks)
         m.counter_fn("raydex_txs_total", lambda: self.txs)
+        m.counter_fn("raydex_wal_restored_blocks_total", lambda: self.restored_blocks)
         m.gauge("raydex_block_seq", lambda: self.producer.seq if self.producer else 0)
         m.gauge(
             "raydex_signing_info",
@@ -250,6 +307,21 @@ class SequencerService:
             backend=signing.BACKEND,
             accelerated=str(signing.ACCELERATED).lower(),
         )
+        #: the pre-auth bounds of the blocks/txs server and of the tx-log server
+        self.preauth = tuple(
+            PreAuth(
+                config.hello_timeout_s,
+                config.max_unauthenticated_per_peer,
+                config.max_unauthenticated,
+            )
+            for _ in range(2)
+        )
+        for reason in PREAUTH_REASONS:
+            m.counter_fn(
+                "raydex_preauth_refusals_total",
+                lambda r=reason: sum(p.refused[r] for p in self.preauth),
+                reason=reason,
+            )
         self.supervisor = Supervisor(m, self._fatal)
 
     @property
@@ -258,8 +330,10 @@ class SequencerService:
         return self.producer.wal
 
     async def start(self) -> int:
-        """Recover (newest usable snapshot + WAL), open the data plane, start the loops; the
-        blocks port. Raises (WalError, OSError, ...) when the sequencer cannot start."""
+        """Recover (newest usable snapshot + WAL), check the rebuilt blocks and repair a lost
+        tail from the followers (``repair.py``), open the data plane, start the loops; the
+        blocks port. Raises (WalError, StartRefused, OSError, ...) when the sequencer cannot
+        start; nothing is served then."""
         cfg = self.config
         wal = Wal(
             cfg.wal_dir,
@@ -267,9 +341,20 @@ class SequencerService:
             segment_bytes=cfg.wal_segment_bytes,
             preallocate=cfg.wal_preallocate,
         )
-        self.producer, self.replayed = BlockProducer.recover(
-            Path(cfg.snapshot_dir), wal, Verifier(cfg.chain_id), keep_blocks=cfg.ring_size
-        )
+        digests: dict[int, bytes] = {}
+        try:
+            self.producer, self.replayed = BlockProducer.recover(
+                Path(cfg.snapshot_dir),
+                wal,
+                Verifier(cfg.chain_id),
+                keep_blocks=cfg.ring_size,
+                digests=digests,
+            )
+            await self._check_and_repair(self.producer, wal, digests)
+        except BaseException:
+            self.producer = None
+            wal.close()
+            raise
         self.producer.verify_signatures = (
             cfg.verify_signatures
             if cfg.verify_signatures is not None
@@ -278,7 +363,7 @@ class SequencerService:
         self.metrics.histogram("raydex_wal_fsync_seconds", wal.fsync_time)
         log.info(
             "sequencer recovered: snapshot seq %d (%s), %d WAL blocks replayed, now at seq %d",
-            self.producer.seq - self.replayed,
+            self.recovery.log_seq - self.replayed,
             self.producer.recovered_from.path if self.producer.recovered_from else None,
             self.replayed,
             self.producer.seq,
@@ -302,6 +387,8 @@ class SequencerService:
             secret=cfg.data_plane_secret,
             max_inflight=cfg.max_inflight_batches,
             unix_dir=cfg.unix_socket_dir if cfg.unix_sockets else None,
+            preauth=self.preauth[0],
+            max_connections=cfg.max_data_connections,
         )
         self.txlog_server = data_plane_server(
             cfg.data_plane,
@@ -311,6 +398,8 @@ class SequencerService:
             port=cfg.txlog_port,
             secret=cfg.data_plane_secret,
             unix_dir=cfg.unix_socket_dir if cfg.unix_sockets else None,
+            preauth=self.preauth[1],
+            max_connections=cfg.max_data_connections,
         )
         try:
             self.port = await self.server.start()
@@ -338,6 +427,55 @@ class SequencerService:
         self.supervisor.start("maintenance", self._maintain)
         return self.port
 
+    async def _check_and_repair(
+        self, producer: BlockProducer, wal: Wal, rebuilt: dict[int, bytes]
+    ) -> None:
+        """Before serving: ask the followers, check the rebuilt blocks against the committer's
+        chain and restore the blocks after the log's end that they applied (``repair.py``)."""
+        report = self.recovery = RepairReport(log_seq=producer.seq, torn_bytes=wal.torn_bytes)
+        if self.followers is None:
+            return
+        since = min(rebuilt) if rebuilt else producer.seq
+        answers, report.unanswered = await self.followers(since, producer.seq)
+        report.followers = {a.name: a.seq for a in answers}
+        if report.unanswered:
+            log.warning(
+                "sequencer start: %s did not answer within %.0f s; a block only they applied "
+                "cannot be restored (they will find their history replaced when they resume)",
+                ", ".join(report.unanswered), self.config.repair_timeout_s,
+            )  # fmt: skip
+        report.checked_blocks = check_rebuilt(rebuilt, answers)
+        top, blocks = tail_to_restore(producer.seq, rebuilt.get(producer.seq), answers)
+        if blocks:
+            committed = {s for a in answers if a.role == "committer" for s, _ in a.digests}
+            restored = restore_tail(producer, wal, blocks)
+            producer.recovered_blocks.extend(restored)
+            self.restored_blocks += len(restored)
+            report.restored = (blocks[0][0], blocks[-1][0])
+            report.restored_checked = sum(1 for seq, _, _ in blocks if seq in committed)
+            report.verdict = (
+                f"the WAL ended at seq {report.log_seq} ({wal.torn_bytes} torn bytes cut); blocks "
+                f"{blocks[0][0]}..{top} that the followers applied were restored from their "
+                f"copies ({report.restored_checked} of {len(blocks)} checked against the "
+                "committer's chain) and written back to the log"
+            )
+            log.warning("WAL repaired: %s", report.verdict)
+        elif wal.torn_bytes:
+            newest = max(report.followers.values(), default=0)
+            report.verdict = (
+                f"the torn tail cut after seq {report.log_seq} held no block any of the "
+                f"{len(answers)} followers that answered applied (newest applied: {newest}): it "
+                "was never acknowledged to any of their clients"
+            )
+            log.warning("WAL: %s", report.verdict)
+        else:
+            report.verdict = "the WAL holds every block the followers applied"
+        if report.checked_blocks:
+            log.info(
+                "sequencer start: %d rebuilt blocks match the hashes the followers hold",
+                report.checked_blocks,
+            )
+
     async def stop(self) -> None:
         self._stopping = True
         await self.supervisor.stop()
@@ -357,6 +495,12 @@ class SequencerService:
         if self.producer is not None and self.producer.wal is not None:
             self.producer.wal.close()
 
+    def signature_policy(self) -> str:
+        """Whose batches the sequencer checks (``verify_signatures``): all, other hosts', none."""
+        if self.producer is not None and self.producer.verify_signatures:
+            return "all"
+        return "other hosts" if self.config.verify_signatures is None else "none"
+
     def _engine(self) -> Any:
         assert self.producer is not None
         return self.producer.engine
@@ -372,6 +516,9 @@ class SequencerService:
         (:meth:`check_signatures`), so a flood of signed txs never holds the loop for long; the
         batches of one stream still execute in the order they arrived (``StreamOrder``)."""
         reply: bytes
+        steps = self.steps
+        steps.batches += 1
+        t0 = StepClock()
         try:
             txs = decode_batch(frame, self.config.max_batch_txs)
         except CodecError as exc:
@@ -380,13 +527,20 @@ class SequencerService:
             code = ResultCode.BATCH_TOO_LARGE if too_large else ResultCode.INVALID_TX_INFO
             reply = encode_outcomes([(bytes(40), code, 0, 0)])
             return reply
+        finally:
+            steps.decode_ns += StepClock() - t0
         if not txs:
             reply = encode_outcomes([])
             return reply
         stream = TX_STREAM.get()
-        if stream is None or not self.producer or not self.producer.verify_signatures:
-            # nothing to wait for: batches execute in the order they arrive
-            reply = encode_outcomes(await self.submit(txs, operator=False))
+        verify = self.verifies(stream)
+        if stream is None or not verify:
+            # nothing to wait for: batches execute in the order they arrive (without a stream,
+            # a verifying producer checks each tx as it executes)
+            outcomes = await self.submit(txs, operator=False, verify=verify)
+            t0 = StepClock()
+            reply = encode_outcomes(outcomes)
+            steps.publish_ns += StepClock() - t0
             return reply
         # The check yields between slices, so a later batch of this stream (a replica keeps
         # several out, ``MicroBatcher``) may finish its check first; it still executes after
@@ -394,23 +548,38 @@ class SequencerService:
         before, mine = stream.last, asyncio.get_running_loop().create_future()
         stream.last = mine
         try:
-            checked = await self.check_signatures(txs)
+            checked = await self.check_signatures(txs, verify=True)
             if before is not None and not before.done():
                 await asyncio.wait((before,))  # not ``await before``: a cancel must not reach it
-            fut, at = self._execute(txs, False, checked)
+            fut, at = self._execute(txs, False, checked, verify=True)
         finally:
             mine.set_result(None)
         block = await fut
+        t0 = StepClock()
         reply = encode_outcomes([block.outcomes[i] for i in at])
+        steps.publish_ns += StepClock() - t0
         return reply
 
-    async def check_signatures(self, txs: Sequence[Any]) -> list[Checked] | None:
+    def verifies(self, stream: StreamOrder | None) -> bool:
+        """Whether the batches of ``stream`` (None: not a data-plane stream) have their
+        signatures checked here (``SequencerConfig.verify_signatures``)."""
+        producer = self.producer
+        if producer is None:
+            return False
+        if producer.verify_signatures:
+            return True
+        return self.config.verify_signatures is None and stream is not None and stream.remote
+
+    async def check_signatures(
+        self, txs: Sequence[Any], verify: bool | None = None
+    ) -> list[Checked] | None:
         """Each user tx's signature checked against its key as it is now, yielding to the loop
-        every ``verify_slice_ms`` (None when the sequencer does not verify). The producer trusts
-        a result only if the key is unchanged when the tx executes."""
+        every ``verify_slice_ms`` (None when not verifying: ``verify``, by default the
+        producer's own policy). The producer trusts a result only if the key is unchanged when
+        the tx executes."""
         producer = self.producer
         assert producer is not None, "start() first"
-        if not producer.verify_signatures:
+        if not (producer.verify_signatures if verify is None else verify):
             return None
         budget = int(self.config.verify_slice_ms * 1e6)
         clock = time.perf_counter_ns
@@ -433,16 +602,25 @@ class SequencerService:
         return out
 
     async def submit(
-        self, txs: Sequence[Any], operator: bool = False, checked: Sequence[Checked] | None = None
+        self,
+        txs: Sequence[Any],
+        operator: bool = False,
+        checked: Sequence[Checked] | None = None,
+        verify: bool | None = None,
     ) -> list[TxOutcome]:
         """Execute ``txs`` in the open block; resolves when that block is durable. ``checked``:
-        :meth:`check_signatures` of ``txs``."""
-        fut, at = self._execute(txs, operator, checked)
+        :meth:`check_signatures` of ``txs``; ``verify``: check their signatures (None: the
+        producer's policy)."""
+        fut, at = self._execute(txs, operator, checked, verify)
         block = await fut
         return [block.outcomes[i] for i in at]
 
     def _execute(
-        self, txs: Sequence[Any], operator: bool, checked: Sequence[Checked] | None
+        self,
+        txs: Sequence[Any],
+        operator: bool,
+        checked: Sequence[Checked] | None,
+        verify: bool | None = None,
     ) -> tuple[asyncio.Future[ClosedBlock], range]:
         """Execute ``txs`` in the open block now: (the future of that block once durable, the
         outcomes' positions in it)."""
@@ -450,7 +628,9 @@ class SequencerService:
         assert producer is not None, "start() first"
         if self._stopping:
             raise RuntimeError(f"sequencer is stopping ({self.failed or 'stop requested'})")
-        at = producer.submit(txs, self.clock(), operator=operator, checked=checked)
+        t0 = StepClock()
+        at = producer.submit(txs, self.clock(), operator=operator, checked=checked, verify=verify)
+        self.steps.engine_ns += StepClock() - t0
         if self._pending is None:
             self._pending = asyncio.get_running_loop().create_future()
         fut = self._pending
@@ -478,7 +658,7 @@ class SequencerService:
         fut, self._pending = self._pending, None
         if producer is None or fut is None:
             return
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), StepClock()
         block = producer.close_block(write_wal=False)
         if block is None:
             fut.cancel()
@@ -487,10 +667,12 @@ class SequencerService:
         self._undurable.append((block, fut))
         self.journal.submit(block.seq, block.wal_record)
         self.close_time.record(time.perf_counter_ns() - t0)
+        self.steps.close_ns += StepClock() - c0
 
     def _on_durable(self, seq: int, fsync_ns: int = 0, synced_at_ns: int = 0) -> None:
         """Blocks up to ``seq`` are on disk: publish them in order and release their outcomes."""
         assert self.hub is not None and self.txlog is not None
+        c0 = StepClock()
         if synced_at_ns:  # the journal's sync returned then: how long the loop took to get here
             self.handoff_time.record(time.perf_counter_ns() - synced_at_ns)
         if fsync_ns and self.producer is not None and self.producer.wal is not None:
@@ -506,6 +688,8 @@ class SequencerService:
             self.block_txs.record(block.tx_count)
             if not fut.done():
                 fut.set_result(block)
+            self.steps.blocks += 1
+        self.steps.publish_ns += StepClock() - c0
         if (
             self.config.block_close == "durable"
             and self._pending is not None
@@ -633,6 +817,8 @@ class SequencerService:
             "pid": os.getpid(),
             "signatures": signing.BACKEND,
             "verifies_signatures": bool(self.producer and self.producer.verify_signatures),
+            # whose batches are checked here: "all", "other hosts" (auto with a secret), "none"
+            "signature_policy": self.signature_policy(),
             "seq": p.seq if p else 0,
             "height": p.height if p else 0,
             "state_hash": self.snapshot.state_hash,
@@ -651,9 +837,16 @@ class SequencerService:
                 "refused_calls": sum(
                     srv.refused for srv in (self.server, self.txlog_server) if srv is not None
                 ),
+                # connections turned away before they showed the secret, by reason
+                "preauth_refused": {
+                    r: sum(p.refused[r] for p in self.preauth) for r in PREAUTH_REASONS
+                },
+                "unauthenticated_open": sum(p.open for p in self.preauth),
                 "batches_refused": self.batches_refused,
             },
             "replayed_blocks": self.replayed,
+            # the last start: the log's end, the followers' answers, blocks checked / restored
+            "recovery": dataclasses.asdict(self.recovery),
             "blocks": self.blocks,
             "wal": {
                 "first_seq": wal.first_seq if wal else 0,
@@ -673,6 +866,8 @@ class SequencerService:
             "block_time_us": self.block_time.summary_us(),
             "block_close_us": self.close_time.summary_us(),
             "block_txs": self.block_txs.summary_us(scale_ns=False),
+            # CPU per step since the start (ns; ``steps.py``), the journal's as ``wal_ns``
+            "steps": self.steps.as_dict(self.journal.cpu_ns if self.journal is not None else 0),
             "hub": dataclasses.asdict(self.hub.statistics()) if self.hub else {},
         }
 
@@ -687,41 +882,143 @@ class SequencerActor:
     """Ray shell around :class:`SequencerService` (wrap with ``ray.remote``; see ``deploy``).
 
     Starts as soon as it is created *and whenever Ray restarts it* (the start task is scheduled
-    from ``__init__``): it recovers from the newest usable snapshot plus the WAL, so a crash loses
-    nothing acknowledged, and reopens the data plane on its configured ports. A start that fails,
-    or a fault that stops the sequencer later (a WAL write error), exits the process after logging
-    why, so Ray restarts it instead of keeping a live actor that answers nothing.
+    from ``__init__``): it recovers from the newest usable snapshot plus the WAL, asks the
+    deployment's followers (every other named actor of its namespace: the holder, the committer,
+    the replicas) what they applied, checks and repairs its log's tail from them
+    (``repair.py``), so a crash loses nothing acknowledged, and reopens the data plane on its
+    configured ports. A log it cannot use (damage, an altered record, a tail it cannot repair:
+    ``WalError``) is a refused start: the actor stays up without serving, its status and live
+    line say why (``refused``), the error is logged, and it tries again every
+    ``repair_timeout_s``. Any other failed start, or a fault that stops the sequencer later (a
+    WAL write error), exits the process after logging why, so Ray restarts it instead of keeping
+    a live actor that answers nothing.
     """
 
     def __init__(self, config: SequencerConfig, bundle: Any = None, gc_spec: Any = None) -> None:
-        self.service = SequencerService(config, on_fatal=exit_process)
+        self.service = SequencerService(
+            config, on_fatal=exit_process, followers=self._ask_followers
+        )
         self.runtime = ActorRuntime(bundle, gc_spec)
+        #: why the sequencer does not serve yet (a refused start), None once it serves
+        self.refused: str | None = None
+        self.refusals = 0
+        self.service.metrics.counter_fn(
+            "raydex_sequencer_refused_starts_total", lambda: self.refusals
+        )
         self._started = asyncio.get_event_loop().create_task(self._start())
 
     async def _start(self) -> int:
         self.runtime.before_boot()
-        try:
-            port = await self.service.start()
-        except Exception as exc:  # any failed start: exit so that Ray restarts (and retries) us
-            log.exception("sequencer start failed")
-            exit_process(f"sequencer start failed: {exc!r}")
-        self.runtime.after_boot(
-            self.service.metrics, busy_poll=self.service.config.busy_poll, live=self.live
-        )
+        cfg = self.service.config
+        booted = False
+        while True:
+            try:
+                port = await self.service.start()
+                break
+            except WalError as exc:  # the log cannot be used as it is: refuse, say why, retry
+                self.refusals += 1
+                self.refused = str(exc)
+                log.error("SEQUENCER REFUSES TO START (attempt %d): %s; trying again in %.0f s",
+                          self.refusals, exc, max(1.0, cfg.repair_timeout_s))  # fmt: skip
+                if not booted:  # status, metrics and the live line while it refuses
+                    self.runtime.after_boot(self.service.metrics, live=self.live)
+                    booted = True
+                await asyncio.sleep(max(1.0, cfg.repair_timeout_s))
+            except Exception as exc:  # any other failed start: exit so that Ray restarts us
+                log.exception("sequencer start failed")
+                exit_process(f"sequencer start failed: {exc!r}")
+        if self.refused is not None:
+            log.warning("sequencer serving after %d refused starts", self.refusals)
+        self.refused = None
+        if not booted:
+            self.runtime.after_boot(self.service.metrics, busy_poll=cfg.busy_poll, live=self.live)
         return port
+
+    async def _ask_followers(
+        self, since: int, frames_after: int
+    ) -> tuple[list[HeldBlocks], list[str]]:
+        """Every other named actor of this deployment's namespace, asked ``held_blocks`` at once
+        (``runtime/held.py``), within ``repair_timeout_s``: the answers, and the names that gave
+        none (a replica still booting answers that it holds nothing). Outside a Ray actor (the
+        shell run in a plain process) there are no followers to ask."""
+        ray = sys.modules.get("ray")
+        if ray is None or not ray.is_initialized():
+            return [], []  # never imports or starts Ray itself
+        loop = asyncio.get_running_loop()
+        me = ray.get_runtime_context().get_actor_name()
+        if me is None:  # a driver, not the sequencer actor
+            return [], []
+        listed = await loop.run_in_executor(
+            None, lambda: ray.util.list_named_actors(all_namespaces=True)
+        )
+        # the actor's own namespace (the runtime context names the job's): the deployment's
+        # (``current_namespace``: deploy sets it), else the only one holding an actor of our name
+        namespace = current_namespace()
+        mine = {a.get("namespace") for a in listed if a["name"] == me}
+        if namespace not in mine and len(mine) == 1:
+            namespace = str(mine.pop())
+        names = sorted(
+            a["name"] for a in listed if a.get("namespace") == namespace and a["name"] != me
+        )
+
+        async def ask(name: str) -> HeldBlocks | None:
+            actor = await loop.run_in_executor(
+                None, lambda: ray.get_actor(name, namespace=namespace)
+            )
+            held: HeldBlocks | None = await actor.held_blocks.remote(since, frames_after)
+            return held
+
+        tasks = {name: asyncio.ensure_future(ask(name)) for name in names}
+        if tasks:
+            await asyncio.wait(tasks.values(), timeout=self.service.config.repair_timeout_s)
+        answers: list[HeldBlocks] = []
+        silent: list[str] = []
+        for name, task in tasks.items():
+            if not task.done():
+                task.cancel()
+                silent.append(name)
+            elif task.exception() is not None:
+                log.warning("sequencer start: %s did not answer: %r", name, task.exception())
+                silent.append(name)
+            elif (held := task.result()) is not None:
+                answers.append(held)
+        return answers, silent
 
     async def _ensure_started(self) -> SequencerService:
         await self._started
         return self.service
 
     async def start(self) -> dict[str, Any]:
-        svc = await self._ensure_started()
-        return svc.status()
+        """Wait until the sequencer serves; its :meth:`status`."""
+        await self._ensure_started()
+        return await self.status()
 
     async def operator(self, txs: list[Any]) -> list[TxOutcome]:
-        """Operator commands (deposits, markets, oracle, funding, key registration)."""
+        """Operator commands (deposits, markets, oracle, funding, key registration), answered
+        once their block is durable *and* a follower applied it (or ``repair_timeout_s`` passed,
+        logged): like a client's tx, an operator's is acknowledged only when a copy of its block
+        exists outside the log, so a damaged log tail can always be repaired (``repair.py``)."""
         svc = await self._ensure_started()
-        return await svc.submit(txs, operator=True)
+        outcomes = await svc.submit(txs, operator=True)
+        if outcomes:
+            await self._witnessed(max(o.seq for o in outcomes))
+        return outcomes
+
+    async def _witnessed(self, seq: int) -> None:
+        """Wait until a follower applied block ``seq`` (none deployed yet, or outside Ray: at
+        once), at most ``repair_timeout_s``."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.service.config.repair_timeout_s
+        while True:
+            answers, silent = await self._ask_followers(seq, 1 << 62)
+            if any(a.seq >= seq for a in answers) or not (answers or silent):
+                return
+            if loop.time() >= end:
+                log.warning("operator commands of block %d answered before any follower "
+                            "applied it (none within %.0f s)", seq,
+                            self.service.config.repair_timeout_s)  # fmt: skip
+                return
+            await asyncio.sleep(0.01)
 
     async def account_by_l1(self, l1_address: bytes) -> int | None:
         """The account index of an L1 address (20 bytes), or None (``raydex deposit``)."""
@@ -735,10 +1032,14 @@ class SequencerActor:
         return await svc.handle_batch(frame)
 
     async def status(self) -> dict[str, Any]:
-        svc = await self._ensure_started()
+        """The service's status (also while the start is refused: ``refused`` says why);
+        answered at once, never waiting for the start."""
+        svc = self.service
         return {
             **svc.status(),
             **self.runtime.status(),
+            "refused": self.refused,
+            "refused_starts": self.refusals,
             "address": advertised_host(),
             "repr": self.live(),
         }
@@ -755,7 +1056,12 @@ class SequencerActor:
         p = svc.producer
         cfg = svc.config
         snap = svc.snapshot
-        state = "failed" if svc.failed else "serving" if p is not None else "booting"
+        state = (
+            "failed" if svc.failed
+            else "refused" if self.refused
+            else "serving" if p is not None and svc.server is not None
+            else "booting"
+        )  # fmt: skip
         return self.runtime.describe(
             "sequencer",
             {

@@ -6,9 +6,10 @@ Invariants:
 - Records are appended in strictly increasing ``seq``; recovery yields them in that order.
 - Every byte is checked at open: a **torn tail** (the newest segment ends in bytes that are not a
   complete, crc-valid record, and nothing valid follows) is cut off with a warning naming the file,
-  the bytes cut and the seq the log ends at; **damage followed by valid records**, or any bad byte
-  in an older segment, raises :class:`WalError` naming the file, the offset and the seqs on either
-  side. Nothing is truncated then: an operator decides.
+  the bytes cut and the seq the log ends at (what the followers applied of it is then taken back
+  and written again as restored records: ``repair.py``); **damage followed by valid records**, or
+  any bad byte in an older segment, raises :class:`WalError` naming the file, the offset and the
+  seqs on either side. Nothing is truncated then: an operator decides.
 - After a failed write or sync the log refuses every later write: the sequencer must stop and
   recover from what reached the disk.
 

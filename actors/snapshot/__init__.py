@@ -10,11 +10,13 @@
 ==========  ==============================================================================
 """
 
+from .deltas import DeltaState
 from .follow import ONE_ATTEMPT, Diverged, Reconnect, block_digest, follow
 from .holder import SnapshotActor, SnapshotConfig, SnapshotService
 from .store import (
     LoadedSnapshot,
     SnapshotError,
+    fold_frame,
     load_engine_snapshot,
     load_newest_snapshot,
     load_snapshot,
@@ -30,6 +32,7 @@ from .store import (
 
 __all__ = [
     "ONE_ATTEMPT",
+    "DeltaState",
     "Diverged",
     "LoadedSnapshot",
     "Reconnect",
@@ -38,6 +41,7 @@ __all__ = [
     "SnapshotError",
     "SnapshotService",
     "block_digest",
+    "fold_frame",
     "follow",
     "load_engine_snapshot",
     "load_newest_snapshot",

@@ -9,7 +9,8 @@ id seen; ``MarketRecord`` from ``MarketChanged``/``MarketStatsChanged``; ``Accou
 ``BalanceChanged``; ``PositionRecord`` from ``PositionChanged`` (an order in a market without a
 position creates the engine's empty one); ``ApiKeyRecord`` from ``NonceUpdated``/``ApiKeyChanged``;
 ``OrderRecord`` from ``OrderUpdated`` (resting while active with lots remaining);
-``FundingRecord`` from ``FundingChanged``; ``L1AddressRecord`` from ``L1AddressSet``;
+``FundingRecord`` from ``FundingChanged``; ``L1AddressRecord`` from ``L1AddressSet`` and
+``SubAccountCreated`` (which also names the sub-account's master in its ``AccountRecord``);
 ``ConditionalOrderRecord`` from ``ConditionalOrderUpdated`` (kept while its status is live:
 pending, running or in progress; dropped with a final status, or when an ``OrderUpdated`` of
 the same index leaves the book: a fired or entry order's condition goes with it).
@@ -53,6 +54,7 @@ from raydex.codecs import (
     OrderUpdated,
     PositionChanged,
     PositionRecord,
+    SubAccountCreated,
     TradeExecuted,
 )
 from raydex.engine import records_hash
@@ -77,6 +79,7 @@ class DeltaState:
         "keys",
         "l1",
         "markets",
+        "masters",
         "next_order_index",
         "next_priority",
         "next_trade_id",
@@ -107,6 +110,8 @@ class DeltaState:
         self.l1: dict[int, bytes] = {}
         #: live conditional orders by order index
         self.conds: dict[int, ConditionalOrderRecord] = {}
+        #: sub-account -> its master (a master, its own, has no entry)
+        self.masters: dict[int, int] = {}
 
     # ---- records in, records out -----------------------------------------------------------------
 
@@ -130,6 +135,8 @@ class DeltaState:
                 st.markets[r.market_index] = r
             elif t is AccountRecord:
                 st.accounts[r.account_index] = r.collateral
+                if r.master_index != r.account_index:
+                    st.masters[r.account_index] = r.master_index
             elif t is PositionRecord:
                 st.positions[(r.account_index, r.market_index)] = r
             elif t is ApiKeyRecord:
@@ -161,8 +168,9 @@ class DeltaState:
         for mi in sorted(markets):
             yield markets[mi]
         accounts = self.accounts
+        masters = self.masters
         for ai in sorted(accounts):
-            yield _new(AccountRecord, (ai, accounts[ai]))
+            yield _new(AccountRecord, (ai, accounts[ai], masters.get(ai, ai)))
         positions = self.positions
         for k in sorted(positions):
             yield positions[k]
@@ -205,7 +213,7 @@ class DeltaState:
                         self.conds.pop(oi, None)
                 if (ai, mi) not in positions:
                     imf = self.markets[mi].default_initial_margin_fraction
-                    positions[(ai, mi)] = _new(PositionRecord, (ai, mi, 0, 0, 0, 0, imf, 0))
+                    positions[(ai, mi)] = _new(PositionRecord, (ai, mi, 0, 0, 0, 0, imf, 0, 0))
                 if oi >= self.next_order_index:
                     self.next_order_index = oi + 1
                 if ev[13] >= self.next_priority:
@@ -259,6 +267,12 @@ class DeltaState:
                     self.conds.pop(oi, None)
                 if oi >= self.next_order_index:
                     self.next_order_index = oi + 1
+            elif t is SubAccountCreated:
+                ai, master, addr = ev
+                self.masters[ai] = master
+                accounts.setdefault(ai, 0)
+                if any(addr):
+                    self.l1[ai] = addr
             # LevelChanged, TxExecuted, PositionLiquidated, PositionDeleveraged: nothing to keep
 
 

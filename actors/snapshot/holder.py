@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import time
 from collections import deque
@@ -48,6 +49,7 @@ from raydex.codecs import (
     decode_wal_read_reply,
     decode_wal_record,
     encode_wal_read_request,
+    peek_block_header,
     unstamp_block,
     wal_record_crc,
 )
@@ -55,7 +57,15 @@ from raydex.engine import Engine, state_digest
 from raydex.observability.hist import Histogram
 from raydex.observability.metrics import Recorder
 
-from ..runtime import ActorRuntime, Supervisor, exit_process, log_fatal, short_hash
+from ..runtime import (
+    ActorRuntime,
+    HeldBlocks,
+    Supervisor,
+    exit_process,
+    held_blocks,
+    log_fatal,
+    short_hash,
+)
 from ..runtime.checks import StateChecks
 from ..transport import ResyncRequired, TransportError, block_source, tx_channel
 from .deltas import DeltaState
@@ -245,36 +255,42 @@ class SnapshotService:
         self._new_delta.set()
         self._new_delta = asyncio.Event()
 
-    def _apply_record(self, engine: Engine, seq: int, record: bytes) -> None:
-        """Re-execute the WAL record of block ``seq`` (catch-up only; see the module docstring)."""
+    def _apply_record(self, engine: Engine, seq: int, record: bytes) -> Engine:
+        """Re-execute the WAL record of block ``seq`` (catch-up only; see the module docstring);
+        the engine after it (a new one after a restored record, ``store.replay_block``)."""
         if seq != self.seq + 1:
             raise RuntimeError(f"tx log: block {seq} does not follow {self.seq}")
         block = decode_wal_record(record)
         self._applying = True
-        replay_block(engine, block)
+        engine = self._replaying = replay_block(engine, block)
         self._applying = False
         self.seq = seq
-        self.height += len(block.txs)
+        if block.restored is not None:
+            self.height = peek_block_header(block.restored).height
+        else:
+            self.height += len(block.txs)
         self.record_crc = wal_record_crc(record)
         if self.checks.due(seq):
             self.checks.take(seq, engine.records())
         if self._due():
             self.snapshot()
+        return engine
 
     async def _catch_up_from_wal(self, until: int | None = None) -> None:
         """Bounded WAL range reads until the holder reaches ``until`` (the first block the
         sequencer's ring holds: the stream serves the rest, and the holder's ring gets them) or
         else the newest published block. The records are re-executed by an engine built from
         the state (see the module docstring)."""
-        engine = self._replaying = Engine.from_records(self.state.records())
+        self._replaying = Engine.from_records(self.state.records())
         try:
-            await self._read_wal(engine, until)
+            await self._read_wal(until)
         finally:
-            self._replaying = None
+            engine, self._replaying = self._replaying, None
             self.state = DeltaState.from_records(engine.records())
             self._restart_ring(self.seq)
 
-    async def _read_wal(self, engine: Engine, until: int | None) -> None:
+    async def _read_wal(self, until: int | None) -> None:
+        """Apply WAL range reads to ``_replaying`` (see :meth:`_catch_up_from_wal`)."""
         assert self._reader is not None
         while True:
             want = self.config.catch_up_records
@@ -297,7 +313,8 @@ class SnapshotService:
             if until is not None:
                 records = [r for r in records if r[0] <= until]
             for seq, record in records:
-                self._apply_record(engine, seq, record)
+                assert self._replaying is not None
+                self._apply_record(self._replaying, seq, record)
             self.wal_records_read += len(records)
             end = reply.last_seq if until is None else min(until, reply.last_seq)
             if self.seq >= end or not records:
@@ -373,6 +390,14 @@ class SnapshotService:
         out = [ring[i] for i in range(start, min(len(ring), start + max_blocks))]
         return self.delta_seq, out
 
+    def held_blocks(self, since: int, frames_after: int) -> HeldBlocks:
+        """What the holder applied and holds of the newest blocks (``runtime/held.py``), with
+        the crc of its newest block's WAL record: asked by a sequencer whose log lost its tail."""
+        return held_blocks(
+            "snapshot", "snapshot", self.seq, self.ring, since, frames_after,
+            record_crc=self.record_crc,
+        )  # fmt: skip
+
     def state_hash(self) -> dict[str, Any]:
         """The current state hash (``raydex.engine.state_digest``, the one every role reports)
         and its seq: O(state) once per seq (cached), for ``status``, tests and operators."""
@@ -387,6 +412,7 @@ class SnapshotService:
         state checks (``state_checks``: checkpoint seq -> hash)."""
         current = self.state_hash()
         return {
+            "pid": os.getpid(),
             "seq": self.seq,
             "height": self.height,
             "delta_seq": self.delta_seq,
@@ -460,6 +486,10 @@ class SnapshotActor:
         self, seq: int, max_blocks: int = 1000, timeout_s: float = 1.0
     ) -> tuple[int, list[tuple[int, bytes]]]:
         return await self.service.blocks_since(seq, max_blocks, timeout_s)
+
+    async def held_blocks(self, since: int, frames_after: int) -> HeldBlocks:
+        """:meth:`SnapshotService.held_blocks`, answered at once (never waiting for the boot)."""
+        return self.service.held_blocks(since, frames_after)
 
     async def block_digest(self, seq: int) -> bytes | None:
         """sha256 of the delta frame of block ``seq`` if the ring holds it (a follower that

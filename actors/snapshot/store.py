@@ -30,12 +30,15 @@ import pyarrow as pa
 
 from raydex.codecs import (
     WalBlock,
+    decode_block,
     read_snapshot_ipc,
     records_to_tables,
     tables_to_records,
     write_snapshot_ipc,
 )
 from raydex.engine import Engine, state_digest
+
+from .deltas import DeltaState
 
 log = logging.getLogger(__name__)
 
@@ -129,15 +132,29 @@ def read_snapshot_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def replay_block(engine: Engine, block: WalBlock) -> None:
+def replay_block(engine: Engine, block: WalBlock) -> Engine:
     """Re-execute one logged block exactly as the sequencer did (same txs, same ``now_ms``; its
-    refused txs changed nothing and are not executed)."""
+    refused txs changed nothing and are not executed); the engine holding the state after it:
+    ``engine`` itself, or for a restored record (no txs: the block's delta frame, taken back from
+    the followers) :func:`fold_frame`'s new one."""
+    if block.restored is not None:
+        return fold_frame(engine, block.restored)
     now_ms = block.timestamp_ns // 1_000_000
     out: list[Any] = []
     execute = engine.execute
     for tx in block.txs:
         execute(tx, now_ms, out)
         out.clear()
+    return engine
+
+
+def fold_frame(engine: Engine, frame: bytes) -> Engine:
+    """A new engine in the state ``engine`` reaches by block ``frame``: its records with the
+    frame's events folded in (``DeltaState``, as the holder keeps the state), rebuilt. O(state):
+    for the rare block the sequencer's log had to take back from its followers."""
+    state = DeltaState.from_records(engine.records())
+    state.apply(decode_block(frame).events)
+    return Engine.from_records(state.records())
 
 
 def load_snapshot(path: Path) -> LoadedSnapshot:

@@ -41,14 +41,18 @@ and in total) and caps a batch frame's size.
 Membership: a network plane's server with the deployment's secret (``new_secret``, made by
 ``raydex deploy``) serves only callers that carry it (gRPC: ``AUTH_KEY`` metadata; TCP: the
 HELLO message); a client with a wrong one gets :class:`NotAMember`, and without a secret a server
-listens on loopback only. Ray-call transports are authenticated by Ray itself (cluster
-membership). These shared rules are written once, in ``core.py``, and called by every plane.
+listens on loopback only. Before a caller has shown the secret, :class:`PreAuth` bounds what it
+can hold (HELLO size and deadline, connections per peer and in all). Ray-call transports are
+authenticated by Ray itself (cluster membership). These shared rules are written once, in
+``core.py``, and called by every plane.
 """
 
 from __future__ import annotations
 
 from .core import (
+    MAX_HELLO,
     MAX_INFLIGHT_PER_STREAM,
+    PREAUTH_REASONS,
     TX_STREAM,
     Backoff,
     BlockHub,
@@ -58,6 +62,7 @@ from .core import (
     Frame,
     HubStats,
     NotAMember,
+    PreAuth,
     ResyncRequired,
     StreamOrder,
     Subscription,
@@ -95,7 +100,9 @@ from .ray_plane import (
 from .tcp_plane import TcpBlockSource, TcpDataPlaneServer, TcpTxChannel
 
 __all__ = [
+    "MAX_HELLO",
     "MAX_INFLIGHT_PER_STREAM",
+    "PREAUTH_REASONS",
     "TX_STREAM",
     "StreamOrder",
     "AUTH_KEY",
@@ -117,6 +124,7 @@ __all__ = [
     "HubStats",
     "NotAMember",
     "OpenReply",
+    "PreAuth",
     "RayBlockFanout",
     "RayBlockSource",
     "RayTxChannel",

@@ -26,6 +26,10 @@ here and called from each:
 
 - membership: :func:`check_listen` refuses to serve off loopback without the deployment's secret,
   and :func:`admits` compares a caller's secret in constant time;
+- before the secret is shown: :class:`PreAuth` bounds what a stranger can hold: a HELLO of at
+  most ``MAX_HELLO`` bytes, ``hello_timeout_s`` to send it whole, ``max_per_peer`` connections
+  per peer address and ``max_total`` in all that have not shown it yet; beyond, the connection is
+  closed unread, and every refusal is counted by reason (:data:`PREAUTH_REASONS`);
 - block order: :func:`accept_seq` drops a duplicate and turns a gap into :class:`ResyncRequired`;
   :meth:`Backoff.wait` paces the reconnects in between (the Ray plane too);
 - tx batches: :class:`TxBounds` bounds the batches a server runs (per stream and in total), and
@@ -41,12 +45,17 @@ import asyncio
 import enum
 import hmac
 import itertools
+import logging
 import secrets
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+
+from raydex.observability.logbudget import LogBudget
+
+log = logging.getLogger(__name__)
 
 Frame = tuple[int, bytes]
 T = TypeVar("T")
@@ -57,13 +66,16 @@ class StreamOrder:
     (``SequencerService.handle_batch``): a member may keep several batches out on one stream
     (``MicroBatcher``), and the check yields between slices, so a later, smaller batch could
     finish its check first. Batches of different streams are not ordered against each other
-    (a slow check on one stream never holds another)."""
+    (a slow check on one stream never holds another). ``remote``: the stream comes from another
+    host (a TCP peer whose address is not this machine's; a Unix socket never is), which the
+    sequencer's signature policy looks at."""
 
-    __slots__ = ("last",)
+    __slots__ = ("last", "remote")
 
-    def __init__(self) -> None:
+    def __init__(self, remote: bool = False) -> None:
         #: resolved once the stream's latest batch to arrive has executed (or failed)
         self.last: asyncio.Future[None] | None = None
+        self.remote = remote
 
 
 #: The stream the running tx batch arrived on: each data-plane server sets a fresh
@@ -134,6 +146,71 @@ def admits(secret: bytes, given: bytes) -> bool:
     return not secret or hmac.compare_digest(given, secret)
 
 
+#: the largest HELLO a server reads: the secret is 64 hex characters (``new_secret``)
+MAX_HELLO = 256
+
+#: why a connection was turned away before it showed the secret
+PreAuthRefusal = Literal[
+    "bad_secret", "hello_timeout", "hello_too_large", "not_hello", "per_peer", "total"
+]
+PREAUTH_REASONS: tuple[PreAuthRefusal, ...] = (
+    "bad_secret", "hello_timeout", "hello_too_large", "not_hello", "per_peer", "total",
+)  # fmt: skip
+
+
+class PreAuth:
+    """The connections of one server that have not shown the deployment's secret yet (see the
+    module docstring): :meth:`admit` counts one as it opens (or refuses it), :meth:`release`
+    when it authenticated or ended. ``peer`` is an address (TCP) or ``"unix"`` (the Unix-domain
+    socket, mode 0600: this host's user only, so one key for all of it). Memory of a stranger's
+    connection is bounded by the transport's read buffer (its high-water mark), not by what the
+    stranger sends: nothing beyond ``MAX_HELLO`` is read before the secret matched."""
+
+    def __init__(
+        self, hello_timeout_s: float = 5.0, max_per_peer: int = 16, max_total: int = 256
+    ) -> None:
+        if hello_timeout_s <= 0 or max_per_peer < 1 or max_total < 1:
+            raise ValueError("pre-auth bounds: a positive deadline and caps of at least 1")
+        self.hello_timeout_s = hello_timeout_s
+        self.max_per_peer = max_per_peer
+        self.max_total = max_total
+        self.open = 0
+        self.per_peer: Counter[str] = Counter()
+        #: refusals by reason (every one of ``PREAUTH_REASONS``, from 0)
+        self.refused: Counter[str] = Counter(dict.fromkeys(PREAUTH_REASONS, 0))
+        self.logs = LogBudget(log)
+
+    def admit(self, peer: str) -> bool:
+        """Count a connection from ``peer`` opening now; False (counted as refused) when it
+        would pass a cap: the caller closes it unread."""
+        if self.open >= self.max_total:
+            self.refuse("total", peer)
+            return False
+        if self.per_peer[peer] >= self.max_per_peer:
+            self.refuse("per_peer", peer)
+            return False
+        self.open += 1
+        self.per_peer[peer] += 1
+        return True
+
+    def release(self, peer: str) -> None:
+        """A connection :meth:`admit` counted showed the secret, or ended."""
+        self.open -= 1
+        left = self.per_peer[peer] - 1
+        if left > 0:
+            self.per_peer[peer] = left
+        else:
+            del self.per_peer[peer]
+
+    def refuse(self, reason: PreAuthRefusal, peer: str) -> None:
+        """Count (and log, within a budget: one line per reason per 10 s) a refusal."""
+        self.refused[reason] += 1
+        self.logs.warning(
+            reason, "data plane: a connection from %s turned away before authenticating (%s); "
+            "%d so far", peer, reason, self.refused[reason],
+        )  # fmt: skip
+
+
 def accept_seq(seq: int, next_seq: int) -> bool:
     """The block-order rule of a subscriber that needs ``next_seq``: True when ``seq`` is it
     (deliver, then need ``seq + 1``), False for an older seq (a duplicate: drop it); a newer
@@ -172,10 +249,12 @@ class PendingBatches:
         self._futures[batch_id] = future
         return future
 
-    def unsent(self, batch_id: int) -> TxStreamBroken:
-        """Forget a batch whose write failed; the error its ``submit`` raises."""
+    def unsent(self, batch_id: int, cause: object = None) -> TxStreamBroken:
+        """Forget a batch whose write failed; the error its ``submit`` raises (naming ``cause``
+        when the stream's end is known, e.g. ``NOT_A_MEMBER``)."""
         self._futures.pop(batch_id, None)
-        return TxStreamBroken(f"tx stream broke before batch {batch_id} was sent")
+        why = f" ({cause})" if cause is not None else ""
+        return TxStreamBroken(f"tx stream broke before batch {batch_id} was sent{why}")
 
     def resolve(self, batch_id: int, result: bytes) -> None:
         """Hand ``result`` to its batch (an id no longer out is ignored)."""
@@ -213,10 +292,11 @@ class TxBounds:
         self.max_request_bytes = max_request_bytes
         self._slots = asyncio.Semaphore(total)
 
-    def stream(self) -> StreamBatches:
+    def stream(self, remote: bool = False) -> StreamBatches:
         """The bounds of a tx stream opening now. Sets :data:`TX_STREAM` to a fresh
-        :class:`StreamOrder` in the calling task's context, which its batch tasks inherit."""
-        TX_STREAM.set(StreamOrder())
+        :class:`StreamOrder` (``remote``: from another host) in the calling task's context,
+        which its batch tasks inherit."""
+        TX_STREAM.set(StreamOrder(remote))
         return StreamBatches(self._slots, self.per_stream)
 
 

@@ -29,12 +29,17 @@ with ``RESOURCE_EXHAUSTED``. A broken tx stream fails every pending ``submit`` w
 
 Membership: only deployment members may open a stream. With a ``secret`` (generated per
 deployment by ``raydex deploy`` and handed to the actors through Ray, never written to a file),
-every call must carry it in the ``raydex-auth`` metadata; it is compared in constant time when the
-call opens, and a call without it ends with ``UNAUTHENTICATED`` before it reads or sends anything
-(counted in ``refused``). Without a secret the server listens on loopback only (tests, embedded
-runs): ``start`` refuses any other address. The secret authenticates, it does not encrypt: on an
-untrusted network between hosts, put the data plane on a private network or VPN (or move it to
-mTLS, which also encrypts), as for Ray's own token-authenticated control plane.
+every call must carry it in the ``raydex-auth`` metadata; it is compared in constant time by a
+server interceptor, on the call's metadata alone, and a call without it ends with
+``UNAUTHENTICATED`` before its request message is read (counted in ``refused``). Before that,
+gRPC's own bounds (``PreAuth``'s figures): ``hello_timeout_s`` to complete the HTTP/2 handshake,
+request metadata of at most 4 KiB (8 KiB hard), at most ``max_connections`` connections in all
+(the plane cannot tell a member's before its first call) and 100 streams per connection, and a
+connection with no call for 60 s is closed. Without a secret the server listens on loopback
+only (tests, embedded runs): ``start`` refuses any other address. The secret authenticates, it
+does not encrypt: on an untrusted network between hosts, put the data plane on a private network
+or VPN (or move it to mTLS, which also encrypts), as for Ray's own token-authenticated control
+plane.
 
 The order, bound, failure and membership rules above are ``core.py``'s, shared with the TCP plane.
 
@@ -45,8 +50,9 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
+from urllib.parse import unquote
 
 import grpc
 import grpc.aio
@@ -61,6 +67,7 @@ from .core import (
     Frame,
     NotAMember,
     PendingBatches,
+    PreAuth,
     ResyncRequired,
     Subscription,
     TxBounds,
@@ -69,6 +76,7 @@ from .core import (
     admits,
     check_listen,
 )
+from .tcp_plane import is_local_host
 
 SERVICE = "raydex.DataPlane"
 BLOCKS_METHOD = f"/{SERVICE}/Blocks"
@@ -122,6 +130,8 @@ class GrpcDataPlaneServer:
         max_inflight: int = 64,
         max_request_bytes: int = 8 << 20,
         options: Sequence[tuple[str, Any]] = SERVER_OPTIONS,
+        preauth: PreAuth | None = None,
+        max_connections: int = 1024,
     ) -> None:
         self._bounds = TxBounds(max_inflight_per_stream, max_inflight, max_request_bytes)
         self._hub = hub
@@ -129,11 +139,19 @@ class GrpcDataPlaneServer:
         self._host = host
         self._port = port
         self._secret = secret.encode()
-        limit = "grpc.max_receive_message_length"
-        self._options = (
-            *(o for o in options if o[0] != limit),
-            (limit, max_request_bytes),
+        #: the pre-auth bounds (gRPC enforces them as its options; ``refused`` counts by reason)
+        self.preauth = preauth if preauth is not None else PreAuth()
+        bounds = (
+            ("grpc.max_receive_message_length", max_request_bytes),
+            ("grpc.server_handshake_timeout_ms", int(self.preauth.hello_timeout_s * 1000)),
+            ("grpc.max_allowed_incoming_connections", max_connections),
+            ("grpc.max_metadata_size", 4096),
+            ("grpc.absolute_max_metadata_size", 8192),
+            ("grpc.max_concurrent_streams", 100),
+            ("grpc.max_connection_idle_ms", 60_000),
         )
+        ours = {key for key, _ in bounds}
+        self._options = (*(o for o in options if o[0] not in ours), *bounds)
         self._server: grpc.aio.Server | None = None
         self._subs: set[Subscription] = set()
         #: calls ended UNAUTHENTICATED (no or a wrong secret)
@@ -147,7 +165,7 @@ class GrpcDataPlaneServer:
 
     async def start(self) -> int:
         check_listen(self._host, self._secret)
-        server = grpc.aio.server(options=self._options)
+        server = grpc.aio.server(options=self._options, interceptors=(_Members(self),))
         handlers: dict[str, grpc.RpcMethodHandler] = {
             "Blocks": grpc.unary_stream_rpc_method_handler(self._blocks),
         }
@@ -173,23 +191,24 @@ class GrpcDataPlaneServer:
             await self._server.stop(grace)
             self._server = None
 
-    async def _authenticate(self, context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
-        """End the call UNAUTHENTICATED unless it carries the secret (``admits``)."""
+    def member(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> bool:
+        """A call with ``metadata`` carries the secret (``admits``); else it is counted."""
         if not self._secret:
-            return
+            return True
         given = b""
-        for key, value in context.invocation_metadata() or ():
+        for key, value in metadata or ():
             if key == AUTH_KEY:
                 given = value.encode() if isinstance(value, str) else bytes(value)
                 break
-        if not admits(self._secret, given):
-            self.refused += 1
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, NOT_A_MEMBER)
+        if admits(self._secret, given):
+            return True
+        self.refused += 1
+        self.preauth.refuse("bad_secret", "a gRPC caller")
+        return False
 
     async def _blocks(
         self, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
     ) -> AsyncIterator[bytes]:
-        await self._authenticate(context)
         if len(request) < _U64.size:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request is u64 from_seq + name")
         (from_seq,) = _U64.unpack_from(request)
@@ -218,8 +237,8 @@ class GrpcDataPlaneServer:
         context: grpc.aio.ServicerContext[bytes, bytes],
     ) -> AsyncIterator[bytes]:
         assert self._tx_handler is not None
-        await self._authenticate(context)
-        batches = self._bounds.stream()  # before the reader task: its batch tasks inherit it
+        # before the reader task: its batch tasks inherit it (and whether the peer is remote)
+        batches = self._bounds.stream(_remote_peer(context.peer()))
         handler = self._tx_handler
         out: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
         stream = aiter(requests)
@@ -254,6 +273,45 @@ class GrpcDataPlaneServer:
         finally:
             reader.cancel()
             batches.cancel()
+
+
+def _remote_peer(peer: str | None) -> bool:
+    """gRPC's peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``, ``unix:...``) names another
+    host: an address this machine does not have."""
+    if not peer or peer.startswith("unix"):
+        return False
+    _, _, address = unquote(peer).partition(":")
+    host = address.rpartition(":")[0].strip("[]")
+    return bool(host) and not is_local_host(host)
+
+
+async def _refuse(
+    requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[bytes, bytes]
+) -> None:
+    """Every call without the secret: ended UNAUTHENTICATED, its request never read."""
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, NOT_A_MEMBER)
+
+
+#: a streaming handler, so gRPC reads no request message for it (a unary one would read the
+#: whole request, up to ``max_receive_message_length``, before the handler ran)
+_REFUSE = grpc.stream_stream_rpc_method_handler(_refuse)
+
+
+class _Members(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped here
+    """Admits a call on its metadata alone (``GrpcDataPlaneServer.member``), before gRPC reads
+    its request message: a stranger's call is handed to ``_REFUSE`` instead."""
+
+    def __init__(self, server: GrpcDataPlaneServer) -> None:
+        self.server = server
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        if self.server.member(handler_call_details.invocation_metadata):  # type: ignore[attr-defined]
+            return await continuation(handler_call_details)
+        return _REFUSE
 
 
 class GrpcBlockSource:
@@ -370,7 +428,9 @@ class GrpcTxChannel:
             try:
                 await stream.call.write(_U64.pack(batch_id) + frame)
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
-                raise stream.pending.unsent(batch_id) from exc
+                # the server may have ended the call as it opened (a stranger: refused on its
+                # metadata before any message is read) while this write was in flight
+                raise stream.pending.unsent(batch_id, await _ended_why(stream.call)) from exc
         return await future
 
     async def close(self) -> None:
@@ -416,6 +476,16 @@ class GrpcTxChannel:
             if self._stream is stream:
                 self._stream = None
             stream.pending.fail(cause)
+
+
+async def _ended_why(call: grpc.aio.StreamStreamCall[bytes, bytes]) -> object:
+    """Why a call whose write failed ended: ``NOT_A_MEMBER`` for UNAUTHENTICATED, else its
+    status code (None when it has not ended within a second)."""
+    try:
+        code = await asyncio.wait_for(call.code(), 1.0)
+    except (TimeoutError, grpc.aio.AioRpcError):
+        return None
+    return NOT_A_MEMBER if code == grpc.StatusCode.UNAUTHENTICATED else code
 
 
 class _TxStream(NamedTuple):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .core import DEFAULT_BACKOFF, Backoff, BlockHub, TxHandler
+from .core import DEFAULT_BACKOFF, Backoff, BlockHub, PreAuth, TxHandler
 from .grpc_plane import GrpcBlockSource, GrpcDataPlaneServer, GrpcTxChannel
 from .tcp_plane import TcpBlockSource, TcpDataPlaneServer, TcpTxChannel
 
@@ -77,11 +77,14 @@ def data_plane_server(
     secret: str = "",
     max_inflight: int = 64,
     unix_dir: str | None = None,
+    preauth: PreAuth | None = None,
+    max_connections: int = 1024,
 ) -> DataPlaneServer:
     """The publisher's server on ``plane`` ("grpc" or "tcp"): both serve only callers that carry
-    ``secret`` (when set) and run at most ``max_inflight`` tx batches at once; the TCP one also
-    listens on a Unix-domain socket in ``unix_dir`` when given ("" = the temp folder), for
-    followers on the same host."""
+    ``secret`` (when set), bound what a caller can hold before it showed it (``preauth``; gRPC
+    also caps its connections at ``max_connections``), and run at most ``max_inflight`` tx
+    batches at once; the TCP one also listens on a Unix-domain socket in ``unix_dir`` when given
+    ("" = the temp folder), for followers on the same host."""
     if plane == "tcp":
         return TcpDataPlaneServer(
             hub,
@@ -91,9 +94,17 @@ def data_plane_server(
             secret=secret,
             max_inflight=max_inflight,
             unix_dir=unix_dir,
+            preauth=preauth,
         )
     if plane != "grpc":
         raise ValueError(f"unknown data plane {plane!r} (grpc or tcp)")
     return GrpcDataPlaneServer(
-        hub, tx_handler, host=host, port=port, secret=secret, max_inflight=max_inflight
+        hub,
+        tx_handler,
+        host=host,
+        port=port,
+        secret=secret,
+        max_inflight=max_inflight,
+        preauth=preauth,
+        max_connections=max_connections,
     )

@@ -30,7 +30,11 @@ Membership and bounds, as the gRPC plane (the rules of ``core.py``): with a ``se
 compares HELLO's body with it (``admits``: constant time) and refuses anything else (REFUSED, then
 close; counted in ``refused``); a refused block source raises :class:`NotAMember`, a refused tx
 channel fails its batches with :class:`TxStreamBroken`. Without a secret the server listens on
-loopback only. At most
+loopback only. Before the secret matched (``PreAuth``): a connection must send its whole HELLO
+within ``hello_timeout_s`` and in at most ``MAX_HELLO`` bytes (its length field says more:
+closed unread), and at most ``max_unauthenticated_per_peer`` connections per address (the Unix
+socket counts as one) and ``max_unauthenticated`` in all may be waiting for theirs; beyond,
+closed at once. Each refusal is counted by reason (``preauth.refused``). At most
 ``max_inflight_per_stream`` batches per connection and ``max_inflight`` over all connections run
 at once (a batch beyond that waits, unread); a message longer than ``max_request_bytes`` closes
 the connection.
@@ -67,6 +71,7 @@ from collections.abc import AsyncIterator
 
 from .core import (
     DEFAULT_BACKOFF,
+    MAX_HELLO,
     MAX_INFLIGHT_PER_STREAM,
     NOT_A_MEMBER,
     Backoff,
@@ -75,6 +80,7 @@ from .core import (
     Frame,
     NotAMember,
     PendingBatches,
+    PreAuth,
     ResyncRequired,
     Subscription,
     TxBounds,
@@ -120,6 +126,13 @@ async def _discard(reader: asyncio.StreamReader) -> None:
     left = MAX_MESSAGE
     while left > 0 and (chunk := await reader.read(65536)):
         left -= len(chunk)
+
+
+def _peer_of(writer: asyncio.StreamWriter) -> str:
+    """The pre-auth key of a connection: the peer's IP address, or ``"unix"`` for the Unix
+    socket (mode 0600: only this host's user reaches it)."""
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "unix"
 
 
 def _hello(secret: bytes) -> bytes:
@@ -186,8 +199,11 @@ class TcpDataPlaneServer:
         max_inflight: int = 64,
         max_request_bytes: int = 8 << 20,
         unix_dir: str | None = None,
+        preauth: PreAuth | None = None,
     ) -> None:
         self._bounds = TxBounds(max_inflight_per_stream, max_inflight, max_request_bytes)
+        #: connections that have not shown the secret yet (module docstring)
+        self.preauth = preauth if preauth is not None else PreAuth()
         self._secret = secret.encode()
         #: a message's length cap: one tx batch frame plus its header
         self._limit = max_request_bytes + 1 + _U64.size
@@ -248,31 +264,66 @@ class TcpDataPlaneServer:
         self._server = self._unix = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _peer_of(writer)
+        preauth = self.preauth
+        if not preauth.admit(peer):
+            writer.close()  # unread: a stranger over the caps gets nothing
+            return
         self._writers.add(writer)
+        counted = True
         try:
-            kind, body = await read_message(reader, self._limit)
-            if kind != HELLO:
-                raise ProtocolError(f"expected HELLO, got kind {kind}")
-            if not admits(self._secret, body):
-                self.refused += 1
-                writer.write(_HEAD.pack(1, REFUSED))
-                await writer.drain()
-                # half-close and discard what the client already sent, so the close is a FIN it
-                # reads REFUSED before (closing with unread input would reset the connection)
-                writer.write_eof()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(_discard(reader), REFUSE_LINGER_S)
+            if not await self._hello(reader, writer, peer):
                 return
-            kind, body = await read_message(reader, self._limit)
+            preauth.release(peer)  # a member now
+            counted = False
+            kind, body = await asyncio.wait_for(
+                read_message(reader, self._limit), preauth.hello_timeout_s
+            )
             if kind == BLOCKS and len(body) >= _U64.size:
                 await self._blocks(body, writer)
             elif kind == TXS and self._tx_handler is not None:
-                await self._txs(reader, writer, self._tx_handler)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the peer went away or spoke nonsense: this connection only
+                remote = peer != "unix" and not is_local_host(peer)
+                await self._txs(reader, writer, self._tx_handler, remote)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass  # the peer went away, stalled or spoke nonsense: this connection only
         finally:
+            if counted:
+                preauth.release(peer)
             self._writers.discard(writer)
             writer.close()
+
+    async def _hello(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
+    ) -> bool:
+        """Read the first message, HELLO, whole within the deadline and at most ``MAX_HELLO``
+        bytes, and check its secret; False (counted) when the connection must end: not a
+        HELLO, too large or too slow (closed unread), or the wrong secret (REFUSED first)."""
+        preauth = self.preauth
+        try:
+            head = await asyncio.wait_for(reader.readexactly(_HEAD.size), preauth.hello_timeout_s)
+            size, kind = _HEAD.unpack(head)
+            if kind != HELLO:
+                preauth.refuse("not_hello", peer)
+                return False
+            if not 1 <= size <= 1 + MAX_HELLO:
+                preauth.refuse("hello_too_large", peer)
+                return False
+            body = await asyncio.wait_for(reader.readexactly(size - 1), preauth.hello_timeout_s)
+        except TimeoutError:
+            preauth.refuse("hello_timeout", peer)
+            return False
+        if admits(self._secret, body):
+            return True
+        self.refused += 1
+        preauth.refuse("bad_secret", peer)
+        writer.write(_HEAD.pack(1, REFUSED))
+        await writer.drain()
+        # half-close and discard what the client already sent, so the close is a FIN it reads
+        # REFUSED before (closing with unread input would reset the connection)
+        writer.write_eof()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_discard(reader), REFUSE_LINGER_S)
+        return False
 
     async def _blocks(self, body: bytes, writer: asyncio.StreamWriter) -> None:
         (from_seq,) = _U64.unpack_from(body)
@@ -296,9 +347,14 @@ class TcpDataPlaneServer:
             await writer.drain()
 
     async def _txs(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: TxHandler
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        handler: TxHandler,
+        remote: bool,
     ) -> None:
-        batches = self._bounds.stream()  # this connection's batch tasks inherit its order
+        # this connection's batch tasks inherit its order, and whether it comes from another host
+        batches = self._bounds.stream(remote)
         limit = self._limit
 
         async def next_batch() -> bytes:

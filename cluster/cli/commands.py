@@ -9,8 +9,8 @@ Subcommands (``raydex <command> --help`` for each one's flags; README.md has the
   a cluster, then deploys; ``down --stop-ray`` stops only that head, never another Ray (no
   ``ray stop``);
 - ``grafana install`` (``observability/grafana.py``);
-- ``bench engine|codecs|signatures|apply|transport|dataplane|wal`` (``observability/bench/``; the
-  last four delegated whole to their module's ``main``);
+- ``bench engine|codecs|signatures|apply|transport|dataplane|flood|wal|sequencer``
+  (``observability/bench/``; the last six delegated whole to their module's ``main``);
 - ``node-args`` (``cluster/topology.py``).
 
 Control commands connect to ``--address``, else ``RAY_ADDRESS``, else the head ``raydex up``
@@ -43,7 +43,9 @@ _DELEGATED: dict[tuple[str, ...], str] = {
     ("bench", "transport"): "raydex.observability.bench.transport",
     ("bench", "apply"): "raydex.observability.bench.apply",
     ("bench", "dataplane"): "raydex.observability.bench.dataplane",
+    ("bench", "flood"): "raydex.observability.bench.flood",
     ("bench", "wal"): "raydex.observability.bench.wal",
+    ("bench", "sequencer"): "raydex.observability.bench.sequencer",
 }
 
 
@@ -92,6 +94,7 @@ def _loadtest(args: argparse.Namespace) -> int:
         out_dir=args.out, json_out=args.json_out, address=args.address,
         sample_every=args.sample_every, seed=args.seed, quiet=args.quiet,
         profile=args.profile, resync=not args.no_resync, generator_cpus=args.generator_cpus,
+        impolite=args.impolite, capacity=args.capacity,
     )  # fmt: skip
     if args.sweep is not None:
         return _sweep(args, opts)
@@ -172,6 +175,13 @@ def _add_loadtest(sub: Any) -> None:
     p.add_argument("--no-resync", action="store_true",
                    help="after a rejection keep sending the planned nonces (no nextNonce "
                    "re-sync; the account's later txs then fail INVALID_NONCE)")  # fmt: skip
+    p.add_argument("--impolite", action="store_true",
+                   help="clients that do not bound their in-flight requests (a flood): every tx "
+                   "over REST at its planned time, SkipNonce-signed; the report reads the run "
+                   "against the overload goals")  # fmt: skip
+    p.add_argument("--capacity", type=float, default=None, metavar="TPS",
+                   help="with --impolite: the capacity the goals are read against (default: "
+                   "half of --tps)")  # fmt: skip
     p.set_defaults(handler=_loadtest)
 
 
@@ -316,8 +326,13 @@ def _status(args: argparse.Namespace) -> int:
     hosts = deploy.host_loads(st)
     agree = deploy.state_agreement(st)
     audit = deploy.audit_line(st)
-    # exit 3: the state or the signature audit says something is wrong (scriptable alarms)
-    diverged = any(a.diverged for a in agree) or (audit is not None and audit[1])
+    # exit 3: the state or the signature audit says something is wrong, or the sequencer refuses
+    # to start (its log cannot be used: ``refused`` says why) (scriptable alarms)
+    diverged = (
+        any(a.diverged for a in agree)
+        or (audit is not None and audit[1])
+        or any(s.get("refused") for s in st.values())
+    )
     if args.json:
         rows = [{**dataclasses.asdict(h), "oversubscribed": h.oversubscribed, "line": h.line()}
                 for h in hosts]  # fmt: skip
@@ -339,6 +354,7 @@ def _status(args: argparse.Namespace) -> int:
 #: what ``raydex status`` prints per actor besides its repr
 _STATUS_KEYS = (
     "seq", "lag", "state_hash_seq", "state_hash", "port", "signatures", "placement", "error",
+    "refused",
 )  # fmt: skip
 
 
@@ -534,11 +550,13 @@ def _add_demo(sub: Any) -> None:
 
 def _add_bench(sub: Any) -> None:
     p = sub.add_parser(
-        "bench", help="benchmarks (engine, codecs, signatures, apply, transport, dataplane, wal)"
+        "bench",
+        help="benchmarks (engine, codecs, signatures, apply, transport, dataplane, flood, wal, "
+        "sequencer)",
     )
     bench = p.add_subparsers(
         dest="bench",
-        metavar="{engine,codecs,signatures,apply,transport,dataplane,wal}",
+        metavar="{engine,codecs,signatures,apply,transport,dataplane,flood,wal,sequencer}",
         required=True,
     )
     e = bench.add_parser(
@@ -578,7 +596,14 @@ def _add_bench(sub: Any) -> None:
         "transport", help="blocks actor to actor: TCP, Unix socket, gRPC, Ray calls (starts Ray)"
     )
     bench.add_parser("dataplane", help="book-update latency under a flood of badly signed batches")
+    bench.add_parser(
+        "flood", help="connections without credentials: what they hold, and honest clients"
+    )
     bench.add_parser("wal", help="the WAL's per-block write and sync: appended vs preallocated")
+    bench.add_parser(
+        "sequencer",
+        help="the sequencer alone on its data plane: the highest rate with block p99 <= 2 ms",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -119,8 +119,8 @@ def typical_events(n: int = BLOCK_EVENTS, seed: int = 7) -> list[Any]:
             out.append(LevelChanged(market, 1 - is_ask, price, rnd.randrange(0, 100_000)))
             out.append(BalanceChanged(acct, rnd.randrange(10**9)))
             out.append(BalanceChanged(maker, rnd.randrange(10**9)))
-            out.append(PositionChanged(acct, market, -size, -size * price, 0, 0, 1000, 0))
-            out.append(PositionChanged(maker, market, size, size * price, 0, 0, 1000, 0))
+            out.append(PositionChanged(acct, market, -size, -size * price, 0, 0, 1000, 0, 0))
+            out.append(PositionChanged(maker, market, size, size * price, 0, 0, 1000, 0, 0))
     return out[:n]
 
 
@@ -141,7 +141,7 @@ _FLOOR_FORMATS = {
     2: "BQQQBIQQqBBBBQ",  # OrderUpdated
     3: "BQIQQQQQBqq",  # TradeExecuted
     4: "Qq",  # BalanceChanged
-    5: "QBqqqqHB",  # PositionChanged
+    5: "QBqqqqHBq",  # PositionChanged
     6: "QBq",  # NonceUpdated
     13: "40sBQBqI",  # TxExecuted
 }

@@ -10,9 +10,12 @@
                              per role: CPU seconds, % of the machine, µs per committed tx
 
 **Roles.** ``roles`` names the deployment's processes by pid (sequencer, snapshot holder,
-committer, each replica, the load generator). Every other process is classified, first match
-wins: Ray's own processes (every process whose command line names the Ray session's folder, and
-their descendants, :func:`ray_session_of`), py-spy (``profiler``, with ``--profile``), a
+committer, each replica, the load generator). A role follows its processes: an actor that Ray
+restarts inside the window comes back as a new process, and every pid seen holding the role
+(:meth:`WindowSampler.follow`, fed by ``roles.RoleFollower``) is charged to it, each for its own
+ticks in the window (the new one, born inside it, in full). Every other process is classified,
+first match wins: Ray's own processes (every process whose command line names the Ray session's
+folder, and their descendants, :func:`ray_session_of`), py-spy (``profiler``, with ``--profile``), a
 descendant of a named process (its role), else ``other processes``.
 
 **It adds up.** The machine's busy time in the window (``/proc/stat``: user + nice + system + irq +
@@ -213,15 +216,23 @@ class Rss:
 class WindowSampler:
     """The window's two samples, plus what was seen in between: :meth:`tick` (every second or
     so) remembers each process's latest ticks, so one that exits inside the window is charged
-    what it had used when last seen rather than falling into ``unattributed``; and each
-    process's resident memory at every sample (:attr:`memory`: start, end, peak), for the
-    report's memory table (a soak's "RSS flat"). Cost: one ``/proc`` walk per tick (~7 ms of
-    CPU for ~100 processes here)."""
+    what it had used when last seen rather than falling into ``unattributed``; each process's
+    resident memory at every sample (:attr:`memory`: start, end, peak), for the report's memory
+    table (a soak's "RSS flat"); and :attr:`roles`, every process that held a role in the window
+    (:meth:`follow`), the ``roles`` to build its ledger with. Cost: one ``/proc`` walk per tick
+    (~7 ms of CPU for ~100 processes here)."""
 
-    def __init__(self) -> None:
+    def __init__(self, roles: Mapping[int, str] | None = None) -> None:
         self.before: CpuSample | None = None
         self.seen: dict[int, ProcInfo] = {}
         self.memory: dict[int, Rss] = {}
+        #: pid -> role of every process seen holding a role, in the order they were seen
+        self.roles: dict[int, str] = dict(roles or {})
+
+    def follow(self, roles: Mapping[int, str]) -> None:
+        """The roles' processes as they are now: a pid not seen before (a restarted actor)
+        joins its role, and the processes that held the role before keep it for the window."""
+        self.roles.update(roles)
 
     def _remember(self, sample: CpuSample) -> CpuSample:
         memory = self.memory
@@ -254,7 +265,7 @@ def memory_by_role(
     """Resident memory (MiB) of each role's process over the window: start, end, peak, and the
     growth end - start and per third of the window (a soak's "flat" check: bounded caches that
     fill grow less each third, a leak does not). Roles whose process was never seen are left
-    out."""
+    out; of a role several processes held (a restart), the last one in ``roles``' order."""
     mib = 1 << 20
     out: dict[str, dict[str, Any]] = {}
     for pid, role in sorted(roles.items(), key=lambda kv: _order(kv[1])):

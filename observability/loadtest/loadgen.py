@@ -21,6 +21,20 @@ account's previous one was answered, on the same keep-alive connection, hence to
 the server answers a connection's requests in order). A WS lane keeps
 at most the replica's ``ws_max_inflight_txs`` txs unanswered (beyond, the replica would refuse).
 
+**Impolite clients** (``--impolite``, lanes of kind ``impolite``): every tx goes out over REST at
+its planned time whatever is in flight, on an idle keep-alive connection of the lane or, when
+every one is busy, on a new one (as a flood would; a connection serves one request at a time, so
+pipelining would only queue the excess in the server's socket buffers, out of the overload
+door's sight). ``IMPOLITE_CONNECTIONS`` are opened per lane before the window (opening one per
+request in it turned the run into a connection storm that swamped the replica's loop), at most
+``IMPOLITE_MAX_CONNECTIONS`` (a process's file descriptors); a request that found the lane at its
+cap waited for a connection, and is counted (``connection_waits``: 0 for a run that was truly
+unbounded). The plan is then
+signed with Lighter's SkipNonce attribute (a nonce need only exceed the key's last, as ccxt sends
+them): a refused tx leaves a gap, not a stale account, so nothing re-syncs or re-signs. Each
+refusal (a tx answered without an outcome from the sequencer) is counted by code with whether its
+answer carried ``Retry-After``.
+
 **After a rejection** (``NonceKeeper``): a rejection that did not consume its nonce makes the
 account's later planned nonces wrong; like lighter-sdk's nonce manager, the generator then asks
 the server (``nextNonce``) once the account's txs in flight are answered, and re-signs the
@@ -62,6 +76,7 @@ import msgspec
 
 from raydex.actors.local import FAR_MS, Trader
 from raydex.codecs import (
+    SKIP_NONCE_FLAG,
     CancelOrder,
     CreateGroupedOrders,
     CreateOrder,
@@ -222,6 +237,14 @@ class Recorder:
         #: INVALID_NONCE from the engine (the replica's dry-run had passed the tx: its pending
         #: nonces had run ahead of what the sequencer received)
         self.nonce_at_engine = 0
+        #: txs answered without an outcome from the sequencer, by code, and of them those whose
+        #: answer carried ``Retry-After`` (impolite lanes: their answers' headers are read)
+        self.refusals: Counter[int] = Counter()
+        self.refusals_retry_after: Counter[int] = Counter()
+        #: connections impolite lanes opened (their pools, and one more each time every open
+        #: one was busy), and requests that had to wait for one (every lane at its cap)
+        self.connections = 0
+        self.connection_waits = 0
 
     def sent_at(self, planned_ns: int, actual_ns: int, n: int) -> None:
         self.send_lag.record(max(0, actual_ns - planned_ns))
@@ -264,6 +287,13 @@ class Recorder:
         self.committed += committed
         for _ in range(committed):
             self.admitted.record(lat)
+
+    def refused(self, codes: Sequence[int], retry_after: bool) -> None:
+        """Txs of one answer that did not reach the sequencer, refused with ``codes``."""
+        for code in codes:
+            self.refusals[code] += 1
+            if retry_after:
+                self.refusals_retry_after[code] += 1
 
     def errors(self, intended: bool | None = None) -> dict[str, int]:
         """Non-200 codes by name; ``intended`` True/False keeps only those (not) in
@@ -338,19 +368,22 @@ class LaneSpec:
     index: int
     group: str
     port: int
-    kind: str  # "ws" or "rest"
+    kind: str  # "ws", "rest" or "impolite" (REST, in flight unbounded)
 
 
-def lane_specs(clients: int, groups: Sequence[tuple[str, int]]) -> list[LaneSpec]:
+def lane_specs(
+    clients: int, groups: Sequence[tuple[str, int]], impolite: bool = False
+) -> list[LaneSpec]:
     """``clients`` lanes spread over the groups (name, port) round-robin; within a group, lanes
-    alternate WS and REST (the first lane of every group is WS)."""
+    alternate WS and REST (the first lane of every group is WS); ``impolite``: every lane is an
+    unbounded REST lane (kind ``impolite``, see the module docstring)."""
     if clients < 2 * len(groups):
         raise ValueError(f"--clients must be >= {2 * len(groups)} (a WS and a REST lane per group)")
     out = []
     for i in range(clients):
         name, port = groups[i % len(groups)]
         kind = "ws" if (i // len(groups)) % 2 == 0 else "rest"
-        out.append(LaneSpec(i, name, port, kind))
+        out.append(LaneSpec(i, name, port, "impolite" if impolite else kind))
     return out
 
 
@@ -382,8 +415,10 @@ def plan_load(
     sample_every: int = 0,
     first_account: int = 1,
     progress: Callable[[str], None] | None = None,
+    skip_nonce: bool = False,
 ) -> LoadPlan:
-    """Sign the whole timed window's traffic now (see the module docstring)."""
+    """Sign the whole timed window's traffic now (see the module docstring); ``skip_nonce``:
+    every user tx carries Lighter's SkipNonce attribute (impolite clients)."""
     rng = random.Random(seed)
     if accounts < 4:
         raise ValueError("--accounts must be >= 4")
@@ -424,8 +459,10 @@ def plan_load(
     # own, so the replica's dry-run sees the new leverage), absent: done
     lev_stage = {t.account: 0 for t in levered}
 
+    flag = SKIP_NONCE_FLAG if skip_nonce else 0
+
     def sign(t: Trader, tx: Any) -> Any:
-        tx = tx._replace(nonce=t.nonce)
+        tx = tx._replace(nonce=t.nonce | flag)
         t.nonce += 1
         return sign_tx(tx, t.seed)
 
@@ -542,7 +579,26 @@ def plan_load(
             txs = [sign(t, CancelOrder(t.account, 0, mi, c, FAR_MS, 0, bytes(80)))]
         elif kind == "transfer":
             t, u = rng.sample(takers, 2) if len(takers) > 1 else (takers[0], makers[0])
-            txs = [sign(t, Transfer(t.account, 0, u.account, 1_000_000, FAR_MS, 0, bytes(80)))]
+            txs = [
+                sign(
+                    t,
+                    Transfer(
+                        t.account,
+                        0,
+                        u.account,
+                        3,
+                        0,
+                        0,
+                        1_000_000,
+                        0,
+                        bytes(32),
+                        bytes(65),
+                        FAR_MS,
+                        0,
+                        bytes(80),
+                    ),
+                )
+            ]
         else:
             kind = "ioc"
             t = takers[rng.randrange(len(takers))]
@@ -975,6 +1031,126 @@ async def _ws_lane(
             c.close()
 
 
+#: an impolite lane's keep-alive connections opened before the window, and the most it opens
+#: (more on demand while every open one is busy); past the cap a request waits for one
+#: (``Recorder.connection_waits``): the file descriptors of one process are the only bound
+IMPOLITE_CONNECTIONS = 256
+IMPOLITE_MAX_CONNECTIONS = 1024
+
+
+async def _impolite_lane(
+    lane: LaneSpec,
+    items: list[Item],
+    t0: int,
+    rec: Recorder,
+    stop: asyncio.Event,
+    pacer: Pacer,
+    connections: int = IMPOLITE_CONNECTIONS,
+    max_connections: int = IMPOLITE_MAX_CONNECTIONS,
+) -> None:
+    """Every item sent over REST at its planned time whatever is in flight (module docstring):
+    on an idle connection of the lane (``connections`` are opened before the first send), else
+    on a new one, up to ``max_connections``. A tx without an answer is NO_REPLY (timed out) or
+    CLIENT_ERROR (its connection failed)."""
+    loop = asyncio.get_running_loop()
+    opened = await asyncio.gather(
+        *(_open_http(lane.port) for _ in range(connections)), return_exceptions=True
+    )
+    idle = [c for c in opened if isinstance(c, HttpConnection)]
+    every = list(idle)
+    rec.connections += len(every)
+    # Requests take connections in the order they were planned (FIFO), so an account's txs are
+    # written in nonce order even when an earlier one waits for a connection being opened.
+    waiting: deque[asyncio.Future[HttpConnection]] = deque()
+    opening = [0]
+    inflight: set[asyncio.Task[None]] = set()
+
+    def release(c: HttpConnection) -> None:
+        """``c`` is free: to the first waiting request, else back to the idle ones."""
+        while waiting:
+            fut = waiting.popleft()
+            if not fut.done():
+                fut.set_result(c)
+                return
+        idle.append(c)
+
+    async def grow() -> None:
+        try:
+            c = await _open_http(lane.port)
+        except (OSError, TimeoutError) as exc:
+            opening[0] -= 1
+            if waiting:  # the request first in line learns it (CLIENT_ERROR)
+                fut = waiting.popleft()
+                if not fut.done():
+                    fut.set_exception(ConnectionError(f"cannot open a connection: {exc!r}"))
+            return
+        opening[0] -= 1
+        every.append(c)
+        rec.connections += 1
+        release(c)
+
+    def connection() -> asyncio.Future[HttpConnection]:
+        fut: asyncio.Future[HttpConnection] = loop.create_future()
+        if not waiting:
+            while idle:
+                c = idle.pop()
+                if c.lost is None:
+                    fut.set_result(c)
+                    return fut
+        waiting.append(fut)
+        if len(every) + opening[0] < max_connections:
+            opening[0] += 1
+            task = loop.create_task(grow())
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        else:
+            rec.connection_waits += 1
+        return fut
+
+    async def one(item: Item) -> None:
+        planned = t0 + item.at_ns
+        n = len(item.types)
+        http: HttpConnection | None = None
+        rec.sent_at(planned, time.monotonic_ns(), n)
+        try:
+            http = await connection()
+            answer = await http.post_answer(_API + item.rest_path, item.rest_body)
+            codes, committed, _ = reply_facts(_decode(answer.body), n)
+            retry_after = answer.retry_after is not None
+        except TimeoutError:
+            codes, committed, retry_after = [NO_REPLY] * n, 0, False
+        except (ConnectionError, OSError, msgspec.DecodeError):
+            codes, committed, retry_after = [CLIENT_ERROR] * n, 0, False
+        rec.by_path["rest_batch" if n > 1 else "rest"] += 1
+        rec.finished(planned, time.monotonic_ns(), t0, item.types, codes, committed)
+        if not committed:
+            rec.refused(codes, retry_after)
+        if http is not None:
+            if http.lost is None:
+                release(http)
+            else:  # gone: replaced for whoever waits (it no longer counts against the cap)
+                every.remove(http)
+                if waiting:
+                    opening[0] += 1
+                    await grow()
+
+    try:
+        for item in items:
+            if stop.is_set():
+                break
+            due = pacer.until(t0 + item.at_ns)
+            if due is not None:
+                await due
+            task = asyncio.get_running_loop().create_task(one(item))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        if inflight:
+            await asyncio.wait(set(inflight))
+    finally:
+        for c in every:
+            c.close()
+
+
 async def run_lanes(
     lanes: Sequence[LaneSpec],
     items: Sequence[Item],
@@ -987,12 +1163,14 @@ async def run_lanes(
     ws_max_inflight: int = 256,
     reply_timeout_s: float = 30.0,
     pacer: Pacer | None = None,
+    impolite_connections: int = IMPOLITE_CONNECTIONS,
 ) -> None:
     """Drive every lane from ``t0`` (``time.monotonic_ns``); returns when all are answered (or
     ``stop`` is set and the in-flight ones are). Recorders are keyed by lane group. A REST lane
     keeps ``rest_connections`` keep-alive connections (its maximum concurrency), a WS lane at most
     ``ws_max_inflight`` unanswered txs and, once all is sent, waits ``reply_timeout_s`` for the
-    last answers (the rest are recorded NO_REPLY). With ``seeds``
+    last answers (the rest are recorded NO_REPLY), an impolite lane opens
+    ``impolite_connections`` before its first send. With ``seeds``
     (account -> signing seed) a rejection re-syncs the account's nonce from the server
     (:class:`NonceKeeper`); without, the planned nonces are sent as they are. The lanes share
     one :class:`Pacer` (``pacer``, else a 1 ms one): sends are never early, at most a tick
@@ -1009,6 +1187,9 @@ async def run_lanes(
         if ln.kind == "ws":
             ws_args = (nonces, ws_max_inflight, reply_timeout_s, pacer)
             jobs.append(_ws_lane(ln, mine, t0, rec, stop, *ws_args))
+        elif ln.kind == "impolite":
+            pool = (impolite_connections, max(impolite_connections, IMPOLITE_MAX_CONNECTIONS))
+            jobs.append(_impolite_lane(ln, mine, t0, rec, stop, pacer, *pool))
         else:
             rest_args = (rest_connections, nonces, pacer)
             jobs.append(_rest_lane(ln, mine, t0, rec, trace, stop, *rest_args))

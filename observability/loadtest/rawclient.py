@@ -10,9 +10,11 @@ function (WebSocket), with no task per message.
 ::
 
     HttpConnection   keep-alive, pipelined: requests are written back to back, answers come back
-                     in request order (HTTP/1.1) and resolve the callers' futures in that order;
-                     bodies by Content-Length (what aiohttp's server sends for every answer
-                     raydex gives); anything else is a ProtocolError that fails the connection
+                     in request order (HTTP/1.1) and resolve the callers' futures in that order
+                     to (status, body), or with ``post_answer`` to an ``Answer`` that also says
+                     whether it carried ``Retry-After``; bodies by Content-Length (what aiohttp's
+                     server sends for every answer raydex gives); anything else is a
+                     ProtocolError that fails the connection
     WsConnection     RFC 6455 client: the handshake (its Sec-WebSocket-Accept checked), masked
                      frames with a fresh random key per frame, text/binary messages (fragmented
                      ones reassembled) to ``on_message`` from ``data_received``, pings answered,
@@ -34,8 +36,9 @@ import hashlib
 import os
 from collections import deque
 from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
-__all__ = ["FORM", "HttpConnection", "ProtocolError", "WsConnection"]
+__all__ = ["FORM", "Answer", "HttpConnection", "ProtocolError", "WsConnection"]
 
 FORM = b"application/x-www-form-urlencoded"
 _END = b"\r\n\r\n"
@@ -45,6 +48,14 @@ _WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 class ProtocolError(ConnectionError):
     """The server said something this client does not speak (or nothing it can parse)."""
+
+
+class Answer(NamedTuple):
+    """An HTTP answer with the one header the loadtest reads: ``Retry-After`` (None: absent)."""
+
+    status: int
+    body: bytes
+    retry_after: bytes | None
 
 
 def _head_value(head: bytes, name: bytes) -> bytes | None:
@@ -76,12 +87,14 @@ class HttpConnection(asyncio.Protocol):
     def __init__(self, host: str, port: int, answer_timeout_s: float | None = None) -> None:
         self._host = f"{host}:{port}".encode()
         self._transport: asyncio.Transport | None = None
-        #: the callers' futures in request order, each with the loop time it was sent
-        self._owed: deque[tuple[asyncio.Future[tuple[int, bytes]], float]] = deque()
+        #: the callers' futures in request order, each with the loop time it was sent and
+        #: whether it wants an ``Answer`` (with ``Retry-After``) rather than (status, body)
+        self._owed: deque[tuple[asyncio.Future[Any], float, bool]] = deque()
         self._timeout = answer_timeout_s
         self._watch: asyncio.TimerHandle | None = None
         self._buf = bytearray()
         self._status = 0
+        self._retry_after: bytes | None = None
         self._need = -1  # body bytes of the answer being read; -1: its head is being read
         #: why the connection is gone (None while it is usable)
         self.lost: BaseException | None = None
@@ -111,6 +124,16 @@ class HttpConnection(asyncio.Protocol):
             % (path.encode(), self._host, content_type, len(body), extra, body)
         )
 
+    def post_answer(
+        self, path: str, body: bytes, content_type: bytes = FORM
+    ) -> asyncio.Future[Answer]:
+        """``post`` resolving to an :class:`Answer` (status, body, ``Retry-After``)."""
+        return self._send(
+            b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
+            % (path.encode(), self._host, content_type, len(body), body),
+            full=True,
+        )
+
     def get(self, target: str) -> asyncio.Future[tuple[int, bytes]]:
         """Send ``GET target`` (path and query) now; resolves to (status, body)."""
         return self._send(b"GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target.encode(), self._host))
@@ -122,15 +145,15 @@ class HttpConnection(asyncio.Protocol):
             self._watch.cancel()
             self._watch = None
 
-    def _send(self, data: bytes) -> asyncio.Future[tuple[int, bytes]]:
+    def _send(self, data: bytes, full: bool = False) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[tuple[int, bytes]] = loop.create_future()
+        fut: asyncio.Future[Any] = loop.create_future()
         t = self._transport
         if self.lost is not None or t is None or t.is_closing():
             fut.set_exception(ConnectionError(f"connection lost: {self.lost!r}"))
             return fut
         now = loop.time()
-        self._owed.append((fut, now))
+        self._owed.append((fut, now, full))
         if self._timeout is not None and self._watch is None:
             self._watch = loop.call_at(now + self._timeout, self._expire)
         t.write(data)
@@ -142,7 +165,7 @@ class HttpConnection(asyncio.Protocol):
         self._watch = None
         assert self._timeout is not None
         now = asyncio.get_running_loop().time()
-        for fut, sent in self._owed:
+        for fut, sent, _ in self._owed:
             if sent + self._timeout > now:
                 self._watch = asyncio.get_running_loop().call_at(sent + self._timeout, self._expire)
                 return
@@ -171,7 +194,7 @@ class HttpConnection(asyncio.Protocol):
         if self.lost is None:
             self.lost = exc
         while self._owed:
-            fut, _ = self._owed.popleft()
+            fut, _, _ = self._owed.popleft()
             if not fut.done():
                 fut.set_exception(ConnectionError(str(exc)))
         if self._watch is not None:
@@ -188,6 +211,7 @@ class HttpConnection(asyncio.Protocol):
             if not head.startswith(b"http/1.") or len(head) < 12:
                 raise ProtocolError(f"not an HTTP/1.x answer: {head[:40]!r}")
             self._status = int(head[9:12])
+            self._retry_after = _head_value(head, b"retry-after:") if self._status >= 400 else None
             length = _head_value(head, b"content-length:")
             if length is None:
                 raise ProtocolError("an answer without Content-Length")
@@ -199,9 +223,10 @@ class HttpConnection(asyncio.Protocol):
         self._need = -1
         if not self._owed:
             raise ProtocolError("an answer to no request")
-        fut, _ = self._owed.popleft()
+        fut, _, full = self._owed.popleft()
         if not fut.done():  # failed already: no answer within answer_timeout_s
-            fut.set_result((self._status, body))
+            answer = Answer(self._status, body, self._retry_after)
+            fut.set_result(answer if full else (self._status, body))
         return True
 
 

@@ -27,7 +27,12 @@ plain data. JSON keys (the contract ``--json-out`` promises):
   seconds until both reached it (``caught_up_s``, None: not within a minute), its rebuilds from
   a snapshot and the audit's counters (``audit_skipped_blocks``: passed unaudited);
 - ``groups``: the same keys per replica group, and ``ab_diff_pct`` (B relative to A, in %) for
-  A/B runs; ``targets``: each goal (docs/performance.md), the measured value and whether it is met.
+  A/B runs; ``targets``: each goal (docs/performance.md), the measured value and whether it is met;
+- ``refusals_by_code``: txs answered without an outcome from the sequencer, by code name, each
+  ``{count, with_retry_after}`` (the header is read by impolite lanes only);
+- ``overload`` (``--impolite`` runs): the capacity the run is read against, goodput and its share
+  of it, the admitted txs' latency from their planned send, the refusals by code, the txs without
+  an answer, and the issue's four overload goals as ``targets`` rows (``OVERLOAD_TARGETS``).
 
 Percentiles come from merged HDR-style histograms (observability/hist.py), never from averaging
 percentiles. ``pct_diff(a, b)`` is ``(b - a) / a * 100`` (None when ``a`` is 0).
@@ -45,15 +50,19 @@ from typing import Any
 
 from ..hist import Histogram
 from .ledger import format_ledger
-from .loadgen import BookWatch, Recorder
+from .loadgen import INTENDED_CODES, BookWatch, Recorder, code_name
 
 __all__ = [
+    "OVERLOAD_ADMITTED_P99_MS",
+    "OVERLOAD_GOODPUT_SHARE",
     "TARGETS",
     "GroupData",
     "build_report",
     "draw_ledger",
     "hist_from",
     "latency_drift",
+    "overload_lines",
+    "overload_report",
     "pct_diff",
     "render_markdown",
     "write_ledger_plot",
@@ -72,6 +81,14 @@ TARGETS: tuple[tuple[str, str, float, str], ...] = (
 )
 
 STEPS = ("decode", "cache_update", "fanout")
+
+#: The overload goals of an impolite run at twice the capacity (issue 38): goodput share of the
+#: capacity, admitted txs' latency p99 (ms), refusals that are not 23000 with Retry-After, txs
+#: without an answer.
+OVERLOAD_GOODPUT_SHARE = 0.90
+OVERLOAD_ADMITTED_P99_MS = 500.0
+#: what a client gets when no answer came: recorded under these code names (loadgen.py)
+UNANSWERED = ("NO_REPLY", "CLIENT_ERROR")
 
 
 def hist_from(snapshots: Sequence[Mapping[Any, int]]) -> Histogram:
@@ -128,6 +145,12 @@ def _group_report(g: GroupData) -> dict[str, Any]:
         "resigned_txs": rec.resigned,
         "error_rate_pct": round(100.0 * n_real / rec.done, 3) if rec.done else 0.0,
         "requests_by_path": dict(rec.by_path),
+        "refusals_by_code": {
+            code_name(c): {"count": n, "with_retry_after": rec.refusals_retry_after.get(c, 0)}
+            for c, n in sorted(rec.refusals.items())
+        },
+        "connections_opened": rec.connections,
+        "connection_waits": rec.connection_waits,
         "request_latency_us": rec.latency.summary_us(),
         "admitted_latency_us": rec.admitted.summary_us(),
         "send_lag_us": rec.send_lag.summary_us(),
@@ -169,6 +192,10 @@ def _merged(groups: Sequence[GroupData]) -> dict[str, Any]:
         rec.resyncs += r.resyncs
         rec.resigned += r.resigned
         rec.nonce_at_engine += r.nonce_at_engine
+        rec.refusals.update(r.refusals)
+        rec.refusals_retry_after.update(r.refusals_retry_after)
+        rec.connections += r.connections
+        rec.connection_waits += r.connection_waits
         books.engine.merge(g.books.engine)
         books.replica.merge(g.books.replica)
         books.updates += g.books.updates
@@ -270,11 +297,88 @@ def build_report(
         }
         for path, op, target, label in TARGETS
     ]
+    if run.get("impolite"):
+        report["overload"] = overload_report(report, run)
     report["timeline"] = {g.name: _timeline(g) for g in groups}
     report["latency_drift"] = {g.name: latency_drift(g.recorder.per_second) for g in groups}
     span_files = [Path(p) for p in run.get("spans_files", []) if Path(p).exists()]
     report["span_breakdown_us"] = span_breakdown(span_files) if span_files else {}
     return report
+
+
+def overload_report(r: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:
+    """An impolite run read against the issue's overload goals (``overload`` in report.json).
+
+    Capacity is ``run["capacity"]`` (``--capacity``, e.g. a sweep's knee) or, absent, half the
+    offered rate (the run is then read as the issue's "2x capacity"). A refusal is a tx answered
+    without an outcome from the sequencer; those the workload provokes on purpose
+    (``INTENDED_CODES``) and those never answered (``UNANSWERED``) are counted apart, every other
+    one must be a 23000 whose answer carried ``Retry-After``."""
+    offered = float(run.get("tps") or 0)
+    given = run.get("capacity")
+    capacity = float(given) if given else offered / 2
+    goodput = float(r.get("goodput_tps") or 0)
+    share = goodput / capacity if capacity else 0.0
+    refusals: Mapping[str, Mapping[str, int]] = r.get("refusals_by_code") or {}
+    intended = {code_name(c) for c in INTENDED_CODES}
+    rate_limited = code_name(23000)
+    unanswered = sum(int((r.get("errors_by_code") or {}).get(k, 0)) for k in UNANSWERED)
+    load = {k: v for k, v in refusals.items() if k not in intended and k not in UNANSWERED}
+    polite = sum(v["with_retry_after"] for k, v in load.items() if k == rate_limited)
+    total = sum(v["count"] for v in load.values())
+    other = total - polite
+    p99_ms = float((r.get("admitted_latency_us") or {}).get("p99", 0)) / 1000
+    p50_ms = float((r.get("admitted_latency_us") or {}).get("p50", 0)) / 1000
+    return {
+        "offered_tps": offered,
+        "capacity_tps": capacity,
+        "capacity_from": "--capacity" if given else "assumed: half the offered rate",
+        "goodput_tps": goodput,
+        "goodput_share_of_capacity": round(share, 3),
+        "admitted_latency_ms": {"p50": round(p50_ms, 1), "p99": round(p99_ms, 1)},
+        "refusals_by_code": {k: dict(v) for k, v in refusals.items()},
+        "refusals": total,
+        "refusals_not_23000_with_retry_after": other,
+        "unanswered_txs": unanswered,
+        "connections_opened": r.get("connections_opened", 0),
+        # requests that waited for a connection (a lane at its cap): 0 when in flight was unbounded
+        "connection_waits": r.get("connection_waits", 0),
+        "targets": [
+            {"label": "goodput vs capacity", "target": f">= {OVERLOAD_GOODPUT_SHARE:.0%}",
+             "measured": f"{share:.1%} ({goodput:,.0f} of {capacity:,.0f} tx/s)",
+             "met": share >= OVERLOAD_GOODPUT_SHARE},
+            {"label": "admitted txs' latency p99 from the planned send",
+             "target": f"<= {OVERLOAD_ADMITTED_P99_MS:g} ms", "measured": f"{p99_ms:,.1f} ms",
+             "met": p99_ms <= OVERLOAD_ADMITTED_P99_MS},
+            {"label": "every refusal a 23000 with Retry-After", "target": "0 others",
+             "measured": f"{other:,} of {total:,} refusals", "met": other == 0},
+            {"label": "txs without an answer", "target": "0", "measured": f"{unanswered:,}",
+             "met": unanswered == 0},
+        ],
+    }  # fmt: skip
+
+
+def overload_lines(o: Mapping[str, Any]) -> list[str]:
+    """The Markdown section of ``overload_report``."""
+    lines = [
+        "## Overload (impolite clients: in flight unbounded)",
+        "",
+        f"Offered {o['offered_tps']:,.0f} tx/s against a capacity of {o['capacity_tps']:,.0f} "
+        f"({o['capacity_from']}); goodput {o['goodput_tps']:,.0f} tx/s; admitted txs' latency "
+        f"from the planned send p50 {o['admitted_latency_ms']['p50']} ms, p99 "
+        f"{o['admitted_latency_ms']['p99']} ms; {o['connections_opened']:,} connections opened, "
+        f"{o['connection_waits']:,} requests waited for one (0: in flight was unbounded).",
+        "",
+        "| target | wanted | measured | met |",
+        "|---|---|---|---|",
+    ]
+    for t in o["targets"]:
+        met = "yes" if t["met"] else "**no**"
+        lines.append(f"| {t['label']} | {t['target']} | {t['measured']} | {met} |")
+    lines += ["", "| refused with | txs | with Retry-After |", "|---|---:|---:|"]
+    for code, v in o["refusals_by_code"].items():
+        lines.append(f"| {code} | {v['count']:,} | {v['with_retry_after']:,} |")
+    return lines
 
 
 #: Stages of a sampled tx's trace (client span -> replica handler -> dry-run, submit), in order.
@@ -397,6 +501,8 @@ def render_markdown(r: Mapping[str, Any]) -> str:
     for t in r["targets"]:
         met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
         lines.append(f"| {t['label']} | {t['target']} | {t['measured']} | {met} |")
+    if r.get("overload"):
+        lines += ["", *overload_lines(r["overload"])]
     names = list(r["groups"])
     lines += ["", "## Per group (p50 / p99 / p99.9, µs)", "",
               "| metric | " + " | ".join(names) + (" | Δ B vs A |" if len(names) == 2 else " |"),

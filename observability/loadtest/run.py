@@ -62,6 +62,7 @@ from .loadgen import (
 )
 from .profile import finish_profiles, start_profiles
 from .report import GroupData, build_report, write_report
+from .roles import RoleFollower, actor_roles, role_of_actor
 
 __all__ = [
     "AbError",
@@ -73,6 +74,7 @@ __all__ = [
     "check_options",
     "find_py_spy",
     "parse_ab",
+    "role_of_actor",
     "run",
 ]
 
@@ -233,6 +235,12 @@ class LoadtestOptions:
     #: where the generator runs during the window: "auto" (off the replicas' cores when they
     #: are pinned and this host has others), "any" (wherever the kernel puts it), or "1,3"
     generator_cpus: str = "auto"
+    #: impolite clients (loadgen.py): every tx over REST at its planned time, in flight
+    #: unbounded, signed with SkipNonce; the report gets an ``overload`` section
+    impolite: bool = False
+    #: the stack's capacity (tx/s) the overload targets are read against; None: half the
+    #: offered rate (a run at the issue's "2x capacity"), said so in the report
+    capacity: float | None = None
 
 
 def check_options(opts: LoadtestOptions) -> None:
@@ -250,6 +258,8 @@ def check_options(opts: LoadtestOptions) -> None:
         find_py_spy()
     if opts.generator_cpus not in ("auto", "any"):
         parse_cpus(opts.generator_cpus)
+    if opts.capacity is not None and (not opts.impolite or opts.capacity <= 0):
+        raise OptionError("--capacity needs --impolite and must be > 0")
 
 
 def parse_cpus(text: str) -> frozenset[int]:
@@ -440,12 +450,13 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
     spec = build_spec(load_spec(opts.spec_path), opts, out / "state")
     namespace = f"raydex-loadtest-{os.getpid()}"
     group_ports = [(g.name, g.http_port or spec.ports.http) for g in spec.replica_groups]
-    lanes = lane_specs(opts.clients, group_ports)
+    lanes = lane_specs(opts.clients, group_ports, impolite=opts.impolite)
     markets = [MarketInfo.of(m) for m in spec.markets]
     _say(opts, f"loadtest: signing {int(opts.tps * opts.seconds):,} txs before the window")
     plan = plan_load(markets, opts.accounts, opts.tps, opts.seconds, lanes, seed=opts.seed,
                      sample_every=opts.sample_every,
-                     progress=None if opts.quiet else lambda s: _say(opts, s))  # fmt: skip
+                     progress=None if opts.quiet else lambda s: _say(opts, s),
+                     skip_nonce=opts.impolite)  # fmt: skip
     started_ray = False
     topology = read_topology()
     t_boot = time.monotonic()
@@ -486,7 +497,8 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
                 _say(opts, f"loadtest: the generator keeps to CPUs {sorted(gen_cpus)}")
             try:
                 win = _drive(opts, plan, lanes, group_ports, out, roles,
-                             spec.replica_groups[0].api.ws_max_inflight_txs)  # fmt: skip
+                             spec.replica_groups[0].api.ws_max_inflight_txs,
+                             namespace)  # fmt: skip
             finally:
                 if gen_cpus is not None:
                     pin_all_threads(own_cpus)
@@ -530,19 +542,21 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
         "loadgen_cpu_pct_of_machine": round(100 * cpu_s / elapsed / cpus, 1) if elapsed else 0.0,
         "loadgen_loop_lag_us": win.loop_lag.summary_us(),
         "generator_cpus": "any" if gen_cpus is None else sorted(gen_cpus),
+        "impolite": opts.impolite, "capacity": opts.capacity,
         "spans_files": sorted(str(p) for p in out.glob("spans-*.jsonl")),
         "out_dir": str(out),
     }  # fmt: skip
     report = build_report(groups, run_facts, seq_status)
     if win.cpu_before is not None and win.cpu_after is not None:
         led = build_ledger(
-            win.cpu_before, win.cpu_after, roles, sum(r.committed for r in recs.values()),
-            session=ray_session_of(win.cpu_after.procs, roles),
+            win.cpu_before, win.cpu_after, win.roles, sum(r.committed for r in recs.values()),
+            session=ray_session_of(win.cpu_after.procs, win.roles),
         )  # fmt: skip
         report["cpu_ledger"] = led.as_json()
+        report["cpu_ledger"]["role_restarts"] = win.role_restarts
         report["cpu_us_per_tx"] = led.us_per_tx()
     if win.memory:
-        report["memory_mib"] = memory_by_role(win.memory, roles)
+        report["memory_mib"] = memory_by_role(win.memory, win.roles)
     report["replica_ledgers"] = ledgers
     report["committer"] = committer
     if win.profiles:
@@ -595,34 +609,6 @@ def committer_catch_up(
     return out
 
 
-def _pid_of(actor: Any) -> int:
-    """Runs inside an actor (``__ray_call__``): its process id."""
-    return os.getpid()
-
-
-def role_of_actor(name: str) -> str:
-    """The CPU ledger's role for a raydex actor name."""
-    from raydex.cluster.control import deploy as dep
-
-    fixed = {dep.SEQUENCER: "sequencer", dep.SNAPSHOT: "snapshot holder",
-             dep.COMMITTER: "committer"}  # fmt: skip
-    if name in fixed:
-        return fixed[name]
-    return "replica " + name.removeprefix(dep.REPLICA_PREFIX)
-
-
-def actor_roles(namespace: str) -> dict[int, str]:
-    """pid -> ledger role of every raydex actor of ``namespace`` (on any node)."""
-    import ray
-
-    from raydex.cluster.control import deploy as dep
-
-    names = sorted(dep._named(namespace))
-    refs = [ray.get_actor(n, namespace=namespace).__ray_call__.remote(_pid_of) for n in names]
-    pids: list[int] = ray.get(refs, timeout=60)
-    return {int(pid): role_of_actor(n) for n, pid in zip(names, pids, strict=True)}
-
-
 def _replicas(namespace: str) -> dict[str, Any]:
     import ray
 
@@ -648,6 +634,10 @@ class _Window:
     #: how late the generator's own event loop ran (ns): past a few ms, the latencies measured
     #: from planned times are partly the generator's, not the stack's
     loop_lag: Histogram = dataclasses.field(default_factory=Histogram)
+    #: every process that held a role in the window (restarted actors included: roles.py)
+    roles: dict[int, str] = dataclasses.field(default_factory=dict)
+    #: processes that took over a role inside the window (an actor Ray restarted)
+    role_restarts: int = 0
 
 
 async def _loop_lag(into: Histogram, stop: asyncio.Event, interval_s: float = 0.02) -> None:
@@ -666,13 +656,16 @@ def _drive(
     out: Path,
     roles: dict[int, str],
     ws_max_inflight: int,
+    namespace: str,
 ) -> _Window:
     items = plan.items
     recs = {g: Recorder(g) for g, _ in group_ports}
     books = {g: BookWatch() for g, _ in group_ports}
-    win = _Window(recs, books, 0.0, 0.0)
+    win = _Window(recs, books, 0.0, 0.0, roles=dict(roles))
     tracer = _ClientTracer(out / "spans-loadgen.jsonl") if opts.sample_every > 0 else None
-    seeds = {t.account: t.seed for t in plan.traders} if opts.resync else None
+    # impolite clients sign with SkipNonce: a refusal leaves a gap, nothing to re-sync
+    resync = opts.resync and not opts.impolite
+    seeds = {t.account: t.seed for t in plan.traders} if resync else None
 
     async def main() -> None:
         stop_watch = asyncio.Event()
@@ -691,7 +684,8 @@ def _drive(
         progress = _Progress(list(recs.values()), planned, opts.quiet)
         ticker = asyncio.ensure_future(progress.run(t0, stop_load))
         lagger = asyncio.ensure_future(_loop_lag(win.loop_lag, stop_load))
-        sampler = WindowSampler()
+        sampler = WindowSampler(roles)
+        follower = RoleFollower(namespace, sampler)
         spies = {}
         if opts.profile:
             spies = await start_profiles(roles, opts.seconds, out, find_py_spy())
@@ -700,6 +694,7 @@ def _drive(
                       tracer.hook if tracer is not None else None,
                       seeds=seeds, ws_max_inflight=ws_max_inflight)
         )  # fmt: skip
+        following = asyncio.ensure_future(follower.run(stop_load))
         try:
             # the window opens at t0: the first planned send
             await asyncio.wait([lanes_done], timeout=max(0.0, (t0 - time.monotonic_ns()) / 1e9))
@@ -711,6 +706,7 @@ def _drive(
             await lanes_done
             win.cpu_before, win.cpu_after = sampler.end()
             win.memory = sampler.memory
+            win.roles, win.role_restarts = sampler.roles, follower.restarts
         finally:
             stop_load.set()
             if not lanes_done.done():
@@ -720,6 +716,7 @@ def _drive(
         progress.line(t0)
         ticker.cancel()
         lagger.cancel()
+        await asyncio.gather(following, return_exceptions=True)
         if spies:
             win.profiles = await finish_profiles(spies, grace_s=opts.seconds + 30)
         await asyncio.sleep(0.5)  # the last blocks reach the watchers

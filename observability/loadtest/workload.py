@@ -28,7 +28,8 @@ Invariants the generator keeps so transactions are valid (the engine decides the
   modifies name orders by client order index (< ``FIRST_ORDER_INDEX``),
 - ``expired_at`` and GTT ``order_expiry`` are far in the future; ``now_ms`` advances by 1 ms every
   ``commands_per_ms`` commands (20,000 commands/s of simulated time by default),
-- signatures are 64 zero bytes: the engine never verifies them.
+- signatures are zero bytes: the engine never verifies them (every account's API key ``k`` is the
+  key of ``bench_key_seed(k)``, so a stream can be signed for a sequencer and its audit).
 
 The generator does not simulate matching, so a cancel or modify may name an order the engine has
 already filled (the engine answers ``NOT_ACTIVE_LIMIT_ORDER``, as it would for a real market maker),
@@ -62,9 +63,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
-from raydex.codecs import AccountIndex as _Acct
-from raydex.codecs import ApiKeyIndex as _Key
 from raydex.codecs import (
+    PERPS_ROUTE,
+    USDC_ASSET_INDEX,
     ApplyFunding,
     CancelAllOrders,
     CancelOrder,
@@ -85,6 +86,8 @@ from raydex.codecs import (
     grouped_slots,
     public_key_of,
 )
+from raydex.codecs import AccountIndex as _Acct
+from raydex.codecs import ApiKeyIndex as _Key
 from raydex.codecs import MarketIndex as _Mkt
 from raydex.codecs import Nonce as _Nonce
 
@@ -98,6 +101,7 @@ __all__ = [
     "MarketSpec",
     "Workload",
     "WorkloadConfig",
+    "bench_key_seed",
 ]
 
 #: 2026-01-01T00:00:00Z: the simulated clock starts here.
@@ -108,6 +112,10 @@ USDC = 1_000_000
 #: the NewType wrappers): the generator's hot lines use it.
 _new = tuple.__new__
 SIG = bytes(80)
+#: A transfer's memo, and its L1 signature where none is needed (the workload's accounts are
+#: the operator's, without an L1 address: their API keys authorise their transfers)
+_MEMO = bytes(32)
+_NO_L1_SIG = bytes(65)
 #: Bare-book op kinds.
 ADD = 0
 CANCEL = 1
@@ -197,6 +205,9 @@ class WorkloadConfig:
     #: Share of the stream that is conditional-order traffic (stop-loss / take-profit, grouped
     #: orders, TWAPs, their cancels); 0 reproduces the stream from before they existed.
     conditional_share: float = 0.02
+    #: Where the simulated clock starts (ms since the epoch); expiries are 28-30 days after it. A
+    #: stream fed to a running sequencer, which stamps its own wall clock, starts it now.
+    start_ms: int = START_MS
 
 
 # Category weights of a stream command (market makers dominate, as on a real venue). Oracle
@@ -224,13 +235,19 @@ _MM_HALF_SPREAD = 0.0003  # 3 bp from mid to the first level
 _MM_LEVEL_STEP = 0.0003
 
 
+def bench_key_seed(k: int) -> bytes:
+    """The signing seed of API key index ``k``, the same for every account of the workload (a
+    stream fed to a sequencer is signed with it: ``raydex bench sequencer``)."""
+    return hashlib.sha256(b"raydex-bench/%d" % k).digest() + bytes(8)
+
+
 def _bench_pub(k: int) -> bytes:
     """One valid public key per key index, shared by every account: the engine checks that a
-    key is a curve point (~0.2 ms each, memoised per distinct key), and nothing signs here."""
+    key is a curve point (~0.2 ms each, memoised per distinct key); the engine benchmark signs
+    nothing (``bench_key_seed`` signs for a sequencer)."""
     pub = _BENCH_PUBS.get(k)
     if pub is None:
-        seed = hashlib.sha256(b"raydex-bench/%d" % k).digest() + bytes(8)
-        pub = _BENCH_PUBS[k] = public_key_of(seed)
+        pub = _BENCH_PUBS[k] = public_key_of(bench_key_seed(k))
     return pub
 
 
@@ -279,8 +296,9 @@ class Workload:
         self._mw = [0.0]
         for m in MARKETS:
             self._mw.append(self._mw[-1] + m.weight)
-        self._expired_at = START_MS + 30 * _DAY_MS
-        self._order_expiry = START_MS + 28 * _DAY_MS
+        self._start_ms = cfg.start_ms
+        self._expired_at = cfg.start_ms + 30 * _DAY_MS
+        self._order_expiry = cfg.start_ms + 28 * _DAY_MS
         self._cmds: list[Transaction] = []
         self._times: list[int] = []
         self._ops: list[BareOp] = []
@@ -343,7 +361,7 @@ class Workload:
                     SIG,
                 )
             )
-        return Chunk(cmds, [START_MS] * len(cmds), [])
+        return Chunk(cmds, [self._start_ms] * len(cmds), [])
 
     # ---- stream ----------------------------------------------------------------------------
 
@@ -419,7 +437,7 @@ class Workload:
 
     def _emit(self, cmd: Transaction) -> None:
         self._cmds.append(cmd)
-        self._times.append(START_MS + self.ix // self._cpm)
+        self._times.append(self._start_ms + self.ix // self._cpm)
         self.ix += 1
 
     def _nonce(self, account: int, key: int) -> _Nonce:
@@ -626,7 +644,7 @@ class Workload:
             return
         coi = self._rest_list[int(self.rng.random() * len(self._rest_list))]
         account = self._rest[coi][0]
-        now = START_MS + self.ix // self.cfg.commands_per_ms
+        now = self._start_ms + self.ix // self.cfg.commands_per_ms
         self._emit(
             CancelAllOrders(
                 _Acct(account),
@@ -778,7 +796,13 @@ class Workload:
                 _Acct(a),
                 _Key(_TAKER_KEY),
                 _Acct(b),
+                USDC_ASSET_INDEX,
+                PERPS_ROUTE,
+                PERPS_ROUTE,
                 self.rng.randint(10, 1_000) * USDC,
+                0,
+                _MEMO,
+                _NO_L1_SIG,
                 self._expired_at,
                 self._nonce(a, _TAKER_KEY),
                 SIG,
@@ -791,6 +815,8 @@ class Workload:
             Withdraw(
                 _Acct(a),
                 _Key(_TAKER_KEY),
+                USDC_ASSET_INDEX,
+                PERPS_ROUTE,
                 self.rng.randint(10, 200) * USDC,
                 self._expired_at,
                 self._nonce(a, _TAKER_KEY),

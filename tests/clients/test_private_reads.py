@@ -151,8 +151,9 @@ def acct(exchange: Exchange) -> Iterator[Setup]:
                 carol.order(price, 40, is_ask=0, market=MARKET, tif=0, coi=exchange.next_coi())
             )
             transfer = Transfer(
-                carol.account, carol.api_key, ACCOUNT, 2_000_000, FAR_MS, carol.nonce, bytes(80)
-            )
+                carol.account, carol.api_key, ACCOUNT, 3, 0, 0, 2_000_000, 0, bytes(32), bytes(65),
+                FAR_MS, carol.nonce, bytes(80),
+            )  # fmt: skip
             carol.nonce += 1
             await send(sign_tx(transfer, carol.seed))
             token, err = client.create_auth_token_with_expiry(3600, api_key_index=KEY)
@@ -226,7 +227,9 @@ def test_the_sdks_account_order_and_transaction_apis_read_the_accounts_history(
             assert [w.amount for w in wds.withdraws] == ["10.000000"]
             trs = await tx.transfer_history(account_index=ACCOUNT, authorization=tok)
             assert [(t.type, t.amount) for t in trs.transfers] == [("L2TransferInflow", "2.000000")]
-            txs = await tx.account_txs(limit=20, by="account_index", value=str(ACCOUNT))
+            txs = await tx.account_txs(
+                limit=20, by="account_index", value=str(ACCOUNT), authorization=tok
+            )
             assert {t.type for t in txs.txs} >= {14, 15, 13}
 
             pnl = await account.pnl(by="index", value=str(ACCOUNT), resolution="1h",

@@ -6,7 +6,9 @@ and WebSocket, then scrapes ``http://127.0.0.1:<MetricsExportPort>/metrics`` unt
 series is there (Recorders flush every 2 s; Ray's agent exports every ~10 s). The session's Ray
 runs with the dashboard, for the state API: each actor's repr as Ray recorded it is checked there.
 
-Also: every series carries the deployment (the Ray namespace), every counter of the catalog is on
+Also: a histogram's exported ``_count`` and buckets equal what was observed, exactly, however
+many samples a flush carries (an actor records them through the real Recorder and RaySink);
+every series carries the deployment (the Ray namespace), every counter of the catalog is on
 the endpoint right after the deploy, before any traffic, every metric a query of
 ``observability/grafana_dashboard.json`` reads is one the endpoint exports (both parsed), and each
 actor's live line (seq, lag, state hash) reaches its log file, which the dashboard's Actors page
@@ -15,6 +17,7 @@ links, as Ray's log API serves it."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 import time
@@ -164,7 +167,6 @@ DASHBOARD = Path(__file__).parents[2] / "observability" / "grafana_dashboard.jso
 ZERO_COUNTERS = (
     "ray_raydex_ws_conflations_total",
     "ray_raydex_ws_slow_disconnects_total",
-    "ray_raydex_metric_samples_dropped_total",
     "ray_raydex_loop_restarts_total",
 )
 
@@ -307,6 +309,60 @@ def test_each_actor_says_what_it_is_in_rays_state_api_and_live_in_its_status(
         assert LIVE_HINT not in lines[name][-1]
     assert re.search(r" hash=[0-9a-f]{8}@\d+ ", last[0]), last
     assert " seq=" in lines[dep.SEQUENCER][-1] and " chain=" in lines[dep.COMMITTER][-1]
+
+
+@ray.remote(num_cpus=0)
+class _Observer:
+    """Records samples into a real Recorder (the RaySink: this is a Ray worker) and flushes."""
+
+    def __init__(self, deployment: str) -> None:
+        from raydex.observability.metrics import Recorder
+
+        self.rec = Recorder("replica", "observer", group="exact", deployment=deployment)
+        self.hist = self.rec.histogram("raydex_dry_run_seconds")
+
+    def record(self, values_ns: list[int]) -> int:
+        for v in values_ns:
+            self.hist.record(v)
+        return self.rec.flush()
+
+
+def test_a_histograms_exported_count_and_buckets_equal_what_was_observed(
+    ray_session: None,
+) -> None:
+    """Many more samples per flush than Ray's own histogram could take one call at a time (the
+    old export down-sampled past 600 and undercounted ``_count``): every one is counted."""
+    deployment = "raydex-exact-count-it"
+    observer = _Observer.remote(deployment)
+    # 40,000 at ~25 us, 9,000 at ~2.5 ms, 1,000 at ~0.65 s; then 7 more in a second flush
+    first = [25_000 + i % 11 for i in range(40_000)] + [2_500_000] * 9_000 + [650_000_000] * 1_000
+    ray.get(observer.record.remote(first), timeout=WAIT)
+    ray.get(observer.record.remote([25_000] * 7), timeout=WAIT)
+    want = {"_count": 50_007.0, '_bucket{le="3e-05"}': 40_007.0, '_bucket{le="0.003"}': 49_007.0,
+            '_bucket{le="0.7"}': 50_007.0, '_bucket{le="+Inf"}': 50_007.0,
+            '_bucket{le="2e-05"}': 0.0}  # fmt: skip
+    deadline = time.monotonic() + SCRAPE_S
+    got: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        got = {}
+        for name, labels, value in scrape(metrics_port()):
+            if f'deployment="{deployment}"' not in labels:
+                continue
+            le = re.search(r'(?:^|,)le="([^"]+)"', labels)
+            key = name.removeprefix("ray_raydex_dry_run_seconds")
+            got[key + (f'{{le="{le[1]}"}}' if le else "")] = value
+        if all(got.get(k) == v for k, v in want.items()):
+            break
+        time.sleep(1.0)
+    assert {k: got.get(k) for k in want} == want
+    # _sum in seconds, exact to the local histogram's precision (< 1%)
+    total = (sum(first) + 7 * 25_000) / 1e9
+    assert got["_sum"] == pytest.approx(total, rel=0.01)
+    # every boundary is exported, cumulative and never decreasing
+    les = sorted((float(k[12:-2]), v) for k, v in got.items() if k.startswith("_bucket"))
+    assert len(les) == len(CATALOG["raydex_dry_run_seconds"].boundaries) + 1
+    assert all(a[1] <= b[1] for a, b in itertools.pairwise(les))
+    ray.kill(observer)
 
 
 def test_grafana_install_puts_the_dashboard_where_rays_grafana_provisioning_reads(

@@ -1,6 +1,7 @@
 """The sequencer as a detached, restartable Ray actor: killed, it comes back with the same state;
-a newest snapshot that is corrupt does not keep it down; a start that cannot succeed ends the
-actor's process (Ray restarts it, up to ``max_restarts``) instead of leaving it alive and broken."""
+a newest snapshot that is corrupt does not keep it down; a log it cannot use is a refused start:
+the actor stays up without serving, its status says why, and it serves once the log is restored
+(any other failed start ends the actor's process, and Ray restarts it)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import ray
 
 from raydex.actors.local import eth_market
@@ -97,7 +97,7 @@ def test_a_corrupt_newest_snapshot_does_not_keep_the_sequencer_down(
         ray.kill(seq, no_restart=True)
 
 
-def test_a_sequencer_that_cannot_start_exits_instead_of_staying_alive_and_broken(
+def test_a_sequencer_whose_log_cannot_be_used_stays_up_refusing_and_says_why(
     ray_session: None, tmp_path: Path
 ) -> None:
     wal = Wal(tmp_path / "wal")
@@ -105,15 +105,28 @@ def test_a_sequencer_that_cannot_start_exits_instead_of_staying_alive_and_broken
         wal.append_frames(s, s, [encode_tx(Deposit(1, s))])
     wal.close()
     seg = wal.segments()[-1]
-    data = bytearray(seg.read_bytes())
+    good = seg.read_bytes()
+    data = bytearray(good)
     data[40] ^= 0xFF  # inside block 1, with blocks 2 and 3 intact after it: not a torn tail
     seg.write_bytes(bytes(data))
-    cfg = SequencerConfig(wal_dir=str(tmp_path / "wal"), snapshot_dir=str(tmp_path / "snap"))
+    cfg = SequencerConfig(
+        wal_dir=str(tmp_path / "wal"), snapshot_dir=str(tmp_path / "snap"), repair_timeout_s=1.0
+    )
     seq = spawn(cfg, "seq-test-broken", restarts=1)
     try:
-        # the first start and its one restart both exit: the actor is dead, not up and silent
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(seq.status.remote(), timeout=120)
+        # alive, not serving: its status says why, and it keeps trying
+        st: dict[str, Any] = {}
+        for _ in range(120):  # bounded
+            st = ray.get(seq.status.remote(), timeout=30)
+            if st.get("refused_starts", 0) >= 2:
+                break
+            time.sleep(0.25)
+        assert "damaged WAL" in st["refused"] and "refusing to start" in st["refused"]
+        assert "state=refused" in st["repr"] and st["data_port"] == 0
         assert seg.read_bytes() == bytes(data)  # and the damaged log was not truncated
+        seg.write_bytes(good)  # the operator restores it: the next attempt serves
+        started = ray.get(seq.start.remote(), timeout=60)
+        assert started["seq"] == 3 and started["data_port"] > 0
+        assert ray.get(seq.status.remote(), timeout=30)["refused"] is None
     finally:
         ray.kill(seq, no_restart=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 import ray
+from kit.faults import flip_in_last_record, newest_segment
 
 from raydex.actors.local import Trader
 from raydex.actors.snapshot import ONE_ATTEMPT
@@ -370,3 +373,63 @@ def _try_status(actor: Any) -> dict[str, Any] | None:
         return st
     except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
         return None
+
+
+def test_a_damaged_newest_wal_record_is_taken_back_from_the_followers(exchange: Exchange) -> None:
+    """The deployed sequencer (Ray finds its followers by name): the holder paused (no snapshot
+    covers the newest block, and it answers no one), a tx acknowledged by a replica, a byte of
+    the newest WAL record flipped, the sequencer killed: Ray restarts it, it cuts the record, asks
+    the replicas and the committer, and takes the block back; the tx is still there."""
+    seq = ray.get_actor(dep.SEQUENCER, namespace=NS)
+    holder = ray.get_actor(dep.SNAPSHOT, namespace=NS)
+    committer = ray.get_actor(dep.COMMITTER, namespace=NS)
+    holder_pid = ray.get(holder.status.remote(), timeout=WAIT)["pid"]
+    os.kill(holder_pid, signal.SIGSTOP)
+    try:
+        port = next(iter(exchange.replicas().values()))["direct_port"]
+        tx = exchange.traders[1].order(302_000, 5, 1)
+
+        async def acked() -> dict[str, Any]:
+            async with aiohttp.ClientSession() as http:
+                return await send(http, port, tx)
+
+        assert asyncio.run(acked())["code"] == 200  # answered once applied on that replica
+        newest = sequencer_seq()
+        until(lambda: replicas_at(exchange, newest, 2), "the replicas at the newest block")
+        until(
+            lambda: ray.get(committer.status.remote(), timeout=WAIT)["seq"] >= newest,
+            "the committer at the newest block",
+        )
+        before = ray.get(seq.status.remote(), timeout=WAIT)
+        os.kill(before["pid"], signal.SIGSTOP)  # it writes nothing more while the byte flips
+        flip_in_last_record(newest_segment(exchange.tmp / "wal"), 5, 0x20)
+        os.kill(before["pid"], signal.SIGKILL)  # Ray restarts it
+
+        def restarted() -> dict[str, Any] | None:
+            st = _try_status(seq)
+            return st if st is not None and st["pid"] != before["pid"] else None
+
+        until(restarted, "the sequencer restarted")
+
+        def started() -> dict[str, Any] | None:  # waits out the silent holder's 10 s
+            try:
+                st: dict[str, Any] = ray.get(seq.start.remote(), timeout=60)
+                return st
+            except ray.exceptions.ActorUnavailableError:  # Ray still settling the restart
+                return None
+
+        after = until(started, "the restarted sequencer serving", seconds=120)
+        rec = after["recovery"]
+        assert rec["torn_bytes"] > 0 and tuple(rec["restored"]) == (newest, newest)
+        assert rec["restored_checked"] == 1 and rec["unanswered"] == [dep.SNAPSHOT]
+        assert after["seq"] == newest and after["refused"] is None
+        ours = ray.get(seq.state_hash.remote(), timeout=WAIT)
+        reps = until(lambda: replicas_at_one_seq(exchange), "the replicas at one seq")
+        assert {v["state_hash"] for v in reps.values()} == {ours["state_hash"]}
+    finally:
+        os.kill(holder_pid, signal.SIGCONT)
+    until(
+        lambda: ray.get(holder.status.remote(), timeout=WAIT)["seq"] >= newest,
+        "the holder caught up through the restored block",
+    )
+    assert ray.get(holder.status.remote(), timeout=WAIT)["divergences"] == 0

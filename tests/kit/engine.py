@@ -29,6 +29,7 @@ from raydex.codecs import (
     TimeTick,
     Transfer,
     UpdateLeverage,
+    UpdateMargin,
     Withdraw,
     grouped_slots,
     public_key_of,
@@ -226,15 +227,43 @@ class Desk:
 
     def transfer(self, account: int, to: int, amount: int) -> int:
         return self.run(
-            Transfer(account, 0, to, amount, self.now + 60_000, self.nonce(account), SIG)
+            Transfer(
+                account,
+                0,
+                to,
+                3,
+                0,
+                0,
+                amount,
+                0,
+                bytes(32),
+                bytes(65),
+                self.now + 60_000,
+                self.nonce(account),
+                SIG,
+            )
         )
 
     def withdraw(self, account: int, amount: int) -> int:
-        return self.run(Withdraw(account, 0, amount, self.now + 60_000, self.nonce(account), SIG))
+        return self.run(
+            Withdraw(account, 0, 3, 0, amount, self.now + 60_000, self.nonce(account), SIG)
+        )
 
     def leverage(self, account: int, imf: int, m: int = 0, mode: int = 0) -> int:
         return self.run(
             UpdateLeverage(account, 0, m, imf, mode, self.now + 60_000, self.nonce(account), SIG)
+        )
+
+    def isolate(self, account: int, m: int = 0, imf: int = 1_000) -> int:
+        """UpdateLeverage to isolated margin in market ``m`` at ``imf``."""
+        return self.leverage(account, imf, m, 1)
+
+    def margin(self, account: int, amount: int, add: bool = True, m: int = 0) -> int:
+        """UpdateMargin: ``amount`` into (``add``) or out of the isolated position in ``m``."""
+        return self.run(
+            UpdateMargin(
+                account, 0, m, amount, int(add), self.now + 60_000, self.nonce(account), SIG
+            )
         )
 
     def change_key(self, account: int, new_key: int, pub: bytes) -> int:
@@ -273,6 +302,11 @@ class Desk:
     def size(self, account: int, m: int = 0) -> int:
         p = self.eng.position(account, m)
         return 0 if p is None else p.size
+
+    def allocated(self, account: int, m: int = 0) -> int:
+        """The collateral of ``account``'s isolated position in ``m`` (0: none or cross)."""
+        p = self.eng.position(account, m)
+        return 0 if p is None else p.allocated_margin
 
     def cash(self, account: int) -> int:
         c = self.eng.account_collateral(account)

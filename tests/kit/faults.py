@@ -2,11 +2,14 @@
 
 ::
 
-    Load (signed orders, one GrpcTxChannel) ──Txs──► sequencer (in this process, or a child
+    Load (signed orders, one tx channel)    ──Txs──► sequencer (in this process, or a child
         records every acknowledged outcome             process: kit/sequencer_proc.py, so that it
                                                        can be SIGKILLed or run on a tiny disk)
     SnapshotService (in this process) ◄──tx log / deltas──┘
     audit(): a copy of the WAL replayed from seq 0 by the production recovery code
+
+A :class:`Load` acknowledged through a replica (``via``) is acknowledged as a client's tx is: once
+its block is applied there; through the sequencer's data plane, once the block is durable.
 
 Every fault test ends with :func:`verify`: the holder reaches the sequencer's seq, every
 acknowledged outcome is in the audit (same tx hash, same block, same code), and the state hashes
@@ -29,15 +32,16 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from raydex.actors.local import eth_market
+from raydex.actors.replica import ApiError
 from raydex.actors.sequencer import BlockProducer, SequencerConfig, Wal, WalError
 from raydex.actors.snapshot import SnapshotConfig, SnapshotService
-from raydex.actors.transport import GrpcTxChannel, TransportError
+from raydex.actors.transport import TransportError, TxChannel, tx_channel
 from raydex.cluster.control.deploy import free_port
 from raydex.codecs import (
     DEFAULT_CHAIN_ID,
@@ -170,9 +174,15 @@ class Trader:
         self.pending = None
 
 
+#: a replica's ``execute_txs``: the outcomes, returned once their block is applied there
+Submit = Callable[[list[Any]], Awaitable[list[TxOutcome]]]
+
+
 @dataclass
 class Load:
-    """Rounds of one signed order per trader, one batch per round, over the real data plane."""
+    """Rounds of one signed order per trader, one batch per round, over the real data plane; or,
+    with ``via`` (a replica's ``execute_txs``), through a replica, acknowledged as a client is:
+    once the block is applied there."""
 
     target: str
     traders: list[Trader]
@@ -181,25 +191,32 @@ class Load:
     sent: dict[bytes, CreateOrder] = field(default_factory=dict)
     unknown: int = 0
     rounds: int = 0
-    _channel: GrpcTxChannel | None = None
+    via: Submit | None = None
+    #: the data-plane secret the load carries (a deployment member's), and its channel: the
+    #: plane the target names (``host:port`` gRPC, ``tcp://host:port`` TCP)
+    secret: str = ""
+    _channel: TxChannel | None = None
 
     async def round(self) -> bool:
         """One batch; True when acknowledged (its outcomes recorded), False when unknown."""
-        if self._channel is None:
-            self._channel = GrpcTxChannel(self.target)
         txs = [t.next_tx() for t in self.traders]
         self.sent.update((tx_hash_of(tx, DEFAULT_CHAIN_ID), tx) for tx in txs)  # the outcome's hash
         self.rounds += 1
         try:
-            reply = await asyncio.wait_for(self._channel.submit(encode_batch(txs)), 10.0)
-        except (TransportError, TimeoutError, OSError) as exc:
+            if self.via is not None:
+                outs = await asyncio.wait_for(self.via(list(txs)), 10.0)
+            else:
+                if self._channel is None:
+                    self._channel = tx_channel(self.target, secret=self.secret)
+                reply = await asyncio.wait_for(self._channel.submit(encode_batch(txs)), 10.0)
+                outs = decode_outcomes(reply)
+        except (TransportError, TimeoutError, OSError, ApiError) as exc:
             del exc
             self.unknown += len(txs)
             for t in self.traders:
                 t.unknown()
             await self._reset()
             return False
-        outs = decode_outcomes(reply)
         for t, o in zip(self.traders, outs, strict=True):
             t.settle(o.code)
         self.acked.extend(outs)

@@ -49,6 +49,8 @@ from raydex.observability.bench.floors import BareBook
 from .engine import market
 
 _SIG = b"\x00" * 80
+_MEMO = bytes(32)
+_NO_L1_SIG = bytes(65)
 _KEY = public_key_of((17).to_bytes(40, "little"))  # valid: the engine checks points
 T0 = 1_700_000_000_000
 
@@ -233,7 +235,24 @@ class Workload:
             b = self.makers + rand(self.accounts - self.makers)
             if a == b:
                 b = 0
-            yield Transfer(a, 0, b, 1 + rand(1_000_000), exp, self._next_nonce(a), _SIG), now
+            yield (
+                Transfer(
+                    a,
+                    0,
+                    b,
+                    3,
+                    0,
+                    0,
+                    1 + rand(1_000_000),
+                    0,
+                    _MEMO,
+                    _NO_L1_SIG,
+                    exp,
+                    self._next_nonce(a),
+                    _SIG,
+                ),
+                now,
+            )
 
     def _conditional(self, now: int, exp: int) -> Any:
         """One conditional-order command of a taker (see the module docstring)."""

@@ -1,6 +1,11 @@
 """Hypothesis drives the engine with random orders, cancels, modifies and mark moves against a tiny
 list-based price-time reference book; after every step the books, the fills and the positions must
-agree and ``validate_internal_state()`` must pass. A replay of every command through a fresh engine
+agree and ``validate_internal_state()`` must pass. Accounts switch between cross and isolated margin
+and move isolated collateral (UpdateMargin); a plain per-fill ledger of each position (its basis
+and, in isolated mode, its collateral by raydex's rule) must agree with the engine's. Masters open
+sub-accounts (tx 9: the next index down from 2^48 - 2, at most ``MAX_SUB_ACCOUNTS`` each) and move
+USDC among all accounts with a fee; a plain ledger of each sub-account's cash, the fee pool and the
+masters' debits must agree with the engine's. A replay of every command through a fresh engine
 and a snapshot round trip must reproduce the state hash.
 
 The reference also holds stop-loss / take-profit orders (market and limit, sized, not
@@ -18,15 +23,24 @@ from typing import Any
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 from kit.engine import KEY, market
 
 from raydex.codecs import (
+    MAX_ACCOUNT_INDEX,
+    MAX_SUB_ACCOUNTS,
     ApplyFunding,
     CancelAllOrders,
     CancelOrder,
     CreateGroupedOrders,
     CreateOrder,
+    CreateSubAccount,
     Deposit,
     ModifyOrder,
     OrderInfo,
@@ -35,6 +49,7 @@ from raydex.codecs import (
     TimeTick,
     Transfer,
     UpdateLeverage,
+    UpdateMargin,
     Withdraw,
     grouped_slots,
 )
@@ -51,6 +66,60 @@ SIZES = st.integers(1, 5)
 MARKET = market(
     0, symbol="T", maker_fee=100, taker_fee=300, max_price_deviation=10_000, mark_price=100
 )
+MULT = 100  # micro-USDC per tick * lot (2 price and 2 size decimals)
+#: isolated positions of the reference machine run at 1x (100% initial margin), so the marks it
+#: moves (97-103) never bring one near its maintenance margin: no liquidation to model
+ISOLATED_IMF = 10_000
+
+
+@dataclass
+class RefLedger:
+    """One account's position as plainly as possible: signed lots, signed cost basis, and in
+    isolated mode its collateral (``Position.allocated``)."""
+
+    isolated: bool = False
+    size: int = 0
+    basis: int = 0
+    collateral: int = 0
+
+    def fill(self, d: int, price: int, fee: int, mark: int) -> None:
+        """``d`` signed lots at ``price`` paying ``fee``: the basis as the engine keeps it and,
+        isolated, raydex's rule (docs/lighter-compatibility.md, isolated margin)."""
+        s, pq = self.size, price * MULT
+        realized = 0
+        if s == 0 or (s > 0) == (d > 0):
+            self.size, self.basis = s + d, self.basis + d * pq
+        else:
+            c = min(abs(s), abs(d))
+            removed = _trunc(self.basis * c, abs(s))
+            realized = (pq * c if s > 0 else -pq * c) - removed
+            self.size = s + d
+            self.basis = self.size * pq if abs(d) > c else self.basis - removed
+        if not self.isolated:
+            return
+        ns = self.size
+        cash = self.collateral + realized - fee
+        opened = 0
+        if s == 0:
+            opened = abs(ns)
+        elif ns != 0 and (ns > 0) == (s > 0):
+            if abs(ns) > abs(s):
+                opened = abs(ns) - abs(s)
+            elif cash > 0:
+                cash -= cash * (abs(s) - abs(ns)) // abs(s)
+        else:
+            cash = 0  # all of it back to the cross collateral (no deficit at 1x)
+            opened = abs(ns)
+        if opened:
+            mq = mark * MULT
+            cash += -(-opened * mq * ISOLATED_IMF // 10_000)
+            cash += opened * max(0, (pq - mq) if ns > 0 else (mq - pq))
+        self.collateral = cash
+
+
+def _trunc(a: int, b: int) -> int:
+    """``a / b`` rounded toward zero (``b > 0``)."""
+    return a // b if a >= 0 else -(-a // b)
 
 
 @dataclass
@@ -144,8 +213,13 @@ class EngineVsReference(RuleBasedStateMachine):
         self.eng = Engine()
         self.ref = ReferenceBook()
         self.triggers: list[RefTrigger] = []
-        self.mark = 100
         self.nonces = dict.fromkeys(ACCOUNTS, 0)
+        self.ledgers = {a: RefLedger() for a in ACCOUNTS}
+        self.mark_price = MARKET.mark_price
+        self.subs: dict[int, int] = {}  # sub-account -> master
+        self.sub_cash: dict[int, int] = {}
+        self.next_sub = MAX_ACCOUNT_INDEX
+        self.fee_pool = 0  # the trades' fees and the transfers'
         self.log: list[Any] = []
         self.events: list[Any] = []
         self.run(MARKET)
@@ -156,7 +230,14 @@ class EngineVsReference(RuleBasedStateMachine):
     def run(self, cmd: Any) -> int:
         self.log.append(cmd)
         self.events = []
-        return self.eng.execute(cmd, NOW, self.events)
+        code = self.eng.execute(cmd, NOW, self.events)
+        for e in self.events:
+            if type(e).__name__ == "TradeExecuted":
+                q = -e.size if e.taker_is_ask else e.size
+                self.fee_pool += e.taker_fee + e.maker_fee
+                self.ledgers[e.taker_account_index].fill(q, e.price, e.taker_fee, self.mark_price)
+                self.ledgers[e.maker_account_index].fill(-q, e.price, e.maker_fee, self.mark_price)
+        return code
 
     def nonce(self, a: int) -> int:
         n = self.nonces[a]
@@ -308,8 +389,8 @@ class EngineVsReference(RuleBasedStateMachine):
 
     @rule(mark=st.integers(97, 103))
     def move_mark(self, mark: int) -> None:
+        self.mark_price = mark  # (set first: the orders this move fires trade at it)
         assert self.run(SetMarkPrice(0, mark)) == RC.OK
-        self.mark = mark
         assert self.fills() == self._fire()
 
     @rule(
@@ -348,7 +429,7 @@ class EngineVsReference(RuleBasedStateMachine):
 
     def _fire(self) -> list[tuple[int, int, int]]:
         """Fire the reference's triggers the mark has reached (crossing order); their fills."""
-        due = [t for t in self.triggers if t.reached(self.mark)]
+        due = [t for t in self.triggers if t.reached(self.mark_price)]
         ups = sorted((t for t in due if t.on_rise), key=lambda t: (t.trigger, t.oid))
         downs = sorted((t for t in due if not t.on_rise), key=lambda t: (-t.trigger, t.oid))
         fills: list[tuple[int, int, int]] = []
@@ -360,6 +441,96 @@ class EngineVsReference(RuleBasedStateMachine):
                 self.ref.rest(t.oid, t.account, t.is_ask, t.price, left, False)
         return fills
 
+    @rule(a=st.sampled_from(ACCOUNTS), isolated=st.booleans())
+    def margin_mode(self, a: int, isolated: bool) -> None:
+        """UpdateLeverage to cross or isolated: refused while the position is open or the
+        account rests an order (MARGIN_MODE_LOCKED)."""
+        imf = ISOLATED_IMF if isolated else MARKET.default_initial_margin_fraction
+        code = self.run(UpdateLeverage(a, 0, 0, imf, int(isolated), NOW, self.nonce(a), SIG))
+        ledger = self.ledgers[a]
+        locked = ledger.size != 0 or any(o.account == a for o in self.ref.orders)
+        if isolated != ledger.isolated and locked:
+            assert code == RC.MARGIN_MODE_LOCKED
+            return
+        assert code == RC.OK
+        ledger.isolated = isolated
+
+    @rule(a=st.sampled_from(ACCOUNTS), amount=st.integers(1, 3_000), add=st.booleans())
+    def update_margin(self, a: int, amount: int, add: bool) -> None:
+        """UpdateMargin: into the position, or out of it down to its initial margin."""
+        code = self.run(UpdateMargin(a, 0, 0, amount, int(add), NOW, self.nonce(a), SIG))
+        ledger = self.ledgers[a]
+        if not ledger.isolated or ledger.size == 0:
+            assert code == RC.NO_ISOLATED_POSITION
+            return
+        if add:
+            assert code == RC.OK
+            ledger.collateral += amount
+            return
+        mq = self.mark_price * MULT
+        equity = ledger.collateral - amount + ledger.size * mq - ledger.basis
+        if amount > ledger.collateral:
+            assert code == RC.INSUFFICIENT_BALANCE
+        elif equity * 10_000 < abs(ledger.size) * mq * ISOLATED_IMF:
+            assert code == RC.NOT_ENOUGH_MARGIN
+        else:
+            assert code == RC.OK
+            ledger.collateral -= amount
+
+    @rule(a=st.sampled_from(ACCOUNTS))
+    def open_sub_account(self, a: int) -> None:
+        """CreateSubAccount: the next index down, the signer its master, no collateral; the
+        operator then gives it a key as the SDK's ChangePubKey would."""
+        code = self.run(CreateSubAccount(a, 0, NOW, self.nonce(a), SIG))
+        if sum(m == a for m in self.subs.values()) >= MAX_SUB_ACCOUNTS:
+            assert code == RC.TOO_MANY_SUB_ACCOUNTS
+            return
+        assert code == RC.OK
+        made = [
+            (e.account_index, e.master_index)
+            for e in self.events
+            if type(e).__name__ == "SubAccountCreated"
+        ]
+        sub = self.next_sub
+        assert made == [(sub, a)]
+        self.next_sub -= 1
+        self.subs[sub], self.sub_cash[sub], self.nonces[sub] = a, 0, 0
+        assert self.run(RegisterApiKey(sub, 0, KEY)) == RC.OK
+
+    @precondition(lambda self: bool(self.subs))
+    @rule(data=st.data(), amount=st.integers(1, 10**9), fee=st.integers(0, 1_000))
+    def transfer(self, data: st.DataObject, amount: int, fee: int) -> None:
+        """Transfer of USDC on the perps route between any two accounts (the masters here have
+        no L1 address, so none needs an L1 signature): the sender pays amount and fee, the fee
+        goes to the fee pool; a sub-account holds only what was sent to it (no position, no
+        order), a master far more than any transfer."""
+        everyone = sorted((*ACCOUNTS, *self.subs))
+        src = data.draw(st.sampled_from(everyone))
+        others = [a for a in everyone if a != src]
+        dst = data.draw(
+            st.sampled_from(others) | st.sampled_from(sorted(self.subs.keys() - {src}) or others)
+        )
+        if src in self.subs:  # often what it holds, or less
+            held = self.sub_cash[src]
+            amount = data.draw(st.sampled_from((amount, max(1, held), max(1, held // 2))))
+        paid = self.eng.account_collateral(src)
+        tx = Transfer(
+            src, 0, dst, 3, 0, 0, amount, fee, bytes(32), bytes(65), NOW, self.nonce(src), SIG
+        )
+        code = self.run(tx)
+        if src in self.subs and amount + fee > self.sub_cash[src]:
+            assert code == RC.INSUFFICIENT_BALANCE
+            assert self.eng.account_collateral(src) == paid
+            event("transfer refused: INSUFFICIENT_BALANCE")
+            return
+        assert code == RC.OK
+        event("transfer from a sub-account" if src in self.subs else "transfer from a master")
+        assert paid - self.eng.account_collateral(src) == amount + fee
+        self.fee_pool += fee
+        for a, delta in ((src, -amount - fee), (dst, amount)):
+            if a in self.subs:
+                self.sub_cash[a] += delta
+
     @invariant()
     def books_positions_and_internal_state_agree(self) -> None:
         self.eng.validate_internal_state()
@@ -368,6 +539,17 @@ class EngineVsReference(RuleBasedStateMachine):
         for a in ACCOUNTS:
             p = self.eng.position(a, 0)
             assert (0 if p is None else p.size) == self.ref.positions[a]
+            ledger = self.ledgers[a]
+            got = (
+                (0, 0, 0, 0)
+                if p is None
+                else (p.size, p.entry_quote, p.margin_mode, p.allocated_margin)
+            )
+            assert got == (ledger.size, ledger.basis, int(ledger.isolated), ledger.collateral)
+        for sub, master in self.subs.items():
+            assert self.eng.master_index(sub) == master
+            assert self.eng.account_collateral(sub) == self.sub_cash[sub]
+        assert self.eng.fee_pool == self.fee_pool
         waiting = sorted(
             c.order_index
             for a in ACCOUNTS
@@ -446,6 +628,8 @@ class EngineUnderStress(RuleBasedStateMachine):
             name = type(e).__name__
             if name in ("PositionLiquidated", "PositionDeleveraged", "TradeExecuted"):
                 event(name)
+                if name != "TradeExecuted" and self._isolated(e.account_index, e.market_index):
+                    event(f"{name} of an isolated position")
             elif name == "OrderUpdated" and e.status in (12, 6):
                 event(f"order status {e.status}")
         return code
@@ -454,6 +638,20 @@ class EngineUnderStress(RuleBasedStateMachine):
         n = self.nonces[a]
         self.nonces[a] = n + 1
         return n
+
+    @initialize(
+        isolated=st.sets(st.tuples(st.integers(1, 4), st.integers(0, 1)), max_size=6),
+        imf=st.sampled_from((2_000, 5_000)),
+    )
+    def isolate_some(self, isolated: set[tuple[int, int]], imf: int) -> None:
+        """Some (account, market) positions start in isolated margin, before any trade."""
+        for a, m in sorted(isolated):
+            code = self.run(UpdateLeverage(a, 0, m, imf, 1, self.now, self.nonce(a), SIG))
+            assert code == RC.OK
+
+    def _isolated(self, a: int, m: int) -> bool:
+        p = self.eng.position(a, m)
+        return p is not None and p.margin_mode == 1
 
     @rule(
         a=st.integers(1, 5),
@@ -594,12 +792,32 @@ class EngineUnderStress(RuleBasedStateMachine):
 
     @rule(a=st.integers(1, 5), b=st.integers(1, 5), amount=st.integers(1, 3_000_000))
     def move_cash(self, a: int, b: int, amount: int) -> None:
-        self.run(Transfer(a, 0, b, amount, self.now, self.nonce(a), SIG))
-        self.run(Withdraw(b, 0, amount // 2 + 1, self.now, self.nonce(b), SIG))
+        self.run(
+            Transfer(
+                a, 0, b, 3, 0, 0, amount, 0, bytes(32), bytes(65), self.now, self.nonce(a), SIG
+            )
+        )
+        self.run(Withdraw(b, 0, 3, 0, amount // 2 + 1, self.now, self.nonce(b), SIG))
 
-    @rule(a=st.integers(1, 5), m=st.integers(0, 1), imf=st.integers(1, 10_000))
-    def leverage(self, a: int, m: int, imf: int) -> None:
-        self.run(UpdateLeverage(a, 0, m, imf, 0, self.now, self.nonce(a), SIG))
+    @rule(
+        a=st.integers(1, 5),
+        m=st.integers(0, 1),
+        imf=st.integers(1, 10_000),
+        mode=st.sampled_from((0, 0, 1)),
+    )
+    def leverage(self, a: int, m: int, imf: int, mode: int) -> None:
+        self.run(UpdateLeverage(a, 0, m, imf, mode, self.now, self.nonce(a), SIG))
+
+    @rule(
+        a=st.integers(1, 5),
+        m=st.integers(0, 1),
+        amount=st.integers(1, 3_000_000),
+        direction=st.integers(0, 1),
+    )
+    def isolated_margin(self, a: int, m: int, amount: int, direction: int) -> None:
+        code = self.run(UpdateMargin(a, 0, m, amount, direction, self.now, self.nonce(a), SIG))
+        if code == RC.OK:
+            event("isolated margin moved")
 
     @rule(ms=st.integers(0, 10))
     def time_passes(self, ms: int) -> None:

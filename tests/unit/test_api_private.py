@@ -172,8 +172,25 @@ def test_deposits_withdrawals_and_transfers_are_listed_with_their_amounts() -> N
     async def body(r: Rig, ts: list[Trader]) -> None:
         a, b = ts
         r.ex.run([Deposit(a.account, 25 * USDC)], operator=True)
-        await r.signed(a, Withdraw(a.account, 0, 7 * USDC, FAR_MS, a.nonce, bytes(80)))
-        await r.signed(a, Transfer(a.account, 0, b.account, 3 * USDC, FAR_MS, a.nonce, bytes(80)))
+        await r.signed(a, Withdraw(a.account, 0, 3, 0, 7 * USDC, FAR_MS, a.nonce, bytes(80)))
+        await r.signed(
+            a,
+            Transfer(
+                a.account,
+                0,
+                b.account,
+                3,
+                0,
+                0,
+                3 * USDC,
+                0,
+                bytes(32),
+                bytes(65),
+                FAR_MS,
+                a.nonce,
+                bytes(80),
+            ),
+        )
 
         deposits = await r.valid(
             models.DepositHistory, "/api/v1/deposit/history", a, account_index=a.account
@@ -266,6 +283,13 @@ def test_every_private_read_refuses_missing_foreign_expired_and_forged_tokens() 
                 got, reply = await r.get(path, tok, account_index=a.account, **params)
                 assert (got, reply["code"]) == (status, code), (path, tok, reply)
                 assert set(reply) == {"code", "message"}, reply  # nothing served
+        # accountTxs names its account in ``value``: the same refusals, nothing of the list served
+        for tok, status, code in cases:
+            got, reply = await r.get(
+                "/api/v1/accountTxs", tok, by="account_index", value=a.account, limit=10
+            )
+            assert (got, reply["code"]) == (status, code), ("accountTxs", tok, reply)
+            assert set(reply) == {"code", "message"}, reply
         # the same token works as the ``auth`` parameter
         status, reply = await r.get(
             "/api/v1/deposit/history", token(a), header=False, account_index=a.account

@@ -142,6 +142,30 @@ def test_bench_wal_times_both_segment_layouts_in_the_given_folder(
     assert list(tmp_path.iterdir()) == []  # its logs removed
 
 
+@pytest.mark.slow
+def test_bench_sequencer_feeds_signed_valid_batches_and_splits_the_sequencers_cpu_by_step(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """One short rate through the real processes: every tx the feeders sent is answered and
+    executed OK (nonces in order per account), the committer's audit finds every signature
+    valid, the steps and the rest add up to the process's CPU per tx, the WAL folder is removed."""
+    argv = ["bench", "sequencer", "--json", "--rates", "300", "--step-seconds", "1.5",
+            "--feeders", "2", "--dir", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    (step,) = out["steps"]
+    assert step["txs"] > 0 and step["unanswered_batches"] == 0
+    assert set(step["codes"]) == {"OK"} and step["codes"]["OK"] == step["sent_txs"]
+    assert step["followers_behind_blocks"]["audit_failed_txs"] == 0
+    by_step = step["us_per_tx_by_step"]
+    assert set(by_step) == {"decode", "engine", "wal", "publish", "rest"}
+    assert all(by_step[k] > 0 for k in ("decode", "engine", "wal", "publish"))
+    assert sum(by_step.values()) == pytest.approx(step["us_per_tx"], abs=0.1)
+    assert out["setup_codes"] == {"OK": sum(out["setup_codes"].values())}
+    assert out["goal"]["tps"] == 20_740 and "placement" in out
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -151,6 +175,8 @@ def test_bench_wal_times_both_segment_layouts_in_the_given_folder(
         ["bench", "engine", "--commands", "0"],
         ["bench", "apply", "--evict-mb", "-1"],
         ["bench", "apply", "--huge-pages", "maybe"],
+        ["bench", "sequencer", "--feeders", "0"],
+        ["bench", "sequencer", "--rates", "fast"],
         ["bench", "nothing"],
         ["deploy"],
     ],

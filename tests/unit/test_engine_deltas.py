@@ -50,7 +50,7 @@ HOT: list[tuple[str, type, list[Any]]] = [
     ),
     ("trade_executed", TradeExecuted, [U8, U63, U32, U63, U63, U63, U63, U63, U8, I64, I64]),
     ("balance_changed", BalanceChanged, [U63, I64]),
-    ("position_changed", PositionChanged, [U63, U8, I64, I64, I64, I64, U16, U8]),  # (a Position)
+    ("position_changed", PositionChanged, [U63, U8, I64, I64, I64, I64, U16, U8, I64]),
     ("nonce_updated", NonceUpdated, [U63, U8, I64]),
     ("market_stats_changed", MarketStatsChanged, [U8, U32, U32, U63]),
     ("exchange_balances_changed", ExchangeBalancesChanged, [I64, I64, I64, I64]),
@@ -121,10 +121,10 @@ def _writer_args(name: str, values: list[int]) -> tuple[Any, ...]:
         lvl.size = size
         return (lvl,)
     if name == "position_changed":
-        ai, mi, size, entry, realized, funding, imf, mode = values
+        ai, mi, size, entry, realized, funding, imf, mode, allocated = values
         p = POSITION(ACCOUNT(ai), MARKET(mi, "M", 2, 2), imf)
         p.size, p.entry_quote, p.realized_pnl, p.funding_paid = size, entry, realized, funding
-        p.margin_mode = mode
+        p.margin_mode, p.allocated = mode, allocated
         return (p,)
     return tuple(values)
 

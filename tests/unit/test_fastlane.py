@@ -6,6 +6,7 @@ Real sockets on 127.0.0.1, a real aiohttp app behind, raw bytes from the client 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -285,13 +286,18 @@ def test_parse_takes_only_what_it_fully_understands() -> None:
     ok = bytearray(post("/api/v1/sendTxBatch", b"a=1", "application/json; charset=UTF-8"))
     req = parse(ok, 100)
     assert getattr(req, "path", None) == "/api/v1/sendTxBatch" and ok == bytearray()
-    for partial in (b"", b"PO", b"POST /api/v1/sendTx HTTP/1.1\r\nContent-Le"):
+    # an incomplete head waits, whatever its method: it is handed on only once complete
+    for partial in (b"", b"PO", b"G", b"GET /api/v1/info HTTP/1.1\r\nHo",
+                    b"POST /api/v1/sendTx HTTP/1.1\r\nContent-Le"):  # fmt: skip
         assert parse(bytearray(partial), 100) is None
     head_only = post("/api/v1/sendTx", b"abc")[:-1]
     assert parse(bytearray(head_only), 100) is None  # the body is still on its way
     refused = [
         b"GET / HTTP/1.1\r\n\r\n",
-        b"G",
+        # malformed before it is complete: aiohttp's parser answers them (JSON 400)
+        b"POST /api/v1/sendTx HTTP/1.1\nHost: x\n",
+        b"GET /api/v1/info HTTP/1.1\r\nHost: x\n",
+        b"POST /" + b"a" * MAX_HEAD + b" HTTP/1.1",
         b"POST /api/v1/sendTx HTTP/1.0\r\nContent-Length: 0\r\n\r\n",
         b"POST /api/v1/sendTx?x=1 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
         b"POST /api/v1/sendTx HTTP/1.1\r\nContent-Type: multipart/form-data; boundary=x\r\n"
@@ -310,19 +316,140 @@ def test_parse_takes_only_what_it_fully_understands() -> None:
         assert buf == bytearray(raw)  # left for aiohttp as it came
 
 
-def test_an_idle_connection_and_a_stalled_request_head_are_closed(
+def test_an_idle_connection_a_stalled_and_a_trickling_request_head_are_closed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """An idle keep-alive after ``KEEPALIVE_S``; a head that stalls, or trickles a byte at a time
+    (the deadline is never reset by a byte), after ``http_head_timeout_s``: 408 and the close;
+    a connection that never sends a byte, the same."""
     monkeypatch.setattr(fastlane, "KEEPALIVE_S", 0.2)
 
+    async def main() -> None:
+        trader = Trader(10)
+        _, s = await lane_rig([trader], ApiConfig(http_head_timeout_s=0.5))
+        try:
+            served = await Conn.open(s.port)  # one answer, then nothing
+            await served.send(post("/api/v1/sendTx", form(trader.order(299_000, 10, 0))))
+            assert (await served.response())[0] == 200
+            stalled = await Conn.open(s.port)  # half a head, then nothing
+            await stalled.send(b"POST /api/v1/sendTx HTTP/1.1\r\nHost: x\r\n")
+            silent = await Conn.open(s.port)
+            trickling = await Conn.open(s.port)
+            answer = asyncio.create_task(trickling.response())
+            head = b"GET /api/v1/info HTTP/1.1\r\nX: " + b"y" * 100
+            dripped = 0
+            while not answer.done() and dripped < len(head):  # 0.05 s a byte: 10x the deadline
+                with contextlib.suppress(ConnectionError):
+                    await trickling.send(head[dripped : dripped + 1])
+                dripped += 1
+                await asyncio.sleep(0.05)
+            assert answer.done(), "a trickling head was never cut off"
+            answers = [await c.response() for c in (stalled, silent)] + [await answer]
+            for status, _, raw in answers:
+                assert (status, json.loads(raw)["code"]) == (408, ResultCode.INVALID_PARAM)
+            for c in (served, stalled, silent, trickling):
+                assert await asyncio.wait_for(c.r.read(), WAIT) == b""
+            assert s.lane is not None and not s.lane.connections
+            assert s.lane.gate.refused["head_timeout"] == 3 and s.lane.gate.open == 0
+        finally:
+            await s.close()
+
+    run(main())
+
+
+def test_pipelined_requests_are_all_answered_when_the_client_half_closes() -> None:
+    """Three sendTx sent at once, then the client's FIN: all three executed and answered (as
+    aiohttp answers them), then the server closes."""
+
     async def body(ex: LocalExchange, s: LaneServer, ts: list[Trader]) -> None:
-        served = await Conn.open(s.port)  # one answer, then nothing
-        await served.send(post("/api/v1/sendTx", form(ts[0].order(299_000, 10, 0))))
-        assert (await served.response())[0] == 200
-        stalled = await Conn.open(s.port)  # half a head, then nothing
-        await stalled.send(b"POST /api/v1/sendTx HTTP/1.1\r\nHost: x\r\n")
-        for c in (served, stalled):
-            assert await asyncio.wait_for(c.r.read(), WAIT) == b""
-        assert s.lane is not None and not s.lane.connections
+        a = ts[0]
+        c = await Conn.open(s.port)
+        txs = [a.order(299_000 - i, 10, 0) for i in range(3)]
+        await c.send(b"".join(post("/api/v1/sendTx", form(tx)) for tx in txs))
+        c.w.write_eof()
+        answers = [await c.response() for _ in txs]
+        assert [json.loads(raw)["code"] for _, _, raw in answers] == [200, 200, 200]
+        assert await asyncio.wait_for(c.r.read(), WAIT) == b""
+        assert ex.replicas[0][0].next_nonce(a.account, 0) == 3
+        assert s.lane is not None and (s.lane.served, s.lane.handoffs) == (3, 0)
 
     with_lane(body)
+
+
+MALFORMED = [
+    b"POST /api/v1/sendTx HTTP/1.1\nHost: x\nContent-Length: 0\n\n",  # bare LF
+    b"GET /api/v1/info HTTP/1.1\nHost: x\n\n",
+    b"POST /api/v1/" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",  # request line > 8190
+    b"GET /api/v1/info HTTP/1.1\r\nX: " + b"b" * 9000 + b"\r\n\r\n",  # header > 8190
+]
+
+
+@pytest.mark.parametrize("fast_lane", [True, False], ids=["fast-lane", "aiohttp-only"])
+@pytest.mark.parametrize("raw", MALFORMED, ids=["bare-lf-post", "bare-lf-get", "line", "header"])
+def test_malformed_heads_get_the_api_json_400_whoever_answers(raw: bytes, fast_lane: bool) -> None:
+    async def main() -> None:
+        _, s = await lane_rig([Trader(10)], ApiConfig(fast_lane=fast_lane))
+        try:
+            c = await Conn.open(s.port)
+            await c.send(raw)
+            status, headers, body = await c.response()
+            reply = json.loads(body)
+            assert (status, reply["code"]) == (400, ResultCode.INVALID_PARAM), reply
+            assert reply["message"].startswith("bad HTTP request: ")
+            assert headers["content-type"].startswith("application/json")
+            assert await asyncio.wait_for(c.r.read(), WAIT) == b""
+        finally:
+            await s.close()
+
+    run(main())
+
+
+def test_connections_over_the_per_ip_and_the_global_cap_are_refused_and_counted() -> None:
+    async def main() -> None:
+        cfg = ApiConfig(http_max_connections_per_ip=3, rate_limit_exempt=())
+        _, s = await lane_rig([Trader(10)], cfg)
+        try:
+            held = [await Conn.open(s.port) for _ in range(3)]
+            over = await Conn.open(s.port)
+            status, headers, raw = await over.response()
+            assert (status, json.loads(raw)["code"], headers["retry-after"]) == (
+                429, ResultCode.RATE_LIMITED, "1",
+            )  # fmt: skip
+            assert await asyncio.wait_for(over.r.read(), WAIT) == b""
+            held.pop().close()  # one closes: its place is free again
+            await asyncio.sleep(0.1)
+            again = await Conn.open(s.port)
+            await again.send(post("/api/v1/sendTx", b"tx_type=14"))
+            assert (await again.response())[0] == 400  # served (a bad tx), not refused
+            assert s.lane is not None and s.lane.gate.refused["per_ip"] == 1
+            for c in (*held, again):
+                c.close()
+        finally:
+            await s.close()
+        # the global cap counts every address, exempt ones too. At the cap the connection that
+        # has waited longest for its first head makes room (408, "evicted"); when every one has
+        # sent a request, the newcomer is answered 503 and closed
+        _, s = await lane_rig([Trader(10)], ApiConfig(http_max_connections=2))
+        try:
+            silent = await Conn.open(s.port)
+            await asyncio.sleep(0.05)
+            served = await Conn.open(s.port)
+            await served.send(post("/api/v1/sendTx", b"tx_type=14"))
+            assert (await served.response())[0] == 400  # a request answered: not evictable
+            newcomer = await Conn.open(s.port)
+            status, _, raw = await silent.response()
+            assert (status, json.loads(raw)["code"]) == (408, ResultCode.INVALID_PARAM)
+            assert "make room" in json.loads(raw)["message"]
+            await newcomer.send(post("/api/v1/sendTx", b"tx_type=14"))
+            assert (await newcomer.response())[0] == 400  # admitted, served
+            over = await Conn.open(s.port)
+            status, _, raw = await over.response()
+            assert (status, json.loads(raw)["code"]) == (503, ResultCode.RATE_LIMITED)
+            assert s.lane is not None and s.lane.gate.open == 2
+            assert (s.lane.gate.refused["total"], s.lane.gate.refused["evicted"]) == (1, 1)
+            for c in (silent, served, newcomer, over):
+                c.close()
+        finally:
+            await s.close()
+
+    run(main())

@@ -302,6 +302,38 @@ def test_the_window_sampler_keeps_the_cpu_of_processes_that_exit_inside_the_wind
     assert led.by_role["parent role"] >= burned - 2 * TICK
 
 
+def test_a_role_is_charged_every_process_that_held_it_when_one_is_killed_and_replaced() -> None:
+    """A sequencer killed inside the window and started again (a new pid, as Ray's restart
+    gives it): the role keeps the first process's CPU until its last sample and gets all of the
+    new one's; followed from the start pid only, the new process's CPU would be lost."""
+    first = subprocess.Popen(
+        [sys.executable, "-c", BURNER, "0.3", "flat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert first.stdout is not None and first.stdout.readline() == "ready\n"
+    sampler = WindowSampler({first.pid: "sequencer"})
+    sampler.begin()
+    burned_first = burn(first)
+    sampler.tick()  # its last sight
+    first.kill()
+    first.wait(timeout=60)
+    with burner(0.3) as second:  # the restarted one, born inside the window
+        sampler.follow({second.pid: "sequencer"})
+        burned_second = burn(second)
+        before, after = sampler.end()
+    led = build_ledger(before, after, sampler.roles, 1)
+    assert set(led.pids["sequencer"]) == {first.pid, second.pid}
+    assert led.by_role["sequencer"] >= burned_first + burned_second - 4 * TICK
+    start_only = build_ledger(before, after, {first.pid: "sequencer"}, 1)
+    assert start_only.by_role["sequencer"] < burned_first + burned_second - 4 * TICK
+    # its memory row is the process holding the role at the end
+    assert memory_by_role(sampler.memory, sampler.roles)["sequencer"]["end_mib"] == round(
+        sampler.memory[second.pid].end / (1 << 20), 1
+    )
+
+
 #: A child that grows its heap by 64 MiB when told, then frees it when told again.
 GROWER = textwrap.dedent(
     """

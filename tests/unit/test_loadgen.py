@@ -23,7 +23,7 @@ from raydex.actors.replica import ApiConfig
 from raydex.cluster.control.placement import placement_for
 from raydex.cluster.control.spec import GcSpec, ReplicaGroupSpec, load_spec
 from raydex.cluster.topology import Topology
-from raydex.codecs import ResultCode, Verifier, tx_from_json, tx_type_of
+from raydex.codecs import SKIP_NONCE_FLAG, ResultCode, Verifier, tx_from_json, tx_type_of
 from raydex.observability.loadtest.loadgen import (
     CLIENT_ERROR,
     NO_REPLY,
@@ -297,11 +297,18 @@ def test_form_encoding_equals_the_standard_library() -> None:
     assert form_encode(fields) == urllib.parse.urlencode(fields).encode()
 
 
-def test_the_plan_signs_every_tx_in_nonce_order_per_account_at_the_planned_rate() -> None:
+@pytest.mark.parametrize("impolite", [False, True])
+def test_the_plan_signs_every_tx_in_nonce_order_per_account_at_the_planned_rate(
+    impolite: bool,
+) -> None:
+    """Impolite clients' plans carry SkipNonce on every tx (in the JSON as Lighter writes it),
+    signed over it, and every lane is an impolite one."""
     spec = load_spec("raydex.yaml")
     markets = [MarketInfo.of(m) for m in spec.markets]
-    lanes = lane_specs(4, [("a", 1), ("b", 2)])
-    plan = plan_load(markets, 40, tps=200, seconds=2, lanes=lanes, seed=3)
+    lanes = lane_specs(4, [("a", 1), ("b", 2)], impolite=impolite)
+    assert {ln.kind for ln in lanes} == ({"impolite"} if impolite else {"ws", "rest"})
+    plan = plan_load(markets, 40, tps=200, seconds=2, lanes=lanes, seed=3, skip_nonce=impolite)
+    flag = SKIP_NONCE_FLAG if impolite else 0
     txs = 0
     nonces: dict[int, int] = {}
     verifier = Verifier()
@@ -317,8 +324,9 @@ def test_the_plan_signs_every_tx_in_nonce_order_per_account_at_the_planned_rate(
         for ttype, info in pairs:
             tx = tx_from_json(ttype, info)
             assert tx_type_of(type(tx)) == ttype
-            assert tx.nonce == nonces.get(tx.account_index, 0)
-            nonces[tx.account_index] = tx.nonce + 1
+            assert tx.nonce == nonces.get(tx.account_index, 0) | flag
+            assert ('"L2TxAttributes":{"4":1}' in info) is impolite
+            nonces[tx.account_index] = (tx.nonce & ~flag) + 1
             assert verifier.verify(tx, keys[tx.account_index])
             txs += 1
         assert lane_of.setdefault(it.account, it.lane) == it.lane  # an account keeps its lane
@@ -431,6 +439,8 @@ def test_an_ab_deployment_gets_its_own_ports_and_folders_per_group(tmp_path: Pat
         (LoadtestOptions(clients=3, ab=parse_ab("a=pin:on,b=pin:off")), "--clients must be >= 4"),
         (LoadtestOptions(generator_cpus="1-3"), "--generator-cpus must be auto, any or CPUs"),
         (LoadtestOptions(generator_cpus="4096"), "--generator-cpus must be auto, any or CPUs"),
+        (LoadtestOptions(capacity=5000), "--capacity needs --impolite"),
+        (LoadtestOptions(impolite=True, capacity=0), "--capacity needs --impolite"),
     ],
 )
 def test_options_no_run_can_satisfy_are_refused_up_front(

@@ -36,6 +36,7 @@ from raydex.codecs import (
     tx_to_json_str,
 )
 from raydex.observability.loadtest.loadgen import (
+    Item,
     LaneSpec,
     Recorder,
     encode_item,
@@ -238,6 +239,25 @@ def test_without_the_door_the_tx_waits_in_the_queue_and_executes() -> None:
     run(main())
 
 
+def slow_in_the_burst(txs: list[Any]) -> float:
+    """The sequencer's time for a batch: 50 ms for the burst's orders, none for the later ones."""
+    return 0.05 if any(tx.price > 290_000 - 60 for tx in txs) else 0.0
+
+
+def burst_then_calm(traders: list[Trader], skip_nonce: bool = False) -> list[Item]:
+    """60 orders of the traders in a burst (400 a second), then 9 a second later (100 a second);
+    ``skip_nonce``: signed with SkipNonce."""
+    burst = [(i * SEC // 400, t) for i in range(20) for t in traders]
+    late = [(SEC + i * SEC // 100, t) for i in range(3) for t in traders]
+    items = []
+    for n, (at, t) in enumerate(burst + late):
+        tx = t.order(290_000 - n, 10, 0)
+        if skip_nonce:
+            tx = sign_tx(tx._replace(nonce=tx.nonce | SKIP_NONCE_FLAG), t.seed)
+        items.append(encode_item(at, 0, t.account, [tx]))
+    return items
+
+
 def test_a_resyncing_client_under_overload_gets_answers_only_200_or_23000() -> None:
     """A sequencer slow in a burst (each batch 50 ms) and a door at 20 ms: a WebSocket lane
     pipelining 60 txs of 3 accounts in a burst has some refused at the door; 9 more planned a
@@ -247,16 +267,8 @@ def test_a_resyncing_client_under_overload_gets_answers_only_200_or_23000() -> N
     traders = [Trader(i) for i in (11, 12, 13)]
 
     async def main() -> tuple[Recorder, Door]:
-        def slow_in_the_burst(txs: list[Any]) -> float:
-            return 0.05 if any(tx.price > 290_000 - 60 for tx in txs) else 0.0
-
         async with door(traders, max_delay_s=0.02, batch_delay=slow_in_the_burst) as d:
-            burst = [(i * SEC // 400, t) for i in range(20) for t in traders]
-            late = [(SEC + i * SEC // 100, t) for i in range(3) for t in traders]
-            items = [
-                encode_item(at, 0, t.account, [t.order(290_000 - n, 10, 0)])
-                for n, (at, t) in enumerate(burst + late)
-            ]
+            items = burst_then_calm(traders)
             rec = Recorder("g")
             lane = LaneSpec(0, "g", d.server.port or 0, "ws")
             seeds = {t.account: t.seed for t in traders}
@@ -272,6 +284,33 @@ def test_a_resyncing_client_under_overload_gets_answers_only_200_or_23000() -> N
     assert set(codes) == {OK, OVERLOADED}, codes
     assert rec.done == 69 and rec.committed == codes[OK] == len(d.handled)
     assert rec.resyncs > 0 and rec.resigned > 0
+
+
+def test_impolite_clients_flood_past_their_connections_and_get_23000_with_retry_after() -> None:
+    """The loadtest's impolite clients (``--impolite``): the same burst against a sequencer slow
+    in it, sent over REST at the planned times whatever is in flight (new connections when the
+    open ones are busy), SkipNonce-signed so a refusal leaves a gap and no re-sync. Every tx is
+    answered: executed, or refused at the door with 23000 and ``Retry-After``; none
+    INVALID_NONCE; the refusals are counted with the header they carried."""
+    traders = [Trader(i) for i in (21, 22, 23)]
+
+    async def main() -> tuple[Recorder, Door]:
+        async with door(traders, max_delay_s=0.02, batch_delay=slow_in_the_burst) as d:
+            items = burst_then_calm(traders, skip_nonce=True)
+            rec = Recorder("g")
+            lane = LaneSpec(0, "g", d.server.port or 0, "impolite")
+            await run_lanes([lane], items, {"g": rec}, time.monotonic_ns(), asyncio.Event(),
+                            impolite_connections=2)  # fmt: skip
+            return rec, d
+
+    rec, d = run(main())
+    codes = {c: n for c, n in rec.codes.items() if n}
+    assert set(codes) <= {OK, OVERLOADED} and codes.get(OVERLOADED, 0) > 0, codes
+    assert rec.done == rec.sent == 69 and rec.committed == codes[OK] == len(d.handled)
+    assert rec.refusals == {OVERLOADED: codes[OVERLOADED]}
+    assert rec.refusals_retry_after == rec.refusals  # each one said when to come back
+    assert rec.connections > 2 and rec.connection_waits == 0  # grew past its pool of 2
+    assert rec.resyncs == 0 and rec.resigned == 0
 
 
 def test_the_loop_lag_probe_sees_a_blocked_loop_while_it_is_blocked() -> None:

@@ -15,7 +15,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from raydex.observability.loadtest.rawclient import HttpConnection, ProtocolError, WsConnection
+from raydex.observability.loadtest.rawclient import (
+    Answer,
+    HttpConnection,
+    ProtocolError,
+    WsConnection,
+)
 
 T = TypeVar("T")
 HOST = "127.0.0.1"
@@ -46,8 +51,10 @@ async def echo_form(request: web.Request) -> web.Response:
     if delay:
         await asyncio.sleep(delay)
     extra = request.headers.get("X-Trace", "")
+    retry = request.query.get("retry")
     return web.Response(body=request.path.encode() + b"|" + body + b"|" + extra.encode(),
-                        status=int(request.query.get("status", "200")))  # fmt: skip
+                        status=int(request.query.get("status", "200")),
+                        headers={"Retry-After": retry} if retry else None)  # fmt: skip
 
 
 async def query(request: web.Request) -> web.Response:
@@ -84,6 +91,26 @@ def test_pipelined_requests_are_answered_in_order_with_their_own_bodies() -> Non
 
     assert run(main()) == [(200, b"/api/v1/a|x=1|"), (200, b"/api/v1/b|y=2|"),
                            (429, b"/api/v1/c||t1")]  # fmt: skip
+
+
+def test_an_answer_says_whether_a_refusal_carried_retry_after_in_request_order() -> None:
+    async def main() -> list[object]:
+        async with serve(web.post("/api/v1/{name}", echo_form)) as port:
+            c = await HttpConnection.open(HOST, port)
+            futs = [c.post_answer("/api/v1/a?status=429&retry=1", b"x=1"),
+                    c.post("/api/v1/b", b"y=2"),  # the plain form, pipelined between them
+                    c.post_answer("/api/v1/c?status=429", b""),
+                    c.post_answer("/api/v1/d", b"z=3")]  # fmt: skip
+            got = list(await asyncio.gather(*futs))
+            c.close()
+            return got
+
+    assert run(main()) == [
+        Answer(429, b"/api/v1/a|x=1|", b"1"),
+        (200, b"/api/v1/b|y=2|"),
+        Answer(429, b"/api/v1/c||", None),
+        Answer(200, b"/api/v1/d|z=3|", None),
+    ]
 
 
 def test_an_answer_owed_past_its_timeout_fails_and_the_late_answer_is_dropped_in_order() -> None:

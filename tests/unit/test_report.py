@@ -16,6 +16,8 @@ from raydex.observability.loadtest.report import (
     build_report,
     committer_line,
     hist_from,
+    overload_lines,
+    overload_report,
     pct_diff,
     render_markdown,
     span_breakdown,
@@ -194,3 +196,41 @@ def test_latency_drift_compares_the_windows_first_and_last_span() -> None:
     assert flat["span_s"] == 10 and flat["p50_ratio"] == 1.0
     # nothing answered at the end: no ratio rather than a made-up one
     assert latency_drift([_hist([1_000])] * 10 + [Histogram()] * 20)["p99_ratio"] is None
+
+
+def test_an_impolite_run_is_read_against_the_four_overload_goals() -> None:
+    """Capacity given or, absent, half the offered rate; a refusal is a tx without an outcome
+    from the sequencer: those the workload provokes and those never answered are counted apart,
+    every other one must be a 23000 with Retry-After."""
+    good = {
+        "goodput_tps": 4_600.0,
+        "admitted_latency_us": {"p50": 9_000.0, "p99": 420_000.0},
+        "refusals_by_code": {
+            "RATE_LIMITED": {"count": 5_000, "with_retry_after": 5_000},
+            "NOT_ACTIVE_LIMIT_ORDER": {"count": 3, "with_retry_after": 0},
+        },
+        "errors_by_code": {"RATE_LIMITED": 5_000},
+        "connections_opened": 40,
+    }
+    o = overload_report(good, {"tps": 10_000, "capacity": None})
+    assert (o["capacity_tps"], o["capacity_from"]) == (5_000, "assumed: half the offered rate")
+    assert o["goodput_share_of_capacity"] == 0.92 and o["admitted_latency_ms"]["p99"] == 420.0
+    assert [t["met"] for t in o["targets"]] == [True, True, True, True]
+    bad = {
+        **good,
+        "refusals_by_code": {
+            "RATE_LIMITED": {"count": 5_000, "with_retry_after": 4_990},
+            "INVALID_NONCE": {"count": 7, "with_retry_after": 0},
+            "NO_REPLY": {"count": 2, "with_retry_after": 0},
+        },
+        "errors_by_code": {"RATE_LIMITED": 5_000, "INVALID_NONCE": 7, "NO_REPLY": 2},
+    }
+    o = overload_report(bad, {"tps": 10_000, "capacity": 6_000})
+    assert o["capacity_from"] == "--capacity" and o["goodput_share_of_capacity"] == 0.767
+    assert (o["refusals"], o["refusals_not_23000_with_retry_after"], o["unanswered_txs"]) == (
+        5_007, 17, 2)  # fmt: skip
+    assert [t["met"] for t in o["targets"]] == [False, True, False, False]
+    text = "\n".join(overload_lines(o))
+    row = "| every refusal a 23000 with Retry-After | 0 others | 17 of 5,007 refusals | **no** |"
+    assert row in text
+    assert "| INVALID_NONCE | 7 | 0 |" in text

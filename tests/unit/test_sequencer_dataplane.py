@@ -1,6 +1,7 @@
 """The sequencer's data plane under abuse (issue 8, defect 5), over real gRPC on 127.0.0.1 with
 a real WAL: strangers are refused, an empty batch is answered, an oversized batch is refused
-whole, and a flood of badly signed txs does not hold back honest txs."""
+whole, a flood of badly signed txs does not hold back honest txs, and with a secret the batches of
+another host's streams are verified before they execute."""
 
 from __future__ import annotations
 
@@ -17,11 +18,18 @@ from raydex.actors.local import Trader, eth_market
 from raydex.actors.sequencer import SequencerConfig, SequencerService
 from raydex.actors.transport import (
     BLOCKS_METHOD,
+    TX_STREAM,
     TXS_METHOD,
+    BlockHub,
     GrpcBlockSource,
     GrpcTxChannel,
+    StreamOrder,
+    TcpDataPlaneServer,
     new_secret,
+    target_of,
+    tx_channel,
 )
+from raydex.actors.transport.grpc_plane import _remote_peer
 from raydex.codecs import ResultCode, decode_outcomes, encode_batch, generate_key, sign_tx
 
 SECRET = new_secret()
@@ -187,3 +195,72 @@ def test_honest_txs_are_sequenced_while_a_flood_of_bad_signatures_is_being_check
     assert [o.code for o in good] == [ResultCode.OK]
     assert {o.code for o in refused} == {ResultCode.INVALID_SIGNATURE}
     assert good[0].seq < min(o.seq for o in refused)
+
+
+def test_with_a_secret_a_batch_from_another_host_is_verified_and_one_from_this_host_is_audited(
+    tmp_path: Path,
+) -> None:
+    """``verify_signatures`` auto with a secret: a forged tx on a stream from another host (the
+    ``remote`` the planes set on it) is refused before it executes; on a same-host stream it
+    executes (the committer's audit flags it afterwards); ``True`` verifies both."""
+    honest, victim = Trader(1), Trader(2)
+    wrong_seed, _ = generate_key()
+
+    async def scenario(cfg: SequencerConfig) -> list[int]:
+        svc = await started(cfg, [honest, victim])
+        codes = []
+        try:
+            assert svc.signature_policy() == ("other hosts" if cfg.verify_signatures is None
+                                              else "all")  # fmt: skip
+            for remote in (True, False):
+                forged = sign_tx(victim.order(290_000 + remote, 1, 0), wrong_seed)
+                victim.nonce -= 1  # the same nonce again for the next one
+
+                async def on_stream(r: bool = remote, tx: Any = forged) -> bytes:
+                    TX_STREAM.set(StreamOrder(remote=r))  # as the plane does for the stream
+                    return await svc.handle_batch(encode_batch([tx]))
+
+                (out,) = decode_outcomes(await asyncio.create_task(on_stream()))
+                codes.append(out.code)
+        finally:
+            await svc.stop()
+        return codes
+
+    auto = config(tmp_path / "auto", data_plane_secret=SECRET)
+    assert run(scenario(auto)) == [ResultCode.INVALID_SIGNATURE, ResultCode.OK]
+    honest, victim = Trader(1), Trader(2)
+    always = config(tmp_path / "all", data_plane_secret=SECRET, verify_signatures=True)
+    assert run(scenario(always)) == [ResultCode.INVALID_SIGNATURE, ResultCode.INVALID_SIGNATURE]
+
+
+def test_a_stream_is_from_another_host_only_when_its_peer_is_not_an_address_of_this_machine(
+    tmp_path: Path,
+) -> None:
+    """What the planes tell ``StreamOrder.remote`` from: gRPC's peer strings, and a real TCP and
+    Unix-socket tx stream on this host (both local)."""
+    assert not _remote_peer("ipv4:127.0.0.1:5000") and not _remote_peer("ipv6:%5B::1%5D:1")
+    assert not _remote_peer("unix:/tmp/x.sock") and _remote_peer("ipv4:203.0.113.7:5000")
+    seen: list[bool] = []
+
+    async def handler(frame: bytes) -> bytes:
+        stream = TX_STREAM.get()
+        assert stream is not None
+        seen.append(stream.remote)
+        return frame
+
+    async def scenario() -> None:
+        server = TcpDataPlaneServer(BlockHub(), handler, unix_dir=str(tmp_path))
+        port = await server.start()
+        try:
+            for target in (
+                target_of("tcp", "127.0.0.1", port),
+                target_of("tcp", "127.0.0.1", port, server.unix_path),
+            ):
+                channel = tx_channel(target)
+                assert await channel.submit(b"batch") == b"batch"
+                await channel.close()
+        finally:
+            await server.stop()
+
+    run(scenario())
+    assert seen == [False, False]

@@ -24,6 +24,7 @@ from raydex.codecs import (
     l1_signer,
     message_hash_of,
     signer_key,
+    transfer_l1_signer,
     tx_from_json,
     tx_to_json,
     verify_tx,
@@ -34,7 +35,7 @@ CHAIN = VECTORS["chain_id"]
 PK = bytes.fromhex(VECTORS["api_public_key"][2:])
 CASES = {c["name"]: c for c in VECTORS["cases"]}
 
-#: SDK cases raydex executes as they are (no set attribute, USDC perps without a fee)
+#: SDK cases raydex parses and verifies as they are (no set attribute raydex refuses)
 ACCEPTED = [
     "create_order",
     "create_order_market_reduce_only",
@@ -44,8 +45,14 @@ ACCEPTED = [
     "cancel_all_orders",
     "modify_order",
     "update_leverage",
+    "update_leverage_isolated",
+    "update_margin",
+    "update_margin_large",
     "transfer_usdc_perps_no_fee",
+    "transfer",
+    "transfer_same_master",
     "withdraw",
+    "create_sub_account",
     "cancel_order_skip_nonce",
     "change_pub_key",
     "change_pub_key_skip_nonce",
@@ -87,27 +94,35 @@ def test_an_sdk_change_pub_key_is_signed_by_its_new_key_and_its_l1_sig_recovers_
     }
 
 
-def test_lighter_transfers_and_withdrawals_map_amount_to_usdc_amount() -> None:
+def test_lighter_transfers_and_withdrawals_carry_every_field() -> None:
     t = tx_from_json(*_case("transfer_usdc_perps_no_fee")[:2])
     assert isinstance(t, Transfer) and t.usdc_amount == 250_000_000 and t.to_account_index == 12
+    assert (t.asset_index, t.from_route_type, t.to_route_type, t.usdc_fee) == (3, 0, 0, 0)
+    assert t.l1_sig != bytes(65) and t.memo == bytes(32)
     w = tx_from_json(*_case("withdraw")[:2])
     assert isinstance(w, Withdraw) and w.usdc_amount == 9_876_543_210_123
-    # raydex's own form still round-trips
+    assert (w.asset_index, w.route_type) == (3, 0)
     assert tx_from_json(12, tx_to_json(t)) == t
+    # the L1 text covers the memo, the fee and the routes: it recovers the SDK's L1 address
+    assert transfer_l1_signer(t, CHAIN) == bytes.fromhex(VECTORS["eth_address"][2:])
+    assert transfer_l1_signer(t._replace(usdc_fee=1), CHAIN) != transfer_l1_signer(t, CHAIN)
+    assert transfer_l1_signer(t._replace(l1_sig=bytes(65)), CHAIN) is None
 
 
 @pytest.mark.parametrize(
-    ("name", "field"),
+    ("name", "field", "value"),
     [
-        ("transfer", "USDCFee"),  # a fee: raydex transfers without one
-        ("transfer_same_master", "ToRouteType"),  # to a spot route
+        ("transfer", "usdc_fee", 1_000),  # a fee: parsed and signed as Lighter's
+        ("transfer_same_master", "to_route_type", 1),  # to a spot route: the engine refuses it
     ],
 )
-def test_transfers_raydex_does_not_execute_are_refused_by_name(name: str, field: str) -> None:
-    tx_type, tx_info, _ = _case(name)
-    with pytest.raises(CodecError, match=rf"Transfer\.{field}") as e:
-        tx_from_json(tx_type, tx_info)
-    assert e.value.code == ResultCode.INVALID_TX_INFO
+def test_transfers_with_fees_and_routes_parse_and_verify(name: str, field: str, value: int) -> None:
+    tx_type, tx_info, tx_hash = _case(name)
+    tx = tx_from_json(tx_type, tx_info)
+    assert getattr(tx, field) == value
+    assert message_hash_of(tx, CHAIN).hex() == tx_hash
+    assert verify_tx(tx, PK, CHAIN)
+    assert json.loads(tx_info)["L1Sig"] == tx_to_json(tx)["L1Sig"]
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""What only the plain-TCP plane has: its framing's handshake, and the Unix-domain socket beside
-its TCP port for followers on the same host. Its shared promises are tested with the other
+"""What only the plain-TCP plane has: its framing's handshake and what a stranger can hold before
+it (the gRPC plane's counterpart at the end), and the Unix-domain socket beside its TCP port for
+followers on the same host. Its shared promises are tested with the other
 planes' in ``test_transport_planes.py``. Real servers and clients on this host (no Ray)."""
 
 from __future__ import annotations
@@ -10,10 +11,15 @@ import socket
 import stat
 from pathlib import Path
 
+import grpc
+import grpc.aio
+import pytest
 from kit.transport import FAST, Plane, message, port_of, publish_range, published, run, take
 
 from raydex.actors.transport import (
+    BLOCKS_METHOD,
     BlockHub,
+    PreAuth,
     TcpBlockSource,
     TcpDataPlaneServer,
     TcpTxChannel,
@@ -21,7 +27,7 @@ from raydex.actors.transport import (
     target_of,
     tx_channel,
 )
-from raydex.actors.transport.tcp_plane import BLOCKS, is_local_host, unix_path_for
+from raydex.actors.transport.tcp_plane import BLOCKS, HELLO, is_local_host, unix_path_for
 
 SECRET = new_secret()
 
@@ -90,5 +96,95 @@ def test_a_socket_file_left_by_a_dead_server_is_replaced(tmp_path: Path) -> None
             publish_range(hub, 1, 2)
             assert len(await take(stream, 2)) == 2 and source.local
             await stream.aclose()  # type: ignore[attr-defined]
+
+    run(scenario())
+
+
+# -- before the secret: what a stranger can hold ---------------------------------------------
+
+
+@pytest.mark.parametrize("via", ["tcp", "unix"])
+def test_a_stranger_gets_a_bounded_hello_a_deadline_and_a_capped_number_of_connections(
+    via: str, tmp_path: Path
+) -> None:
+    """A HELLO whose length field says more than ``MAX_HELLO`` is closed unread; a HELLO that
+    stalls (or never starts) is closed at the deadline; connections waiting for their HELLO are
+    capped per peer (the Unix socket is one peer) and in all; each refusal is counted by reason;
+    a member with the secret is served throughout, and every count returns to zero."""
+    plane = Plane(via, str(tmp_path))
+
+    async def scenario() -> None:
+        preauth = PreAuth(hello_timeout_s=0.3, max_per_peer=3, max_total=5)
+        async with plane.serving(published(3), echo, secret=SECRET, preauth=preauth) as server:
+            # a HELLO announcing 8 MiB: closed after the 5-byte header, the rest never read
+            r, w = await plane._connect(server)
+            w.write((8 << 20).to_bytes(4, "little") + bytes([HELLO]) + b"x" * 65536)
+            assert await asyncio.wait_for(r.read(), 5) == b""
+            w.close()
+            # three silent connections fill this peer's share; a fourth is closed at once
+            silent = [await plane._connect(server) for _ in range(3)]
+            await asyncio.sleep(0.05)
+            r4, w4 = await plane._connect(server)
+            assert await asyncio.wait_for(r4.read(), 5) == b""
+            w4.close()
+            assert preauth.open == 3 and preauth.refused["per_peer"] == 1
+            # a half-sent HELLO, then nothing: closed at the deadline, like the silent ones
+            for r, w in silent:
+                assert await asyncio.wait_for(r.read(), 5) == b""
+                w.close()
+            r, w = await plane._connect(server)
+            w.write(message(HELLO, SECRET.encode())[:10])
+            assert await asyncio.wait_for(r.read(), 5) == b""
+            w.close()
+            assert preauth.refused["hello_timeout"] == 4
+            # a wrong secret is refused (REFUSED, then the close), a member is served
+            assert await plane.raw_blocks(server, new_secret()) is None
+            assert await plane.raw_blocks(server, SECRET) == 1
+            assert dict(preauth.refused) == {
+                "bad_secret": 1, "hello_timeout": 4, "hello_too_large": 1, "not_hello": 0,
+                "per_peer": 1, "total": 0,
+            }  # fmt: skip
+            await asyncio.sleep(0.05)
+            assert preauth.open == 0 and not preauth.per_peer
+
+    run(scenario())
+
+
+def test_the_global_cap_counts_every_peer_waiting_for_its_hello() -> None:
+    async def scenario() -> None:
+        preauth = PreAuth(hello_timeout_s=5.0, max_per_peer=100, max_total=4)
+        async with Plane("tcp", "").serving(
+            published(3), echo, secret=SECRET, preauth=preauth
+        ) as s:
+            held = [await asyncio.open_connection("127.0.0.1", port_of(s)) for _ in range(4)]
+            await asyncio.sleep(0.05)
+            r, w = await asyncio.open_connection("127.0.0.1", port_of(s))
+            assert await asyncio.wait_for(r.read(), 5) == b""
+            w.close()
+            assert preauth.refused["total"] == 1 and preauth.open == 4
+            for _, w in held:
+                w.close()
+
+    run(scenario())
+
+
+def test_grpc_refuses_a_strangers_call_before_reading_its_request() -> None:
+    """A call without the secret ends UNAUTHENTICATED on its metadata: a 6 MiB request is never
+    handed to the server (its handler never runs), and the refusal is counted."""
+    handled: list[bytes] = []
+
+    async def handler(frame: bytes) -> bytes:
+        handled.append(frame)
+        return frame
+
+    async def scenario() -> None:
+        async with Plane("grpc", "").serving(published(3), handler, secret=SECRET) as server:
+            async with grpc.aio.insecure_channel(server.address) as ch:
+                call = ch.unary_stream(BLOCKS_METHOD)(b"\0" * (6 << 20))
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await anext(aiter(call))
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert server.refused == 1 and server.preauth.refused["bad_secret"] == 1
+        assert handled == []
 
     run(scenario())

@@ -59,6 +59,7 @@ from raydex.codecs import (
     OrderUpdated,
     PositionChanged,
     PositionRecord,
+    SubAccountCreated,
     TradeExecuted,
     TriggerStatus,
     TxExecuted,
@@ -74,7 +75,7 @@ from raydex.observability.gcstats import untrack, untrack_all
 
 from .history import History
 from .ledger import Ledger
-from .margin import equity_and_requirement
+from .margin import MarginSummary, equity_and_requirement, margin_summary
 from .rows import Applied, BookDelta, Levels, TradeRow, TxRecord
 
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
@@ -311,6 +312,10 @@ class ReplicaState:
         #: account -> its L1 address (20 bytes), and back (``accountsByL1Address``)
         self.l1_addresses: dict[int, bytes] = {}
         self.by_l1: dict[bytes, int] = {}
+        #: sub-account -> its master (a master, its own, has no entry), and each master's
+        #: sub-accounts in creation order (``accountsByL1Address``, ``account``)
+        self.masters: dict[int, int] = {}
+        self.sub_accounts: dict[int, list[int]] = {}
         self.trades: dict[int, deque[TradeRow]] = {}
         self.txs: dict[bytes, TxRecord] = {}
         #: ``txs``' keys, oldest first: the oldest result is dropped past ``tx_results``
@@ -342,6 +347,8 @@ class ReplicaState:
                 st._add_market(r)
             elif t is _AccountRecord:
                 st.accounts[r.account_index] = AccountCache(r.collateral)
+                if r.master_index != r.account_index:
+                    st._add_sub_account(r.account_index, r.master_index)
                 ledger.seed_account(r.account_index, r.collateral)
             elif t is PositionRecord:
                 st._account(r.account_index).positions[r.market_index] = r
@@ -362,7 +369,8 @@ class ReplicaState:
                 ledger.seed_rate(r.market_index, r.last_rate)
             elif t is L1AddressRecord:
                 st.l1_addresses[r.account_index] = r.l1_address
-                st.by_l1[r.l1_address] = r.account_index
+                if r.account_index not in st.masters:  # (a sub-account shares its master's)
+                    st.by_l1[r.l1_address] = r.account_index
             elif t is ConditionalOrderRecord:
                 st._put_cond(r)
             else:
@@ -397,6 +405,21 @@ class ReplicaState:
             self.trades[mi] = deque(maxlen=RECENT_TRADES)
             self.stats[mi] = MarketStats()
             self.books.add(mi)
+
+    def _add_sub_account(self, ai: int, master: int) -> None:
+        """``ai`` is a sub-account of ``master``: in ``masters``, and in the master's list, kept in
+        creation order (highest index first: the engine hands them out counting down)."""
+        self.masters[ai] = master
+        subs = self.sub_accounts.get(master)
+        if subs is None:
+            self.sub_accounts[master] = [ai]
+        elif ai not in subs:
+            subs.append(ai)
+            subs.sort(reverse=True)
+
+    def master_of(self, ai: int) -> int:
+        """``ai``'s master account (its own index for a master)."""
+        return self.masters.get(ai, ai)
 
     def _account(self, ai: int) -> AccountCache:
         acct = self.accounts.get(ai)
@@ -657,7 +680,8 @@ class ReplicaState:
         touched: set[int],
     ) -> None:
         """The events of a block other than the six per-tx kinds (both loops call this):
-        trades, market stats and parameters, exchange balances, keys, funding, L1 addresses.
+        trades, market stats and parameters, exchange balances, keys, funding, L1 addresses,
+        sub-accounts.
         The C loop applies trades and market stats itself, as these two branches do (the
         day's trade stats are counted after either loop: ``_count_trades``).
         ``tx_hash``: the block's last ``TxExecuted`` before ``ev`` (its trade's tx)."""
@@ -701,6 +725,13 @@ class ReplicaState:
             untrack(r)
             self._put_cond(r)
             touched.add(ev[2])
+        elif t is SubAccountCreated:
+            ai = ev.account_index
+            self._add_sub_account(ai, ev.master_index)
+            if any(ev.l1_address):  # its master's, which keeps the address's ``by_l1`` entry
+                self.l1_addresses[ai] = ev.l1_address
+            self._account(ai)
+            touched.add(ai)
         # PositionLiquidated / PositionDeleveraged are informational: their effects arrive as
         # PositionChanged / BalanceChanged / LevelChanged events.
 
@@ -788,6 +819,14 @@ class ReplicaState:
         )
         return int(equity - -(-num // BPS))
 
+    def margin_summary(self, account: int) -> MarginSummary:
+        """The account's cross and isolated margin (``margin.margin_summary``); zeros for an
+        unknown account."""
+        acct = self.accounts.get(account)
+        if acct is None:
+            return MarginSummary(0, 0, 0, 0, 0)
+        return margin_summary(self.markets, acct.collateral, acct.positions, acct.open_lots)
+
     def equity_and_margin(self, account: int) -> tuple[int, int]:
         """(equity, initial-margin requirement), micro-USDC, as :meth:`available_balance` counts
         them (the requirement rounded up); (0, 0) for an unknown account."""
@@ -807,8 +846,9 @@ class ReplicaState:
         the digest leaves exactly those out."""
         yield ExchangeRecord(self.fee_pool, self.insurance_fund, 0, 0, 0, 0, 0)
         yield from self.markets.values()
+        masters = self.masters
         for ai, acct in self.accounts.items():
-            yield _AccountRecord(ai, acct.collateral)
+            yield _new(_AccountRecord, (ai, acct.collateral, masters.get(ai, ai)))
             yield from acct.positions.values()
         yield from self.api_keys.values()
         yield from self.orders.values()
@@ -869,8 +909,8 @@ class ReplicaState:
                 acct.order_counts,
             ):
                 raise AssertionError(f"account {ai}: order aggregates differ from its orders")
-            for oi, c in acct.conds.items():
-                if self.conds.get(oi) is not c or c.account_index != ai:
+            for oi, cond in acct.conds.items():
+                if cond.account_index != ai or self.conds.get(oi) is not cond:
                     raise AssertionError(f"account {ai}: waiting order {oi} misfiled")
         if sum(len(a.conds) for a in self.accounts.values()) != len(self.conds):
             raise AssertionError("the waiting orders differ from their accounts'")

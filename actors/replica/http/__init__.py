@@ -6,7 +6,9 @@
 ``context``    ``ReadContext``: what both read: the caches, the knobs, the counters
 ``submit``     ``TxSubmission``: sendTx/sendTxBatch (REST, fast lane, WS frames): decode, door,
                dry-run, execute
-``fastlane``   ``sendTx``/``sendTxBatch`` over plain HTTP/1.1 in front of aiohttp
+``fastlane``   ``sendTx``/``sendTxBatch`` over plain HTTP/1.1 in front of aiohttp; the door every
+               connection passes first
+``gate``       connection caps per IP and in all, the request head's deadline
 ``auth``       Lighter auth tokens: who may read an account's private data (REST and WebSocket)
 ``limits``     request budgets: per-IP weights, per-account txs, WS connections, replayed refusals
 ``admission``  the overload door: txs refused at once while the queue to the sequencer is deep
@@ -28,12 +30,15 @@ from .errors import (
     OutcomePending,
     Overloaded,
     RateLimited,
+    bad_requests,
     code_name,
     error_middleware,
     error_response,
+    json_error_protocols,
     json_response,
 )
-from .fastlane import FastLaneServer, FastSend, RequestSpan
+from .fastlane import KEEPALIVE_S, FastLaneServer, FastSend, RequestSpan
+from .gate import REASONS, ConnectionCaps, OpenConnections
 from .limits import WS_TX_WEIGHT, Limits, RejectionCache, rest_weight
 from .params import MAX_JSON_DEPTH, int_param, parse_form, parse_json
 from .private import PrivateReads
@@ -41,13 +46,16 @@ from .public import CommitmentSource, PublicReads
 from .submit import DryRunProbe, ExecuteTxs, TxSubmission, reply_id
 
 __all__ = [
+    "KEEPALIVE_S",
     "MAX_JSON_DEPTH",
+    "REASONS",
     "WS_TX_WEIGHT",
     "Admission",
     "ApiConfig",
     "ApiError",
     "AuthError",
     "CommitmentSource",
+    "ConnectionCaps",
     "DryRunProbe",
     "ExecuteTxs",
     "FastLaneServer",
@@ -55,6 +63,7 @@ __all__ = [
     "KeySource",
     "Limits",
     "LoopLag",
+    "OpenConnections",
     "OutcomePending",
     "Overloaded",
     "PrivateReads",
@@ -65,10 +74,12 @@ __all__ = [
     "RequestSpan",
     "TxSubmission",
     "authenticate",
+    "bad_requests",
     "code_name",
     "error_middleware",
     "error_response",
     "int_param",
+    "json_error_protocols",
     "json_response",
     "parse_form",
     "parse_json",

@@ -75,6 +75,20 @@ class ApiConfig:
     rate_limit_txs_per_account_per_minute: int = 6_000
     #: Open WebSocket connections per IP (Lighter: 100); beyond, error 30005 and the close.
     ws_max_connections_per_ip: int = 100
+    #: Open HTTP connections (WebSocket ones included) per peer IP (http/gate.py); one more is
+    #: answered 429 / 23000 and closed. Larger serves more clients behind one NAT; smaller bounds
+    #: what one address can hold open (each connection is a file descriptor and its buffers).
+    #: ``rate_limit_exempt`` addresses are not counted. 0 = no per-IP cap.
+    http_max_connections_per_ip: int = 256
+    #: Open HTTP connections in all; one more is answered 503 / 23000 and closed at once, so the
+    #: process never runs out of file descriptors. 0 = the file limit (RLIMIT_NOFILE) less a
+    #: reserve for the replica's own work (512, or an eighth of the limit when that is more).
+    http_max_connections: int = 0
+    #: Seconds a whole request head may take, counted from when the replica starts waiting for
+    #: it (the connection's start, or the first byte after an answer), never reset by a byte:
+    #: past it 408 and the close. Shorter frees the descriptors of trickling heads (slowloris)
+    #: sooner; too short cuts clients on slow links.
+    http_head_timeout_s: float = 10.0
     #: Addresses exempt from every budget and the WS cap: the host's own tools and loadtests.
     #: Behind a same-host reverse proxy every client is loopback: empty it there.
     rate_limit_exempt: tuple[str, ...] = ("127.0.0.1", "::1")
@@ -99,3 +113,7 @@ class ApiConfig:
             raise ValueError("auth_max_lifetime_s must be > 0")
         if self.port_check_interval_s <= 0:
             raise ValueError("port_check_interval_s must be > 0")
+        if self.http_max_connections < 0 or self.http_max_connections_per_ip < 0:
+            raise ValueError("http_max_connections and http_max_connections_per_ip must be >= 0")
+        if self.http_head_timeout_s <= 0:
+            raise ValueError("http_head_timeout_s must be > 0")

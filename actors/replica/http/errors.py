@@ -5,26 +5,40 @@ tx), 404 (unknown path, account, market or tx), 405, 413 (a body over ``max_body
 (over a budget, or refused at the overload door; with ``Retry-After``) or 503 (21822
 ``SEQUENCER_UNAVAILABLE``: the outcome is not known yet; ``tx_hash`` names the txs to look up,
 a list on a ``*Batch`` path). :func:`error_middleware` turns every one into that answer.
+
+Requests aiohttp's own parser refuses (a bare LF line ending, a request line or header over 8,190
+bytes, a malformed header) never reach a handler: :func:`json_error_protocols` makes aiohttp's
+protocol answer them with the same JSON (HTTP 400, 20001 ``INVALID_PARAM``, what was wrong), as the
+fast lane does, and count them; they are logged within a :class:`LogBudget`, not one traceback each.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any
+from http import HTTPStatus
+from typing import Any, ClassVar
 
 import msgspec
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 from raydex.codecs import ResultCode
+from raydex.observability.logbudget import LogBudget
 
 __all__ = [
     "ApiError",
     "OutcomePending",
     "Overloaded",
     "RateLimited",
+    "bad_requests",
     "code_name",
     "error_middleware",
     "error_response",
+    "json_error_protocols",
     "json_response",
 ]
 
@@ -103,6 +117,51 @@ async def error_middleware(
         return error_response(int(ResultCode.NOT_FOUND), f"no such endpoint {request.path}", 404)
     except web.HTTPMethodNotAllowed as e:
         return error_response(int(ResultCode.INVALID_PARAM), f"method {e.method} not allowed", 405)
+
+
+class _JsonErrors(RequestHandler):
+    """aiohttp's protocol, answering what its parser refuses with the API's JSON (4xx)."""
+
+    __slots__ = ()
+
+    #: bad requests answered, by HTTP status; and the log budget their lines go through
+    refused: ClassVar[Counter[int]] = Counter()
+    logs: ClassVar[LogBudget] = LogBudget(logging.getLogger(__name__))
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if not 400 <= status < 500:  # a bug or a timeout: aiohttp's own answer and log line
+            return super().handle_error(request, status, exc, message)
+        self.refused[status] += 1
+        what = message or (str(exc) if exc is not None else HTTPStatus(status).phrase)
+        self.logs.warning("bad_request", "replica HTTP: bad request from %s: %s",
+                          request.remote, what)  # fmt: skip
+        resp = error_response(int(ResultCode.INVALID_PARAM), f"bad HTTP request: {what}", status)
+        resp.force_close()
+        return resp
+
+
+def json_error_protocols(server: web.Server) -> Callable[[], asyncio.Protocol]:
+    """The protocol factory of ``server`` (a runner's ``web.Server``) whose protocols answer
+    malformed requests with the API's JSON (module docstring). ``_JsonErrors`` adds no slots, so
+    each protocol ``server`` makes becomes one in place (aiohttp has no hook for this answer)."""
+
+    def make() -> asyncio.Protocol:
+        proto = server()
+        proto.__class__ = _JsonErrors
+        return proto
+
+    return make
+
+
+def bad_requests() -> int:
+    """Malformed requests answered by aiohttp's parser with a JSON 4xx, in this process."""
+    return sum(_JsonErrors.refused.values())
 
 
 _CODES = frozenset(int(c) for c in ResultCode)

@@ -1,12 +1,15 @@
 """The fast lane: ``sendTx``/``sendTxBatch`` over keep-alive HTTP/1.1 without aiohttp's
-per-request machinery, in front of the same app.
+per-request machinery, in front of the same app; and the door every connection passes first.
 
 ::
 
     client ──TCP──► FastLane (asyncio.Protocol, one per connection)
+                      │ admitted? (gate.py: per-IP and global caps; else 429/503 and close)
+                      │ a whole request head within ``http_head_timeout_s`` (else 408, close)
                       │ POST /api/v1/sendTx | /api/v1/sendTxBatch, HTTP/1.1, Content-Length,
                       │ a urlencoded or JSON body:  the app's ``fast_send`` ─► response bytes
-                      └ anything else: aiohttp's RequestHandler takes the connection, with every
+                      └ anything else, with its head complete (or malformed: a bare LF, over
+                        ``MAX_HEAD``): aiohttp's RequestHandler takes the connection, with every
                         byte read so far, for the rest of its life (reads, WebSocket, multipart)
 
 Why: aiohttp's per-request machinery (request and response objects, middlewares, router, header
@@ -19,8 +22,14 @@ the one request shape a trading client sends thousands of times per connection.
   JSON ``Content-Type``. Anything else goes to aiohttp unread, between requests only, for good.
 - The answer is the app's (:meth:`TxSubmission.fast_send`): same budgets, codes, bodies and
   statuses. Requests on a connection are answered in order (reading pauses past
-  ``MAX_BUFFER``); one with nothing in progress for ``KEEPALIVE_S`` is closed; a client that
-  goes away mid-request does not cancel it (the answer is dropped).
+  ``MAX_BUFFER``), every one of them also after the client half-closed its side (the connection
+  closes once no complete request is left); one idle for ``KEEPALIVE_S`` between requests is
+  closed; a client that goes away mid-request does not cancel it (the answer is dropped).
+- A head the lane cannot serve goes to aiohttp only once it is complete or known to be malformed:
+  a bare LF line ending or a head over ``MAX_HEAD`` (8,190 bytes, aiohttp's line limit) is
+  answered by aiohttp's parser, in the API's JSON (``errors.json_error_protocols``: HTTP 400,
+  20001), the same answer whichever side of the handoff the request lands on.
+- ``serve=False`` (``api.fast_lane: false``) keeps the door and hands every complete head over.
 - ``hooks.request_span`` wraps a request carrying ``traceparent``, as tracing does on aiohttp.
 """
 
@@ -34,6 +43,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from typing import Any, Protocol
+
+from .gate import OpenConnections
 
 __all__ = [
     "HANDOFF",
@@ -59,12 +70,13 @@ class FastSend(Protocol):
 #: (request name, headers) -> a context around the request (tracing), or None
 RequestSpan = Callable[[str, Mapping[str, str]], contextlib.AbstractContextManager[Any]]
 
-#: longest request head (request line and headers) the lane reads; longer goes to aiohttp
+#: longest request head (request line and headers) the lane reads; longer goes to aiohttp (which
+#: answers 400: its line limit is the same)
 MAX_HEAD = 8190
 #: bytes buffered (pipelined requests) before reading pauses
 MAX_BUFFER = 1 << 20
-#: seconds a connection in the lane may sit without a request in progress before it is closed
-#: (aiohttp's keep-alive timeout)
+#: seconds a connection may sit idle between requests before it is closed (the lane's, and the
+#: keep-alive time the replica gives aiohttp)
 KEEPALIVE_S = 75.0
 
 _PATHS = {b"/api/v1/sendTx": "/api/v1/sendTx", b"/api/v1/sendTxBatch": "/api/v1/sendTxBatch"}
@@ -115,14 +127,31 @@ class _Request:
 HANDOFF = object()
 
 
+def _bare_lf(buf: bytearray) -> bool:
+    """A line of the (incomplete) head in ``buf`` ends in LF without CR."""
+    at = buf.find(b"\n")
+    while at >= 0:
+        if at == 0 or buf[at - 1] != 0x0D:
+            return True
+        at = buf.find(b"\n", at + 1)
+    return False
+
+
+def head_complete(buf: bytearray) -> bool:
+    """``buf`` starts with a whole request head, or with one aiohttp refuses outright (a bare
+    LF, over ``MAX_HEAD``): either way nothing more needs to arrive before it can be handed on."""
+    if buf.find(b"\r\n\r\n", 0, MAX_HEAD + 4) >= 0:
+        return True
+    return len(buf) > MAX_HEAD + 3 or _bare_lf(buf)
+
+
 def parse(buf: bytearray, max_body: int) -> _Request | object | None:
     """The first request in ``buf`` (consumed) if the lane serves it, ``HANDOFF`` if not (``buf``
-    untouched), None if more bytes are needed to tell."""
+    untouched), None if more bytes are needed to tell: a head is handed over only once it is
+    complete, or malformed beyond repair (:func:`head_complete`)."""
     end = buf.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
     if end < 0:
-        if len(buf) > MAX_HEAD or (buf and not buf.startswith(b"POST "[: len(buf)])):
-            return HANDOFF
-        return None
+        return HANDOFF if head_complete(buf) else None
     head = bytes(buf[:end])
     if not head.isascii():
         return HANDOFF
@@ -179,8 +208,10 @@ def parse(buf: bytearray, max_body: int) -> _Request | object | None:
 
 class FastLaneServer:
     """The protocol factory of the replica's listening sockets (``loop.create_server(lane, ...)``):
-    every connection starts in the lane; ``aiohttp_factory`` (the runner's ``web.Server``) makes
-    the protocol a handed-off connection continues with."""
+    every connection starts in the lane; ``aiohttp_factory`` (the runner's ``web.Server``, or
+    ``errors.json_error_protocols`` of it) makes the protocol a handed-off connection continues
+    with. ``gate``: the connection caps and the head deadline (``gate.py``; default: its
+    defaults). ``serve=False``: the door only, every complete head goes to aiohttp."""
 
     def __init__(
         self,
@@ -188,12 +219,22 @@ class FastLaneServer:
         send: FastSend,
         max_body: int,
         request_span: RequestSpan | None = None,
+        *,
+        gate: OpenConnections | None = None,
+        serve: bool = True,
     ) -> None:
         self.aiohttp_factory = aiohttp_factory
         self.send = send
         self.max_body = max_body
         self.request_span = request_span
+        self.gate = gate if gate is not None else OpenConnections()
+        self.head_timeout_s = self.gate.caps.head_timeout_s
+        self.serve = serve
+        #: connections in the lane now (a handed-off one is aiohttp's, counted by ``gate``)
         self.connections: set[FastLane] = set()
+        #: connections still waiting for their first request head, oldest first: the ones
+        #: closed to make room at the global cap (``gate.py``)
+        self.first_heads: dict[FastLane, None] = {}
         self.date = _Date()
         #: requests the lane answered, and connections it handed to aiohttp
         self.served = 0
@@ -201,6 +242,16 @@ class FastLaneServer:
 
     def __call__(self) -> FastLane:
         return FastLane(self)
+
+    def make_room(self) -> bool:
+        """At the global cap: close the connection that has waited longest for its first
+        request head (counted ``evicted``, answered 408) and release its place; False when no
+        connection is waiting for one."""
+        if not self.first_heads:
+            return False
+        oldest = next(iter(self.first_heads))
+        oldest.evict()
+        return True
 
     def close(self) -> None:
         """Close every connection still in the lane (the owner stops; aiohttp's are the
@@ -220,8 +271,16 @@ class FastLane(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.paused = False
         self.closing = False
-        self.last = 0.0  # loop time of the last bytes in or answer out
-        self.idle: asyncio.TimerHandle | None = None
+        #: the client half-closed: answer what is complete, then close
+        self.eof = False
+        #: counted by the gate (released when the connection ends, or by the handoff's shim)
+        self.admitted = False
+        #: a request was answered here (before: the first head is awaited, under its deadline)
+        self.answered = False
+        self.last = 0.0  # loop time of the last answer out (or the connection's start)
+        #: loop time the lane began waiting for the head in ``buf`` (its deadline counts from it)
+        self.head_at = 0.0
+        self.timer: asyncio.TimerHandle | None = None
 
     # ---- asyncio.Protocol
 
@@ -230,13 +289,28 @@ class FastLane(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else None
-        self.server.connections.add(self)
+        server = self.server
+        gate = server.gate
+        reason = gate.admit(self.peer)
+        if reason == "total" and server.make_room():
+            reason = gate.admit(self.peer)
+        if reason is not None:
+            self.closing = True
+            transport.write(gate.refuse(reason, self.peer))
+            transport.close()
+            return
+        self.admitted = True
+        server.connections.add(self)
+        server.first_heads[self] = None
         loop = asyncio.get_running_loop()
-        self.last = loop.time()
-        self.idle = loop.call_later(KEEPALIVE_S, self._idle_check)
+        self.last = self.head_at = loop.time()
+        self.timer = loop.call_later(self.server.head_timeout_s, self._check_time)
 
     def data_received(self, data: bytes) -> None:
-        self.last = asyncio.get_running_loop().time()
+        if self.closing:
+            return
+        if not self.buf and self.task is None:
+            self.head_at = asyncio.get_running_loop().time()  # a new head starts arriving
         self.buf += data
         if len(self.buf) > MAX_BUFFER and not self.paused and self.transport is not None:
             self.transport.pause_reading()
@@ -245,31 +319,62 @@ class FastLane(asyncio.Protocol):
             self._next()
 
     def eof_received(self) -> bool | None:
-        self.closing = True
+        self.eof = True
         if self.task is None:
-            self._close()
-        return True  # half-closed: an answer in flight still goes out
+            self._next()  # what is complete is still answered; then the connection closes
+        return True  # half-closed: the answers still go out
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.discard(self)
-        self._stop_idle()
+        self.server.first_heads.pop(self, None)
+        self._stop_timer()
+        if self.admitted:
+            self.admitted = False
+            self.server.gate.release(self.peer)
 
-    def _idle_check(self) -> None:
-        """Close a connection that has sat ``KEEPALIVE_S`` with no request in progress (an
-        idle keep-alive, or a request head that stopped arriving); else look again later."""
+    def evict(self) -> None:
+        """Closed to make room at the global cap (``FastLaneServer.make_room``): its place is
+        released now, not when the close completes."""
+        self.server.first_heads.pop(self, None)
+        answer = self.server.gate.refuse("evicted", self.peer)
+        if self.admitted:
+            self.admitted = False
+            self.server.gate.release(self.peer)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(answer)
+        self._close()
+
+    def _check_time(self) -> None:
+        """The connection's one timer: a head in progress (or the first one awaited) past
+        ``head_timeout_s`` since the lane began waiting for it is answered 408 and closed; an
+        idle connection between requests is closed after ``KEEPALIVE_S``; a request being
+        served is never timed here (the app's deadlines answer it)."""
         loop = asyncio.get_running_loop()
-        quiet = loop.time() - self.last
-        if self.task is None and quiet >= KEEPALIVE_S:
-            self.idle = None
-            self._close()
-            return
-        self.idle = loop.call_later(max(KEEPALIVE_S - quiet, 1.0), self._idle_check)
+        now = loop.time()
+        if self.task is not None:
+            due = now + self.server.head_timeout_s
+        elif self.buf or not self.answered:
+            due = self.head_at + self.server.head_timeout_s
+            if now >= due:
+                self.timer = None
+                answer = self.server.gate.refuse("head_timeout", self.peer)
+                if self.transport is not None and not self.transport.is_closing():
+                    self.transport.write(answer)
+                self._close()
+                return
+        else:
+            due = self.last + KEEPALIVE_S
+            if now >= due:
+                self.timer = None
+                self._close()
+                return
+        self.timer = loop.call_later(max(due - now, 0.05), self._check_time)
 
-    def _stop_idle(self) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
-            self.idle = None
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def abort(self) -> None:
         self.closing = True
@@ -279,15 +384,23 @@ class FastLane(asyncio.Protocol):
     # ---- requests
 
     def _next(self) -> None:
-        """Serve the next complete request in the buffer, hand the connection off, or wait."""
+        """Serve the next complete request in the buffer, hand the connection off, or wait
+        (after the client's half-close: close when nothing complete is left)."""
         if self.closing:
             return
-        req = parse(self.buf, self.server.max_body)
+        server = self.server
+        if server.serve:
+            req = parse(self.buf, server.max_body)
+        else:
+            req = HANDOFF if head_complete(self.buf) else None
         if req is None:
-            if self.paused and self.transport is not None:
+            if self.eof:
+                self._close()
+            elif self.paused and self.transport is not None:
                 self.transport.resume_reading()
                 self.paused = False
             return
+        server.first_heads.pop(self, None)  # a whole head came: never evicted for room
         if req is HANDOFF:
             self._handoff()
             return
@@ -327,26 +440,34 @@ class FastLane(asyncio.Protocol):
             if req.close:
                 head += b"Connection: close\r\n"
             t.write(head + b"\r\n" + body)
-        self.last = asyncio.get_running_loop().time()
+        self.last = self.head_at = asyncio.get_running_loop().time()
+        self.answered = True
         self.task = None
-        if req.close or self.closing:
+        if req.close:
             self._close()
         else:
             self._next()
 
     def _handoff(self) -> None:
-        """aiohttp takes the connection and everything read so far; the lane forgets it."""
+        """aiohttp takes the connection and everything read so far; the lane forgets it (the
+        gate's count goes with it, released when the connection ends)."""
         t = self.transport
         assert t is not None
-        self.server.connections.discard(self)
-        self.server.handoffs += 1
-        self._stop_idle()  # aiohttp keeps its own keep-alive time
-        proto = self.server.aiohttp_factory()
+        server = self.server
+        server.connections.discard(self)
+        server.handoffs += 1
+        self._stop_timer()  # aiohttp keeps its own keep-alive time
+        proto = server.aiohttp_factory()
+        if self.admitted:
+            self.admitted = False
+            proto = _Handed(proto, server.gate, self.peer)
         t.set_protocol(proto)
         proto.connection_made(t)
         if self.buf:
             data, self.buf = bytes(self.buf), bytearray()
             proto.data_received(data)
+        if self.eof:
+            proto.eof_received()
         if self.paused:
             self.paused = False
             t.resume_reading()
@@ -354,5 +475,37 @@ class FastLane(asyncio.Protocol):
 
     def _close(self) -> None:
         self.closing = True
+        self._stop_timer()
         if self.transport is not None:
             self.transport.close()
+
+
+class _Handed(asyncio.Protocol):
+    """aiohttp's protocol of a handed-off connection, passed every call; releases the gate's
+    count of the connection when it ends (one Python call more per read)."""
+
+    __slots__ = ("gate", "inner", "peer")
+
+    def __init__(self, inner: asyncio.Protocol, gate: OpenConnections, peer: str | None) -> None:
+        self.inner = inner
+        self.gate = gate
+        self.peer = peer
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.gate.release(self.peer)
+        self.inner.connection_lost(exc)

@@ -1,9 +1,11 @@
 """Lighter's authenticated REST reads: an account's orders, fills, flows, fundings,
-liquidations, pnl and txs, from the caches and the per-account ledger (``cache/ledger.py``).
+liquidations, pnl, txs and transfer fee, from the caches and the per-account ledger
+(``cache/ledger.py``).
 
 The request's auth token (``Authorization`` header or ``auth`` parameter, auth.py) must speak for
-the account, else the refusal (HTTP 401/403) and nothing is served. ``accountTxs`` and
-``accountMetadata`` are read without a token; ``trades`` without ``account_index`` is the
+the account, else the refusal (HTTP 401/403) and nothing is served; ``accountTxs`` too, as on
+Lighter (its list of an account's txs is a private read; one tx by hash, ``tx``, is public).
+``accountMetadata`` is read without a token; ``trades`` without ``account_index`` is the
 market's public tape.
 """
 
@@ -16,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from raydex.codecs import MAX_48, ResultCode, TxType
+from raydex.engine.rules import transfer_fee
 
 from ..views import common as views
 from ..views import private as private_views
@@ -69,6 +72,18 @@ class PrivateReads:
 
     def _list_limit(self, q: Mapping[str, Any]) -> int:
         return int_param(q, "limit", 1, 100, default=100)
+
+    async def transfer_fee_info(self, request: web.Request) -> web.Response:
+        """``TransferFeeInfo``: the ``USDCFee`` a transfer from ``account_index`` to
+        ``to_account_index`` (any other account when absent) must carry at least, by the
+        engine's rule (``raydex.engine.rules.transfer_fee``)."""
+        ai = self._private(request)
+        q = request.query
+        same_master = False
+        if q.get("to_account_index") is not None:
+            to = self._account_param(q, "to_account_index")
+            same_master = self.state.master_of(to) == self.state.master_of(ai)
+        return self.ctx.ok({"transfer_fee_usdc": transfer_fee(same_master)})
 
     async def account_active_orders(self, request: web.Request) -> web.Response:
         """``Orders``: the account's active orders (of ``market_id``; 255 or absent: all):
@@ -246,11 +261,12 @@ class PrivateReads:
         return self.ctx.ok({"resolution": res, "pnl": rows[-count:] if count else rows})
 
     async def account_txs(self, request: web.Request) -> web.Response:
-        """``Txs``: the account's own txs, newest first (``by=account_index``)."""
+        """``Txs``: the account's own txs, newest first (``by=account_index``); authorized like
+        the other private histories (a public caller sees nothing of the list)."""
         q = request.query
         if q.get("by", "account_index") != "account_index":
             raise ApiError(int(ResultCode.INVALID_PARAM), "only by=account_index is supported")
-        ai = self._account_param(q, "value")
+        ai = self._private(request, "value")
         limit = self._list_limit(q)
         if q.get("index") is not None:
             raise ApiError(int(ResultCode.INVALID_PARAM), "index paging is not supported")

@@ -27,7 +27,7 @@ from aiohttp import web
 from raydex.codecs import CodecError, ResultCode, TxOutcome, tx_from_json
 from raydex.observability.metrics import ApiCounters
 
-from ..cache import ReplicaState, dry_run
+from ..cache import ReplicaState, dry_run, explain
 from .admission import Admission
 from .config import ApiConfig
 from .errors import ApiError, OutcomePending, Overloaded, RateLimited, code_name, json_response
@@ -126,7 +126,9 @@ class TxSubmission:
                 for n in noted:
                     st.forget_sent(n)
                 where = f" (tx {i})" if len(txs) > 1 else ""
-                raise ApiError(code, f"rejected by dry-run: {code_name(code)}{where}")
+                detail = explain(tx, code)
+                detail = f": {detail}" if detail else ""
+                raise ApiError(code, f"rejected by dry-run: {code_name(code)}{where}{detail}")
             st.note_sent(tx)
             noted.append(tx)
         self.limits.charge_accounts(ip, counts)

@@ -228,30 +228,46 @@ def user_stats(st: ReplicaState, ai: int) -> dict[str, Any]:
     """Lighter's ``user_stats`` ``stats``: collateral, portfolio value (equity), leverage
     (position notional / equity), available balance, margin usage (initial margin / equity, in
     percent), buying power (available balance at the default leverage of the account's markets:
-    available / the smallest default initial margin fraction). One margin mode (cross): the cross
-    and total figures equal the top ones."""
+    available / the smallest default initial margin fraction). ``cross_stats``: the cross pool
+    alone; the top figures and ``total_stats`` add the isolated positions (their collateral,
+    equity, notional and initial margin)."""
     acct = st.accounts[ai]
-    equity, imr = st.equity_and_margin(ai)
-    available = equity - imr  # = st.available_balance(ai), without a second walk
-    notional = 0
+    margin = st.margin_summary(ai)
+    available = margin.available
+    cross_notional = iso_notional = iso_im = 0
     imf = 10_000
     for mi, p in acct.positions.items():
         m = st.markets[mi]
         mult = notional_multiplier(m.price_decimals, m.size_decimals)
-        notional += abs(p.size) * m.mark_price * mult
+        notional = abs(p.size) * m.mark_price * mult
+        if p.margin_mode:
+            iso_notional += notional
+            iso_im += -(-notional * p.initial_margin_fraction // 10_000)
+        else:
+            cross_notional += notional
         imf = min(imf, m.default_initial_margin_fraction or imf)
     if not acct.positions:
         for m in st.markets.values():
             imf = min(imf, m.default_initial_margin_fraction or imf)
-    figures = {
-        "collateral": usdc_to_str(acct.collateral),
-        "portfolio_value": usdc_to_str(equity),
-        "leverage": _ratio(notional, equity, 2),
-        "available_balance": usdc_to_str(available),
-        "margin_usage": _ratio(imr * 100, equity, 2),
-        "buying_power": usdc_to_str(max(available, 0) * 10_000 // imf),
-    }
-    return {**figures, "account_trading_mode": 0, "cross_stats": figures, "total_stats": figures}
+
+    def figures(collateral: int, equity: int, notional: int, im: int) -> dict[str, str]:
+        return {
+            "collateral": usdc_to_str(collateral),
+            "portfolio_value": usdc_to_str(equity),
+            "leverage": _ratio(notional, equity, 2),
+            "available_balance": usdc_to_str(available),
+            "margin_usage": _ratio(im * 100, equity, 2),
+            "buying_power": usdc_to_str(max(available, 0) * 10_000 // imf),
+        }
+
+    cross = figures(acct.collateral, margin.cross_equity, cross_notional, margin.cross_initial)
+    total = figures(
+        acct.collateral + margin.isolated_collateral,
+        margin.total_equity,
+        cross_notional + iso_notional,
+        margin.cross_initial + iso_im,
+    )
+    return {**total, "account_trading_mode": 0, "cross_stats": cross, "total_stats": total}
 
 
 def _volumes(v: Volumes) -> dict[str, Any]:
@@ -284,7 +300,8 @@ def _positions(st: ReplicaState, ai: int, only: Iterable[int] | None = None) -> 
 
 def _assets(st: ReplicaState, ai: int) -> dict[str, Any]:
     acct = st.accounts[ai]
-    asset = views.usdc_asset(acct.collateral, st.available_balance(ai))
+    margin = st.margin_summary(ai)
+    asset = views.usdc_asset(acct.collateral + margin.isolated_collateral, margin.available)
     return {str(views.USDC_ASSET_ID): asset}
 
 
