@@ -67,6 +67,7 @@ from ._signing import (
     verify_tx,
 )
 from ._tx import *  # noqa: F403
+from ._tx import grouped_canonical, grouped_orders, grouped_slots
 from ._txcodec import decode_tx, encode_tx, is_signed_type, tx_hash, tx_type_of
 from ._txlist import decode_tx_list, encode_tx_list
 from ._walcodec import (
@@ -155,6 +156,9 @@ __all__ = [
     "encode_outcomes",
     "decode_tx_list",
     "encode_tx_list",
+    "grouped_canonical",
+    "grouped_orders",
+    "grouped_slots",
     "Refusal",
     "WalBlock",
     "WalReadReply",

@@ -83,6 +83,7 @@ class TxType(IntEnum):
     REGISTER_API_KEY = 103
     FUNDING_TICK = 104
     L1_DEPOSIT = 105
+    TIME_TICK = 106
 
 
 #: Transactions a user signs and a replica accepts over the public API.
@@ -97,6 +98,7 @@ USER_TX_TYPES = frozenset(
         TxType.CANCEL_ALL_ORDERS,
         TxType.MODIFY_ORDER,
         TxType.UPDATE_LEVERAGE,
+        TxType.CREATE_GROUPED_ORDERS,
         TxType.UPDATE_MARGIN,
     }
 )
@@ -133,6 +135,7 @@ OPERATOR_TX_TYPES = frozenset(
         TxType.REGISTER_API_KEY,
         TxType.FUNDING_TICK,
         TxType.L1_DEPOSIT,
+        TxType.TIME_TICK,
     }
 )
 
@@ -216,6 +219,28 @@ class ResultCode(IntEnum):
     TOO_MANY_SUB_ACCOUNTS = 21843
     #: ModifyOrder with ``L2TxAttributes`` OrderVersion (8): not above the order's current version
     STALE_ORDER_VERSION = 21850
+    # conditional and grouped orders (21860-21869): lighter-go's ``Validate`` errors that have
+    # no code of their own above (types/txtypes/create_order.go, create_grouped_orders.go)
+    #: ``TriggerPrice`` missing on a stop-loss / take-profit, or set on a TWAP
+    #: (``ErrOrderTriggerPriceInvalid``)
+    INVALID_TRIGGER_PRICE = 21860
+    #: ``GroupingType`` is not 1 (OTO), 2 (OCO) or 3 (OTOCO) (``ErrGroupingTypeInvalid``)
+    INVALID_GROUPING_TYPE = 21861
+    #: a group of the wrong size for its grouping type (``ErrOrderGroupSizeInvalid``)
+    INVALID_GROUP_SIZE = 21862
+    #: the orders of a group name different markets (``ErrMarketIndexMismatch``)
+    GROUP_MARKET_MISMATCH = 21863
+    #: OCO sizes differ, or an OTO/OTOCO child has a size (``ErrBaseAmountsNotEqual``,
+    #: ``ErrBaseAmountNotNil``)
+    INVALID_GROUP_BASE_AMOUNT = 21864
+    #: OCO orders on different sides, or an OTO/OTOCO child on its entry's side
+    #: (``ErrIsAskInvalid``)
+    INVALID_GROUP_SIDE = 21865
+    #: two orders of one group carry the same client order index
+    #: (``ErrClientOrderIndexDuplicate``)
+    DUPLICATE_CLIENT_ORDER_INDEX = 21866
+    #: an OCO order that is not reduce-only (``ErrOrderReduceOnlyInvalid``)
+    INVALID_REDUCE_ONLY = 21867
     # rate limits (23xxx)
     RATE_LIMITED = 23000
     # WebSocket (30xxx)
@@ -236,6 +261,9 @@ class OrderType(IntEnum):
     TAKE_PROFIT = 4
     TAKE_PROFIT_LIMIT = 5
     TWAP = 6
+    #: Lighter's internal types (lighter-go constants.go): a TWAP's slice, a liquidation
+    TWAP_SUB = 7
+    LIQUIDATION = 8
 
 
 class TimeInForce(IntEnum):
@@ -258,7 +286,32 @@ class OrderStatus(IntEnum):
     CANCELED_NOT_ENOUGH_LIQUIDITY = 10
     CANCELED_SELF_TRADE = 11
     CANCELED_EXPIRED = 12
+    #: its OCO sibling (the other of a stop-loss / take-profit pair) fired or was cancelled
+    CANCELED_OCO = 13
+    #: a grouped child whose entry left the book (cancelled, expired) without any fill
+    CANCELED_CHILD = 14
     CANCELED_LIQUIDATION = 15
+
+
+class TriggerStatus(IntEnum):
+    """Where a conditional order stands (Lighter's ``trigger_status``): ``NA`` for plain orders
+    and grouped entries, ``PARENT_ORDER`` while a grouped child waits for its entry's first fill,
+    ``MARK_PRICE`` while a stop-loss / take-profit waits for the mark, ``TWAP`` while a TWAP
+    runs, ``READY`` once a trigger order fired."""
+
+    NA = 0
+    READY = 1
+    MARK_PRICE = 2
+    TWAP = 3
+    PARENT_ORDER = 4
+
+
+class GroupingType(IntEnum):
+    """CreateGroupedOrders' ``GroupingType`` (lighter-go constants.go)."""
+
+    ONE_TRIGGERS_THE_OTHER = 1
+    ONE_CANCELS_THE_OTHER = 2
+    ONE_TRIGGERS_A_ONE_CANCELS_THE_OTHER = 3
 
 
 class SelfTradeBehavior(IntEnum):

@@ -27,6 +27,10 @@ JSON string, bytes, or an already-parsed dict). The key of every field is its ``
   ``SKIP_NONCE_FLAG`` in the tx's ``nonce`` (see ``_enums``), the others their fields
   (``_wire.Attr``); ``tx_to_json`` writes the set ones back as ``"L2TxAttributes": {"6": 2,
   ...}``. A ``Nonce`` at or above ``SKIP_NONCE_FLAG`` is refused (``INVALID_TX_INFO``);
+- CreateGroupedOrders (28) carries Lighter's ``Orders``: a list of 1 to 3 objects with exactly
+  the ten ``OrderInfo`` keys (``_tx.ORDER_INFO_KEYS``), each checked like a field of its slot
+  (errors name ``Orders[i].Key``); ``tx_to_json`` writes the list back (the layout's
+  ``OrderCount`` and unused slots are not Lighter's keys);
 - Transfer and Withdraw are Lighter's forms, every field carried (asset, routes, fee, memo,
   L1 signature; what raydex executes of them is the engine's and the dry-run's decision):
   Transfer's ``Memo`` is a list of 32 byte values (Go's ``[32]byte``), its ``L1Sig`` ``""`` for
@@ -64,7 +68,15 @@ from ._enums import (
 )
 from ._errors import CodecError
 from ._hot import HOT_BY_TAG, HotCodec, codec_of, field_format, int_bounds
-from ._tx import TX, Transaction
+from ._tx import (
+    GROUPED_FIRST_SLOT,
+    GROUPED_SLOT_FIELDS,
+    MAX_GROUPED_ORDERS,
+    ORDER_INFO_KEYS,
+    TX,
+    CreateGroupedOrders,
+    Transaction,
+)
 
 _decode_json = msgspec.json.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
@@ -285,6 +297,65 @@ def _attributes(name: str, attrs: Any, takes: frozenset[int]) -> dict[int, int]:
     return got
 
 
+_GROUPED_TYPE = 28
+_ORDERS = "Orders"
+
+
+def _grouped_slot_keys() -> list[list[str]]:
+    """The flat layout's JSON keys of each order slot (``MarketIndex0``, ...), slot by slot."""
+    fields = _TX_FIELDS[_GROUPED_TYPE][1]
+    w = GROUPED_SLOT_FIELDS
+    return [
+        [f[0] for f in fields[GROUPED_FIRST_SLOT + i * w : GROUPED_FIRST_SLOT + (i + 1) * w]]
+        for i in range(MAX_GROUPED_ORDERS)
+    ]
+
+
+def _from_grouped_form(name: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """Lighter's CreateGroupedOrders (an ``Orders`` list) as the flat layout's keys, each
+    order's values checked against its slot's field (errors name ``Orders[i].Key``)."""
+    out = dict(obj)
+    orders = out.pop(_ORDERS, None)
+    if not isinstance(orders, list) or not 1 <= len(orders) <= MAX_GROUPED_ORDERS:
+        raise CodecError(
+            f"needs a list of 1 to {MAX_GROUPED_ORDERS} orders", type_name=name, field=_ORDERS
+        )
+    fields = _TX_FIELDS[_GROUPED_TYPE][1]
+    by_key = {f[0]: f for f in fields}
+    want = frozenset(ORDER_INFO_KEYS)
+    for i, (order, keys) in enumerate(zip(orders + [None] * 3, _grouped_slot_keys(), strict=False)):
+        if order is None:
+            out.update(dict.fromkeys(keys, 0))
+            continue
+        where = f"{_ORDERS}[{i}]"
+        if not isinstance(order, dict) or order.keys() != want:
+            got = sorted(order) if isinstance(order, dict) else type(order).__name__
+            raise CodecError(
+                f"needs exactly the keys {list(ORDER_INFO_KEYS)}, got {got}",
+                type_name=name,
+                field=where,
+            )
+        for lighter_key, key in zip(ORDER_INFO_KEYS, keys, strict=True):
+            _, kind, a, b, flag = by_key[key]
+            out[key] = _value(name, f"{where}.{lighter_key}", kind, a, b, flag, order[lighter_key])
+    out["OrderCount"] = len(orders)
+    return out
+
+
+def _to_grouped_form(out: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`_from_grouped_form` on ``tx_to_json``'s flat keys."""
+    count = out.pop("OrderCount")
+    orders = []
+    for i, keys in enumerate(_grouped_slot_keys()):
+        values = [out.pop(k) for k in keys]
+        if i < count:
+            orders.append(dict(zip(ORDER_INFO_KEYS, values, strict=True)))
+    tail = {k: out.pop(k) for k in list(out) if k in ("ExpiredAt", "Nonce", "Sig", _ATTRS)}
+    out[_ORDERS] = orders
+    out.update(tail)
+    return out
+
+
 def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]) -> Transaction:
     """Build and validate a transaction from Lighter's ``tx_info``; raises CodecError only."""
     ok = isinstance(tx_type, int) and not isinstance(tx_type, bool)
@@ -304,6 +375,8 @@ def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]
     if _ATTRS in obj and _SIG in keys:
         obj = dict(obj)
         attrs = _attributes(name, obj.pop(_ATTRS), takes)
+    if codec.cls is CreateGroupedOrders:
+        obj = _from_grouped_form(name, obj)
     if obj.keys() != keys:
         missing = sorted(keys - obj.keys())
         extra = sorted(str(k) for k in obj.keys() - keys)
@@ -359,6 +432,8 @@ def tx_to_json(tx: Transaction) -> dict[str, Any]:
             attrs[t] = int(v)
     if attrs:
         out[_ATTRS] = {str(t): attrs[t] for t in sorted(attrs)}
+    if type(tx) is CreateGroupedOrders:
+        out = _to_grouped_form(out)
     return out
 
 

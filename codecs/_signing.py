@@ -5,6 +5,8 @@ lighter-go's order, chain id and tx type first, see ``signing.TX_FIELDS``), comp
 raydex NamedTuple through its Lighter JSON names (:func:`lighter_info`); every user tx layout
 carries all of Lighter's signed fields, so an SDK-signed tx verifies whatever their values:
 
+- CreateGroupedOrders: its order slots are Lighter's ``Orders`` list (the ``order_count`` used
+  ones), which ``signing`` hashes order by order (the ``orders`` kind);
 - ChangePubKey is Lighter's: signed by the key it sets (:func:`signer_key`), authorised by
   ``L1Sig`` from the account's L1 address (:func:`l1_signer` recovers it; a rare tx);
 - a Transfer to another master's account is authorised by its ``L1Sig`` too, over Lighter's
@@ -32,7 +34,15 @@ from . import signing
 from ._enums import SKIP_NONCE_FLAG
 from ._errors import CodecError
 from ._hot import codec_of
-from ._tx import ChangePubKey, Transfer, UserTransaction
+from ._tx import (
+    ORDER_INFO_KEYS,
+    ChangePubKey,
+    CreateGroupedOrders,
+    Transfer,
+    UserTransaction,
+    grouped_canonical,
+    grouped_orders,
+)
 from ._txcodec import encode_tx, is_signed_type, tx_type_of
 
 DEFAULT_CHAIN_ID: Final = 304
@@ -72,7 +82,7 @@ def lighter_info(tx: Any) -> tuple[int, dict[str, Any]]:
             raise CodecError("not a signed (user) transaction", type_name=cls.__name__)
         plan = _PLANS[cls] = _plan(cls)
     tx_type, keys, attr_fields = plan
-    info = dict(zip(keys, tx, strict=False))
+    info = _grouped_info(tx) if cls is CreateGroupedOrders else dict(zip(keys, tx, strict=False))
     attrs: dict[int, int] = {}
     for i, t, nil in attr_fields:
         v = tx[i]
@@ -85,6 +95,19 @@ def lighter_info(tx: Any) -> tuple[int, dict[str, Any]]:
     if attrs:
         info["L2TxAttributes"] = attrs
     return tx_type, info
+
+
+def _grouped_info(tx: CreateGroupedOrders) -> dict[str, Any]:
+    if not grouped_canonical(tx):  # slots past its order count: no Lighter message signs them
+        raise CodecError("CreateGroupedOrders: the slots past order_count must be 0")
+    return {
+        "AccountIndex": tx.account_index,
+        "ApiKeyIndex": tx.api_key_index,
+        "GroupingType": tx.grouping_type,
+        "Orders": [dict(zip(ORDER_INFO_KEYS, o, strict=True)) for o in grouped_orders(tx)],
+        "ExpiredAt": tx.expired_at,
+        "Nonce": tx.nonce,
+    }
 
 
 def message_hash_of(tx: Any, chain_id: int = DEFAULT_CHAIN_ID) -> bytes:

@@ -167,11 +167,16 @@ class Withdraw(NamedTuple):
 
 @wire(TX, TxType.CREATE_ORDER)
 class CreateOrder(NamedTuple):
+    """Lighter's L2CreateOrder (lighter-go ``create_order.go``). ``base_amount`` 0 is Lighter's
+    nil size: only a reduce-only stop-loss / take-profit takes it (the position's size when it
+    fires); the engine refuses it elsewhere. ``trigger_price`` is the mark a stop-loss /
+    take-profit waits for (0: none)."""
+
     account_index: Account
     api_key_index: ApiKey
     market_index: Market
     client_order_index: Annotated[ClientOrderIndex, U64, Range(0, MAX_48)]
-    base_amount: Size
+    base_amount: Annotated[int, U64, Range(0, MAX_48)]
     price: Price
     is_ask: Flag
     order_type: Annotated[int, U8, Range(0, 6), Json("Type")]
@@ -256,6 +261,78 @@ class UpdateLeverage(NamedTuple):
     sig: Sig
 
 
+#: Most orders in one CreateGroupedOrders (lighter-go ``MaxGroupedOrderCount``).
+MAX_GROUPED_ORDERS = 3
+#: The JSON keys of one of its orders (lighter-go ``OrderInfo``), in its layout's order.
+ORDER_INFO_KEYS = (
+    "MarketIndex",
+    "ClientOrderIndex",
+    "BaseAmount",
+    "Price",
+    "IsAsk",
+    "Type",
+    "TimeInForce",
+    "ReduceOnly",
+    "TriggerPrice",
+    "OrderExpiry",
+)
+# One order of a group, slot by slot: its fields take 0 when the group has fewer orders.
+_GMarket = Annotated[MarketIndex, U8, Range(0, MAX_MARKET_INDEX)]
+_GCoi = Annotated[ClientOrderIndex, U64, Range(0, MAX_48)]
+_GSize = Annotated[int, U64, Range(0, MAX_48)]
+_GPrice = Annotated[int, U32]
+_GType = Annotated[int, U8, Range(0, 6)]
+_GTif = Annotated[int, U8, Range(0, 2)]
+_GExpiry = Annotated[int, I64, Range(-1, 2**63 - 1)]
+
+
+@wire(TX, TxType.CREATE_GROUPED_ORDERS)
+class CreateGroupedOrders(NamedTuple):
+    """Lighter's L2CreateGroupedOrders (lighter-go ``create_grouped_orders.go``): 1 to 3 orders
+    linked by ``grouping_type`` (:class:`GroupingType`: OTO 1, OCO 2, OTOCO 3). The layout is
+    fixed: ``order_count`` orders in slots ``*_0`` .. ``*_2`` (each Lighter's ``OrderInfo``),
+    the unused slots all 0. In JSON they are Lighter's ``Orders`` list (``codecs._json``), and
+    :func:`grouped_orders` reads them as a list of :class:`OrderInfo`."""
+
+    account_index: Account
+    api_key_index: ApiKey
+    grouping_type: Annotated[int, U8]
+    order_count: Annotated[int, U8, Range(1, MAX_GROUPED_ORDERS)]
+    market_index_0: _GMarket
+    client_order_index_0: _GCoi
+    base_amount_0: _GSize
+    price_0: _GPrice
+    is_ask_0: Flag
+    order_type_0: _GType
+    time_in_force_0: _GTif
+    reduce_only_0: Flag
+    trigger_price_0: _GPrice
+    order_expiry_0: _GExpiry
+    market_index_1: _GMarket
+    client_order_index_1: _GCoi
+    base_amount_1: _GSize
+    price_1: _GPrice
+    is_ask_1: Flag
+    order_type_1: _GType
+    time_in_force_1: _GTif
+    reduce_only_1: Flag
+    trigger_price_1: _GPrice
+    order_expiry_1: _GExpiry
+    market_index_2: _GMarket
+    client_order_index_2: _GCoi
+    base_amount_2: _GSize
+    price_2: _GPrice
+    is_ask_2: Flag
+    order_type_2: _GType
+    time_in_force_2: _GTif
+    reduce_only_2: Flag
+    trigger_price_2: _GPrice
+    order_expiry_2: _GExpiry
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
 @wire(TX, TxType.UPDATE_MARGIN)
 class UpdateMargin(NamedTuple):
     """Lighter's (lighter-go ``update_margin.go``): move ``usdc_amount`` micro-USDC into
@@ -270,6 +347,57 @@ class UpdateMargin(NamedTuple):
     expired_at: Millis
     nonce: NonceF
     sig: Sig
+
+
+class OrderInfo(NamedTuple):
+    """One order of a :class:`CreateGroupedOrders` (Lighter's ``OrderInfo``; not a layout of
+    its own: a view of one slot)."""
+
+    market_index: int
+    client_order_index: int
+    base_amount: int
+    price: int
+    is_ask: int
+    order_type: int
+    time_in_force: int
+    reduce_only: int
+    trigger_price: int
+    order_expiry: int
+
+
+#: Where the order slots start in :class:`CreateGroupedOrders`, and each slot's width.
+GROUPED_FIRST_SLOT = 4
+GROUPED_SLOT_FIELDS = len(ORDER_INFO_KEYS)
+
+
+def grouped_orders(tx: CreateGroupedOrders) -> list[OrderInfo]:
+    """The ``order_count`` orders of ``tx``, in order (the unused slots left out)."""
+    n = max(0, min(int(tx.order_count), MAX_GROUPED_ORDERS))
+    w = GROUPED_SLOT_FIELDS
+    at = GROUPED_FIRST_SLOT
+    return [OrderInfo._make(tx[at + i * w : at + (i + 1) * w]) for i in range(n)]
+
+
+def grouped_canonical(tx: CreateGroupedOrders) -> bool:
+    """The slots past ``order_count`` are all 0 (the layout's form; any other is malformed:
+    Lighter's ``Orders`` list, what is signed, has no such slots)."""
+    n = max(0, min(int(tx.order_count), MAX_GROUPED_ORDERS))
+    start = GROUPED_FIRST_SLOT + n * GROUPED_SLOT_FIELDS
+    end = GROUPED_FIRST_SLOT + MAX_GROUPED_ORDERS * GROUPED_SLOT_FIELDS
+    return not any(tx[start:end])
+
+
+def grouped_slots(orders: list[OrderInfo] | list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The slot fields of :class:`CreateGroupedOrders` holding ``orders`` (at most
+    ``MAX_GROUPED_ORDERS``), the unused slots 0: what goes between ``order_count`` and
+    ``expired_at``."""
+    if len(orders) > MAX_GROUPED_ORDERS:
+        raise ValueError(f"at most {MAX_GROUPED_ORDERS} grouped orders")
+    flat: list[int] = []
+    for o in orders:
+        flat.extend(o)
+    flat.extend([0] * (GROUPED_SLOT_FIELDS * (MAX_GROUPED_ORDERS - len(orders))))
+    return tuple(flat)
 
 
 # ---- operator commands (unsigned; operator control path only) ----------------------------------
@@ -369,6 +497,13 @@ class FundingTick(NamedTuple):
     market_index: Market
 
 
+@wire(TX, TxType.TIME_TICK)
+class TimeTick(NamedTuple):
+    """Let the engine run what is due at the block's time with no other command to carry it:
+    TWAP slices and the expiry of waiting conditional orders (engine ``_triggers``). Issued by
+    the sequencer's oracle loop when the engine says something is due; a no-op otherwise."""
+
+
 Transaction = (
     ChangePubKey
     | CreateSubAccount
@@ -379,6 +514,7 @@ Transaction = (
     | CancelAllOrders
     | ModifyOrder
     | UpdateLeverage
+    | CreateGroupedOrders
     | UpdateMargin
     | Deposit
     | L1Deposit
@@ -388,6 +524,7 @@ Transaction = (
     | SetMarkPrice
     | ApplyFunding
     | FundingTick
+    | TimeTick
 )
 UserTransaction = (
     ChangePubKey
@@ -399,5 +536,6 @@ UserTransaction = (
     | CancelAllOrders
     | ModifyOrder
     | UpdateLeverage
+    | CreateGroupedOrders
     | UpdateMargin
 )

@@ -9,12 +9,13 @@ can compare them.
 What it covers is the state every role holds: the exchange's fee pool and insurance fund, every
 market's parameters and stats, every account's collateral, master account and L1 address, every
 position not at its defaults, every API key (public key and nonce), every resting order (with its
-version). Left out, because the block stream never carries them: order priority (the order of a
-level is covered by the orders themselves), the engine's id counters and deposit/withdrawal
-totals, the markets' funding clocks (``FundingRecord``: a replica keeps only what its public
-endpoints show of them), and positions still at their defaults (size, entry, pnl and funding 0,
-the market's default margin fraction: the engine creates them when an order is placed, a replica
-only when one is reported).
+version), every live conditional order (``ConditionalOrderRecord``: a state without any hashes as it
+did before they existed). Left out, because the block stream never carries them: order priority (the
+order of a level is covered by the orders themselves), the engine's id counters and
+deposit/withdrawal totals, the markets' funding clocks (``FundingRecord``: a replica keeps only what
+its public endpoints show of them), and positions still at their defaults (size, entry, pnl and
+funding 0, the market's default margin fraction: the engine creates them when an order is placed, a
+replica only when one is reported).
 
 ``Engine.state_hash()`` remains the full-state integrity hash written into each snapshot's
 ``meta.json`` (it covers priority and counters too); this digest is what actors report.
@@ -33,6 +34,7 @@ from typing import Any
 from raydex.codecs import (
     AccountRecord,
     ApiKeyRecord,
+    ConditionalOrderRecord,
     ExchangeRecord,
     FundingRecord,
     L1AddressRecord,
@@ -69,6 +71,7 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
     keys: dict[tuple[int, int], ApiKeyRecord] = {}
     orders: dict[int, tuple[Any, ...]] = {}
     l1: dict[int, bytes] = {}
+    conds: dict[int, ConditionalOrderRecord] = {}
     for n, r in enumerate(records, 1):
         if n % chunk == 0:
             yield
@@ -87,6 +90,8 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
             exchange = (r.fee_pool, r.insurance_fund)
         elif t is L1AddressRecord:
             l1[r.account_index] = r.l1_address
+        elif t is ConditionalOrderRecord:
+            conds[r.order_index] = r
         elif t is FundingRecord:
             continue  # funding clocks: see the module docstring
         else:
@@ -95,7 +100,7 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
     h = hashlib.sha256()
     sep = b""
     buf: list[str] = []
-    for line in _lines(exchange, markets, accounts, positions, keys, orders, l1):
+    for line in _lines(exchange, markets, accounts, positions, keys, orders, l1, conds):
         buf.append(line)
         if len(buf) == chunk:
             h.update(sep + "\n".join(buf).encode())
@@ -115,6 +120,7 @@ def _lines(
     keys: dict[tuple[int, int], ApiKeyRecord],
     orders: dict[int, tuple[Any, ...]],
     l1: dict[int, bytes],
+    conds: dict[int, ConditionalOrderRecord],
 ) -> Iterator[str]:
     """One line per record, in the digest's canonical order."""
     yield f"exchange|{exchange[0]}|{exchange[1]}"
@@ -143,3 +149,5 @@ def _lines(
         yield f"key|{tuple(keys[k])}"
     for o in sorted(orders):
         yield f"order|{orders[o]}"
+    for c in sorted(conds):
+        yield f"cond|{tuple(conds[c])}"

@@ -26,6 +26,12 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   Cost: each account caches its three sums (``_orders.refresh``); fills and order changes update the
   cache in O(1); a mark move invalidates it (epoch), and the next use recomputes it in O(markets
   the account holds).
+- Conditional orders (``_triggers``): stop-loss / take-profit (market and limit) waiting for the
+  mark, TWAP, grouped orders (CreateGroupedOrders: OTO, OCO, OTOCO). What is due at ``now_ms``
+  (TWAP slices, expiry of waiting orders) runs at the start of any command
+  (``ExchangeState.cond_due``: one comparison); what the order path leaves (triggers armed
+  beyond their mark, position-tied orders of closed positions) at its end, before the
+  maintenance checks of the traders.
 - Isolated margin (``Position.margin_mode`` 1, set by UpdateLeverage while the position is flat
   without orders): the position has its own collateral (``allocated``), out of the cross sums
   above but for what its resting orders would add; a fill's PnL and fee are its own; opening
@@ -120,6 +126,8 @@ Where each part lives (a command's path, hot first):
 - ``_engine``: this contract, ``Engine`` (dispatch, the read accessors, the snapshot API); it
   owns the ``ExchangeState`` and hands it to the parts, which are functions over it;
 - ``_orders``: the order path (gates, checks, matching, fills, positions, the margin cache);
+- ``_triggers`` (conditional orders placed, fired, sliced) over ``_pending`` (their
+  bookkeeping and the order path's hooks);
 - cold paths: ``_accounts`` (money, leverage, keys), ``_markets`` (markets, marks, funding),
   ``_liquidation`` (triggers, liquidation, deleveraging), ``_funding`` (the funding clock),
   ``_snapshot`` (records, state hash), ``_validate`` (``validate_internal_state``);
@@ -129,9 +137,10 @@ Where each part lives (a command's path, hot first):
   result codes and order values as ints (from ``raydex.codecs``).
 
 Each imports only modules further down this order, so they form no circle: ``_engine`` <-
-``_funding``, ``_snapshot``, ``_validate`` <- ``_accounts``, ``_markets`` <- ``_liquidation`` <-
-``_orders`` <- ``_state`` <- ``_deltas`` <- ``_model`` <- ``rules`` <- ``codes`` (``_funding``
-and ``_snapshot`` use ``_markets``; nothing imports upwards, in a function or for typing).
+``_funding``, ``_snapshot``, ``_validate`` <- ``_accounts``, ``_markets`` <- ``_triggers`` <-
+``_liquidation`` <- ``_orders`` <- ``_pending`` <- ``_state`` <- ``_deltas`` <- ``_model`` <-
+``rules`` <- ``codes`` (``_funding`` and ``_snapshot`` use ``_markets``; nothing imports
+upwards, in a function or for typing).
 """
 
 from __future__ import annotations
@@ -144,6 +153,8 @@ from raydex.codecs import (
     CancelAllOrders,
     CancelOrder,
     ChangePubKey,
+    ConditionalOrderRecord,
+    CreateGroupedOrders,
     CreateMarket,
     CreateOrder,
     CreateSubAccount,
@@ -156,6 +167,7 @@ from raydex.codecs import (
     PositionRecord,
     RegisterApiKey,
     SetMarkPrice,
+    TimeTick,
     Transfer,
     UpdateLeverage,
     UpdateMargin,
@@ -168,9 +180,18 @@ from . import _accounts, _markets, _snapshot
 from ._deltas import Deltas
 from ._funding import tick as funding_tick
 from ._liquidation import check_traded
-from ._orders import cancel_all, cancel_order, create_order, equity_imr, modify_order
+from ._orders import (
+    CONDITIONAL,
+    cancel_all,
+    cancel_order,
+    create_order,
+    equity_imr,
+    modify_order,
+)
+from ._pending import cond_fields
 from ._snapshot import Record, records_hash
-from ._state import BPS, DEFAULT_ORDER_LIFETIME_MS, ExchangeState
+from ._state import BPS, DEFAULT_ORDER_LIFETIME_MS, NO_DUE, ExchangeState
+from ._triggers import create_conditional, create_grouped, run_due, settle, time_tick
 from ._validate import InvariantViolation, validate
 from .codes import UNSUPPORTED_TX_TYPE
 from .rules import exposure
@@ -242,10 +263,14 @@ class Engine:
         ResultCode value."""
         st = self.state
         out = st.deltas
+        if st.cond_due <= now_ms:
+            run_due(st, now_ms, out)
         t = type(cmd)
         # The three order commands (~95% of traffic) are called directly, the rest by type.
         if t is CREATE_ORDER:
             code = create_order(st, cmd, now_ms, out)
+            if code == CONDITIONAL:
+                code = create_conditional(st, cmd, now_ms, out)
         elif t is CANCEL_ORDER:
             code = cancel_order(st, cmd, now_ms, out)
         elif t is MODIFY_ORDER:
@@ -255,8 +280,12 @@ class Engine:
             if handler is None:
                 return UNSUPPORTED_TX_TYPE
             code = handler(st, cmd, now_ms, out)
-        if st.traded_head is not None:
+        if st.cond_after:
+            settle(st, now_ms, out)
+        elif st.traded_head is not None:
             check_traded(st, now_ms, out)
+            if st.cond_after:
+                settle(st, now_ms, out)
         st.flush(out)
         return code
 
@@ -346,6 +375,22 @@ class Engine:
             return []
         return [_snapshot.order_record(o) for o in acct.resting_orders()]
 
+    def conditional_orders(self, account: int) -> list[ConditionalOrderRecord]:
+        """``account``'s live conditional orders (waiting, running, or on the book with their
+        condition), by order index."""
+        conds = self.state.conds
+        return [
+            ConditionalOrderRecord._make(cond_fields(conds[i]))
+            for i in sorted(conds)
+            if conds[i].account.index == account
+        ]
+
+    def cond_due_ms(self) -> int | None:
+        """The block time at which a waiting order expires or a TWAP slices next (None:
+        nothing waits for time): the oracle sends a ``TimeTick`` once it has come."""
+        due = self.state.cond_due
+        return None if due == NO_DUE else due
+
     # ---- snapshots, hash, validation ------------------------------------------------------------
 
     def records(self) -> Iterator[Record]:
@@ -379,6 +424,8 @@ def _move_events(d: Deltas, start: int, count: int, out: list[Any]) -> None:
 #: The cold commands' handlers, by command type: ``handler(state, cmd, now_ms, out) -> code``.
 _HANDLERS: Final[dict[type, Callable[[ExchangeState, Any, int, Deltas], int]]] = {
     CancelAllOrders: cancel_all,
+    CreateGroupedOrders: create_grouped,
+    TimeTick: time_tick,
     Transfer: _accounts.transfer,
     Withdraw: _accounts.withdraw,
     UpdateLeverage: _accounts.update_leverage,

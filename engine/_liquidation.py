@@ -9,11 +9,11 @@ Functions over the ``ExchangeState``; the rules are in ``_engine``'s docstring (
 - After fills (:func:`check_traded`) the traders are checked exactly and left unarmed; transfers
   and withdrawals (:func:`rearm`) unarm the account; market updates check holders, funding the
   payers whose payment does not fit in the reserve their triggers left out (:func:`arm`).
-- :func:`liquidate`: cancel all resting orders, close each cross position with an internal
-  reduce-only market order inside the fat-finger band (liquidation fee to the insurance fund),
-  deleverage (:func:`deleverage`) what the book cannot absorb against the most profitable
-  opposite positions at the bankruptcy price, and cover negative collateral from the insurance
-  fund.
+- :func:`liquidate`: cancel all resting orders and waiting conditional orders, close each cross
+  position with an internal reduce-only market order inside the fat-finger band (liquidation fee
+  to the insurance fund), deleverage (:func:`deleverage`) what the book cannot absorb against the
+  most profitable opposite positions at the bankruptcy price, and cover negative collateral from
+  the insurance fund.
 - Isolated positions (``Position.margin_mode`` 1) stand on their own: the cross checks leave
   them out (``_orders.refresh``); each is checked against its own collateral
   (:func:`check_isolated`, after fills and for every checked account) and has its own trigger
@@ -36,6 +36,7 @@ from raydex.codecs import PositionDeleveraged, PositionLiquidated
 from ._deltas import Deltas
 from ._model import Account, Market, Order, Position, heappop, heappush
 from ._orders import apply_fill, equity_mmr, expire, match_and_finish, refresh, remove_resting
+from ._pending import end_all
 from ._state import BPS, ExchangeState
 from .codes import CANCELED_LIQUIDATION, IOC, MARKET
 from .rules import MAX_PRICE, maintenance_margin, product, unrealized_pnl
@@ -318,6 +319,7 @@ def liquidate(st: ExchangeState, acct: Account, now: int, out: Deltas) -> None:
     """Close ``acct``'s cross positions and cancel all its orders (see the module docstring);
     its counterparties are checked next. Its isolated positions are not touched."""
     acct.risk_version += 1
+    end_all(st, acct, CANCELED_LIQUIDATION, out)
     for o in acct.resting_orders():
         remove_resting(st, o, CANCELED_LIQUIDATION, out)
     for mi in sorted(acct.positions):

@@ -4,7 +4,8 @@ Functions over the ``ExchangeState``, one per command, plus the market-parameter
 snapshot code shares (:func:`valid_params`, :func:`set_params`, :func:`market_fields`).
 
 - A mark move or a parameter change bumps ``ExchangeState.epoch`` (every cached account risk sum
-  is stale) and runs the liquidation checks for that market (``_liquidation``).
+  is stale) and runs the liquidation checks for that market (``_liquidation``); a mark move
+  first fires the stop-loss / take-profit orders it reached (``_triggers.fire_crossed``).
 - Funding: ``size * mark * mult * rate / 1e8`` per holder, in account order; payers round up,
   receivers down; the residue goes to the insurance fund; a payer is checked for maintenance
   unless its payment fits in the reserve its liquidation triggers left out (``_liquidation.arm``:
@@ -37,6 +38,7 @@ from ._state import (
     is_int,
     new_tuple,
 )
+from ._triggers import fire_crossed
 from .codes import (
     INVALID_MARKET_PARAMS,
     INVALID_PARAM,
@@ -97,6 +99,8 @@ def set_mark_price(st: ExchangeState, c: SetMarkPrice, now: int, out: Deltas) ->
     m.set_mark(int(price))
     st.epoch += 1
     st.mark_market(m)
+    if m.trig_up or m.trig_down:
+        fire_crossed(st, m, now, out)
     liquidate_crossed(st, m, now, out)
     return OK
 

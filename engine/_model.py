@@ -23,6 +23,13 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
   ``long_triggers`` / ``short_triggers`` are the liquidation index: per holder a mark price
   beyond which it *may* be under maintenance (see ``_liquidation.arm``), so a mark move checks
   only the accounts whose trigger it crossed.
+- Conditional orders (``Cond``, engine ``_triggers``): every live one is in
+  ``ExchangeState.conds`` by order index; the waiting ones (a grouped child waiting for its
+  entry, an armed stop-loss / take-profit, a running TWAP) also in their account's ``conds``. An
+  armed one has exactly one live entry in its market's ``trig_up`` / ``trig_down`` heap, the one
+  equal to its ``trig_key`` (lazy deletion: any other entry is stale), counted in
+  ``Market.trig_live``. An order on the book may
+  carry the ``Cond`` it came from (``Order.cond``: a fired stop-loss-limit, a grouped entry).
 - A position in isolated margin (``margin_mode`` 1) holds its own collateral, ``allocated``
   (0 for a cross or a flat position); ``Account.isolated`` counts its account's isolated
   positions, so the checks that look for them cost a cross-only account one read.
@@ -81,6 +88,7 @@ class Account:
         "c_upnl",
         "coi",
         "collateral",
+        "conds",
         "dirty",
         "first_order",
         "first_pos",
@@ -177,6 +185,8 @@ class Account:
         self.c_upnl = 0
         self.c_mm = 0
         self.c_im = 0
+        #: Its waiting conditional orders by order index (None: none yet), engine ``_triggers``.
+        self.conds: dict[int, Cond] | None = None
 
     def add_key(self, ki: int, key: ApiKey) -> None:
         """Hold API key ``key`` at index ``ki`` (a new one)."""
@@ -371,6 +381,7 @@ class Order:
         "acct_next",
         "acct_prev",
         "client_index",
+        "cond",
         "expiry",
         "expiry_listed",
         "index",
@@ -438,6 +449,10 @@ class Order:
         #: The version the last versioned ModifyOrder gave it (``L2TxAttributes`` 8; 0: none):
         #: a versioned modify applies only above it.
         self.version = 0
+        #: The conditional order it came from (a fired stop-loss-limit / take-profit-limit, a
+        #: grouped entry with its children), else None: see ``_pending.order_filled`` and
+        #: ``order_left``.
+        self.cond: Cond | None = None
 
 
 class Level:
@@ -581,6 +596,9 @@ class Market:
         "status",
         "symbol",
         "taker_fee",
+        "trig_down",
+        "trig_live",
+        "trig_up",
         "trigger_account",
         "trigger_version",
         "unarmed",
@@ -648,6 +666,14 @@ class Market:
         self.next_expiry = NO_EXPIRY
         #: Drop their stale entries (``_orders._compact_expiries``) past this many entries.
         self.compact_at = 1024
+        #: Armed stop-loss / take-profit orders (``_pending.arm``): heaps of
+        #: ``(trigger_price << 64) + order_index`` of those due when the mark rises to their
+        #: trigger (``trig_up``) and ``((TRIGGER_CEIL - trigger_price) << 64) + order_index`` of
+        #: those due when it falls to it (``trig_down``), so each pops in firing order; stale
+        #: entries are skipped and dropped by compaction. ``trig_live``: the armed ones.
+        self.trig_up: list[int] = []
+        self.trig_down: list[int] = []
+        self.trig_live = 0
         self.dirty = False
         self.next_dirty: Market | None = None
 
@@ -710,3 +736,92 @@ class FundingClock:
         self.premium_sum = 0
         self.last_rate = 0
         self.last_funding_ms = 0
+
+
+class Cond:
+    """A conditional order (engine ``_triggers``; the fields of ``ConditionalOrderUpdated``):
+    a stop-loss / take-profit (market or limit) waiting for the mark, a grouped child waiting for
+    its entry, a running TWAP, a grouped entry's links, or one of these fired onto the book.
+
+    ``status`` / ``trigger_status`` are Lighter's (``OrderStatus`` / ``TriggerStatus``);
+    ``size`` 0 is position-tied (the position's size when it fires); ``remaining`` is what a
+    TWAP still has to fill (``size`` for the others). Links are order indexes (``parent_index``,
+    ``kid_indexes``, ``sibling_index``; 0: none), reported as they are whatever became of the
+    order they name, and, for the links that act, objects (``kids``, ``sibling``: None for
+    none), so a group is linked before its orders are registered."""
+
+    __slots__ = (
+        "account",
+        "client_index",
+        "created_at",
+        "expiry",
+        "index",
+        "is_ask",
+        "kid_indexes",
+        "kids",
+        "market",
+        "next_slice",
+        "order_type",
+        "parent_index",
+        "price",
+        "reduce_only",
+        "ref",
+        "remaining",
+        "sibling",
+        "sibling_index",
+        "size",
+        "slice_index",
+        "status",
+        "tif",
+        "trig_key",
+        "trigger_price",
+        "trigger_status",
+        "trigger_time",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        account: Account,
+        market: Market,
+        client_index: int,
+        is_ask: int,
+        price: int,
+        size: int,
+        expiry: int,
+        order_type: int,
+        tif: int,
+        reduce_only: int,
+        trigger_price: int,
+        created_at: int,
+    ) -> None:
+        self.index = index
+        self.ref: Any = index
+        self.account = account
+        self.market = market
+        self.client_index = client_index
+        self.is_ask = is_ask
+        self.price = price
+        self.size = size
+        self.remaining = size
+        self.expiry = expiry
+        self.order_type = order_type
+        self.tif = tif
+        self.reduce_only = reduce_only
+        self.trigger_price = trigger_price
+        self.created_at = created_at
+        #: -1 until it is placed (a grouped order is linked before it is registered)
+        self.status = -1
+        self.trigger_status = 0
+        self.trigger_time = 0
+        self.parent_index = 0
+        self.kid_indexes = (0, 0)
+        self.sibling_index = 0
+        self.kids: list[Cond] | None = None
+        self.sibling: Cond | None = None
+        #: a TWAP's next slice time (ms) and its latest slice's order index (0: none)
+        self.next_slice = 0
+        self.slice_index = 0
+        #: while armed, its live entry in its market's trigger heaps (any other entry naming
+        #: it is stale: it moved, fired or ended); -1 otherwise
+        self.trig_key = -1

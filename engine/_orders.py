@@ -45,6 +45,7 @@ from ._deltas import Deltas
 from ._model import (
     NO_EXPIRY,
     Account,
+    Cond,
     Level,
     Market,
     Order,
@@ -53,6 +54,17 @@ from ._model import (
     heapify,
     heappop,
     heappush,
+)
+from ._pending import (
+    end_all,
+    find,
+    finish,
+    has_client_index,
+    modify_waiting,
+    order_filled,
+    order_left,
+    position_moved,
+    waiting_count,
 )
 from ._state import (
     BPS,
@@ -138,6 +150,10 @@ CancelOrderT = tuple[Any, Any, int, Any, int, Any, object]
 ModifyOrderT = tuple[Any, Any, int, Any, int, int, int, int, Any, object, int, int, int]
 CancelAllOrdersT = tuple[int, int, int, int, int, int, object, int]
 
+#: :func:`create_order`'s answer for a conditional order type (2-6): not placed here, the engine
+#: hands the command to ``_triggers`` (above this module), which gates it itself.
+CONDITIONAL: Final = -1
+
 
 # ---- gates --------------------------------------------------------------------------------------
 
@@ -181,8 +197,12 @@ def _gate(
 
 
 def create_order(st: ExchangeState, c: CreateOrder, now: int, out: Deltas) -> int:
+    """CreateOrder of a limit or market order; CONDITIONAL (nothing done, no nonce used) for
+    the other types, which ``_triggers`` places."""
     t: CreateOrderT = c
     ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s, b, e = t
+    if otype > MARKET:
+        return CONDITIONAL
     code, acct = _gate(st, ai, ki, nonce, exp_at, now, out)
     if acct is None:
         return code
@@ -191,7 +211,9 @@ def create_order(st: ExchangeState, c: CreateOrder, now: int, out: Deltas) -> in
         stp = self_trade_mode(b, e)
         if stp < 0:
             return INVALID_PARAM
-    return _place(st, acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, stp, now, out)
+    return place(
+        st, acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, stp, now, out, 0, None
+    )
 
 
 def self_trade_mode(behavior: int, equality: int) -> int:
@@ -205,7 +227,15 @@ def self_trade_mode(behavior: int, equality: int) -> int:
     return behavior + 4 * equality
 
 
-def _place(
+def gate(
+    st: ExchangeState, ai: Any, ki: Any, nonce: Any, expired_at: int, now: int, out: Deltas
+) -> tuple[int, Account | None]:
+    """The four gates of a user tx with its account when passed (``(0, account)``); see
+    :func:`auth`."""
+    return _gate(st, ai, ki, nonce, expired_at, now, out)
+
+
+def place(
     st: ExchangeState,
     acct: Account,
     mi: int,
@@ -220,10 +250,14 @@ def _place(
     stp: int,
     now: int,
     out: Deltas,
+    oi: int,
+    cond: Cond | None,
 ) -> int:
     """Validate and execute one order of ``acct`` (a CreateOrder past its gates), matching with
     self-trade mode ``stp`` (:func:`self_trade_mode`). The order it creates, accepted or not, is
-    ``last_order_index``."""
+    ``last_order_index``: a new index, or ``oi`` when given (a conditional order executing under
+    its own index, ``_triggers``); ``cond`` is the condition it carries (``Order.cond``), None for
+    a plain order."""
     m = st.market(mi)
     if m is None:
         return MARKET_NOT_FOUND
@@ -245,7 +279,9 @@ def _place(
     if coi:
         if not 0 < coi <= MAX_48:
             return INVALID_CLIENT_ORDER_INDEX
-        if acct.find_client_order(coi) is not None:
+        if acct.find_client_order(coi) is not None or (
+            acct.conds is not None and has_client_index(acct, coi)
+        ):
             return CLIENT_ORDER_INDEX_EXISTS
     if oexp == 0 or oexp == -1:
         expiry = now + DEFAULT_ORDER_LIFETIME_MS
@@ -260,7 +296,10 @@ def _place(
     )
     if code:
         return code
-    if acct.order_count >= MAX_OPEN_ORDERS_PER_ACCOUNT:
+    if acct.order_count >= MAX_OPEN_ORDERS_PER_ACCOUNT or (
+        acct.conds is not None
+        and acct.order_count + waiting_count(acct) >= MAX_OPEN_ORDERS_PER_ACCOUNT
+    ):
         return TOO_MANY_ORDERS
     pos = acct.position_in(m)
     new_pos = pos is None
@@ -288,12 +327,15 @@ def _place(
                 return NOT_ENOUGH_MARGIN
     if new_pos:
         acct.add_position(pos)
-    oi = st.next_order_index
-    st.next_order_index = oi + 1
+    if oi == 0:
+        oi = st.next_order_index
+        st.next_order_index = oi + 1
     st.last_order_index = oi
     pr = st.next_priority
     st.next_priority = pr + 1
     o = Order(oi, acct, coi, m, is_ask, price, size, expiry, otype, tif, ro, pr)
+    if cond is not None:
+        o.cond = cond
     if best and (best >= price if is_ask else best <= price):
         if tif == POST_ONLY:
             out.order_updated(o, CANCELED_POST_ONLY)
@@ -331,6 +373,9 @@ def match_and_finish(
     status = 0
     if best and (best >= o.price if is_ask else best <= o.price):
         status = _match(st, m, o, acct, pos, opp, out, liquidation, stp)
+        c = o.cond
+        if c is not None and o.remaining < o.initial:
+            order_filled(st, c, out)
     if status == CANCELED_SELF_TRADE:
         pass  # the taker expired meeting its own order: no remainder rests
     elif o.remaining == 0:
@@ -345,6 +390,10 @@ def match_and_finish(
             rest(st, m, o, acct, pos)
             status = ACTIVE_LIMIT
     out.order_updated(o, status)
+    if status != ACTIVE_LIMIT:
+        c = o.cond
+        if c is not None:  # (a modified order re-entering with a condition, gone now)
+            order_left(st, o, c, out)
 
 
 def rest(st: ExchangeState, m: Market, o: Order, acct: Account, pos: Position) -> None:
@@ -544,6 +593,9 @@ def _match(
             if liquidation:
                 st.liquidation_quote += best * q
             last_price = best
+            c = o.cond
+            if c is not None:
+                order_filled(st, c, out)
             if o.remaining == 0:
                 remove_resting(st, o, FILLED, out)
             elif o.reduce_only and mpos.size == 0:
@@ -632,6 +684,8 @@ def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int, fee: int) -> i
         if acct.unarmed and not pos.queued:
             pos.queued = True
             m.unarmed.append(pos)
+    if acct.conds is not None and (ns == 0 or (ns > 0) != (s > 0)) and s != 0:
+        position_moved(st, pos)  # closed or flipped: its position-tied orders are checked
     if pos.margin_mode:
         return isolated_fill(st, pos, s, ns, realized - fee, pq)
     if acct.c_epoch == st.epoch:
@@ -738,6 +792,9 @@ def remove_resting(st: ExchangeState, o: Order, status: int, out: Deltas) -> Non
         assert pos is not None
         _open(st, pos, is_ask, -rem)
     out.order_updated(o, status)  # (unlinking leaves ``o.remaining`` as it was)
+    c = o.cond
+    if c is not None:
+        order_left(st, o, c, out)
 
 
 def expire(st: ExchangeState, m: Market, now: int, out: Deltas) -> None:
@@ -821,7 +878,11 @@ def cancel_order(st: ExchangeState, c: CancelOrder, now: int, out: Deltas) -> in
         expire(st, m, now, out)
     o = _find_order(st, acct, mi, index)
     if o is None:
-        return NOT_ACTIVE_LIMIT_ORDER
+        w = find(acct, mi, index, FIRST_ORDER_INDEX) if acct.conds is not None else None
+        if w is None:
+            return NOT_ACTIVE_LIMIT_ORDER
+        finish(st, w, CANCELED, out, True)  # a waiting conditional order (its OCO sibling too)
+        return OK
     remove_resting(st, o, CANCELED, out)
     return OK
 
@@ -832,7 +893,7 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
     (STALE_ORDER_VERSION otherwise, the order untouched); re-entered, it matches with the tx's
     self-trade modes."""
     t: ModifyOrderT = c
-    ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s, b, e, version = t
+    ai, ki, mi, index, size, price, trig, exp_at, nonce, _s, b, e, version = t
     code, acct = _gate(st, ai, ki, nonce, exp_at, now, out)
     if acct is None:
         return code
@@ -843,7 +904,10 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
         expire(st, m, now, out)
     o = _find_order(st, acct, mi, index)
     if o is None:
-        return NOT_ACTIVE_LIMIT_ORDER
+        w = find(acct, mi, index, FIRST_ORDER_INDEX) if acct.conds is not None else None
+        if w is None or m.status != 1:
+            return NOT_ACTIVE_LIMIT_ORDER if w is None else MARKET_NOT_ACTIVE
+        return modify_waiting(st, w, size, price, trig, out)  # a waiting stop-loss / take-profit
     if m.status != 1:
         return MARKET_NOT_ACTIVE
     if not 1 <= price <= MAX_PRICE:
@@ -916,6 +980,9 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
         o.version = version
     if crosses and o.tif == POST_ONLY:
         out.order_updated(o, CANCELED_POST_ONLY)
+        c = o.cond
+        if c is not None:
+            order_left(st, o, c, out)
         return POST_ONLY_WOULD_CROSS
     match_and_finish(st, m, o, acct, pos, now, out, False, stp)
     return OK
@@ -1016,9 +1083,9 @@ def imr_ok(st: ExchangeState, acct: Account, extra_debit: int = 0) -> bool:
 
 
 def cancel_all(st: ExchangeState, c: CancelAllOrders, now: int, out: Deltas) -> int:
-    """CancelAllOrders (time_in_force 0): every resting order of the account by order index, or
-    with a market (``L2TxAttributes`` 5) those in that market only (MARKET_NOT_FOUND for one that
-    does not exist)."""
+    """CancelAllOrders (time_in_force 0): every resting order of the account by order index, then
+    its waiting conditional orders by order index; with a market (``L2TxAttributes`` 5) those in
+    that market only (MARKET_NOT_FOUND for one that does not exist)."""
     t: CancelAllOrdersT = c
     ai, ki, tif, _time, exp_at, nonce, _s, mi = t
     code = auth(st, ai, ki, nonce, exp_at, now, out)
@@ -1028,9 +1095,11 @@ def cancel_all(st: ExchangeState, c: CancelAllOrders, now: int, out: Deltas) -> 
         return UNSUPPORTED_TX_TYPE
     if mi != ALL_MARKETS and st.market(mi) is None:
         return MARKET_NOT_FOUND
-    for o in st.accounts[ai].resting_orders():
+    acct = st.accounts[ai]
+    for o in acct.resting_orders():
         if mi == ALL_MARKETS or o.market.index == mi:
             remove_resting(st, o, CANCELED, out)
+    end_all(st, acct, CANCELED, out, mi)
     return OK
 
 

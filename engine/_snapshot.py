@@ -2,12 +2,14 @@
 
 - :func:`records`: the full state as ``codecs`` snapshot records in one canonical order (the
   exchange row, markets, accounts, positions, API keys by account, resting orders by market in
-  book order, funding clocks by market, L1 addresses by account), whatever the history that
-  built it.
+  book order, funding clocks by market, L1 addresses by account, conditional orders by order
+  index), whatever the history that built it. A state without conditional orders has no such
+  rows, so its hash is what it was before they existed.
 - :func:`load`: rebuild the state from those rows (in that order): books and every index are
   rebuilt (the masters' sub-account counts and the next sub-account index too, from the
   accounts' masters), every account holding a position is armed (liquidation triggers) at the
-  loaded marks.
+  loaded marks, conditional orders are registered, armed and linked again
+  (``_triggers.load_cond``).
 - :func:`state_hash`: sha256 over :func:`records` (:func:`records_hash`); equal states hash equal
   (snapshot round trips, WAL replay and replicas are compared by it).
 
@@ -23,6 +25,7 @@ from typing import Any, TypeAlias
 from raydex.codecs import AccountRecord as _AccountRecord
 from raydex.codecs import (
     ApiKeyRecord,
+    ConditionalOrderRecord,
     ExchangeRecord,
     FundingRecord,
     L1AddressRecord,
@@ -35,7 +38,9 @@ from ._liquidation import arm
 from ._markets import market_fields, set_params
 from ._model import Account, ApiKey, FundingClock, Market, Order, Position
 from ._orders import equity_mmr, iter_market_orders, position_for, rest
+from ._pending import cond_fields
 from ._state import BPS, ExchangeState, new_tuple
+from ._triggers import link_loaded, load_cond
 
 Record: TypeAlias = (
     ExchangeRecord
@@ -46,6 +51,7 @@ Record: TypeAlias = (
     | OrderRecord
     | FundingRecord
     | L1AddressRecord
+    | ConditionalOrderRecord
 )
 
 
@@ -95,6 +101,9 @@ def records(st: ExchangeState) -> Iterator[Record]:
         addr = accounts[ai].l1_address
         if addr:
             yield new_tuple(L1AddressRecord, (ai, addr))
+    conds = st.conds
+    for i in sorted(conds):
+        yield new_tuple(ConditionalOrderRecord, cond_fields(conds[i]))
 
 
 def load(st: ExchangeState, rows: Iterable[Any]) -> None:
@@ -166,9 +175,12 @@ def load(st: ExchangeState, rows: Iterable[Any]) -> None:
             acct.l1_address = r.l1_address
             if acct.master_index == acct.index:  # (a sub-account shares its master's address)
                 st.by_l1[r.l1_address] = r.account_index
+        elif isinstance(r, ConditionalOrderRecord):
+            load_cond(st, r)
         else:
             raise TypeError(f"not a snapshot record: {type(r).__name__}")
     st.forget_levels()
+    link_loaded(st)
     accounts = st.accounts
     for acct in accounts.values():
         if acct.master_index != acct.index:

@@ -18,16 +18,45 @@ from raydex.codecs import (
     ALL_MARKETS as _ALL_MARKETS,
 )
 from raydex.codecs import (
+    GroupingType,
     OrderStatus,
     OrderType,
     ResultCode,
     SelfTradeBehavior,
     SelfTradeEquality,
     TimeInForce,
+    TriggerStatus,
 )
 
 __all__ = [
     "ACCOUNT_NOT_FOUND",
+    "CANCELED_CHILD",
+    "CANCELED_MARGIN_NOT_ALLOWED",
+    "CANCELED_OCO",
+    "DUPLICATE_CLIENT_ORDER_INDEX",
+    "GROUP_MARKET_MISMATCH",
+    "INVALID_GROUPING_TYPE",
+    "INVALID_GROUP_BASE_AMOUNT",
+    "INVALID_GROUP_SIDE",
+    "INVALID_GROUP_SIZE",
+    "INVALID_REDUCE_ONLY",
+    "INVALID_TRIGGER_PRICE",
+    "IN_PROGRESS",
+    "OCO",
+    "OTO",
+    "OTOCO",
+    "PENDING",
+    "STOP_LOSS",
+    "STOP_LOSS_LIMIT",
+    "TAKE_PROFIT",
+    "TAKE_PROFIT_LIMIT",
+    "TRIGGER_MARK_PRICE",
+    "TRIGGER_NA",
+    "TRIGGER_PARENT_ORDER",
+    "TRIGGER_READY",
+    "TRIGGER_TWAP",
+    "TWAP",
+    "TWAP_SUB",
     "ACTIVE_LIMIT",
     "ALL_MARKETS",
     "API_KEY_NOT_FOUND",
@@ -123,6 +152,14 @@ INVALID_API_KEY_INDEX: Final[int] = _R.INVALID_API_KEY_INDEX.value
 UNSUPPORTED_TX_TYPE: Final[int] = _R.UNSUPPORTED_TX_TYPE.value
 TOO_MANY_ORDERS: Final[int] = _R.TOO_MANY_ORDERS.value
 STALE_ORDER_VERSION: Final[int] = _R.STALE_ORDER_VERSION.value
+INVALID_TRIGGER_PRICE: Final[int] = _R.INVALID_TRIGGER_PRICE.value
+INVALID_GROUPING_TYPE: Final[int] = _R.INVALID_GROUPING_TYPE.value
+INVALID_GROUP_SIZE: Final[int] = _R.INVALID_GROUP_SIZE.value
+GROUP_MARKET_MISMATCH: Final[int] = _R.GROUP_MARKET_MISMATCH.value
+INVALID_GROUP_BASE_AMOUNT: Final[int] = _R.INVALID_GROUP_BASE_AMOUNT.value
+INVALID_GROUP_SIDE: Final[int] = _R.INVALID_GROUP_SIDE.value
+DUPLICATE_CLIENT_ORDER_INDEX: Final[int] = _R.DUPLICATE_CLIENT_ORDER_INDEX.value
+INVALID_REDUCE_ONLY: Final[int] = _R.INVALID_REDUCE_ONLY.value
 FEATURE_NOT_SUPPORTED: Final[int] = _R.FEATURE_NOT_SUPPORTED.value
 MARGIN_MODE_LOCKED: Final[int] = _R.MARGIN_MODE_LOCKED.value
 NO_ISOLATED_POSITION: Final[int] = _R.NO_ISOLATED_POSITION.value
@@ -130,6 +167,8 @@ TOO_MANY_SUB_ACCOUNTS: Final[int] = _R.TOO_MANY_SUB_ACCOUNTS.value
 INVALID_L1_SIGNATURE: Final[int] = _R.INVALID_L1_SIGNATURE.value
 
 # ---- order statuses (OrderStatus) ---------------------------------------------------------------
+IN_PROGRESS: Final[int] = _S.IN_PROGRESS.value
+PENDING: Final[int] = _S.PENDING.value
 ACTIVE_LIMIT: Final[int] = _S.ACTIVE_LIMIT.value
 FILLED: Final[int] = _S.FILLED.value
 CANCELED: Final[int] = _S.CANCELED.value
@@ -140,10 +179,19 @@ CANCELED_NOT_ENOUGH_LIQUIDITY: Final[int] = _S.CANCELED_NOT_ENOUGH_LIQUIDITY.val
 CANCELED_SELF_TRADE: Final[int] = _S.CANCELED_SELF_TRADE.value
 CANCELED_EXPIRED: Final[int] = _S.CANCELED_EXPIRED.value
 CANCELED_LIQUIDATION: Final[int] = _S.CANCELED_LIQUIDATION.value
+CANCELED_MARGIN_NOT_ALLOWED: Final[int] = _S.CANCELED_MARGIN_NOT_ALLOWED.value
+CANCELED_OCO: Final[int] = _S.CANCELED_OCO.value
+CANCELED_CHILD: Final[int] = _S.CANCELED_CHILD.value
 
 # ---- order types and times in force (OrderType, TimeInForce) -----------------------------------
 LIMIT: Final[int] = OrderType.LIMIT.value
 MARKET: Final[int] = OrderType.MARKET.value
+STOP_LOSS: Final[int] = OrderType.STOP_LOSS.value
+STOP_LOSS_LIMIT: Final[int] = OrderType.STOP_LOSS_LIMIT.value
+TAKE_PROFIT: Final[int] = OrderType.TAKE_PROFIT.value
+TAKE_PROFIT_LIMIT: Final[int] = OrderType.TAKE_PROFIT_LIMIT.value
+TWAP: Final[int] = OrderType.TWAP.value
+TWAP_SUB: Final[int] = OrderType.TWAP_SUB.value
 IOC: Final[int] = TimeInForce.IMMEDIATE_OR_CANCEL.value
 GTT: Final[int] = TimeInForce.GOOD_TILL_TIME.value
 POST_ONLY: Final[int] = TimeInForce.POST_ONLY.value
@@ -155,3 +203,13 @@ ST_CANCEL_BOTH: Final[int] = SelfTradeBehavior.CANCEL_BOTH.value
 ST_REDUCE: Final[int] = SelfTradeBehavior.REDUCE.value
 ST_MASTER_ACCOUNT: Final[int] = SelfTradeEquality.MASTER_ACCOUNT_INDEX.value
 ALL_MARKETS: Final[int] = _ALL_MARKETS
+
+# ---- conditional orders (TriggerStatus, GroupingType) -------------------------------------------
+TRIGGER_NA: Final[int] = TriggerStatus.NA.value
+TRIGGER_READY: Final[int] = TriggerStatus.READY.value
+TRIGGER_MARK_PRICE: Final[int] = TriggerStatus.MARK_PRICE.value
+TRIGGER_TWAP: Final[int] = TriggerStatus.TWAP.value
+TRIGGER_PARENT_ORDER: Final[int] = TriggerStatus.PARENT_ORDER.value
+OTO: Final[int] = GroupingType.ONE_TRIGGERS_THE_OTHER.value
+OCO: Final[int] = GroupingType.ONE_CANCELS_THE_OTHER.value
+OTOCO: Final[int] = GroupingType.ONE_TRIGGERS_A_ONE_CANCELS_THE_OTHER.value

@@ -227,13 +227,16 @@ class SequencerService:
     """Asyncio core of the sequencer (see module docstring).
 
     ``on_fatal(reason)`` is called when the sequencer cannot go on (see the invariants); the
-    actor shell passes :func:`exit_process`. The default only logs (tests, embedded runs)."""
+    actor shell passes :func:`exit_process`. The default only logs (tests, embedded runs).
+    ``clock``: the wall clock (ns) that stamps each block's time, the engine's only time (tests
+    that need minutes to pass, a TWAP's slices, move it forward)."""
 
     def __init__(
         self,
         config: SequencerConfig,
         on_fatal: Callable[[str], None] = log_fatal,
         followers: AskFollowers | None = None,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.config = config
         self.on_fatal = on_fatal
@@ -245,6 +248,8 @@ class SequencerService:
         self.recovery = RepairReport()
         #: blocks taken back from the followers over this process's starts
         self.restored_blocks = 0
+        #: stamps block times (ns); the oracle's time ticks read it too
+        self.clock = clock
         self.producer: BlockProducer | None = None
         self.hub: BlockHub | None = None
         #: the snapshot holder's stream: each block's delta frame stamped with the crc of its WAL
@@ -416,6 +421,7 @@ class SequencerService:
                 lambda cmds: self.submit(cmds, operator=True),
                 cfg.oracle_interval_ms,
                 cfg.oracle_max_step_bps,
+                clock=self.clock,
             )
             self.supervisor.start("oracle", self.oracle.run)
         self.supervisor.start("maintenance", self._maintain)
@@ -623,7 +629,7 @@ class SequencerService:
         if self._stopping:
             raise RuntimeError(f"sequencer is stopping ({self.failed or 'stop requested'})")
         t0 = StepClock()
-        at = producer.submit(txs, time.time_ns(), operator=operator, checked=checked, verify=verify)
+        at = producer.submit(txs, self.clock(), operator=operator, checked=checked, verify=verify)
         self.steps.engine_ns += StepClock() - t0
         if self._pending is None:
             self._pending = asyncio.get_running_loop().create_future()
@@ -678,7 +684,7 @@ class SequencerService:
             self.txlog.publish_nowait(block.seq, _stamped(block))
             self.blocks += 1
             self.txs += block.tx_count
-            self.block_time.record(time.time_ns() - block.timestamp_ns)
+            self.block_time.record(self.clock() - block.timestamp_ns)
             self.block_txs.record(block.tx_count)
             if not fut.done():
                 fut.set_result(block)

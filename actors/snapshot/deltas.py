@@ -10,7 +10,10 @@ id seen; ``MarketRecord`` from ``MarketChanged``/``MarketStatsChanged``; ``Accou
 position creates the engine's empty one); ``ApiKeyRecord`` from ``NonceUpdated``/``ApiKeyChanged``;
 ``OrderRecord`` from ``OrderUpdated`` (resting while active with lots remaining);
 ``FundingRecord`` from ``FundingChanged``; ``L1AddressRecord`` from ``L1AddressSet`` and
-``SubAccountCreated`` (which also names the sub-account's master in its ``AccountRecord``).
+``SubAccountCreated`` (which also names the sub-account's master in its ``AccountRecord``);
+``ConditionalOrderRecord`` from ``ConditionalOrderUpdated`` (kept while its status is live:
+pending, running or in progress; dropped with a final status, or when an ``OrderUpdated`` of
+the same index leaves the book: a fired or entry order's condition goes with it).
 
 Invariant (tested against the sequencer's engine by state hash,
 ``tests/unit/test_snapshot_deltas.py``): applying a block's events to the state at ``seq - 1``
@@ -33,6 +36,8 @@ from raydex.codecs import (
     ApiKeyChanged,
     ApiKeyRecord,
     BalanceChanged,
+    ConditionalOrderRecord,
+    ConditionalOrderUpdated,
     Event,
     ExchangeBalancesChanged,
     ExchangeRecord,
@@ -55,6 +60,10 @@ from raydex.codecs import (
 from raydex.engine import records_hash
 
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
+#: a conditional order's statuses while it is live (``engine._pending``)
+_LIVE = frozenset(
+    {int(OrderStatus.PENDING), int(OrderStatus.ACTIVE_LIMIT), int(OrderStatus.IN_PROGRESS)}
+)
 _new = tuple.__new__
 
 
@@ -63,6 +72,7 @@ class DeltaState:
 
     __slots__ = (
         "accounts",
+        "conds",
         "fee_pool",
         "funding",
         "insurance_fund",
@@ -98,6 +108,8 @@ class DeltaState:
         self.funding: dict[int, FundingRecord] = {}
         #: L1 addresses by account
         self.l1: dict[int, bytes] = {}
+        #: live conditional orders by order index
+        self.conds: dict[int, ConditionalOrderRecord] = {}
         #: sub-account -> its master (a master, its own, has no entry)
         self.masters: dict[int, int] = {}
 
@@ -135,6 +147,8 @@ class DeltaState:
                 st.funding[r.market_index] = r
             elif t is L1AddressRecord:
                 st.l1[r.account_index] = r.l1_address
+            elif t is ConditionalOrderRecord:
+                st.conds[r.order_index] = r
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         return st
@@ -171,6 +185,9 @@ class DeltaState:
         l1 = self.l1
         for ai in sorted(l1):
             yield _new(L1AddressRecord, (ai, l1[ai]))
+        conds = self.conds
+        for oi in sorted(conds):
+            yield conds[oi]
 
     def state_hash(self) -> bytes:
         """The engine's state hash of the same state (``raydex.engine.records_hash``)."""
@@ -192,6 +209,8 @@ class DeltaState:
                     orders[oi] = _new(OrderRecord, (*ev[:12], ev[13], ev[14]))
                 else:
                     orders.pop(oi, None)
+                    if self.conds:
+                        self.conds.pop(oi, None)
                 if (ai, mi) not in positions:
                     imf = self.markets[mi].default_initial_margin_fraction
                     positions[(ai, mi)] = _new(PositionRecord, (ai, mi, 0, 0, 0, 0, imf, 0, 0))
@@ -240,6 +259,14 @@ class DeltaState:
                 )
             elif t is L1AddressSet:
                 self.l1[ev[0]] = ev[1]
+            elif t is ConditionalOrderUpdated:
+                oi = ev[1]
+                if ev[12] in _LIVE:  # status
+                    self.conds[oi] = _new(ConditionalOrderRecord, ev)
+                else:
+                    self.conds.pop(oi, None)
+                if oi >= self.next_order_index:
+                    self.next_order_index = oi + 1
             elif t is SubAccountCreated:
                 ai, master, addr = ev
                 self.masters[ai] = master

@@ -557,7 +557,12 @@ def _add_grafana(sub: Any) -> None:
 def _bench_engine(args: argparse.Namespace) -> int:
     from raydex.observability.bench import engine as bench_engine
 
-    report = bench_engine.run(commands=args.commands, seed=args.seed, json_out=args.json)
+    report = bench_engine.run(
+        commands=args.commands,
+        seed=args.seed,
+        json_out=args.json,
+        conditional_share=args.conditional_share,
+    )
     return 0 if report["valid"] else 1
 
 
@@ -613,6 +618,13 @@ def _add_bench(sub: Any) -> None:
     )
     e.add_argument("--commands", type=_positive, default=1_000_000, help="stream size (1,000,000)")
     e.add_argument("--seed", type=int, default=1, help="workload seed (1)")
+    e.add_argument(
+        "--conditional-share",
+        type=float,
+        default=None,
+        help="share of stop-loss / take-profit, grouped and TWAP traffic (0.02; 0: the stream "
+        "without them)",
+    )
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(handler=_bench_engine)
     c = bench.add_parser(

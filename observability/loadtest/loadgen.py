@@ -43,11 +43,13 @@ workload, root, or follow-on (an INVALID_NONCE pipelined behind an earlier rejec
 
 **Workload** (``plan_load``): market makers quote around a moving mid (a ~3 bp/s random walk, a
 4% drop halfway) and re-quote (cancel + create as one batch, or modify); takers cross with IOC
-market orders, rest passive GTT orders and cancel them later, and transfer USDC; levered accounts
-open near-maximum-leverage longs, so the drop and the sequencer's oracle (which walks the mark
-toward the book mid) liquidate some of them. Rejections the workload causes on purpose (cancel or
-modify of an order already filled, IOC without liquidity) are counted apart from real errors by
-``INTENDED_CODES``.
+market orders, rest passive GTT orders and cancel them later, transfer USDC, place stop-loss /
+take-profit orders 1.5-5% from the mid (the drop fires some of the stops) and OTOCO groups (a
+market entry with a position-tied take-profit and stop-loss) and cancel some of them; levered
+accounts open near-maximum-leverage longs, so the drop and the sequencer's oracle (which walks the
+mark toward the book mid) liquidate some of them. Rejections the workload causes on purpose
+(cancel or modify of an order already filled or fired, IOC without liquidity) are counted apart
+from real errors by ``INTENDED_CODES``.
 
 **Cost.** Planning signs and encodes every tx, before the window. In the window, per tx: a timer
 check, one write of bytes built from the pre-encoded body (``rawclient``), one reply parse
@@ -76,12 +78,15 @@ from raydex.actors.local import FAR_MS, Trader
 from raydex.codecs import (
     SKIP_NONCE_FLAG,
     CancelOrder,
+    CreateGroupedOrders,
     CreateOrder,
     ModifyOrder,
+    OrderInfo,
     ResultCode,
     Transfer,
     TxType,
     UpdateLeverage,
+    grouped_slots,
     sign_tx,
     tx_to_json_str,
     tx_type_of,
@@ -442,7 +447,8 @@ class LoadPlan:
 LEVERED_USDC = 200 * 10**6
 
 _MIX = (("requote", 0.45), ("modify", 0.12), ("ioc", 0.16), ("rest", 0.08), ("tcancel", 0.08),
-        ("transfer", 0.05), ("levered", 0.04), ("idle_cancel", 0.02))  # fmt: skip
+        ("transfer", 0.05), ("levered", 0.04), ("idle_cancel", 0.02), ("trigger", 0.03),
+        ("grouped", 0.015), ("ccancel", 0.01))  # fmt: skip
 
 
 def plan_load(
@@ -481,6 +487,8 @@ def plan_load(
     maker_market = {t.account: markets[i % len(markets)].index for i, t in enumerate(makers)}
     live: dict[int, list[int]] = {t.account: [] for t in makers}
     resting: list[tuple[Trader, int, int]] = []
+    #: conditional orders placed (trader, market, client order index), cancelled now and then
+    conds: list[tuple[Trader, int, int]] = []
     coi = [0]
     items: list[Item] = []
     mix: Counter[str] = Counter()
@@ -574,6 +582,46 @@ def plan_load(
             resting.append((t, m.index, c))
         elif kind == "tcancel" and resting:
             t, mi, c = resting.pop(rng.randrange(len(resting)))
+            txs = [sign(t, CancelOrder(t.account, 0, mi, c, FAR_MS, 0, bytes(80)))]
+        elif kind == "trigger":
+            # a stop-loss (market, below / above the mid as it sells / buys) or a take-profit
+            # (limit, the other way), sized: it waits, and the drop fires some of the stops
+            t = takers[rng.randrange(len(takers))]
+            m = markets[rng.randrange(len(markets))]
+            is_ask = rng.randrange(2)
+            away = rng.uniform(0.015, 0.05)
+            c = next_coi()
+            if rng.randrange(2):
+                trig = round(mids[m.index] * (1 - away if is_ask else 1 + away))
+                otype, tif, price = 2, 0, round(trig * (0.99 if is_ask else 1.01))
+            else:
+                trig = round(mids[m.index] * (1 + away if is_ask else 1 - away))
+                otype, tif, price = 5, 1, trig
+            txs = [sign(t, CreateOrder(t.account, 0, m.index, c, m.lot, price, is_ask, otype, tif,
+                                       0, trig, FAR_MS, FAR_MS, 0, bytes(80)))]  # fmt: skip
+            conds.append((t, m.index, c))
+        elif kind == "grouped":
+            # OTOCO: a market entry, then a position-tied take-profit and stop-loss
+            t = takers[rng.randrange(len(takers))]
+            m = markets[min(len(markets) - 1, int(rng.paretovariate(1.5)) - 1)]
+            side = rng.randrange(2)
+            mid = mids[m.index]
+            c = next_coi()
+            worst = round(mid * (0.99 if side else 1.01))
+            exit_ask = 1 - side
+            tp = round(mid * (0.97 if side else 1.03))
+            sl = round(mid * (1.03 if side else 0.97))
+            orders = [
+                OrderInfo(m.index, c, m.lot, worst, side, 1, 0, 0, 0, 0),
+                OrderInfo(m.index, 0, 0, tp, exit_ask, 5, 1, 1, tp, FAR_MS),
+                OrderInfo(m.index, 0, 0, round(sl * (0.99 if exit_ask else 1.01)), exit_ask, 2,
+                          0, 1, sl, FAR_MS),
+            ]  # fmt: skip
+            txs = [sign(t, CreateGroupedOrders(t.account, 0, 3, 3, *grouped_slots(orders),
+                                               FAR_MS, 0, bytes(80)))]  # fmt: skip
+            conds.append((t, m.index, c))
+        elif kind == "ccancel" and conds:
+            t, mi, c = conds.pop(rng.randrange(len(conds)))
             txs = [sign(t, CancelOrder(t.account, 0, mi, c, FAR_MS, 0, bytes(80)))]
         elif kind == "transfer":
             t, u = rng.sample(takers, 2) if len(takers) > 1 else (takers[0], makers[0])

@@ -15,19 +15,23 @@ from raydex.codecs import (
     CancelAllOrders,
     CancelOrder,
     ChangePubKey,
+    CreateGroupedOrders,
     CreateMarket,
     CreateOrder,
     Deposit,
     ModifyOrder,
+    OrderInfo,
     OrderType,
     RegisterApiKey,
     ResultCode,
     SetMarkPrice,
     TimeInForce,
+    TimeTick,
     Transfer,
     UpdateLeverage,
     UpdateMargin,
     Withdraw,
+    grouped_slots,
     public_key_of,
 )
 from raydex.engine import Engine
@@ -47,7 +51,14 @@ IOC = TimeInForce.IMMEDIATE_OR_CANCEL
 POST_ONLY = TimeInForce.POST_ONLY
 LIMIT = OrderType.LIMIT
 MARKET = OrderType.MARKET
+SL = OrderType.STOP_LOSS
+SL_LIMIT = OrderType.STOP_LOSS_LIMIT
+TP = OrderType.TAKE_PROFIT
+TP_LIMIT = OrderType.TAKE_PROFIT_LIMIT
+TWAP = OrderType.TWAP
 OK = ResultCode.OK
+#: a conditional order's default expiry in the desk's scenarios: a day after ``NOW``
+DAY_MS = 86_400_000
 
 
 def market(index: int = 0, **kw: Any) -> CreateMarket:
@@ -121,6 +132,7 @@ class Desk:
         expiry: int = 0,
         stb: int = 0,
         ste: int = 0,
+        trigger: int = 0,
     ) -> int:
         """A CreateOrder; ``stb``/``ste``: its self-trade behaviour and equality modes
         (``L2TxAttributes`` 6 and 7)."""
@@ -136,7 +148,7 @@ class Desk:
                 otype,
                 tif,
                 ro,
-                0,
+                trigger,
                 expiry,
                 self.now + 60_000,
                 self.nonce(account),
@@ -145,6 +157,53 @@ class Desk:
                 ste,
             )
         )
+
+    def trigger(
+        self,
+        account: int,
+        otype: int,
+        is_ask: int,
+        size: int,
+        price: int,
+        trigger: int,
+        *,
+        tif: int | None = None,
+        ro: int = 1,
+        coi: int = 0,
+        m: int = 0,
+        expiry: int | None = None,
+    ) -> int:
+        """A stop-loss / take-profit (CreateOrder types 2-5), reduce-only unless ``ro=0``;
+        market types are IOC, limit types GoodTillTime unless ``tif`` says otherwise."""
+        if tif is None:
+            tif = IOC if otype in (SL, TP) else GTT
+        return self.order(
+            account, is_ask, size, price, tif=tif, otype=otype, ro=ro, coi=coi, m=m,
+            expiry=self.now + DAY_MS if expiry is None else expiry, trigger=trigger,
+        )  # fmt: skip
+
+    def twap(
+        self, account: int, is_ask: int, size: int, price: int, minutes: int, **kw: Any
+    ) -> int:
+        """A TWAP of ``size`` lots no worse than ``price``, ending ``minutes`` from now."""
+        return self.order(
+            account, is_ask, size, price, tif=GTT, otype=TWAP,
+            expiry=self.now + minutes * 60_000, **kw,
+        )  # fmt: skip
+
+    def grouped(self, account: int, grouping: int, *orders: OrderInfo) -> int:
+        """CreateGroupedOrders of ``orders`` (see :func:`info`)."""
+        return self.run(
+            CreateGroupedOrders(
+                account, 0, grouping, len(orders), *grouped_slots(list(orders)),
+                self.now + 60_000, self.nonce(account), SIG,
+            )  # type: ignore[call-arg]
+        )  # fmt: skip
+
+    def tick(self, ms: int = 0) -> int:
+        """Advance the desk's clock by ``ms`` and run a ``TimeTick`` then."""
+        self.now += ms
+        return self.run(TimeTick())
 
     def buy(self, account: int, size: int, price: int, **kw: Any) -> int:
         return self.order(account, 0, size, price, **kw)
@@ -170,13 +229,15 @@ class Desk:
         size: int,
         price: int,
         m: int = 0,
+        trigger: int = 0,
         *,
         version: int = 0,
         stb: int = 0,
         ste: int = 0,
     ) -> int:
-        """ModifyOrder; ``version``: its order version (``L2TxAttributes`` 8), ``stb``/``ste``
-        its self-trade modes."""
+        """ModifyOrder; ``trigger``: a waiting stop-loss / take-profit's new trigger price,
+        ``version``: its order version (``L2TxAttributes`` 8), ``stb``/``ste`` its self-trade
+        modes."""
         return self.run(
             ModifyOrder(
                 account,
@@ -185,7 +246,7 @@ class Desk:
                 index,
                 size,
                 price,
-                0,
+                trigger,
                 self.now + 60_000,
                 self.nonce(account),
                 SIG,
@@ -193,7 +254,7 @@ class Desk:
                 ste,
                 version,
             )
-        )
+        )  # fmt: skip
 
     def transfer(self, account: int, to: int, amount: int) -> int:
         return self.run(
@@ -291,11 +352,31 @@ class Desk:
     def of(self, kind: str) -> list[Any]:
         return [e for e in self.events if type(e).__name__ == kind]
 
+    def conds(self, account: int) -> list[Any]:
+        """``account``'s live conditional orders (``ConditionalOrderRecord``), by index."""
+        return self.eng.conditional_orders(account)
+
+    def statuses(self) -> dict[int, tuple[str, str]]:
+        """The last command's conditional-order events: order index -> (status, trigger
+        status) names."""
+        from raydex.codecs import OrderStatus, TriggerStatus
+
+        return {
+            e.order_index: (OrderStatus(e.status).name, TriggerStatus(e.trigger_status).name)
+            for e in self.of("ConditionalOrderUpdated")
+        }
+
+    def order_statuses(self) -> dict[int, str]:
+        """The last command's ``OrderUpdated`` events: order index -> last status name."""
+        from raydex.codecs import OrderStatus
+
+        return {e.order_index: OrderStatus(e.status).name for e in self.of("OrderUpdated")}
+
 
 @dataclass(frozen=True)
 class Step:
-    """One table row: ``desk.<action>(*args, **kw)`` must return ``code`` and leave the book and
-    positions as given (None = not checked)."""
+    """One table row: ``desk.<action>(*args, **kw)`` must return ``code`` and leave the book,
+    positions and live conditional orders as given (None = not checked)."""
 
     action: str
     args: tuple[Any, ...]
@@ -304,6 +385,28 @@ class Step:
     asks: list[tuple[int, int]] | None = None
     sizes: dict[int, int] | None = None
     kw: dict[str, Any] = field(default_factory=dict)
+    #: account -> how many live conditional orders it has after the step
+    waiting: dict[int, int] | None = None
+
+
+def info(
+    is_ask: int,
+    size: int,
+    price: int,
+    otype: int = LIMIT,
+    *,
+    tif: int | None = None,
+    ro: int = 0,
+    trigger: int = 0,
+    expiry: int = 0,
+    coi: int = 0,
+    m: int = 0,
+) -> OrderInfo:
+    """One order of a group (``OrderInfo``); ``tif`` defaults to IOC for market orders and
+    market stop-loss / take-profit, GoodTillTime otherwise."""
+    if tif is None:
+        tif = IOC if otype in (MARKET, SL, TP) else GTT
+    return OrderInfo(m, coi, size, price, is_ask, otype, tif, ro, trigger, expiry)
 
 
 def play(desk: Desk, steps: list[Step]) -> None:
@@ -318,3 +421,6 @@ def play(desk: Desk, steps: list[Step]) -> None:
         if s.sizes is not None:
             got = {a: desk.size(a) for a in s.sizes}
             assert got == s.sizes, f"{where}: sizes {got}"
+        if s.waiting is not None:
+            got = {a: len(desk.conds(a)) for a in s.waiting}
+            assert got == s.waiting, f"{where}: conditional orders {got}"

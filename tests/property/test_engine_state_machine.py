@@ -10,7 +10,15 @@ every command through a fresh engine and a snapshot round trip must reproduce th
 
 The reference also plays Lighter's ``L2TxAttributes``: the four self-trade behaviours (6; the
 equality mode 7 with every account its own master), versioned modifies (8) and cancel-all in one
-market (5); and a market order's price as the limit of its average fill."""
+market (5); and a market order's price as the limit of its average fill.
+
+The reference also holds stop-loss / take-profit orders (market and limit, sized, not
+reduce-only): each waits until the mark reaches its trigger (a stop sells as the mark falls and
+buys as it rises, a take-profit the other way; one placed beyond the mark fires at once), then
+takes the book as a market order (IOC) or a limit order (GoodTillTime) would, the crossed ones
+in crossing order (rises: ascending trigger, falls: descending; ties by order index). The stress
+machine adds grouped orders, TWAPs and time, checked by the engine's invariants, replay and
+snapshot round trips."""
 
 from __future__ import annotations
 
@@ -34,16 +42,20 @@ from raydex.codecs import (
     ApplyFunding,
     CancelAllOrders,
     CancelOrder,
+    CreateGroupedOrders,
     CreateOrder,
     CreateSubAccount,
     Deposit,
     ModifyOrder,
+    OrderInfo,
     RegisterApiKey,
     SetMarkPrice,
+    TimeTick,
     Transfer,
     UpdateLeverage,
     UpdateMargin,
     Withdraw,
+    grouped_slots,
 )
 from raydex.codecs import ResultCode as RC
 from raydex.engine import Engine
@@ -211,11 +223,33 @@ class ReferenceBook:
         return next((o for o in self.orders if o.oid == oid), None)
 
 
+@dataclass
+class RefTrigger:
+    """A waiting stop-loss (``stop``) or take-profit: ``limit`` ones rest their remainder."""
+
+    oid: int
+    account: int
+    is_ask: int
+    stop: bool
+    limit: bool
+    trigger: int
+    price: int
+    size: int
+
+    @property
+    def on_rise(self) -> bool:
+        return (not self.is_ask) if self.stop else bool(self.is_ask)
+
+    def reached(self, mark: int) -> bool:
+        return mark >= self.trigger if self.on_rise else mark <= self.trigger
+
+
 class EngineVsReference(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.eng = Engine()
         self.ref = ReferenceBook()
+        self.triggers: list[RefTrigger] = []
         self.nonces = dict.fromkeys(ACCOUNTS, 0)
         self.ledgers = {a: RefLedger() for a in ACCOUNTS}
         self.mark_price = MARKET.mark_price
@@ -348,10 +382,14 @@ class EngineVsReference(RuleBasedStateMachine):
     @rule(a=st.sampled_from(ACCOUNTS), oid=st.integers(1 << 48, (1 << 48) + 400))
     def cancel_unknown_or_foreign(self, a: int, oid: int) -> None:
         o = self.ref.find(oid)
+        t = next((t for t in self.triggers if t.oid == oid and t.account == a), None)
         code = self.run(CancelOrder(a, 0, 0, oid, NOW, self.nonce(a), SIG))
         if o is not None and o.account == a:
             assert code == RC.OK
             self.ref.orders.remove(o)
+        elif t is not None:
+            assert code == RC.OK
+            self.triggers.remove(t)
         else:
             assert code == RC.NOT_ACTIVE_LIMIT_ORDER
 
@@ -423,11 +461,61 @@ class EngineVsReference(RuleBasedStateMachine):
             return
         assert code == RC.OK
         self.ref.orders = [o for o in self.ref.orders if o.account != a]
+        self.triggers = [t for t in self.triggers if t.account != a]
 
     @rule(mark=st.integers(97, 103))
     def move_mark(self, mark: int) -> None:
+        self.mark_price = mark  # (set first: the orders this move fires trade at it)
         assert self.run(SetMarkPrice(0, mark)) == RC.OK
-        self.mark_price = mark
+        assert self.fills() == self._fire()
+
+    @rule(
+        a=st.sampled_from(ACCOUNTS),
+        is_ask=st.integers(0, 1),
+        stop=st.booleans(),
+        limit=st.booleans(),
+        trigger=st.integers(96, 104),
+        price=PRICES,
+        size=SIZES,
+    )
+    def trigger_order(
+        self, a: int, is_ask: int, stop: bool, limit: bool, trigger: int, price: int, size: int
+    ) -> None:
+        otype = (3 if limit else 2) if stop else (5 if limit else 4)
+        code = self.run(
+            CreateOrder(
+                a, 0, 0, 0, size, price, is_ask, otype, 1 if limit else 0, 0, trigger,
+                NOW + 3_600_000, NOW, self.nonce(a), SIG,
+            )
+        )  # fmt: skip
+        assert code == RC.OK
+        oid = next(
+            e.order_index for e in self.events if type(e).__name__ == "ConditionalOrderUpdated"
+        )
+        self.triggers.append(RefTrigger(oid, a, is_ask, stop, limit, trigger, price, size))
+        assert self.fills() == self._fire()
+
+    @precondition(lambda self: self.triggers)
+    @rule(data=st.data())
+    def cancel_trigger(self, data: st.DataObject) -> None:
+        t = data.draw(st.sampled_from(self.triggers))
+        code = self.run(CancelOrder(t.account, 0, 0, t.oid, NOW, self.nonce(t.account), SIG))
+        assert code == RC.OK
+        self.triggers.remove(t)
+
+    def _fire(self) -> list[tuple[int, int, int]]:
+        """Fire the reference's triggers the mark has reached (crossing order); their fills."""
+        due = [t for t in self.triggers if t.reached(self.mark_price)]
+        ups = sorted((t for t in due if t.on_rise), key=lambda t: (t.trigger, t.oid))
+        downs = sorted((t for t in due if not t.on_rise), key=lambda t: (-t.trigger, t.oid))
+        fills: list[tuple[int, int, int]] = []
+        for t in ups + downs:
+            self.triggers.remove(t)
+            left, got = self.ref.take(t.account, t.is_ask, t.price, t.size)
+            fills += got
+            if left and t.limit:
+                self.ref.rest(t.oid, t.account, t.is_ask, t.price, left, False)
+        return fills
 
     @rule(a=st.sampled_from(ACCOUNTS), isolated=st.booleans())
     def margin_mode(self, a: int, isolated: bool) -> None:
@@ -540,6 +628,13 @@ class EngineVsReference(RuleBasedStateMachine):
             assert self.eng.master_index(sub) == master
             assert self.eng.account_collateral(sub) == self.sub_cash[sub]
         assert self.eng.fee_pool == self.fee_pool
+        waiting = sorted(
+            c.order_index
+            for a in ACCOUNTS
+            for c in self.eng.conditional_orders(a)
+            if c.status == 1  # PENDING
+        )
+        assert waiting == sorted(t.oid for t in self.triggers)
 
     def teardown(self) -> None:
         replay = Engine()
@@ -819,6 +914,71 @@ class EngineUnderStress(RuleBasedStateMachine):
     @rule(ms=st.integers(0, 10))
     def time_passes(self, ms: int) -> None:
         self.now += ms
+
+    @rule(ms=st.integers(0, 200_000))
+    def time_jumps(self, ms: int) -> None:
+        """Time moves on with no order: TWAP slices and expiries run on a ``TimeTick``."""
+        self.now += ms
+        assert self.run(TimeTick()) == RC.OK
+
+    @rule(
+        a=st.integers(1, 5),
+        m=st.integers(0, 1),
+        is_ask=st.integers(0, 1),
+        otype=st.integers(2, 6),
+        size=st.integers(0, 2_000),
+        price=st.integers(40, 160),
+        trigger=st.integers(0, 160),
+        ro=st.integers(0, 1),
+        minutes=st.integers(-1, 30),
+    )
+    def conditional(
+        self, a: int, m: int, is_ask: int, otype: int, size: int, price: int, trigger: int,
+        ro: int, minutes: int,
+    ) -> None:  # fmt: skip
+        """A stop-loss / take-profit (market or limit, sized or position-tied) or a TWAP."""
+        tif = {2: 0, 4: 0, 6: 1}.get(otype, 1)
+        expiry = self.now + minutes * 60_000 if minutes >= 0 else 0
+        code = self.run(
+            CreateOrder(
+                a, 0, m, 0, size, price, is_ask, otype, tif, ro, 0 if otype == 6 else trigger,
+                expiry, self.now, self.nonce(a), SIG,
+            )
+        )  # fmt: skip
+        event(f"conditional {otype}: {RC(code).name}")
+
+    @rule(
+        a=st.integers(1, 5),
+        m=st.integers(0, 1),
+        grouping=st.integers(0, 4),
+        entry_ask=st.integers(0, 1),
+        entry_market=st.booleans(),
+        size=st.integers(1, 2_000),
+        price=st.integers(60, 140),
+        stop=st.integers(40, 160),
+        profit=st.integers(40, 160),
+        tied=st.booleans(),
+    )
+    def grouped(
+        self, a: int, m: int, grouping: int, entry_ask: int, entry_market: bool, size: int,
+        price: int, stop: int, profit: int, tied: bool,
+    ) -> None:  # fmt: skip
+        """OTO / OCO / OTOCO (and a bad grouping type), children on the other side."""
+        later = self.now + 3_600_000
+        kid = 1 - entry_ask
+        sl = OrderInfo(m, 0, 0 if tied else size, price, kid, 2, 0, 1, stop, later)
+        tp = OrderInfo(m, 0, 0 if tied else size, price, kid, 5, 1, 1, profit, later)
+        if entry_market:
+            entry = OrderInfo(m, 0, size, price, entry_ask, 1, 0, 0, 0, 0)
+        else:
+            entry = OrderInfo(m, 0, size, price, entry_ask, 0, 1, 0, 0, later)
+        orders = [tp, sl] if grouping == 2 else [entry, sl] if grouping == 1 else [entry, tp, sl]
+        code = self.run(
+            CreateGroupedOrders(
+                a, 0, grouping, len(orders), *grouped_slots(orders), self.now, self.nonce(a), SIG
+            )
+        )
+        event(f"grouped {grouping}: {RC(code).name}")
 
     @rule(
         a=ANY_CODE,

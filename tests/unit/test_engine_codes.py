@@ -11,12 +11,14 @@ from pathlib import Path
 import raydex.engine
 from raydex import codecs as C
 from raydex.codecs import (
+    GroupingType,
     OrderStatus,
     OrderType,
     ResultCode,
     SelfTradeBehavior,
     SelfTradeEquality,
     TimeInForce,
+    TriggerStatus,
 )
 from raydex.engine import codes
 
@@ -40,10 +42,24 @@ ENUMS: tuple[type[IntEnum], ...] = (
 )
 #: Engine names of plain ``raydex.codecs`` constants (no enum): the same value.
 CONSTANTS = {"ALL_MARKETS": C.ALL_MARKETS}
+#: Engine names of members of an enum whose names another enum also has: the enum, the member.
+QUALIFIED: dict[str, tuple[type[IntEnum], str]] = {
+    "TRIGGER_NA": (TriggerStatus, "NA"),
+    "TRIGGER_READY": (TriggerStatus, "READY"),
+    "TRIGGER_MARK_PRICE": (TriggerStatus, "MARK_PRICE"),
+    "TRIGGER_TWAP": (TriggerStatus, "TWAP"),
+    "TRIGGER_PARENT_ORDER": (TriggerStatus, "PARENT_ORDER"),
+    "OTO": (GroupingType, "ONE_TRIGGERS_THE_OTHER"),
+    "OCO": (GroupingType, "ONE_CANCELS_THE_OTHER"),
+    "OTOCO": (GroupingType, "ONE_TRIGGERS_A_ONE_CANCELS_THE_OTHER"),
+}
 ENGINE_DIR = Path(raydex.engine.__file__).parent
 
 
 def _member(name: str) -> IntEnum:
+    if name in QUALIFIED:
+        enum, member = QUALIFIED[name]
+        return enum[member]
     wanted = ALIASES.get(name, name)
     found = [e[wanted] for e in ENUMS if wanted in e.__members__]
     assert len(found) == 1, f"{name}: {len(found)} enum members of that name"

@@ -4,12 +4,16 @@ Checks, in order: operator-only / unsigned types, account, API key (21108), sign
 ChangePubKey: the new key's, then its ``L1Sig``, 21831), nonce against the pending next nonce
 (21104; ``rules.accepted_nonce``, so a SkipNonce tx needs only to be above the last pending or
 used one), too many pending (21506), deadline (21810), then per type: market (a cancel-all's
-market too), order fields, the limit-order price band, reduce-only and initial margin (21739).
-What needs the live book or an order's current state (post-only crossing, fills, a modify's order
-and its version) is left to the engine. UpdateLeverage: the fraction's range and the margin
-mode's lock (21841); UpdateMargin: an open isolated position (21842), the amount and the margin
-it leaves; Transfer and Withdraw: USDC on the perps route (21840, :func:`explain` names what was
-asked), the receiver, a transfer's L1 signature (21831), the amount and the margin it leaves;
+market too), order fields, the limit-order price band, reduce-only and initial margin (21739). A
+stop-loss / take-profit / TWAP (types 2-6) and a CreateGroupedOrders pass the engine's placement
+rules (``rules.conditional_order_code``, ``rules.grouped_orders_code``, client order indexes over
+resting and waiting orders, reduce-only against the position; a grouped entry is checked as a
+CreateOrder); their fill-time checks happen when they fire. What needs the live book or an
+order's current state (post-only crossing, fills, a modify's order and its version) is left to
+the engine. UpdateLeverage: the fraction's range and the margin mode's lock (21841); UpdateMargin:
+an open isolated position (21842), the amount and the margin it leaves; Transfer and Withdraw:
+USDC on the perps route (21840, :func:`explain` names what was asked), the receiver, a transfer's
+L1 signature (21831), the amount and the margin it leaves;
 CreateSubAccount: a master (20001) under its limit (21843).
 The rules are the engine's own (``raydex.engine.rules``); the sums come from the caches
 (``margin.equity_and_requirement``: cross and isolated margin as the engine keeps them).
@@ -32,8 +36,10 @@ from raydex.codecs import (
     CancelAllOrders,
     CancelOrder,
     ChangePubKey,
+    CreateGroupedOrders,
     CreateOrder,
     CreateSubAccount,
+    GroupingType,
     ModifyOrder,
     OrderType,
     ResultCode,
@@ -41,6 +47,8 @@ from raydex.codecs import (
     UpdateLeverage,
     UpdateMargin,
     Withdraw,
+    grouped_canonical,
+    grouped_orders,
     is_signed_type,
     l1_signer,
     signer_key,
@@ -49,7 +57,9 @@ from raydex.codecs import (
 )
 from raydex.engine.rules import (
     accepted_nonce,
+    conditional_order_code,
     exposure,
+    grouped_orders_code,
     initial_margin_ok,
     notional_multiplier,
     order_amount_code,
@@ -67,6 +77,7 @@ MAX_PENDING_PER_KEY = 64
 _OK = int(ResultCode.OK)
 _FEATURE_NOT_SUPPORTED = int(ResultCode.FEATURE_NOT_SUPPORTED)
 _MARKET = int(OrderType.MARKET)
+_OCO = int(GroupingType.ONE_CANCELS_THE_OTHER)
 
 
 def dry_run(st: ReplicaState, tx: Any, now_ms: int) -> int:
@@ -99,7 +110,11 @@ def dry_run(st: ReplicaState, tx: Any, now_ms: int) -> int:
         return int(ResultCode.TX_EXPIRED)
     t = type(tx)
     if t is CreateOrder:
+        if tx.order_type > _MARKET:
+            return _check_conditional(st, tx, acct, now_ms)
         return _check_order(st, tx, acct)
+    if t is CreateGroupedOrders:
+        return _check_grouped(st, tx, acct, now_ms)
     if t is CancelOrder or t is ModifyOrder:
         return _check_market(st, tx.market_index)
     if t is CancelAllOrders:
@@ -279,7 +294,7 @@ def _check_order(st: ReplicaState, tx: CreateOrder, acct: AccountCache) -> int:
     if code:
         return code
     coi = tx.client_order_index
-    if coi and coi in acct.cois:
+    if coi and (coi in acct.cois or (acct.conds and _cois_code(acct, [coi]) != _OK)):
         return int(ResultCode.CLIENT_ORDER_INDEX_EXISTS)
     pos = acct.positions.get(tx.market_index)
     size = pos.size if pos is not None else 0
@@ -294,6 +309,77 @@ def _check_order(st: ReplicaState, tx: CreateOrder, acct: AccountCache) -> int:
     if not _margin_ok(st, acct, tx.market_index, tx.is_ask, tx.base_amount, est):
         return int(ResultCode.NOT_ENOUGH_MARGIN)
     return _OK
+
+
+def _cois_code(acct: AccountCache, cois: list[int]) -> int:
+    """Client order indexes unique over the account's resting and waiting orders."""
+    taken = {c.client_order_index for c in acct.conds.values() if c.client_order_index}
+    for coi in cois:
+        if coi and (coi in acct.cois or coi in taken):
+            return int(ResultCode.CLIENT_ORDER_INDEX_EXISTS)
+    return _OK
+
+
+def _check_conditional(st: ReplicaState, tx: CreateOrder, acct: AccountCache, now_ms: int) -> int:
+    """A stop-loss / take-profit or TWAP, as the engine places it (``_triggers``); one with
+    self-trade modes is FEATURE_NOT_SUPPORTED (a waiting order does not keep them)."""
+    if tx.self_trade_behavior or tx.self_trade_equality:
+        return int(ResultCode.FEATURE_NOT_SUPPORTED)
+    code = _check_market(st, tx.market_index)
+    if code != _OK:
+        return code
+    code = int(
+        conditional_order_code(
+            tx.order_type, tx.time_in_force, tx.base_amount, tx.price, tx.trigger_price,
+            tx.reduce_only, tx.order_expiry, now_ms,
+        )
+    )  # fmt: skip
+    if code:
+        return code
+    code = _cois_code(acct, [tx.client_order_index])
+    if code != _OK:
+        return code
+    if tx.reduce_only and reduce_only_increases(_size(acct, tx.market_index), tx.is_ask):
+        return int(ResultCode.REDUCE_ONLY_INCREASES_POSITION)
+    return _OK
+
+
+def _check_grouped(
+    st: ReplicaState, tx: CreateGroupedOrders, acct: AccountCache, now_ms: int
+) -> int:
+    """CreateGroupedOrders, as the engine places it: the group's rules, the client order
+    indexes, then an OCO's reduce-only or the entry's checks as a CreateOrder's."""
+    if not grouped_canonical(tx):
+        return int(ResultCode.INVALID_PARAM)
+    orders = grouped_orders(tx)
+    infos: list[tuple[int, ...]] = [tuple(o) for o in orders]
+    if orders:
+        code = _check_market(st, orders[0].market_index)
+        if code != _OK:
+            return code
+    code = int(grouped_orders_code(tx.grouping_type, infos, now_ms))
+    if code:
+        return code
+    code = _cois_code(acct, [o.client_order_index for o in orders])
+    if code != _OK:
+        return code
+    first = orders[0]
+    if tx.grouping_type == _OCO:
+        if reduce_only_increases(_size(acct, first.market_index), first.is_ask):
+            return int(ResultCode.REDUCE_ONLY_INCREASES_POSITION)
+        return _OK
+    entry = CreateOrder(
+        tx.account_index, tx.api_key_index, first.market_index, first.client_order_index,
+        first.base_amount, first.price, first.is_ask, first.order_type, first.time_in_force,
+        first.reduce_only, first.trigger_price, first.order_expiry, tx.expired_at, tx.nonce,
+        tx.sig,
+    )  # fmt: skip
+    return _check_order(st, entry, acct)
+
+
+def _size(acct: AccountCache, mi: int) -> int:
+    pos = acct.positions.get(mi)
+    return pos.size if pos is not None else 0
 
 
 def _margin_ok(

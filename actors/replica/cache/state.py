@@ -15,6 +15,12 @@ Invariants (``validate()`` checks the structural ones):
   (whatever its code) or by :meth:`forget_sent`.
 - Read indexes kept in step by the same writes (``level_orders``, ``account_keys``,
   ``AccountCache.order_counts``), so no read walks the whole state.
+- Conditional orders (``ConditionalOrderUpdated``, engine ``_triggers``): the waiting ones
+  (pending stop-loss / take-profit and grouped children, running TWAPs) in ``conds`` and their
+  account's ``AccountCache.conds``; the conditions of orders on the book (a fired
+  stop-loss-limit, a grouped entry) in ``attached`` while their order rests (an entry whose
+  order has left is stale: :meth:`records` skips it, and stale ones are dropped whenever
+  ``attached`` doubles). A condition with a final status leaves both.
 
 Cost: ``apply_block`` is O(events) dict work plus O(log L) per level added or removed (L levels
 on the book); a snapshot is O(L) on the first read after a change.
@@ -35,6 +41,8 @@ from raydex.codecs import (
     ApiKeyRecord,
     BalanceChanged,
     Block,
+    ConditionalOrderRecord,
+    ConditionalOrderUpdated,
     ExchangeBalancesChanged,
     ExchangeRecord,
     FundingChanged,
@@ -53,6 +61,7 @@ from raydex.codecs import (
     PositionRecord,
     SubAccountCreated,
     TradeExecuted,
+    TriggerStatus,
     TxExecuted,
     Verifier,
     decode_block,
@@ -70,6 +79,10 @@ from .margin import MarginSummary, equity_and_requirement, margin_summary
 from .rows import Applied, BookDelta, Levels, TradeRow, TxRecord
 
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
+#: a conditional order's statuses while it is live (``engine._pending``)
+_LIVE = frozenset({int(OrderStatus.PENDING), _ACTIVE, int(OrderStatus.IN_PROGRESS)})
+#: trigger statuses of a condition that rides an order on the book (fired, or a grouped entry)
+_ON_BOOK = frozenset({int(TriggerStatus.READY), int(TriggerStatus.NA)})
 #: Trades kept per market for ``recentTrades`` / ``trade`` snapshots.
 RECENT_TRADES = 100
 #: Tx results kept for ``tx?by=hash`` (oldest dropped first).
@@ -184,6 +197,8 @@ class AccountCache:
     cois: dict[int, int] = field(default_factory=dict)
     #: market -> resting orders there (``open_order_count`` of a position without a walk)
     order_counts: dict[int, int] = field(default_factory=dict)
+    #: its waiting conditional orders by order index (``ReplicaState.conds``)
+    conds: dict[int, ConditionalOrderRecord] = field(default_factory=dict)
 
     def index(self, r: OrderRecord, sign: int) -> None:
         """Add (``sign=1``) or remove (``-1``) one resting order from the aggregates. Fields by
@@ -281,6 +296,11 @@ class ReplicaState:
         self._book_nonces: dict[int, int] = {}
         self.books = Books(self._bids, self._asks, self._prices, self._book_nonces)
         self.orders: dict[int, OrderRecord] = {}
+        #: waiting conditional orders, and the conditions of orders on the book (see the
+        #: module docstring), by order index; ``attached`` is pruned past ``_attached_cap``
+        self.conds: dict[int, ConditionalOrderRecord] = {}
+        self.attached: dict[int, ConditionalOrderRecord] = {}
+        self._attached_cap = 64
         #: market -> (bids, asks), each price -> {order index: resting order}: the orders of a
         #: level without a walk over the market (``orderBookOrders`` reads them best level first)
         self.level_orders: dict[int, tuple[LevelOrders, LevelOrders]] = {}
@@ -351,6 +371,8 @@ class ReplicaState:
                 st.l1_addresses[r.account_index] = r.l1_address
                 if r.account_index not in st.masters:  # (a sub-account shares its master's)
                     st.by_l1[r.l1_address] = r.account_index
+            elif t is ConditionalOrderRecord:
+                st._put_cond(r)
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         for mi in st.markets:
@@ -469,6 +491,25 @@ class ReplicaState:
         del level[r[1]]
         if not level:
             del side[price]
+
+    def _put_cond(self, r: ConditionalOrderRecord) -> None:
+        """A conditional order's state (the fields of its last ``ConditionalOrderUpdated``)."""
+        oi = r[1]
+        acct = self._account(r[2])
+        if r[12] in _LIVE and r[13] not in _ON_BOOK:  # status, trigger_status
+            self.conds[oi] = acct.conds[oi] = r
+            return
+        if self.conds.pop(oi, None) is not None:
+            del acct.conds[oi]
+        if r[12] in _LIVE:
+            attached = self.attached
+            attached[oi] = r
+            if len(attached) > self._attached_cap:
+                orders = self.orders
+                self.attached = {i: c for i, c in attached.items() if i in orders or i == oi}
+                self._attached_cap = max(64, 2 * len(self.attached))
+        else:
+            self.attached.pop(oi, None)
 
     def _put_key(self, r: ApiKeyRecord) -> None:
         self.api_keys[(r.account_index, r.api_key_index)] = r
@@ -689,6 +730,11 @@ class ReplicaState:
         elif t is L1AddressSet:
             self.l1_addresses[ev.account_index] = ev.l1_address
             self.by_l1[ev.l1_address] = ev.account_index
+        elif t is ConditionalOrderUpdated:
+            r = _new(ConditionalOrderRecord, ev)
+            untrack(r)
+            self._put_cond(r)
+            touched.add(ev[2])
         elif t is SubAccountCreated:
             ai = ev.account_index
             self._add_sub_account(ai, ev.master_index)
@@ -818,6 +864,11 @@ class ReplicaState:
         yield from self.orders.values()
         for ai, addr in self.l1_addresses.items():
             yield _new(L1AddressRecord, (ai, addr))
+        yield from self.conds.values()
+        orders = self.orders
+        for oi, c in self.attached.items():
+            if oi in orders:
+                yield c
 
     def state_hash(self) -> bytes:
         """The state hash every role reports (:func:`raydex.engine.state_digest` of
@@ -827,8 +878,9 @@ class ReplicaState:
         return digest
 
     def validate(self) -> None:
-        """Raise AssertionError if a book disagrees with the cached orders or its snapshot, or an
-        account's order aggregates disagree with its orders."""
+        """Raise AssertionError if a book disagrees with the cached orders or its snapshot, an
+        account's order aggregates disagree with its orders, or its waiting conditional orders
+        with ``conds``."""
         for mi in self.markets:
             sums: tuple[dict[int, int], dict[int, int]] = ({}, {})
             for is_ask, side_orders in enumerate(self.level_orders[mi]):
@@ -867,3 +919,8 @@ class ReplicaState:
                 acct.order_counts,
             ):
                 raise AssertionError(f"account {ai}: order aggregates differ from its orders")
+            for oi, cond in acct.conds.items():
+                if cond.account_index != ai or self.conds.get(oi) is not cond:
+                    raise AssertionError(f"account {ai}: waiting order {oi} misfiled")
+        if sum(len(a.conds) for a in self.accounts.values()) != len(self.conds):
+            raise AssertionError("the waiting orders differ from their accounts'")

@@ -341,11 +341,18 @@ def trade(row: TradeRow, m: MarketRecord) -> dict[str, Any]:
 
 
 def position(
-    p: PositionRecord, m: MarketRecord, open_orders: int, liquidation_price: int
+    p: PositionRecord,
+    m: MarketRecord,
+    open_orders: int,
+    liquidation_price: int,
+    *,
+    pending: tuple[int, int] = (0, 0),
 ) -> dict[str, Any]:
     """``AccountPosition``; ``liquidation_price`` in ticks (``margin.liquidation_prices``: an
     isolated position's from its own collateral), 0 = none (sent as ``"0"``); ``margin_mode``
-    0 cross / 1 isolated with its ``allocated_margin`` (USDC)."""
+    0 cross / 1 isolated with its ``allocated_margin`` (USDC); ``pending``: the account's waiting
+    conditional orders in the market and how many of them are position-tied (size 0)
+    (:func:`pending_counts`)."""
     pd, sd = m.price_decimals, m.size_decimals
     mult = quote_multiplier(m)
     size = int(p.size)
@@ -356,8 +363,8 @@ def position(
         "symbol": m.symbol,
         "initial_margin_fraction": decimal_str(p.initial_margin_fraction, 2),
         "open_order_count": open_orders,
-        "pending_order_count": 0,
-        "position_tied_order_count": 0,
+        "pending_order_count": pending[0],
+        "position_tied_order_count": pending[1],
         "sign": 1 if size >= 0 else -1,
         "position": decimal_str(abs(size), sd),
         "avg_entry_price": decimal_str(avg, pd),
@@ -419,13 +426,23 @@ def usdc_asset_detail() -> dict[str, Any]:
     }
 
 
+def pending_counts(acct: AccountCache) -> dict[int, tuple[int, int]]:
+    """market -> (waiting conditional orders, of which position-tied) of an account."""
+    out: dict[int, tuple[int, int]] = {}
+    for c in acct.conds.values():
+        n, tied = out.get(c.market_index, (0, 0))
+        out[c.market_index] = (n + 1, tied + (c.base_amount == 0))
+    return out
+
+
 def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
-    """``DetailedAccount``."""
+    """``DetailedAccount``; its waiting conditional orders count as orders, and as pending."""
     ts_ms = state.timestamp_ns // 1_000_000
     counts = acct.order_counts
     liq = liquidation_prices(state.markets, acct.collateral, acct.positions)
+    pending = pending_counts(acct) if acct.conds else {}
     positions = [
-        position(p, state.markets[mi], counts.get(mi, 0), liq[mi])
+        position(p, state.markets[mi], counts.get(mi, 0), liq[mi], pending=pending.get(mi, (0, 0)))
         for mi, p in sorted(acct.positions.items())
     ]
     collateral = usdc_to_str(acct.collateral)
@@ -437,9 +454,9 @@ def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
         "index": ai,
         "l1_address": l1_address(state, ai),
         "cancel_all_time": 0,
-        "total_order_count": len(acct.orders),
+        "total_order_count": len(acct.orders) + len(acct.conds),
         "total_isolated_order_count": isolated_order_count(acct),
-        "pending_order_count": 0,
+        "pending_order_count": len(acct.conds),
         "available_balance": usdc_to_str(available),
         "status": 1,
         "collateral": collateral,
