@@ -55,7 +55,7 @@ import re
 import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from raydex.actors.transport import new_secret
 
@@ -403,7 +403,7 @@ def deploy(
         plan = {g.name: g for g in placement_for(spec, tops, keep=rec.bundles())}
         running = set(rec.bundles().values())
         new = [b for g in plan.values() for b in g.bundles if b not in running]
-        missing = shortages([_reservable(b) for b in new])
+        missing = _settled_shortages([_reservable(b) for b in new])
         if missing:
             raise DeployRefused("the plan does not fit, nothing was started: " + "; ".join(missing))
         for host in sorted(rec.hosts() - set(tops)):
@@ -535,6 +535,24 @@ def _reconcile(
     return DeployResult(
         delta_target, tuple(created), tuple(removed), tuple(sorted(desired)), spec.ports.http
     )
+
+
+#: How long a plan that does not fit is re-read before it is refused: Ray's free-resource count
+#: lags a placement group's removal by a few heartbeats (seen: 3 s after ``raydex down``).
+SHORTAGE_SETTLE_S: Final = 6.0
+
+
+def _settled_shortages(bundles: Sequence[BundlePlacement]) -> list[str]:
+    """:func:`shortages`, re-read every 0.5 s for up to ``SHORTAGE_SETTLE_S`` while some remain
+    (resources freed a moment ago, not yet counted free), so only a lasting shortage refuses."""
+    import time
+
+    deadline = time.monotonic() + SHORTAGE_SETTLE_S
+    missing = shortages(bundles)
+    while missing and time.monotonic() < deadline:
+        time.sleep(0.5)
+        missing = shortages(bundles)
+    return missing
 
 
 def shortages(bundles: Sequence[BundlePlacement]) -> list[str]:
