@@ -45,6 +45,8 @@ MYPYC_MODULES = (
     "_state.py",
     "_deltas.py",
     "_orders.py",
+    "_pending.py",
+    "_triggers.py",
     "_accounts.py",
     "_markets.py",
     "_liquidation.py",

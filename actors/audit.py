@@ -82,6 +82,9 @@ class SignatureAudit:
         self.keep_failures = keep_failures
         #: audited through this seq (the key table is as of this block)
         self.seq = 0
+        #: the snapshot seq this audit started from (0: the first block): what came before was
+        #: for the committer that ran before this one, not passed unaudited by this one
+        self.from_seq = 0
         self.keys: dict[tuple[int, int], bytes] = {}
         self._pending: OrderedDict[int, tuple[_TxSummary, ...]] = OrderedDict()
         self.audited_txs = 0
@@ -229,6 +232,7 @@ class SignatureAudit:
     def status(self) -> dict[str, Any]:
         return {
             "seq": self.seq,
+            "from_seq": self.from_seq,
             "pending_blocks": self.pending,
             "audited_txs": self.audited_txs,
             "audited_blocks": self.audited_blocks,

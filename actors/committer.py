@@ -3,9 +3,9 @@
 For every block: ``block_hash = sha256(frame)``, the Merkle root of account state, and a hash chain
 ``chain[seq] = sha256(chain[seq-1] || block_hash || account_root)``. It follows the block stream
 like any replica; it may fall behind under load, and trading never waits for it. Account leaves:
-``sha256(account_index, collateral, each non-flat position (market, size, entry_quote) in market
-order)`` in a sparse Merkle tree keyed by account index, so a block costs ~48 hashes per touched
-account, not a rebuild, and the root depends on state only.
+``sha256(account_index, collateral, each non-flat position (market, size, entry_quote, isolated
+collateral) in market order)`` in a sparse Merkle tree keyed by account index, so a block costs ~48
+hashes per touched account, not a rebuild, and the root depends on state only.
 
 Invariants: commitments are computed in seq order with no gap (a gap means rebuilding from a
 snapshot, :meth:`Committer.from_records`); applying an already-committed seq is a no-op.
@@ -73,7 +73,7 @@ _COMMITTED: frozenset[type] = frozenset(
     {TxExecuted, BalanceChanged, PositionChanged, ApiKeyChanged}
 )
 _ACCOUNT = struct.Struct("<Qq")
-_POSITION = struct.Struct("<Bqq")
+_POSITION = struct.Struct("<Bqqq")
 
 
 class Commitment(NamedTuple):
@@ -154,7 +154,7 @@ class Committer:
         self.chain = _EMPTY
         self.tree = SparseMerkleTree()
         self._collateral: dict[int, int] = {}
-        self._positions: dict[int, dict[int, tuple[int, int]]] = {}
+        self._positions: dict[int, dict[int, tuple[int, int, int]]] = {}
         self.commitments: OrderedDict[int, Commitment] = OrderedDict()
         self.keep = keep
         #: block hash of block ``seq`` when this committer started from a snapshot (if known)
@@ -185,6 +185,7 @@ class Committer:
                 c._positions.setdefault(r.account_index, {})[r.market_index] = (
                     r.size,
                     r.entry_quote,
+                    r.allocated_margin,
                 )
                 touched.add(r.account_index)
         c.tree.update({a: c._leaf(a) for a in touched})
@@ -192,9 +193,9 @@ class Committer:
 
     def _leaf(self, account: int) -> bytes:
         h = hashlib.sha256(_ACCOUNT.pack(account, self._collateral.get(account, 0)))
-        for m, (size, quote) in sorted(self._positions.get(account, {}).items()):
+        for m, (size, quote, allocated) in sorted(self._positions.get(account, {}).items()):
             if size or quote:  # a flat position is no position (snapshots may hold flat ones)
-                h.update(_POSITION.pack(m, size, quote))
+                h.update(_POSITION.pack(m, size, quote, allocated))
         return h.digest()
 
     def apply(self, frame: bytes) -> Commitment | None:
@@ -217,6 +218,7 @@ class Committer:
                 self._positions.setdefault(ev.account_index, {})[ev.market_index] = (
                     ev.size,
                     ev.entry_quote,
+                    ev.allocated_margin,
                 )
                 touched.add(ev.account_index)
         if touched:
@@ -301,7 +303,11 @@ class CommitterFollower:
         self.committer = self._new(Committer.from_records(records, seq, anchor=anchor))
         if self.audit is not None:
             a = self.audit
-            if seq > a.seq:  # blocks the snapshot jumps over are never audited: say so
+            if seq > a.seq and a.seq == 0 and a.audited_blocks == a.skipped_blocks == 0:
+                # this committer's first state: it audits from there (its status says so); what
+                # came before was the previous committer's to audit, not passed by this one
+                a.from_seq = seq
+            elif seq > a.seq:  # blocks the snapshot jumps over are never audited: say so
                 a.skipped_blocks += seq - a.seq
                 why = "signature audit: blocks %d..%d passed unaudited (rebuilt from a snapshot)"
                 log.warning(why, a.seq + 1, seq)

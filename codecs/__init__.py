@@ -62,10 +62,12 @@ from ._signing import (
     public_key_of,
     sign_tx,
     signer_key,
+    transfer_l1_signer,
     tx_hash_of,
     verify_tx,
 )
 from ._tx import *  # noqa: F403
+from ._tx import grouped_canonical, grouped_orders, grouped_slots
 from ._txcodec import decode_tx, encode_tx, is_signed_type, tx_hash, tx_type_of
 from ._txlist import decode_tx_list, encode_tx_list
 from ._walcodec import (
@@ -163,6 +165,9 @@ __all__ = [
     "encode_outcomes",
     "decode_tx_list",
     "encode_tx_list",
+    "grouped_canonical",
+    "grouped_orders",
+    "grouped_slots",
     "Refusal",
     "WalBlock",
     "WalReadReply",
@@ -230,6 +235,7 @@ __all__ = [
     "Verifier",
     "generate_key",
     "l1_signer",
+    "transfer_l1_signer",
     "lighter_info",
     "message_hash_of",
     "public_key_of",

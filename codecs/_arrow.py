@@ -1,8 +1,9 @@
 """Arrow snapshots: one table per snapshot record type, schemas derived from the wire layouts.
 
 Tables, in the canonical order (:data:`TABLES`): ``exchange`` (one row), ``markets``,
-``accounts``, ``positions``, ``api_keys``, ``orders``, ``funding``, ``l1_addresses`` (the last two
-are optional: a snapshot written before them reads them as empty). Column types follow the
+``accounts``, ``positions``, ``api_keys``, ``orders``, ``funding``, ``l1_addresses``,
+``conditional_orders`` (the last three are optional: a snapshot written before them reads them as
+empty). Column types follow the
 construct fields:
 ``Int8/16/32/64ul`` -> ``uint8/16/32/64``, ``Int32sl``/``Int64sl`` -> ``int32``/``int64``,
 ``Bytes(n)`` -> ``fixed_size_binary(n)``, the ASCII ``Symbol`` -> ``string``. Non-nullable.
@@ -37,6 +38,7 @@ from ._hot import field_format
 from ._records import (
     AccountRecord,
     ApiKeyRecord,
+    ConditionalOrderRecord,
     ExchangeRecord,
     FundingRecord,
     L1AddressRecord,
@@ -56,9 +58,10 @@ TABLES: dict[str, type] = {
     "orders": OrderRecord,
     "funding": FundingRecord,
     "l1_addresses": L1AddressRecord,
+    "conditional_orders": ConditionalOrderRecord,
 }
 #: Tables added after the first snapshot format: a snapshot written before them reads as empty.
-OPTIONAL_TABLES = frozenset({"funding", "l1_addresses"})
+OPTIONAL_TABLES = frozenset({"funding", "l1_addresses", "conditional_orders"})
 _TABLE_OF: dict[type, str] = {cls: name for name, cls in TABLES.items()}
 SEQ_KEY = b"raydex.seq"
 TABLE_KEY = b"raydex.table"

@@ -24,6 +24,19 @@ Nonce = NewType("Nonce", int)
 #: client order index (1 .. 2**48-1), at or above it an exchange order index.
 FIRST_ORDER_INDEX = 1 << 48
 MAX_48 = (1 << 48) - 1
+#: Lighter's account index ranges (lighter-go ``constants.go``; Lighter's docs: "master account
+#: indices are in [0, 2^47 - 1], while subaccount indices are in [2^47, 2^48 - 2]")
+MAX_MASTER_ACCOUNT_INDEX = (1 << 47) - 1
+MIN_SUB_ACCOUNT_INDEX = 1 << 47
+MAX_ACCOUNT_INDEX = (1 << 48) - 2
+#: Sub-accounts one master may open (Lighter's limit depends on the account's tier, 4 to 64;
+#: raydex has one tier and takes the highest)
+MAX_SUB_ACCOUNTS = 64
+#: Lighter's USDC asset index and its routes (lighter-go ``USDCAssetIndex``,
+#: ``AssetRouteType_Perps`` / ``_Spot``)
+USDC_ASSET_INDEX = 3
+PERPS_ROUTE = 0
+SPOT_ROUTE = 1
 MAX_API_KEY_INDEX = 254
 ALL_API_KEYS = 255
 MAX_MARKET_INDEX = 254
@@ -70,12 +83,14 @@ class TxType(IntEnum):
     REGISTER_API_KEY = 103
     FUNDING_TICK = 104
     L1_DEPOSIT = 105
+    TIME_TICK = 106
 
 
 #: Transactions a user signs and a replica accepts over the public API.
 USER_TX_TYPES = frozenset(
     {
         TxType.CHANGE_PUB_KEY,
+        TxType.CREATE_SUB_ACCOUNT,
         TxType.TRANSFER,
         TxType.WITHDRAW,
         TxType.CREATE_ORDER,
@@ -83,8 +98,32 @@ USER_TX_TYPES = frozenset(
         TxType.CANCEL_ALL_ORDERS,
         TxType.MODIFY_ORDER,
         TxType.UPDATE_LEVERAGE,
+        TxType.CREATE_GROUPED_ORDERS,
+        TxType.UPDATE_MARGIN,
     }
 )
+#: Lighter's user tx types raydex does not execute -> the feature each belongs to (lighter-go
+#: ``types/txtypes/constants.go``; binary options from the SDK signer's own ``GetTxType``): such a
+#: tx is answered with ``FEATURE_NOT_SUPPORTED`` and a message naming the feature, never as an
+#: unknown type.
+UNSERVED_TX_TYPES: dict[int, str] = {
+    10: "public pools (CreatePublicPool)",
+    11: "public pools (UpdatePublicPool)",
+    18: "public pools (MintShares)",
+    19: "public pools (BurnShares)",
+    33: "staking (CreateStakingPool)",
+    35: "staking (StakeAssets)",
+    36: "staking (UnstakeAssets)",
+    40: "public pools (ForceBurnShares)",
+    41: "the unified account and multi-asset collateral (UpdateAccountConfig)",
+    42: "multi-asset collateral (UpdateAccountAssetConfig)",
+    43: "strategy transfers (StrategyTransfer)",
+    44: "market configuration by users (UpdateMarketConfig)",
+    45: "integrator fees (ApproveIntegrator)",
+    49: "binary options (BinaryOptionsOperatorCreateMarket)",
+    50: "binary options (BinaryOptionsOperatorSettleMarket)",
+    52: "binary options (BinaryOptionsOperatorUpdateMarket)",
+}
 #: Commands only the operator may submit (deposits, markets, oracle, funding, first API key).
 OPERATOR_TX_TYPES = frozenset(
     {
@@ -96,6 +135,7 @@ OPERATOR_TX_TYPES = frozenset(
         TxType.REGISTER_API_KEY,
         TxType.FUNDING_TICK,
         TxType.L1_DEPOSIT,
+        TxType.TIME_TICK,
     }
 )
 
@@ -163,11 +203,44 @@ class ResultCode(IntEnum):
     #: the sequencer did not answer (stream broken or unreachable); the tx may still execute:
     #: look it up with tx?by=hash
     SEQUENCER_UNAVAILABLE = 21822
-    #: a set ``L2TxAttributes`` entry raydex does not execute (integrator fees 1-3, cancel-all
-    #: market 5, self-trade modes 6-7, order version 8); SkipNonce (4) is executed
-    ATTRIBUTE_NOT_SUPPORTED = 21830
     #: ChangePubKey: ``L1Sig`` is malformed or was not made by the account's L1 address
     INVALID_L1_SIGNATURE = 21831
+    #: a Lighter feature raydex does not execute, named in the message: a tx type of
+    #: ``UNSERVED_TX_TYPES``, a Transfer or Withdraw of another asset or route (spot markets and
+    #: assets, multi-asset collateral), fast withdrawals, integrator fees (the ``L2TxAttributes``
+    #: 1-3; every other attribute is executed)
+    FEATURE_NOT_SUPPORTED = 21840
+    #: UpdateLeverage: a position's margin mode changes only while it is flat with no resting
+    #: orders in its market
+    MARGIN_MODE_LOCKED = 21841
+    #: UpdateMargin: the account has no open isolated position in that market
+    NO_ISOLATED_POSITION = 21842
+    #: CreateSubAccount: the master holds ``MAX_SUB_ACCOUNTS`` already
+    TOO_MANY_SUB_ACCOUNTS = 21843
+    #: ModifyOrder with ``L2TxAttributes`` OrderVersion (8): not above the order's current version
+    STALE_ORDER_VERSION = 21850
+    # conditional and grouped orders (21860-21869): lighter-go's ``Validate`` errors that have
+    # no code of their own above (types/txtypes/create_order.go, create_grouped_orders.go)
+    #: ``TriggerPrice`` missing on a stop-loss / take-profit, or set on a TWAP
+    #: (``ErrOrderTriggerPriceInvalid``)
+    INVALID_TRIGGER_PRICE = 21860
+    #: ``GroupingType`` is not 1 (OTO), 2 (OCO) or 3 (OTOCO) (``ErrGroupingTypeInvalid``)
+    INVALID_GROUPING_TYPE = 21861
+    #: a group of the wrong size for its grouping type (``ErrOrderGroupSizeInvalid``)
+    INVALID_GROUP_SIZE = 21862
+    #: the orders of a group name different markets (``ErrMarketIndexMismatch``)
+    GROUP_MARKET_MISMATCH = 21863
+    #: OCO sizes differ, or an OTO/OTOCO child has a size (``ErrBaseAmountsNotEqual``,
+    #: ``ErrBaseAmountNotNil``)
+    INVALID_GROUP_BASE_AMOUNT = 21864
+    #: OCO orders on different sides, or an OTO/OTOCO child on its entry's side
+    #: (``ErrIsAskInvalid``)
+    INVALID_GROUP_SIDE = 21865
+    #: two orders of one group carry the same client order index
+    #: (``ErrClientOrderIndexDuplicate``)
+    DUPLICATE_CLIENT_ORDER_INDEX = 21866
+    #: an OCO order that is not reduce-only (``ErrOrderReduceOnlyInvalid``)
+    INVALID_REDUCE_ONLY = 21867
     # rate limits (23xxx)
     RATE_LIMITED = 23000
     # WebSocket (30xxx)
@@ -188,6 +261,9 @@ class OrderType(IntEnum):
     TAKE_PROFIT = 4
     TAKE_PROFIT_LIMIT = 5
     TWAP = 6
+    #: Lighter's internal types (lighter-go constants.go): a TWAP's slice, a liquidation
+    TWAP_SUB = 7
+    LIQUIDATION = 8
 
 
 class TimeInForce(IntEnum):
@@ -210,13 +286,70 @@ class OrderStatus(IntEnum):
     CANCELED_NOT_ENOUGH_LIQUIDITY = 10
     CANCELED_SELF_TRADE = 11
     CANCELED_EXPIRED = 12
+    #: its OCO sibling (the other of a stop-loss / take-profit pair) fired or was cancelled
+    CANCELED_OCO = 13
+    #: a grouped child whose entry left the book (cancelled, expired) without any fill
+    CANCELED_CHILD = 14
     CANCELED_LIQUIDATION = 15
 
 
-class SelfTradeMode(IntEnum):
+class TriggerStatus(IntEnum):
+    """Where a conditional order stands (Lighter's ``trigger_status``): ``NA`` for plain orders
+    and grouped entries, ``PARENT_ORDER`` while a grouped child waits for its entry's first fill,
+    ``MARK_PRICE`` while a stop-loss / take-profit waits for the mark, ``TWAP`` while a TWAP
+    runs, ``READY`` once a trigger order fired."""
+
+    NA = 0
+    READY = 1
+    MARK_PRICE = 2
+    TWAP = 3
+    PARENT_ORDER = 4
+
+
+class GroupingType(IntEnum):
+    """CreateGroupedOrders' ``GroupingType`` (lighter-go constants.go)."""
+
+    ONE_TRIGGERS_THE_OTHER = 1
+    ONE_CANCELS_THE_OTHER = 2
+    ONE_TRIGGERS_A_ONE_CANCELS_THE_OTHER = 3
+
+
+class SelfTradeBehavior(IntEnum):
+    """What a taker meeting its own resting order does (``L2TxAttributes`` 6, lighter-go's
+    ``SelfTradeBehavior*``): cancel the maker, cancel the taker, cancel both, or reduce both by
+    the overlap (neither trades)."""
+
     EXPIRE_MAKER = 0
     EXPIRE_TAKER = 1
     CANCEL_BOTH = 2
+    REDUCE = 3
+
+
+class SelfTradeEquality(IntEnum):
+    """Which resting orders count as the taker's own (``L2TxAttributes`` 7): its account's, or
+    those of every account under the same master account."""
+
+    ACCOUNT_INDEX = 0
+    MASTER_ACCOUNT_INDEX = 1
+
+
+class AttributeType(IntEnum):
+    """Lighter's ``L2TxAttributes`` types (lighter-go ``tx_attributes.go``; 8, ModifyOrder's
+    order version, is the newer SDK's)."""
+
+    INTEGRATOR_ACCOUNT_INDEX = 1
+    INTEGRATOR_TAKER_FEE = 2
+    INTEGRATOR_MAKER_FEE = 3
+    SKIP_NONCE = 4
+    CANCEL_ALL_MARKET_INDEX = 5
+    SELF_TRADE_BEHAVIOR = 6
+    SELF_TRADE_EQUALITY = 7
+    ORDER_VERSION = 8
+
+
+#: ``CancelAllOrders``' market attribute when every market's orders go (lighter-go
+#: ``NilMarketIndex``).
+ALL_MARKETS = 255
 
 
 class MarginMode(IntEnum):

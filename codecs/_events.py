@@ -43,6 +43,8 @@ class EventTag(IntEnum):
     TX_EXECUTED = 13
     FUNDING_CHANGED = 14
     L1_ADDRESS_SET = 15
+    SUB_ACCOUNT_CREATED = 16
+    CONDITIONAL_ORDER_UPDATED = 17
 
 
 Account = Annotated[AccountIndex, U64]
@@ -79,6 +81,8 @@ class OrderUpdated(NamedTuple):
     #: time priority (FIFO within a level; a re-entered order gets a new one): with it the
     #: snapshot holder rebuilds the full order record from deltas alone
     priority: Annotated[int, U64]
+    #: the version its last versioned ModifyOrder set (``L2TxAttributes`` 8; 0: none)
+    order_version: Annotated[int, U64]
 
 
 @wire(EVENT, EventTag.TRADE_EXECUTED)
@@ -104,7 +108,9 @@ class BalanceChanged(NamedTuple):
 
 @wire(EVENT, EventTag.POSITION_CHANGED)
 class PositionChanged(NamedTuple):
-    """Full position state; ``entry_quote`` is the signed cost basis in micro-USDC (long > 0)."""
+    """Full position state; ``entry_quote`` is the signed cost basis in micro-USDC (long > 0);
+    ``allocated_margin`` the collateral of an isolated position (``margin_mode`` 1, micro-USDC;
+    0 for a cross one), the same fields as ``PositionRecord``."""
 
     account_index: Account
     market_index: Market
@@ -114,6 +120,7 @@ class PositionChanged(NamedTuple):
     funding_paid: Annotated[int, I64]
     initial_margin_fraction: Annotated[int, U16]
     margin_mode: Annotated[int, U8]
+    allocated_margin: Annotated[int, I64]
 
 
 @wire(EVENT, EventTag.NONCE_UPDATED)
@@ -137,6 +144,16 @@ class L1AddressSet(NamedTuple):
     """An account got its L1 (Ethereum) address: created by ``L1Deposit``. Absolute."""
 
     account_index: Account
+    l1_address: Annotated[bytes, Bytes20]
+
+
+@wire(EVENT, EventTag.SUB_ACCOUNT_CREATED)
+class SubAccountCreated(NamedTuple):
+    """CreateSubAccount made ``account_index`` for ``master_index``, sharing its L1 address (20
+    bytes; zeros for a master without one). Absolute: the account's master never changes."""
+
+    account_index: Account
+    master_index: Account
     l1_address: Annotated[bytes, Bytes20]
 
 
@@ -235,6 +252,51 @@ class TxExecuted(NamedTuple):
     code: Annotated[int, U32]
 
 
+@wire(EVENT, EventTag.CONDITIONAL_ORDER_UPDATED)
+class ConditionalOrderUpdated(NamedTuple):
+    """The full state of an order with a condition (engine ``_triggers``): a stop-loss /
+    take-profit waiting for the mark, a grouped child waiting for its entry, a running TWAP, a
+    grouped entry (for its links), or one of them as it fires (``trigger_status`` READY). While
+    such an order is on the book, ``OrderUpdated`` carries its fills as for any order (its type
+    there is the one it executes as: market or limit; a TWAP's slices are market orders); this
+    event carries what ``OrderUpdated`` does not. ``status`` is PENDING while it waits, ACTIVE
+    while a TWAP runs or an entry rests, IN_PROGRESS as it fires (then ``OrderUpdated``), or the
+    final status it ended with without firing (cancelled, expired, ``CANCELED_OCO``, ...).
+    ``base_amount`` 0: the position's size when it fires; ``remaining_base_amount``: what a
+    TWAP still has to fill. Order indexes of links are 0 for none. Absolute, like every event."""
+
+    market_index: Market
+    order_index: Annotated[OrderIndex, U64]
+    account_index: Account
+    client_order_index: Annotated[ClientOrderIndex, U64]
+    is_ask: Annotated[int, U8]
+    price: Annotated[int, U32]
+    base_amount: Annotated[int, U64]
+    remaining_base_amount: Annotated[int, U64]
+    order_expiry: Annotated[int, I64]
+    order_type: Annotated[int, U8]
+    time_in_force: Annotated[int, U8]
+    reduce_only: Annotated[int, U8]
+    status: Annotated[int, U8]
+    trigger_status: Annotated[int, U8]
+    trigger_price: Annotated[int, U32]
+    #: when it fired (ms; 0: not yet)
+    trigger_time: Annotated[int, I64]
+    #: a grouped child's entry, a TWAP slice's TWAP
+    parent_order_index: Annotated[OrderIndex, U64]
+    #: an entry's children (armed by its first fill)
+    to_trigger_order_index_0: Annotated[OrderIndex, U64]
+    to_trigger_order_index_1: Annotated[OrderIndex, U64]
+    #: an OCO order's sibling (cancelled when this one fires or is cancelled)
+    to_cancel_order_index_0: Annotated[OrderIndex, U64]
+    #: when it was placed (ms): a TWAP's schedule starts here
+    created_at: Annotated[int, I64]
+    #: a TWAP's next slice (ms; 0 otherwise)
+    next_slice_at: Annotated[int, I64]
+    #: a TWAP's latest slice order (0: none yet)
+    slice_order_index: Annotated[OrderIndex, U64]
+
+
 Event = (
     LevelChanged
     | OrderUpdated
@@ -251,4 +313,6 @@ Event = (
     | TxExecuted
     | FundingChanged
     | L1AddressSet
+    | SubAccountCreated
+    | ConditionalOrderUpdated
 )

@@ -4,8 +4,9 @@
 JSON string, bytes, or an already-parsed dict). The key of every field is its ``json_name`` in the
 ``@wire`` declaration. Rules, all enforced with CodecError naming the type and the key:
 
-- the tx type must be registered (else CodecError with ``code=INVALID_TX_TYPE``; every other
-  rejection carries ``INVALID_TX_INFO``);
+- the tx type must be registered (else CodecError with ``code=INVALID_TX_TYPE``, or
+  ``FEATURE_NOT_SUPPORTED`` naming the feature for a Lighter type raydex does not execute,
+  ``UNSERVED_TX_TYPES``; every other rejection carries ``INVALID_TX_INFO``);
 - exactly the declared keys: none missing, none extra;
 - integers are JSON integers (``bool``, floats and numeric strings are rejected), except that
   0/1 flag fields (``Range(0, 1)``) also take ``true``/``false``;
@@ -15,17 +16,25 @@ JSON string, bytes, or an already-parsed dict). The key of every field is its ``
   exact length, ``0x`` prefix optional (``L1Sig`` and ``L1Address`` go out with it); text
   fields are ASCII strings that fit their width;
 - ``L2TxAttributes`` (Lighter's, on user txs) may be present: ``null``, ``{}`` or only "not set"
-  values (``signing.ATTRIBUTE_NIL``), which sign exactly like no attributes. SkipNonce (``{"4":
-  1}``) is executed: it sets ``SKIP_NONCE_FLAG`` in the tx's ``nonce`` (see ``_enums``), and
-  ``tx_to_json`` writes it back as ``"L2TxAttributes": {"4": 1}``. Any other set attribute
-  (integrator account and fees 1-3, cancel-all market 5, self-trade modes 6-7, order version 8)
-  is refused with ``ATTRIBUTE_NOT_SUPPORTED`` (21830) naming it; a malformed entry (unknown
-  type, non-integer, SkipNonce other than 1, more than 4 set) with ``INVALID_TX_INFO``. A
-  ``Nonce`` at or above ``SKIP_NONCE_FLAG`` is refused (``INVALID_TX_INFO``);
-- Transfer and Withdraw also come in Lighter's form (``Amount``, ``AssetIndex``, route types,
-  ``USDCFee``, ``Memo``, ``L1Sig``): accepted when they ask for what raydex executes (USDC, asset
-  3, perps routes 0, fee 0), ``Amount`` read as ``USDCAmount``; the memo and the L1 signature
-  are not kept (neither is in the signed message; the L1 signature is not checked).
+  values (``signing.ATTRIBUTE_NIL``) sign exactly like no attributes. The set ones are checked as
+  lighter-go's ``L2TxAttributes.Validate`` checks them (a known type, an integer in its type's
+  range, at most 4 set, integrator fees only with the integrator account, no self-trade mode
+  beside integrator fees, no Reduce (6 = 3) with MasterAccountIndex (7 = 1)), each with
+  ``INVALID_TX_INFO``; then integrator fees (1-3), which raydex does not execute, with
+  ``FEATURE_NOT_SUPPORTED`` (21840), and an attribute the tx type does not take (one its layout
+  has no field for: cancel-all market 5 on CancelAllOrders, self-trade modes 6-7 on CreateOrder
+  and ModifyOrder, order version 8 on ModifyOrder) with ``INVALID_TX_INFO``. SkipNonce (4) sets
+  ``SKIP_NONCE_FLAG`` in the tx's ``nonce`` (see ``_enums``), the others their fields
+  (``_wire.Attr``); ``tx_to_json`` writes the set ones back as ``"L2TxAttributes": {"6": 2,
+  ...}``. A ``Nonce`` at or above ``SKIP_NONCE_FLAG`` is refused (``INVALID_TX_INFO``);
+- CreateGroupedOrders (28) carries Lighter's ``Orders``: a list of 1 to 3 objects with exactly
+  the ten ``OrderInfo`` keys (``_tx.ORDER_INFO_KEYS``), each checked like a field of its slot
+  (errors name ``Orders[i].Key``); ``tx_to_json`` writes the list back (the layout's
+  ``OrderCount`` and unused slots are not Lighter's keys);
+- Transfer and Withdraw are Lighter's forms, every field carried (asset, routes, fee, memo,
+  L1 signature; what raydex executes of them is the engine's and the dry-run's decision):
+  Transfer's ``Memo`` is a list of 32 byte values (Go's ``[32]byte``), its ``L1Sig`` ``""`` for
+  none (all zeros inside) or ``0x`` + 65 bytes hex;
 
 ``tx_to_json(tx)`` is the inverse (ints, base64 ``Sig``, lower-case hex without ``0x``), so
 ``tx_from_json(t, tx_to_json(x)) == x`` for every valid ``x``.
@@ -46,10 +55,28 @@ from typing import Any
 import msgspec
 
 from . import signing
-from ._enums import SKIP_NONCE_FLAG, USDC_DECIMALS, ResultCode
+from ._enums import (
+    MAX_48,
+    PPM,
+    SKIP_NONCE_FLAG,
+    UNSERVED_TX_TYPES,
+    USDC_DECIMALS,
+    AttributeType,
+    ResultCode,
+    SelfTradeBehavior,
+    SelfTradeEquality,
+)
 from ._errors import CodecError
 from ._hot import HOT_BY_TAG, HotCodec, codec_of, field_format, int_bounds
-from ._tx import TX, Transaction
+from ._tx import (
+    GROUPED_FIRST_SLOT,
+    GROUPED_SLOT_FIELDS,
+    MAX_GROUPED_ORDERS,
+    ORDER_INFO_KEYS,
+    TX,
+    CreateGroupedOrders,
+    Transaction,
+)
 
 _decode_json = msgspec.json.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
@@ -63,9 +90,14 @@ _Field = tuple[str, str, int, int, bool]
 _BASE64 = {("ChangePubKey", "pub_key")}
 #: bytes fields Lighter writes as ``0x`` + hex (raydex's other hex fields go out without it).
 _HEX_0X = {"l1_sig", "l1_address"}
+#: bytes fields that may be ``""`` (all zeros inside, and out again as ``""``): Transfer's L1Sig.
+_MAY_BE_EMPTY = {("Transfer", "l1_sig")}
+#: bytes fields Lighter writes as a JSON list of byte values: Transfer's memo.
+_BYTE_LIST = {"memo"}
 
 
 def _fields_of(codec: HotCodec[Any]) -> tuple[_Field, ...]:
+    """Every field of the layout, the attribute fields (``_wire.Attr``) included."""
     out: list[_Field] = []
     for f in codec.spec.fields:
         fmt = field_format(f.construct)
@@ -78,16 +110,56 @@ def _fields_of(codec: HotCodec[Any]) -> tuple[_Field, ...]:
             out.append((f.json_name, "text", int(fmt[:-1]), 0, False))
         elif f.name == "sig" or (codec.cls.__name__, f.name) in _BASE64:
             out.append((f.json_name, "sig", int(fmt[:-1]), 0, False))
+        elif f.name in _BYTE_LIST:
+            out.append((f.json_name, "bytelist", int(fmt[:-1]), 0, False))
         else:
             kind = "hex0x" if f.name in _HEX_0X else "hex"
+            if (codec.cls.__name__, f.name) in _MAY_BE_EMPTY:
+                kind = "hex0x?"
             out.append((f.json_name, kind, int(fmt[:-1]), 0, False))
     return tuple(out)
 
 
-_TX_FIELDS: dict[int, tuple[HotCodec[Any], tuple[_Field, ...], frozenset[str]]] = {
-    tag: (c, fs, frozenset(f[0] for f in fs))
+#: A layout's attribute fields, in layout order: ``(attribute type, nil value, lo, hi)``.
+_AttrField = tuple[int, int, int, int]
+
+
+def _attr_fields(codec: HotCodec[Any]) -> tuple[_AttrField, ...]:
+    """The layout's ``L2TxAttributes`` fields; they are its last fields (after ``sig``)."""
+    fields = codec.spec.fields
+    out: list[_AttrField] = []
+    for (_k, _kind, lo, hi, _flag), f in zip(_fields_of(codec), fields, strict=True):
+        a = f.attribute
+        if a is not None:
+            out.append((int(a.type), a.nil, lo, hi))
+    if out and any(f.attribute is None for f in fields[len(fields) - len(out) :]):
+        raise TypeError(f"{codec.cls.__name__}: attribute fields must come last")
+    return tuple(out)
+
+
+#: tx type -> (codec, its JSON fields (every field but the attribute ones, in layout order),
+#: their keys, its attribute fields, their nil values, the attribute types it takes).
+_TX_FIELDS: dict[
+    int,
+    tuple[
+        HotCodec[Any],
+        tuple[_Field, ...],
+        frozenset[str],
+        tuple[_AttrField, ...],
+        tuple[int, ...],
+        frozenset[int],
+    ],
+] = {
+    tag: (
+        c,
+        fs[: len(fs) - len(afs)],
+        frozenset(f[0] for f in fs[: len(fs) - len(afs)]),
+        afs,
+        tuple(a[1] for a in afs),
+        frozenset(a[0] for a in afs),
+    )
     for tag, c in HOT_BY_TAG[TX].items()
-    for fs in (_fields_of(c),)
+    for fs, afs in ((_fields_of(c), _attr_fields(c)),)
 }
 
 
@@ -114,8 +186,18 @@ def _value(name: str, key: str, kind: str, a: int, b: int, flag: bool, v: Any) -
         if not a <= v <= b:
             raise CodecError(f"{v} out of range [{a}, {b}]", type_name=name, field=key)
         return v
+    if kind == "bytelist":
+        if (
+            type(v) is not list
+            or len(v) != a
+            or any(type(b) is not int or not 0 <= b < 256 for b in v)
+        ):
+            raise CodecError(f"needs a list of {a} byte values", type_name=name, field=key)
+        return bytes(v)
     if not isinstance(v, str):
         raise CodecError(f"needs a string, got {type(v).__name__}", type_name=name, field=key)
+    if kind == "hex0x?" and v == "":
+        return bytes(a)
     if kind == "text":
         if not v.isascii() or len(v) > a or "\0" in v:
             raise CodecError(f"needs ASCII of at most {a} chars", type_name=name, field=key)
@@ -138,69 +220,139 @@ _ATTRS = "L2TxAttributes"
 _SIG = "Sig"
 
 
-_ATTR_NAMES = {
-    1: "IntegratorAccountIndex",
-    2: "IntegratorTakerFee",
-    3: "IntegratorMakerFee",
-    5: "CancelAllMarketIndex",
-    6: "SelfTradeBehaviorMode",
-    7: "SelfTradeEqualityMode",
-    8: "OrderVersion",
+#: lighter-go's names of the attribute types (``AttributeType<Name>``; 8 the SDK's).
+_ATTR_NAMES: dict[int, str] = {
+    AttributeType.INTEGRATOR_ACCOUNT_INDEX: "IntegratorAccountIndex",
+    AttributeType.INTEGRATOR_TAKER_FEE: "IntegratorTakerFee",
+    AttributeType.INTEGRATOR_MAKER_FEE: "IntegratorMakerFee",
+    AttributeType.SKIP_NONCE: "SkipTxNonce",
+    AttributeType.CANCEL_ALL_MARKET_INDEX: "CancelAllMarketIndex",
+    AttributeType.SELF_TRADE_BEHAVIOR: "SelfTradeBehaviorMode",
+    AttributeType.SELF_TRADE_EQUALITY: "SelfTradeEqualityMode",
+    AttributeType.ORDER_VERSION: "OrderVersion",
 }
+#: Each attribute type's range (lighter-go ``AttributeTypeToConfig``): integrator account index
+#: and fees and SkipNonce here, the others from the layout fields that carry them.
+_ATTR_RANGES: dict[int, tuple[int, int]] = {
+    AttributeType.INTEGRATOR_ACCOUNT_INDEX: (0, MAX_48 - 1),
+    AttributeType.INTEGRATOR_TAKER_FEE: (0, PPM),
+    AttributeType.INTEGRATOR_MAKER_FEE: (0, PPM),
+    AttributeType.SKIP_NONCE: (1, 1),
+}
+for _entry in _TX_FIELDS.values():
+    for _t, _nil, _lo, _hi in _entry[3]:
+        _ATTR_RANGES.setdefault(_t, (_lo, _hi))
+_INTEGRATOR = frozenset(
+    {
+        AttributeType.INTEGRATOR_ACCOUNT_INDEX,
+        AttributeType.INTEGRATOR_TAKER_FEE,
+        AttributeType.INTEGRATOR_MAKER_FEE,
+    }
+)
+_FEES = (AttributeType.INTEGRATOR_TAKER_FEE, AttributeType.INTEGRATOR_MAKER_FEE)
+_SELF_TRADE = (AttributeType.SELF_TRADE_BEHAVIOR, AttributeType.SELF_TRADE_EQUALITY)
 
 
-def _skip_nonce(name: str, attrs: Any) -> bool:
-    """True iff ``attrs`` sets SkipNonce; raises CodecError for anything raydex does not take."""
+def _attributes(name: str, attrs: Any, takes: frozenset[int]) -> dict[int, int]:
+    """The set ``L2TxAttributes`` of ``attrs`` (type -> value), checked as the module docstring
+    says; raises CodecError naming the attribute."""
     if attrs is None:
-        return False
+        return {}
     if not isinstance(attrs, dict):
         raise CodecError("needs null or an object", type_name=name, field=_ATTRS)
     try:
-        pairs = signing.normalized_attributes(attrs)
+        got = dict(signing.normalized_attributes(attrs))
     except (ValueError, TypeError) as e:
         raise CodecError(str(e), type_name=name, field=_ATTRS) from None
-    skip = False
-    for t, v in pairs:
-        if t == signing.ATTR_SKIP_NONCE and v == 1:
-            skip = True
-        elif t == signing.ATTR_SKIP_NONCE:
-            raise CodecError(f"SkipNonce (4) must be 0 or 1, got {v}", type_name=name, field=_ATTRS)
-        else:
-            raise CodecError(
-                f"attribute {t} ({_ATTR_NAMES.get(t, '?')}) = {v} is not supported by raydex "
-                "(it executes SkipNonce only); send the tx without it",
-                type_name=name,
-                field=_ATTRS,
-                code=ResultCode.ATTRIBUTE_NOT_SUPPORTED,
-            )
-    return skip
+
+    def refuse(why: str, code: ResultCode = ResultCode.INVALID_TX_INFO) -> CodecError:
+        return CodecError(why, type_name=name, field=_ATTRS, code=code)
+
+    for t, v in got.items():
+        lo, hi = _ATTR_RANGES[t]
+        if not lo <= v <= hi:
+            raise refuse(f"attribute {t} ({_ATTR_NAMES[t]}) = {v} out of range [{lo}, {hi}]")
+    fees = any(t in got for t in _FEES)
+    if fees and AttributeType.INTEGRATOR_ACCOUNT_INDEX not in got:
+        raise refuse("integrator fees (2, 3) need the integrator account index (1)")
+    if fees and any(t in got for t in _SELF_TRADE):
+        raise refuse("self-trade modes (6, 7) are not allowed with integrator fees (2, 3)")
+    if (
+        got.get(AttributeType.SELF_TRADE_BEHAVIOR) == SelfTradeBehavior.REDUCE
+        and got.get(AttributeType.SELF_TRADE_EQUALITY) == SelfTradeEquality.MASTER_ACCOUNT_INDEX
+    ):
+        raise refuse(
+            "SelfTradeBehaviorMode Reduce (6 = 3) is not allowed with "
+            "SelfTradeEqualityMode MasterAccountIndex (7 = 1)"
+        )
+    if any(t in _INTEGRATOR for t in got):
+        raise refuse(
+            "integrator fees (L2TxAttributes 1-3) are not executed by raydex; "
+            "send the tx without them",
+            ResultCode.FEATURE_NOT_SUPPORTED,
+        )
+    for t in got:
+        if t != AttributeType.SKIP_NONCE and t not in takes:
+            raise refuse(f"attribute {t} ({_ATTR_NAMES[t]}) does not apply to {name}")
+    return got
 
 
-#: tx type -> (the values raydex executes for Lighter fields it does not model, keys dropped):
-#: Lighter's Transfer and Withdraw carry an asset, routes, a fee and a memo; raydex moves USDC
-#: between perps accounts without a fee, and takes Lighter's ``Amount`` as its ``USDCAmount``.
-_LIGHTER_FORMS: dict[int, tuple[dict[str, int], tuple[str, ...]]] = {
-    12: ({"AssetIndex": 3, "FromRouteType": 0, "ToRouteType": 0, "USDCFee": 0}, ("Memo", "L1Sig")),
-    13: ({"AssetIndex": 3, "RouteType": 0}, ()),
-}
+_GROUPED_TYPE = 28
+_ORDERS = "Orders"
 
 
-def _from_lighter_form(
-    name: str, obj: dict[str, Any], fixed: dict[str, int], dropped: tuple[str, ...]
-) -> dict[str, Any]:
+def _grouped_slot_keys() -> list[list[str]]:
+    """The flat layout's JSON keys of each order slot (``MarketIndex0``, ...), slot by slot."""
+    fields = _TX_FIELDS[_GROUPED_TYPE][1]
+    w = GROUPED_SLOT_FIELDS
+    return [
+        [f[0] for f in fields[GROUPED_FIRST_SLOT + i * w : GROUPED_FIRST_SLOT + (i + 1) * w]]
+        for i in range(MAX_GROUPED_ORDERS)
+    ]
+
+
+def _from_grouped_form(name: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """Lighter's CreateGroupedOrders (an ``Orders`` list) as the flat layout's keys, each
+    order's values checked against its slot's field (errors name ``Orders[i].Key``)."""
     out = dict(obj)
-    for key, want in fixed.items():
-        got = out.pop(key, None)
-        if got != want or type(got) is not int:
+    orders = out.pop(_ORDERS, None)
+    if not isinstance(orders, list) or not 1 <= len(orders) <= MAX_GROUPED_ORDERS:
+        raise CodecError(
+            f"needs a list of 1 to {MAX_GROUPED_ORDERS} orders", type_name=name, field=_ORDERS
+        )
+    fields = _TX_FIELDS[_GROUPED_TYPE][1]
+    by_key = {f[0]: f for f in fields}
+    want = frozenset(ORDER_INFO_KEYS)
+    for i, (order, keys) in enumerate(zip(orders + [None] * 3, _grouped_slot_keys(), strict=False)):
+        if order is None:
+            out.update(dict.fromkeys(keys, 0))
+            continue
+        where = f"{_ORDERS}[{i}]"
+        if not isinstance(order, dict) or order.keys() != want:
+            got = sorted(order) if isinstance(order, dict) else type(order).__name__
             raise CodecError(
-                f"{got!r} is not supported: raydex executes {key} {want} only "
-                f"(USDC, perps routes, no fee)",
+                f"needs exactly the keys {list(ORDER_INFO_KEYS)}, got {got}",
                 type_name=name,
-                field=key,
+                field=where,
             )
-    for key in dropped:
-        out.pop(key, None)
-    out["USDCAmount"] = out.pop("Amount")
+        for lighter_key, key in zip(ORDER_INFO_KEYS, keys, strict=True):
+            _, kind, a, b, flag = by_key[key]
+            out[key] = _value(name, f"{where}.{lighter_key}", kind, a, b, flag, order[lighter_key])
+    out["OrderCount"] = len(orders)
+    return out
+
+
+def _to_grouped_form(out: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`_from_grouped_form` on ``tx_to_json``'s flat keys."""
+    count = out.pop("OrderCount")
+    orders = []
+    for i, keys in enumerate(_grouped_slot_keys()):
+        values = [out.pop(k) for k in keys]
+        if i < count:
+            orders.append(dict(zip(ORDER_INFO_KEYS, values, strict=True)))
+    tail = {k: out.pop(k) for k in list(out) if k in ("ExpiredAt", "Nonce", "Sig", _ATTRS)}
+    out[_ORDERS] = orders
+    out.update(tail)
     return out
 
 
@@ -209,17 +361,22 @@ def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]
     ok = isinstance(tx_type, int) and not isinstance(tx_type, bool)
     entry = _TX_FIELDS.get(int(tx_type)) if ok else None
     if entry is None:
+        feature = UNSERVED_TX_TYPES.get(int(tx_type)) if ok else None
+        if feature is not None:
+            raise CodecError(
+                f"tx type {tx_type} is {feature}, which raydex does not execute",
+                code=ResultCode.FEATURE_NOT_SUPPORTED,
+            )
         raise CodecError(f"unknown tx type {tx_type!r}", code=ResultCode.INVALID_TX_TYPE)
-    codec, fields, keys = entry
+    codec, fields, keys, attr_fields, nils, takes = entry
     obj = _parse_object(tx_info)
     name = codec.cls.__name__
-    skip = False
+    attrs: dict[int, int] = {}
     if _ATTRS in obj and _SIG in keys:
         obj = dict(obj)
-        skip = _skip_nonce(name, obj.pop(_ATTRS))
-    lighter_form = _LIGHTER_FORMS.get(int(tx_type))
-    if lighter_form is not None and "Amount" in obj:
-        obj = _from_lighter_form(name, obj, *lighter_form)
+        attrs = _attributes(name, obj.pop(_ATTRS), takes)
+    if codec.cls is CreateGroupedOrders:
+        obj = _from_grouped_form(name, obj)
     if obj.keys() != keys:
         missing = sorted(keys - obj.keys())
         extra = sorted(str(k) for k in obj.keys() - keys)
@@ -232,34 +389,51 @@ def tx_from_json(tx_type: int, tx_info: str | bytes | bytearray | dict[str, Any]
             append(v)
         else:
             append(_value(name, key, kind, a, b, flag, v))
-    if _SIG in keys:  # a user tx: every layout ends ``..., nonce, sig``
+    if _SIG in keys:  # a user tx: ``..., nonce, sig`` and then its attribute fields
         nonce: int = vals[-2]
         if nonce & SKIP_NONCE_FLAG:
             raise CodecError(f"{nonce} out of range", type_name=name, field="Nonce")
-        if skip:
-            vals[-2] = nonce | SKIP_NONCE_FLAG
+        if attrs:
+            if attrs.get(AttributeType.SKIP_NONCE):
+                vals[-2] = nonce | SKIP_NONCE_FLAG
+            vals.extend(attrs.get(t, nil) for t, nil, _lo, _hi in attr_fields)
+        else:
+            vals.extend(nils)
     tx: Transaction = codec.cls._make(vals)
     return tx
 
 
 def tx_to_json(tx: Transaction) -> dict[str, Any]:
-    """Lighter's ``tx_info`` object for ``tx`` (PascalCase keys; base64 Sig; hex keys)."""
-    _, fields, _ = _TX_FIELDS[codec_of(type(tx)).tag]
+    """Lighter's ``tx_info`` object for ``tx`` (PascalCase keys; base64 Sig; hex keys; the set
+    ``L2TxAttributes``)."""
+    _, fields, _, attr_fields, _, _ = _TX_FIELDS[codec_of(type(tx)).tag]
     out: dict[str, Any] = {}
     values: tuple[Any, ...] = tx
-    for (key, kind, _a, _b, _flag), v in zip(fields, values, strict=True):
+    for (key, kind, _a, _b, _flag), v in zip(fields, values, strict=False):
         if kind == "sig":
             out[key] = base64.b64encode(v).decode("ascii")
         elif kind == "hex":
             out[key] = bytes(v).hex()
         elif kind == "hex0x":
             out[key] = "0x" + bytes(v).hex()
+        elif kind == "hex0x?":
+            out[key] = "0x" + bytes(v).hex() if any(v) else ""
+        elif kind == "bytelist":
+            out[key] = list(bytes(v))
         else:
             out[key] = int(v) if kind == "int" else v
+    attrs: dict[int, int] = {}
     nonce = out.get("Nonce")
     if nonce is not None and nonce & SKIP_NONCE_FLAG:
         out["Nonce"] = nonce ^ SKIP_NONCE_FLAG
-        out[_ATTRS] = {str(signing.ATTR_SKIP_NONCE): 1}
+        attrs[AttributeType.SKIP_NONCE] = 1
+    for (t, nil, _lo, _hi), v in zip(attr_fields, values[len(fields) :], strict=True):
+        if v != nil:
+            attrs[t] = int(v)
+    if attrs:
+        out[_ATTRS] = {str(t): attrs[t] for t in sorted(attrs)}
+    if type(tx) is CreateGroupedOrders:
+        out = _to_grouped_form(out)
     return out
 
 

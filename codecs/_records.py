@@ -1,10 +1,10 @@
 """Snapshot records: the full exchange state as rows, one NamedTuple (= one layout, one Arrow
 schema) per table.
 
-A snapshot is: one ExchangeRecord, then MarketRecord, AccountRecord, PositionRecord, ApiKeyRecord,
-OrderRecord, FundingRecord and L1AddressRecord rows. OrderRecord rows of one market appear in time
-priority within each price level (``priority`` increases), so restoring them in row order rebuilds
-the book exactly.
+A snapshot is: one ExchangeRecord, then MarketRecord, AccountRecord, PositionRecord,
+ApiKeyRecord, OrderRecord, FundingRecord, L1AddressRecord and ConditionalOrderRecord rows.
+OrderRecord rows of one market appear in time priority within each price level (``priority``
+increases), so restoring them in row order rebuilds the book exactly.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class RecordTag(IntEnum):
     ORDER = 6
     FUNDING = 7
     L1_ADDRESS = 8
+    CONDITIONAL_ORDER = 9
 
 
 Account = Annotated[AccountIndex, U64]
@@ -78,12 +79,17 @@ class MarketRecord(NamedTuple):
 
 @wire(RECORD, RecordTag.ACCOUNT)
 class AccountRecord(NamedTuple):
+    """An account's collateral and its master account's index (its own for a master)."""
+
     account_index: Account
     collateral: Annotated[int, I64]
+    master_index: Account
 
 
 @wire(RECORD, RecordTag.POSITION)
 class PositionRecord(NamedTuple):
+    """A position: ``margin_mode`` 0 cross, 1 isolated (with its own ``allocated_margin``)."""
+
     account_index: Account
     market_index: Market
     size: Annotated[int, I64]
@@ -92,6 +98,8 @@ class PositionRecord(NamedTuple):
     funding_paid: Annotated[int, I64]
     initial_margin_fraction: Annotated[int, U16]
     margin_mode: Annotated[int, U8]
+    #: the collateral of an isolated position (``margin_mode`` 1), micro-USDC; 0 for cross
+    allocated_margin: Annotated[int, I64]
 
 
 @wire(RECORD, RecordTag.API_KEY)
@@ -117,6 +125,7 @@ class OrderRecord(NamedTuple):
     time_in_force: Annotated[int, U8]
     reduce_only: Annotated[int, U8]
     priority: Annotated[int, U64]
+    order_version: Annotated[int, U64]
 
 
 @wire(RECORD, RecordTag.FUNDING)
@@ -140,3 +149,36 @@ class L1AddressRecord(NamedTuple):
 
     account_index: Account
     l1_address: Annotated[bytes, Bytes20]
+
+
+@wire(RECORD, RecordTag.CONDITIONAL_ORDER)
+class ConditionalOrderRecord(NamedTuple):
+    """A live order with a condition (engine ``_triggers``), by order index: a waiting
+    stop-loss / take-profit or grouped child, a running TWAP, or the condition of an order on
+    the book (a fired stop-loss-limit / take-profit-limit resting, a grouped entry with its
+    links). Its fields are those of ``ConditionalOrderUpdated`` (the last one emitted for it);
+    a state without such orders has no rows."""
+
+    market_index: Market
+    order_index: Annotated[OrderIndex, U64]
+    account_index: Account
+    client_order_index: Annotated[ClientOrderIndex, U64]
+    is_ask: Annotated[int, U8]
+    price: Annotated[int, U32]
+    base_amount: Annotated[int, U64]
+    remaining_base_amount: Annotated[int, U64]
+    order_expiry: Annotated[int, I64]
+    order_type: Annotated[int, U8]
+    time_in_force: Annotated[int, U8]
+    reduce_only: Annotated[int, U8]
+    status: Annotated[int, U8]
+    trigger_status: Annotated[int, U8]
+    trigger_price: Annotated[int, U32]
+    trigger_time: Annotated[int, I64]
+    parent_order_index: Annotated[OrderIndex, U64]
+    to_trigger_order_index_0: Annotated[OrderIndex, U64]
+    to_trigger_order_index_1: Annotated[OrderIndex, U64]
+    to_cancel_order_index_0: Annotated[OrderIndex, U64]
+    created_at: Annotated[int, I64]
+    next_slice_at: Annotated[int, I64]
+    slice_order_index: Annotated[OrderIndex, U64]

@@ -2,18 +2,20 @@
 
 The signed message of a tx is Lighter's message hash ``hm`` (Poseidon2 over the tx's fields in
 lighter-go's order, chain id and tx type first, see ``signing.TX_FIELDS``), computed from the
-raydex NamedTuple through its Lighter JSON names (:func:`lighter_info`). Where raydex's layout is
-narrower than Lighter's, the Lighter fields raydex does not model take the only values raydex
-executes, so an SDK-signed tx with those values verifies:
+raydex NamedTuple through its Lighter JSON names (:func:`lighter_info`); every user tx layout
+carries all of Lighter's signed fields, so an SDK-signed tx verifies whatever their values:
 
-- Transfer and Withdraw: ``AssetIndex`` 3 (USDC), route types 0 (perps), ``USDCFee`` 0, and
-  raydex's ``USDCAmount`` is Lighter's ``Amount``;
+- CreateGroupedOrders: its order slots are Lighter's ``Orders`` list (the ``order_count`` used
+  ones), which ``signing`` hashes order by order (the ``orders`` kind);
 - ChangePubKey is Lighter's: signed by the key it sets (:func:`signer_key`), authorised by
-  ``L1Sig`` from the account's L1 address (:func:`l1_signer` recovers it; a rare tx).
+  ``L1Sig`` from the account's L1 address (:func:`l1_signer` recovers it; a rare tx);
+- a Transfer to another master's account is authorised by its ``L1Sig`` too, over Lighter's
+  transfer text (:func:`transfer_l1_signer`); one between accounts of one master needs none.
 
-``L2TxAttributes``: the only set attribute raydex executes, SkipNonce, travels as
-``SKIP_NONCE_FLAG`` in the tx's ``nonce``; :func:`lighter_info` turns it back into Lighter's
-``Nonce`` and ``{"L2TxAttributes": {4: 1}}``, so the hash is ``H(H(msg) || H(attrs))`` as Lighter's.
+``L2TxAttributes``: SkipNonce travels as ``SKIP_NONCE_FLAG`` in the tx's ``nonce``, the other
+attributes a type executes as its fields after ``sig`` (``Attr`` extras); :func:`lighter_info`
+turns them back into Lighter's ``Nonce`` and ``L2TxAttributes`` (the set ones only), so the hash
+is ``H(H(msg) || H(attrs))`` as Lighter's.
 
 - :func:`verify_tx` and :meth:`Verifier.verify` never raise on bad input (malformed key, wrong
   length or forged signature, unsigned tx type): they return False.
@@ -32,7 +34,15 @@ from . import signing
 from ._enums import SKIP_NONCE_FLAG
 from ._errors import CodecError
 from ._hot import codec_of
-from ._tx import ChangePubKey, Transfer, UserTransaction, Withdraw
+from ._tx import (
+    ORDER_INFO_KEYS,
+    ChangePubKey,
+    CreateGroupedOrders,
+    Transfer,
+    UserTransaction,
+    grouped_canonical,
+    grouped_orders,
+)
 from ._txcodec import encode_tx, is_signed_type, tx_type_of
 
 DEFAULT_CHAIN_ID: Final = 304
@@ -40,37 +50,26 @@ SEED_SIZE: Final = signing.PRIVATE_KEY_SIZE
 PUBLIC_KEY_SIZE: Final = signing.PUBLIC_KEY_SIZE
 SIGNATURE_SIZE: Final = signing.SIGNATURE_SIZE
 TX_HASH_SIZE: Final = 40
-#: Lighter's USDC asset index and perps route type: the only ones raydex executes.
-USDC_ASSET_INDEX: Final = 3
-PERPS_ROUTE: Final = 0
-
 U = TypeVar("U", bound=UserTransaction)
 
-#: Lighter fields raydex does not model, with the value raydex executes.
-_FIXED: dict[type, dict[str, int]] = {
-    Transfer: {
-        "AssetIndex": USDC_ASSET_INDEX,
-        "FromRouteType": PERPS_ROUTE,
-        "ToRouteType": PERPS_ROUTE,
-        "USDCFee": 0,
-    },
-    Withdraw: {"AssetIndex": USDC_ASSET_INDEX, "RouteType": PERPS_ROUTE},
-}
-#: raydex JSON name -> Lighter's, where they differ.
-_RENAMED: dict[type, dict[str, str]] = {
-    Transfer: {"USDCAmount": "Amount"},
-    Withdraw: {"USDCAmount": "Amount"},
-}
+
+#: A tx type's signing plan: its tx type, the Lighter keys of its fields before ``sig`` (the
+#: values of those fields, in order), and its attribute fields as ``(position, attribute type,
+#: nil value)``.
+_Plan = tuple[int, tuple[str, ...], tuple[tuple[int, int, int], ...]]
 
 
-def _plan(cls: type) -> tuple[int, tuple[str, ...], dict[str, int]]:
-    names = [f.json_name for f in codec_of(cls).spec.fields][:-1]  # all but Sig
-    renamed = _RENAMED.get(cls, {})
-    return tx_type_of(cls), tuple(renamed.get(n, n) for n in names), _FIXED.get(cls, {})
+def _plan(cls: type) -> _Plan:
+    fields = codec_of(cls).spec.fields
+    sig = next(i for i, f in enumerate(fields) if f.name == "sig")
+    keys = tuple(f.json_name for f in fields[:sig])
+    attrs = tuple(
+        (i, a.type, a.nil) for i, f in enumerate(fields) if (a := f.attribute) is not None
+    )
+    return tx_type_of(cls), keys, attrs
 
 
-_PLANS: dict[type, tuple[int, tuple[str, ...], dict[str, int]]] = {}
-_SKIP_NONCE_ATTRS: Final = {signing.ATTR_SKIP_NONCE: 1}
+_PLANS: dict[type, _Plan] = {}
 _NONCE_MASK: Final = SKIP_NONCE_FLAG - 1
 
 
@@ -82,15 +81,33 @@ def lighter_info(tx: Any) -> tuple[int, dict[str, Any]]:
         if not is_signed_type(cls):
             raise CodecError("not a signed (user) transaction", type_name=cls.__name__)
         plan = _PLANS[cls] = _plan(cls)
-    tx_type, keys, fixed = plan
-    info = dict(zip(keys, tx, strict=False))
-    if fixed:
-        info.update(fixed)
+    tx_type, keys, attr_fields = plan
+    info = _grouped_info(tx) if cls is CreateGroupedOrders else dict(zip(keys, tx, strict=False))
+    attrs: dict[int, int] = {}
+    for i, t, nil in attr_fields:
+        v = tx[i]
+        if v != nil:
+            attrs[t] = v
     nonce = info["Nonce"]
     if nonce & SKIP_NONCE_FLAG:  # Lighter signs the nonce proper and the attribute
         info["Nonce"] = nonce ^ SKIP_NONCE_FLAG
-        info["L2TxAttributes"] = _SKIP_NONCE_ATTRS
+        attrs[signing.ATTR_SKIP_NONCE] = 1
+    if attrs:
+        info["L2TxAttributes"] = attrs
     return tx_type, info
+
+
+def _grouped_info(tx: CreateGroupedOrders) -> dict[str, Any]:
+    if not grouped_canonical(tx):  # slots past its order count: no Lighter message signs them
+        raise CodecError("CreateGroupedOrders: the slots past order_count must be 0")
+    return {
+        "AccountIndex": tx.account_index,
+        "ApiKeyIndex": tx.api_key_index,
+        "GroupingType": tx.grouping_type,
+        "Orders": [dict(zip(ORDER_INFO_KEYS, o, strict=True)) for o in grouped_orders(tx)],
+        "ExpiredAt": tx.expired_at,
+        "Nonce": tx.nonce,
+    }
 
 
 def message_hash_of(tx: Any, chain_id: int = DEFAULT_CHAIN_ID) -> bytes:
@@ -121,6 +138,19 @@ def l1_signer(tx: ChangePubKey) -> bytes | None:
         bytes(tx.pub_key), tx.nonce & _NONCE_MASK, tx.account_index, tx.api_key_index
     )
     addr = signing.recover_l1_address(text, "0x" + bytes(tx.l1_sig).hex())
+    return None if addr is None else bytes.fromhex(addr[2:])
+
+
+def transfer_l1_signer(tx: Transfer, chain_id: int = DEFAULT_CHAIN_ID) -> bytes | None:
+    """The 20-byte L1 address whose Ethereum personal-sign ``tx.l1_sig`` is, over Lighter's
+    transfer text for this tx (``signing.transfer_message``: nonce, accounts, routes, asset,
+    amount, fee, chain, memo), or None for a missing (all zeros) or malformed signature."""
+    sig = bytes(tx.l1_sig)
+    if not any(sig):
+        return None
+    _, info = lighter_info(tx)
+    text = signing.transfer_message(info, chain_id)
+    addr = signing.recover_l1_address(text, "0x" + sig.hex())
     return None if addr is None else bytes.fromhex(addr[2:])
 
 

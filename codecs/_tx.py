@@ -1,9 +1,13 @@
 """Transactions: the commands the engine executes, one NamedTuple (= one layout) each.
 
-User transactions end with ``sig``: Lighter's 80-byte Schnorr signature (ECgFp5, Poseidon2) of
+User transactions carry ``sig``: Lighter's 80-byte Schnorr signature (ECgFp5, Poseidon2) of
 the tx's Lighter message hash (see ``_signing`` and ``raydex.codecs.signing``); public keys are 40
-bytes. The engine never looks at ``sig``: signatures are checked before execution, by the
-replica's dry-run (and by the sequencer where it verifies too), and re-checked afterwards by the
+bytes. After ``sig`` come the ``L2TxAttributes`` a type executes, one field each (``Attr``
+extras, defaulting to "not set", so the common tx without attributes is built as before):
+CreateOrder and ModifyOrder the self-trade modes (6, 7), ModifyOrder the order version (8),
+CancelAllOrders the market (5). SkipNonce (4) travels in ``nonce`` (``SKIP_NONCE_FLAG``).
+The engine never looks at ``sig``: signatures are checked before execution, by the replica's
+dry-run (and by the sequencer where it verifies too), and re-checked afterwards by the
 committer's audit.
 
 Operator commands carry no signature; only the operator's control path may submit them.
@@ -17,14 +21,19 @@ from __future__ import annotations
 from typing import Annotated, NamedTuple
 
 from ._enums import (
+    ALL_MARKETS,
     MAX_48,
     MAX_API_KEY_INDEX,
     MAX_MARKET_INDEX,
+    MAX_MASTER_ACCOUNT_INDEX,
     AccountIndex,
     ApiKeyIndex,
+    AttributeType,
     ClientOrderIndex,
     MarketIndex,
     Nonce,
+    SelfTradeBehavior,
+    SelfTradeEquality,
     TxType,
 )
 from ._market import (
@@ -44,7 +53,9 @@ from ._wire import (
     U16,
     U32,
     U64,
+    Attr,
     Bytes20,
+    Bytes32,
     Bytes40,
     Bytes65,
     Bytes80,
@@ -66,6 +77,14 @@ NonceF = Annotated[Nonce, I64, Range(0, 2**63 - 1)]
 Usdc = Annotated[int, U64, Range(1, 2**63 - 1)]
 Sig = Annotated[bytes, Bytes80]
 PubKey = Annotated[bytes, Bytes40]
+#: ``L2TxAttributes`` 6 and 7: what a taker meeting its own resting order does, and which
+#: resting orders are its own (``SelfTradeBehavior``, ``SelfTradeEquality``; 0 = Lighter's default).
+StBehavior = Annotated[
+    int, U8, Range(0, int(max(SelfTradeBehavior))), Attr(int(AttributeType.SELF_TRADE_BEHAVIOR), 0)
+]
+StEquality = Annotated[
+    int, U8, Range(0, int(max(SelfTradeEquality))), Attr(int(AttributeType.SELF_TRADE_EQUALITY), 0)
+]
 
 
 # ---- user transactions ------------------------------------------------------------------------
@@ -87,12 +106,45 @@ class ChangePubKey(NamedTuple):
     sig: Sig
 
 
+@wire(TX, TxType.CREATE_SUB_ACCOUNT)
+class CreateSubAccount(NamedTuple):
+    """Lighter's (lighter-go ``create_sub_account.go``): the master ``account_index`` (at most
+    ``MAX_MASTER_ACCOUNT_INDEX``) opens a sub-account, signed by one of its API keys."""
+
+    account_index: Annotated[AccountIndex, U64, Range(0, MAX_MASTER_ACCOUNT_INDEX)]
+    api_key_index: ApiKey
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+#: Lighter's asset indexes (``MinAssetIndex`` 1 .. ``MaxAssetIndex`` 62; USDC is 3) and route
+#: types (perps 0, spot 1): carried as sent, executed for USDC on the perps route only.
+AssetIndex = Annotated[int, U8, Range(1, 62)]
+Route = Annotated[int, U8, Range(0, 1)]
+#: Lighter's ``MaxTransferAmount`` (2^60 - 1 micro-USDC)
+Amount = Annotated[int, U64, Range(1, 2**60 - 1), Json("Amount")]
+
+
 @wire(TX, TxType.TRANSFER)
 class Transfer(NamedTuple):
+    """Lighter's (lighter-go ``transfer.go``): ``usdc_amount`` of ``asset_index`` from this
+    account's ``from_route_type`` to ``to_account_index``'s ``to_route_type``, paying
+    ``usdc_fee``. ``memo`` is 32 bytes (a JSON list of byte values, as Lighter writes it);
+    ``l1_sig`` the sender's L1 address's Ethereum personal-sign of Lighter's transfer text
+    (``signing.transfer_message``), all zeros (JSON ``""``) when absent: a transfer between
+    accounts of one master needs none, any other one does. Neither is in the signed hash."""
+
     account_index: Annotated[AccountIndex, U64, Range(0, MAX_48), Json("FromAccountIndex")]
     api_key_index: ApiKey
     to_account_index: Account
-    usdc_amount: Annotated[int, U64, Range(1, 2**63 - 1), Json("USDCAmount")]
+    asset_index: AssetIndex
+    from_route_type: Route
+    to_route_type: Route
+    usdc_amount: Amount
+    usdc_fee: Annotated[int, U64, Range(0, 2**60 - 1), Json("USDCFee")]
+    memo: Annotated[bytes, Bytes32]
+    l1_sig: Annotated[bytes, Bytes65, Json("L1Sig")]
     expired_at: Millis
     nonce: NonceF
     sig: Sig
@@ -100,9 +152,14 @@ class Transfer(NamedTuple):
 
 @wire(TX, TxType.WITHDRAW)
 class Withdraw(NamedTuple):
+    """Lighter's (lighter-go ``withdraw.go``): ``usdc_amount`` of ``asset_index`` out of the
+    ``route_type`` route to the account's L1 address."""
+
     account_index: Annotated[AccountIndex, U64, Range(0, MAX_48), Json("FromAccountIndex")]
     api_key_index: ApiKey
-    usdc_amount: Annotated[int, U64, Range(1, 2**63 - 1), Json("USDCAmount")]
+    asset_index: AssetIndex
+    route_type: Route
+    usdc_amount: Amount
     expired_at: Millis
     nonce: NonceF
     sig: Sig
@@ -110,11 +167,16 @@ class Withdraw(NamedTuple):
 
 @wire(TX, TxType.CREATE_ORDER)
 class CreateOrder(NamedTuple):
+    """Lighter's L2CreateOrder (lighter-go ``create_order.go``). ``base_amount`` 0 is Lighter's
+    nil size: only a reduce-only stop-loss / take-profit takes it (the position's size when it
+    fires); the engine refuses it elsewhere. ``trigger_price`` is the mark a stop-loss /
+    take-profit waits for (0: none)."""
+
     account_index: Account
     api_key_index: ApiKey
     market_index: Market
     client_order_index: Annotated[ClientOrderIndex, U64, Range(0, MAX_48)]
-    base_amount: Size
+    base_amount: Annotated[int, U64, Range(0, MAX_48)]
     price: Price
     is_ask: Flag
     order_type: Annotated[int, U8, Range(0, 6), Json("Type")]
@@ -125,6 +187,8 @@ class CreateOrder(NamedTuple):
     expired_at: Millis
     nonce: NonceF
     sig: Sig
+    self_trade_behavior: StBehavior = 0
+    self_trade_equality: StEquality = 0
 
 
 @wire(TX, TxType.CANCEL_ORDER)
@@ -143,7 +207,9 @@ class CancelOrder(NamedTuple):
 
 @wire(TX, TxType.CANCEL_ALL_ORDERS)
 class CancelAllOrders(NamedTuple):
-    """``time_in_force`` 0 cancels now (1 scheduled, 2 abort are Lighter's, not supported yet)."""
+    """``time_in_force`` 0 cancels now (1 scheduled, 2 abort are Lighter's, not supported yet);
+    ``cancel_market_index`` (``L2TxAttributes`` 5) limits it to one market (``ALL_MARKETS``:
+    every market; another market only with ``time_in_force`` 0, as lighter-go's Validate)."""
 
     account_index: Account
     api_key_index: ApiKey
@@ -152,10 +218,20 @@ class CancelAllOrders(NamedTuple):
     expired_at: Millis
     nonce: NonceF
     sig: Sig
+    cancel_market_index: Annotated[
+        int,
+        U8,
+        Range(0, ALL_MARKETS),
+        Attr(int(AttributeType.CANCEL_ALL_MARKET_INDEX), ALL_MARKETS),
+    ] = ALL_MARKETS
 
 
 @wire(TX, TxType.MODIFY_ORDER)
 class ModifyOrder(NamedTuple):
+    """``order_version`` (``L2TxAttributes`` 8, 0 = none, at most 2**48 - 1 as the SDK's signer
+    bounds it): the modify applies only if it is above the order's current version, which it then
+    becomes (the SDK's versioned modify)."""
+
     account_index: Account
     api_key_index: ApiKey
     market_index: Market
@@ -166,6 +242,11 @@ class ModifyOrder(NamedTuple):
     expired_at: Millis
     nonce: NonceF
     sig: Sig
+    self_trade_behavior: StBehavior = 0
+    self_trade_equality: StEquality = 0
+    order_version: Annotated[
+        int, U64, Range(0, MAX_48), Attr(int(AttributeType.ORDER_VERSION), 0)
+    ] = 0
 
 
 @wire(TX, TxType.UPDATE_LEVERAGE)
@@ -178,6 +259,145 @@ class UpdateLeverage(NamedTuple):
     expired_at: Millis
     nonce: NonceF
     sig: Sig
+
+
+#: Most orders in one CreateGroupedOrders (lighter-go ``MaxGroupedOrderCount``).
+MAX_GROUPED_ORDERS = 3
+#: The JSON keys of one of its orders (lighter-go ``OrderInfo``), in its layout's order.
+ORDER_INFO_KEYS = (
+    "MarketIndex",
+    "ClientOrderIndex",
+    "BaseAmount",
+    "Price",
+    "IsAsk",
+    "Type",
+    "TimeInForce",
+    "ReduceOnly",
+    "TriggerPrice",
+    "OrderExpiry",
+)
+# One order of a group, slot by slot: its fields take 0 when the group has fewer orders.
+_GMarket = Annotated[MarketIndex, U8, Range(0, MAX_MARKET_INDEX)]
+_GCoi = Annotated[ClientOrderIndex, U64, Range(0, MAX_48)]
+_GSize = Annotated[int, U64, Range(0, MAX_48)]
+_GPrice = Annotated[int, U32]
+_GType = Annotated[int, U8, Range(0, 6)]
+_GTif = Annotated[int, U8, Range(0, 2)]
+_GExpiry = Annotated[int, I64, Range(-1, 2**63 - 1)]
+
+
+@wire(TX, TxType.CREATE_GROUPED_ORDERS)
+class CreateGroupedOrders(NamedTuple):
+    """Lighter's L2CreateGroupedOrders (lighter-go ``create_grouped_orders.go``): 1 to 3 orders
+    linked by ``grouping_type`` (:class:`GroupingType`: OTO 1, OCO 2, OTOCO 3). The layout is
+    fixed: ``order_count`` orders in slots ``*_0`` .. ``*_2`` (each Lighter's ``OrderInfo``),
+    the unused slots all 0. In JSON they are Lighter's ``Orders`` list (``codecs._json``), and
+    :func:`grouped_orders` reads them as a list of :class:`OrderInfo`."""
+
+    account_index: Account
+    api_key_index: ApiKey
+    grouping_type: Annotated[int, U8]
+    order_count: Annotated[int, U8, Range(1, MAX_GROUPED_ORDERS)]
+    market_index_0: _GMarket
+    client_order_index_0: _GCoi
+    base_amount_0: _GSize
+    price_0: _GPrice
+    is_ask_0: Flag
+    order_type_0: _GType
+    time_in_force_0: _GTif
+    reduce_only_0: Flag
+    trigger_price_0: _GPrice
+    order_expiry_0: _GExpiry
+    market_index_1: _GMarket
+    client_order_index_1: _GCoi
+    base_amount_1: _GSize
+    price_1: _GPrice
+    is_ask_1: Flag
+    order_type_1: _GType
+    time_in_force_1: _GTif
+    reduce_only_1: Flag
+    trigger_price_1: _GPrice
+    order_expiry_1: _GExpiry
+    market_index_2: _GMarket
+    client_order_index_2: _GCoi
+    base_amount_2: _GSize
+    price_2: _GPrice
+    is_ask_2: Flag
+    order_type_2: _GType
+    time_in_force_2: _GTif
+    reduce_only_2: Flag
+    trigger_price_2: _GPrice
+    order_expiry_2: _GExpiry
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+@wire(TX, TxType.UPDATE_MARGIN)
+class UpdateMargin(NamedTuple):
+    """Lighter's (lighter-go ``update_margin.go``): move ``usdc_amount`` micro-USDC into
+    (``direction`` 1, ``AddToIsolatedMargin``) or out of (0, ``RemoveFromIsolatedMargin``) the
+    collateral of the account's isolated position in ``market_index``."""
+
+    account_index: Account
+    api_key_index: ApiKey
+    market_index: Market
+    usdc_amount: Annotated[int, U64, Range(1, 2**60 - 1), Json("USDCAmount")]
+    direction: Flag
+    expired_at: Millis
+    nonce: NonceF
+    sig: Sig
+
+
+class OrderInfo(NamedTuple):
+    """One order of a :class:`CreateGroupedOrders` (Lighter's ``OrderInfo``; not a layout of
+    its own: a view of one slot)."""
+
+    market_index: int
+    client_order_index: int
+    base_amount: int
+    price: int
+    is_ask: int
+    order_type: int
+    time_in_force: int
+    reduce_only: int
+    trigger_price: int
+    order_expiry: int
+
+
+#: Where the order slots start in :class:`CreateGroupedOrders`, and each slot's width.
+GROUPED_FIRST_SLOT = 4
+GROUPED_SLOT_FIELDS = len(ORDER_INFO_KEYS)
+
+
+def grouped_orders(tx: CreateGroupedOrders) -> list[OrderInfo]:
+    """The ``order_count`` orders of ``tx``, in order (the unused slots left out)."""
+    n = max(0, min(int(tx.order_count), MAX_GROUPED_ORDERS))
+    w = GROUPED_SLOT_FIELDS
+    at = GROUPED_FIRST_SLOT
+    return [OrderInfo._make(tx[at + i * w : at + (i + 1) * w]) for i in range(n)]
+
+
+def grouped_canonical(tx: CreateGroupedOrders) -> bool:
+    """The slots past ``order_count`` are all 0 (the layout's form; any other is malformed:
+    Lighter's ``Orders`` list, what is signed, has no such slots)."""
+    n = max(0, min(int(tx.order_count), MAX_GROUPED_ORDERS))
+    start = GROUPED_FIRST_SLOT + n * GROUPED_SLOT_FIELDS
+    end = GROUPED_FIRST_SLOT + MAX_GROUPED_ORDERS * GROUPED_SLOT_FIELDS
+    return not any(tx[start:end])
+
+
+def grouped_slots(orders: list[OrderInfo] | list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The slot fields of :class:`CreateGroupedOrders` holding ``orders`` (at most
+    ``MAX_GROUPED_ORDERS``), the unused slots 0: what goes between ``order_count`` and
+    ``expired_at``."""
+    if len(orders) > MAX_GROUPED_ORDERS:
+        raise ValueError(f"at most {MAX_GROUPED_ORDERS} grouped orders")
+    flat: list[int] = []
+    for o in orders:
+        flat.extend(o)
+    flat.extend([0] * (GROUPED_SLOT_FIELDS * (MAX_GROUPED_ORDERS - len(orders))))
+    return tuple(flat)
 
 
 # ---- operator commands (unsigned; operator control path only) ----------------------------------
@@ -277,8 +497,16 @@ class FundingTick(NamedTuple):
     market_index: Market
 
 
+@wire(TX, TxType.TIME_TICK)
+class TimeTick(NamedTuple):
+    """Let the engine run what is due at the block's time with no other command to carry it:
+    TWAP slices and the expiry of waiting conditional orders (engine ``_triggers``). Issued by
+    the sequencer's oracle loop when the engine says something is due; a no-op otherwise."""
+
+
 Transaction = (
     ChangePubKey
+    | CreateSubAccount
     | Transfer
     | Withdraw
     | CreateOrder
@@ -286,6 +514,8 @@ Transaction = (
     | CancelAllOrders
     | ModifyOrder
     | UpdateLeverage
+    | CreateGroupedOrders
+    | UpdateMargin
     | Deposit
     | L1Deposit
     | RegisterApiKey
@@ -294,9 +524,11 @@ Transaction = (
     | SetMarkPrice
     | ApplyFunding
     | FundingTick
+    | TimeTick
 )
 UserTransaction = (
     ChangePubKey
+    | CreateSubAccount
     | Transfer
     | Withdraw
     | CreateOrder
@@ -304,4 +536,6 @@ UserTransaction = (
     | CancelAllOrders
     | ModifyOrder
     | UpdateLeverage
+    | CreateGroupedOrders
+    | UpdateMargin
 )

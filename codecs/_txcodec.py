@@ -3,8 +3,9 @@
 Wire form of a transaction: ``tx_type`` (uint8) followed by its layout (``_hot``). ``decode_tx`` is
 for untrusted bytes: known tag, exact length, every ``Range`` extra enforced, else CodecError.
 
-User transactions are the layouts ending in a ``sig`` field; what they sign is Lighter's message
-hash (``_signing``), which covers the chain id, the tx type and every field the engine executes.
+User transactions are the layouts with a ``sig`` field; what they sign is Lighter's message hash
+(``_signing``), which covers the chain id, the tx type and every field the engine executes (the
+``L2TxAttributes`` fields after ``sig`` included).
 
 ``tx_hash`` is sha256 of the full wire form (signature included), 32 bytes: a content hash for
 tests and tools. The tx hash in events, outcomes and API answers is ``_signing.tx_hash_of``
@@ -26,9 +27,9 @@ from ._tx import TX, Transaction
 _TX_CODECS: dict[int, HotCodec[Any]] = HOT_BY_TAG[TX]
 
 
-#: User transactions (layouts ending in a ``sig`` field) -> their tag.
+#: User transactions (layouts with a ``sig`` field) -> their tag.
 _SIGNED: dict[type, int] = {
-    c.cls: c.tag for c in _TX_CODECS.values() if c.spec.fields and c.spec.fields[-1].name == "sig"
+    c.cls: c.tag for c in _TX_CODECS.values() if any(f.name == "sig" for f in c.spec.fields)
 }
 
 

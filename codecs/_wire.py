@@ -14,6 +14,8 @@ Field extras:
 
 - :class:`Range` ``(lo, hi)``: inclusive domain, checked when decoding untrusted input.
 - :class:`Json` ``("Name")``: the Lighter JSON key when it is not the PascalCase of the field name.
+- :class:`Attr` ``(type, nil)``: the field is Lighter's ``L2TxAttributes`` entry ``type``, not a
+  key of its own in the tx's JSON; ``nil`` is that entry's "not set" value, the field's default.
 
 NamedTuples are immutable and cheap to build (a tuple), and their field order is the wire order, so
 a hot decode is ``tuple.__new__(cls, struct.unpack_from(...))``.
@@ -58,6 +60,14 @@ class Json:
 
 
 @dataclass(frozen=True, slots=True)
+class Attr:
+    """The field carries Lighter's ``L2TxAttributes`` entry ``type`` (``nil``: not set)."""
+
+    type: int
+    nil: int
+
+
+@dataclass(frozen=True, slots=True)
 class FieldSpec:
     name: str
     construct: Any
@@ -68,6 +78,13 @@ class FieldSpec:
     def range(self) -> Range | None:
         for e in self.extras:
             if isinstance(e, Range):
+                return e
+        return None
+
+    @property
+    def attribute(self) -> Attr | None:
+        for e in self.extras:
+            if isinstance(e, Attr):
                 return e
         return None
 

@@ -9,10 +9,10 @@ NamedTuples for callers that want them (tests, tools); the sequencer takes the b
 (``Engine.execute_into`` and :meth:`Deltas.take`).
 
 The hot events (a command's levels, orders, trades, balances, positions, nonces, market stats,
-exchange balances, and the sequencer's ``TxExecuted``) have a writer each, field by field
-against their layout; tests/unit/test_engine_deltas.py checks each against the codec's own
-``struct`` encoding. The cold ones (market and key changes, funding clocks, liquidations) are
-built as NamedTuples and packed by the codec (:meth:`Deltas.event`).
+exchange balances, conditional orders, and the sequencer's ``TxExecuted``) have a writer each,
+field by field against their layout; tests/unit/test_engine_deltas.py checks each against the
+codec's own ``struct`` encoding. The cold ones (market and key changes, funding clocks,
+liquidations) are built as NamedTuples and packed by the codec (:meth:`Deltas.event`).
 
 Field widths: ``B`` is one byte (``append``), ``H`` / ``I`` unsigned 16 / 32 bits written as
 the signed integer with the same bits, ``Q`` / ``q`` 64 bits. A value outside its field raises
@@ -29,7 +29,7 @@ from librt.strings import BytesWriter, write_i16_le, write_i32_le, write_i64_le
 from raydex.codecs import encode_event
 
 if TYPE_CHECKING:
-    from ._model import Level, Order, Position
+    from ._model import Cond, Level, Order, Position
 
 # Tags of the hot events (``codecs._events``; the test checks them against the registry).
 LEVEL_CHANGED: Final = 1
@@ -41,6 +41,7 @@ NONCE_UPDATED: Final = 6
 MARKET_STATS_CHANGED: Final = 9
 EXCHANGE_BALANCES_CHANGED: Final = 12
 TX_EXECUTED: Final = 13
+CONDITIONAL_ORDER_UPDATED: Final = 17
 #: ``TxExecuted``'s ``code`` field: its last 4 bytes (of 63 with the tag).
 TX_CODE_OFFSET: Final = 59
 
@@ -123,6 +124,38 @@ class Deltas:
         w.append(o.reduce_only)
         w.append(status)
         write_i64_le(w, o.priority)
+        write_i64_le(w, o.version)
+        self.count += 1
+
+    def cond_updated(self, c: Cond) -> None:
+        """``ConditionalOrderUpdated`` of conditional order ``c`` (read from it, as
+        ``order_updated`` does): its full state, links included."""
+        w = self.w
+        w.append(CONDITIONAL_ORDER_UPDATED)
+        w.append(c.market.index)
+        write_i64_le(w, c.index)
+        write_i64_le(w, c.account.index)
+        write_i64_le(w, c.client_index)
+        w.append(c.is_ask)
+        _u32(w, c.price)
+        write_i64_le(w, c.size)
+        write_i64_le(w, c.remaining)
+        write_i64_le(w, c.expiry)
+        w.append(c.order_type)
+        w.append(c.tif)
+        w.append(c.reduce_only)
+        w.append(c.status)
+        w.append(c.trigger_status)
+        _u32(w, c.trigger_price)
+        write_i64_le(w, c.trigger_time)
+        write_i64_le(w, c.parent_index)
+        kid0, kid1 = c.kid_indexes
+        write_i64_le(w, kid0)
+        write_i64_le(w, kid1)
+        write_i64_le(w, c.sibling_index)
+        write_i64_le(w, c.created_at)
+        write_i64_le(w, c.next_slice)
+        write_i64_le(w, c.slice_index)
         self.count += 1
 
     def trade_executed(
@@ -173,6 +206,7 @@ class Deltas:
         write_i64_le(w, p.funding_paid)
         _u16(w, p.imf)
         w.append(p.margin_mode)
+        write_i64_le(w, p.allocated)
         self.count += 1
 
     def nonce_updated(self, account: int, api_key: int, nonce: int) -> None:

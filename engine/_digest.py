@@ -7,13 +7,15 @@ equal state at equal seq gives an equal digest whichever role computed it, and `
 can compare them.
 
 What it covers is the state every role holds: the exchange's fee pool and insurance fund, every
-market's parameters and stats, every account's collateral and L1 address, every position not at
-its defaults, every API key (public key and nonce), every resting order. Left out, because the
-block stream never carries them: order priority (the order of a level is covered by the orders
-themselves), the engine's id counters and deposit/withdrawal totals, the markets' funding clocks
-(``FundingRecord``: a replica keeps only what its public endpoints show of them), and positions
-still at their defaults (size, entry, pnl and funding 0, the market's default margin fraction: the
-engine creates them when an order is placed, a replica only when one is reported).
+market's parameters and stats, every account's collateral, master account and L1 address, every
+position not at its defaults, every API key (public key and nonce), every resting order (with its
+version), every live conditional order (``ConditionalOrderRecord``: a state without any hashes as it
+did before they existed). Left out, because the block stream never carries them: order priority (the
+order of a level is covered by the orders themselves), the engine's id counters and
+deposit/withdrawal totals, the markets' funding clocks (``FundingRecord``: a replica keeps only what
+its public endpoints show of them), and positions still at their defaults (size, entry, pnl and
+funding 0, the market's default margin fraction: the engine creates them when an order is placed, a
+replica only when one is reported).
 
 ``Engine.state_hash()`` remains the full-state integrity hash written into each snapshot's
 ``meta.json`` (it covers priority and counters too); this digest is what actors report.
@@ -32,6 +34,7 @@ from typing import Any
 from raydex.codecs import (
     AccountRecord,
     ApiKeyRecord,
+    ConditionalOrderRecord,
     ExchangeRecord,
     FundingRecord,
     L1AddressRecord,
@@ -63,21 +66,22 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     exchange = (0, 0)
     markets: dict[int, MarketRecord] = {}
-    accounts: dict[int, int] = {}
+    accounts: dict[int, tuple[int, int]] = {}
     positions: dict[tuple[int, int], PositionRecord] = {}
     keys: dict[tuple[int, int], ApiKeyRecord] = {}
     orders: dict[int, tuple[Any, ...]] = {}
     l1: dict[int, bytes] = {}
+    conds: dict[int, ConditionalOrderRecord] = {}
     for n, r in enumerate(records, 1):
         if n % chunk == 0:
             yield
         t = type(r)
         if t is OrderRecord:
-            orders[r.order_index] = tuple(r[:-1])  # all but priority
+            orders[r.order_index] = (*r[:12], r.order_version)  # all but priority
         elif t is PositionRecord:
             positions[r.account_index, r.market_index] = r
         elif t is AccountRecord:
-            accounts[r.account_index] = r.collateral
+            accounts[r.account_index] = (r.collateral, r.master_index)
         elif t is ApiKeyRecord:
             keys[r.account_index, r.api_key_index] = r
         elif t is MarketRecord:
@@ -86,6 +90,8 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
             exchange = (r.fee_pool, r.insurance_fund)
         elif t is L1AddressRecord:
             l1[r.account_index] = r.l1_address
+        elif t is ConditionalOrderRecord:
+            conds[r.order_index] = r
         elif t is FundingRecord:
             continue  # funding clocks: see the module docstring
         else:
@@ -94,7 +100,7 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
     h = hashlib.sha256()
     sep = b""
     buf: list[str] = []
-    for line in _lines(exchange, markets, accounts, positions, keys, orders, l1):
+    for line in _lines(exchange, markets, accounts, positions, keys, orders, l1, conds):
         buf.append(line)
         if len(buf) == chunk:
             h.update(sep + "\n".join(buf).encode())
@@ -109,18 +115,20 @@ def digest_steps(records: Iterable[Any], chunk: int = 2048) -> Generator[None, N
 def _lines(
     exchange: tuple[int, int],
     markets: dict[int, MarketRecord],
-    accounts: dict[int, int],
+    accounts: dict[int, tuple[int, int]],
     positions: dict[tuple[int, int], PositionRecord],
     keys: dict[tuple[int, int], ApiKeyRecord],
     orders: dict[int, tuple[Any, ...]],
     l1: dict[int, bytes],
+    conds: dict[int, ConditionalOrderRecord],
 ) -> Iterator[str]:
     """One line per record, in the digest's canonical order."""
     yield f"exchange|{exchange[0]}|{exchange[1]}"
     for mi in sorted(markets):
         yield f"market|{tuple(markets[mi])}"
     for a in sorted(accounts):
-        yield f"account|{a}|{accounts[a]}"
+        collateral, master = accounts[a]
+        yield f"account|{a}|{collateral}|{master}"
     for a in sorted(l1):
         yield f"l1|{a}|{l1[a].hex()}"
     for k in sorted(positions):
@@ -141,3 +149,5 @@ def _lines(
         yield f"key|{tuple(keys[k])}"
     for o in sorted(orders):
         yield f"order|{orders[o]}"
+    for c in sorted(conds):
+        yield f"cond|{tuple(conds[c])}"

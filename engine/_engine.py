@@ -15,7 +15,8 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
 - Positions keep ``size`` (signed lots) and ``entry_quote`` (signed cost basis, long > 0). Reducing
   removes the proportional (truncated) part of the basis and credits
   ``realized = proceeds - removed`` to collateral, so
-  ``sum(collateral - entry_quote) + fee_pool + insurance_fund == deposits - withdrawals`` exactly.
+  ``sum(collateral + allocated - entry_quote) + fee_pool + insurance_fund == deposits -
+  withdrawals`` exactly (``allocated``: the collateral of isolated positions, below).
 - Margin (cross): ``equity = collateral + sum(size*mark*mult - entry_quote)``. The initial-margin
   requirement (IMR) uses each position's worst case including resting non-reduce-only orders,
   ``max(|size + bids|, |size - asks|) * mark * mult * imf / 1e4``. An order that raises that worst
@@ -25,13 +26,33 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
   Cost: each account caches its three sums (``_orders.refresh``); fills and order changes update the
   cache in O(1); a mark move invalidates it (epoch), and the next use recomputes it in O(markets
   the account holds).
-- Orders: Limit (IOC, GoodTillTime, PostOnly) and Market (IOC only; ``price`` is the worst price).
-  Price-time priority, fills at the maker's price. Self-trade prevention is ExpireMaker: the
-  resting order of the same account is cancelled (CANCELED_SELF_TRADE) and matching goes on.
+- Conditional orders (``_triggers``): stop-loss / take-profit (market and limit) waiting for the
+  mark, TWAP, grouped orders (CreateGroupedOrders: OTO, OCO, OTOCO). What is due at ``now_ms``
+  (TWAP slices, expiry of waiting orders) runs at the start of any command
+  (``ExchangeState.cond_due``: one comparison); what the order path leaves (triggers armed
+  beyond their mark, position-tied orders of closed positions) at its end, before the
+  maintenance checks of the traders.
+- Isolated margin (``Position.margin_mode`` 1, set by UpdateLeverage while the position is flat
+  without orders): the position has its own collateral (``allocated``), out of the cross sums
+  above but for what its resting orders would add; a fill's PnL and fee are its own; opening
+  lots take their initial margin at the mark (plus the fill's loss against the mark) from the
+  cross collateral, a reduction gives back its share, a close all of it (a deficit to the
+  insurance fund); UpdateMargin (29) moves more in or out (out down to its initial margin); it
+  is liquidated when ``(allocated + upnl) * 1e4 < |size| * mark * mult * mmf``, on its own,
+  and pays funding from its collateral (``_orders.isolated_fill``, ``_liquidation``).
+- Orders: Limit (IOC, GoodTillTime, PostOnly) and Market (IOC only; ``price`` is the worst
+  average fill price, Lighter's slippage limit: fills go on while their running average stays
+  within it). Price-time priority, fills at the maker's price. Self-trade prevention follows the
+  taker's ``L2TxAttributes`` (6: ExpireMaker, the default, cancels the resting order and matching
+  goes on; ExpireTaker ends the taker; CancelBoth both; Reduce shrinks both by the overlap, no
+  trade; 7: the same account, or any account under the same master, ``Account.master_index``);
+  what self-trade prevention cancels ends CANCELED_SELF_TRADE.
   PostOnly that would cross is cancelled (status CANCELED_POST_ONLY, code POST_ONLY_WOULD_CROSS).
-  Every user order is inside the fat-finger band ``|price - mark| <= mark * max_deviation / 1e4``.
-  IOC remainders end CANCELED; market-order remainders CANCELED_TOO_MUCH_SLIPPAGE (book not empty)
-  or CANCELED_NOT_ENOUGH_LIQUIDITY (empty).
+  A limit order is no more aggressive than the band around the mark (a buy at most ``mark * (1 +
+  max_deviation / 1e4)``, a sell at least ``mark * (1 - max_deviation / 1e4)``, else
+  FAT_FINGER_PRICE; passive prices are not bounded); a market order's price has no band.
+  IOC remainders end CANCELED; market-order remainders
+  CANCELED_TOO_MUCH_SLIPPAGE (book not empty) or CANCELED_NOT_ENOUGH_LIQUIDITY (empty).
 - ``order_expiry``: 0 or -1 (Lighter's nil) mean the default, ``now_ms + 28 days``; otherwise an
   absolute ms time that must be >= now_ms. A resting order is live while ``now_ms <= expiry``.
   Expired orders are removed (CANCELED_EXPIRED) at the start of any command touching the market.
@@ -42,8 +63,12 @@ Semantics (all integers: price ticks, size lots, micro-USDC; fractions in bps, f
 - Client order index 0 means "none"; non-zero ones are unique among an account's open orders.
 - ModifyOrder: ``base_amount`` is the new total size. At or below the filled amount the order is
   cancelled. Same price and no size increase keeps time priority; otherwise the order is taken out
-  and re-entered (new priority; it may trade, PostOnly rules apply).
-- CancelAllOrders: ``time_in_force`` 0 only (others UNSUPPORTED_TX_TYPE, nonce consumed).
+  and re-entered (new priority; it may trade, PostOnly rules apply, the tx's self-trade modes).
+  With an order version (``L2TxAttributes`` 8) it applies only when that is above the order's
+  version (STALE_ORDER_VERSION, the order untouched), which then becomes the order's; a modify
+  without one leaves the version as it is (new orders: 0).
+- CancelAllOrders: ``time_in_force`` 0 only (others UNSUPPORTED_TX_TYPE, nonce consumed); with a
+  market (``L2TxAttributes`` 5) only the account's orders in that market.
 - UpdateLeverage: cross margin only (isolated -> UNSUPPORTED_TX_TYPE); ``imf`` in
   ``[market min imf, 10_000]``; raising it must keep the IMR met.
 - Transfer / Withdraw: ``amount <= collateral`` (INSUFFICIENT_BALANCE) and the IMR met afterwards
@@ -101,6 +126,8 @@ Where each part lives (a command's path, hot first):
 - ``_engine``: this contract, ``Engine`` (dispatch, the read accessors, the snapshot API); it
   owns the ``ExchangeState`` and hands it to the parts, which are functions over it;
 - ``_orders``: the order path (gates, checks, matching, fills, positions, the margin cache);
+- ``_triggers`` (conditional orders placed, fired, sliced) over ``_pending`` (their
+  bookkeeping and the order path's hooks);
 - cold paths: ``_accounts`` (money, leverage, keys), ``_markets`` (markets, marks, funding),
   ``_liquidation`` (triggers, liquidation, deleveraging), ``_funding`` (the funding clock),
   ``_snapshot`` (records, state hash), ``_validate`` (``validate_internal_state``);
@@ -110,9 +137,10 @@ Where each part lives (a command's path, hot first):
   result codes and order values as ints (from ``raydex.codecs``).
 
 Each imports only modules further down this order, so they form no circle: ``_engine`` <-
-``_funding``, ``_snapshot``, ``_validate`` <- ``_accounts``, ``_markets`` <- ``_liquidation`` <-
-``_orders`` <- ``_state`` <- ``_deltas`` <- ``_model`` <- ``rules`` <- ``codes`` (``_funding``
-and ``_snapshot`` use ``_markets``; nothing imports upwards, in a function or for typing).
+``_funding``, ``_snapshot``, ``_validate`` <- ``_accounts``, ``_markets`` <- ``_triggers`` <-
+``_liquidation`` <- ``_orders`` <- ``_pending`` <- ``_state`` <- ``_deltas`` <- ``_model`` <-
+``rules`` <- ``codes`` (``_funding`` and ``_snapshot`` use ``_markets``; nothing imports
+upwards, in a function or for typing).
 """
 
 from __future__ import annotations
@@ -125,8 +153,11 @@ from raydex.codecs import (
     CancelAllOrders,
     CancelOrder,
     ChangePubKey,
+    ConditionalOrderRecord,
+    CreateGroupedOrders,
     CreateMarket,
     CreateOrder,
+    CreateSubAccount,
     Deposit,
     FundingTick,
     L1Deposit,
@@ -136,8 +167,10 @@ from raydex.codecs import (
     PositionRecord,
     RegisterApiKey,
     SetMarkPrice,
+    TimeTick,
     Transfer,
     UpdateLeverage,
+    UpdateMargin,
     UpdateMarket,
     Withdraw,
     decode_body,
@@ -147,9 +180,18 @@ from . import _accounts, _markets, _snapshot
 from ._deltas import Deltas
 from ._funding import tick as funding_tick
 from ._liquidation import check_traded
-from ._orders import cancel_all, cancel_order, create_order, equity_imr, modify_order
+from ._orders import (
+    CONDITIONAL,
+    cancel_all,
+    cancel_order,
+    create_order,
+    equity_imr,
+    modify_order,
+)
+from ._pending import cond_fields
 from ._snapshot import Record, records_hash
-from ._state import BPS, DEFAULT_ORDER_LIFETIME_MS, ExchangeState
+from ._state import BPS, DEFAULT_ORDER_LIFETIME_MS, NO_DUE, ExchangeState
+from ._triggers import create_conditional, create_grouped, run_due, settle, time_tick
 from ._validate import InvariantViolation, validate
 from .codes import UNSUPPORTED_TX_TYPE
 from .rules import exposure
@@ -221,10 +263,14 @@ class Engine:
         ResultCode value."""
         st = self.state
         out = st.deltas
+        if st.cond_due <= now_ms:
+            run_due(st, now_ms, out)
         t = type(cmd)
         # The three order commands (~95% of traffic) are called directly, the rest by type.
         if t is CREATE_ORDER:
             code = create_order(st, cmd, now_ms, out)
+            if code == CONDITIONAL:
+                code = create_conditional(st, cmd, now_ms, out)
         elif t is CANCEL_ORDER:
             code = cancel_order(st, cmd, now_ms, out)
         elif t is MODIFY_ORDER:
@@ -234,8 +280,12 @@ class Engine:
             if handler is None:
                 return UNSUPPORTED_TX_TYPE
             code = handler(st, cmd, now_ms, out)
-        if st.traded_head is not None:
+        if st.cond_after:
+            settle(st, now_ms, out)
+        elif st.traded_head is not None:
             check_traded(st, now_ms, out)
+            if st.cond_after:
+                settle(st, now_ms, out)
         st.flush(out)
         return code
 
@@ -271,6 +321,11 @@ class Engine:
     def account_by_l1(self, l1_address: bytes) -> int | None:
         """The index of the account whose L1 address is ``l1_address`` (20 bytes), or None."""
         return self.state.by_l1.get(l1_address)
+
+    def master_index(self, account: int) -> int | None:
+        """``account``'s master account (its own index for a master); None for an unknown one."""
+        acct = self.state.accounts.get(account)
+        return None if acct is None else acct.master_index
 
     def l1_address(self, account: int) -> bytes | None:
         """``account``'s L1 address (20 bytes); None for an unknown account or one without."""
@@ -320,6 +375,22 @@ class Engine:
             return []
         return [_snapshot.order_record(o) for o in acct.resting_orders()]
 
+    def conditional_orders(self, account: int) -> list[ConditionalOrderRecord]:
+        """``account``'s live conditional orders (waiting, running, or on the book with their
+        condition), by order index."""
+        conds = self.state.conds
+        return [
+            ConditionalOrderRecord._make(cond_fields(conds[i]))
+            for i in sorted(conds)
+            if conds[i].account.index == account
+        ]
+
+    def cond_due_ms(self) -> int | None:
+        """The block time at which a waiting order expires or a TWAP slices next (None:
+        nothing waits for time): the oracle sends a ``TimeTick`` once it has come."""
+        due = self.state.cond_due
+        return None if due == NO_DUE else due
+
     # ---- snapshots, hash, validation ------------------------------------------------------------
 
     def records(self) -> Iterator[Record]:
@@ -353,10 +424,14 @@ def _move_events(d: Deltas, start: int, count: int, out: list[Any]) -> None:
 #: The cold commands' handlers, by command type: ``handler(state, cmd, now_ms, out) -> code``.
 _HANDLERS: Final[dict[type, Callable[[ExchangeState, Any, int, Deltas], int]]] = {
     CancelAllOrders: cancel_all,
+    CreateGroupedOrders: create_grouped,
+    TimeTick: time_tick,
     Transfer: _accounts.transfer,
     Withdraw: _accounts.withdraw,
     UpdateLeverage: _accounts.update_leverage,
+    UpdateMargin: _accounts.update_margin,
     ChangePubKey: _accounts.change_pub_key,
+    CreateSubAccount: _accounts.create_sub_account,
     Deposit: _accounts.deposit,
     L1Deposit: _accounts.l1_deposit,
     RegisterApiKey: _accounts.register_api_key,

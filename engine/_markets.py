@@ -4,11 +4,13 @@ Functions over the ``ExchangeState``, one per command, plus the market-parameter
 snapshot code shares (:func:`valid_params`, :func:`set_params`, :func:`market_fields`).
 
 - A mark move or a parameter change bumps ``ExchangeState.epoch`` (every cached account risk sum
-  is stale) and runs the liquidation checks for that market (``_liquidation``).
+  is stale) and runs the liquidation checks for that market (``_liquidation``); a mark move
+  first fires the stop-loss / take-profit orders it reached (``_triggers.fire_crossed``).
 - Funding: ``size * mark * mult * rate / 1e8`` per holder, in account order; payers round up,
   receivers down; the residue goes to the insurance fund; a payer is checked for maintenance
   unless its payment fits in the reserve its liquidation triggers left out (``_liquidation.arm``:
-  then it cannot be under maintenance, and the reserve shrinks by the payment).
+  then it cannot be under maintenance, and the reserve shrinks by the payment). An isolated
+  position pays and receives through its own collateral, a payer always checked.
 
 Cost: CreateMarket / UpdateMarket O(1) plus the holders' checks; SetMarkPrice O(crossed triggers
 + unarmed holders); ApplyFunding O(holders + k log k) for k positions opened since the last
@@ -36,6 +38,7 @@ from ._state import (
     is_int,
     new_tuple,
 )
+from ._triggers import fire_crossed
 from .codes import (
     INVALID_MARKET_PARAMS,
     INVALID_PARAM,
@@ -96,6 +99,8 @@ def set_mark_price(st: ExchangeState, c: SetMarkPrice, now: int, out: Deltas) ->
     m.set_mark(int(price))
     st.epoch += 1
     st.mark_market(m)
+    if m.trig_up or m.trig_down:
+        fire_crossed(st, m, now, out)
     liquidate_crossed(st, m, now, out)
     return OK
 
@@ -116,13 +121,15 @@ def apply_funding(st: ExchangeState, c: ApplyFunding, now: int, out: Deltas) -> 
     for pos in m.holders_by_account():
         acct = pos.account
         raw = product(product(pos.size, mq), rate)
+        isolated = pos.margin_mode
         if raw > 0:
             amount = -(-raw // FUNDING_SCALE)
             paid += amount
             # Spent from the reserve its triggers left out (``arm``): still above maintenance,
-            # the triggers still conservative; otherwise checked exactly below.
+            # the triggers still conservative; otherwise checked exactly below (an isolated
+            # position pays out of its own collateral: always checked).
             cost = product(amount, BPS)
-            if acct.reserve_version == acct.risk_version and cost <= acct.reserve:
+            if not isolated and acct.reserve_version == acct.risk_version and cost <= acct.reserve:
                 acct.reserve -= cost
             else:
                 payers.append(acct.index)
@@ -130,11 +137,14 @@ def apply_funding(st: ExchangeState, c: ApplyFunding, now: int, out: Deltas) -> 
             amount = -((-raw) // FUNDING_SCALE)
             received -= amount
         pos.funding_paid += amount
-        acct.collateral -= amount
         if not pos.dirty:
             st.mark_position(pos)
-        if not acct.dirty:
-            st.mark_account(acct)
+        if isolated:
+            pos.allocated -= amount
+        else:
+            acct.collateral -= amount
+            if not acct.dirty:
+                st.mark_account(acct)
     st.insurance_fund += paid - received
     st.mark_exchange()
     # Only payers lost buffer (receivers' triggers stay conservative), and only those whose

@@ -23,6 +23,16 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
   ``long_triggers`` / ``short_triggers`` are the liquidation index: per holder a mark price
   beyond which it *may* be under maintenance (see ``_liquidation.arm``), so a mark move checks
   only the accounts whose trigger it crossed.
+- Conditional orders (``Cond``, engine ``_triggers``): every live one is in
+  ``ExchangeState.conds`` by order index; the waiting ones (a grouped child waiting for its
+  entry, an armed stop-loss / take-profit, a running TWAP) also in their account's ``conds``. An
+  armed one has exactly one live entry in its market's ``trig_up`` / ``trig_down`` heap, the one
+  equal to its ``trig_key`` (lazy deletion: any other entry is stale), counted in
+  ``Market.trig_live``. An order on the book may
+  carry the ``Cond`` it came from (``Order.cond``: a fired stop-loss-limit, a grouped entry).
+- A position in isolated margin (``margin_mode`` 1) holds its own collateral, ``allocated``
+  (0 for a cross or a flat position); ``Account.isolated`` counts its account's isolated
+  positions, so the checks that look for them cost a cross-only account one read.
 - ``dirty`` flags mark objects already queued for this command's events (chained through their
   ``next_dirty``, in the order first touched); ``ExchangeState.flush`` clears both when it emits
   the events at the end of the command.
@@ -78,6 +88,7 @@ class Account:
         "c_upnl",
         "coi",
         "collateral",
+        "conds",
         "dirty",
         "first_order",
         "first_pos",
@@ -85,9 +96,11 @@ class Account:
         "hot_ki",
         "hot_nonce",
         "index",
+        "isolated",
         "key_slots",
         "keys",
         "l1_address",
+        "master_index",
         "next_dirty",
         "next_traded",
         "order_count",
@@ -96,6 +109,7 @@ class Account:
         "reserve",
         "reserve_version",
         "risk_version",
+        "sub_accounts",
         "traded",
         "unarmed",
     )
@@ -131,6 +145,14 @@ class Account:
         self.hot_nonce = -1
         #: The account's L1 (Ethereum) address, 20 bytes; b"" for an account made without one.
         self.l1_address = b""
+        #: The index of its master account: its own for a master (an index up to Lighter's
+        #: ``MaxMasterAccountIndex``, 2**47 - 1), the master's for a sub-account (an index from
+        #: ``MinSubAccountIndex``, 2**47, on). Set when the account is made, never changed. The
+        #: self-trade equality mode MasterAccountIndex (``L2TxAttributes`` 7) treats accounts
+        #: with the same one as one.
+        self.master_index = index
+        #: How many sub-accounts this master opened (derived from the accounts on a load).
+        self.sub_accounts = 0
         #: Resting orders: a doubly linked list through ``Order.acct_prev`` / ``acct_next`` (most
         #: recently rested first; :meth:`resting_orders` sorts them), not a dict: that would be
         #: an insert and a delete per order, with the resizes small dicts go through under churn.
@@ -154,11 +176,17 @@ class Account:
         #: Its triggers are out of date: checked exactly at the next move of a market it holds
         #: (its non-zero positions are ``queued`` there; ``_liquidation.unarm``).
         self.unarmed = False
+        #: How many of its positions are in isolated margin mode (``Position.margin_mode`` 1):
+        #: the checks after a fill and a mark move walk its positions for them only when it
+        #: has any, so a cross-only account (the common case) pays one read.
+        self.isolated = 0
         #: Cached risk sums (``_orders.refresh``), valid while ``c_epoch == ExchangeState.epoch``.
         self.c_epoch = -1
         self.c_upnl = 0
         self.c_mm = 0
         self.c_im = 0
+        #: Its waiting conditional orders by order index (None: none yet), engine ``_triggers``.
+        self.conds: dict[int, Cond] | None = None
 
     def add_key(self, ki: int, key: ApiKey) -> None:
         """Hold API key ``key`` at index ``ki`` (a new one)."""
@@ -306,6 +334,7 @@ def _order_index(o: Order) -> int:
 class Position:
     __slots__ = (
         "account",
+        "allocated",
         "ask_open",
         "bid_open",
         "dirty",
@@ -332,7 +361,12 @@ class Position:
         self.realized_pnl = 0
         self.funding_paid = 0
         self.imf = imf
+        #: 0 cross: backed by its account's collateral with its other cross positions; 1
+        #: isolated: backed by ``allocated`` alone (``_isolated``).
         self.margin_mode = 0
+        #: An isolated position's own collateral (micro-USDC; may go negative between a loss
+        #: and its liquidation); 0 for a cross position and for a flat one.
+        self.allocated = 0
         self.bid_open = 0
         self.ask_open = 0
         self.dirty = False
@@ -347,6 +381,7 @@ class Order:
         "acct_next",
         "acct_prev",
         "client_index",
+        "cond",
         "expiry",
         "expiry_listed",
         "index",
@@ -364,6 +399,7 @@ class Order:
         "ref",
         "remaining",
         "tif",
+        "version",
     )
 
     def __init__(
@@ -410,6 +446,13 @@ class Order:
         #: It has its entry in its market's expiry queue or heap (once: an order modified and
         #: re-entered keeps its expiry and index, so its entry stays good).
         self.expiry_listed = False
+        #: The version the last versioned ModifyOrder gave it (``L2TxAttributes`` 8; 0: none):
+        #: a versioned modify applies only above it.
+        self.version = 0
+        #: The conditional order it came from (a fired stop-loss-limit / take-profit-limit, a
+        #: grouped entry with its children), else None: see ``_pending.order_filled`` and
+        #: ``order_left``.
+        self.cond: Cond | None = None
 
 
 class Level:
@@ -553,6 +596,9 @@ class Market:
         "status",
         "symbol",
         "taker_fee",
+        "trig_down",
+        "trig_live",
+        "trig_up",
         "trigger_account",
         "trigger_version",
         "unarmed",
@@ -620,6 +666,14 @@ class Market:
         self.next_expiry = NO_EXPIRY
         #: Drop their stale entries (``_orders._compact_expiries``) past this many entries.
         self.compact_at = 1024
+        #: Armed stop-loss / take-profit orders (``_pending.arm``): heaps of
+        #: ``(trigger_price << 64) + order_index`` of those due when the mark rises to their
+        #: trigger (``trig_up``) and ``((TRIGGER_CEIL - trigger_price) << 64) + order_index`` of
+        #: those due when it falls to it (``trig_down``), so each pops in firing order; stale
+        #: entries are skipped and dropped by compaction. ``trig_live``: the armed ones.
+        self.trig_up: list[int] = []
+        self.trig_down: list[int] = []
+        self.trig_live = 0
         self.dirty = False
         self.next_dirty: Market | None = None
 
@@ -682,3 +736,92 @@ class FundingClock:
         self.premium_sum = 0
         self.last_rate = 0
         self.last_funding_ms = 0
+
+
+class Cond:
+    """A conditional order (engine ``_triggers``; the fields of ``ConditionalOrderUpdated``):
+    a stop-loss / take-profit (market or limit) waiting for the mark, a grouped child waiting for
+    its entry, a running TWAP, a grouped entry's links, or one of these fired onto the book.
+
+    ``status`` / ``trigger_status`` are Lighter's (``OrderStatus`` / ``TriggerStatus``);
+    ``size`` 0 is position-tied (the position's size when it fires); ``remaining`` is what a
+    TWAP still has to fill (``size`` for the others). Links are order indexes (``parent_index``,
+    ``kid_indexes``, ``sibling_index``; 0: none), reported as they are whatever became of the
+    order they name, and, for the links that act, objects (``kids``, ``sibling``: None for
+    none), so a group is linked before its orders are registered."""
+
+    __slots__ = (
+        "account",
+        "client_index",
+        "created_at",
+        "expiry",
+        "index",
+        "is_ask",
+        "kid_indexes",
+        "kids",
+        "market",
+        "next_slice",
+        "order_type",
+        "parent_index",
+        "price",
+        "reduce_only",
+        "ref",
+        "remaining",
+        "sibling",
+        "sibling_index",
+        "size",
+        "slice_index",
+        "status",
+        "tif",
+        "trig_key",
+        "trigger_price",
+        "trigger_status",
+        "trigger_time",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        account: Account,
+        market: Market,
+        client_index: int,
+        is_ask: int,
+        price: int,
+        size: int,
+        expiry: int,
+        order_type: int,
+        tif: int,
+        reduce_only: int,
+        trigger_price: int,
+        created_at: int,
+    ) -> None:
+        self.index = index
+        self.ref: Any = index
+        self.account = account
+        self.market = market
+        self.client_index = client_index
+        self.is_ask = is_ask
+        self.price = price
+        self.size = size
+        self.remaining = size
+        self.expiry = expiry
+        self.order_type = order_type
+        self.tif = tif
+        self.reduce_only = reduce_only
+        self.trigger_price = trigger_price
+        self.created_at = created_at
+        #: -1 until it is placed (a grouped order is linked before it is registered)
+        self.status = -1
+        self.trigger_status = 0
+        self.trigger_time = 0
+        self.parent_index = 0
+        self.kid_indexes = (0, 0)
+        self.sibling_index = 0
+        self.kids: list[Cond] | None = None
+        self.sibling: Cond | None = None
+        #: a TWAP's next slice time (ms) and its latest slice's order index (0: none)
+        self.next_slice = 0
+        self.slice_index = 0
+        #: while armed, its live entry in its market's trigger heaps (any other entry naming
+        #: it is stale: it moved, fired or ended); -1 otherwise
+        self.trig_key = -1

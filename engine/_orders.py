@@ -8,8 +8,10 @@ the ``ExchangeState`` (``_state``).
 - ``_place``: field and market checks (the pure ones from ``rules``), reduce-only and the
   pre-trade initial-margin check, then match or rest (:func:`rest`);
 - ``_match`` (through :func:`match_and_finish`): price-time matching at the makers' prices,
-  self-trade prevention (ExpireMaker), reduce-only clipping, fees; :func:`apply_fill` moves
-  positions and realized PnL; ``_open`` keeps the resting-order lots behind the worst case;
+  self-trade prevention (the taker's mode, ``L2TxAttributes`` 6 and 7), reduce-only clipping,
+  fees; :func:`apply_fill` moves positions and realized PnL (an isolated position's money through
+  :func:`isolated_fill`, off the cross path: one flag read per fill there); ``_open`` keeps the
+  resting-order lots behind the worst case;
   :func:`remove_resting` takes an order off the book, :func:`expire` the expired ones;
 - the account risk cache (:func:`refresh`, :func:`equity_imr`, :func:`equity_mmr`): ``c_upnl``,
   ``c_mm``, ``c_im`` per account, updated in O(1) by fills and order changes, recomputed in
@@ -43,6 +45,7 @@ from ._deltas import Deltas
 from ._model import (
     NO_EXPIRY,
     Account,
+    Cond,
     Level,
     Market,
     Order,
@@ -51,6 +54,17 @@ from ._model import (
     heapify,
     heappop,
     heappush,
+)
+from ._pending import (
+    end_all,
+    find,
+    finish,
+    has_client_index,
+    modify_waiting,
+    order_filled,
+    order_left,
+    position_moved,
+    waiting_count,
 )
 from ._state import (
     BPS,
@@ -67,6 +81,7 @@ from ._state import (
 from .codes import (
     ACCOUNT_NOT_FOUND,
     ACTIVE_LIMIT,
+    ALL_MARKETS,
     API_KEY_NOT_FOUND,
     CANCELED,
     CANCELED_EXPIRED,
@@ -84,6 +99,7 @@ from .codes import (
     INVALID_PRICE,
     INVALID_SIZE,
     IOC,
+    LIMIT,
     MARKET,
     MARKET_NOT_ACTIVE,
     MARKET_NOT_FOUND,
@@ -93,6 +109,12 @@ from .codes import (
     POST_ONLY,
     POST_ONLY_WOULD_CROSS,
     REDUCE_ONLY_INCREASES_POSITION,
+    ST_CANCEL_BOTH,
+    ST_EXPIRE_MAKER,
+    ST_EXPIRE_TAKER,
+    ST_MASTER_ACCOUNT,
+    ST_REDUCE,
+    STALE_ORDER_VERSION,
     TOO_MANY_ORDERS,
     TX_EXPIRED,
     UNSUPPORTED_TX_TYPE,
@@ -121,10 +143,16 @@ NO_EXPIRY_KEY: Final = NO_EXPIRY << EXPIRY_SHIFT
 # times slower. The signature stays an ``object``: the engine never reads it. So do the fields
 # that serve only as dict keys or event fields (``Any``: account, API key, nonce, order index):
 # compiled, a native int made into a key or field again allocates a new int object.
-CreateOrderT = tuple[Any, Any, int, int, int, int, int, int, int, int, int, int, int, Any, object]
+CreateOrderT = tuple[
+    Any, Any, int, int, int, int, int, int, int, int, int, int, int, Any, object, int, int
+]
 CancelOrderT = tuple[Any, Any, int, Any, int, Any, object]
-ModifyOrderT = tuple[Any, Any, int, Any, int, int, int, int, Any, object]
-CancelAllOrdersT = tuple[int, int, int, int, int, int, object]
+ModifyOrderT = tuple[Any, Any, int, Any, int, int, int, int, Any, object, int, int, int]
+CancelAllOrdersT = tuple[int, int, int, int, int, int, object, int]
+
+#: :func:`create_order`'s answer for a conditional order type (2-6): not placed here, the engine
+#: hands the command to ``_triggers`` (above this module), which gates it itself.
+CONDITIONAL: Final = -1
 
 
 # ---- gates --------------------------------------------------------------------------------------
@@ -169,15 +197,45 @@ def _gate(
 
 
 def create_order(st: ExchangeState, c: CreateOrder, now: int, out: Deltas) -> int:
+    """CreateOrder of a limit or market order; CONDITIONAL (nothing done, no nonce used) for
+    the other types, which ``_triggers`` places."""
     t: CreateOrderT = c
-    ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s = t
+    ai, ki, mi, coi, size, price, is_ask, otype, tif, ro, _trig, oexp, exp_at, nonce, _s, b, e = t
+    if otype > MARKET:
+        return CONDITIONAL
     code, acct = _gate(st, ai, ki, nonce, exp_at, now, out)
     if acct is None:
         return code
-    return _place(st, acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, now, out)
+    stp = 0  # Lighter's default (ExpireMaker, same account): most orders
+    if b or e:
+        stp = self_trade_mode(b, e)
+        if stp < 0:
+            return INVALID_PARAM
+    return place(
+        st, acct, mi, coi, size, price, is_ask, otype, tif, ro, oexp, stp, now, out, 0, None
+    )
 
 
-def _place(
+def self_trade_mode(behavior: int, equality: int) -> int:
+    """The self-trade mode a taker matches with, ``behavior + 4 * equality`` (``_match``), from
+    ``L2TxAttributes`` 6 and 7; -1 for a pair lighter-go refuses (out of range, or Reduce with
+    MasterAccountIndex): the JSON edge refuses those first, this keeps the engine whole."""
+    if not ST_EXPIRE_MAKER <= behavior <= ST_REDUCE or not 0 <= equality <= ST_MASTER_ACCOUNT:
+        return -1
+    if behavior == ST_REDUCE and equality == ST_MASTER_ACCOUNT:
+        return -1
+    return behavior + 4 * equality
+
+
+def gate(
+    st: ExchangeState, ai: Any, ki: Any, nonce: Any, expired_at: int, now: int, out: Deltas
+) -> tuple[int, Account | None]:
+    """The four gates of a user tx with its account when passed (``(0, account)``); see
+    :func:`auth`."""
+    return _gate(st, ai, ki, nonce, expired_at, now, out)
+
+
+def place(
     st: ExchangeState,
     acct: Account,
     mi: int,
@@ -189,11 +247,17 @@ def _place(
     tif: int,
     ro: int,
     oexp: int,
+    stp: int,
     now: int,
     out: Deltas,
+    oi: int,
+    cond: Cond | None,
 ) -> int:
-    """Validate and execute one order of ``acct`` (a CreateOrder past its gates). The order it
-    creates, accepted or not, is ``last_order_index``."""
+    """Validate and execute one order of ``acct`` (a CreateOrder past its gates), matching with
+    self-trade mode ``stp`` (:func:`self_trade_mode`). The order it creates, accepted or not, is
+    ``last_order_index``: a new index, or ``oi`` when given (a conditional order executing under
+    its own index, ``_triggers``); ``cond`` is the condition it carries (``Order.cond``), None for
+    a plain order."""
     m = st.market(mi)
     if m is None:
         return MARKET_NOT_FOUND
@@ -215,7 +279,9 @@ def _place(
     if coi:
         if not 0 < coi <= MAX_48:
             return INVALID_CLIENT_ORDER_INDEX
-        if acct.find_client_order(coi) is not None:
+        if acct.find_client_order(coi) is not None or (
+            acct.conds is not None and has_client_index(acct, coi)
+        ):
             return CLIENT_ORDER_INDEX_EXISTS
     if oexp == 0 or oexp == -1:
         expiry = now + DEFAULT_ORDER_LIFETIME_MS
@@ -226,11 +292,14 @@ def _place(
     is_ask = 1 if is_ask else 0
     ro = 1 if ro else 0
     code = order_amount_code(
-        size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+        size, price, is_ask, otype, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
     )
     if code:
         return code
-    if acct.order_count >= MAX_OPEN_ORDERS_PER_ACCOUNT:
+    if acct.order_count >= MAX_OPEN_ORDERS_PER_ACCOUNT or (
+        acct.conds is not None
+        and acct.order_count + waiting_count(acct) >= MAX_OPEN_ORDERS_PER_ACCOUNT
+    ):
         return TOO_MANY_ORDERS
     pos = acct.position_in(m)
     new_pos = pos is None
@@ -251,22 +320,27 @@ def _place(
         before = exposure(s, bo, ao)
         after = exposure(s, bo, ao + size) if is_ask else exposure(s, bo + size, ao)
         if after > before:
-            est = best if otype == MARKET and best else price
+            # a market order's price only limits its average: estimated at the best price, or
+            # the mark on an empty book (where it cancels unfilled)
+            est = price if otype != MARKET else (best if best else m.mark)
             if not _margin_after(st, acct, m, pos, is_ask, size, est, after - before):
                 return NOT_ENOUGH_MARGIN
     if new_pos:
         acct.add_position(pos)
-    oi = st.next_order_index
-    st.next_order_index = oi + 1
+    if oi == 0:
+        oi = st.next_order_index
+        st.next_order_index = oi + 1
     st.last_order_index = oi
     pr = st.next_priority
     st.next_priority = pr + 1
     o = Order(oi, acct, coi, m, is_ask, price, size, expiry, otype, tif, ro, pr)
+    if cond is not None:
+        o.cond = cond
     if best and (best >= price if is_ask else best <= price):
         if tif == POST_ONLY:
             out.order_updated(o, CANCELED_POST_ONLY)
             return POST_ONLY_WOULD_CROSS
-        match_and_finish(st, m, o, acct, pos, now, out, False)
+        match_and_finish(st, m, o, acct, pos, now, out, False, stp)
         return OK
     if tif == IOC:
         if otype == MARKET:
@@ -289,15 +363,22 @@ def match_and_finish(
     now: int,
     out: Deltas,
     liquidation: bool,
+    stp: int = 0,
 ) -> None:
-    """Match ``o`` as taker, then rest / cancel its remainder and report its final state."""
+    """Match ``o`` as taker (self-trade mode ``stp``), then rest / cancel its remainder and
+    report its final state."""
     is_ask = o.is_ask
     opp = m.bids if is_ask else m.asks
     best = opp.best
     status = 0
     if best and (best >= o.price if is_ask else best <= o.price):
-        status = _match(st, m, o, acct, pos, opp, out, liquidation)
-    if o.remaining == 0:
+        status = _match(st, m, o, acct, pos, opp, out, liquidation, stp)
+        c = o.cond
+        if c is not None and o.remaining < o.initial:
+            order_filled(st, c, out)
+    if status == CANCELED_SELF_TRADE:
+        pass  # the taker expired meeting its own order: no remainder rests
+    elif o.remaining == 0:
         status = FILLED
     elif status == 0:
         if o.tif == IOC:
@@ -309,6 +390,10 @@ def match_and_finish(
             rest(st, m, o, acct, pos)
             status = ACTIVE_LIMIT
     out.order_updated(o, status)
+    if status != ACTIVE_LIMIT:
+        c = o.cond
+        if c is not None:  # (a modified order re-entering with a condition, gone now)
+            order_left(st, o, c, out)
 
 
 def rest(st: ExchangeState, m: Market, o: Order, acct: Account, pos: Position) -> None:
@@ -382,9 +467,20 @@ def _match(
     opp: Side,
     out: Deltas,
     liquidation: bool,
+    stp: int,
 ) -> int:
-    """Fill taker ``t`` against ``opp`` up to its limit. Returns 0, or CANCELED_REDUCE_ONLY when
-    a reduce-only taker stopped because its position is closed."""
+    """Fill taker ``t`` against ``opp`` up to its limit: a limit order's price bounds each
+    fill's, a market order's the average of its fills (Lighter's slippage limit: at a level
+    beyond it, only the lots that keep the average within it). Returns 0, or why it stopped
+    early: CANCELED_REDUCE_ONLY (a reduce-only taker whose position closed),
+    CANCELED_SELF_TRADE (it met its own order under ExpireTaker or CancelBoth, or Reduce took all
+    of it), CANCELED_TOO_MUCH_SLIPPAGE (a market taker's average limit reached inside a level).
+
+    Orders trade at makers' prices up to their price. Self-trades follow ``stp``
+    (:func:`self_trade_mode`): the taker's own resting orders, or with MasterAccountIndex those of
+    every account under its master, are cancelled (ExpireMaker), end the taker (ExpireTaker), both
+    (CancelBoth), or are reduced against it by the overlap, neither trading (Reduce), each
+    cancelled order with status CANCELED_SELF_TRADE."""
     levels = opp.levels
     is_ask = t.is_ask
     limit = t.price
@@ -396,23 +492,55 @@ def _match(
     maker_fees = 0
     taker_ai = acct.index
     taker_ro = t.reduce_only
+    behavior = stp & 3
+    # the master index a maker's account must not share (-1: only the taker's own account)
+    master = acct.master_index if stp >= 4 else -1
+    # A market taker's price limits its average fill (not a liquidation's: its bound is a
+    # level): ``slack`` is what its fills so far left under that limit, sum((limit - price) *
+    # q) for a buy, sum((price - limit) * q) for a sell; a level ``over`` ticks beyond the limit
+    # takes at most ``slack // over`` lots.
+    average = t.order_type == MARKET and not liquidation
+    slack = 0
     if not acct.traded:
         st.note_traded(acct)
     last_price = 0
     stop = 0
     while t.remaining and not stop:
         best = opp.best
-        if not best or (best < limit if is_ask else best > limit):
+        if not best:
             break
+        over = 0
+        if best < limit if is_ask else best > limit:
+            if not average:
+                break
+            over = limit - best if is_ask else best - limit
+            if slack < over:
+                break
         lvl = levels[best]
         if not lvl.dirty:
             st.mark_level(lvl)
         o: Order | None = lvl.head
         while o is not None:
+            if over and slack < over:
+                stop = CANCELED_TOO_MUCH_SLIPPAGE
+                break
             nxt = o.next
             macct = o.account
-            if macct is acct:
-                remove_resting(st, o, CANCELED_SELF_TRADE, out)
+            if macct is acct or macct.master_index == master:
+                if behavior == ST_EXPIRE_MAKER:
+                    remove_resting(st, o, CANCELED_SELF_TRADE, out)
+                    o = nxt
+                    continue
+                if behavior == ST_EXPIRE_TAKER:
+                    stop = CANCELED_SELF_TRADE
+                    break
+                if behavior == ST_CANCEL_BOTH:
+                    remove_resting(st, o, CANCELED_SELF_TRADE, out)
+                    stop = CANCELED_SELF_TRADE
+                    break
+                if _reduce_both(st, t, o, lvl, out):
+                    stop = CANCELED_SELF_TRADE
+                    break
                 o = nxt
                 continue
             mpos = o.position
@@ -436,17 +564,21 @@ def _match(
                     continue
                 if allowed < q:
                     q = allowed
+            if over and q * over > slack:
+                q = slack // over
             pq = best * mult
             notional = pq * q
             tfee = fee(notional, taker_fee_ppm)
             mfee = fee(notional, maker_fee_ppm)
-            acct.collateral += apply_fill(st, pos, -q if is_ask else q, pq) - tfee
-            macct.collateral += apply_fill(st, mpos, q if is_ask else -q, pq) - mfee
+            acct.collateral += apply_fill(st, pos, -q if is_ask else q, pq, tfee)
+            macct.collateral += apply_fill(st, mpos, q if is_ask else -q, pq, mfee)
             taker_fees += tfee
             maker_fees += mfee
             t.remaining -= q
             o.remaining -= q
             lvl.size -= q
+            if average:
+                slack += (best - limit) * q if is_ask else (limit - best) * q
             if not o.reduce_only:
                 _open(st, mpos, o.is_ask, -q)
             if not macct.dirty:
@@ -461,6 +593,9 @@ def _match(
             if liquidation:
                 st.liquidation_quote += best * q
             last_price = best
+            c = o.cond
+            if c is not None:
+                order_filled(st, c, out)
             if o.remaining == 0:
                 remove_resting(st, o, FILLED, out)
             elif o.reduce_only and mpos.size == 0:
@@ -478,6 +613,7 @@ def _match(
             st.mark_account(acct)
         if liquidation:
             st.insurance_fund += taker_fees
+            st.liquidation_fee = taker_fees
             st.fee_pool += maker_fees
         else:
             st.fee_pool += taker_fees + maker_fees
@@ -485,8 +621,36 @@ def _match(
     return stop
 
 
-def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int) -> int:
-    """Add ``d`` signed lots at ``pq`` micro-USDC per lot; return the realized PnL."""
+def _reduce_both(st: ExchangeState, t: Order, o: Order, lvl: Level, out: Deltas) -> bool:
+    """Self-trade Reduce: taker ``t`` and its own resting ``o`` both shrink by their overlap,
+    neither trading. An order the overlap uses up ends CANCELED_SELF_TRADE with that remainder
+    (as any cancelled order reports what it had left); the other goes on with its size and
+    remainder both smaller by it (what filled stays ``initial - remaining``). True when the taker
+    is used up (its caller ends it)."""
+    q = t.remaining if t.remaining < o.remaining else o.remaining
+    if o.remaining == q:
+        remove_resting(st, o, CANCELED_SELF_TRADE, out)
+    else:
+        o.remaining -= q
+        o.initial -= q
+        lvl.size -= q
+        if not o.reduce_only:
+            pos = o.position
+            assert pos is not None
+            _open(st, pos, o.is_ask, -q)
+        out.order_updated(o, ACTIVE_LIMIT)
+    if t.remaining == q:
+        return True
+    t.remaining -= q
+    t.initial -= q
+    return False
+
+
+def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int, fee: int) -> int:
+    """Add ``d`` signed lots at ``pq`` micro-USDC per lot, paying ``fee``; return what the
+    account's (cross) collateral gains: the realized PnL minus the fee for a cross position;
+    for an isolated one its collateral takes them and the cross pool gains or gives what
+    :func:`isolated_fill` moves."""
     s = pos.size
     m = pos.market
     eq = pos.entry_quote
@@ -520,6 +684,10 @@ def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int) -> int:
         if acct.unarmed and not pos.queued:
             pos.queued = True
             m.unarmed.append(pos)
+    if acct.conds is not None and (ns == 0 or (ns > 0) != (s > 0)) and s != 0:
+        position_moved(st, pos)  # closed or flipped: its position-tied orders are checked
+    if pos.margin_mode:
+        return isolated_fill(st, pos, s, ns, realized - fee, pq)
     if acct.c_epoch == st.epoch:
         mq = m.mark_q
         acct.c_upnl += product(d, mq) - (neq - eq)
@@ -531,7 +699,64 @@ def apply_fill(st: ExchangeState, pos: Position, d: int, pq: int) -> int:
         acct.c_im += product(product(g, mq), pos.imf)
     if not pos.dirty:
         st.mark_position(pos)
-    return realized
+    return realized - fee
+
+
+def isolated_fill(st: ExchangeState, pos: Position, s: int, ns: int, cash: int, pq: int) -> int:
+    """The collateral of isolated position ``pos`` through a fill that took it from ``s`` to
+    ``ns`` lots at ``pq`` per lot (``apply_fill``); returns what the cross collateral gains.
+
+    The rule (raydex's, as Hyperliquid documents its isolated margin): the fill's ``cash``
+    (realized PnL minus fee) is the position's; lots opened (a new position, a larger one, the
+    far side of a flip) take from the cross collateral their initial margin at the mark
+    (``imf`` of ``|opened| * mark``, rounded up) plus the loss of the fill price against the
+    mark, so the position's equity rises by exactly that initial margin; a reduction gives back
+    the same share of its collateral as of its lots (rounded down; nothing while the collateral
+    is negative); a close (or the near side of a flip) gives back all of it, a deficit going to
+    the insurance fund: an isolated loss never reaches the cross collateral. The cross pool's
+    initial-margin sum keeps, for an isolated position, only what its resting orders would add
+    (``exposure - |size|``): that is what they take from it when they fill."""
+    a_s = s if s > 0 else -s
+    a_ns = ns if ns > 0 else -ns
+    alloc = pos.allocated + cash
+    to_cross = 0
+    opened = 0
+    if s == 0:
+        opened = a_ns
+    elif ns != 0 and (ns > 0) == (s > 0):
+        if a_ns > a_s:
+            opened = a_ns - a_s
+        elif alloc > 0:
+            to_cross = product(alloc, a_s - a_ns) // a_s
+            alloc -= to_cross
+    else:
+        if alloc < 0:
+            st.insurance_fund += alloc
+            st.mark_exchange()
+        else:
+            to_cross = alloc
+        alloc = 0
+        opened = a_ns
+    m = pos.market
+    mq = m.mark_q
+    if opened:
+        need = -(-product(product(opened, mq), pos.imf) // BPS)
+        gap = pq - mq if ns > 0 else mq - pq
+        if gap > 0:
+            need += product(opened, gap)
+        alloc += need
+        to_cross -= need
+    pos.allocated = alloc
+    acct = pos.account
+    if acct.c_epoch == st.epoch:
+        bo = pos.bid_open
+        ao = pos.ask_open
+        g = (exposure(ns, bo, ao) - a_ns) - (exposure(s, bo, ao) - a_s)
+        if g:
+            acct.c_im += product(product(g, mq), pos.imf)
+    if not pos.dirty:
+        st.mark_position(pos)
+    return to_cross
 
 
 def _open(st: ExchangeState, pos: Position, is_ask: int, delta: int) -> None:
@@ -567,6 +792,9 @@ def remove_resting(st: ExchangeState, o: Order, status: int, out: Deltas) -> Non
         assert pos is not None
         _open(st, pos, is_ask, -rem)
     out.order_updated(o, status)  # (unlinking leaves ``o.remaining`` as it was)
+    c = o.cond
+    if c is not None:
+        order_left(st, o, c, out)
 
 
 def expire(st: ExchangeState, m: Market, now: int, out: Deltas) -> None:
@@ -650,14 +878,22 @@ def cancel_order(st: ExchangeState, c: CancelOrder, now: int, out: Deltas) -> in
         expire(st, m, now, out)
     o = _find_order(st, acct, mi, index)
     if o is None:
-        return NOT_ACTIVE_LIMIT_ORDER
+        w = find(acct, mi, index, FIRST_ORDER_INDEX) if acct.conds is not None else None
+        if w is None:
+            return NOT_ACTIVE_LIMIT_ORDER
+        finish(st, w, CANCELED, out, True)  # a waiting conditional order (its OCO sibling too)
+        return OK
     remove_resting(st, o, CANCELED, out)
     return OK
 
 
 def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> int:
+    """ModifyOrder: a new total size and price (see ``_engine``); with an order version
+    (``L2TxAttributes`` 8) only above the order's current one, which it then becomes
+    (STALE_ORDER_VERSION otherwise, the order untouched); re-entered, it matches with the tx's
+    self-trade modes."""
     t: ModifyOrderT = c
-    ai, ki, mi, index, size, price, _trig, exp_at, nonce, _s = t
+    ai, ki, mi, index, size, price, trig, exp_at, nonce, _s, b, e, version = t
     code, acct = _gate(st, ai, ki, nonce, exp_at, now, out)
     if acct is None:
         return code
@@ -668,20 +904,32 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
         expire(st, m, now, out)
     o = _find_order(st, acct, mi, index)
     if o is None:
-        return NOT_ACTIVE_LIMIT_ORDER
+        w = find(acct, mi, index, FIRST_ORDER_INDEX) if acct.conds is not None else None
+        if w is None or m.status != 1:
+            return NOT_ACTIVE_LIMIT_ORDER if w is None else MARKET_NOT_ACTIVE
+        return modify_waiting(st, w, size, price, trig, out)  # a waiting stop-loss / take-profit
     if m.status != 1:
         return MARKET_NOT_ACTIVE
     if not 1 <= price <= MAX_PRICE:
         return INVALID_PRICE
     if not 1 <= size <= MAX_48:
         return INVALID_SIZE
+    stp = 0
+    if b or e or version:
+        stp = self_trade_mode(b, e)
+        if stp < 0 or not 0 <= version <= MAX_48:
+            return INVALID_PARAM
+        if version and version <= o.version:
+            return STALE_ORDER_VERSION
     code = order_amount_code(
-        size, price, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
+        size, price, o.is_ask, LIMIT, m.mult, m.min_base, m.min_quote, m.mark, m.max_price_deviation
     )
     if code:
         return code
     filled = o.initial - o.remaining
     if size <= filled:
+        if version:
+            o.version = version
         remove_resting(st, o, CANCELED, out)
         return OK
     new_rem = size - filled
@@ -699,6 +947,8 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
                 _open(st, pos, o.is_ask, grow)
             o.remaining = new_rem
         o.initial = size
+        if version:
+            o.version = version
         out.order_updated(o, ACTIVE_LIMIT)
         return OK
     is_ask = o.is_ask
@@ -726,10 +976,15 @@ def modify_order(st: ExchangeState, c: ModifyOrder, now: int, out: Deltas) -> in
     o.remaining = new_rem
     o.priority = st.next_priority
     st.next_priority += 1
+    if version:
+        o.version = version
     if crosses and o.tif == POST_ONLY:
         out.order_updated(o, CANCELED_POST_ONLY)
+        c = o.cond
+        if c is not None:
+            order_left(st, o, c, out)
         return POST_ONLY_WOULD_CROSS
-    match_and_finish(st, m, o, acct, pos, now, out, False)
+    match_and_finish(st, m, o, acct, pos, now, out, False, stp)
     return OK
 
 
@@ -740,8 +995,10 @@ def refresh(st: ExchangeState, acct: Account) -> None:
     """Recompute the account's cached risk sums (O(markets it holds)) if the marks moved since.
 
     ``c_upnl = sum(size*mark*mult - entry_quote)``, ``c_mm = sum(|size|*mark*mult*mmf)``,
-    ``c_im = sum(worst*mark*mult*imf)`` with ``worst = max(|size+bids|, |size-asks|)``. Between
-    mark moves fills and order changes update them in O(1)."""
+    ``c_im = sum(worst*mark*mult*imf)`` with ``worst = max(|size+bids|, |size-asks|)``, over the
+    cross positions; an isolated one adds to ``c_im`` only ``(worst - |size|)*mark*mult*imf``
+    (its resting orders' part, :func:`isolated_fill`). Between mark moves fills and order
+    changes update them in O(1)."""
     upnl = mm = im = 0
     p = acct.first_pos
     while p is not None:
@@ -751,10 +1008,13 @@ def refresh(st: ExchangeState, acct: Account) -> None:
         if s or bo or ao:
             m = p.market
             mq = m.mark_q
-            if s:
-                upnl += unrealized_pnl(s, mq, p.entry_quote)
-                mm += maintenance_margin(s if s > 0 else -s, mq, m.maintenance_mf)
-            im += initial_margin(exposure(s, bo, ao), mq, p.imf)
+            if p.margin_mode:  # isolated: only what its resting orders would add
+                im += initial_margin(exposure(s, bo, ao) - (s if s > 0 else -s), mq, p.imf)
+            else:
+                if s:
+                    upnl += unrealized_pnl(s, mq, p.entry_quote)
+                    mm += maintenance_margin(s if s > 0 else -s, mq, m.maintenance_mf)
+                im += initial_margin(exposure(s, bo, ao), mq, p.imf)
         p = p.next_pos
     acct.c_upnl = upnl
     acct.c_mm = mm
@@ -823,16 +1083,23 @@ def imr_ok(st: ExchangeState, acct: Account, extra_debit: int = 0) -> bool:
 
 
 def cancel_all(st: ExchangeState, c: CancelAllOrders, now: int, out: Deltas) -> int:
-    """CancelAllOrders: every resting order of the account, by order index (time_in_force 0)."""
+    """CancelAllOrders (time_in_force 0): every resting order of the account by order index, then
+    its waiting conditional orders by order index; with a market (``L2TxAttributes`` 5) those in
+    that market only (MARKET_NOT_FOUND for one that does not exist)."""
     t: CancelAllOrdersT = c
-    ai, ki, tif, _time, exp_at, nonce, _s = t
+    ai, ki, tif, _time, exp_at, nonce, _s, mi = t
     code = auth(st, ai, ki, nonce, exp_at, now, out)
     if code:
         return code
     if tif != 0:
         return UNSUPPORTED_TX_TYPE
-    for o in st.accounts[ai].resting_orders():
-        remove_resting(st, o, CANCELED, out)
+    if mi != ALL_MARKETS and st.market(mi) is None:
+        return MARKET_NOT_FOUND
+    acct = st.accounts[ai]
+    for o in acct.resting_orders():
+        if mi == ALL_MARKETS or o.market.index == mi:
+            remove_resting(st, o, CANCELED, out)
+    end_all(st, acct, CANCELED, out, mi)
     return OK
 
 

@@ -2,10 +2,14 @@
 
 - :func:`records`: the full state as ``codecs`` snapshot records in one canonical order (the
   exchange row, markets, accounts, positions, API keys by account, resting orders by market in
-  book order, funding clocks by market, L1 addresses by account), whatever the history that
-  built it.
+  book order, funding clocks by market, L1 addresses by account, conditional orders by order
+  index), whatever the history that built it. A state without conditional orders has no such
+  rows, so its hash is what it was before they existed.
 - :func:`load`: rebuild the state from those rows (in that order): books and every index are
-  rebuilt, every account holding a position is armed (liquidation triggers) at the loaded marks.
+  rebuilt (the masters' sub-account counts and the next sub-account index too, from the
+  accounts' masters), every account holding a position is armed (liquidation triggers) at the
+  loaded marks, conditional orders are registered, armed and linked again
+  (``_triggers.load_cond``).
 - :func:`state_hash`: sha256 over :func:`records` (:func:`records_hash`); equal states hash equal
   (snapshot round trips, WAL replay and replicas are compared by it).
 
@@ -21,6 +25,7 @@ from typing import Any, TypeAlias
 from raydex.codecs import AccountRecord as _AccountRecord
 from raydex.codecs import (
     ApiKeyRecord,
+    ConditionalOrderRecord,
     ExchangeRecord,
     FundingRecord,
     L1AddressRecord,
@@ -33,7 +38,9 @@ from ._liquidation import arm
 from ._markets import market_fields, set_params
 from ._model import Account, ApiKey, FundingClock, Market, Order, Position
 from ._orders import equity_mmr, iter_market_orders, position_for, rest
+from ._pending import cond_fields
 from ._state import BPS, ExchangeState, new_tuple
+from ._triggers import link_loaded, load_cond
 
 Record: TypeAlias = (
     ExchangeRecord
@@ -44,6 +51,7 @@ Record: TypeAlias = (
     | OrderRecord
     | FundingRecord
     | L1AddressRecord
+    | ConditionalOrderRecord
 )
 
 
@@ -67,7 +75,8 @@ def records(st: ExchangeState) -> Iterator[Record]:
     accounts = st.accounts
     ais = sorted(accounts)
     for ai in ais:
-        yield new_tuple(_AccountRecord, (ai, accounts[ai].collateral))
+        acct = accounts[ai]
+        yield new_tuple(_AccountRecord, (ai, acct.collateral, acct.master_index))
     for ai in ais:
         positions = accounts[ai].positions
         for mi in sorted(positions):
@@ -92,6 +101,9 @@ def records(st: ExchangeState) -> Iterator[Record]:
         addr = accounts[ai].l1_address
         if addr:
             yield new_tuple(L1AddressRecord, (ai, addr))
+    conds = st.conds
+    for i in sorted(conds):
+        yield new_tuple(ConditionalOrderRecord, cond_fields(conds[i]))
 
 
 def load(st: ExchangeState, rows: Iterable[Any]) -> None:
@@ -115,13 +127,18 @@ def load(st: ExchangeState, rows: Iterable[Any]) -> None:
             m.open_interest = r.open_interest
             st.add_market(m)
         elif isinstance(r, _AccountRecord):
-            st.add_account(Account(r.account_index, r.collateral))
+            acct = Account(r.account_index, r.collateral)
+            acct.master_index = r.master_index
+            st.add_account(acct)
         elif isinstance(r, PositionRecord):
             acct = st.accounts[r.account_index]
             m = st.markets[r.market_index]
             pos = Position(acct, m, r.initial_margin_fraction)
             (pos.size, pos.entry_quote, pos.realized_pnl, pos.funding_paid) = r[2:6]
             pos.margin_mode = r.margin_mode
+            pos.allocated = r.allocated_margin
+            if pos.margin_mode:
+                acct.isolated += 1
             acct.add_position(pos)
             if pos.size:
                 m.add_holder(pos)
@@ -146,6 +163,7 @@ def load(st: ExchangeState, rows: Iterable[Any]) -> None:
                 r.priority,
             )
             o.remaining = r.remaining_base_amount
+            o.version = r.order_version
             rest(st, m, o, acct, position_for(acct, m))
         elif isinstance(r, FundingRecord):
             c = st.funding[r.market_index] = FundingClock()
@@ -153,11 +171,22 @@ def load(st: ExchangeState, rows: Iterable[Any]) -> None:
                 1:
             ]
         elif isinstance(r, L1AddressRecord):
-            st.accounts[r.account_index].l1_address = r.l1_address
-            st.by_l1[r.l1_address] = r.account_index
+            acct = st.accounts[r.account_index]
+            acct.l1_address = r.l1_address
+            if acct.master_index == acct.index:  # (a sub-account shares its master's address)
+                st.by_l1[r.l1_address] = r.account_index
+        elif isinstance(r, ConditionalOrderRecord):
+            load_cond(st, r)
         else:
             raise TypeError(f"not a snapshot record: {type(r).__name__}")
     st.forget_levels()
+    link_loaded(st)
+    accounts = st.accounts
+    for acct in accounts.values():
+        if acct.master_index != acct.index:
+            accounts[acct.master_index].sub_accounts += 1
+            if acct.index <= st.next_sub_index:
+                st.next_sub_index = acct.index - 1
     for acct in st.accounts.values():
         if any(p.size for p in acct.positions.values()):
             equity, num = equity_mmr(st, acct)
@@ -197,6 +226,7 @@ def position_record(p: Position) -> PositionRecord:
             p.funding_paid,
             p.imf,
             p.margin_mode,
+            p.allocated,
         ),
     )
 
@@ -218,5 +248,6 @@ def order_record(o: Order) -> OrderRecord:
             o.tif,
             o.reduce_only,
             o.priority,
+            o.version,
         ),
     )

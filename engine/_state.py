@@ -25,7 +25,7 @@ from typing import Final
 from raydex import codecs as _codecs
 
 from ._deltas import Deltas
-from ._model import Account, FundingClock, Level, Market, Order, Position, put_at
+from ._model import Account, Cond, FundingClock, Level, Market, Order, Position, put_at
 
 # Final: a compiled (mypyc) build binds these once instead of looking them up per use.
 #: ``new_tuple(NamedTupleType, fields)``: a record or event built from a tuple of its fields.
@@ -37,6 +37,12 @@ MAX_MARKET_INDEX: Final[int] = _codecs.MAX_MARKET_INDEX
 BPS: Final[int] = _codecs.BPS
 PPM: Final[int] = _codecs.PPM
 FUNDING_SCALE: Final[int] = _codecs.FUNDING_RATE_SCALE
+MAX_MASTER_ACCOUNT_INDEX: Final[int] = _codecs.MAX_MASTER_ACCOUNT_INDEX
+MIN_SUB_ACCOUNT_INDEX: Final[int] = _codecs.MIN_SUB_ACCOUNT_INDEX
+MAX_ACCOUNT_INDEX: Final[int] = _codecs.MAX_ACCOUNT_INDEX
+USDC_ASSET_INDEX: Final[int] = _codecs.USDC_ASSET_INDEX
+PERPS_ROUTE: Final[int] = _codecs.PERPS_ROUTE
+MAX_SUB_ACCOUNTS: Final[int] = _codecs.MAX_SUB_ACCOUNTS
 MAX_I63: Final = 2**63 - 1
 #: The largest int a compiled (mypyc) build keeps unboxed ("short"). Comparing an int with a
 #: larger constant (``MAX_I63``) boxes both and calls ``PyObject_RichCompare``, so hot checks
@@ -52,6 +58,10 @@ DENSE_ACCOUNTS: Final = 1 << 20
 #: like the pair ``(expiry, order_index)`` (order indexes are below 2**64) and compares faster.
 EXPIRY_SHIFT: Final = 64
 INDEX_MASK: Final = (1 << 64) - 1
+#: ``ExchangeState.cond_due`` when no conditional order has anything due: after any time (ms)
+#: and a short int, so the comparison every command makes stays one machine compare (compiled,
+#: a larger constant boxes both sides: see ``MAX_SHORT``).
+NO_DUE: Final = MAX_SHORT
 
 
 def is_int(x: object) -> bool:
@@ -84,6 +94,9 @@ class ExchangeState:
         self.insurance_fund = 0
         self.total_deposits = 0
         self.total_withdrawals = 0
+        #: The index CreateSubAccount gives next (counting down; derived from the accounts,
+        #: ``_snapshot.load``: one below the lowest sub-account index).
+        self.next_sub_index = MAX_ACCOUNT_INDEX
         self.next_order_index = FIRST_ORDER_INDEX
         self.next_trade_id = 1
         self.next_priority = 1
@@ -94,10 +107,28 @@ class ExchangeState:
         self.deltas = Deltas()
         #: The index of the last order a CreateOrder made (its reply to the client).
         self.last_order_index = 0
-        #: Price * size of the fills of the liquidation order being matched (``liquidate``).
+        #: Price * size of the fills of the liquidation order being matched (``liquidate``),
+        #: and their liquidation fees.
         self.liquidation_quote = 0
+        self.liquidation_fee = 0
         #: The first account queued by :meth:`note_traded` (None: none), for a quick test.
         self.traded_head: Account | None = None
+        # Conditional orders (``_pending``, ``_triggers``; ``_model.Cond``):
+        #: every live one by order index
+        self.conds: dict[int, Cond] = {}
+        #: heap of ``(expiry << EXPIRY_SHIFT) + order_index`` of the waiting ones (stale entries
+        #: skipped), and of ``(next slice << EXPIRY_SHIFT) + order_index`` of the running TWAPs
+        self.cond_expiries: list[int] = []
+        self.twaps: list[int] = []
+        #: the earliest time either heap has something due (NO_DUE: nothing), so "anything
+        #: due?" is one comparison per command
+        self.cond_due = NO_DUE
+        #: work the order path left for the end of the command (``_triggers.after_command``):
+        #: markets with newly armed triggers to check against their mark, positions that
+        #: closed or flipped while position-tied orders were armed on them
+        self.cond_after = False
+        self.check_markets: list[Market] = []
+        self.untie: list[Position] = []
         # Per-command scratch: objects whose events are emitted at the end of the command, a
         # chain per kind (head, tail) through their ``next_dirty``, in the order first touched;
         # and the tail of the traders' chain (through ``Account.next_traded``).

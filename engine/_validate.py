@@ -2,8 +2,12 @@
 
 Checked, first failure raises ``InvariantViolation``:
 
-- conservation: ``sum(collateral - entry_quote) + fee_pool + insurance_fund``
-  ``== deposits - withdrawals``;
+- conservation: ``sum(collateral + allocated - entry_quote) + fee_pool + insurance_fund``
+  ``== deposits - withdrawals`` (``allocated``: isolated positions' collateral);
+- accounts: each one's master is a master; a sub-account shares its master's L1 address and is
+  above the next sub-account index; the masters' sub-account counts;
+- isolated positions: counted in ``Account.isolated``; only an open isolated position holds
+  collateral; none is left under its own maintenance margin;
 - the account slots (``account_slots``) hold exactly the accounts with a dense index, the
   market slots every market;
 - per market: positions net to zero, open interest == sum of long sizes, ``holders`` == positions
@@ -19,7 +23,14 @@ Checked, first failure raises ``InvariantViolation``:
 - per position: ``bid_open``/``ask_open`` == the account's resting non-reduce-only orders there;
   the account's ``first_pos`` chain holds its positions, in their order; its hot key is its key;
 - per account: cached risk sums (when current) == a fresh recomputation, and no account is left
-  under maintenance margin after a command (liquidation triggers missed nothing).
+  under maintenance margin after a command (liquidation triggers missed nothing);
+- conditional orders (``_pending``): ``conds`` holds each live one under its index (below
+  ``next_order_index``); the waiting ones are exactly their accounts' ``conds`` (none empty),
+  the others are on the book with it as their ``Order.cond``; an armed one has exactly one live
+  entry in its market's trigger heaps, ``trig_live`` counts them, and none is beyond its mark
+  (it would have fired); a running TWAP has its next slice listed; an armed position-tied one
+  can reduce its position; client order indexes are unique over resting and waiting orders,
+  whose sum is within ``MAX_OPEN_ORDERS_PER_ACCOUNT``; nothing is left for the end of a command.
 
 Expired orders are removed lazily (when a command touches their market), so expiry is not checked.
 """
@@ -28,9 +39,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ._model import COI_SCAN, Account, Order, Side
+from ._model import COI_SCAN, Account, Order, Position, Side
 from ._orders import equity_mmr, refresh
-from ._state import DENSE_ACCOUNTS, ExchangeState
+from ._pending import is_armed, live_trigger
+from ._state import (
+    DENSE_ACCOUNTS,
+    EXPIRY_SHIFT,
+    INDEX_MASK,
+    MAX_OPEN_ORDERS_PER_ACCOUNT,
+    ExchangeState,
+)
+from .codes import TRIGGER_NA, TRIGGER_READY, TRIGGER_TWAP
+from .rules import fires_when_above, maintenance_margin, reduce_only_increases, unrealized_pnl
+
+
+def _isolated_above_maintenance(pos: Position) -> bool:
+    """Isolated ``pos`` meets its maintenance margin with its own collateral."""
+    s = pos.size
+    m = pos.market
+    mq = m.mark_q
+    equity = pos.allocated + unrealized_pnl(s, mq, pos.entry_quote)
+    return equity * 10_000 >= maintenance_margin(abs(s), mq, m.maintenance_mf)
 
 
 class InvariantViolation(Exception):
@@ -44,7 +73,11 @@ def validate(st: ExchangeState) -> None:
     def fail(msg: str) -> None:
         raise InvariantViolation(msg)
 
-    by_l1 = {a.l1_address: a.index for a in st.accounts.values() if a.l1_address}
+    by_l1 = {
+        a.l1_address: a.index
+        for a in st.accounts.values()
+        if a.l1_address and a.master_index == a.index  # (sub-accounts share their master's)
+    }
     if by_l1 != st.by_l1:
         fail("the L1 address index disagrees with the accounts' L1 addresses")
     cash = st.fee_pool + st.insurance_fund
@@ -55,6 +88,10 @@ def validate(st: ExchangeState) -> None:
         ai for ai in st.accounts if 0 <= ai < len(slots)
     ) or len(slots) > DENSE_ACCOUNTS:
         fail("the account slots disagree with the accounts")
+    sub_counts: dict[int, int] = {}
+    for a in st.accounts.values():
+        if a.master_index != a.index:
+            sub_counts[a.master_index] = sub_counts.get(a.master_index, 0) + 1
     for ai, acct in st.accounts.items():
         if acct.index != ai or acct.ref != ai:
             fail(f"account {ai} stored as {acct.index} (boxed {acct.ref})")
@@ -75,12 +112,30 @@ def validate(st: ExchangeState) -> None:
             fail(f"account {acct.index}: hot key {hot} does not match its key slots")
         if {i: k for i, k in enumerate(acct.key_slots) if k is not None} != acct.keys:
             fail(f"account {acct.index}: key slots differ from its keys")
+        isolated = 0
         for pos in acct.positions.values():
-            cash -= pos.entry_quote
+            cash += pos.allocated - pos.entry_quote
             if pos.account is not acct:
                 fail(f"position of account {acct.index} points elsewhere")
             if pos.size == 0 and pos.entry_quote != 0:
                 fail(f"flat position {acct.index}/{pos.market.index} keeps basis {pos.entry_quote}")
+            if pos.margin_mode:
+                isolated += 1
+            if pos.allocated and (not pos.margin_mode or not pos.size):
+                fail(f"position {acct.index}/{pos.market.index}: {pos.allocated} allocated")
+            if pos.margin_mode and pos.size and not _isolated_above_maintenance(pos):
+                fail(f"isolated position {acct.index}/{pos.market.index} under maintenance")
+        if isolated != acct.isolated:
+            fail(f"account {acct.index}: {acct.isolated} isolated positions counted, {isolated}")
+        if sub_counts.get(ai, 0) != acct.sub_accounts:
+            fail(f"account {ai}: {acct.sub_accounts} sub-accounts counted, {sub_counts.get(ai)}")
+        master = st.accounts.get(acct.master_index)
+        if master is None or master.master_index != master.index:
+            fail(f"account {ai}: its master {acct.master_index} is not a master account")
+        elif master is not acct and (
+            master.l1_address != acct.l1_address or ai <= st.next_sub_index
+        ):
+            fail(f"account {ai}: a sub-account without its master's L1 address or below the next")
     if cash != st.total_deposits - st.total_withdrawals:
         fail(f"cash not conserved: {cash} != {st.total_deposits - st.total_withdrawals}")
 
@@ -162,6 +217,72 @@ def validate(st: ExchangeState) -> None:
     for o in seen_orders.values():
         if id(o) not in listed:
             fail(f"order {o.index} missing from its account")
+    _check_conds(st, fail)
+
+
+def _check_conds(st: ExchangeState, fail: Callable[[str], None]) -> None:
+    """The conditional orders' invariants (see the module docstring)."""
+    if st.cond_after or st.check_markets or st.untie:
+        fail("conditional work left for after the command")
+    waiting: dict[int, int] = {}
+    for acct in st.accounts.values():
+        mine = acct.conds
+        if mine is None:
+            continue
+        if not mine:
+            fail(f"account {acct.index}: an empty waiting-order map")
+        resting_cois = {o.client_index for o in acct.resting_orders() if o.client_index}
+        cois = [c.client_index for c in mine.values() if c.client_index]
+        if len(set(cois)) != len(cois) or resting_cois & set(cois):
+            fail(f"account {acct.index}: a client order index used twice")
+        if acct.order_count + len(mine) > MAX_OPEN_ORDERS_PER_ACCOUNT:
+            fail(f"account {acct.index}: too many open orders")
+        for i, c in mine.items():
+            if c.account is not acct or c.ref != i or st.conds.get(i) is not c:
+                fail(f"account {acct.index}: waiting order {i} misfiled")
+            waiting[i] = acct.index
+    armed: dict[int, int] = {}
+    twaps = {k & INDEX_MASK: k >> EXPIRY_SHIFT for k in st.twaps}
+    for i, c in st.conds.items():
+        if c.index != i or i >= st.next_order_index:
+            fail(f"conditional order {i} stored as {c.index}")
+        if i in waiting:
+            if is_armed(c):
+                armed[i] = c.market.index
+                m = c.market
+                if fires_when_above(c.order_type, c.is_ask):
+                    if m.mark >= c.trigger_price:
+                        fail(f"conditional order {i}: armed beyond its trigger")
+                elif m.mark <= c.trigger_price:
+                    fail(f"conditional order {i}: armed beyond its trigger")
+                if c.size == 0:
+                    pos = c.account.position_in(m)
+                    if reduce_only_increases(pos.size if pos is not None else 0, c.is_ask):
+                        fail(f"position-tied order {i} cannot reduce its position")
+            elif c.trigger_status == TRIGGER_TWAP and twaps.get(i) != c.next_slice:
+                fail(f"TWAP {i}: next slice {c.next_slice} not listed")
+        else:
+            o = st.orders.get(i)
+            if (
+                o is None
+                or o.cond is not c
+                or (c.trigger_status not in (TRIGGER_NA, TRIGGER_READY))
+            ):
+                fail(f"conditional order {i}: neither waiting nor on the book with its order")
+    for o in st.orders.values():
+        if o.cond is not None and st.conds.get(o.index) is not o.cond:
+            fail(f"order {o.index} carries a condition that is not live")
+    for m in st.markets.values():
+        live: dict[int, int] = {}
+        for up, heap in ((True, m.trig_up), (False, m.trig_down)):
+            for key in heap:
+                if live_trigger(st, m, key, up) is not None:
+                    live[key & INDEX_MASK] = live.get(key & INDEX_MASK, 0) + 1
+        mine_armed = {i for i, mi in armed.items() if mi == m.index}
+        if set(live) != mine_armed or any(n != 1 for n in live.values()):
+            fail(f"market {m.index}: trigger heaps disagree with the armed orders")
+        if m.trig_live != len(mine_armed):
+            fail(f"market {m.index}: trig_live {m.trig_live} != {len(mine_armed)} armed")
 
 
 def _check_side(

@@ -351,6 +351,34 @@ CATALOG: dict[str, MetricDef] = {
         ),
         _h("raydex_gc_pause_seconds", "CPython GC pause per collection.", ("gen",)),
         MetricDef("raydex_gc_collections_total", "counter", "CPython GC collections.", ("gen",)),
+        # the deployment's monitor (cluster/control/monitor.py): one series per planned actor,
+        # labelled with that actor's role, name and group, and per host
+        MetricDef(
+            "raydex_actor_state",
+            "gauge",
+            "1 for the planned actor's current state, 0 for the others: alive, restarting, "
+            "unreachable, host_down, missing, dead, booting, no_sequencer, refused "
+            "(raydex status).",
+            ("state",),
+        ),
+        MetricDef(
+            "raydex_actor_restarts_last_minute",
+            "gauge",
+            "Times Ray restarted the planned actor in the last minute (sampled by the monitor).",
+        ),
+        MetricDef(
+            "raydex_host_up",
+            "gauge",
+            "1 while a live Ray node carries the host label, 0 for a host of the deployment "
+            "that has none.",
+            ("host",),
+        ),
+        MetricDef(
+            "raydex_health",
+            "gauge",
+            "The deployment's verdict, as raydex status exits: 0 healthy, 3 state diverged or "
+            "signature audit failed, 4 degraded (an actor or host down, unaudited blocks).",
+        ),
         MetricDef(
             "raydex_placement_info",
             "gauge",

@@ -146,8 +146,12 @@ def build_app(
         ("accountTxs", private.account_txs),
         ("accountLimits", private.account_limits),
         ("accountMetadata", private.account_metadata),
+        ("transferFeeInfo", private.transfer_fee_info),
+        ("fastwithdraw/info", public.fast_withdraw),
+        ("fastbridge/info", public.fast_withdraw),
     ):
         r.add_get(f"/api/v1/{path}", handler)
+    r.add_post("/api/v1/fastwithdraw", public.fast_withdraw)
     r.add_get("/api/v1/", public.info)
     r.add_post("/api/v1/sendTx", txs.send_tx)
     r.add_post("/api/v1/sendTxBatch", txs.send_tx_batch)

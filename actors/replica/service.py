@@ -41,7 +41,7 @@ import heapq
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,7 @@ from ..runtime import (
 )
 from ..runtime.checks import COMPARE_INTERVAL_S, StateChecks
 from ..transport import (
+    Link,
     ResyncRequired,
     TransportUnavailable,
     TxChannel,
@@ -115,6 +116,8 @@ HASH_QUIET_S = 0.1
 FetchSnapshot = Callable[[], Awaitable[tuple[int, int, dict[str, pa.Table]]]]
 #: ``(seq) -> (holder's last seq, [(seq, frame), ...])``: delta blocks after ``seq``
 FetchBlocks = Callable[[int], Awaitable[tuple[int, list[tuple[int, bytes]]]]]
+#: ``snapshot seq -> the market tape as of it`` (``actors/snapshot/tape.py``), None: none kept
+FetchTrades = Callable[[int], Awaitable[Sequence[Any] | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +167,11 @@ class ReplicaService:
         commitments: CommitmentSource | None = None,
         hooks: ReplicaHooks | None = None,
         on_fatal: Callable[[str], None] = log_fatal,
+        fetch_trades: FetchTrades | None = None,
     ) -> None:
         self.config = config
+        #: the holder's market tape as of a snapshot seq (None: boots without one)
+        self.fetch_trades = fetch_trades
         self.commitments = commitments
         self.hooks = hooks if hooks is not None else ReplicaHooks()
         self.fetch_snapshot = fetch_snapshot
@@ -326,6 +332,8 @@ class ReplicaService:
         """Replace the caches with the holder's newest snapshot; its seq."""
         seq, height, tables = await self.fetch_snapshot()
         fresh = ReplicaState.from_records(tables_to_records(tables), seq, height, self.verifier)
+        if self.fetch_trades is not None:  # the tape as of the snapshot: the same recentTrades
+            fresh.seed_trades(await self.fetch_trades(seq) or ())
         self.state.reload(fresh)
         self.checks.forget_after(seq)  # hashes of a state after this one are not ours any more
         return seq
@@ -653,6 +661,10 @@ class ReplicaService:
             self._digest = (seq, self.checks.done.get(seq) or self.state.state_hash().hex())
         return {"seq": self._digest[0], "state_hash": self._digest[1]}
 
+    def _link_status(self) -> dict[str, Any] | None:
+        link: Link | None = getattr(self.source, "link", None)
+        return link.status() if link is not None else None
+
     def status(self, state_hash: bool = True) -> dict[str, Any]:
         """Counters, ports, seq and lag, and a state hash with the seq it is for
         (``state_hash_seq``). ``state_hash``: hash the current seq if the replica has been quiet
@@ -695,6 +707,8 @@ class ReplicaService:
             "pipelined_batches": self.batcher.pipelined,
             "timeouts": {"sequencer": self.batcher.timeouts, "apply": self.apply_timeouts},
             "reconnects": self.source.reconnects,
+            # the block stream reaches the sequencer (None: this plane does not say)
+            "sequencer": self._link_status(),
             # the per-account history (ledger.py): logs, entries against the budget, logs dropped
             "ledger": {
                 "accounts": len(st.ledger),
@@ -796,6 +810,14 @@ class ReplicaActor:
         tables = {name: await ref for name, ref in refs.items()}
         return seq, height, tables
 
+    async def _fetch_trades(self, seq: int) -> Sequence[Any] | None:
+        try:
+            rows: Sequence[Any] | None = await self._holder().recent_trades.remote(seq)
+        except Exception as exc:  # a holder without a tape: boot without one, as before
+            log.warning("replica %s: no market tape from the holder: %r", self.config.name, exc)
+            return None
+        return rows
+
     async def _fetch_blocks(self, seq: int) -> tuple[int, list[tuple[int, bytes]]]:
         result: tuple[int, list[tuple[int, bytes]]] = await self._holder().blocks_since.remote(
             seq, 1000, 0.05
@@ -831,6 +853,7 @@ class ReplicaActor:
             commitments=self if self.committer_name else None,
             hooks=self.hooks(),
             on_fatal=exit_process,
+            fetch_trades=self._fetch_trades,
         )
         port = await self.service.start()
         self.runtime.after_boot(

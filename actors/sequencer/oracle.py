@@ -7,8 +7,11 @@ them (and trigger liquidations) in one step. The commands are ordinary sequenced
 commands, logged and replayed like any other: the oracle adds no nondeterminism.
 
 Funding rides the same loop: at the first round of each wall-clock minute it stamps one
-``FundingTick`` per market (the engine samples the premium and settles each hour). With the oracle
-off, nothing samples or settles funding.
+``FundingTick`` per market (the engine samples the premium and settles each hour). So does time
+for conditional orders: when the engine has something due by now (a TWAP slice, a waiting order's
+expiry: ``Engine.cond_due_ms``), the round stamps a ``TimeTick``, so they run without user
+traffic, at most ``interval_ms`` late (a TWAP slices every 30 s). With the oracle off, nothing
+samples or settles funding, and conditional orders wait for the next command.
 
 :meth:`Oracle.run` is one iteration; the sequencer runs it under a ``Supervisor`` (a raising
 iteration is logged and counted, ``raydex_loop_restarts_total{loop="oracle"}``). Knobs:
@@ -24,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raydex.codecs import BPS, MAX_MARKET_INDEX, FundingTick, MarketIndex, SetMarkPrice
+from raydex.codecs import BPS, MAX_MARKET_INDEX, FundingTick, MarketIndex, SetMarkPrice, TimeTick
 from raydex.engine import Engine
 
 
@@ -64,8 +67,10 @@ class Oracle:
         submit: Callable[[list[Any]], Awaitable[object]],
         interval_ms: float,
         max_step_bps: int,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self._engine = engine
+        self._clock = clock
         self._submit = submit
         self.interval_s = interval_ms / 1000.0
         self.max_step_bps = max_step_bps
@@ -81,10 +86,14 @@ class Oracle:
         while True:
             await asyncio.sleep(self.interval_s)
             cmds: list[Any] = list(self.commands_now())
-            minute = time.time_ns() // 60_000_000_000
+            now_ns = self._clock()
+            minute = now_ns // 60_000_000_000
             if minute != self._minute:
                 self._minute = minute
                 cmds += funding_ticks(self._engine())
+            due = self._engine().cond_due_ms()
+            if due is not None and due <= now_ns // 1_000_000:
+                cmds.append(TimeTick())
             if cmds:
                 await self._submit(cmds)
                 self.commands += len(cmds)

@@ -35,6 +35,7 @@ from raydex.codecs import (
     CreateOrder,
     Refusal,
     ResultCode,
+    Transfer,
     TxExecuted,
     TxOutcome,
     Verifier,
@@ -49,6 +50,7 @@ from raydex.codecs import (
     l1_signer,
     peek_block_header,
     signer_key,
+    transfer_l1_signer,
     tx_hash_of,
     tx_type_of,
     wal_record_crc,
@@ -193,6 +195,8 @@ class BlockProducer:
             l1 = self.engine.l1_address(tx.account_index)
             if l1 is None or l1_signer(tx) != l1:
                 return _INVALID_L1_SIGNATURE
+        elif type(tx) is Transfer and not self._transfer_authorized(tx):
+            return _INVALID_L1_SIGNATURE
         if verify:
             valid = checked[1] if checked is not None and checked[0] == pk else None
             if valid is None:
@@ -200,6 +204,16 @@ class BlockProducer:
             if not valid:
                 return _INVALID_SIGNATURE
         return _OK
+
+    def _transfer_authorized(self, tx: Transfer) -> bool:
+        """A transfer to another master's account (an existing one) from an account with an L1
+        address carries that address's ``L1Sig`` (``engine._accounts.transfer``)."""
+        eng = self.engine
+        to_master = eng.master_index(tx.to_account_index)
+        if to_master is None or to_master == eng.master_index(tx.account_index):
+            return True
+        l1 = eng.l1_address(tx.account_index)
+        return l1 is None or transfer_l1_signer(tx, self.verifier.chain_id) == l1
 
     def check_signature(self, tx: Any) -> Checked:
         """``tx``'s signature checked against its key as the engine holds it now, for

@@ -260,7 +260,9 @@ class SequencerService:
     """Asyncio core of the sequencer (see module docstring).
 
     ``on_fatal(reason)`` is called when the sequencer cannot go on (see the invariants); the
-    actor shell passes :func:`exit_process`. The default only logs (tests, embedded runs)."""
+    actor shell passes :func:`exit_process`. The default only logs (tests, embedded runs).
+    ``clock``: the wall clock (ns) that stamps each block's time, the engine's only time (tests
+    that need minutes to pass, a TWAP's slices, move it forward)."""
 
     def __init__(
         self,
@@ -270,6 +272,7 @@ class SequencerService:
         epoch: int = 0,
         on_degrade: Callable[[], Awaitable[bool]] | None = None,
         on_in_sync: Callable[[], Awaitable[object]] | None = None,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.config = config
         #: a producer already at the log's end (``preload``): the start serves from it
@@ -309,6 +312,8 @@ class SequencerService:
         self.recovery = RepairReport()
         #: blocks taken back from the followers over this process's starts
         self.restored_blocks = 0
+        #: stamps block times (ns); the oracle's time ticks read it too
+        self.clock = clock
         self.producer: BlockProducer | None = None
         self.hub: BlockHub | None = None
         #: the snapshot holder's stream: each block's delta frame stamped with the crc of its WAL
@@ -516,6 +521,7 @@ class SequencerService:
                 lambda cmds: self.submit(cmds, operator=True),
                 cfg.oracle_interval_ms,
                 cfg.oracle_max_step_bps,
+                clock=self.clock,
             )
             self.supervisor.start("oracle", self.oracle.run)
         self.supervisor.start("maintenance", self._maintain)
@@ -725,7 +731,7 @@ class SequencerService:
         if self._stopping:
             raise RuntimeError(f"sequencer is stopping ({self.failed or 'stop requested'})")
         t0 = StepClock()
-        at = producer.submit(txs, time.time_ns(), operator=operator, checked=checked, verify=verify)
+        at = producer.submit(txs, self.clock(), operator=operator, checked=checked, verify=verify)
         self.steps.engine_ns += StepClock() - t0
         if self._pending is None:
             self._pending = asyncio.get_running_loop().create_future()
@@ -812,7 +818,7 @@ class SequencerService:
             self.txlog.publish_nowait(block.seq, _stamped(block))
             self.blocks += 1
             self.txs += block.tx_count
-            self.block_time.record(time.time_ns() - block.timestamp_ns)
+            self.block_time.record(self.clock() - block.timestamp_ns)
             self.block_txs.record(block.tx_count)
             if not fut.done():
                 fut.set_result(block)
@@ -1270,7 +1276,8 @@ class SequencerActor:
     async def _ask_followers(
         self, since: int, frames_after: int
     ) -> tuple[list[HeldBlocks], list[str]]:
-        """Every other named actor of this deployment's namespace, asked ``held_blocks`` at once
+        """Every other named actor of this deployment's namespace that has ``held_blocks`` (the
+        followers: not the monitor, not a user's own actor), asked it at once
         (``runtime/held.py``), within ``repair_timeout_s``: the answers, and the names that gave
         none (a replica still booting answers that it holds nothing). Outside a Ray actor (the
         shell run in a plain process) there are no followers to ask."""
@@ -1296,10 +1303,15 @@ class SequencerActor:
             if a.get("namespace") == namespace and a["name"] not in (me, *self.not_followers)
         )
 
+        others: set[str] = set()  # named actors that hold no blocks: not followers
+
         async def ask(name: str) -> HeldBlocks | None:
             actor = await loop.run_in_executor(
                 None, lambda: ray.get_actor(name, namespace=namespace)
             )
+            if not hasattr(actor, "held_blocks"):  # the deployment's monitor, a user's own actor
+                others.add(name)
+                return None
             held: HeldBlocks | None = await actor.held_blocks.remote(since, frames_after)
             return held
 
@@ -1309,6 +1321,8 @@ class SequencerActor:
         answers: list[HeldBlocks] = []
         silent: list[str] = []
         for name, task in tasks.items():
+            if name in others:
+                continue
             if not task.done():
                 task.cancel()
                 silent.append(name)

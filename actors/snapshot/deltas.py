@@ -9,7 +9,11 @@ id seen; ``MarketRecord`` from ``MarketChanged``/``MarketStatsChanged``; ``Accou
 ``BalanceChanged``; ``PositionRecord`` from ``PositionChanged`` (an order in a market without a
 position creates the engine's empty one); ``ApiKeyRecord`` from ``NonceUpdated``/``ApiKeyChanged``;
 ``OrderRecord`` from ``OrderUpdated`` (resting while active with lots remaining);
-``FundingRecord`` from ``FundingChanged``; ``L1AddressRecord`` from ``L1AddressSet``.
+``FundingRecord`` from ``FundingChanged``; ``L1AddressRecord`` from ``L1AddressSet`` and
+``SubAccountCreated`` (which also names the sub-account's master in its ``AccountRecord``);
+``ConditionalOrderRecord`` from ``ConditionalOrderUpdated`` (kept while its status is live:
+pending, running or in progress; dropped with a final status, or when an ``OrderUpdated`` of
+the same index leaves the book: a fired or entry order's condition goes with it).
 
 Invariant (tested against the sequencer's engine by state hash,
 ``tests/unit/test_snapshot_deltas.py``): applying a block's events to the state at ``seq - 1``
@@ -32,6 +36,8 @@ from raydex.codecs import (
     ApiKeyChanged,
     ApiKeyRecord,
     BalanceChanged,
+    ConditionalOrderRecord,
+    ConditionalOrderUpdated,
     Event,
     ExchangeBalancesChanged,
     ExchangeRecord,
@@ -48,11 +54,16 @@ from raydex.codecs import (
     OrderUpdated,
     PositionChanged,
     PositionRecord,
+    SubAccountCreated,
     TradeExecuted,
 )
 from raydex.engine import records_hash
 
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
+#: a conditional order's statuses while it is live (``engine._pending``)
+_LIVE = frozenset(
+    {int(OrderStatus.PENDING), int(OrderStatus.ACTIVE_LIMIT), int(OrderStatus.IN_PROGRESS)}
+)
 _new = tuple.__new__
 
 
@@ -61,12 +72,14 @@ class DeltaState:
 
     __slots__ = (
         "accounts",
+        "conds",
         "fee_pool",
         "funding",
         "insurance_fund",
         "keys",
         "l1",
         "markets",
+        "masters",
         "next_order_index",
         "next_priority",
         "next_trade_id",
@@ -95,6 +108,10 @@ class DeltaState:
         self.funding: dict[int, FundingRecord] = {}
         #: L1 addresses by account
         self.l1: dict[int, bytes] = {}
+        #: live conditional orders by order index
+        self.conds: dict[int, ConditionalOrderRecord] = {}
+        #: sub-account -> its master (a master, its own, has no entry)
+        self.masters: dict[int, int] = {}
 
     # ---- records in, records out -----------------------------------------------------------------
 
@@ -118,6 +135,8 @@ class DeltaState:
                 st.markets[r.market_index] = r
             elif t is AccountRecord:
                 st.accounts[r.account_index] = r.collateral
+                if r.master_index != r.account_index:
+                    st.masters[r.account_index] = r.master_index
             elif t is PositionRecord:
                 st.positions[(r.account_index, r.market_index)] = r
             elif t is ApiKeyRecord:
@@ -128,6 +147,8 @@ class DeltaState:
                 st.funding[r.market_index] = r
             elif t is L1AddressRecord:
                 st.l1[r.account_index] = r.l1_address
+            elif t is ConditionalOrderRecord:
+                st.conds[r.order_index] = r
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         return st
@@ -147,8 +168,9 @@ class DeltaState:
         for mi in sorted(markets):
             yield markets[mi]
         accounts = self.accounts
+        masters = self.masters
         for ai in sorted(accounts):
-            yield _new(AccountRecord, (ai, accounts[ai]))
+            yield _new(AccountRecord, (ai, accounts[ai], masters.get(ai, ai)))
         positions = self.positions
         for k in sorted(positions):
             yield positions[k]
@@ -163,6 +185,9 @@ class DeltaState:
         l1 = self.l1
         for ai in sorted(l1):
             yield _new(L1AddressRecord, (ai, l1[ai]))
+        conds = self.conds
+        for oi in sorted(conds):
+            yield conds[oi]
 
     def state_hash(self) -> bytes:
         """The engine's state hash of the same state (``raydex.engine.records_hash``)."""
@@ -181,12 +206,14 @@ class DeltaState:
             if t is OrderUpdated:
                 mi, oi, ai = ev[0], ev[1], ev[2]
                 if ev[12] == _ACTIVE and ev[7] > 0:  # status, remaining
-                    orders[oi] = _new(OrderRecord, (*ev[:12], ev[13]))
+                    orders[oi] = _new(OrderRecord, (*ev[:12], ev[13], ev[14]))
                 else:
                     orders.pop(oi, None)
+                    if self.conds:
+                        self.conds.pop(oi, None)
                 if (ai, mi) not in positions:
                     imf = self.markets[mi].default_initial_margin_fraction
-                    positions[(ai, mi)] = _new(PositionRecord, (ai, mi, 0, 0, 0, 0, imf, 0))
+                    positions[(ai, mi)] = _new(PositionRecord, (ai, mi, 0, 0, 0, 0, imf, 0, 0))
                 if oi >= self.next_order_index:
                     self.next_order_index = oi + 1
                 if ev[13] >= self.next_priority:
@@ -232,6 +259,20 @@ class DeltaState:
                 )
             elif t is L1AddressSet:
                 self.l1[ev[0]] = ev[1]
+            elif t is ConditionalOrderUpdated:
+                oi = ev[1]
+                if ev[12] in _LIVE:  # status
+                    self.conds[oi] = _new(ConditionalOrderRecord, ev)
+                else:
+                    self.conds.pop(oi, None)
+                if oi >= self.next_order_index:
+                    self.next_order_index = oi + 1
+            elif t is SubAccountCreated:
+                ai, master, addr = ev
+                self.masters[ai] = master
+                accounts.setdefault(ai, 0)
+                if any(addr):
+                    self.l1[ai] = addr
             # LevelChanged, TxExecuted, PositionLiquidated, PositionDeleveraged: nothing to keep
 
 

@@ -6,6 +6,7 @@
               ──WAL range reads (behind ring)─►  DeltaState        snapshot-<seq>/ (Arrow IPC)
                                                  ring of deltas    ray.put(tables) (owned here)
     replicas ◄── latest_snapshot() / blocks_since(seq) (long poll) ──┘
+             ◄── recent_trades(snapshot seq): the market tape as of it (tape.py)
 
 The state is a fold of the blocks' deltas (``deltas.py``), not a re-execution: no engine runs on
 the steady path. A snapshot is exactly ``Engine.records()`` of the sequencer's state at its seq.
@@ -82,6 +83,7 @@ from .store import (
     snapshots,
     write_snapshot,
 )
+from .tape import TradeTape
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,8 @@ class SnapshotService:
         self.snapshots_written = 0
         self.last_snapshot_s = 0.0
         self.ring: deque[tuple[int, bytes]] = deque(maxlen=config.ring_size)
+        #: the recent trades per market, and as of each recent snapshot (``tape.py``)
+        self.tape = TradeTape()
         self.delta_seq = 0
         #: the delta frame of block ``delta_seq`` (None: not held)
         self.last_frame: bytes | None = None
@@ -197,6 +201,7 @@ class SnapshotService:
 
     def _load(self, loaded: LoadedSnapshot) -> None:
         self.state = DeltaState.from_records(loaded.engine.records())
+        self.tape.clear()
         self.seq, self.height = loaded.seq, loaded.height
         crc = loaded.meta.get("record_crc")
         self.record_crc = int(crc) if crc is not None else None
@@ -235,6 +240,7 @@ class SnapshotService:
         self._applying = True
         self.state.apply(block.events)
         self._applying = False
+        self.tape.add(seq, block.timestamp_ns // 1_000_000, block.events)
         self.seq = seq
         self.height = block.height
         self.record_crc = crc
@@ -290,6 +296,7 @@ class SnapshotService:
             engine, self._replaying = self._replaying, None
             self.state = DeltaState.from_records(engine.records())
             self._restart_ring(self.seq)
+            self.tape.clear()  # re-executed blocks leave no trades here: a gap, not a tape
 
     async def _read_wal(self, until: int | None) -> None:
         """Apply WAL range reads to ``_replaying`` (see :meth:`_catch_up_from_wal`)."""
@@ -360,6 +367,7 @@ class SnapshotService:
         folder = self.folder
         model = self._replaying if self._replaying is not None else self.state
         path, tables = write_snapshot(folder, model, self.seq, self.height, self.record_crc)
+        self.tape.mark(self.seq)
         if self.on_tables is not None:
             self.on_tables(self.seq, self.height, tables)
         for old in snapshots(folder)[: -self.config.keep]:
@@ -497,6 +505,11 @@ class SnapshotActor:
         self, seq: int, max_blocks: int = 1000, timeout_s: float = 1.0
     ) -> tuple[int, list[tuple[int, bytes]]]:
         return await self.service.blocks_since(seq, max_blocks, timeout_s)
+
+    async def recent_trades(self, seq: int) -> tuple[Any, ...] | None:
+        """The market tape as of snapshot ``seq`` (``tape.py``), None when not kept: what a
+        replica booting from that snapshot starts its ``recentTrades`` with."""
+        return self.service.tape.at(seq)
 
     async def held_blocks(self, since: int, frames_after: int) -> HeldBlocks:
         """:meth:`SnapshotService.held_blocks`, answered at once (never waiting for the boot)."""

@@ -47,6 +47,7 @@ import hmac
 import itertools
 import logging
 import secrets
+import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextvars import ContextVar
@@ -406,6 +407,37 @@ class Backoff:
 
 
 DEFAULT_BACKOFF = Backoff()
+
+
+class Link:
+    """Whether a follower's block stream reaches its publisher, for its status page: up from a
+    successful connect (or a frame) until an attempt fails, then down with the cause and since
+    when, until the next connect. A connection the network lost without a word (no FIN, no RST)
+    counts as up until the OS gives up on it: there is no heartbeat on a quiet stream."""
+
+    __slots__ = ("cause", "since", "up")
+
+    def __init__(self) -> None:
+        self.up = False
+        self.cause = "not connected yet"
+        self.since = time.monotonic()
+
+    def opened(self) -> None:
+        if not self.up:
+            self.up, self.cause, self.since = True, "", time.monotonic()
+
+    def failed(self, cause: object) -> None:
+        if self.up:
+            self.up, self.since = False, time.monotonic()
+        self.cause = str(cause) or type(cause).__name__  # the latest attempt's
+
+    def status(self) -> dict[str, Any]:
+        """``{"reachable", "for_s", "cause"}``: the state and how long it has held."""
+        return {
+            "reachable": self.up,
+            "for_s": round(time.monotonic() - self.since, 1),
+            "cause": self.cause,
+        }
 
 
 class EndReason(enum.Enum):

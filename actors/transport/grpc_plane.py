@@ -65,6 +65,7 @@ from .core import (
     BlockHub,
     EndReason,
     Frame,
+    Link,
     NotAMember,
     PendingBatches,
     PreAuth,
@@ -339,6 +340,8 @@ class GrpcBlockSource:
         #: streams through a Unix-domain socket (the TCP plane's); gRPC is always network
         self.local = False
         self.duplicates = 0
+        #: whether the stream reaches the publisher: up from its channel being ready or a frame
+        self.link = Link()
 
     def subscribe(self, from_seq: int) -> AsyncIterator[Frame]:
         return self._stream(from_seq)
@@ -371,6 +374,7 @@ class GrpcBlockSource:
             cause: object = "stream ended"
             try:
                 async for message in call:
+                    self.link.opened()
                     (seq,) = unpack(message)
                     if not accept_seq(seq, next_seq):
                         self.duplicates += 1
@@ -386,6 +390,7 @@ class GrpcBlockSource:
                 cause = exc.code()
             finally:
                 call.cancel()
+            self.link.failed(cause)
             await self._backoff.wait(attempt, cause)
             attempt += 1
             self.reconnects += 1

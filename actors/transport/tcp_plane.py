@@ -78,6 +78,7 @@ from .core import (
     BlockHub,
     EndReason,
     Frame,
+    Link,
     NotAMember,
     PendingBatches,
     PreAuth,
@@ -406,6 +407,8 @@ class TcpBlockSource:
         self.duplicates = 0
         #: the stream open now (or last) goes through the Unix-domain socket
         self.local = False
+        #: whether the stream reaches the publisher now (for the follower's status)
+        self.link = Link()
 
     def subscribe(self, from_seq: int) -> AsyncIterator[Frame]:
         return self._stream(from_seq)
@@ -431,6 +434,7 @@ class TcpBlockSource:
             host, port = _host_port(self._target)  # read again: ``retarget`` may change it
             try:
                 reader, writer, self.local = await open_stream(host, port, self._unix_path)
+                self.link.opened()
                 self._writers.add(writer)
                 writer.write(self._hello)
                 writer.write(_HEAD.pack(1 + _U64.size + len(self._name), BLOCKS))
@@ -460,6 +464,7 @@ class TcpBlockSource:
                 if writer is not None:
                     self._writers.discard(writer)
                     writer.close()
+            self.link.failed(cause)
             await self._backoff.wait(attempt, cause)
             attempt += 1
             self.reconnects += 1

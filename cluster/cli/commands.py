@@ -16,8 +16,9 @@ Subcommands (``raydex <command> --help`` for each one's flags; README.md has the
 Control commands connect to ``--address``, else ``RAY_ADDRESS``, else the head ``raydex up``
 recorded, else Ray's ``auto`` lookup. With ``--json`` a command prints exactly one JSON object on
 stdout (diagnostics go to stderr). Exit status: 0 on success, 1 when the engine's self-validation
-fails, 2 on bad arguments, 3 when ``raydex status`` finds a state divergence or a failed signature
-audit.
+fails or ``raydex deploy`` refuses or cannot place its plan (rolled back), 2 on bad arguments;
+``raydex status``: 3 when it finds a state divergence or a failed signature audit, 4 when the
+deployment is degraded (an actor or host down, restarting or unreachable, unaudited blocks).
 
 Heavy modules are imported inside the handlers, so ``raydex --help`` stays fast. A new subcommand
 is one ``_add_*`` function registering its parser and handler.
@@ -26,10 +27,11 @@ is one ``_add_*`` function registering its parser and handler.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +232,15 @@ def deploy_job_name(command: str, spec_path: str, spec: Any) -> str:
     return f"{command}: deploys {os.path.basename(spec_path)} into namespace {NAMESPACE} ({parts})"
 
 
+@contextlib.contextmanager
+def _ray_prints_to_stderr() -> Iterator[None]:
+    """While connected, what Ray prints on the driver (a node marked dead, an actor's error) goes
+    to stderr, so that a command's stdout stays what it promises (one JSON object, an index).
+    Disconnect inside: Ray's printing thread stops with the connection."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
 def _connect(address: str | None, job_name: str | None = None) -> Any:
     import ray
     from ray.job_config import JobConfig
@@ -305,11 +316,21 @@ def _print_dashboard(url: str | None, env: dict[str, str], *, wanted: bool, log:
 def _deploy(args: argparse.Namespace) -> int:
     address = _resolve_address(args.address)
     from ..control import deploy
+    from ..control.placement import PlacementError
     from ..control.spec import load_spec
 
     spec = load_spec(args.spec)
     _connect(address, deploy_job_name("raydex deploy", args.spec, spec))
-    result = deploy.deploy(spec, bind=args.bind)
+    try:
+        result = deploy.deploy(spec, bind=args.bind)
+    except (deploy.DeployRefused, PlacementError) as exc:
+        # a refusal or a plan Ray could not place: one clear paragraph, not a traceback
+        print(f"raydex deploy: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):
+            print(f"raydex deploy: {note}", file=sys.stderr)
+        return 1
+    for warning in result.warnings:
+        print(f"raydex deploy: {warning}", file=sys.stderr)
     print(f"created: {list(result.created)}  removed: {list(result.removed)}  "
           f"replicas: {list(result.replicas)}")  # fmt: skip
     return 0
@@ -320,36 +341,53 @@ def _status(args: argparse.Namespace) -> int:
     import json
 
     address = _resolve_address(args.address)
-    from ..control import deploy
+    from ..control import health, view  # not deploy: what creates actors costs seconds to import
 
-    _connect(address)
-    st = deploy.status()
-    hosts = deploy.host_loads(st)
-    agree = deploy.state_agreement(st)
-    audit = deploy.audit_line(st)
-    # exit 3: the state or the signature audit says something is wrong, or the sequencer refuses
-    # to start (its log cannot be used: ``refused`` says why) (scriptable alarms)
-    diverged = (
-        any(a.diverged for a in agree)
-        or (audit is not None and audit[1])
-        or any(s.get("refused") for s in st.values())
-    )
+    with _ray_prints_to_stderr():
+        _connect(address)
+        import ray
+
+        # The monitor gathers (it holds every actor's handle: a new driver would spend seconds
+        # importing their classes); when it cannot, the actors are asked from here.
+        facts: health.Facts
+        st: dict[str, Any]
+        try:
+            monitor = ray.get_actor(view.MONITOR, namespace=view.NAMESPACE)
+            facts, st = ray.get(monitor.check.remote(args.timeout), timeout=args.timeout + 5)
+        except Exception as exc:  # no monitor, or it did not answer: asked directly, slower
+            if not isinstance(exc, ValueError):  # ValueError: there is none (nothing deployed)
+                why = type(exc).__name__
+                print(f"raydex status: the deployment's monitor did not answer ({why}); "
+                      "asking every actor from here", file=sys.stderr)  # fmt: skip
+            facts, st = health.gather(timeout_s=args.timeout)
+        hosts = view.host_loads(st)
+        ray.shutdown()
+    verdict = health.assess(facts)
+    agree = view.state_agreement({k: v for k, v in st.items() if "error" not in v})
+    audit = view.audit_line(st)
     if args.json:
         rows = [{**dataclasses.asdict(h), "oversubscribed": h.oversubscribed, "line": h.line()}
                 for h in hosts]  # fmt: skip
         states = [{"seq": a.seq, "hashes": a.hashes, "diverged": a.diverged, "line": a.line()}
                   for a in agree]  # fmt: skip
-        print(json.dumps({"actors": st, "hosts": rows, "state": states}, default=str))
-        return 3 if diverged else 0
-    for name, s in st.items():
-        print(s.get("repr") or name, {k: s[k] for k in _STATUS_KEYS if k in s})
+        print(json.dumps({"actors": st, "hosts": rows, "state": states,
+                          "health": verdict.as_json()}, default=str))  # fmt: skip
+        return verdict.code
+    for actor in verdict.actors:
+        s = st.get(actor.name, {})
+        print(s.get("repr") or actor.name, {k: s[k] for k in _STATUS_KEYS if k in s})
+        print(f"  {actor.line()}")
     for a in agree:
         print(a.line())
     if audit is not None:
         print(audit[0])
     for h in hosts:
         print(h.line())
-    return 3 if diverged else 0
+    for host, up in verdict.hosts.items():
+        if not up:
+            print(f"host {host}: DOWN (no live Ray node carries its label)")
+    print(verdict.line())
+    return verdict.code
 
 
 #: what ``raydex status`` prints per actor besides its repr
@@ -409,8 +447,12 @@ def _deposit(args: argparse.Namespace) -> int:
     address = _resolve_address(args.address)
     from ..control import operator
 
-    _connect(address)
-    code, index = operator.deposit_l1(l1, amount, namespace=args.namespace)
+    with _ray_prints_to_stderr():  # stdout carries the index alone, for scripts
+        _connect(address)
+        code, index = operator.deposit_l1(l1, amount, namespace=args.namespace)
+        import ray
+
+        ray.shutdown()
     if index is None:
         print(f"raydex deposit: refused with {ResultCode(code).name} ({code})", file=sys.stderr)
         return 1
@@ -447,9 +489,18 @@ def _add_ops(sub: Any) -> None:
                    help="Ray address (RAY_ADDRESS, the head of `raydex up`, or auto)")  # fmt: skip
     d.add_argument("--bind", default="0.0.0.0", help="listen address of the servers (0.0.0.0)")
     d.set_defaults(handler=_deploy)
-    st = sub.add_parser("status", help="status and placement of every raydex actor, per host")
+    st = sub.add_parser(
+        "status",
+        help="health, status and placement of every raydex actor, per host; exit 0/3/4",
+        description="Every planned actor's state (alive, restarting, unreachable, host down, "
+        "missing, ...), state hashes, the signature audit, cores per host. Exit status: 0 "
+        "healthy, 3 state diverged or signature audit failed, 4 degraded (an actor or a host "
+        "down or restarting, unaudited blocks).",
+    )
     st.add_argument("--address", default=None, help="Ray address (as for deploy)")
     st.add_argument("--json", action="store_true", help="print one JSON object")
+    st.add_argument("--timeout", type=float, default=3.0,
+                    help="seconds to wait for the actors' answers, asked at once (3)")  # fmt: skip
     st.set_defaults(handler=_status)
     dp = sub.add_parser(
         "deposit",
@@ -508,7 +559,12 @@ def _add_grafana(sub: Any) -> None:
 def _bench_engine(args: argparse.Namespace) -> int:
     from raydex.observability.bench import engine as bench_engine
 
-    report = bench_engine.run(commands=args.commands, seed=args.seed, json_out=args.json)
+    report = bench_engine.run(
+        commands=args.commands,
+        seed=args.seed,
+        json_out=args.json,
+        conditional_share=args.conditional_share,
+    )
     return 0 if report["valid"] else 1
 
 
@@ -565,6 +621,13 @@ def _add_bench(sub: Any) -> None:
     )
     e.add_argument("--commands", type=_positive, default=1_000_000, help="stream size (1,000,000)")
     e.add_argument("--seed", type=int, default=1, help="workload seed (1)")
+    e.add_argument(
+        "--conditional-share",
+        type=float,
+        default=None,
+        help="share of stop-loss / take-profit, grouped and TWAP traffic (0.02; 0: the stream "
+        "without them)",
+    )
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(handler=_bench_engine)
     c = bench.add_parser(

@@ -12,7 +12,7 @@ from typing import Any
 
 from raydex.codecs import L1Deposit, ResultCode
 
-from .deploy import NAMESPACE, primary_name
+from .view import NAMESPACE, primary_name
 
 __all__ = ["deposit_l1"]
 

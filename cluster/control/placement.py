@@ -33,7 +33,9 @@ has. Cost: ``placement_for`` is linear in bundles x cores.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -55,13 +57,17 @@ if TYPE_CHECKING:
 __all__ = [
     "BundlePlacement",
     "GroupPlacement",
+    "HostIdentityError",
+    "NodeFacts",
     "PlacementError",
     "actor_options",
     "create_placement_groups",
+    "discover_nodes",
     "discover_topologies",
     "pin_bundle",
     "placement_for",
     "remove_placement_groups",
+    "topologies_of",
 ]
 
 _GRANULARITY = 10_000  # Ray keeps resource quantities to 1e-4
@@ -81,17 +87,33 @@ class GroupPlacement:
 
 
 def placement_for(
-    spec: DeploySpec, topology_by_node: Mapping[str, Topology]
+    spec: DeploySpec,
+    topology_by_node: Mapping[str, Topology],
+    keep: Mapping[tuple[str, int], BundlePlacement] | None = None,
 ) -> list[GroupPlacement]:
-    """Plan every bundle of ``spec`` on the hosts of ``topology_by_node`` (pure; see module doc)."""
+    """Plan every bundle of ``spec`` on the hosts of ``topology_by_node`` (pure; see module doc).
+
+    ``keep``: the bundles of actors that run already, by (group, index) (the deployment's
+    record): they stay as they are, their cores taken first, and only the rest is planned around
+    them. A kept replica leaves the plan only when its group has too many on its (host, NUMA
+    node) (the highest indices go) or no longer covers that slot; one on a host that is away
+    (recorded, not among the live hosts) stays untouched until the host is back.
+    """
     if not topology_by_node:
         raise PlacementError("no hosts to place on")
-    planner = _Planner(topology_by_node)
+    kept = dict(keep or {})
+    away = {b.host for b in kept.values()} - set(topology_by_node)
+    planner = _Planner(topology_by_node, away)
+    for b in kept.values():
+        planner.hold(b)
     head = next(iter(topology_by_node))
 
     def single(
         role: Role, part: SequencerSpec | SnapshotSpec | CommitterSpec | StandbySpec
     ) -> GroupPlacement:
+        running = kept.get((role, 0))
+        if running is not None:  # never moved: the sequencer is never restarted by a deploy
+            return GroupPlacement(role, (running,))
         slot = (part.host or head, part.numa_node)
         planner.check_slot(slot, part.cpus, role)
         bundle = planner.take(
@@ -106,16 +128,27 @@ def placement_for(
             raise PlacementError("sequencer.standby: must be on another host than the sequencer's")
         core.append(single("standby", standby))
     groups = [
-        GroupPlacement(g.name, tuple(_replica_bundles(planner, g))) for g in spec.replica_groups
+        GroupPlacement(
+            g.name,
+            tuple(
+                _replica_bundles(planner, g, {i: b for (n, i), b in kept.items() if n == g.name})
+            ),
+        )
+        for g in spec.replica_groups
     ]
     committer = single("committer", spec.committer)  # last: it takes what the hot path left
-    return [_scaled(g, planner) for g in [*core, committer, *groups]]
+    frozen = set(kept.values())
+    return [_scaled(g, planner, frozen) for g in [*core, committer, *groups]]
 
 
-def _replica_bundles(planner: _Planner, group: ReplicaGroupSpec) -> list[BundlePlacement]:
+def _replica_bundles(
+    planner: _Planner, group: ReplicaGroupSpec, running: Mapping[int, BundlePlacement]
+) -> list[BundlePlacement]:
+    """The group's bundles: the running ones that its targets still cover (lowest index first),
+    then new ones, with the lowest free indices, for the targets left."""
     slots = planner.slots(group)
     if group.replicas_per_numa_node is not None:
-        if group.replicas_per_numa_node and not slots:
+        if group.replicas_per_numa_node and not slots and not planner.away:
             raise PlacementError(f"replica group {group.name!r}: no host has its NUMA nodes")
         targets = [s for s in slots for _ in range(group.replicas_per_numa_node)]
     else:
@@ -129,26 +162,42 @@ def _replica_bundles(planner: _Planner, group: ReplicaGroupSpec) -> list[BundleP
         targets = [spread[i % len(spread)] for i in range(count)]
     for slot in targets:
         planner.check_slot(slot, group.cpus_per_replica, f"replica group {group.name!r}")
-    return [
-        planner.take(
-            "replica",
-            group.name,
-            i,
-            slot,
-            group.cpus_per_replica,
-            group.pin,
-            group.realtime,
-            group.huge_pages,
-        )
-        for i, slot in enumerate(targets)
-    ]
+    wanted = Counter(targets)
+    out: list[BundlePlacement] = []
+    for _, b in sorted(running.items()):
+        slot = (b.host, b.numa_node)
+        if wanted[slot] > 0:
+            wanted[slot] -= 1
+            out.append(b)
+        elif b.host in planner.away and (group.hosts is None or b.host in group.hosts):
+            out.append(b)
+    used = {b.index for b in out}
+    free = (i for i in itertools.count() if i not in used)
+    for slot in targets:
+        if wanted[slot] > 0:
+            wanted[slot] -= 1
+            out.append(
+                planner.take(
+                    "replica",
+                    group.name,
+                    next(free),
+                    slot,
+                    group.cpus_per_replica,
+                    group.pin,
+                    group.realtime,
+                    group.huge_pages,
+                )
+            )
+    return sorted(out, key=lambda b: b.index)
 
 
 class _Planner:
     """Per (host, NUMA node) core usage while a plan is built."""
 
-    def __init__(self, topology_by_node: Mapping[str, Topology]) -> None:
+    def __init__(self, topology_by_node: Mapping[str, Topology], away: set[str]) -> None:
         self.topologies = topology_by_node
+        #: hosts of running actors that are not among the live hosts now
+        self.away = away
         self.usage: dict[tuple[str, int], dict[int, int]] = {}
         self.reserved: set[tuple[str, int]] = set()  # (host, cpu) of sequencer/snapshot
         self.sequencer_cores: set[tuple[str, int]] = set()
@@ -170,8 +219,25 @@ class _Planner:
                 f"{len(self.cpus_of(slot))}"
             )
 
+    def hold(self, b: BundlePlacement) -> None:
+        """A running actor's bundle: its cores count as used (on a live host that has them)."""
+        slot = (b.host, b.numa_node)
+        host = self.topologies.get(b.host)
+        if host is None or b.numa_node not in host.node_ids:
+            return
+        usage = self.usage.setdefault(slot, dict.fromkeys(self.cpus_of(slot), 0))
+        for c in b.cpus:
+            if c in usage:
+                usage[c] += 1
+        if b.role in ("sequencer", "snapshot", "standby"):
+            self.reserved.update((b.host, c) for c in b.cpus)
+        if b.role in ("sequencer", "standby"):
+            self.sequencer_cores.update((b.host, c) for c in b.cpus)
+        self.requested[slot] = self.requested.get(slot, 0) + len(b.cpus)
+
     def slots(self, group: ReplicaGroupSpec) -> list[tuple[str, int]]:
         hosts = list(group.hosts) if group.hosts is not None else list(self.topologies)
+        hosts = [h for h in hosts if h not in self.away]
         for host in hosts:
             if host not in self.topologies:
                 raise PlacementError(
@@ -236,10 +302,16 @@ class _Planner:
         )
 
 
-def _scaled(group: GroupPlacement, planner: _Planner) -> GroupPlacement:
-    """Scale requests down on oversubscribed NUMA nodes and mark every bundle there shared."""
+def _scaled(
+    group: GroupPlacement, planner: _Planner, frozen: set[BundlePlacement]
+) -> GroupPlacement:
+    """Scale requests down on oversubscribed NUMA nodes and mark every new bundle there shared
+    (a running one, in ``frozen``, keeps what Ray reserved for it: groups are immutable)."""
     out = []
     for b in group.bundles:
+        if b in frozen:
+            out.append(b)
+            continue
         slot = (b.host, b.numa_node)
         capacity = len(planner.cpus_of(slot))
         demand = planner.requested[slot]
@@ -293,34 +365,113 @@ def create_placement_groups(
     return created
 
 
-def discover_topologies(timeout_s: float = 60.0) -> dict[str, Topology]:
-    """Each live host's ``Topology``, read on that host by a zero-CPU task; keyed by host label.
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """One live Ray node as read on the node itself: its id, IP, labels (``raydex node-args``),
+    NUMA topology, and whether its Ray runs with token authentication."""
 
-    Only nodes started with ``raydex node-args`` (they carry the ``raydex.io/host`` label) count.
-    Head first, then by host label: the order ``placement_for`` expects.
-    """
+    node_id: str
+    ip: str
+    labels: dict[str, str]
+    topology: Topology
+    ray_auth: bool
+
+
+class HostIdentityError(PlacementError):
+    """Two live Ray nodes carry one host label: placement by host would merge them."""
+
+
+def discover_nodes(timeout_s: float = 60.0) -> list[NodeFacts]:
+    """Every live node's facts, read on that node by a zero-CPU task (in parallel); a node that
+    does not answer within ``timeout_s`` is a ``PlacementError`` naming it. A node Ray listed
+    alive that died meanwhile (a host just killed: Ray notices after missing its heartbeats, and
+    its probe then cannot be scheduled) is left out, as it would have been a moment later."""
     import ray
+    from ray.exceptions import NodeDiedError, TaskUnschedulableError, WorkerCrashedError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     probe = ray.remote(num_cpus=0)(_read_this_node)
+    alive = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
     refs = [
         probe.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
         ).remote()
-        for node in ray.nodes()  # type: ignore[no-untyped-call]
-        if node["Alive"]
+        for node in alive
     ]
-    found = [r for r in ray.get(refs, timeout=timeout_s) if HOST_LABEL in r[0]]
-    found.sort(key=lambda r: (r[0].get(ROLE_LABEL) != "head", r[0][HOST_LABEL]))
-    return {labels[HOST_LABEL]: topology for labels, topology in found}
+    _, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    if late:
+        slow = [
+            f"{n['NodeManagerAddress']} ({n.get('Labels', {}).get(HOST_LABEL, 'no host label')})"
+            for n, r in zip(alive, refs, strict=True)
+            if r in set(late)
+        ]
+        raise PlacementError(
+            f"Ray nodes {', '.join(slow)} did not run a probe within {timeout_s:g}s (a host "
+            "that just died stays listed for ~30 s): try again once `ray status` settles"
+        )
+    found: list[NodeFacts] = []
+    gone: list[tuple[str, Exception]] = []
+    for node, ref in zip(alive, refs, strict=True):
+        try:
+            labels, topology, auth = ray.get(ref)
+        except (TaskUnschedulableError, NodeDiedError, WorkerCrashedError) as exc:
+            gone.append((node["NodeID"], exc))
+            continue
+        found.append(NodeFacts(node["NodeID"], node["NodeManagerAddress"], labels, topology, auth))
+    if gone:  # left out only if Ray now lists them dead; another failure is raised as it is
+        still = {n["NodeID"] for n in ray.nodes() if n["Alive"]}  # type: ignore[no-untyped-call]
+        for node_id, failure in gone:
+            if node_id in still:
+                raise failure
+    return found
 
 
-def _read_this_node() -> tuple[dict[str, str], Topology]:
+def topologies_of(nodes: Sequence[NodeFacts]) -> dict[str, Topology]:
+    """The hosts' topologies keyed by host label, head first, then by label: the order
+    ``placement_for`` expects. Only nodes started with ``raydex node-args`` (they carry the
+    ``raydex.io/host`` label) count. Two nodes with one label are a ``HostIdentityError`` naming
+    both and ``raydex node-args --host`` (hosts with the same hostname merge otherwise)."""
+    by_host: dict[str, list[NodeFacts]] = {}
+    for n in nodes:
+        if HOST_LABEL in n.labels:
+            by_host.setdefault(n.labels[HOST_LABEL], []).append(n)
+    for host, same in sorted(by_host.items()):
+        if len(same) > 1:
+            each = ", ".join(f"node {n.node_id[:12]} at {n.ip}" for n in same)
+            raise HostIdentityError(
+                f"{len(same)} Ray nodes carry the host label {host!r} ({each}): raydex places "
+                "by host label, so they would be taken for one host. Start Ray on each host with "
+                "a label of its own: `ray start ... $(raydex node-args --host <unique name>)` "
+                "(the default label is the hostname, which these hosts share)"
+            )
+    found = sorted(
+        (same[0] for same in by_host.values()),
+        key=lambda n: (n.labels.get(ROLE_LABEL) != "head", n.labels[HOST_LABEL]),
+    )
+    return {n.labels[HOST_LABEL]: n.topology for n in found}
+
+
+def discover_topologies(timeout_s: float = 60.0) -> dict[str, Topology]:
+    """Each live host's ``Topology`` (``discover_nodes`` then ``topologies_of``)."""
+    return topologies_of(discover_nodes(timeout_s))
+
+
+def _read_this_node() -> tuple[dict[str, str], Topology, bool]:
+    import os
+
     import ray
 
     # Annotated Dict[str, List[str]] in Ray 2.60, but the values are the label strings.
     labels: dict[str, Any] = dict(ray.get_runtime_context().get_node_labels())
-    return {k: str(v) for k, v in labels.items()}, read_topology()
+    # this node's mode, as its raylet (which started this worker) runs it; an older Ray without
+    # the call: the environment the raylet passed down says it
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+        auth = is_token_auth_enabled()
+    except ImportError:  # pragma: no cover
+        auth = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+    return {k: str(v) for k, v in labels.items()}, read_topology(), auth
 
 
 def remove_placement_groups(pgs: Any) -> None:

@@ -4,6 +4,7 @@ Shape (every key below is optional unless marked *required*)::
 
     chain_id: int                         # *required*; signed into every tx
     ports: {http: int, data: int}         # data: formerly grpc (still read, with a notice)
+    allow_unauthenticated_ray: bool       # false: no data plane beyond loopback without Ray auth
     sequencer: {<SequencerConfig knobs: wal_dir*, block_close, block_interval_ms, block_max_txs,
                 wal_fsync, oracle_interval_ms, oracle_max_step_bps, ring_size, ...>,
                 host, numa_node, cpus, pin, realtime, huge_pages, gc,
@@ -567,6 +568,9 @@ class DeploySpec:
     replica_groups: tuple[ReplicaGroupSpec, ...] = ()
     ports: PortsSpec = PortsSpec()
     committer: CommitterSpec = CommitterSpec()
+    #: deploy even though Ray's own token authentication is off while the data plane listens
+    #: beyond loopback (``deploy.check_ray_auth`` says why that is refused by default)
+    allow_unauthenticated_ray: bool = False
 
     def __post_init__(self) -> None:
         seq = self.sequencer

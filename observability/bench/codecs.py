@@ -85,6 +85,7 @@ def typical_events(n: int = BLOCK_EVENTS, seed: int = 7) -> list[Any]:
                     0,
                     status,
                     order_index,
+                    0,
                 )
             )
             out.append(LevelChanged(market, is_ask, price, rnd.randrange(0, 100_000)))
@@ -108,19 +109,33 @@ def typical_events(n: int = BLOCK_EVENTS, seed: int = 7) -> list[Any]:
             trade_id += 1
             out.append(
                 OrderUpdated(
-                    market, order_index - 7, maker, 3, 1 - is_ask, price, size, 0, -1, 0, 1, 0, 3, 9
+                    market,
+                    order_index - 7,
+                    maker,
+                    3,
+                    1 - is_ask,
+                    price,
+                    size,
+                    0,
+                    -1,
+                    0,
+                    1,
+                    0,
+                    3,
+                    9,
+                    0,
                 )
             )
             out.append(
                 OrderUpdated(
-                    market, order_index, acct, nonce, is_ask, price, size, 0, -1, 1, 0, 0, 3, 9
+                    market, order_index, acct, nonce, is_ask, price, size, 0, -1, 1, 0, 0, 3, 9, 0
                 )
             )
             out.append(LevelChanged(market, 1 - is_ask, price, rnd.randrange(0, 100_000)))
             out.append(BalanceChanged(acct, rnd.randrange(10**9)))
             out.append(BalanceChanged(maker, rnd.randrange(10**9)))
-            out.append(PositionChanged(acct, market, -size, -size * price, 0, 0, 1000, 0))
-            out.append(PositionChanged(maker, market, size, size * price, 0, 0, 1000, 0))
+            out.append(PositionChanged(acct, market, -size, -size * price, 0, 0, 1000, 0, 0))
+            out.append(PositionChanged(maker, market, size, size * price, 0, 0, 1000, 0, 0))
     return out[:n]
 
 
@@ -138,10 +153,10 @@ _FLOOR_CLASSES = (
 #: Layout formats written by hand (no tag); the floor's structs put the tag byte in front.
 _FLOOR_FORMATS = {
     1: "BBIQ",  # LevelChanged
-    2: "BQQQBIQQqBBBBQ",  # OrderUpdated
+    2: "BQQQBIQQqBBBBQQ",  # OrderUpdated
     3: "BQIQQQQQBqq",  # TradeExecuted
     4: "Qq",  # BalanceChanged
-    5: "QBqqqqHB",  # PositionChanged
+    5: "QBqqqqHBq",  # PositionChanged
     6: "QBq",  # NonceUpdated
     13: "40sBQBqI",  # TxExecuted
 }

@@ -24,6 +24,7 @@ book built the same way (``ratio_engine_vs_bare``).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -69,10 +70,12 @@ def run(
     chunk_size: int = 65_536,
     pin: bool = True,
     quiet: bool = False,
+    conditional_share: float | None = None,
 ) -> dict[str, Any]:
     """Generate, execute and time the workload; print the report (or one JSON object when
-    ``json_out``) unless ``quiet``; return the figures."""
-    report = _measure(commands, seed, chunk_size, pin)
+    ``json_out``) unless ``quiet``; return the figures. ``conditional_share``: the workload's
+    share of conditional-order traffic (None: its default; 0: the stream without any)."""
+    report = _measure(commands, seed, chunk_size, pin, conditional_share)
     if not quiet:
         print(json.dumps(report) if json_out else format_report(report))
     return report
@@ -93,10 +96,15 @@ def demo(commands: int = 200_000, seed: int = 1, json_out: bool = False) -> dict
 # ---- measurement ------------------------------------------------------------------------------
 
 
-def _measure(commands: int, seed: int, chunk_size: int, pin: bool) -> dict[str, Any]:
+def _measure(
+    commands: int, seed: int, chunk_size: int, pin: bool, conditional_share: float | None = None
+) -> dict[str, Any]:
     if commands < 1:
         raise ValueError("commands must be >= 1")
-    wl = Workload(WorkloadConfig(seed=seed, commands=commands, chunk_size=chunk_size))
+    cfg = WorkloadConfig(seed=seed, commands=commands, chunk_size=chunk_size)
+    if conditional_share is not None:
+        cfg = dataclasses.replace(cfg, conditional_share=conditional_share)
+    wl = Workload(cfg)
     engine = Engine()
     books = [BareBook() for _ in MARKETS]
     lat = array("q", bytes(8 * commands))
@@ -156,6 +164,7 @@ def _measure(commands: int, seed: int, chunk_size: int, pin: bool) -> dict[str, 
         "setup_commands": len(setup.commands),
         "setup_codes": _named(setup_codes),
         "seed": seed,
+        "conditional_share": cfg.conditional_share,
         "commands_per_s": round(cps, 1),
         "engine_seconds": round(engine_s, 4),
         "p50_us": pct[0.5],
@@ -403,7 +412,8 @@ def format_report(r: dict[str, Any]) -> str:
     goals = r["goals"]
     lines = [
         f"engine benchmark: {r['commands']:,} commands (seed {r['seed']}, "
-        f"+{r['setup_commands']:,} setup), CPU {r['pinned_cpu']}, Python {r['python']}",
+        f"+{r['setup_commands']:,} setup, conditional orders {r['conditional_share']:.1%}), "
+        f"CPU {r['pinned_cpu']}, Python {r['python']}",
         f"  engine     {r['commands_per_s']:>12,.0f} commands/s   {r['engine_seconds']:.2f} s   "
         f"(goal {GOAL_COMMANDS_PER_S:,}: {'met' if goals['commands_per_s_met'] else 'NOT met'})",
         f"  bare book  {r['bare_book_ops_per_s']:>12,.0f} ops/s        "

@@ -506,7 +506,12 @@ class _Stream:
         from raydex.codecs import OPERATOR_TX_TYPES, is_signed_type, tx_type_of
 
         now_ms = time.time_ns() // 1_000_000
-        cfg = WorkloadConfig(seed=seed, commands=10**12, accounts=ACCOUNTS, start_ms=now_ms)
+        # Without conditional orders: whether one is placed depends on marks and block times
+        # (the operator's marks are dropped here and blocks take the wall clock), and every tx
+        # this bench sends must execute OK.
+        cfg = WorkloadConfig(
+            seed=seed, commands=10**12, accounts=ACCOUNTS, start_ms=now_ms, conditional_share=0.0
+        )
         self.workload = Workload(cfg)
         self._chunks: Iterator[Any] | None = None
         self._buf: deque[Any] = deque()

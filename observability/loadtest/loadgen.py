@@ -43,11 +43,13 @@ workload, root, or follow-on (an INVALID_NONCE pipelined behind an earlier rejec
 
 **Workload** (``plan_load``): market makers quote around a moving mid (a ~3 bp/s random walk, a
 4% drop halfway) and re-quote (cancel + create as one batch, or modify); takers cross with IOC
-market orders, rest passive GTT orders and cancel them later, and transfer USDC; levered accounts
-open near-maximum-leverage longs, so the drop and the sequencer's oracle (which walks the mark
-toward the book mid) liquidate some of them. Rejections the workload causes on purpose (cancel or
-modify of an order already filled, IOC without liquidity) are counted apart from real errors by
-``INTENDED_CODES``.
+market orders, rest passive GTT orders and cancel them later, transfer USDC, place stop-loss /
+take-profit orders 1.5-5% from the mid (the drop fires some of the stops) and OTOCO groups (a
+market entry with a position-tied take-profit and stop-loss) and cancel some of them; levered
+accounts open near-maximum-leverage longs, so the drop and the sequencer's oracle (which walks the
+mark toward the book mid) liquidate some of them. Rejections the workload causes on purpose
+(cancel or modify of an order already filled or fired, IOC without liquidity) are counted apart
+from real errors by ``INTENDED_CODES``.
 
 **Cost.** Planning signs and encodes every tx, before the window. In the window, per tx: a timer
 check, one write of bytes built from the pre-encoded body (``rawclient``), one reply parse
@@ -76,12 +78,15 @@ from raydex.actors.local import FAR_MS, Trader
 from raydex.codecs import (
     SKIP_NONCE_FLAG,
     CancelOrder,
+    CreateGroupedOrders,
     CreateOrder,
     ModifyOrder,
+    OrderInfo,
     ResultCode,
     Transfer,
     TxType,
     UpdateLeverage,
+    grouped_slots,
     sign_tx,
     tx_to_json_str,
     tx_type_of,
@@ -104,6 +109,8 @@ __all__ = [
     "Pacer",
     "Recorder",
     "BookWatch",
+    "Endpoint",
+    "assign_endpoints",
     "encode_item",
     "lane_specs",
     "min_lots",
@@ -241,6 +248,24 @@ class Recorder:
         self.connections = 0
         self.connection_waits = 0
 
+    def merge(self, other: Recorder) -> None:
+        """Add ``other``'s outcomes to these (two lanes' recorders summed into one)."""
+        for mine, theirs in ((self.latency, other.latency), (self.admitted, other.admitted),
+                             (self.send_lag, other.send_lag)):  # fmt: skip
+            mine.merge(theirs)
+        for name, h in other.by_type.items():
+            self.by_type.setdefault(name, Histogram()).merge(h)
+        while len(self.per_second) < len(other.per_second):
+            self.per_second.append(Histogram())
+            self.ok_per_second.append(0)
+        for i, h in enumerate(other.per_second):
+            self.per_second[i].merge(h)
+            self.ok_per_second[i] += other.ok_per_second[i]
+        for counter in ("codes", "follow_on", "by_path"):
+            getattr(self, counter).update(getattr(other, counter))
+        for n in ("sent", "done", "committed", "resyncs", "resigned", "nonce_at_engine"):
+            setattr(self, n, getattr(self, n) + getattr(other, n))
+
     def sent_at(self, planned_ns: int, actual_ns: int, n: int) -> None:
         self.send_lag.record(max(0, actual_ns - planned_ns))
         self.sent += n
@@ -364,6 +389,32 @@ class LaneSpec:
     group: str
     port: int
     kind: str  # "ws", "rest" or "impolite" (REST, in flight unbounded)
+    #: the replica endpoint the lane talks to: an IP, and the host label it is reported under
+    host: str = _HOST
+    label: str = "local"
+
+
+#: a group's replica endpoint: (host label, IP the driver reaches it at, port)
+Endpoint = tuple[str, str, int]
+
+
+def assign_endpoints(
+    lanes: Sequence[LaneSpec], endpoints: Mapping[str, Sequence[Endpoint]]
+) -> list[LaneSpec]:
+    """Each lane moved to one of its group's endpoints: within a group, consecutive pairs of lanes
+    (a WS and a REST one, see ``lane_specs``) go to the endpoints round-robin, so every endpoint
+    gets both kinds when there are lanes enough. A group without endpoints keeps its lanes."""
+    out = []
+    seen: Counter[str] = Counter()
+    for ln in lanes:
+        mine = endpoints.get(ln.group) or ()
+        k = seen[ln.group]
+        seen[ln.group] += 1
+        if mine:
+            label, host, port = mine[(k // 2) % len(mine)]
+            ln = dataclasses.replace(ln, host=host, port=port, label=label)
+        out.append(ln)
+    return out
 
 
 def lane_specs(
@@ -396,7 +447,8 @@ class LoadPlan:
 LEVERED_USDC = 200 * 10**6
 
 _MIX = (("requote", 0.45), ("modify", 0.12), ("ioc", 0.16), ("rest", 0.08), ("tcancel", 0.08),
-        ("transfer", 0.05), ("levered", 0.04), ("idle_cancel", 0.02))  # fmt: skip
+        ("transfer", 0.05), ("levered", 0.04), ("idle_cancel", 0.02), ("trigger", 0.03),
+        ("grouped", 0.015), ("ccancel", 0.01))  # fmt: skip
 
 
 def plan_load(
@@ -435,6 +487,8 @@ def plan_load(
     maker_market = {t.account: markets[i % len(markets)].index for i, t in enumerate(makers)}
     live: dict[int, list[int]] = {t.account: [] for t in makers}
     resting: list[tuple[Trader, int, int]] = []
+    #: conditional orders placed (trader, market, client order index), cancelled now and then
+    conds: list[tuple[Trader, int, int]] = []
     coi = [0]
     items: list[Item] = []
     mix: Counter[str] = Counter()
@@ -529,9 +583,68 @@ def plan_load(
         elif kind == "tcancel" and resting:
             t, mi, c = resting.pop(rng.randrange(len(resting)))
             txs = [sign(t, CancelOrder(t.account, 0, mi, c, FAR_MS, 0, bytes(80)))]
+        elif kind == "trigger":
+            # a stop-loss (market, below / above the mid as it sells / buys) or a take-profit
+            # (limit, the other way), sized: it waits, and the drop fires some of the stops
+            t = takers[rng.randrange(len(takers))]
+            m = markets[rng.randrange(len(markets))]
+            is_ask = rng.randrange(2)
+            away = rng.uniform(0.015, 0.05)
+            c = next_coi()
+            if rng.randrange(2):
+                trig = round(mids[m.index] * (1 - away if is_ask else 1 + away))
+                otype, tif, price = 2, 0, round(trig * (0.99 if is_ask else 1.01))
+            else:
+                trig = round(mids[m.index] * (1 + away if is_ask else 1 - away))
+                otype, tif, price = 5, 1, trig
+            txs = [sign(t, CreateOrder(t.account, 0, m.index, c, m.lot, price, is_ask, otype, tif,
+                                       0, trig, FAR_MS, FAR_MS, 0, bytes(80)))]  # fmt: skip
+            conds.append((t, m.index, c))
+        elif kind == "grouped":
+            # OTOCO: a market entry, then a position-tied take-profit and stop-loss
+            t = takers[rng.randrange(len(takers))]
+            m = markets[min(len(markets) - 1, int(rng.paretovariate(1.5)) - 1)]
+            side = rng.randrange(2)
+            mid = mids[m.index]
+            c = next_coi()
+            worst = round(mid * (0.99 if side else 1.01))
+            exit_ask = 1 - side
+            tp = round(mid * (0.97 if side else 1.03))
+            sl = round(mid * (1.03 if side else 0.97))
+            orders = [
+                OrderInfo(m.index, c, m.lot, worst, side, 1, 0, 0, 0, 0),
+                OrderInfo(m.index, 0, 0, tp, exit_ask, 5, 1, 1, tp, FAR_MS),
+                OrderInfo(m.index, 0, 0, round(sl * (0.99 if exit_ask else 1.01)), exit_ask, 2,
+                          0, 1, sl, FAR_MS),
+            ]  # fmt: skip
+            txs = [sign(t, CreateGroupedOrders(t.account, 0, 3, 3, *grouped_slots(orders),
+                                               FAR_MS, 0, bytes(80)))]  # fmt: skip
+            conds.append((t, m.index, c))
+        elif kind == "ccancel" and conds:
+            t, mi, c = conds.pop(rng.randrange(len(conds)))
+            txs = [sign(t, CancelOrder(t.account, 0, mi, c, FAR_MS, 0, bytes(80)))]
         elif kind == "transfer":
             t, u = rng.sample(takers, 2) if len(takers) > 1 else (takers[0], makers[0])
-            txs = [sign(t, Transfer(t.account, 0, u.account, 1_000_000, FAR_MS, 0, bytes(80)))]
+            txs = [
+                sign(
+                    t,
+                    Transfer(
+                        t.account,
+                        0,
+                        u.account,
+                        3,
+                        0,
+                        0,
+                        1_000_000,
+                        0,
+                        bytes(32),
+                        bytes(65),
+                        FAR_MS,
+                        0,
+                        bytes(80),
+                    ),
+                )
+            ]
         else:
             kind = "ioc"
             t = takers[rng.randrange(len(takers))]
@@ -593,9 +706,9 @@ def encode_item(at: int, lane: int, account: int, txs: list[Any], sampled: bool 
 SpanHook = Callable[[Item, int, int, int], dict[str, str]]
 
 
-def _open_http(port: int) -> Awaitable[HttpConnection]:
-    """A keep-alive connection to the replica whose answers time out after ``_TIMEOUT_S``."""
-    return HttpConnection.open(_HOST, port, answer_timeout_s=_TIMEOUT_S)
+def _open_http(lane: LaneSpec) -> Awaitable[HttpConnection]:
+    """A keep-alive connection to the lane's replica whose answers time out after ``_TIMEOUT_S``."""
+    return HttpConnection.open(lane.host, lane.port, answer_timeout_s=_TIMEOUT_S)
 
 
 def _when_done(task: asyncio.Future[Any]) -> asyncio.Future[None]:
@@ -766,7 +879,7 @@ async def _rest_lane(
     # Accounts take the connections round-robin in plan order: ``account % connections`` put
     # every account of a lane on one connection (the lanes already split accounts by
     # ``account % lanes``, 8 and 8), so the server answered the whole lane one at a time.
-    conns = [await _open_http(lane.port) for _ in range(connections)]
+    conns = [await _open_http(lane) for _ in range(connections)]
     conn_of: dict[int, int] = {}  # filled as each account's first request is dispatched
     reopening: dict[int, asyncio.Future[HttpConnection]] = {}
 
@@ -777,7 +890,7 @@ async def _rest_lane(
             return c
         fut = reopening.get(i)
         if fut is None:
-            fut = reopening[i] = asyncio.ensure_future(_open_http(lane.port))
+            fut = reopening[i] = asyncio.ensure_future(_open_http(lane))
             fut.add_done_callback(lambda _f: reopening.pop(i, None))
         c = conns[i] = await asyncio.shield(fut)
         return c
@@ -879,7 +992,7 @@ async def _ws_lane(
         if not waiting:
             answered.set()
 
-    ws = await WsConnection.open(_HOST, lane.port, "/stream", on_message)
+    ws = await WsConnection.open(lane.host, lane.port, "/stream", on_message)
     gone: asyncio.Future[Any] = ws.closed
 
     async def send(item: Item) -> None:
@@ -906,7 +1019,7 @@ async def _ws_lane(
         assert nonces is not None
         try:
             if not rest or rest[0].lost is not None:
-                rest[:] = [await _open_http(lane.port)]
+                rest[:] = [await _open_http(lane)]
         except (OSError, TimeoutError):
             return
         await nonces.resync(rest[0], item, rec)
@@ -987,7 +1100,7 @@ async def _impolite_lane(
     CLIENT_ERROR (its connection failed)."""
     loop = asyncio.get_running_loop()
     opened = await asyncio.gather(
-        *(_open_http(lane.port) for _ in range(connections)), return_exceptions=True
+        *(_open_http(lane) for _ in range(connections)), return_exceptions=True
     )
     idle = [c for c in opened if isinstance(c, HttpConnection)]
     every = list(idle)
@@ -1009,7 +1122,7 @@ async def _impolite_lane(
 
     async def grow() -> None:
         try:
-            c = await _open_http(lane.port)
+            c = await _open_http(lane)
         except (OSError, TimeoutError) as exc:
             opening[0] -= 1
             if waiting:  # the request first in line learns it (CLIENT_ERROR)
@@ -1096,6 +1209,7 @@ async def run_lanes(
     ws_max_inflight: int = 256,
     reply_timeout_s: float = 30.0,
     pacer: Pacer | None = None,
+    key: Callable[[LaneSpec], str] = lambda ln: ln.group,
     impolite_connections: int = IMPOLITE_CONNECTIONS,
 ) -> None:
     """Drive every lane from ``t0`` (``time.monotonic_ns``); returns when all are answered (or
@@ -1107,7 +1221,8 @@ async def run_lanes(
     (account -> signing seed) a rejection re-syncs the account's nonce from the server
     (:class:`NonceKeeper`); without, the planned nonces are sent as they are. The lanes share
     one :class:`Pacer` (``pacer``, else a 1 ms one): sends are never early, at most a tick
-    late."""
+    late. ``key``: which recorder a lane records into (its group; the loadtest keys by group
+    and host to report per host too, then merges them: ``Recorder.merge``)."""
     by_lane: dict[int, list[Item]] = {ln.index: [] for ln in lanes}
     for it in items:
         by_lane[it.lane].append(it)
@@ -1115,7 +1230,7 @@ async def run_lanes(
     pacer = pacer or Pacer()
     jobs = []
     for ln in lanes:
-        rec = recorders[ln.group]
+        rec = recorders[key(ln)]
         mine = by_lane[ln.index]
         if ln.kind == "ws":
             ws_args = (nonces, ws_max_inflight, reply_timeout_s, pacer)
@@ -1180,8 +1295,9 @@ async def watch_books(
     watch: BookWatch,
     t0_wall_us: int,
     ready: asyncio.Event | None = None,
+    host: str = _HOST,
 ) -> BookWatch:
-    """Subscribe to ``markets``' order_book on ``port`` until ``stop``; fills ``watch``."""
+    """Subscribe to ``markets``' order_book on ``host:port`` until ``stop``; fills ``watch``."""
     last: dict[str, int] = {}
     greeted: list[bool] = []
 
@@ -1191,7 +1307,7 @@ async def watch_books(
             return
         watch.on_message(_decode(data), time.time_ns() // 1000, t0_wall_us, last)
 
-    ws = await WsConnection.open(_HOST, port, "/stream", on_message)
+    ws = await WsConnection.open(host, port, "/stream", on_message)
     try:
         for m in markets:
             ws.send_text(b'{"type": "subscribe", "channel": "order_book/%d"}' % m)

@@ -26,6 +26,9 @@ plain data. JSON keys (the contract ``--json-out`` promises):
   and the signature audit (``audit_behind_blocks``) were behind the sequencer's seq, the
   seconds until both reached it (``caught_up_s``, None: not within a minute), its rebuilds from
   a snapshot and the audit's counters (``audit_skipped_blocks``: passed unaudited);
+- ``hosts`` (``--address`` runs): per host label, the replica endpoints its lanes talked to,
+  ``lanes``, ``txs`` answered, ``accepted`` and ``accepted_per_s``, ``p50_us``/``p99_us``, and
+  the non-200 answers (``errors``); empty on the embedded local Ray;
 - ``groups``: the same keys per replica group, and ``ab_diff_pct`` (B relative to A, in %) for
   A/B runs; ``targets``: each goal (docs/performance.md), the measured value and whether it is met;
 - ``refusals_by_code``: txs answered without an outcome from the sequencer, by code name, each
@@ -554,6 +557,7 @@ def render_markdown(r: Mapping[str, Any]) -> str:
                     f"glibc's {'yes' if heap['glibc'] else 'no'} (THP {heap['thp']}, "
                     f"{heap['huge_page_bytes'] >> 20} MiB on huge pages)."
                 )
+    lines += _per_host(r.get("hosts") or {})
     lines += ["", "## Lifecycle per tx type (planned send → confirmed; p50 / p99 / p99.9, µs)", ""]
     for name, h in r["lifecycle_us"].items():
         lines.append(f"- `{name}`: {_q(h)} (n={h['count']})")
@@ -649,6 +653,23 @@ def render_markdown(r: Mapping[str, Any]) -> str:
         lines += ["![A/B](ab.png)", ""]
     lines += ["## Closing note", "", *_closing(r)]
     return "\n".join(lines) + "\n"
+
+
+def _per_host(hosts: Mapping[str, Any]) -> list[str]:
+    """The outcomes per host whose replicas the lanes talked to (``run.per_host``)."""
+    if not hosts:
+        return []
+    lines = ["", "## Per host (the replicas the lanes talked to)", "",
+             "| host | endpoints | lanes | txs answered | accepted | accepted tx/s "
+             "| latency p50 / p99 (µs) | non-200 |", "|---" * 8 + "|"]  # fmt: skip
+    for label, h in hosts.items():
+        errors = ", ".join(f"{k} {v}" for k, v in h.get("errors", {}).items()) or "none"
+        lines.append(
+            f"| {label} | {', '.join(h['endpoints'])} | {h['lanes']} | {h['txs']} "
+            f"| {h['accepted']} | {h['accepted_per_s']} | {h['p50_us']} / {h['p99_us']} "
+            f"| {errors} |"
+        )
+    return lines
 
 
 def _where(r: Mapping[str, Any]) -> list[str]:

@@ -2,7 +2,8 @@
 
 ::
 
-    actor_roles(namespace)         before the window: pid -> role of every raydex actor
+    actor_roles(namespace)         before the window: pid -> role of every raydex actor on
+                                   this driver's node (another host's pids mean nothing here)
     RoleFollower.run(stop)         during it, every ``every_s``: each named actor asked for its
       actor.__ray_call__(pid_of)     pid (awaited on the loop: nothing blocks); a pid not seen
       ─► WindowSampler.follow()      before (Ray restarted the actor) joins the actor's role
@@ -32,9 +33,11 @@ __all__ = ["RoleFollower", "actor_roles", "pid_of", "role_of_actor"]
 log = logging.getLogger(__name__)
 
 
-def pid_of(actor: Any) -> int:
-    """Runs inside an actor (``__ray_call__``): its process id."""
-    return os.getpid()
+def pid_of(actor: Any) -> tuple[int, str]:
+    """Runs inside an actor (``__ray_call__``): its process id and its Ray node's id."""
+    import ray
+
+    return os.getpid(), ray.get_runtime_context().get_node_id()
 
 
 def role_of_actor(name: str) -> str:
@@ -49,15 +52,22 @@ def role_of_actor(name: str) -> str:
 
 
 def actor_roles(namespace: str) -> dict[int, str]:
-    """pid -> ledger role of every raydex actor of ``namespace`` (on any node)."""
+    """pid -> ledger role of every raydex actor of ``namespace`` on this driver's node: the CPU
+    ledger, the memory sampler and py-spy read this machine's ``/proc``, where another host's
+    pid is some other process or none (``raydex loadtest --address`` on a cluster)."""
     import ray
 
     from raydex.cluster.control import deploy as dep
 
-    names = sorted(dep._named(namespace))
+    here = ray.get_runtime_context().get_node_id()
+    names = sorted(dep.named_actors(namespace))
     refs = [ray.get_actor(n, namespace=namespace).__ray_call__.remote(pid_of) for n in names]
-    pids: list[int] = ray.get(refs, timeout=60)
-    return {int(pid): role_of_actor(n) for n, pid in zip(names, pids, strict=True)}
+    found: list[tuple[int, str]] = ray.get(refs, timeout=60)
+    return {
+        int(pid): role_of_actor(n)
+        for n, (pid, node) in zip(names, found, strict=True)
+        if node == here
+    }
 
 
 class RoleFollower:
@@ -70,6 +80,8 @@ class RoleFollower:
         self.every_s = every_s
         self.resolved = 0
         self.restarts = 0
+        #: this driver's Ray node (set by :meth:`run`): actors elsewhere are not followed
+        self.here = ""
         self._asking: dict[str, asyncio.Task[None]] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -79,7 +91,8 @@ class RoleFollower:
         from raydex.cluster.control import deploy as dep
 
         ns = self.namespace
-        handles = {n: ray.get_actor(n, namespace=ns) for n in dep._named(ns)}
+        self.here = ray.get_runtime_context().get_node_id()
+        handles = {n: ray.get_actor(n, namespace=ns) for n in dep.named_actors(ns)}
         try:
             while not stop.is_set():
                 for name, handle in handles.items():
@@ -96,12 +109,14 @@ class RoleFollower:
         from ray.exceptions import RayError
 
         try:
-            pid = int(await handle.__ray_call__.remote(pid_of))
+            pid, node = await handle.__ray_call__.remote(pid_of)
         except RayError as exc:  # dead or restarting: it is asked again next time
             log.debug("role follower: %s did not answer: %r", name, exc)
             return
         finally:
             self._asking.pop(name, None)
+        if node != self.here:  # another host's process: not in this machine's /proc
+            return
         self.resolved += 1
         role = role_of_actor(name)
         roles = self.sampler.roles

@@ -23,8 +23,11 @@ anything else with a message naming the group and the setting.
 
 Isolation: its own Ray namespace, its own ports (free ones), its own WAL and snapshot folders
 under the output folder; nothing of a running ``raydex`` deployment is touched. With
-``--address`` the stack runs on that cluster, but the generator connects to 127.0.0.1: run the
-command on the node that hosts the replicas (the head, by default placement).
+``--address`` the stack runs on that cluster and the lanes are spread over every replica endpoint
+of each group, on any host (``replica_endpoints``: the node IP of each serving replica and its
+port), so the command may run on any host that reaches them; the report adds the outcomes per
+host (``per_host``). The CPU ledger, memory and profiles cover the actors on this driver's node
+(``actor_roles``): another host's pids mean nothing in this machine's ``/proc``.
 """
 
 from __future__ import annotations
@@ -50,11 +53,13 @@ from ..hist import Histogram
 from .ledger import CpuSample, Rss, WindowSampler, build_ledger, memory_by_role, ray_session_of
 from .loadgen import (
     BookWatch,
+    Endpoint,
     Item,
     LaneSpec,
     LoadPlan,
     MarketInfo,
     Recorder,
+    assign_endpoints,
     lane_specs,
     plan_load,
     run_lanes,
@@ -479,11 +484,19 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
                 topologies={"loadtest-host": topology} if opts.address is None else None,
                 replica_class=InstrumentedReplicaActor,
                 replica_kwargs={"instrumentation": Instrumentation(str(out))},
+                monitor=False,  # its polling would show in the CPU ledger; nothing reads it
             )
             seq = ray.get_actor(dep.SEQUENCER, namespace=namespace)
             for i in range(0, len(plan.setup_ops), 4000):
                 ray.get(seq.operator.remote(plan.setup_ops[i : i + 4000]), timeout=120)
-            dep.wait_ready(namespace, timeout_s=60)
+            ready = dep.wait_ready(namespace, timeout_s=60)
+            if opts.address is not None:  # the replicas of every host, wherever this runs
+                endpoints = replica_endpoints(ready)
+                lanes = assign_endpoints(lanes, endpoints)
+                idle = unused_endpoints(lanes, endpoints)
+                if idle:
+                    _say(opts, f"loadtest: no lane for {', '.join(idle)}: --clients "
+                               f"{opts.clients} is fewer than 2 per endpoint")  # fmt: skip
             boot_s = time.monotonic() - t_boot
             _say(opts, f"loadtest: stack up in {boot_s:.1f} s (namespace {namespace}); "
                        f"{len(lanes)} lanes, groups {[g for g, _ in group_ports]}")  # fmt: skip
@@ -524,6 +537,7 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
     finally:
         restore()
     recs, books, elapsed, cpu_s = win.recs, win.books, win.elapsed_s, win.loadgen_cpu_s
+    hosts = per_host(win.parts, lanes, elapsed) if opts.address is not None else {}
     groups = []
     for g in spec.replica_groups:
         mine = {k: v for k, v in stats.items() if k.startswith(dep.replica_name(g.name, 0)[:-1])}
@@ -558,6 +572,7 @@ def run(opts: LoadtestOptions) -> dict[str, Any]:
     if win.memory:
         report["memory_mib"] = memory_by_role(win.memory, win.roles)
     report["replica_ledgers"] = ledgers
+    report["hosts"] = hosts
     report["committer"] = committer
     if win.profiles:
         report["profiles"] = win.profiles
@@ -614,7 +629,7 @@ def _replicas(namespace: str) -> dict[str, Any]:
 
     from raydex.cluster.control import deploy as dep
 
-    names = sorted(n for n in dep._named(namespace) if n.startswith(dep.REPLICA_PREFIX))
+    names = sorted(n for n in dep.named_actors(namespace) if n.startswith(dep.REPLICA_PREFIX))
     return {n: ray.get_actor(n, namespace=namespace) for n in names}
 
 
@@ -638,6 +653,66 @@ class _Window:
     roles: dict[int, str] = dataclasses.field(default_factory=dict)
     #: processes that took over a role inside the window (an actor Ray restarted)
     role_restarts: int = 0
+    #: the outcomes per (group, host) (``part_key``), summed into ``recs`` after the window
+    parts: dict[str, Recorder] = dataclasses.field(default_factory=dict)
+
+
+def part_key(lane: LaneSpec) -> str:
+    return f"{lane.group}@{lane.label}"
+
+
+def replica_endpoints(statuses: dict[str, Any]) -> dict[str, list[Endpoint]]:
+    """group -> ``(host label, IP, port)`` of its replicas that serve their shared port, from
+    ``deploy.status`` (each replica's node is looked up in ``ray.nodes()``); one endpoint per
+    (host, port): the replicas of one host share it."""
+    import ray
+
+    from raydex.cluster.control import deploy as dep
+    from raydex.cluster.topology import HOST_LABEL
+
+    nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
+    out: dict[str, set[Endpoint]] = {}
+    for name, st in statuses.items():
+        node = nodes.get((st.get("placement") or {}).get("node_id", ""))
+        if not name.startswith(dep.REPLICA_PREFIX) or not st.get("serving") or node is None:
+            continue
+        group = name.removeprefix(dep.REPLICA_PREFIX).rpartition("-")[0]
+        ip = str(node["NodeManagerAddress"])
+        label = str(node.get("Labels", {}).get(HOST_LABEL) or ip)
+        out.setdefault(group, set()).add((label, ip, int(st["port"])))
+    return {g: sorted(e) for g, e in out.items()}
+
+
+def unused_endpoints(lanes: Sequence[LaneSpec], endpoints: dict[str, list[Endpoint]]) -> list[str]:
+    """``group@host:port`` of each endpoint no lane was given (fewer lanes than endpoints)."""
+    used = {(ln.group, ln.host, ln.port) for ln in lanes}
+    return [f"{g}@{ip}:{port}" for g, eps in endpoints.items() for _, ip, port in eps
+            if (g, ip, port) not in used]  # fmt: skip
+
+
+def per_host(
+    parts: dict[str, Recorder], lanes: Sequence[LaneSpec], elapsed_s: float
+) -> dict[str, Any]:
+    """What each host's replicas answered over the window: endpoints, txs answered and accepted,
+    accepted tx/s, latency p50 / p99 (µs from the planned send), and the non-200 answers."""
+    out: dict[str, Any] = {}
+    for ln in lanes:
+        row = out.setdefault(ln.label, {"endpoints": set(), "lanes": 0})
+        row["endpoints"].add(f"{ln.host}:{ln.port}")
+        row["lanes"] += 1
+    for label, row in out.items():
+        merged = Recorder(label)
+        for key, part in parts.items():
+            if key.rpartition("@")[2] == label:
+                merged.merge(part)
+        ok = merged.codes.get(200, 0)
+        lat = merged.latency.summary_us()
+        row.update(
+            endpoints=sorted(row["endpoints"]), txs=merged.done, accepted=ok,
+            accepted_per_s=round(ok / elapsed_s, 1) if elapsed_s else 0.0,
+            p50_us=lat.get("p50"), p99_us=lat.get("p99"), errors=merged.errors(),
+        )  # fmt: skip
+    return dict(sorted(out.items()))
 
 
 async def _loop_lag(into: Histogram, stop: asyncio.Event, interval_s: float = 0.02) -> None:
@@ -660,8 +735,10 @@ def _drive(
 ) -> _Window:
     items = plan.items
     recs = {g: Recorder(g) for g, _ in group_ports}
+    # one recorder per (group, host) while driving; the groups' are their sum (per_host below)
+    parts = {part_key(ln): Recorder(ln.group) for ln in lanes}
     books = {g: BookWatch() for g, _ in group_ports}
-    win = _Window(recs, books, 0.0, 0.0, roles=dict(roles))
+    win = _Window(recs, books, 0.0, 0.0, roles=dict(roles), parts=parts)
     tracer = _ClientTracer(out / "spans-loadgen.jsonl") if opts.sample_every > 0 else None
     # impolite clients sign with SkipNonce: a refusal leaves a gap, nothing to re-sync
     resync = opts.resync and not opts.impolite
@@ -672,16 +749,18 @@ def _drive(
         stop_load = asyncio.Event()
         readies = [asyncio.Event() for _ in group_ports]
         t_wall_us = time.time_ns() // 1000 + 1_000_000
+        first = {ln.group: ln for ln in reversed(lanes)}  # each group's first lane's replica
         watchers = [
             asyncio.ensure_future(
-                watch_books(port, plan.busiest_markets, stop_watch, books[g], t_wall_us, r)
+                watch_books(first[g].port, plan.busiest_markets, stop_watch, books[g],
+                            t_wall_us, r, host=first[g].host)
             )
-            for (g, port), r in zip(group_ports, readies, strict=True)
-        ]
+            for (g, _), r in zip(group_ports, readies, strict=True)
+        ]  # fmt: skip
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), timeout=15)
         t0 = time.monotonic_ns() + 500_000_000
         planned = sum(len(it.types) for it in items)
-        progress = _Progress(list(recs.values()), planned, opts.quiet)
+        progress = _Progress(list(parts.values()), planned, opts.quiet)
         ticker = asyncio.ensure_future(progress.run(t0, stop_load))
         lagger = asyncio.ensure_future(_loop_lag(win.loop_lag, stop_load))
         sampler = WindowSampler(roles)
@@ -690,9 +769,9 @@ def _drive(
         if opts.profile:
             spies = await start_profiles(roles, opts.seconds, out, find_py_spy())
         lanes_done = asyncio.ensure_future(
-            run_lanes(lanes, items, recs, t0, stop_load,
+            run_lanes(lanes, items, parts, t0, stop_load,
                       tracer.hook if tracer is not None else None,
-                      seeds=seeds, ws_max_inflight=ws_max_inflight)
+                      seeds=seeds, ws_max_inflight=ws_max_inflight, key=part_key)
         )  # fmt: skip
         following = asyncio.ensure_future(follower.run(stop_load))
         try:
@@ -711,6 +790,8 @@ def _drive(
             stop_load.set()
             if not lanes_done.done():
                 lanes_done.cancel()
+        for part in parts.values():
+            recs[part.name].merge(part)
         win.elapsed_s = (time.monotonic_ns() - t0) / 1e9
         win.loadgen_cpu_s = time.process_time() - cpu0
         progress.line(t0)

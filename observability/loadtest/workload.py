@@ -14,7 +14,12 @@ What it generates (all from one seeded ``random.Random``; same seed and sizes ->
   changes; ``SetMarkPrice`` following each market's random-walk mid, with a scheduled shock every
   ``shock_every`` commands; a few highly levered accounts (re)open near-maximum-leverage positions,
   so shocks and drift liquidate some of them; ``ApplyFunding`` on every market every
-  ``funding_every`` commands.
+  ``funding_every`` commands;
+- conditional orders, a ``conditional_share`` of the stream (drawn before the category, and not
+  at all at share 0: the stream is then exactly the one before they existed): takers place
+  stop-loss / take-profit orders (market and limit, sized or position-tied) 0.2-3% from the mid,
+  grouped orders (OTOCO and OTO with a market or limit entry, OCO), small TWAPs, and cancel
+  waiting ones by client order index; the oracle's moves and shocks fire some of them.
 
 Invariants the generator keeps so transactions are valid (the engine decides the rest):
 
@@ -36,9 +41,10 @@ the floor that ``raydex bench engine`` runs through its bare book: a limit or ma
 its remainder, a modify is ``cancel`` + ``add``, a cancel-all is one ``cancel`` per order the
 generator believes is resting. Order ids there are the client order indexes.
 
-Mix at the defaults (200,000 commands, seed 1): CreateOrder 50%, CancelOrder 38%, ModifyOrder 7.6%,
-Transfer 1.9%, Deposit 0.6%, SetMarkPrice 0.5% (~12 per market per simulated second),
-CancelAllOrders 0.4%, Withdraw 0.3%, UpdateLeverage 0.2%, ApplyFunding.
+Mix at ``conditional_share`` 0 (200,000 commands, seed 1): CreateOrder 50%, CancelOrder 38%,
+ModifyOrder 7.6%, Transfer 1.9%, Deposit 0.6%, SetMarkPrice 0.5% (~12 per market per simulated
+second), CancelAllOrders 0.4%, Withdraw 0.3%, UpdateLeverage 0.2%, ApplyFunding; the default
+share (2%) takes its commands proportionally from all of these.
 
 Cost: tens of µs of CPU per generated command; memory is one chunk at a time (a few hundred bytes
 per command), so a 1,000,000-command run never holds more than ``chunk_size`` commands.
@@ -57,16 +63,18 @@ from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
-from raydex.codecs import AccountIndex as _Acct
-from raydex.codecs import ApiKeyIndex as _Key
 from raydex.codecs import (
+    PERPS_ROUTE,
+    USDC_ASSET_INDEX,
     ApplyFunding,
     CancelAllOrders,
     CancelOrder,
+    CreateGroupedOrders,
     CreateMarket,
     CreateOrder,
     Deposit,
     ModifyOrder,
+    OrderInfo,
     OrderType,
     RegisterApiKey,
     SetMarkPrice,
@@ -75,8 +83,11 @@ from raydex.codecs import (
     Transfer,
     UpdateLeverage,
     Withdraw,
+    grouped_slots,
     public_key_of,
 )
+from raydex.codecs import AccountIndex as _Acct
+from raydex.codecs import ApiKeyIndex as _Key
 from raydex.codecs import MarketIndex as _Mkt
 from raydex.codecs import Nonce as _Nonce
 
@@ -101,6 +112,10 @@ USDC = 1_000_000
 #: the NewType wrappers): the generator's hot lines use it.
 _new = tuple.__new__
 SIG = bytes(80)
+#: A transfer's memo, and its L1 signature where none is needed (the workload's accounts are
+#: the operator's, without an L1 address: their API keys authorise their transfers)
+_MEMO = bytes(32)
+_NO_L1_SIG = bytes(65)
 #: Bare-book op kinds.
 ADD = 0
 CANCEL = 1
@@ -187,6 +202,9 @@ class WorkloadConfig:
     liquidation_fee_ppm: int = 10_000
     max_price_deviation_bps: int = 500
     min_quote_usd: int = 10
+    #: Share of the stream that is conditional-order traffic (stop-loss / take-profit, grouped
+    #: orders, TWAPs, their cancels); 0 reproduces the stream from before they existed.
+    conditional_share: float = 0.02
     #: Where the simulated clock starts (ms since the epoch); expiries are 28-30 days after it. A
     #: stream fed to a running sequencer, which stamps its own wall clock, starts it now.
     start_ms: int = START_MS
@@ -285,6 +303,8 @@ class Workload:
         self._times: list[int] = []
         self._ops: list[BareOp] = []
         self._pending: deque[Callable[[], None]] = deque()
+        #: conditional orders placed: (account, market, client order index), oldest first
+        self._conds: deque[tuple[int, int, int]] = deque()
 
     # ---- setup -----------------------------------------------------------------------------
 
@@ -358,6 +378,7 @@ class Workload:
         cfg = self.cfg
         rng_random = self.rng.random
         cum, kinds, pending, cmds = _CUM, _KINDS, self._pending, self._cmds
+        share = cfg.conditional_share
         # Every iteration emits at most one command, so a chunk holds exactly n.
         while len(cmds) < n:
             if pending:
@@ -373,6 +394,8 @@ class Workload:
             elif cfg.funding_every and ix % cfg.funding_every == cfg.funding_every - 1:
                 for m in range(len(MARKETS)):
                     pending.append(partial(self._funding, m))
+            elif share and rng_random() < share:
+                self._conditional()
             else:
                 self._step(kinds[bisect(cum, rng_random())])
         return Chunk(cmds, self._times, self._ops)
@@ -471,6 +494,8 @@ class Workload:
                     self._expired_at,
                     self._nonce(account, key),
                     SIG,
+                    0,  # self-trade modes: Lighter's defaults (tuple.__new__ fills no defaults)
+                    0,
                 ),
             )
         )
@@ -536,6 +561,9 @@ class Workload:
                         self._expired_at,
                         self._nonce(account, key),
                         SIG,
+                        0,  # self-trade modes and order version: none
+                        0,
+                        0,
                     ),
                 )
             )
@@ -637,6 +665,85 @@ class Workload:
             _, market = self._forget(c)
             self._ops.append(BareOp(market, CANCEL, c, 0, 0, 0))
 
+    # ---- conditional orders -------------------------------------------------------------------
+
+    def _conditional(self) -> None:
+        """One conditional-order command of a taker (see the module docstring)."""
+        rng = self.rng
+        r = rng.random()
+        if r < 0.1 and self._conds:
+            account, market, coi = self._conds.popleft()
+            self._cancel(account, _TAKER_KEY, market, coi)
+            return
+        account = self._taker()
+        market = self._market()
+        mid = self.mids[market]
+        is_ask = 1 if rng.random() < 0.5 else 0
+        away = 0.002 + rng.random() * 0.028
+        # a stop sells below the mid and buys above it; a take-profit the other way round
+        stop = max(1, round(mid * (1.0 - away if is_ask else 1.0 + away)))
+        profit = max(1, round(mid * (1.0 + away if is_ask else 1.0 - away)))
+        worst = max(1, round(stop * (0.99 if is_ask else 1.01)))
+        size = self._lots(market, rng.uniform(50.0, 2_000.0))
+        coi = self._next_coi()
+        self._conds.append((account, market, coi))
+        if len(self._conds) > 4_000:
+            self._conds.popleft()
+        expiry = self._order_expiry
+        if r < 0.45:  # a stop-loss (market) or take-profit (limit), sized or position-tied
+            tied = rng.random() < 0.5
+            if rng.random() < 0.5:
+                otype, tif, price, trig = OrderType.STOP_LOSS, 0, worst, stop
+            else:
+                otype, tif, price, trig = OrderType.TAKE_PROFIT_LIMIT, 1, profit, profit
+            self._emit(
+                _new(
+                    CreateOrder,
+                    (
+                        account, _TAKER_KEY, market, coi, 0 if tied else size, price, is_ask,
+                        int(otype), tif, 1 if tied else 0, trig, expiry, self._expired_at,
+                        self._nonce(account, _TAKER_KEY), SIG, 0, 0,
+                    ),
+                )
+            )  # fmt: skip
+            return
+        if r < 0.5:  # a TWAP over five to six minutes
+            end = START_MS + self.ix // self._cpm + 300_000 + int(rng.random() * 60_000)
+            self._emit(
+                _new(
+                    CreateOrder,
+                    (
+                        account, _TAKER_KEY, market, coi, size, worst, 1 - is_ask,
+                        int(OrderType.TWAP), 1, 0, 0, end, self._expired_at,
+                        self._nonce(account, _TAKER_KEY), SIG, 0, 0,
+                    ),
+                )
+            )  # fmt: skip
+            return
+        sl = OrderInfo(market, 0, 0, worst, is_ask, int(OrderType.STOP_LOSS), 0, 1, stop, expiry)
+        tp = OrderInfo(market, 0, 0, profit, is_ask, int(OrderType.TAKE_PROFIT_LIMIT), 1, 1,
+                       profit, expiry)  # fmt: skip
+        if r < 0.6:  # OCO on the position the account may hold
+            orders, grouping = [tp._replace(client_order_index=coi), sl], 2
+        else:  # OTOCO / OTO: an entry on the other side, at the market or resting near the mid
+            side = 1 - is_ask
+            if rng.random() < 0.5:
+                price = max(1, round(mid * (0.99 if side else 1.01)))
+                entry = OrderInfo(market, coi, size, price, side, int(OrderType.MARKET), 0, 0, 0, 0)
+                self._ops.append(_new(BareOp, (market, ADD, coi, side, price, size)))
+                self._ops.append(_new(BareOp, (market, CANCEL, coi, 0, 0, 0)))
+            else:
+                price = max(1, round(mid * (1.001 if side else 0.999)))
+                entry = OrderInfo(market, coi, size, price, side, 0, 1, 0, 0, expiry)
+                self._ops.append(_new(BareOp, (market, ADD, coi, side, price, size)))
+            orders, grouping = ([entry, tp, sl], 3) if r < 0.85 else ([entry, sl], 1)
+        self._emit(
+            CreateGroupedOrders(
+                _Acct(account), _Key(_TAKER_KEY), grouping, len(orders),
+                *grouped_slots(orders), self._expired_at, self._nonce(account, _TAKER_KEY), SIG,
+            )  # type: ignore[call-arg]
+        )  # fmt: skip
+
     def _lever_deposit(self, i: int) -> None:
         """A levered account tops up $1,000 before (re)opening a position."""
         self._emit(Deposit(_Acct(self.levered_accounts[i]), 1_000 * USDC))
@@ -694,7 +801,13 @@ class Workload:
                 _Acct(a),
                 _Key(_TAKER_KEY),
                 _Acct(b),
+                USDC_ASSET_INDEX,
+                PERPS_ROUTE,
+                PERPS_ROUTE,
                 self.rng.randint(10, 1_000) * USDC,
+                0,
+                _MEMO,
+                _NO_L1_SIG,
                 self._expired_at,
                 self._nonce(a, _TAKER_KEY),
                 SIG,
@@ -707,6 +820,8 @@ class Workload:
             Withdraw(
                 _Acct(a),
                 _Key(_TAKER_KEY),
+                USDC_ASSET_INDEX,
+                PERPS_ROUTE,
                 self.rng.randint(10, 200) * USDC,
                 self._expired_at,
                 self._nonce(a, _TAKER_KEY),

@@ -15,12 +15,16 @@ The stack is session-scoped (booting it costs ~1 s): two markets (``ETH`` 0 and 
 1,000,000 USDC). Tests share it, so each asserts on what it placed itself (its own client order
 index, price or account) rather than on absolute book contents, and reads a trader's nonce from
 the server before signing. Clients run on the test thread; the stack never shares their loop.
+The sequencer stamps blocks with ``Exchange.clock`` (the wall clock plus an offset a test may
+move forward, never back: a TWAP's slices need minutes of block time; the oracle is off, so time
+reaches the engine with commands, e.g. the operator's ``SetMarkPrice``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -39,6 +43,26 @@ from raydex.codecs import ResultCode
 
 T = TypeVar("T")
 BOOT_S = 30.0
+
+
+class Clock:
+    """The sequencer's block clock (ns): the wall clock plus ``offset_ns``."""
+
+    def __init__(self) -> None:
+        self.offset_ns = 0
+
+    def __call__(self) -> int:
+        return time.time_ns() + self.offset_ns
+
+    def advance(self, ms: int) -> None:
+        """Move block time ``ms`` forward (for the rest of the session)."""
+        assert ms >= 0, "block time never goes back"
+        self.offset_ns += ms * 1_000_000
+
+    def now_ms(self) -> int:
+        return self() // 1_000_000
+
+
 USDC = 10**12  # 1,000,000 USDC in micro-USDC
 MARKETS = {0: "ETH", 1: "BTC"}
 
@@ -52,6 +76,7 @@ class Exchange:
     seq: SequencerService
     replica: ReplicaService
     loop: asyncio.AbstractEventLoop
+    clock: Clock
     coi: list[int] = field(default_factory=lambda: [1000])
 
     @property
@@ -111,15 +136,17 @@ class _Stack:
         self.holder: SnapshotService | None = None
         self.replica: ReplicaService | None = None
         self.commitments: _Commitments | None = None
+        self.clock = Clock()
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(BOOT_S)
 
     async def start(self, traders: list[Trader]) -> int:
         tmp = self.tmp
-        self.seq = SequencerService(
-            SequencerConfig(wal_dir=str(tmp / "wal"), snapshot_dir=str(tmp / "s"), wal_fsync="none")
+        cfg = SequencerConfig(
+            wal_dir=str(tmp / "wal"), snapshot_dir=str(tmp / "s"), wal_fsync="none"
         )
+        self.seq = SequencerService(cfg, clock=self.clock)
         await self.seq.start()
         self.holder = SnapshotService(
             SnapshotConfig(dir=str(tmp / "s"), every_blocks=50, every_seconds=60),
@@ -170,7 +197,7 @@ def exchange(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exchange]:
     try:
         port = stack.call(stack.start(list(traders.values())))
         assert stack.seq is not None and stack.replica is not None
-        yield Exchange(port, traders, stack.seq, stack.replica, stack.loop)
+        yield Exchange(port, traders, stack.seq, stack.replica, stack.loop, stack.clock)
     finally:
         try:
             stack.call(stack.stop())

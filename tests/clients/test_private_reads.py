@@ -151,8 +151,9 @@ def acct(exchange: Exchange) -> Iterator[Setup]:
                 carol.order(price, 40, is_ask=0, market=MARKET, tif=0, coi=exchange.next_coi())
             )
             transfer = Transfer(
-                carol.account, carol.api_key, ACCOUNT, 2_000_000, FAR_MS, carol.nonce, bytes(80)
-            )
+                carol.account, carol.api_key, ACCOUNT, 3, 0, 0, 2_000_000, 0, bytes(32), bytes(65),
+                FAR_MS, carol.nonce, bytes(80),
+            )  # fmt: skip
             carol.nonce += 1
             await send(sign_tx(transfer, carol.seed))
             token, err = client.create_auth_token_with_expiry(3600, api_key_index=KEY)

@@ -104,8 +104,8 @@ json_values = st.recursive(
 def mutated_tx_info(draw: st.DrawFn) -> tuple[int, Any]:
     tx = draw(family_values("tx"))
     info = tx_to_json(tx)
-    key = draw(st.sampled_from(sorted(info)))
-    op = draw(st.sampled_from(["replace", "drop", "add"]))
+    key = draw(st.sampled_from(sorted(info))) if info else ""
+    op = draw(st.sampled_from(["replace", "drop", "add"])) if info else "add"
     if op == "replace":
         info[key] = draw(json_values)
     elif op == "drop":

@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import select
 import signal
 import subprocess
@@ -47,7 +48,7 @@ import ray
 import yaml
 
 from raydex.cluster.control.deploy import free_port
-from raydex.cluster.control.head import group_members, head_env
+from raydex.cluster.control.head import group_members
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -131,8 +132,10 @@ def scratch() -> Iterator[Path]:
 @pytest.fixture
 def head(scratch: Path) -> Iterator[Head]:
     """``ray start --head $(raydex node-args --role head)`` on its own ports and temp dir."""
-    auth = head_env(os.environ)["RAY_AUTH_MODE"]
-    env = user_env(RAY_AUTH_MODE=auth, RAYDEX_STATE_DIR=str(scratch / "state"))
+    # Ray's token auth, with this test's own token: raydex refuses a data plane on 0.0.0.0 without
+    # it (`allow_unauthenticated_ray`), and the user's ~/.ray is not this test's business
+    env = user_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
+                   RAYDEX_STATE_DIR=str(scratch / "state"))  # fmt: skip
     # no node drain when stop_group SIGTERMs it (a head's drain waits its whole 30 s), as `raydex
     # up` starts its head (cluster/control/head.py head_env)
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
@@ -275,9 +278,10 @@ def test_ray_start_then_raydex_deploy_serves_scales_live_reports_and_goes_down(
     text = raydex("status", env=head.env)
     after = status_json(head.env)["actors"]
     assert sorted(after) == [
-        "raydex-committer", "raydex-replica-public-0", "raydex-replica-public-1",
-        "raydex-sequencer", "raydex-snapshot",
+        "raydex-committer", "raydex-monitor", "raydex-replica-public-0",
+        "raydex-replica-public-1", "raydex-sequencer", "raydex-snapshot",
     ]  # fmt: skip
+    assert status_json(head.env)["health"]["verdict"] == "healthy"
     for name in ("raydex-sequencer", "raydex-replica-public-0"):
         assert after[name]["pid"] == before[name]["pid"], f"{name} restarted"
     cores = os.cpu_count() or 1
@@ -286,7 +290,7 @@ def test_ray_start_then_raydex_deploy_serves_scales_live_reports_and_goes_down(
                          r"Ray reserves 0\.05 CPU per actor", text), text  # fmt: skip
 
     out = raydex("down", env=head.env)
-    assert out.startswith("stopped: raydex-committer, raydex-replica-public-0")
+    assert out.startswith("stopped: raydex-committer, raydex-monitor, raydex-replica-public-0")
     with pytest.raises(aiohttp.ClientConnectionError):
         asyncio.run(rest(http, "/info"))
 
@@ -414,8 +418,8 @@ def serve_cluster() -> None:
 
 @pytest.fixture
 def two_hosts(scratch: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    auth = head_env(os.environ)["RAY_AUTH_MODE"]
-    child_env = {**os.environ, "TMPDIR": str(scratch), "RAY_ADDRESS": "", "RAY_AUTH_MODE": auth}
+    token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    child_env = {**os.environ, "TMPDIR": str(scratch), "RAY_ADDRESS": "", **token}
     with open(scratch / "cluster.log", "wb") as err:
         proc = subprocess.Popen(
             [sys.executable, __file__], env=child_env, stdin=subprocess.PIPE,
@@ -428,7 +432,7 @@ def two_hosts(scratch: Path) -> Iterator[tuple[str, dict[str, str]]]:
         log = (scratch / "cluster.log").read_text(errors="replace")[-3000:]
         assert line, f"the cluster did not come up:\n{log}"
         address = json.loads(line)["address"]
-        yield address, user_env(RAY_AUTH_MODE=auth, RAYDEX_STATE_DIR=str(scratch / "state"))
+        yield address, user_env(**token, RAYDEX_STATE_DIR=str(scratch / "state"))
     finally:
         assert proc.stdin is not None
         proc.stdin.close()

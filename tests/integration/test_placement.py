@@ -16,6 +16,7 @@ real NUMA topology: actors in their bundles pin all their threads to the planned
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +36,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raydex.cluster.control.deploy import DeployRefused, check_ray_auth
 from raydex.cluster.control.placement import (
     BundlePlacement,
     GroupPlacement,
+    HostIdentityError,
+    NodeFacts,
     PlacementError,
     actor_options,
     create_placement_groups,
@@ -44,6 +49,7 @@ from raydex.cluster.control.placement import (
     pin_bundle,
     placement_for,
     remove_placement_groups,
+    topologies_of,
 )
 from raydex.cluster.control.spec import DeploySpec, load_spec
 from raydex.cluster.pinning import PinReport, thread_ids
@@ -217,6 +223,78 @@ def test_a_spec_the_hosts_cannot_hold_is_a_placement_error_naming_the_part(
 ) -> None:
     with pytest.raises(PlacementError, match=re.escape(message)):
         placement_for(spec_with(groups, **core), HOSTS)
+
+
+def replica_slots(plan: list[GroupPlacement], group: str) -> Counter[tuple[str, int]]:
+    return Counter((b.host, b.numa_node) for g in plan if g.name == group for b in g.bundles)
+
+
+def test_scaling_a_per_numa_count_on_two_hosts_never_moves_a_running_replica() -> None:
+    """Issue 35: raising replicas_per_numa_node renumbered replicas across hosts. With the
+    running bundles kept, each step adds or removes replicas per (host, NUMA node) only; a
+    replica that stays keeps its host, NUMA node, cores and index; the lowest indices stay."""
+    hosts = {"a": two_numa(8), "b": two_numa(8)}  # room for 3 per node beside the core roles
+    running: dict[tuple[str, int], BundlePlacement] = {}
+    first: set[int] = set()
+    for count in (1, 2, 1, 2, 3, 1):
+        spec = spec_with([{"name": "r", "replicas_per_numa_node": count}])
+        plan = placement_for(spec, hosts, keep=running)
+        check_invariants(plan, hosts)
+        now = {(b.group, b.index): b for g in plan for b in g.bundles}
+        assert all(now[k] == b for k, b in running.items() if k in now), "a replica moved"
+        assert replica_slots(plan, "r") == {(h, n): count for h in hosts for n in (0, 1)}
+        if not first:
+            first = {i for g, i in now if g == "r"}
+        running = now
+    assert {i for g, i in running if g == "r"} == first  # scaling down drops the newest
+
+
+def test_a_total_count_keeps_its_running_replicas_and_adds_with_free_indices() -> None:
+    hosts = {"a": two_numa(4), "b": two_numa(4)}
+    plan = placement_for(spec_with([{"name": "r", "replicas": 3}]), hosts)
+    running = {(b.group, b.index): b for g in plan for b in g.bundles}
+    plan = placement_for(spec_with([{"name": "r", "replicas": 2}]), hosts, keep=running)
+    kept = {(b.index, b.host, b.numa_node) for g in plan if g.name == "r" for b in g.bundles}
+    assert kept == {(0, "a", 0), (1, "b", 0)}  # the third, (a, 1), goes
+    running = {(b.group, b.index): b for g in plan for b in g.bundles}
+    plan = placement_for(spec_with([{"name": "r", "replicas": 4}]), hosts, keep=running)
+    grown = {(b.index, b.host, b.numa_node) for g in plan if g.name == "r" for b in g.bundles}
+    assert grown == {(0, "a", 0), (1, "b", 0), (2, "a", 1), (3, "b", 1)}
+
+
+def test_replicas_on_a_host_that_is_away_stay_planned_as_they_were() -> None:
+    hosts = {"a": two_numa(4), "b": two_numa(4)}
+    spec = spec_with([{"name": "r", "replicas_per_numa_node": 1}])
+    running = {(b.group, b.index): b for g in placement_for(spec, hosts) for b in g.bundles}
+    plan = placement_for(spec, {"a": hosts["a"]}, keep=running)  # b is down
+    now = {(b.group, b.index): b for g in plan for b in g.bundles}
+    assert now == running
+
+
+def facts(node_id: str, host: str, role: str = "worker", auth: bool = True) -> NodeFacts:
+    labels = {HOST_LABEL: host, ROLE_LABEL: role}
+    return NodeFacts(node_id, f"10.0.0.{len(node_id)}", labels, two_numa(2), auth)
+
+
+def test_two_nodes_with_one_host_label_are_refused_naming_raydex_node_args_host() -> None:
+    nodes = [facts("n1", "h", "head"), facts("n22", "h")]
+    with pytest.raises(HostIdentityError, match=r"raydex node-args --host"):
+        topologies_of(nodes)
+    found = topologies_of([facts("n22", "b"), facts("n1", "a", "head"), facts("n333", "c")])
+    assert list(found) == ["a", "b", "c"]  # head first
+
+
+def test_a_public_data_plane_is_refused_while_rays_own_authentication_is_off() -> None:
+    spec = spec_with([])
+    nodes = [facts("n1", "a", "head"), facts("n22", "b", auth=False)]
+    check_ray_auth(spec, "127.0.0.1", nodes)  # loopback: only this host's users reach it
+    check_ray_auth(spec, "0.0.0.0", [facts("n1", "a", "head")])  # token auth everywhere
+    with pytest.raises(DeployRefused, match=r"token authentication is off on b\b") as refused:
+        check_ray_auth(spec, "0.0.0.0", nodes)
+    assert "allow_unauthenticated_ray: true" in str(refused.value)
+    assert "RAY_AUTH_MODE=token" in str(refused.value)
+    allowed = dataclasses.replace(spec, allow_unauthenticated_ray=True)
+    check_ray_auth(allowed, "0.0.0.0", nodes)
 
 
 @settings(deadline=None, max_examples=60)

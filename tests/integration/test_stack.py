@@ -95,6 +95,21 @@ async def send(http: aiohttp.ClientSession, port: int, tx: Any) -> dict[str, Any
         return body
 
 
+async def nudge(port: int, trader: Trader) -> None:
+    """One more block (an ask far above the book, resting): the holder takes a due snapshot
+    only when a block arrives."""
+    async with aiohttp.ClientSession() as http:
+        assert (await send(http, port, trader.order(330_000, 10, is_ask=1)))["code"] == 200
+    await asyncio.sleep(0.3)
+
+
+async def recent_trades(port: int) -> list[dict[str, Any]]:
+    url = f"http://127.0.0.1:{port}/api/v1/recentTrades?market_id=0&limit=100"
+    async with aiohttp.ClientSession() as http, http.get(url) as r:
+        body: dict[str, Any] = await r.json()
+        return list(body["trades"])
+
+
 def sequencer_seq() -> int:
     seq: int = ray.get(ray.get_actor(dep.SEQUENCER, namespace=NS).status.remote())["seq"]
     return seq
@@ -215,6 +230,26 @@ def test_the_holder_and_the_replicas_hash_the_same_checkpoints_and_each_replica_
 def test_a_replica_added_by_a_redeploy_boots_from_the_snapshot_and_matches(
     exchange: Exchange,
 ) -> None:
+    # a trade the snapshot the new replica boots from already holds: its tape must show it
+    alice, bob = exchange.traders[:2]
+    port = exchange.replicas()["raydex-replica-api-0"]["direct_port"]
+
+    async def trade() -> None:
+        async with aiohttp.ClientSession() as http:
+            assert (await send(http, port, alice.order(300_000, 20, is_ask=1)))["code"] == 200
+            assert (await send(http, port, bob.order(300_000, 20, is_ask=0)))["code"] == 200
+
+    asyncio.run(trade())
+    traded = sequencer_seq()
+    holder = ray.get_actor(dep.SNAPSHOT, namespace=NS)
+
+    def snapshotted() -> bool:
+        # the holder snapshots at a block once every_seconds (1 s) passed: give it blocks
+        asyncio.run(nudge(port, alice))
+        return bool(ray.get(holder.status.remote())["snapshot_seq"] >= traded)
+
+    until(snapshotted, "a snapshot holding the trade")
+
     result = exchange.deploy(replicas=3)
     assert result.created == ("raydex-replica-api-2",)
     target = sequencer_seq()
@@ -222,6 +257,9 @@ def test_a_replica_added_by_a_redeploy_boots_from_the_snapshot_and_matches(
     assert reps["raydex-replica-api-2"]["boots"] == 1
     same = until(lambda: replicas_at_one_seq(exchange), "replicas at one seq")
     assert len({v["state_hash"] for v in same.values()}) == 1
+    tapes = {n: asyncio.run(recent_trades(r["direct_port"])) for n, r in same.items()}
+    assert tapes["raydex-replica-api-0"], "the trade"
+    assert all(t == tapes["raydex-replica-api-0"] for t in tapes.values()), tapes
 
     removed = exchange.deploy(replicas=2)
     assert removed.removed == ("raydex-replica-api-2",)

@@ -6,7 +6,8 @@ one fixed API key (private and public, as the SDK's ``GenerateAPIKey`` made it o
 SDK's ``(tx_type, tx_info, tx_hash)`` for every tx type the SDK signs and raydex hashes, with
 and without ``L2TxAttributes``, plus auth tokens. The SDK draws a random Schnorr nonce, so
 re-running changes every ``Sig`` (and ``ExpiredAt``, which it stamps from the clock); the
-hashes of the frozen tx_info stay what they are.
+hashes of the frozen tx_info stay what they are. ``--append NAME ...`` signs only the named
+cases and adds them to the file, leaving the vectors already there as they were.
 
 The SDK signs offline: ``SignerClient`` is built inside a running event loop (its nonce manager
 wants one) and every call passes an explicit ``nonce`` and ``api_key_index``, so nothing is
@@ -269,6 +270,42 @@ def _cases() -> list[tuple[str, Callable[[Any, int], Any]]]:
                 ETH_KEY, 9, 1000, 500, 800, 400, 1900000000000, nonce=n, **k
             ),
         ),
+        (
+            "create_order_expire_taker",
+            lambda c, n: c.sign_create_order(
+                0,
+                16,
+                1000,
+                4000,
+                1,
+                0,
+                1,
+                False,
+                0,
+                1900000000000,
+                self_trade_behavior_mode=1,
+                nonce=n,
+                **k,
+            ),
+        ),
+        (
+            "cancel_all_orders_market_skip_nonce",
+            lambda c, n: c.sign_cancel_all_orders(0, 0, 0, skip_nonce=1, nonce=n, **k),
+        ),
+        (
+            "modify_order_self_trade_version",
+            lambda c, n: c.sign_modify_order(
+                2,
+                17,
+                3000,
+                4200,
+                0,
+                self_trade_behavior_mode=3,
+                order_version=1_700_000_000_123,
+                nonce=n,
+                **k,
+            ),
+        ),
     ]
 
 
@@ -340,6 +377,16 @@ def generated_keys(count: int) -> list[tuple[str, str]]:
 
 
 def main() -> int:
+    """Regenerate every vector, or with ``--append NAME ...`` sign only those cases and add them
+    to the existing file (the other vectors, signed earlier, stay as they are)."""
+    if sys.argv[1:2] == ["--append"]:
+        names = set(sys.argv[2:])
+        doc = json.loads(VECTORS.read_text())
+        have = {c["name"] for c in doc["cases"]}
+        doc["cases"] += [c for c in sdk_cases(names - have)["cases"]]
+        VECTORS.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"appended {len(names - have)} tx vectors to {VECTORS}")
+        return 0
     doc = sdk_cases()
     doc["generated_keys"] = [list(kp) for kp in generated_keys(4)]
     VECTORS.parent.mkdir(parents=True, exist_ok=True)

@@ -18,9 +18,13 @@ from hypothesis import strategies as st
 from raydex.codecs import (  # importing raydex.codecs registers every layout
     BY_CLASS,
     EVENT,
+    GROUPED_FIRST_SLOT,
     REGISTRY,
+    CreateGroupedOrders,
     FieldSpec,
     field_format,
+    grouped_orders,
+    grouped_slots,
     int_bounds,
 )
 
@@ -45,10 +49,16 @@ def field_values(field: FieldSpec, *, respect_ranges: bool = True) -> st.SearchS
 
 
 def wire_values(cls: type, *, respect_ranges: bool = True) -> st.SearchStrategy[Any]:
-    """Instances of one registered wire type."""
+    """Instances of one registered wire type (a CreateGroupedOrders in its canonical form:
+    the slots past its ``order_count`` zero, ``codecs.grouped_canonical``)."""
     fields = BY_CLASS[cls].fields
     parts = [field_values(f, respect_ranges=respect_ranges) for f in fields]
-    return st.tuples(*parts).map(cls._make)  # type: ignore[attr-defined]
+    values = st.tuples(*parts).map(cls._make)  # type: ignore[attr-defined]
+    return values.map(_zero_unused_slots) if cls is CreateGroupedOrders else values
+
+
+def _zero_unused_slots(tx: Any) -> Any:
+    return type(tx)(*tx[:GROUPED_FIRST_SLOT], *grouped_slots(grouped_orders(tx)), *tx[-3:])
 
 
 def family_values(family: str, *, respect_ranges: bool = True) -> st.SearchStrategy[Any]:

@@ -12,7 +12,12 @@ markets, registers key 0 of every account and funds it; ``commands(n)`` yields `
   are answered NOT_ACTIVE_LIMIT_ORDER, as in real traffic), ~8% modifies;
 - takers (small accounts, some highly leveraged) cross the spread with IOC limit and market orders;
 - ~3% transfers; every ``oracle_every`` commands the mid of one market moves and its mark is set,
-  which liquidates the takers that went under maintenance; funding every ``funding_every``.
+  which liquidates the takers that went under maintenance; funding every ``funding_every``;
+- with ``conditional`` (percent of commands, 0 by default: the stream is then exactly what it
+  was before conditional orders existed), takers also place stop-loss / take-profit orders
+  (market and limit, sized or position-tied), grouped orders (OTO, OCO, OTOCO), small TWAPs,
+  cancel some of them by client order index and send ``TimeTick``s; the clock advances
+  ``ms_per_8`` ms every 8 commands (1 by default), so TWAPs slice and orders expire.
 
 Randomness is a 64-bit LCG seeded by ``seed`` (no ``random``): same arguments, same stream.
 :func:`bare_ops` turns a stream into the matching-only operations for :class:`BareBook`.
@@ -27,12 +32,16 @@ from typing import Any
 from raydex.codecs import (
     ApplyFunding,
     CancelOrder,
+    CreateGroupedOrders,
     CreateOrder,
     Deposit,
     ModifyOrder,
+    OrderInfo,
     RegisterApiKey,
     SetMarkPrice,
+    TimeTick,
     Transfer,
+    grouped_slots,
     public_key_of,
 )
 from raydex.observability.bench.floors import BareBook
@@ -40,6 +49,8 @@ from raydex.observability.bench.floors import BareBook
 from .engine import market
 
 _SIG = b"\x00" * 80
+_MEMO = bytes(32)
+_NO_L1_SIG = bytes(65)
 _KEY = public_key_of((17).to_bytes(40, "little"))  # valid: the engine checks points
 T0 = 1_700_000_000_000
 
@@ -54,6 +65,8 @@ class Workload:
         oracle_every: int = 400,
         oracle_step: int = 10,
         funding_every: int = 50_000,
+        conditional: int = 0,
+        ms_per_8: int = 1,
     ) -> None:
         self.accounts = accounts
         self.markets = markets
@@ -62,6 +75,10 @@ class Workload:
         #: Ticks per unit of the mid's random walk (each move is -20..20 units).
         self.oracle_step = oracle_step
         self.funding_every = funding_every
+        self.conditional = conditional
+        self.ms_per_8 = ms_per_8
+        #: the conditional orders placed: (account, market, client order index), oldest first
+        self._conds: deque[tuple[int, int, int]] = deque()
         self._state = (seed * 6364136223846793005 + 1442695040888963407) & (2**64 - 1)
         self._mid = [10_000 + 100 * m for m in range(markets)]
         self._nonce = [0] * accounts
@@ -108,7 +125,7 @@ class Workload:
         rand = self._rand
         for i in range(n):
             if i % 8 == 0:
-                self.now += 1
+                self.now += self.ms_per_8
             now = self.now
             exp = now + 60_000
             if i % self.oracle_every == self.oracle_every - 1:
@@ -120,6 +137,9 @@ class Workload:
                 continue
             if i % self.funding_every == self.funding_every - 1:
                 yield ApplyFunding(rand(self.markets), rand(2_001) - 1_000), now
+                continue
+            if self.conditional and rand(100) < self.conditional:
+                yield self._conditional(now, exp), now
                 continue
             r = rand(100)
             if r < 40:
@@ -215,7 +235,86 @@ class Workload:
             b = self.makers + rand(self.accounts - self.makers)
             if a == b:
                 b = 0
-            yield Transfer(a, 0, b, 1 + rand(1_000_000), exp, self._next_nonce(a), _SIG), now
+            yield (
+                Transfer(
+                    a,
+                    0,
+                    b,
+                    3,
+                    0,
+                    0,
+                    1 + rand(1_000_000),
+                    0,
+                    _MEMO,
+                    _NO_L1_SIG,
+                    exp,
+                    self._next_nonce(a),
+                    _SIG,
+                ),
+                now,
+            )
+
+    def _conditional(self, now: int, exp: int) -> Any:
+        """One conditional-order command of a taker (see the module docstring)."""
+        rand = self._rand
+        kind = rand(10)
+        if kind == 9:
+            return TimeTick()
+        a = self.makers + rand(self.accounts - self.makers)
+        if kind == 8 and self._conds:
+            ca, m, coi = self._conds.popleft()
+            return CancelOrder(ca, 0, m, coi, exp, self._next_nonce(ca), _SIG)
+        m = rand(self.markets)
+        mid = self._mid[m]
+        is_ask = rand(2)
+        away = (3 + rand(30)) * self.oracle_step
+        # a stop sells below the mid and buys above it; a take-profit the other way
+        stop = mid - away if is_ask else mid + away
+        profit = mid + away if is_ask else mid - away
+        worst = mid - 6 * away if is_ask else mid + 6 * away
+        later = now + 3_600_000 + rand(3_600_000)
+        self._coi[a] += 1
+        coi = self._coi[a]
+        self._conds.append((a, m, coi))
+        if len(self._conds) > 200:
+            self._conds.popleft()
+        size = 1 + rand(10)
+        if kind <= 3:  # a stop-loss / take-profit, market or limit, sized or position-tied
+            otype = 2 + kind
+            ro = 0 if kind == 1 else 1
+            tied = ro and rand(2) == 0
+            trig = stop if otype in (2, 3) else profit
+            price = worst if otype in (2, 4) else trig
+            tif = 0 if otype in (2, 4) else 1
+            return CreateOrder(
+                a, 0, m, coi, 0 if tied else size, max(1, price), is_ask, otype, tif, ro,
+                max(1, trig), later, exp, self._next_nonce(a), _SIG,
+            )  # fmt: skip
+        if kind == 7:  # a TWAP over five to six minutes
+            end = now + 300_000 + rand(60_000)
+            return CreateOrder(
+                a, 0, m, coi, 5 + rand(20), max(1, worst), is_ask, 6, 1, 0, 0, end, exp,
+                self._next_nonce(a), _SIG,
+            )  # fmt: skip
+        sl = OrderInfo(m, 0, 0, max(1, worst), is_ask, 2, 0, 1, max(1, stop), later)
+        tp = OrderInfo(m, 0, 0, max(1, profit), is_ask, 5, 1, 1, max(1, profit), later)
+        if kind == 4:  # OCO on whatever position the account has
+            orders = [tp, sl]
+            grouping = 2
+        else:  # OTO / OTOCO: an entry on the other side, a market order or a limit near the mid
+            entry_ask = 1 - is_ask
+            if rand(2):
+                entry = OrderInfo(
+                    m, coi, size, mid + 20 if not entry_ask else mid - 20, entry_ask, 1, 0, 0, 0, 0
+                )
+            else:
+                near = mid - 3 if not entry_ask else mid + 3
+                entry = OrderInfo(m, coi, size, near, entry_ask, 0, 1, 0, 0, later)
+            orders = [entry, sl] if kind == 5 else [entry, tp, sl]
+            grouping = 1 if kind == 5 else 3
+        return CreateGroupedOrders(
+            a, 0, grouping, len(orders), *grouped_slots(orders), exp, self._next_nonce(a), _SIG
+        )
 
 
 def bare_ops(stream: Iterable[tuple[Any, int]]) -> list[tuple[int, int, int, int, int, int]]:

@@ -160,7 +160,7 @@ MARGIN: dict[str, list[Step]] = {
         Step("leverage", (1, 500)),
         Step("buy", (1, 200, 10_000)),
         Step("leverage", (1, 1_000), code=RC.NOT_ENOUGH_MARGIN),
-        Step("leverage", (1, 1_000, 0, 1), code=RC.UNSUPPORTED_TX_TYPE),
+        Step("leverage", (1, 1_000, 0, 1), code=RC.MARGIN_MODE_LOCKED),  # an order rests there
     ],
 }
 
@@ -261,8 +261,9 @@ DENSE_ACCOUNTS = 2**20
 
 def test_accounts_far_apart_in_index_trade_like_any_other() -> None:
     # The engine also finds accounts below DENSE_ACCOUNTS (2**20) by position in a list (the
-    # order gate's fast path); the others (Lighter's indexes go to 2**48) only through its map.
-    high = (DENSE_ACCOUNTS - 1, DENSE_ACCOUNTS, 2**47 + 5)
+    # order gate's fast path); the others (Lighter's masters go to 2**47 - 1, its sub-accounts
+    # to 2**48 - 2) only through its map.
+    high = (DENSE_ACCOUNTS - 1, DENSE_ACCOUNTS, 2**47 - 5)
     d = Desk(accounts=(1, *high))
     for ai in high:
         assert d.sell(ai, 1, 10_000) == ResultCode.OK

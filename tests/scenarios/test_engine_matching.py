@@ -1,10 +1,11 @@
-"""Order-book scenarios: price-time matching, STP, post-only, IOC, market price protection,
-modify priority, cancels and client order indexes. One row = one command and what it leaves."""
+"""Order-book scenarios: price-time matching, the self-trade modes, post-only, IOC, a market
+market price protection, modify priority, cancels (in one market too) and
+client order indexes. One row = one command and what it leaves."""
 
 from __future__ import annotations
 
 import pytest
-from kit.engine import IOC, MARKET, OK, POST_ONLY, Desk, Step, play
+from kit.engine import IOC, MARKET, OK, POST_ONLY, Desk, Step, market, play
 
 from raydex.codecs import ResultCode as RC
 
@@ -49,25 +50,58 @@ SCENARIOS: dict[str, list[Step]] = {
         Step("buy", (2, 5, 10_000), kw={"tif": IOC}, bids=[], asks=[], sizes={2: 2}),
         Step("buy", (2, 5, 10_000), kw={"tif": IOC}, bids=[], sizes={2: 2}),
     ],
-    "a market order stops at its worst price (price protection)": [
+    "a market order's price limits its average fill: past it, only the lots that keep it": [
         Step("sell", (1, 2, 10_000)),
         Step("sell", (1, 2, 10_300)),
+        # 2 at 10,000 leave 200 under the limit 10,100: 1 lot at 10,300 (200 over) keeps the
+        # average at 10,100 exactly, a second would not
         Step(
             "buy",
             (2, 4, 10_100),
             kw={"tif": IOC, "otype": MARKET},
-            asks=[(10_300, 2)],
+            asks=[(10_300, 1)],
             bids=[],
-            sizes={2: 2},
+            sizes={2: 3},
         ),
+        Step("sell", (1, 1, 10_250)),
+        # nothing under the limit yet: a level beyond it takes nothing
+        Step(
+            "buy",
+            (2, 1, 10_200),
+            kw={"tif": IOC, "otype": MARKET},
+            asks=[(10_250, 1), (10_300, 1)],
+            sizes={2: 3},
+        ),
+        Step("buy", (3, 1, 9_999), kw={"otype": MARKET, "tif": IOC}, sizes={3: 0}),
+        Step("buy", (3, 2, 4_294_967_295), kw={"tif": IOC, "otype": MARKET}, asks=[], sizes={3: 2}),
+    ],
+    "a sell market order's price is the floor of its average fill": [
+        Step("buy", (1, 2, 10_000)),
+        Step("buy", (1, 2, 9_700)),
+        Step(
+            "sell",
+            (2, 4, 9_900),
+            kw={"tif": IOC, "otype": MARKET},
+            bids=[(9_700, 1)],
+            asks=[],
+            sizes={2: -3},
+        ),
+        Step("sell", (3, 1, 1), kw={"tif": IOC, "otype": MARKET}, bids=[], sizes={3: -1}),
     ],
     "a market order must be IOC": [
         Step("buy", (2, 4, 10_100), kw={"tif": 1, "otype": MARKET}, code=RC.INVALID_TIME_IN_FORCE),
     ],
-    "a price outside the fat-finger band around the mark is rejected": [
+    "a limit order more aggressive than the band around the mark is rejected, a passive one not": [
         Step("buy", (2, 1, 15_001), code=FAT_FINGER),
         Step("sell", (2, 1, 4_999), code=FAT_FINGER),
         Step("sell", (2, 1, 5_000), asks=[(5_000, 1)]),
+        Step("cancel_all", (2,), asks=[]),
+        Step("buy", (2, 1, 15_000), bids=[(15_000, 1)]),
+        Step("cancel_all", (2,), bids=[]),
+        Step("buy", (2, 1, 4_999), bids=[(4_999, 1)]),
+        Step("sell", (2, 1, 15_001), asks=[(15_001, 1)]),
+        Step("sell", (3, 1, 400_000), asks=[(15_001, 1), (400_000, 1)]),
+        Step("modify", (2, FIRST + 2, 1, 15_001), code=FAT_FINGER, bids=[(4_999, 1)]),
     ],
     "client order indexes are unique among an account's open orders": [
         Step("buy", (1, 1, 9_900), kw={"coi": 7}),
@@ -91,12 +125,49 @@ SCENARIOS: dict[str, list[Step]] = {
         Step("cancel_all", (1,), bids=[(9_800, 1)], asks=[]),
         Step("cancel_all", (1, 1), code=UNSUPPORTED),
     ],
+    "self-trade ExpireMaker (the default) cancels the resting order and keeps matching": [
+        Step("sell", (1, 2, 10_000)),
+        Step("sell", (2, 2, 10_010)),
+        Step("buy", (1, 3, 10_010), kw={"stb": 0}, asks=[], bids=[(10_010, 1)], sizes={1: 2}),
+    ],
+    "self-trade ExpireTaker cancels the incoming order and leaves the resting one": [
+        Step("sell", (2, 1, 9_990)),
+        Step("sell", (1, 2, 10_000)),
+        Step("buy", (1, 3, 10_010), kw={"stb": 1}, asks=[(10_000, 2)], bids=[], sizes={1: 1}),
+    ],
+    "self-trade CancelBoth cancels both": [
+        Step("sell", (1, 2, 10_000)),
+        Step("sell", (2, 2, 10_010)),
+        Step("buy", (1, 3, 10_010), kw={"stb": 2}, asks=[(10_010, 2)], bids=[], sizes={1: 0}),
+    ],
+    "self-trade Reduce shrinks both by the overlap; the taker goes on against others": [
+        Step("sell", (1, 2, 10_000)),
+        Step("sell", (2, 2, 10_010)),
+        Step("buy", (1, 3, 10_010), kw={"stb": 3}, asks=[(10_010, 1)], bids=[], sizes={1: 1}),
+        Step("sell", (1, 5, 10_020)),
+        Step("buy", (1, 2, 10_020), kw={"stb": 3}, asks=[(10_020, 4)], bids=[], sizes={1: 2}),
+    ],
+    "cancel-all with a market cancels that market's orders only": [
+        Step("buy", (1, 1, 9_900)),
+        Step(
+            "buy",
+            (
+                1,
+                1,
+                9_800,
+            ),
+            kw={"m": 1},
+        ),
+        Step("buy", (2, 1, 9_700)),
+        Step("cancel_all", (1,), kw={"market": 0}, bids=[(9_700, 1)]),
+        Step("cancel_all", (1,), kw={"market": 7}, code=RC.MARKET_NOT_FOUND),
+    ],
 }
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_matching_scenario(name: str) -> None:
-    play(Desk(), SCENARIOS[name])
+    play(Desk(markets=(market(0), market(1))), SCENARIOS[name])
 
 
 def test_modify_keeping_price_and_shrinking_size_keeps_time_priority() -> None:

@@ -172,8 +172,25 @@ def test_deposits_withdrawals_and_transfers_are_listed_with_their_amounts() -> N
     async def body(r: Rig, ts: list[Trader]) -> None:
         a, b = ts
         r.ex.run([Deposit(a.account, 25 * USDC)], operator=True)
-        await r.signed(a, Withdraw(a.account, 0, 7 * USDC, FAR_MS, a.nonce, bytes(80)))
-        await r.signed(a, Transfer(a.account, 0, b.account, 3 * USDC, FAR_MS, a.nonce, bytes(80)))
+        await r.signed(a, Withdraw(a.account, 0, 3, 0, 7 * USDC, FAR_MS, a.nonce, bytes(80)))
+        await r.signed(
+            a,
+            Transfer(
+                a.account,
+                0,
+                b.account,
+                3,
+                0,
+                0,
+                3 * USDC,
+                0,
+                bytes(32),
+                bytes(65),
+                FAR_MS,
+                a.nonce,
+                bytes(80),
+            ),
+        )
 
         deposits = await r.valid(
             models.DepositHistory, "/api/v1/deposit/history", a, account_index=a.account

@@ -10,6 +10,7 @@ import asyncio
 import json
 import socket
 import sys
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -187,6 +188,70 @@ def test_one_connection_pipelines_txs_without_waiting_for_each_answer() -> None:
         assert sorted(m["id"] for m in replies) == list(range(5))
         assert {m["code"] for m in replies} == {200}
         assert r.state.next_nonce(a.account, 0) == 5
+
+    with_rig(body)
+
+
+def test_sendtx_takes_tx_info_as_an_object_and_batches_as_lighters_examples_send_them() -> None:
+    """Lighter's own WebSocket examples send ``tx_info`` as an object and the ``id`` inside
+    ``data``; its docs send a batch's ``tx_types``/``tx_infos`` as JSON strings of lists. Both,
+    and plain lists (of strings or objects), are taken; the replies are Lighter's
+    ``RespSendTx``/``RespSendTxBatch``."""
+    with warnings.catch_warnings():  # the SDK's own imports of deprecated websockets APIs
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from lighter.models.resp_send_tx import RespSendTx
+        from lighter.models.resp_send_tx_batch import RespSendTxBatch
+
+    def fields(reply: dict[str, Any], model: Any) -> dict[str, Any]:
+        return {k: reply[k] for k in model.model_fields if k in reply}
+
+    async def body(r: Rig, ts: list[Trader]) -> None:
+        a = ts[0]
+        async with aiohttp.ClientSession() as s, s.ws_connect(r.ws_url) as ws:
+            await recv(ws)
+            tx = a.order(299_000, 10, 0)
+            info = json.loads(tx_to_json_str(tx))
+            await ws.send_json(
+                {"type": "jsonapi/sendtx", "data": {"id": "mine-1", "tx_type": 14, "tx_info": info}}
+            )
+            reply = await recv_type(ws, "jsonapi/sendtx")
+            assert (reply["code"], reply["id"]) == (200, "mine-1")
+            RespSendTx.model_validate(fields(reply, RespSendTx), strict=True)
+            batches = [
+                # the docs' form: JSON strings of lists (tx_infos: a list of tx_info strings)
+                {
+                    "tx_types": "[14, 14]",
+                    "tx_infos": json.dumps(
+                        [tx_to_json_str(a.order(298_000, 1, 0)) for _ in range(2)]
+                    ),
+                },
+                # lists, of objects and of strings mixed
+                {
+                    "tx_types": [14, 14],
+                    "tx_infos": [
+                        json.loads(tx_to_json_str(a.order(297_000, 1, 0))),
+                        tx_to_json_str(a.order(297_000, 1, 0)),
+                    ],
+                },
+            ]
+            for i, data in enumerate(batches):
+                await ws.send_json({"type": "jsonapi/sendtxbatch", "data": {**data, "id": i}})
+                reply = await recv_type(ws, "jsonapi/sendtxbatch")
+                assert (reply["code"], reply["id"], len(reply["tx_hash"])) == (200, i, 2), reply
+                RespSendTxBatch.model_validate(fields(reply, RespSendTxBatch), strict=True)
+            # an object that is not a tx is refused by name, as a string would be
+            bad = {**info, "BaseAmount": "10"}
+            frame = {"type": "jsonapi/sendtx", "id": 9, "data": {"tx_type": 14, "tx_info": bad}}
+            await ws.send_json(frame)
+            reply = await recv_type(ws, "jsonapi/sendtx")
+            assert (reply["id"], reply["code"]) == (9, ResultCode.INVALID_TX_INFO)
+            assert "BaseAmount" in reply["message"]
+            frame = {"type": "jsonapi/sendtx", "id": 10, "data": {"tx_type": 14, "tx_info": [1]}}
+            await ws.send_json(frame)
+            reply = await recv_type(ws, "jsonapi/sendtx")
+            assert (reply["id"], reply["code"]) == (10, ResultCode.INVALID_TX_INFO)
+        assert r.state.next_nonce(a.account, 0) == 5
+        assert r.state.books[0].bids == ((299_000, 10), (298_000, 2), (297_000, 2))
 
     with_rig(body)
 

@@ -38,7 +38,8 @@ def test_struct_formats_are_derived_from_the_construct_fields() -> None:
     assert codec_of(LevelChanged).struct.format == "<BBIQ"
     assert codec_of(MarketChanged).struct.format.startswith("<B16sBB")
     assert codec_of(TxExecuted).struct.format == "<40sBQBqI"
-    assert codec_of(CreateOrder).size == 142  # 62 bytes of fields + the 80-byte signature
+    # 62 bytes of fields + the 80-byte signature + its two self-trade attribute bytes
+    assert codec_of(CreateOrder).size == 144
 
 
 def test_symbols_are_nul_padded_on_encode_and_stripped_on_decode() -> None:
@@ -105,9 +106,10 @@ def test_the_message_hash_covers_the_chain_and_every_field_but_the_signature() -
     assert len(hm) == 40
     assert message_hash_of(ORDER._replace(sig=b""), 304) == hm
     assert message_hash_of(ORDER, 305) != hm
-    for i in range(len(ORDER) - 1):
-        changed = ORDER._replace(**{ORDER._fields[i]: ORDER[i] + 1})
-        assert message_hash_of(changed, 304) != hm, ORDER._fields[i]
+    for name in ORDER._fields:  # every field but sig, the attribute fields after it included
+        if name != "sig":
+            changed = ORDER._replace(**{name: getattr(ORDER, name) + 1})
+            assert message_hash_of(changed, 304) != hm, name
     with pytest.raises(CodecError, match="Deposit"):
         message_hash_of(Deposit(1, 5), 304)  # operator commands are not signed
 

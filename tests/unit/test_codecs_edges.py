@@ -182,10 +182,10 @@ def test_arrow_schemas_follow_the_wire_types() -> None:
 RECORDS = [
     ExchangeRecord(1, 2, 3, 4, 5, 6, 7),
     MarketRecord(0, "BTC", 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 1, 15, 16),
-    AccountRecord(2, 5),
-    AccountRecord(1, -5),
+    AccountRecord(2, 5, 2),
+    AccountRecord(1, -5, 1),
     ApiKeyRecord(1, 0, 3, b"k" * 40),
-    OrderRecord(0, 1 << 48, 1, 2, 1, 100, 5, 5, -1, 0, 1, 0, 9),
+    OrderRecord(0, 1 << 48, 1, 2, 1, 100, 5, 5, -1, 0, 1, 0, 9, 0),
 ]
 
 

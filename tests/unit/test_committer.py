@@ -180,3 +180,33 @@ def test_the_committer_resumes_at_its_seq_and_checks_the_block_there(tmp_path: P
     assert c.last_hash == block_digest(fs[2])
     assert Committer.from_records([], 3, anchor=b"x" * 32).last_hash == b"x" * 32
     assert Committer().last_hash is None
+
+
+def test_a_committers_first_snapshot_is_where_its_audit_starts_a_later_jump_goes_unaudited(
+    tmp_path: Path,
+) -> None:
+    """A committer that starts (a redeploy, a restart) from the holder's snapshot at seq 4 audits
+    from there: the blocks before were its predecessor's to audit, not passed by it (``raydex
+    status`` would otherwise stay degraded after every redeploy). A later rebuild that jumps from
+    its audited seq 4 to a snapshot at 8 passes 4 blocks unaudited, counted."""
+    from raydex.actors.audit import SignatureAudit
+    from raydex.actors.transport import TcpBlockSource, TcpTxChannel
+
+    _, records = frames(tmp_path, 8)
+    snapshots = iter([(4, records[3], None), (8, records[7], None)])
+
+    async def fetch() -> tuple[int, list[object], bytes | None]:
+        return next(snapshots)
+
+    async def scenario() -> list[tuple[int, int, int]]:
+        nowhere = "127.0.0.1:9"  # never connected: the follower's loops are not started
+        audit = SignatureAudit()
+        follower = CommitterFollower(TcpBlockSource(nowhere), fetch, txlog=TcpTxChannel(nowhere),
+                                     audit=audit)  # fmt: skip
+        seen = []
+        for _ in range(2):
+            await follower.rebuild()
+            seen.append((audit.from_seq, audit.seq, audit.skipped_blocks))
+        return seen
+
+    assert asyncio.run(scenario()) == [(4, 4, 0), (4, 8, 4)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kit.engine import Desk
@@ -13,6 +14,7 @@ from kit.workload import Workload
 
 from raydex.codecs import (
     BalanceChanged,
+    ConditionalOrderUpdated,
     CreateOrder,
     ExchangeBalancesChanged,
     LevelChanged,
@@ -44,14 +46,22 @@ HOT: list[tuple[str, type, list[Any]]] = [
     (
         "order_updated",  # (written from an Order: see _order_args)
         OrderUpdated,
-        [U8, U63, U63, U63, U8, U32, U63, U63, I64, U8, U8, U8, U8, U63],
+        [U8, U63, U63, U63, U8, U32, U63, U63, I64, U8, U8, U8, U8, U63, U63],
     ),
     ("trade_executed", TradeExecuted, [U8, U63, U32, U63, U63, U63, U63, U63, U8, I64, I64]),
     ("balance_changed", BalanceChanged, [U63, I64]),
-    ("position_changed", PositionChanged, [U63, U8, I64, I64, I64, I64, U16, U8]),  # (a Position)
+    ("position_changed", PositionChanged, [U63, U8, I64, I64, I64, I64, U16, U8, I64]),
     ("nonce_updated", NonceUpdated, [U63, U8, I64]),
     ("market_stats_changed", MarketStatsChanged, [U8, U32, U32, U63]),
     ("exchange_balances_changed", ExchangeBalancesChanged, [I64, I64, I64, I64]),
+    (
+        "cond_updated",  # (written from a Cond: see _writer_args)
+        ConditionalOrderUpdated,
+        [
+            *(U8, U63, U63, U63, U8, U32, U63, U63, I64, U8, U8, U8, U8, U8, U32, I64),
+            *(U63, U63, U63, U63, I64, I64, U63),
+        ],
+    ),
 ]
 
 
@@ -78,31 +88,44 @@ def _model_types() -> tuple[type, ...]:
     d = Desk(accounts=(1,))
     assert d.buy(1, 1, 9_000) == 200
     o = next(iter(d.eng.state.orders.values()))
-    return type(o), type(o.account), type(o.market), type(o.level), type(o.position)
+    assert d.mark(9_000) == 200
+    assert d.trigger(1, 2, 1, 1, 7_000, 8_000, ro=0) == 200  # a stop-loss sell waiting
+    [c] = d.eng.state.conds.values()
+    return type(o), type(o.account), type(o.market), type(o.level), type(o.position), type(c)
 
 
-ORDER, ACCOUNT, MARKET, LEVEL, POSITION = _model_types()
+ORDER, ACCOUNT, MARKET, LEVEL, POSITION, COND = _model_types()
 
 
 def _writer_args(name: str, values: list[int]) -> tuple[Any, ...]:
     """The arguments of writer ``name`` for an event with these fields: the engine object it
     reads them from (with the status, for an order), or the fields themselves."""
     if name == "order_updated":
-        mi, oi, ai, coi, is_ask, price, init, rem, expiry, otype, tif, ro, status, pr = values
+        mi, oi, ai, coi, is_ask, price, init, rem, expiry, otype, tif, ro, status, pr, ver = values
         m = MARKET(mi, "M", 2, 2)
         o = ORDER(oi, ACCOUNT(ai), coi, m, is_ask, price, init, expiry, otype, tif, ro, pr)
         o.remaining = rem
+        o.version = ver
         return o, status
+    if name == "cond_updated":
+        mi, oi, ai, coi, is_ask, price, size, rem, expiry, otype, tif, ro = values[:12]
+        status, tstatus, tprice, ttime, parent, kid0, kid1, sib, created, nxt, sl = values[12:]
+        c = COND(oi, ACCOUNT(ai), MARKET(mi, "M", 2, 2), coi, is_ask, price, size, expiry,
+                 otype, tif, ro, tprice, created)  # fmt: skip
+        c.remaining, c.status, c.trigger_status, c.trigger_time = rem, status, tstatus, ttime
+        c.parent_index, c.kid_indexes, c.sibling_index = parent, (kid0, kid1), sib
+        c.next_slice, c.slice_index = nxt, sl
+        return (c,)
     if name == "level_changed":
         mi, is_ask, price, size = values
         lvl = LEVEL(mi, is_ask, price)
         lvl.size = size
         return (lvl,)
     if name == "position_changed":
-        ai, mi, size, entry, realized, funding, imf, mode = values
+        ai, mi, size, entry, realized, funding, imf, mode, allocated = values
         p = POSITION(ACCOUNT(ai), MARKET(mi, "M", 2, 2), imf)
         p.size, p.entry_quote, p.realized_pnl, p.funding_paid = size, entry, realized, funding
-        p.margin_mode = mode
+        p.margin_mode, p.allocated = mode, allocated
         return (p,)
     return tuple(values)
 
@@ -130,18 +153,21 @@ def test_a_cold_event_goes_through_the_codec() -> None:
     assert decode_body(body, count) == [ev]
 
 
-def _stream() -> list[tuple[Any, int]]:
+def _stream(conditional: int = 0) -> list[tuple[Any, int]]:
     w = Workload(
-        accounts=60, markets=3, seed=11, oracle_every=40, oracle_step=60, funding_every=1500
-    )
+        accounts=60, markets=3, seed=11, oracle_every=40, oracle_step=60, funding_every=1500,
+        conditional=conditional, ms_per_8=400 if conditional else 1,
+    )  # fmt: skip
     return [*w.setup(), *w.commands(6_000)]
 
 
-def test_execute_into_writes_the_blocks_the_tuple_events_encode_to() -> None:
+@pytest.mark.parametrize("conditional", [0, 12], ids=["plain", "conditional"])
+def test_execute_into_writes_the_blocks_the_tuple_events_encode_to(conditional: int) -> None:
     """Two engines, one stream: blocks of 7 commands built from ``execute_into``'s bytes are
     byte for byte the blocks ``encode_block`` makes of ``execute``'s NamedTuples, and decode to
-    them; the codes agree and so do the final states (liquidations included)."""
-    stream = _stream()
+    them; the codes agree and so do the final states (liquidations in the plain stream,
+    ``ConditionalOrderUpdated`` in the conditional one)."""
+    stream = _stream(conditional)
     a, b = Engine(), Engine()
     kinds: set[type] = set()
     for start in range(0, len(stream), 7):
@@ -157,15 +183,11 @@ def test_execute_into_writes_the_blocks_the_tuple_events_encode_to() -> None:
         assert frame == encode_block(start, start, 0, events)
         assert decode_block(frame).events == events
     assert a.state_hash() == b.state_hash()
-    assert {
-        LevelChanged,
-        OrderUpdated,
-        TradeExecuted,
-        PositionChanged,
-        MarketStatsChanged,
-        PositionLiquidated,
-        PositionDeleveraged,
-    } <= kinds
+    assert {LevelChanged, OrderUpdated, TradeExecuted, PositionChanged, MarketStatsChanged} <= kinds
+    if conditional:
+        assert ConditionalOrderUpdated in kinds
+    else:
+        assert {PositionLiquidated, PositionDeleveraged} <= kinds
 
 
 def test_execute_decodes_its_own_events_and_leaves_an_open_block_alone() -> None:

@@ -33,6 +33,7 @@ from raydex.observability.loadtest.loadgen import (
     OpenLoopClock,
     Pacer,
     Recorder,
+    assign_endpoints,
     form_encode,
     lane_specs,
     plan_load,
@@ -50,6 +51,9 @@ from raydex.observability.loadtest.run import (
     find_py_spy,
     generator_cpus,
     parse_ab,
+    part_key,
+    per_host,
+    unused_endpoints,
 )
 
 # ---- the schedule ------------------------------------------------------------------------------
@@ -290,6 +294,65 @@ def test_lanes_alternate_groups_and_give_every_group_a_ws_and_a_rest_lane() -> N
     ]  # fmt: skip
     with pytest.raises(ValueError, match="--clients must be >= 4"):
         lane_specs(3, [("a", 1), ("b", 2)])
+
+
+def test_a_groups_lanes_go_to_its_endpoints_in_pairs_so_every_host_gets_both_kinds() -> None:
+    """``--address``: each group's lanes are spread over its replica endpoints (one per host),
+    a WS and a REST lane at a time; a group without endpoints keeps its lanes as they were."""
+    lanes = lane_specs(10, [("a", 1), ("b", 2)])
+    ends = {"a": [("host-b", "10.0.0.3", 81), ("host-c", "10.0.0.4", 81)]}
+    moved = assign_endpoints(lanes, ends)
+    on_a = [(ln.label, ln.host, ln.port, ln.kind) for ln in moved if ln.group == "a"]
+    assert on_a == [
+        ("host-b", "10.0.0.3", 81, "ws"), ("host-b", "10.0.0.3", 81, "rest"),
+        ("host-c", "10.0.0.4", 81, "ws"), ("host-c", "10.0.0.4", 81, "rest"),
+        ("host-b", "10.0.0.3", 81, "ws"),
+    ]  # fmt: skip
+    assert [ln for ln in moved if ln.group == "b"] == [ln for ln in lanes if ln.group == "b"]
+    assert [ln.index for ln in moved] == [ln.index for ln in lanes]
+    assert unused_endpoints(moved, ends) == []
+    three = {"a": [*ends["a"], ("host-d", "10.0.0.5", 81)]}
+    assert unused_endpoints(assign_endpoints(lane_specs(4, [("a", 1)]), three), three) == [
+        "a@10.0.0.5:81"]  # fmt: skip
+
+
+def test_recorders_merged_equal_one_recorder_that_saw_everything() -> None:
+    t0, s = 0, 1_000_000_000
+    answers = [(t0, t0 + 5_000, ("A",), (200,), 1), (t0, t0 + 2 * s, ("B", "A"), (200, 21104), 1),
+               (t0 + s, t0 + s + 9_000, ("C",), (NO_REPLY,), 0)]  # fmt: skip
+    whole, one, two = Recorder("g"), Recorder("g"), Recorder("g")
+    for k, (planned, done, types, codes, committed) in enumerate(answers):
+        for rec in (whole, one if k % 2 else two):
+            rec.sent_at(planned, planned + 100, len(types))
+            rec.finished(planned, done, t0, types, codes, committed=committed)
+    one.merge(two)
+    for attr in ("sent", "done", "committed", "codes", "ok_per_second"):
+        assert getattr(one, attr) == getattr(whole, attr), attr
+    for attr in ("latency", "admitted", "send_lag"):
+        assert getattr(one, attr).counts == getattr(whole, attr).counts, attr
+    assert {k: h.counts for k, h in one.by_type.items()} == {
+        k: h.counts for k, h in whole.by_type.items()}  # fmt: skip
+    assert [h.counts for h in one.per_second] == [h.counts for h in whole.per_second]
+
+
+def test_the_per_host_rows_sum_each_hosts_lanes_over_the_groups() -> None:
+    lanes = assign_endpoints(
+        lane_specs(8, [("a", 1), ("b", 2)]),
+        {"a": [("host-b", "10.0.0.3", 81), ("host-c", "10.0.0.4", 81)],
+         "b": [("host-b", "10.0.0.3", 82)]},
+    )  # fmt: skip
+    parts = {part_key(ln): Recorder(ln.group) for ln in lanes}
+    for ln in lanes:  # each lane: one tx accepted, and on host-c one refused
+        parts[part_key(ln)].finished(0, 1_000, 0, ("A",), (200,))
+        if ln.label == "host-c":
+            parts[part_key(ln)].finished(0, 1_000, 0, ("A",), (21104,))
+    rows = per_host(parts, lanes, elapsed_s=2.0)
+    assert list(rows) == ["host-b", "host-c"]
+    assert rows["host-b"]["endpoints"] == ["10.0.0.3:81", "10.0.0.3:82"]
+    assert (rows["host-b"]["lanes"], rows["host-b"]["txs"], rows["host-b"]["accepted"]) == (6, 6, 6)
+    assert (rows["host-c"]["lanes"], rows["host-c"]["txs"], rows["host-c"]["accepted"]) == (2, 4, 2)
+    assert rows["host-c"]["accepted_per_s"] == 1.0
+    assert rows["host-c"]["errors"] == {"INVALID_NONCE": 2} and rows["host-b"]["errors"] == {}
 
 
 def test_form_encoding_equals_the_standard_library() -> None:

@@ -122,7 +122,7 @@ def test_the_c_loop_leaves_the_caches_as_the_python_loop_does(
     "event",
     [
         LevelChanged(99, 0, 1_000, 5),  # a market the replica does not have
-        OrderUpdated(99, 7, 1, 0, 0, 1_000, 5, 5, 0, 0, 0, 0, int(OrderStatus.ACTIVE_LIMIT), 1),
+        OrderUpdated(99, 7, 1, 0, 0, 1_000, 5, 5, 0, 0, 0, 0, int(OrderStatus.ACTIVE_LIMIT), 1, 0),
         TradeExecuted(99, 1, 1_000, 1, 1, 2, 1, 2, 0, 0, 0),
         MarketStatsChanged(99, 1_000, 1_000, 5),
     ],
@@ -168,6 +168,7 @@ order_updates = st.builds(
         ro,
         ACTIVE if live else 2,
         oi,
+        oi * 3,  # order version
     ),
     # order index (its market and account fixed, as the engine keeps them): updated, moved to
     # another price or side, dropped, made again
@@ -239,7 +240,7 @@ def small_boot() -> tuple[int, int, list[Any]]:
     pending=False,
 )
 @example(  # an order that moves to the other side at the same price leaves its old level
-    blocks=[[OrderUpdated(0, 4, 250, 0, s, 2_000, 3, 2, 0, 0, 1, 0, ACTIVE, 4) for s in (0, 1)]],
+    blocks=[[OrderUpdated(0, 4, 250, 0, s, 2_000, 3, 2, 0, 0, 1, 0, ACTIVE, 4, 7) for s in (0, 1)]],
     pending=False,
 )
 def test_both_loops_agree_on_synthetic_blocks(

@@ -11,8 +11,9 @@ import pytest
 
 from raydex.actors.local import FAR_MS, LocalExchange, Trader, new_exchange
 from raydex.actors.replica.cache.dryrun import dry_run
-from raydex.actors.replica.cache.state import GapError, ReplicaState
-from raydex.codecs import CreateOrder, ResultCode, SetMarkPrice, sign_tx
+from raydex.actors.replica.cache.state import RECENT_TRADES, GapError, ReplicaState
+from raydex.actors.snapshot.tape import TAPE_DEPTH, TradeTape
+from raydex.codecs import CreateOrder, ResultCode, SetMarkPrice, decode_block, sign_tx
 from raydex.observability.gcstats import UNTRACKING
 
 
@@ -141,8 +142,12 @@ def test_dry_run_predicts_the_gate_codes_from_the_caches() -> None:
     assert dry_run(st, sign_tx(ok._replace(market_index=9), a.seed), 0) == (
         ResultCode.MARKET_NOT_FOUND
     )
-    far = sign_tx(ok._replace(price=100_000), a.seed)
+    # the band bounds the aggressive side only: a sell far under the mark, not a bid there
+    far = sign_tx(ok._replace(price=100_000, is_ask=1), a.seed)
     assert dry_run(st, far, 0) == ResultCode.FAT_FINGER_PRICE
+    assert dry_run(st, sign_tx(ok._replace(price=100_000), a.seed), 0) == ResultCode.OK
+    wide = sign_tx(ok._replace(price=2**32 - 1, order_type=1, time_in_force=0), a.seed)
+    assert dry_run(st, wide, 0) == ResultCode.OK  # a market order's average limit: no band
     big = sign_tx(ok._replace(base_amount=1_000_000), a.seed)
     assert dry_run(st, big, 0) == ResultCode.NOT_ENOUGH_MARGIN
     assert ex.producer.engine.apply(big, 0).code == ResultCode.NOT_ENOUGH_MARGIN
@@ -218,3 +223,27 @@ def test_the_records_a_block_leaves_behind_are_out_of_the_collectors_lists() -> 
     done = [x for log in logs if log is not None for x in (*log.orders, *log.trades)]
     assert done and not any(gc.is_tracked(x) for x in done)
     st.validate()  # and they read the same: the caches still agree with each other
+
+
+def test_a_replica_booted_with_the_holders_tape_serves_the_recent_trades_its_elders_do() -> None:
+    """Issue 35: a replica booted later answered recentTrades with the trades since its boot only.
+    The holder keeps the market tape as of each snapshot (``actors/snapshot/tape.py``); a replica
+    that starts from the snapshot with it holds, block for block, the tape of one that saw every
+    block, also once trades overflow its depth."""
+    assert TAPE_DEPTH == RECENT_TRADES
+    traders = [Trader(i) for i in range(1, 5)]
+    ex = new_exchange(traders)
+    trade_a_while(ex, traders, 150, seed=4)
+    tape = TradeTape()
+    for frame in ex.frames:
+        blk = decode_block(frame)
+        tape.add(blk.seq, blk.timestamp_ns // 1_000_000, blk.events)
+    tape.mark(ex.producer.seq)
+    late = replica_from_snapshot(ex)
+    late.seed_trades(tape.at(late.seq) or ())
+    ex.attach(late)
+    trade_a_while(ex, traders, 10, seed=5)
+    full = replica_from_start(ex)
+    assert len(full.trades[0]) == RECENT_TRADES  # the depth overflowed
+    assert list(late.trades[0]) == list(full.trades[0])
+    assert not replica_from_snapshot(ex).trades[0]  # what a replica booted without the tape had

@@ -120,6 +120,18 @@ def test_the_json_report_has_the_promised_keys_per_group_and_the_ab_difference()
     assert met["nonce_gaps"] is True
 
 
+def test_a_cluster_runs_report_has_a_row_per_host_and_a_local_one_none() -> None:
+    report = build_report([_group("a", 2, 100, (200,) * 5)], {"tps": 1, "seconds": 1}, {})
+    assert "## Per host" not in render_markdown(report)
+    row = {"endpoints": ["10.0.0.3:8080"], "lanes": 4, "txs": 120, "accepted": 118,
+           "accepted_per_s": 39.3, "p50_us": 900.0, "p99_us": 4100.0,
+           "errors": {"INVALID_NONCE": 2}}  # fmt: skip
+    md = render_markdown({**report, "hosts": {"host-b": row}})
+    assert "## Per host" in md
+    line = "| host-b | 10.0.0.3:8080 | 4 | 120 | 118 | 39.3 | 900.0 / 4100.0 | INVALID_NONCE 2 |"
+    assert line in md
+
+
 def test_a_broken_begin_nonce_chain_counts_a_gap() -> None:
     books = BookWatch()
     last: dict[str, int] = {}

@@ -9,6 +9,7 @@ import errno
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,12 @@ from raydex.actors.transport import GrpcBlockSource, GrpcTxChannel, TcpTxChannel
 from raydex.codecs import (
     CreateOrder,
     Deposit,
+    OrderType,
     RegisterApiKey,
     ResultCode,
     SetMarkPrice,
     TxOutcome,
+    TxType,
     decode_block,
     decode_outcomes,
     decode_wal_read_reply,
@@ -497,3 +500,50 @@ def test_a_port_already_in_use_fails_the_start_and_leaves_nothing_running(
         assert busy.fileno() != -1 and busy.getsockname()[1] == port
     finally:
         busy.close()
+
+
+def test_the_oracle_carries_block_time_to_a_due_twap_slice_with_a_time_tick(
+    tmp_path: Path,
+) -> None:
+    """No user traffic and no two-sided book (so no SetMarkPrice): once the TWAP's first slice
+    is due by the sequencer's clock, the oracle's round stamps a ``TimeTick`` and the slice runs."""
+    offset = [0]
+
+    def clock() -> int:
+        return time.time_ns() + offset[0]
+
+    async def run() -> tuple[int, list[int]]:
+        cfg = dataclasses.replace(config(tmp_path), oracle_interval_ms=5, oracle_max_step_bps=10)
+        svc = SequencerService(cfg, clock=clock)
+        await svc.start()
+        try:
+            await funded(svc)
+            now_ms = clock() // 1_000_000
+            ask = order(2, 0, 300_000, 1)._replace(base_amount=1_000)
+            twap = CreateOrder(
+                1, 0, 0, 7, 120, 301_000, 0, OrderType.TWAP, 1, 0, 0, now_ms + 380_000, FAR, 0,
+                bytes(80),
+            )  # fmt: skip
+            outs = await svc.submit([sign_tx(ask, SEED), sign_tx(twap, SEED)])
+            assert [o.code for o in outs] == [ResultCode.OK, ResultCode.OK]
+            offset[0] += 30_000 * 1_000_000  # 30 s of block time pass
+            for _ in range(1_000):  # bounded: the oracle's next rounds
+                await asyncio.sleep(0.01)
+                pos = svc._engine().position(1, 0)
+                if pos is not None and pos.size:
+                    break
+            pos = svc._engine().position(1, 0)
+            assert svc.hub is not None
+            types = [
+                e.tx_type
+                for _, frame in svc.hub._ring
+                for e in decode_block(frame).events
+                if type(e).__name__ == "TxExecuted"
+            ]
+            return (pos.size if pos is not None else 0), types
+        finally:
+            await svc.stop()
+
+    size, types = asyncio.run(run())
+    assert size == 10  # the first of twelve slices of 120 lots
+    assert int(TxType.TIME_TICK) in types

@@ -100,3 +100,22 @@ def test_a_state_loaded_from_records_gives_back_the_same_records() -> None:
     for cmd, now in [*w.setup(), *w.commands(2_000)]:
         eng.execute(cmd, now, [])
     assert list(DeltaState.from_records(eng.records()).records()) == list(eng.records())
+
+
+def test_folding_a_workload_with_conditional_orders_gives_the_engines_state() -> None:
+    """Stop-loss / take-profit, grouped orders and TWAPs: the holder keeps each live one from
+    its ``ConditionalOrderUpdated`` and drops it with its final status or its order's exit."""
+    eng, st = Engine(), DeltaState()
+    w = Workload(accounts=120, markets=2, seed=11, oracle_every=25, conditional=12, ms_per_8=400)
+    stream = [*w.setup(), *w.commands(8_000)]
+    live_seen = 0
+    for i in range(0, len(stream), 9):
+        events: list[Any] = []
+        for cmd, now in stream[i : i + 9]:
+            eng.execute(cmd, now, events)
+        st.apply(decode_block(encode_block(i, i, 0, events)).events)
+        assert st.state_hash() == eng.state_hash(), f"after command {i}"
+        live_seen = max(live_seen, len(st.conds))
+    assert list(st.records()) == list(eng.records())
+    kinds = {type(e).__name__ for e in events}
+    assert live_seen > 10, kinds

@@ -72,6 +72,10 @@ def test_the_digest_ignores_record_order_and_priority_but_not_state() -> None:
     richer = list(records)
     richer[i] = records[i]._replace(collateral=records[i].collateral + 1)
     assert state_digest(richer) != digest
+    assert records[i].master_index == records[i].account_index  # a master: its own index
+    adopted = list(records)
+    adopted[i] = records[i]._replace(master_index=records[i].account_index + 1)
+    assert state_digest(adopted) != digest
     assert any(type(r) is OrderRecord for r in records)
 
 

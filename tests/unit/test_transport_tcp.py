@@ -100,6 +100,36 @@ def test_a_socket_file_left_by_a_dead_server_is_replaced(tmp_path: Path) -> None
     run(scenario())
 
 
+def test_the_follower_says_whether_its_stream_reaches_the_publisher() -> None:
+    """A replica's status reports its link (``raydex status``: 'no sequencer'): down before the
+    first connect, up once connected, down again with the cause when the publisher goes away."""
+
+    async def scenario() -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
+        plane = Plane("tcp", "")
+        async with plane.serving(published(3), echo, secret=SECRET) as server:
+            source = plane.source(server, secret=SECRET, backoff=FAST)
+            before = source.link.status()
+            stream = source.subscribe(1)
+            await take(stream, 3)
+            during = source.link.status()
+            reading = asyncio.ensure_future(take(stream, 1))
+        # the server stopped: the stream breaks and every reconnect is refused
+        for _ in range(200):
+            if not source.link.up:
+                break
+            await asyncio.sleep(0.01)
+        after = source.link.status()
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
+        await source.close()
+        return before, during, after
+
+    before, during, after = run(scenario())
+    assert before["reachable"] is False and before["cause"] == "not connected yet"
+    assert during["reachable"] is True and during["cause"] == ""
+    assert after["reachable"] is False and after["cause"]
+
+
 # -- before the secret: what a stranger can hold ---------------------------------------------
 
 

@@ -15,10 +15,12 @@ from raydex.codecs import (
     ApplyFunding,
     CancelAllOrders,
     CancelOrder,
+    CreateGroupedOrders,
     CreateMarket,
     CreateOrder,
     Deposit,
     ModifyOrder,
+    OrderType,
     PositionLiquidated,
     RegisterApiKey,
     ResultCode,
@@ -29,6 +31,7 @@ from raydex.codecs import (
     Transfer,
     UpdateLeverage,
     Withdraw,
+    grouped_orders,
 )
 from raydex.engine import Engine
 from raydex.observability.loadtest.workload import (
@@ -108,10 +111,16 @@ def test_client_order_indexes_are_unique_and_cancels_name_orders_that_were_creat
     _, chunks = _generate(WorkloadConfig(commands=6_000, **SMALL))
     created: dict[int, int] = {}
     for c in _stream(chunks):
-        if isinstance(c, CreateOrder):
-            assert c.client_order_index not in created
-            assert 0 < c.client_order_index < FIRST_ORDER_INDEX
-            created[c.client_order_index] = c.account_index
+        if isinstance(c, CreateOrder | CreateGroupedOrders):
+            cois = (
+                [c.client_order_index]
+                if isinstance(c, CreateOrder)
+                else [o.client_order_index for o in grouped_orders(c) if o.client_order_index]
+            )
+            for coi in cois:
+                assert coi not in created
+                assert 0 < coi < FIRST_ORDER_INDEX
+                created[coi] = c.account_index
         elif isinstance(c, CancelOrder | ModifyOrder):
             assert created[c.index] == c.account_index
 
@@ -124,7 +133,10 @@ def test_time_advances_and_no_transaction_or_resting_order_expires_during_the_ru
         if hasattr(c, "expired_at"):
             assert c.expired_at > times[-1] + 86_400_000
         if isinstance(c, CreateOrder) and c.time_in_force != TimeInForce.IMMEDIATE_OR_CANCEL:
-            assert c.order_expiry > times[-1] + 86_400_000
+            if c.order_type == OrderType.TWAP:  # its expiry is its end, five minutes or more on
+                assert c.order_expiry >= START_MS + 300_000
+            else:
+                assert c.order_expiry > times[-1] + 86_400_000
 
 
 def test_the_mix_is_mostly_quoting_with_about_forty_percent_cancels_and_every_kind_present() -> (
@@ -150,8 +162,14 @@ def test_bare_ops_mirror_the_order_commands() -> None:
             for c in ch.commands
             if isinstance(c, CreateOrder) and c.time_in_force == TimeInForce.IMMEDIATE_OR_CANCEL
         )
+        # waiting orders (stop-loss / take-profit, TWAP) are not book operations; a grouped
+        # order's entry is
+        waiting = sum(1 for c in ch.commands if isinstance(c, CreateOrder) and c.order_type > 1)
+        entries = sum(
+            1 for c in ch.commands if isinstance(c, CreateGroupedOrders) and c.grouping_type != 2
+        )
         ops = Counter(op.kind for op in ch.bare_ops)
-        assert ops[ADD] == kinds[CreateOrder] + kinds[ModifyOrder]
+        assert ops[ADD] == kinds[CreateOrder] - waiting + kinds[ModifyOrder] + entries
         assert ops[CANCEL] >= kinds[CancelOrder] + kinds[ModifyOrder] + iocs
 
 

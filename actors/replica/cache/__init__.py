@@ -13,7 +13,7 @@ fan-out read. Imports run one way: ``dryrun -> state -> history -> candles, volu
 ``candles``     OHLCV per market and resolution from the trade stream
 ``volumes``     per-account trade counts and volumes over Lighter's windows
 ``ledger``      per-account history for the authenticated reads
-``margin``      an account's equity, initial-margin requirement and liquidation prices
+``margin``      an account's equity, margin requirements (cross and isolated) and liquidation prices
 ==============  =================================================================================
 """
 
@@ -26,10 +26,16 @@ from .candles import (
     candle_json,
     parse_candle_channel,
 )
-from .dryrun import MAX_PENDING_PER_KEY, dry_run
+from .dryrun import MAX_PENDING_PER_KEY, dry_run, explain
 from .history import Funding, History, Settlement, sequence_index
 from .ledger import DoneOrder, Flow, FundingPayment, Ledger, LedgerCaps, Liquidation, PnlBucket
-from .margin import equity_and_requirement, liquidation_price, liquidation_prices
+from .margin import (
+    MarginSummary,
+    equity_and_requirement,
+    liquidation_price,
+    liquidation_prices,
+    margin_summary,
+)
 from .rows import Applied, BookDelta, Levels, TradeRow, TxRecord
 from .state import (
     NATIVE_LOOPS,
@@ -65,6 +71,7 @@ __all__ = [
     "LevelOrders",
     "Levels",
     "Liquidation",
+    "MarginSummary",
     "MarketStats",
     "PnlBucket",
     "ReplicaState",
@@ -76,8 +83,10 @@ __all__ = [
     "candle_json",
     "dry_run",
     "equity_and_requirement",
+    "explain",
     "liquidation_price",
     "liquidation_prices",
+    "margin_summary",
     "parse_candle_channel",
     "sequence_index",
 ]

@@ -1071,12 +1071,14 @@ order_updated(caches_t *c, PyObject *ev, PyObject *touched)
         return -1;
     }
     if (live) {
-        PyObject *items[13];
+        /* OrderRecord: OrderUpdated's fields but its status (12): ..., priority, version */
+        PyObject *items[14];
         for (int i = 0; i < 12; i++) {
             items[i] = PyTuple_GET_ITEM(ev, i);
         }
         items[12] = PyTuple_GET_ITEM(ev, 13);
-        PyObject *r = record(cls[C_ORDER_RECORD], items, 13);
+        items[13] = PyTuple_GET_ITEM(ev, 14);
+        PyObject *r = record(cls[C_ORDER_RECORD], items, 14);
         if (r == NULL) {
             return -1;
         }
@@ -1348,7 +1350,7 @@ make_deltas(PyObject *changed, PyObject *seq, PyObject *nonces)
 
 /* The fields each handled event kind must have (its NamedTuple's; MarketStatsChanged is
  * unpacked whole by the Python loop, so exactly its 4). */
-static const Py_ssize_t min_fields[N_EVENTS] = {14, 4, 6, 3, 2, 8, 11, 4};
+static const Py_ssize_t min_fields[N_EVENTS] = {15, 4, 6, 3, 2, 8, 11, 4};
 
 static PyObject *
 apply_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)

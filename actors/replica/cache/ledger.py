@@ -7,7 +7,10 @@
     http/private.py (auth.py checked the token) ─► Ledger.log(account) (catches up first) ─► JSON
 
 Kept per account, newest last, each list capped (:class:`LedgerCaps`, oldest dropped):
-``orders`` that left the book (with their filled quote), ``trades`` (its fills), ``flows``
+``orders`` that left the book (with their filled quote, and the condition they came from: a
+fired stop-loss / take-profit, a grouped entry, or for a TWAP's slice its TWAP), and the
+conditional orders that ended without firing (their last ``ConditionalOrderUpdated``; a TWAP
+with the quote its slices filled), ``trades`` (its fills), ``flows``
 (deposits, withdrawals, transfers), ``fundings`` (from a position's ``funding_paid``),
 ``liquidations``, ``txs`` (its own) and ``pnl`` (hourly: realized pnl, inflow, outflow, volume).
 
@@ -35,6 +38,7 @@ from typing import NamedTuple
 
 from raydex.codecs import (
     BalanceChanged,
+    ConditionalOrderUpdated,
     FundingChanged,
     LevelChanged,
     NonceUpdated,
@@ -67,6 +71,8 @@ __all__ = [
 FLOW_TYPES = frozenset({int(TxType.DEPOSIT), int(TxType.TRANSFER), int(TxType.WITHDRAW)})
 _HOUR_MS = 3_600_000
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
+#: a conditional order's statuses while it is live (``engine._pending``)
+_LIVE = frozenset({int(OrderStatus.PENDING), _ACTIVE, int(OrderStatus.IN_PROGRESS)})
 _TRANSFER = int(TxType.TRANSFER)
 _FLAT = (0, 0, 0)
 #: Blocks queued before :meth:`Ledger.add_block` folds them itself.
@@ -99,12 +105,16 @@ class LedgerCaps:
 
 
 class DoneOrder(NamedTuple):
-    """An order's last update (not active any more), its filled quote (ticks x lots) and when."""
+    """An order's last update (not active any more), its filled quote (ticks x lots) and when;
+    ``cond``: the condition it came from (or the TWAP it is a slice of), None for a plain
+    order. ``order`` is a ``ConditionalOrderUpdated`` for a conditional order that ended
+    without firing."""
 
-    order: OrderUpdated
+    order: OrderUpdated | ConditionalOrderUpdated
     filled_quote: int
     block_height: int
     timestamp_ms: int
+    cond: ConditionalOrderUpdated | None = None
 
 
 class Flow(NamedTuple):
@@ -265,8 +275,14 @@ class Ledger:
         self._positions: dict[tuple[int, int], tuple[int, int, int]] = {}
         #: market -> its last settled funding rate (1e-8)
         self._rates: dict[int, int] = {}
-        #: resting orders' filled quote so far (ticks x lots), until they leave the book
+        #: resting orders' filled quote so far (ticks x lots), until they leave the book (a
+        #: running TWAP's: its slices')
         self._quote: dict[int, int] = {}
+        #: the last ``ConditionalOrderUpdated`` of each live conditional order, until it ends
+        #: or its order leaves the book
+        self._conds: dict[int, ConditionalOrderUpdated] = {}
+        #: per running TWAP, the slice its events last named (each slice linked once)
+        self._last_slice: dict[int, int] = {}
 
     def __len__(self) -> int:
         self.catch_up()
@@ -376,7 +392,10 @@ class Ledger:
                 o: OrderUpdated = ev  # type: ignore[assignment]
                 if o[12] != _ACTIVE or not o[7]:  # status, remaining_base_amount
                     quote = self._quote.pop(o[1], 0)
-                    log_of(o[2]).add_order(DoneOrder(o, quote, height, ts_ms))
+                    cond = self._conds.pop(o[1], None) if self._conds else None
+                    log_of(o[2]).add_order(DoneOrder(o, quote, height, ts_ms, cond))
+            elif t is ConditionalOrderUpdated:
+                self._cond(ev, height, ts_ms)  # type: ignore[arg-type]
             elif t is TxExecuted:
                 position += 1
                 rec = txs[position]
@@ -404,6 +423,30 @@ class Ledger:
             elif t is FundingChanged:
                 f: FundingChanged = ev  # type: ignore[assignment]
                 self._rates[f.market_index] = f.last_rate
+
+    def _cond(self, c: ConditionalOrderUpdated, height: int, ts_ms: int) -> None:
+        """A conditional order's state: kept while live; one that ends without firing joins
+        its account's orders. A TWAP's event after a slice names the slice, which ended just
+        before it in the block (an IOC market order): that slice's entry, its account's last
+        order, is linked to the TWAP and its filled quote counted as the TWAP's."""
+        oi = c[1]
+        s = c.slice_order_index
+        if s and s != self._last_slice.get(oi):
+            self._last_slice[oi] = s
+            log = self._logs.get(c[2])
+            done = log.orders if log is not None else ()
+            if isinstance(done, deque) and done and done[-1].order[1] == s:
+                d = done[-1]
+                done[-1] = d._replace(cond=c)
+                if d.filled_quote:
+                    self._quote[oi] = self._quote.get(oi, 0) + d.filled_quote
+        if c[12] in _LIVE:  # status
+            self._conds[oi] = c
+            return
+        self._conds.pop(oi, None)
+        self._last_slice.pop(oi, None)
+        quote = self._quote.pop(oi, 0)
+        self._log(c[2]).add_order(DoneOrder(c, quote, height, ts_ms))
 
     def _mirror(self, events: Sequence[object]) -> None:
         for ev in events:

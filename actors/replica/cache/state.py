@@ -15,6 +15,12 @@ Invariants (``validate()`` checks the structural ones):
   (whatever its code) or by :meth:`forget_sent`.
 - Read indexes kept in step by the same writes (``level_orders``, ``account_keys``,
   ``AccountCache.order_counts``), so no read walks the whole state.
+- Conditional orders (``ConditionalOrderUpdated``, engine ``_triggers``): the waiting ones
+  (pending stop-loss / take-profit and grouped children, running TWAPs) in ``conds`` and their
+  account's ``AccountCache.conds``; the conditions of orders on the book (a fired
+  stop-loss-limit, a grouped entry) in ``attached`` while their order rests (an entry whose
+  order has left is stale: :meth:`records` skips it, and stale ones are dropped whenever
+  ``attached`` doubles). A condition with a final status leaves both.
 
 Cost: ``apply_block`` is O(events) dict work plus O(log L) per level added or removed (L levels
 on the book); a snapshot is O(L) on the first read after a change.
@@ -35,6 +41,8 @@ from raydex.codecs import (
     ApiKeyRecord,
     BalanceChanged,
     Block,
+    ConditionalOrderRecord,
+    ConditionalOrderUpdated,
     ExchangeBalancesChanged,
     ExchangeRecord,
     FundingChanged,
@@ -51,7 +59,9 @@ from raydex.codecs import (
     OrderUpdated,
     PositionChanged,
     PositionRecord,
+    SubAccountCreated,
     TradeExecuted,
+    TriggerStatus,
     TxExecuted,
     Verifier,
     decode_block,
@@ -65,10 +75,14 @@ from raydex.observability.gcstats import untrack, untrack_all
 
 from .history import History
 from .ledger import Ledger
-from .margin import equity_and_requirement
+from .margin import MarginSummary, equity_and_requirement, margin_summary
 from .rows import Applied, BookDelta, Levels, TradeRow, TxRecord
 
 _ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
+#: a conditional order's statuses while it is live (``engine._pending``)
+_LIVE = frozenset({int(OrderStatus.PENDING), _ACTIVE, int(OrderStatus.IN_PROGRESS)})
+#: trigger statuses of a condition that rides an order on the book (fired, or a grouped entry)
+_ON_BOOK = frozenset({int(TriggerStatus.READY), int(TriggerStatus.NA)})
 #: Trades kept per market for ``recentTrades`` / ``trade`` snapshots.
 RECENT_TRADES = 100
 #: Tx results kept for ``tx?by=hash`` (oldest dropped first).
@@ -183,6 +197,8 @@ class AccountCache:
     cois: dict[int, int] = field(default_factory=dict)
     #: market -> resting orders there (``open_order_count`` of a position without a walk)
     order_counts: dict[int, int] = field(default_factory=dict)
+    #: its waiting conditional orders by order index (``ReplicaState.conds``)
+    conds: dict[int, ConditionalOrderRecord] = field(default_factory=dict)
 
     def index(self, r: OrderRecord, sign: int) -> None:
         """Add (``sign=1``) or remove (``-1``) one resting order from the aggregates. Fields by
@@ -280,6 +296,11 @@ class ReplicaState:
         self._book_nonces: dict[int, int] = {}
         self.books = Books(self._bids, self._asks, self._prices, self._book_nonces)
         self.orders: dict[int, OrderRecord] = {}
+        #: waiting conditional orders, and the conditions of orders on the book (see the
+        #: module docstring), by order index; ``attached`` is pruned past ``_attached_cap``
+        self.conds: dict[int, ConditionalOrderRecord] = {}
+        self.attached: dict[int, ConditionalOrderRecord] = {}
+        self._attached_cap = 64
         #: market -> (bids, asks), each price -> {order index: resting order}: the orders of a
         #: level without a walk over the market (``orderBookOrders`` reads them best level first)
         self.level_orders: dict[int, tuple[LevelOrders, LevelOrders]] = {}
@@ -291,6 +312,10 @@ class ReplicaState:
         #: account -> its L1 address (20 bytes), and back (``accountsByL1Address``)
         self.l1_addresses: dict[int, bytes] = {}
         self.by_l1: dict[bytes, int] = {}
+        #: sub-account -> its master (a master, its own, has no entry), and each master's
+        #: sub-accounts in creation order (``accountsByL1Address``, ``account``)
+        self.masters: dict[int, int] = {}
+        self.sub_accounts: dict[int, list[int]] = {}
         self.trades: dict[int, deque[TradeRow]] = {}
         self.txs: dict[bytes, TxRecord] = {}
         #: ``txs``' keys, oldest first: the oldest result is dropped past ``tx_results``
@@ -322,6 +347,8 @@ class ReplicaState:
                 st._add_market(r)
             elif t is _AccountRecord:
                 st.accounts[r.account_index] = AccountCache(r.collateral)
+                if r.master_index != r.account_index:
+                    st._add_sub_account(r.account_index, r.master_index)
                 ledger.seed_account(r.account_index, r.collateral)
             elif t is PositionRecord:
                 st._account(r.account_index).positions[r.market_index] = r
@@ -342,7 +369,10 @@ class ReplicaState:
                 ledger.seed_rate(r.market_index, r.last_rate)
             elif t is L1AddressRecord:
                 st.l1_addresses[r.account_index] = r.l1_address
-                st.by_l1[r.l1_address] = r.account_index
+                if r.account_index not in st.masters:  # (a sub-account shares its master's)
+                    st.by_l1[r.l1_address] = r.account_index
+            elif t is ConditionalOrderRecord:
+                st._put_cond(r)
             else:
                 raise TypeError(f"not a snapshot record: {t.__name__}")
         for mi in st.markets:
@@ -362,6 +392,16 @@ class ReplicaState:
         self.__dict__.update(other.__dict__)
         self.ledger = ledger
 
+    def seed_trades(self, rows: Iterable[tuple[int, Any, bytes, int, int]]) -> None:
+        """The market tape as of this state's seq (the holder's, ``actors/snapshot/tape.py``):
+        ``(market, TradeExecuted, tx hash, seq, ms)`` rows, oldest first, as this replica would
+        hold them had it applied those blocks itself (a replica booted later serves the same
+        ``recentTrades`` as its elders). Rows of unknown markets or newer seqs are ignored."""
+        for mi, trade, tx_hash, seq, ts_ms in rows:
+            tape = self.trades.get(mi)
+            if tape is not None and seq <= self.seq:
+                tape.append(_new(TradeRow, (trade, tx_hash, seq, ts_ms)))
+
     def _add_market(self, r: MarketRecord) -> None:
         mi = r.market_index
         self.markets[mi] = r
@@ -375,6 +415,21 @@ class ReplicaState:
             self.trades[mi] = deque(maxlen=RECENT_TRADES)
             self.stats[mi] = MarketStats()
             self.books.add(mi)
+
+    def _add_sub_account(self, ai: int, master: int) -> None:
+        """``ai`` is a sub-account of ``master``: in ``masters``, and in the master's list, kept in
+        creation order (highest index first: the engine hands them out counting down)."""
+        self.masters[ai] = master
+        subs = self.sub_accounts.get(master)
+        if subs is None:
+            self.sub_accounts[master] = [ai]
+        elif ai not in subs:
+            subs.append(ai)
+            subs.sort(reverse=True)
+
+    def master_of(self, ai: int) -> int:
+        """``ai``'s master account (its own index for a master)."""
+        return self.masters.get(ai, ai)
 
     def _account(self, ai: int) -> AccountCache:
         acct = self.accounts.get(ai)
@@ -436,6 +491,25 @@ class ReplicaState:
         del level[r[1]]
         if not level:
             del side[price]
+
+    def _put_cond(self, r: ConditionalOrderRecord) -> None:
+        """A conditional order's state (the fields of its last ``ConditionalOrderUpdated``)."""
+        oi = r[1]
+        acct = self._account(r[2])
+        if r[12] in _LIVE and r[13] not in _ON_BOOK:  # status, trigger_status
+            self.conds[oi] = acct.conds[oi] = r
+            return
+        if self.conds.pop(oi, None) is not None:
+            del acct.conds[oi]
+        if r[12] in _LIVE:
+            attached = self.attached
+            attached[oi] = r
+            if len(attached) > self._attached_cap:
+                orders = self.orders
+                self.attached = {i: c for i, c in attached.items() if i in orders or i == oi}
+                self._attached_cap = max(64, 2 * len(self.attached))
+        else:
+            self.attached.pop(oi, None)
 
     def _put_key(self, r: ApiKeyRecord) -> None:
         self.api_keys[(r.account_index, r.api_key_index)] = r
@@ -539,7 +613,7 @@ class ReplicaState:
             t = type(ev)
             if t is OrderUpdated:
                 if ev[12] == _ACTIVE and ev[7] > 0:  # status, remaining_base_amount
-                    order = _new(OrderRecord, (*ev[:12], ev[13]))
+                    order = _new(OrderRecord, (*ev[:12], ev[13], ev[14]))
                     untrack(order)  # the records the caches keep: see apply_block's end
                     put_order(order)
                 else:
@@ -616,7 +690,8 @@ class ReplicaState:
         touched: set[int],
     ) -> None:
         """The events of a block other than the six per-tx kinds (both loops call this):
-        trades, market stats and parameters, exchange balances, keys, funding, L1 addresses.
+        trades, market stats and parameters, exchange balances, keys, funding, L1 addresses,
+        sub-accounts.
         The C loop applies trades and market stats itself, as these two branches do (the
         day's trade stats are counted after either loop: ``_count_trades``).
         ``tx_hash``: the block's last ``TxExecuted`` before ``ev`` (its trade's tx)."""
@@ -655,6 +730,18 @@ class ReplicaState:
         elif t is L1AddressSet:
             self.l1_addresses[ev.account_index] = ev.l1_address
             self.by_l1[ev.l1_address] = ev.account_index
+        elif t is ConditionalOrderUpdated:
+            r = _new(ConditionalOrderRecord, ev)
+            untrack(r)
+            self._put_cond(r)
+            touched.add(ev[2])
+        elif t is SubAccountCreated:
+            ai = ev.account_index
+            self._add_sub_account(ai, ev.master_index)
+            if any(ev.l1_address):  # its master's, which keeps the address's ``by_l1`` entry
+                self.l1_addresses[ai] = ev.l1_address
+            self._account(ai)
+            touched.add(ai)
         # PositionLiquidated / PositionDeleveraged are informational: their effects arrive as
         # PositionChanged / BalanceChanged / LevelChanged events.
 
@@ -742,6 +829,14 @@ class ReplicaState:
         )
         return int(equity - -(-num // BPS))
 
+    def margin_summary(self, account: int) -> MarginSummary:
+        """The account's cross and isolated margin (``margin.margin_summary``); zeros for an
+        unknown account."""
+        acct = self.accounts.get(account)
+        if acct is None:
+            return MarginSummary(0, 0, 0, 0, 0)
+        return margin_summary(self.markets, acct.collateral, acct.positions, acct.open_lots)
+
     def equity_and_margin(self, account: int) -> tuple[int, int]:
         """(equity, initial-margin requirement), micro-USDC, as :meth:`available_balance` counts
         them (the requirement rounded up); (0, 0) for an unknown account."""
@@ -761,13 +856,19 @@ class ReplicaState:
         the digest leaves exactly those out."""
         yield ExchangeRecord(self.fee_pool, self.insurance_fund, 0, 0, 0, 0, 0)
         yield from self.markets.values()
+        masters = self.masters
         for ai, acct in self.accounts.items():
-            yield _AccountRecord(ai, acct.collateral)
+            yield _new(_AccountRecord, (ai, acct.collateral, masters.get(ai, ai)))
             yield from acct.positions.values()
         yield from self.api_keys.values()
         yield from self.orders.values()
         for ai, addr in self.l1_addresses.items():
             yield _new(L1AddressRecord, (ai, addr))
+        yield from self.conds.values()
+        orders = self.orders
+        for oi, c in self.attached.items():
+            if oi in orders:
+                yield c
 
     def state_hash(self) -> bytes:
         """The state hash every role reports (:func:`raydex.engine.state_digest` of
@@ -777,8 +878,9 @@ class ReplicaState:
         return digest
 
     def validate(self) -> None:
-        """Raise AssertionError if a book disagrees with the cached orders or its snapshot, or an
-        account's order aggregates disagree with its orders."""
+        """Raise AssertionError if a book disagrees with the cached orders or its snapshot, an
+        account's order aggregates disagree with its orders, or its waiting conditional orders
+        with ``conds``."""
         for mi in self.markets:
             sums: tuple[dict[int, int], dict[int, int]] = ({}, {})
             for is_ask, side_orders in enumerate(self.level_orders[mi]):
@@ -817,3 +919,8 @@ class ReplicaState:
                 acct.order_counts,
             ):
                 raise AssertionError(f"account {ai}: order aggregates differ from its orders")
+            for oi, cond in acct.conds.items():
+                if cond.account_index != ai or self.conds.get(oi) is not cond:
+                    raise AssertionError(f"account {ai}: waiting order {oi} misfiled")
+        if sum(len(a.conds) for a in self.accounts.values()) != len(self.conds):
+            raise AssertionError("the waiting orders differ from their accounts'")

@@ -1,5 +1,6 @@
 """Lighter's authenticated REST reads: an account's orders, fills, flows, fundings,
-liquidations, pnl and txs, from the caches and the per-account ledger (``cache/ledger.py``).
+liquidations, pnl, txs and transfer fee, from the caches and the per-account ledger
+(``cache/ledger.py``).
 
 The request's auth token (``Authorization`` header or ``auth`` parameter, auth.py) must speak for
 the account, else the refusal (HTTP 401/403) and nothing is served; ``accountTxs`` too, as on
@@ -16,7 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
-from raydex.codecs import MAX_48, OrderStatus, ResultCode, TxType
+from raydex.codecs import MAX_48, ResultCode, TxType
+from raydex.engine.rules import transfer_fee
 
 from ..views import common as views
 from ..views import private as private_views
@@ -28,7 +30,6 @@ from .params import int_param
 
 __all__ = ["PrivateReads"]
 
-_ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
 _WITHDRAW = int(TxType.WITHDRAW)
 _TRANSFER = int(TxType.TRANSFER)
 
@@ -72,25 +73,26 @@ class PrivateReads:
     def _list_limit(self, q: Mapping[str, Any]) -> int:
         return int_param(q, "limit", 1, 100, default=100)
 
+    async def transfer_fee_info(self, request: web.Request) -> web.Response:
+        """``TransferFeeInfo``: the ``USDCFee`` a transfer from ``account_index`` to
+        ``to_account_index`` (any other account when absent) must carry at least, by the
+        engine's rule (``raydex.engine.rules.transfer_fee``)."""
+        ai = self._private(request)
+        q = request.query
+        same_master = False
+        if q.get("to_account_index") is not None:
+            to = self._account_param(q, "to_account_index")
+            same_master = self.state.master_of(to) == self.state.master_of(ai)
+        return self.ctx.ok({"transfer_fee_usdc": transfer_fee(same_master)})
+
     async def account_active_orders(self, request: web.Request) -> web.Response:
-        """``Orders``: the account's resting orders (of ``market_id``; 255 or absent: all)."""
+        """``Orders``: the account's active orders (of ``market_id``; 255 or absent: all):
+        resting ones and waiting conditional ones (stop-loss / take-profit, grouped children,
+        TWAPs), by order index."""
         ai = self._private(request)
         markets = self.ctx.markets(request.query)
-        st = self.state
-        ledger = st.ledger
-        ts = st.timestamp_ns // 1_000_000
-        rows = sorted(
-            (o for o in st.accounts[ai].orders.values() if o.market_index in markets),
-            key=lambda o: o.order_index,
-        )
-        orders = [
-            private_views.order(
-                o, st.markets[o.market_index], _ACTIVE, ledger.filled_quote(o.order_index),
-                st.height, ts,
-            )
-            for o in rows
-        ]  # fmt: skip
-        return self.ctx.ok({"orders": orders})
+        rows = private_views.active_orders(self.state, ai, lambda mi, _coi: mi in markets)
+        return self.ctx.ok({"orders": [view for _, view in rows]})
 
     async def account_inactive_orders(self, request: web.Request) -> web.Response:
         """``Orders``: the account's orders that left the book, newest first, ``limit`` of them
@@ -135,17 +137,9 @@ class PrivateReads:
             )
         wanted = {int_param({"c": p.strip()}, "c", 0, MAX_48) for p in parts}
         st = self.state
-        ts = st.timestamp_ns // 1_000_000
-        ledger = st.ledger
-        out = [
-            private_views.order(
-                o, st.markets[o.market_index], _ACTIVE, ledger.filled_quote(o.order_index),
-                st.height, ts,
-            )
-            for o in sorted(st.accounts[ai].orders.values(), key=lambda o: -o.order_index)
-            if o.client_order_index in wanted
-        ]  # fmt: skip
-        log = ledger.log(ai)
+        active = private_views.active_orders(st, ai, lambda _mi, coi: coi in wanted)
+        out = [view for _, view in reversed(active)]
+        log = st.ledger.log(ai)
         for d in reversed(log.orders if log is not None else ()):
             if d.order.client_order_index in wanted:
                 out.append(private_views.done_order(d, st.markets[d.order.market_index]))

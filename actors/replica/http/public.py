@@ -121,9 +121,11 @@ class PublicReads:
         return raw, ai
 
     async def accounts_by_l1_address(self, request: web.Request) -> web.Response:
-        """``SubAccounts`` of ``l1_address``: its account (raydex keeps one per address)."""
+        """``SubAccounts`` of ``l1_address``: its master account, then its sub-accounts in
+        creation order."""
         raw, ai = self._by_l1(request.query.get("l1_address"))
-        return self.ctx.ok(views.sub_accounts(self.state, raw, [ai]))
+        st = self.state
+        return self.ctx.ok(views.sub_accounts(st, raw, [ai, *st.sub_accounts.get(ai, ())]))
 
     async def account(self, request: web.Request) -> web.Response:
         q = request.query
@@ -139,6 +141,16 @@ class PublicReads:
             raise ApiError(int(ResultCode.ACCOUNT_NOT_FOUND), f"account {ai} not found", 404)
         return self.ctx.ok(
             {"total": 1, "accounts": [views.account(self.state, ai, acct)], "next_cursor": ""}
+        )
+
+    async def fast_withdraw(self, request: web.Request) -> web.Response:
+        """``fastwithdraw``, ``fastwithdraw/info``, ``fastbridge/info``: Lighter's fast withdrawals
+        through its bridge, which raydex does not run (its withdrawals complete in their block):
+        refused with ``FEATURE_NOT_SUPPORTED`` naming the feature."""
+        raise ApiError(
+            int(ResultCode.FEATURE_NOT_SUPPORTED),
+            "fast withdrawals (Lighter's bridge) are not executed by raydex: use a Withdraw "
+            "(tx 13), which completes in its block",
         )
 
     async def api_keys(self, request: web.Request) -> web.Response:

@@ -12,7 +12,8 @@
 - The door refuses (23000, HTTP 429) before any signature check, nothing noted; a request
   refused for its signature and replayed byte for byte is answered from memory.
 - An outcome that does not come in time: 21822, HTTP 503 (``execute_txs`` owns that deadline).
-  A ``tx_info`` that does not decode: 20003 (``INVALID_TX_INFO``) or the codec's code.
+  A ``tx_info`` (a JSON string, or an object where the request is JSON: a WebSocket frame or a
+  JSON body) that does not decode: 20003 (``INVALID_TX_INFO``) or the codec's code.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from aiohttp import web
 from raydex.codecs import CodecError, ResultCode, TxOutcome, tx_from_json
 from raydex.observability.metrics import ApiCounters
 
-from ..cache import ReplicaState, dry_run
+from ..cache import ReplicaState, dry_run, explain
 from .admission import Admission
 from .config import ApiConfig
 from .errors import ApiError, OutcomePending, Overloaded, RateLimited, code_name, json_response
@@ -79,9 +80,15 @@ class TxSubmission:
             tx_type = int(tx_type)
         if not isinstance(tx_type, int) or isinstance(tx_type, bool):
             raise ApiError(int(ResultCode.INVALID_TX_TYPE), "tx_type must be an integer")
-        if not isinstance(tx_info, str):
-            raise ApiError(int(ResultCode.INVALID_TX_INFO), "tx_info must be a JSON string")
-        if too_deep(tx_info):
+        if isinstance(tx_info, dict):
+            # an object, as Lighter's own WebSocket examples send it (and a JSON body may): its
+            # frame or body was parsed under the depth bound already
+            pass
+        elif not isinstance(tx_info, str):
+            raise ApiError(
+                int(ResultCode.INVALID_TX_INFO), "tx_info must be a JSON object or a JSON string"
+            )
+        elif too_deep(tx_info):
             raise ApiError(
                 int(ResultCode.INVALID_TX_INFO),
                 f"tx_info is nested deeper than {MAX_JSON_DEPTH} levels",
@@ -126,7 +133,9 @@ class TxSubmission:
                 for n in noted:
                     st.forget_sent(n)
                 where = f" (tx {i})" if len(txs) > 1 else ""
-                raise ApiError(code, f"rejected by dry-run: {code_name(code)}{where}")
+                detail = explain(tx, code)
+                detail = f": {detail}" if detail else ""
+                raise ApiError(code, f"rejected by dry-run: {code_name(code)}{where}{detail}")
             st.note_sent(tx)
             noted.append(tx)
         self.limits.charge_accounts(ip, counts)
@@ -221,7 +230,12 @@ class TxSubmission:
 
     async def ws_tx(self, kind: str, obj: dict[str, Any], ip: str | None = None) -> dict[str, Any]:
         """The reply to a WebSocket ``jsonapi/sendtx``/``sendtxbatch`` frame ``obj``: the tx
-        answer, or the refusal's body, with the frame's ``type`` and ``id``."""
+        answer (Lighter's ``RespSendTx``/``RespSendTxBatch`` fields), or the refusal's body, with
+        the frame's ``type`` and ``id`` (:func:`reply_id`).
+
+        As Lighter takes them: ``data.tx_info`` a JSON object or a JSON string; ``data.tx_types``
+        and ``data.tx_infos`` JSON strings of lists (Lighter's documented form) or lists, whose
+        ``tx_infos`` items are strings or objects."""
         data = obj.get("data")
         batch = kind == "jsonapi/sendtxbatch"
         try:
@@ -239,5 +253,11 @@ class TxSubmission:
 
 
 def reply_id(obj: dict[str, Any]) -> str | int | None:
+    """A tx frame's ``id``: top-level, or inside ``data`` where Lighter's own examples put it;
+    a string or an integer, else None."""
     rid = obj.get("id")
+    if rid is None:
+        data = obj.get("data")
+        if isinstance(data, dict):
+            rid = data.get("id")
     return rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None

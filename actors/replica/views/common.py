@@ -341,10 +341,18 @@ def trade(row: TradeRow, m: MarketRecord) -> dict[str, Any]:
 
 
 def position(
-    p: PositionRecord, m: MarketRecord, open_orders: int, liquidation_price: int
+    p: PositionRecord,
+    m: MarketRecord,
+    open_orders: int,
+    liquidation_price: int,
+    *,
+    pending: tuple[int, int] = (0, 0),
 ) -> dict[str, Any]:
-    """``AccountPosition``; ``liquidation_price`` in ticks (``margin.liquidation_prices``), 0 =
-    none (sent as ``"0"``)."""
+    """``AccountPosition``; ``liquidation_price`` in ticks (``margin.liquidation_prices``: an
+    isolated position's from its own collateral), 0 = none (sent as ``"0"``); ``margin_mode``
+    0 cross / 1 isolated with its ``allocated_margin`` (USDC); ``pending``: the account's waiting
+    conditional orders in the market and how many of them are position-tied (size 0)
+    (:func:`pending_counts`)."""
     pd, sd = m.price_decimals, m.size_decimals
     mult = quote_multiplier(m)
     size = int(p.size)
@@ -355,8 +363,8 @@ def position(
         "symbol": m.symbol,
         "initial_margin_fraction": decimal_str(p.initial_margin_fraction, 2),
         "open_order_count": open_orders,
-        "pending_order_count": 0,
-        "position_tied_order_count": 0,
+        "pending_order_count": pending[0],
+        "position_tied_order_count": pending[1],
         "sign": 1 if size >= 0 else -1,
         "position": decimal_str(abs(size), sd),
         "avg_entry_price": decimal_str(avg, pd),
@@ -368,7 +376,7 @@ def position(
         "liquidation_price": decimal_str(liquidation_price, pd) if liquidation_price else "0",
         "total_funding_paid_out": decimal_str(p.funding_paid, USDC_DECIMALS),
         "margin_mode": int(p.margin_mode),
-        "allocated_margin": "0.000000",
+        "allocated_margin": decimal_str(p.allocated_margin, USDC_DECIMALS),
         "total_discount": "0",
         "margin_set_flag": 0,
     }
@@ -378,8 +386,8 @@ USDC_ASSET_ID = 3  # Lighter's asset id for USDC
 
 
 def usdc_asset(collateral: int, available: int) -> dict[str, Any]:
-    """``AccountAsset`` for the one asset raydex has: USDC collateral, with the part backing
-    margin (collateral minus available balance) as ``locked_balance``."""
+    """``AccountAsset`` for the one asset raydex has: USDC collateral (cross and isolated), with
+    the part backing margin (collateral minus available balance) as ``locked_balance``."""
     balance = usdc_to_str(collateral)
     return {
         "symbol": "USDC",
@@ -418,26 +426,37 @@ def usdc_asset_detail() -> dict[str, Any]:
     }
 
 
+def pending_counts(acct: AccountCache) -> dict[int, tuple[int, int]]:
+    """market -> (waiting conditional orders, of which position-tied) of an account."""
+    out: dict[int, tuple[int, int]] = {}
+    for c in acct.conds.values():
+        n, tied = out.get(c.market_index, (0, 0))
+        out[c.market_index] = (n + 1, tied + (c.base_amount == 0))
+    return out
+
+
 def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
-    """``DetailedAccount``."""
+    """``DetailedAccount``; its waiting conditional orders count as orders, and as pending."""
     ts_ms = state.timestamp_ns // 1_000_000
     counts = acct.order_counts
     liq = liquidation_prices(state.markets, acct.collateral, acct.positions)
+    pending = pending_counts(acct) if acct.conds else {}
     positions = [
-        position(p, state.markets[mi], counts.get(mi, 0), liq[mi])
+        position(p, state.markets[mi], counts.get(mi, 0), liq[mi], pending=pending.get(mi, (0, 0)))
         for mi, p in sorted(acct.positions.items())
     ]
     collateral = usdc_to_str(acct.collateral)
-    available = state.available_balance(ai)
+    margin = state.margin_summary(ai)
+    available = margin.available
     return {
         "code": 200,
-        "account_type": 0,
+        "account_type": account_type(state, ai),
         "index": ai,
         "l1_address": l1_address(state, ai),
         "cancel_all_time": 0,
-        "total_order_count": len(acct.orders),
-        "total_isolated_order_count": 0,
-        "pending_order_count": 0,
+        "total_order_count": len(acct.orders) + len(acct.conds),
+        "total_isolated_order_count": isolated_order_count(acct),
+        "pending_order_count": len(acct.conds),
         "available_balance": usdc_to_str(available),
         "status": 1,
         "collateral": collateral,
@@ -447,9 +466,9 @@ def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
         "can_invite": False,
         "referral_points_percentage": "0",
         "positions": positions,
-        "assets": [usdc_asset(acct.collateral, available)],
-        "total_asset_value": collateral,
-        "cross_asset_value": collateral,
+        "assets": [usdc_asset(acct.collateral + margin.isolated_collateral, available)],
+        "total_asset_value": usdc_to_str(margin.total_equity),
+        "cross_asset_value": usdc_to_str(margin.cross_equity),
         "pool_info": {
             "status": 0,
             "operator_fee": "0",
@@ -466,12 +485,23 @@ def account(state: ReplicaState, ai: int, acct: AccountCache) -> dict[str, Any]:
         "created_at": 0,
         "transaction_time": ts_ms,
         "can_rfq": False,
-        "cross_initial_margin_requirement": "0",
-        "cross_maintenance_margin_requirement": "0",
+        "cross_initial_margin_requirement": usdc_to_str(margin.cross_initial),
+        "cross_maintenance_margin_requirement": usdc_to_str(margin.cross_maintenance),
         "can_rfq_market_ids": [],
         "metadata": {"color": ""},
         "agent_enabled": False,
     }
+
+
+def account_type(state: ReplicaState, ai: int) -> int:
+    """Lighter's ``account_type``: 0 a master account, 1 a sub-account."""
+    return 1 if ai in state.masters else 0
+
+
+def isolated_order_count(acct: AccountCache) -> int:
+    """The account's resting orders in the markets where its position is isolated."""
+    counts = acct.order_counts
+    return sum(counts.get(mi, 0) for mi, p in acct.positions.items() if p.margin_mode)
 
 
 def l1_address(state: ReplicaState, ai: int) -> str:
@@ -481,8 +511,8 @@ def l1_address(state: ReplicaState, ai: int) -> str:
 
 
 def sub_accounts(state: ReplicaState, l1: bytes, ais: list[int]) -> dict[str, Any]:
-    """``SubAccounts`` (``accountsByL1Address``): the accounts of one L1 address as Lighter's
-    ``Account`` (raydex has one account per L1 address: the master, no sub-accounts)."""
+    """``SubAccounts`` (``accountsByL1Address``): the accounts of one L1 address (its master and
+    its sub-accounts) as Lighter's ``Account``, ``account_type`` telling them apart."""
     ts_ms = state.timestamp_ns // 1_000_000
     rows = []
     for ai in ais:
@@ -490,7 +520,7 @@ def sub_accounts(state: ReplicaState, l1: bytes, ais: list[int]) -> dict[str, An
         rows.append(
             {
                 "code": 200,
-                "account_type": 0,
+                "account_type": account_type(state, ai),
                 "account_trading_mode": 0,
                 "index": ai,
                 "l1_address": l1_address(state, ai),

@@ -3,7 +3,13 @@ its per-account ledger, no I/O).
 
 Every builder returns what the ``lighter-sdk`` pydantic model of that answer accepts with
 ``model_validate(..., strict=True)`` (``tests/unit/test_api_private.py``). Fields raydex has no
-notion of (integrators, triggers, spot routes, L1 hashes, staking, pools) get neutral values.
+notion of (integrators, spot routes, L1 hashes, staking, pools) get neutral values. An order with
+a condition (a stop-loss / take-profit, TWAP, grouped order: ``ConditionalOrderRecord`` /
+``ConditionalOrderUpdated``) shows its Lighter type, trigger price, trigger status and time and
+its links (``parent_order_index``, ``to_trigger_order_id_0/1``, ``to_cancel_order_id_0``): a
+waiting one from its condition alone (:func:`waiting_order`), one on the book or ended from its
+``OrderRecord`` / ``OrderUpdated`` with the condition it came from (``cond``); a TWAP's slice is
+a ``twap-sub`` whose parent is the TWAP.
 Units as Lighter sends them: USDC and sizes as decimal strings, ``Order.timestamp`` and
 ``PositionFunding.timestamp`` in seconds, trade, deposit, withdrawal and transfer times in ms,
 funding rates as percent strings (``views.funding_pct``).
@@ -11,22 +17,26 @@ funding rates as percent strings (``views.funding_pct``).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 from raydex.codecs import (
+    ConditionalOrderRecord,
+    ConditionalOrderUpdated,
     MarketRecord,
     OrderRecord,
     OrderStatus,
     OrderType,
     OrderUpdated,
     TimeInForce,
+    TriggerStatus,
     TxType,
     lots_to_str,
     ticks_to_str,
     usdc_to_str,
 )
 
-from ..cache import DoneOrder, Flow, FundingPayment, Liquidation, PnlBucket
+from ..cache import DoneOrder, Flow, FundingPayment, Liquidation, PnlBucket, ReplicaState
 from .common import USDC_ASSET_ID, funding_pct, quote_multiplier, usdc_asset
 
 _ORDER_TYPES = {
@@ -37,7 +47,20 @@ _ORDER_TYPES = {
     int(OrderType.TAKE_PROFIT): "take-profit",
     int(OrderType.TAKE_PROFIT_LIMIT): "take-profit-limit",
     int(OrderType.TWAP): "twap",
+    int(OrderType.TWAP_SUB): "twap-sub",
+    int(OrderType.LIQUIDATION): "liquidation",
 }
+_TRIGGER_STATUS = {
+    int(TriggerStatus.NA): "na",
+    int(TriggerStatus.READY): "ready",
+    int(TriggerStatus.MARK_PRICE): "mark-price",
+    int(TriggerStatus.TWAP): "twap",
+    int(TriggerStatus.PARENT_ORDER): "parent-order",
+}
+_TWAP = int(OrderType.TWAP)
+_ACTIVE = int(OrderStatus.ACTIVE_LIMIT)
+#: a condition's record or event (the same fields)
+Cond: TypeAlias = ConditionalOrderRecord | ConditionalOrderUpdated
 _TIME_IN_FORCE = {
     int(TimeInForce.GOOD_TILL_TIME): "good-till-time",
     int(TimeInForce.IMMEDIATE_OR_CANCEL): "immediate-or-cancel",
@@ -57,6 +80,8 @@ _STATUS = {
     int(OrderStatus.CANCELED_NOT_ENOUGH_LIQUIDITY): "canceled-not-enough-liquidity",
     int(OrderStatus.CANCELED_SELF_TRADE): "canceled-self-trade",
     int(OrderStatus.CANCELED_EXPIRED): "canceled-expired",
+    int(OrderStatus.CANCELED_OCO): "canceled-oco",
+    int(OrderStatus.CANCELED_CHILD): "canceled-child",
     int(OrderStatus.CANCELED_LIQUIDATION): "canceled-liquidation",
 }
 _FLOW_DEPOSIT = int(TxType.DEPOSIT)
@@ -69,11 +94,67 @@ def order(
     filled_quote: int,
     height: int,
     ts_ms: int,
+    *,
+    cond: Cond | None = None,
 ) -> dict[str, Any]:
     """``Order``: a resting order (``OrderRecord``, status open) or one that left the book (its
-    last ``OrderUpdated``); ``filled_quote`` in ticks x lots."""
+    last ``OrderUpdated``); ``filled_quote`` in ticks x lots. ``cond``: the condition it came
+    from (a fired stop-loss / take-profit, a grouped entry), or the TWAP it is a slice of."""
+    out = _order_body(o, m, status, filled_quote, height, ts_ms)
+    if cond is not None:
+        if cond.order_type == _TWAP and cond.order_index != o.order_index:
+            out["type"] = "twap-sub"
+            out["parent_order_index"] = int(cond.order_index)
+            out["parent_order_id"] = str(cond.order_index)
+        else:
+            _decorate(out, cond, m)
+    return out
+
+
+def waiting_order(
+    c: Cond, m: MarketRecord, filled_quote: int, height: int, ts_ms: int
+) -> dict[str, Any]:
+    """``Order`` of a conditional order off the book (waiting, running, or ended without
+    firing): its status is its own (``pending``, a TWAP ``open``, or how it ended)."""
+    sd = m.size_decimals
+    filled = c.base_amount - c.remaining_base_amount
+    out = _order_body(c, m, int(c.status), filled_quote, height, ts_ms)
+    out["initial_base_amount"] = lots_to_str(c.base_amount, sd)
+    out["base_size"] = int(c.base_amount)
+    out["remaining_base_amount"] = lots_to_str(c.remaining_base_amount, sd)
+    out["filled_base_amount"] = lots_to_str(filled, sd)
+    _decorate(out, c, m)
+    return out
+
+
+def _decorate(out: dict[str, Any], c: Cond, m: MarketRecord) -> None:
+    """The condition's fields of an ``Order`` (its type, trigger and links)."""
+    out["type"] = _ORDER_TYPES.get(int(c.order_type), "limit")
+    out["time_in_force"] = _TIME_IN_FORCE.get(int(c.time_in_force), "Unknown")
+    out["order_expiry"] = int(c.order_expiry)
+    out["trigger_price"] = ticks_to_str(c.trigger_price, m.price_decimals)
+    out["trigger_status"] = _TRIGGER_STATUS.get(int(c.trigger_status), "na")
+    out["trigger_time"] = int(c.trigger_time)
+    out["parent_order_index"] = int(c.parent_order_index)
+    out["parent_order_id"] = str(c.parent_order_index)
+    out["to_trigger_order_id_0"] = str(c.to_trigger_order_index_0)
+    out["to_trigger_order_id_1"] = str(c.to_trigger_order_index_1)
+    out["to_cancel_order_id_0"] = str(c.to_cancel_order_index_0)
+    out["created_at"] = int(c.created_at) // 1000
+
+
+def _order_body(
+    o: OrderRecord | OrderUpdated | Cond,
+    m: MarketRecord,
+    status: int,
+    filled_quote: int,
+    height: int,
+    ts_ms: int,
+) -> dict[str, Any]:
     pd, sd = m.price_decimals, m.size_decimals
-    filled = o.initial_base_amount - o.remaining_base_amount
+    initial = o[6]  # initial_base_amount (base_amount of a condition)
+    remaining = o[7]  # remaining_base_amount
+    filled = initial - remaining
     ts_s = ts_ms // 1000
     return {
         "order_index": int(o.order_index),
@@ -82,12 +163,12 @@ def order(
         "client_order_id": str(o.client_order_index),
         "market_index": int(o.market_index),
         "owner_account_index": int(o.account_index),
-        "initial_base_amount": lots_to_str(o.initial_base_amount, sd),
+        "initial_base_amount": lots_to_str(initial, sd),
         "price": ticks_to_str(o.price, pd),
         "nonce": 0,
-        "remaining_base_amount": lots_to_str(o.remaining_base_amount, sd),
+        "remaining_base_amount": lots_to_str(remaining, sd),
         "is_ask": bool(o.is_ask),
-        "base_size": int(o.initial_base_amount),
+        "base_size": int(initial),
         "base_price": int(o.price),
         "filled_base_amount": lots_to_str(filled, sd),
         "filled_quote_amount": usdc_to_str(filled_quote * quote_multiplier(m)),
@@ -114,14 +195,59 @@ def order(
         "integrator_maker_fee": "0",
         "integrator_taker_fee": "0",
         "order_flags": 0,
-        "order_version": 0,
+        "order_version": int(getattr(o, "order_version", 0)),  # a waiting order has none
         "market_symbol": m.symbol,
         "market_kind": "perps",
     }
 
 
+def active_orders(
+    st: ReplicaState,
+    ai: int,
+    keep: Callable[[int, int], bool] | None = None,
+    quote: Callable[[int], int] | None = None,
+) -> list[tuple[int, dict[str, Any]]]:
+    """``(market, Order)`` of every active order of ``ai``, by order index: its resting orders
+    (with the condition they came from) and its waiting conditional orders (pending stop-loss /
+    take-profit and grouped children, running TWAPs). ``keep(market, client order index)``
+    filters them (None: all); ``quote(order index)``: its filled quote (ticks x lots; the
+    ledger's by default)."""
+    acct = st.accounts[ai]
+    filled_quote = quote if quote is not None else st.ledger.filled_quote
+    ts = st.timestamp_ns // 1_000_000
+    attached = st.attached
+    out: list[tuple[int, int, dict[str, Any]]] = []
+    for o in acct.orders.values():
+        mi = o.market_index
+        if keep is None or keep(mi, o.client_order_index):
+            q = filled_quote(o.order_index)
+            cond = attached.get(o.order_index)
+            view = order(o, st.markets[mi], _ACTIVE, q, st.height, ts, cond=cond)
+            out.append((o.order_index, mi, view))
+    for c in acct.conds.values():
+        mi = c.market_index
+        if keep is None or keep(mi, c.client_order_index):
+            q = filled_quote(c.order_index)
+            out.append((c.order_index, mi, waiting_order(c, st.markets[mi], q, st.height, ts)))
+    out.sort(key=lambda x: x[0])
+    return [(mi, view) for _, mi, view in out]
+
+
 def done_order(d: DoneOrder, m: MarketRecord) -> dict[str, Any]:
-    return order(d.order, m, int(d.order.status), d.filled_quote, d.block_height, d.timestamp_ms)
+    """An order of the ledger that is not active any more (ended on the book, or a conditional
+    order that ended without firing)."""
+    o = d.order
+    if type(o) is ConditionalOrderUpdated:
+        return waiting_order(o, m, d.filled_quote, d.block_height, d.timestamp_ms)
+    return order(
+        o,  # type: ignore[arg-type]
+        m,
+        int(o.status),
+        d.filled_quote,
+        d.block_height,
+        d.timestamp_ms,
+        cond=d.cond,
+    )
 
 
 def deposit(f: Flow) -> dict[str, Any]:
@@ -314,7 +440,9 @@ def account_metadata(account: int) -> dict[str, Any]:
 
 
 __all__ = [
+    "Cond",
     "account_limits",
+    "active_orders",
     "account_metadata",
     "deposit",
     "done_order",
@@ -325,5 +453,6 @@ __all__ = [
     "pnl_entry",
     "position_funding",
     "transfer",
+    "waiting_order",
     "withdrawal",
 ]

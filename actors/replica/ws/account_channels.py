@@ -33,6 +33,10 @@ address                         reply channel                   auth   body
   after the block (so a subscriber sees its order end), its trades, the positions changed, the
   funding charged, its own txs with their outcome (a rejected one too: ``status`` 0, the code in
   ``event_info``).
+- Orders include the waiting conditional ones (stop-loss / take-profit, grouped children,
+  TWAPs) with their trigger price and status and links; an update carries a conditional order
+  whose state changed (placed, armed, fired, ended), and a fired or sliced order's fills with
+  its condition (``private_views``).
 - ``filled_quote_amount`` counts the fills this replica applied (from its snapshot on; earlier
   ones read 0). An order's ``nonce`` is its CreateOrder's when the update comes from that tx,
   else 0.
@@ -51,9 +55,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from raydex.codecs import (
-    CreateOrder as _CreateOrder,
-)
-from raydex.codecs import (
+    ConditionalOrderUpdated,
     FundingChanged,
     MarketRecord,
     OrderRecord,
@@ -64,6 +66,9 @@ from raydex.codecs import (
     ticks_to_str,
     tx_type_of,
     usdc_to_str,
+)
+from raydex.codecs import (
+    CreateOrder as _CreateOrder,
 )
 from raydex.engine.rules import notional_multiplier
 
@@ -197,10 +202,12 @@ def order_json(
     nonce: int,
     height: int,
     ts_ms: int,
+    cond: private_views.Cond | None = None,
 ) -> dict[str, Any]:
     """Lighter's ``Order`` (private_views.order, the REST reads' own) with the ``nonce`` the
-    channel knows; ``filled_quote`` in ticks x lots, as the ledger counts it."""
-    out = private_views.order(o, m, status, filled_quote, height, ts_ms)
+    channel knows; ``filled_quote`` in ticks x lots, as the ledger counts it; ``cond``: the
+    condition it came from (or the TWAP it is a slice of)."""
+    out = private_views.order(o, m, status, filled_quote, height, ts_ms, cond=cond)
     out["nonce"] = nonce
     return out
 
@@ -221,30 +228,46 @@ def user_stats(st: ReplicaState, ai: int) -> dict[str, Any]:
     """Lighter's ``user_stats`` ``stats``: collateral, portfolio value (equity), leverage
     (position notional / equity), available balance, margin usage (initial margin / equity, in
     percent), buying power (available balance at the default leverage of the account's markets:
-    available / the smallest default initial margin fraction). One margin mode (cross): the cross
-    and total figures equal the top ones."""
+    available / the smallest default initial margin fraction). ``cross_stats``: the cross pool
+    alone; the top figures and ``total_stats`` add the isolated positions (their collateral,
+    equity, notional and initial margin)."""
     acct = st.accounts[ai]
-    equity, imr = st.equity_and_margin(ai)
-    available = equity - imr  # = st.available_balance(ai), without a second walk
-    notional = 0
+    margin = st.margin_summary(ai)
+    available = margin.available
+    cross_notional = iso_notional = iso_im = 0
     imf = 10_000
     for mi, p in acct.positions.items():
         m = st.markets[mi]
         mult = notional_multiplier(m.price_decimals, m.size_decimals)
-        notional += abs(p.size) * m.mark_price * mult
+        notional = abs(p.size) * m.mark_price * mult
+        if p.margin_mode:
+            iso_notional += notional
+            iso_im += -(-notional * p.initial_margin_fraction // 10_000)
+        else:
+            cross_notional += notional
         imf = min(imf, m.default_initial_margin_fraction or imf)
     if not acct.positions:
         for m in st.markets.values():
             imf = min(imf, m.default_initial_margin_fraction or imf)
-    figures = {
-        "collateral": usdc_to_str(acct.collateral),
-        "portfolio_value": usdc_to_str(equity),
-        "leverage": _ratio(notional, equity, 2),
-        "available_balance": usdc_to_str(available),
-        "margin_usage": _ratio(imr * 100, equity, 2),
-        "buying_power": usdc_to_str(max(available, 0) * 10_000 // imf),
-    }
-    return {**figures, "account_trading_mode": 0, "cross_stats": figures, "total_stats": figures}
+
+    def figures(collateral: int, equity: int, notional: int, im: int) -> dict[str, str]:
+        return {
+            "collateral": usdc_to_str(collateral),
+            "portfolio_value": usdc_to_str(equity),
+            "leverage": _ratio(notional, equity, 2),
+            "available_balance": usdc_to_str(available),
+            "margin_usage": _ratio(im * 100, equity, 2),
+            "buying_power": usdc_to_str(max(available, 0) * 10_000 // imf),
+        }
+
+    cross = figures(acct.collateral, margin.cross_equity, cross_notional, margin.cross_initial)
+    total = figures(
+        acct.collateral + margin.isolated_collateral,
+        margin.total_equity,
+        cross_notional + iso_notional,
+        margin.cross_initial + iso_im,
+    )
+    return {**total, "account_trading_mode": 0, "cross_stats": cross, "total_stats": total}
 
 
 def _volumes(v: Volumes) -> dict[str, Any]:
@@ -264,16 +287,21 @@ def _positions(st: ReplicaState, ai: int, only: Iterable[int] | None = None) -> 
     acct = st.accounts[ai]
     liq = liquidation_prices(st.markets, acct.collateral, acct.positions)
     counts = acct.order_counts
+    pending = views.pending_counts(acct) if acct.conds else {}
     mids = acct.positions if only is None else [mi for mi in only if mi in acct.positions]
     return {
-        str(mi): views.position(acct.positions[mi], st.markets[mi], counts.get(mi, 0), liq[mi])
+        str(mi): views.position(
+            acct.positions[mi], st.markets[mi], counts.get(mi, 0), liq[mi],
+            pending=pending.get(mi, (0, 0)),
+        )
         for mi in mids
-    }
+    }  # fmt: skip
 
 
 def _assets(st: ReplicaState, ai: int) -> dict[str, Any]:
     acct = st.accounts[ai]
-    asset = views.usdc_asset(acct.collateral, st.available_balance(ai))
+    margin = st.margin_summary(ai)
+    asset = views.usdc_asset(acct.collateral + margin.isolated_collateral, margin.available)
     return {str(views.USDC_ASSET_ID): asset}
 
 
@@ -327,18 +355,16 @@ def seed_filled(st: ReplicaState, ai: int, filled: dict[int, int]) -> None:
 
 
 def _resting(st: ReplicaState, ai: int, market: int, filled: dict[int, int]) -> dict[str, Any]:
-    """The account's resting orders (one market, or all with ``market`` -1), by market."""
-    acct = st.accounts[ai]
-    ts_ms = st.timestamp_ns // 1_000_000
+    """The account's active orders (one market, or all with ``market`` -1), by market: resting
+    ones and waiting conditional ones (``private_views.active_orders``)."""
     out: dict[str, list[Any]] = {}
-    for o in sorted(acct.orders.values(), key=lambda o: o.order_index):
-        if market >= 0 and o.market_index != market:
-            continue
-        m = st.markets[o.market_index]
-        fq = filled.get(o.order_index, 0)
-        out.setdefault(str(o.market_index), []).append(
-            order_json(o, _ACTIVE, m, fq, 0, st.height, ts_ms)
-        )
+    keep = None if market < 0 else (lambda mi, _coi: mi == market)
+
+    def quote(oi: int) -> int:
+        return filled.get(oi) or st.ledger.filled_quote(oi)
+
+    for mi, view in private_views.active_orders(st, ai, keep, quote):
+        out.setdefault(str(mi), []).append(view)
     if market >= 0:
         out.setdefault(str(market), [])
     return out
@@ -418,7 +444,7 @@ class AccountUpdates:
     market -> the position's ``funding_paid`` last seen) are the fan-out's, kept for watched
     accounts only; this pass advances them."""
 
-    __slots__ = ("fundings", "orders", "positions", "trade_views", "trades", "txs")
+    __slots__ = ("conds", "fundings", "orders", "positions", "trade_views", "trades", "txs")
 
     def __init__(
         self,
@@ -428,8 +454,11 @@ class AccountUpdates:
         filled: dict[int, int],
         funding_paid: dict[int, dict[int, int]],
     ) -> None:
-        #: account -> order index -> (its OrderUpdated, the nonce to show)
-        self.orders: dict[int, dict[int, tuple[OrderUpdated, int]]] = {}
+        #: account -> order index -> (its last OrderUpdated or ConditionalOrderUpdated, the
+        #: nonce to show)
+        self.orders: dict[int, dict[int, tuple[OrderUpdated | ConditionalOrderUpdated, int]]] = {}
+        #: the block's conditions by order index (and a TWAP's by its slice's)
+        self.conds: dict[int, ConditionalOrderUpdated] = {}
         self.trades: dict[int, list[TradeRow]] = {}
         #: trade id -> its Lighter JSON, rendered once for every channel of the block
         self.trade_views: dict[int, dict[str, Any]] = {}
@@ -464,6 +493,14 @@ class AccountUpdates:
             elif t is TxExecuted:
                 tx_account = ev.account_index if ev.tx_type == _CREATE_ORDER else -1
                 tx_nonce = ev.nonce
+            elif t is ConditionalOrderUpdated:
+                self.conds[ev.order_index] = ev
+                if ev.slice_order_index:
+                    self.conds[ev.slice_order_index] = ev
+                ai = ev.account_index
+                if ai in hits:
+                    nonce = tx_nonce if ai == tx_account else 0
+                    self.orders.setdefault(ai, {})[ev.order_index] = (ev, nonce)
             elif t is PositionChanged:
                 ai = ev.account_index
                 if ai in hits:
@@ -504,9 +541,14 @@ class AccountUpdates:
                 continue
             m = st.markets[ev.market_index]
             fq = filled.get(oi, 0)
-            out.setdefault(str(ev.market_index), []).append(
-                order_json(ev, ev.status, m, fq, nonce, st.height, ts_ms)
-            )
+            if type(ev) is ConditionalOrderUpdated:
+                view = private_views.waiting_order(ev, m, fq, st.height, ts_ms)
+                view["nonce"] = nonce
+            else:
+                cond = self.conds.get(oi) or st.attached.get(oi)
+                o: OrderUpdated = ev  # type: ignore[assignment]
+                view = order_json(o, o.status, m, fq, nonce, st.height, ts_ms, cond)
+            out.setdefault(str(ev.market_index), []).append(view)
         return out
 
     def update(

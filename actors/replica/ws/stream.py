@@ -1,12 +1,14 @@
 """The ``/stream`` endpoint: one WebSocket connection's frames in, its replies and updates out.
 
 Frames: ``ping``; ``subscribe``/``unsubscribe`` (``Fanout.subscribe``: a private account channel
-takes an ``auth`` token); ``jsonapi/sendtx``/``sendtxbatch`` (``TxSubmission.ws_tx``). Anything
-else, or a frame that is not JSON, is answered with an error frame (30000). A connection beyond
-the per-IP cap gets error 30005 and is closed (1008). Tx frames are pipelined: each one's dry-run
-runs on arrival, in order, and its reply goes out when its block lands; at most
-``ws_max_inflight_txs`` per connection (21506 beyond), each charged to the IP's budget as a
-``sendTx`` (23000 beyond). Everything a connection gets goes through the fan-out's queue.
+takes an ``auth`` token); ``jsonapi/sendtx``/``sendtxbatch`` (``TxSubmission.ws_tx``: ``tx_info``
+a JSON string or object, batches' lists as JSON strings or lists, the ``id`` at the top or in
+``data``, as Lighter's examples send them). Anything else, or a frame that is not JSON, is
+answered with an error frame (30000). A connection beyond the per-IP cap gets error 30005 and is
+closed (1008). Tx frames are pipelined: each one's dry-run runs on arrival, in order, and its
+reply goes out when its block lands; at most ``ws_max_inflight_txs`` per connection (21506
+beyond), each charged to the IP's budget as a ``sendTx`` (23000 beyond). Everything a connection
+gets goes through the fan-out's queue.
 """
 
 from __future__ import annotations
