@@ -43,6 +43,8 @@ from .audit import SignatureAudit
 from .runtime import (
     ActorRuntime,
     HeldBlocks,
+    PrimaryTargets,
+    PrimaryWatch,
     RecentBlocks,
     Supervisor,
     exit_process,
@@ -464,6 +466,16 @@ class CommitterActor:
         self.runtime.before_boot()
         self.runtime.after_boot(self.metrics, live=self.live)  # GC, placement; flush task
         self.follower.start()
+        watch = PrimaryWatch(self._follow_primary, self.delta_target, namespace=self.namespace)
+        self.follower.supervisor.start("primary-watch", watch.run)
+
+    async def _follow_primary(self, primary: PrimaryTargets) -> None:
+        """A standby took over: the block stream and the tx log go to it."""
+        from .transport import retarget
+
+        await retarget(self.follower.source, primary.blocks)
+        if self.follower.txlog is not None:
+            await retarget(self.follower.txlog, primary.txlog)
 
     async def held_blocks(self, since: int, frames_after: int) -> HeldBlocks:
         """:meth:`CommitterFollower.held_blocks`, answered at once."""

@@ -16,7 +16,7 @@ from .topology import HOST_LABEL, numa_resource
 
 __all__ = ["BundlePlacement", "Role", "pin_bundle"]
 
-Role = Literal["sequencer", "snapshot", "committer", "replica"]
+Role = Literal["sequencer", "snapshot", "committer", "replica", "standby"]
 
 
 @dataclass(frozen=True, slots=True)

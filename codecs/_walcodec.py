@@ -27,7 +27,15 @@ from ._errors import CodecError
 from ._events import TxExecuted
 from ._hot import Buffer, codec_of
 from ._txlist import decode_tx_list, encode_tx_list
-from ._wal import WAL_MAGIC, WAL_MAGIC_RESTORED, WAL_MAGIC_V1, WalRecordHeader
+from ._wal import (
+    WAL_MAGIC,
+    WAL_MAGIC_3,
+    WAL_MAGIC_RESTORED,
+    WAL_MAGIC_RESTORED_3,
+    WAL_MAGIC_V1,
+    WalRecordHeader,
+    WalRecordHeader3,
+)
 
 #: ``(position among the block's txs, the TxExecuted published for that refused tx)``
 Refusal = tuple[int, TxExecuted]
@@ -45,6 +53,8 @@ class WalBlock(NamedTuple):
     restored: bytes | None = None
     #: a restored record's ``origin_crc`` (``wal_record_crc`` of it)
     origin_crc: int = 0
+    #: the epoch that sequenced it (0: a layout-2 record, no arbiter)
+    epoch: int = 0
 
 
 class WalRecordInfo(NamedTuple):
@@ -55,16 +65,83 @@ class WalRecordInfo(NamedTuple):
     seq: int
     timestamp_ns: int
     crc32: int
+    epoch: int = 0
 
 
 _HEADER = codec_of(WalRecordHeader)
 _HEADER_SIZE = _HEADER.size
+_HEADER3 = codec_of(WalRecordHeader3)
 #: bytes of the header that the crc covers (everything after magic, body_len and crc32)
 _CRC_FROM = 12
 _MAGIC = struct.Struct("<I")
-_MAGIC_BYTES = _MAGIC.pack(WAL_MAGIC)
-_RESTORED_BYTES = _MAGIC.pack(WAL_MAGIC_RESTORED)
-_MAGICS = frozenset({WAL_MAGIC, WAL_MAGIC_RESTORED})
+#: magic -> (header layout, a restored record)
+_LAYOUTS: dict[int, tuple[struct.Struct, bool]] = {
+    WAL_MAGIC: (_HEADER.struct, False),
+    WAL_MAGIC_RESTORED: (_HEADER.struct, True),
+    WAL_MAGIC_3: (_HEADER3.struct, False),
+    WAL_MAGIC_RESTORED_3: (_HEADER3.struct, True),
+}
+_MAGICS = frozenset(_LAYOUTS)
+_MAGIC_PATTERNS = tuple(_MAGIC.pack(m) for m in _LAYOUTS)
+
+
+class _Header(NamedTuple):
+    """A record header of either layout (``epoch`` 0 for layout 2)."""
+
+    magic: int
+    body_len: int
+    crc32: int
+    seq: int
+    timestamp_ns: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count
+    refused: int
+    epoch: int
+    size: int
+    restored: bool
+
+
+def _header(data: Buffer, off: int) -> _Header | None:
+    """The header at ``off`` (None: too short, or not a record's magic); CodecError for the
+    first layout."""
+    if len(data) - off < _HEADER_SIZE:
+        return None
+    (magic,) = _MAGIC.unpack_from(data, off)
+    layout = _LAYOUTS.get(magic)
+    if layout is None:
+        if magic == WAL_MAGIC_V1:
+            raise CodecError(
+                f"record at byte {off} has the first WAL layout (magic WXDR); this version reads "
+                "layouts 2 and 3 only: recover it with the version that wrote it, or start from "
+                "a snapshot",
+                type_name="WalRecord",
+            )
+        return None
+    st, restored = layout
+    if len(data) - off < st.size:
+        return None
+    fields = st.unpack_from(data, off)
+    m, body_len, crc, seq, ts, count, refused = fields[:7]
+    epoch = fields[7] if len(fields) > 7 else 0
+    return _Header(m, body_len, crc, seq, ts, count, refused, epoch, st.size, restored)
+
+
+def _pack_header(
+    magic2: int, magic3: int, body: bytes, seq: int, ts: int, n: int, r: int, epoch: int
+) -> bytes:
+    """A header over ``body`` (its crc included): layout 3 for an epoch, else layout 2."""
+    if epoch:
+        pack = _HEADER3.struct.pack
+        tail = pack(magic3, len(body), 0, seq, ts, n, r, epoch)
+        crc = zlib.crc32(body, zlib.crc32(tail[_CRC_FROM:]))
+        head: bytes = pack(magic3, len(body), crc, seq, ts, n, r, epoch)
+        return head
+    pack = _HEADER.struct.pack
+    tail = pack(magic2, len(body), 0, seq, ts, n, r)
+    crc = zlib.crc32(body, zlib.crc32(tail[_CRC_FROM:]))
+    head2: bytes = pack(magic2, len(body), crc, seq, ts, n, r)
+    return head2
+
+
 _U32 = struct.Struct("<I")
 _EXECUTED = codec_of(TxExecuted)
 _POSITION = struct.Struct("<I")
@@ -72,28 +149,30 @@ _REFUSAL_SIZE = _POSITION.size + _EXECUTED.size
 
 
 def encode_wal_record(
-    seq: int, timestamp_ns: int, tx_frames: Sequence[bytes], refused: Sequence[Refusal] = ()
+    seq: int,
+    timestamp_ns: int,
+    tx_frames: Sequence[bytes],
+    refused: Sequence[Refusal] = (),
+    epoch: int = 0,
 ) -> bytes:
-    """One record: header (crc over the rest of the header and the body) + tx list + refusals."""
+    """One record: header (crc over the rest of the header and the body) + tx list + refusals;
+    layout 3 with ``epoch`` when it is not 0, else layout 2 (``_wal``)."""
     body = encode_tx_list(tx_frames)
     if refused:
         pack, enc = _POSITION.pack, _EXECUTED.encode
         body += b"".join(pack(pos) + enc(ev) for pos, ev in refused)
     n, r = len(tx_frames), len(refused)
-    tail = _HEADER.struct.pack(WAL_MAGIC, len(body), 0, seq, timestamp_ns, n, r)
-    crc = zlib.crc32(body, zlib.crc32(tail[_CRC_FROM:]))
-    head: bytes = _HEADER.struct.pack(WAL_MAGIC, len(body), crc, seq, timestamp_ns, n, r)
-    return head + body
+    return _pack_header(WAL_MAGIC, WAL_MAGIC_3, body, seq, timestamp_ns, n, r, epoch) + body
 
 
-def encode_restored_wal_record(seq: int, timestamp_ns: int, origin_crc: int, frame: bytes) -> bytes:
+def encode_restored_wal_record(
+    seq: int, timestamp_ns: int, origin_crc: int, frame: bytes, epoch: int = 0
+) -> bytes:
     """A restored record (``_wal``): block ``seq``'s delta ``frame`` as first published, standing
-    for the lost record whose identity was ``origin_crc``."""
+    for the lost record whose identity was ``origin_crc`` (layout 3 with ``epoch`` when not 0)."""
     body = _U32.pack(origin_crc) + frame
-    tail = _HEADER.struct.pack(WAL_MAGIC_RESTORED, len(body), 0, seq, timestamp_ns, 0, 0)
-    crc = zlib.crc32(body, zlib.crc32(tail[_CRC_FROM:]))
-    head: bytes = _HEADER.struct.pack(WAL_MAGIC_RESTORED, len(body), crc, seq, timestamp_ns, 0, 0)
-    return head + body
+    magics = (WAL_MAGIC_RESTORED, WAL_MAGIC_RESTORED_3)
+    return _pack_header(*magics, body, seq, timestamp_ns, 0, 0, epoch) + body
 
 
 def decode_wal_record(record: bytes) -> WalBlock:
@@ -109,40 +188,31 @@ def wal_record_crc(record: Buffer) -> int:
     timestamp, txs and refusals); for a restored record, the ``origin_crc`` of the record it
     stands for, so a follower that applied the original sees the same history. Not checked here;
     see :func:`peek_wal_record`."""
-    if len(record) < _HEADER_SIZE:
-        raise CodecError("shorter than a WAL record header", type_name="WalRecord")
-    magic, _, crc = _HEADER.struct.unpack_from(record, 0)[:3]
-    if magic == WAL_MAGIC_RESTORED:
-        if len(record) < _HEADER_SIZE + _U32.size:
+    h = _header(record, 0)
+    if h is None:
+        raise CodecError("not a WAL record header", type_name="WalRecord")
+    if h.restored:
+        if len(record) < h.size + _U32.size:
             raise CodecError("a restored WAL record without its origin crc", type_name="WalRecord")
-        origin: int = _U32.unpack_from(record, _HEADER_SIZE)[0]
+        origin: int = _U32.unpack_from(record, h.size)[0]
         return origin
-    return int(crc)
+    return int(h.crc32)
 
 
 def peek_wal_record(data: Buffer, off: int = 0) -> WalRecordInfo | None:
     """The record at ``off`` if a complete, crc-valid one starts there, else None. Raises
     CodecError for a record of the first layout (an old log is not damage)."""
-    if len(data) - off < _HEADER_SIZE:
+    h = _header(data, off)
+    if h is None:
         return None
-    magic, body_len, crc, seq, ts, _count, _refused = _HEADER.struct.unpack_from(data, off)
-    if magic not in _MAGICS:
-        if magic == WAL_MAGIC_V1:
-            raise CodecError(
-                f"record at byte {off} has the first WAL layout (magic WXDR); this version reads "
-                "layout 2 only: recover it with the version that wrote it, or start from a "
-                "snapshot",
-                type_name="WalRecord",
-            )
-        return None
-    body_at = off + _HEADER_SIZE
-    end = body_at + body_len
+    body_at = off + h.size
+    end = body_at + h.body_len
     if end > len(data):
         return None
     view = memoryview(data)
-    if zlib.crc32(view[body_at:end], zlib.crc32(view[off + _CRC_FROM : body_at])) != crc:
+    if zlib.crc32(view[body_at:end], zlib.crc32(view[off + _CRC_FROM : body_at])) != h.crc32:
         return None
-    return WalRecordInfo(off, end, seq, ts, crc)
+    return WalRecordInfo(off, end, h.seq, h.timestamp_ns, h.crc32, h.epoch)
 
 
 def find_wal_record(data: Buffer, start: int) -> WalRecordInfo | None:
@@ -163,23 +233,23 @@ def find_wal_record(data: Buffer, start: int) -> WalRecordInfo | None:
 
 def _next_magic(raw: bytes, start: int) -> int:
     """Where the next record magic (either kind) starts at or after ``start``; -1 if none."""
-    hits = [
-        at for at in (raw.find(_MAGIC_BYTES, start), raw.find(_RESTORED_BYTES, start)) if at >= 0
-    ]
+    hits = [at for at in (raw.find(m, start) for m in _MAGIC_PATTERNS) if at >= 0]
     return min(hits) if hits else -1
 
 
 def _decode_body(data: Buffer, info: WalRecordInfo) -> WalBlock:
-    magic, _, _, seq, ts, count, refused = _HEADER.struct.unpack_from(data, info.offset)
-    body_at = info.offset + _HEADER_SIZE
-    if magic == WAL_MAGIC_RESTORED:
+    h = _header(data, info.offset)
+    assert h is not None  # a record ``peek_wal_record`` found
+    seq, ts, count, refused, epoch = h.seq, h.timestamp_ns, h.count, h.refused, h.epoch
+    body_at = info.offset + h.size
+    if h.restored:
         if info.end - body_at < _U32.size or count or refused:
             raise CodecError(
                 f"record seq {seq}: a malformed restored record", type_name="WalRecord"
             )
         (origin,) = _U32.unpack_from(data, body_at)
         frame = bytes(memoryview(data)[body_at + _U32.size : info.end])
-        return WalBlock(seq, ts, [], (), frame, origin)
+        return WalBlock(seq, ts, [], (), frame, origin, epoch)
     list_end = info.end - refused * _REFUSAL_SIZE
     if list_end < body_at:
         raise CodecError(f"record seq {seq}: {refused} refusals do not fit", type_name="WalRecord")
@@ -193,7 +263,7 @@ def _decode_body(data: Buffer, info: WalRecordInfo) -> WalBlock:
             off += _REFUSAL_SIZE
     except (CodecError, struct.error) as exc:
         raise CodecError(f"record seq {seq} passed its crc but does not decode: {exc}") from exc
-    return WalBlock(seq, ts, txs, out)
+    return WalBlock(seq, ts, txs, out, epoch=epoch)
 
 
 def read_wal_records(data: Buffer, after_seq: int = 0) -> tuple[list[WalBlock], int]:
@@ -261,3 +331,63 @@ def decode_wal_read_reply(frame: Buffer) -> WalReadReply:
         records.append((info.seq, data[off : info.end]))
         off = info.end
     return WalReadReply(first_held, last_seq, records)
+
+
+# ---- replication: the primary's WAL records pushed to its standby, each answered with an ack ----
+
+_REPLICATE_HEAD = struct.Struct("<Q")
+_REPLICATE_REPLY = struct.Struct("<BQQ")
+
+#: the standby holds every record through ``seq`` durably (its ``fsync``)
+REPLICATE_OK = 0
+#: the standby holds records through ``seq`` only: send from ``seq + 1`` (a gap before this request)
+REPLICATE_GAP = 1
+#: the standby follows a newer epoch (``epoch``): the sender is not the primary any more
+REPLICATE_FENCED = 2
+#: the standby holds another record at ``seq``: its log and the sender's differ there
+REPLICATE_DIVERGED = 3
+
+
+class ReplicateReply(NamedTuple):
+    """A standby's answer to one replication request (``REPLICATE_*`` kind, seq, its epoch)."""
+
+    kind: int
+    seq: int
+    epoch: int
+
+
+def encode_replicate(epoch: int, records: Sequence[bytes]) -> bytes:
+    """``u64 epoch`` + consecutive complete WAL records (they delimit themselves)."""
+    head: bytes = _REPLICATE_HEAD.pack(epoch)
+    return head + b"".join(records)
+
+
+def decode_replicate(frame: Buffer) -> tuple[int, list[tuple[int, bytes]]]:
+    """The epoch and ``(seq, record)`` of each record (crc-checked, not decoded); CodecError if
+    the frame is short or a record is incomplete or damaged."""
+    if len(frame) < _REPLICATE_HEAD.size:
+        raise CodecError("shorter than its header", type_name="Replicate")
+    (epoch,) = _REPLICATE_HEAD.unpack_from(frame)
+    data = bytes(frame)
+    records: list[tuple[int, bytes]] = []
+    off = _REPLICATE_HEAD.size
+    while off < len(data):
+        info = peek_wal_record(data, off)
+        if info is None:
+            raise CodecError(f"bad record at byte {off}", type_name="Replicate")
+        records.append((info.seq, data[off : info.end]))
+        off = info.end
+    return epoch, records
+
+
+def encode_replicate_reply(kind: int, seq: int, epoch: int) -> bytes:
+    reply: bytes = _REPLICATE_REPLY.pack(kind, seq, epoch)
+    return reply
+
+
+def decode_replicate_reply(frame: Buffer) -> ReplicateReply:
+    if len(frame) != _REPLICATE_REPLY.size:
+        raise CodecError(
+            f"needs {_REPLICATE_REPLY.size} bytes, got {len(frame)}", type_name="ReplicateReply"
+        )
+    return ReplicateReply(*_REPLICATE_REPLY.unpack_from(frame))

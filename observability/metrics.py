@@ -166,6 +166,30 @@ CATALOG: dict[str, MetricDef] = {
             "cannot repair); it stays up, says why in its status and tries again (an alarm).",
         ),
         MetricDef(
+            "raydex_sequencer_epoch",
+            "gauge",
+            "The epoch this sequencer sequences in (the arbiter's; 0: no arbiter). Goes up by "
+            "one at each takeover (actors/sequencer/arbiter.py).",
+        ),
+        MetricDef(
+            "raydex_replication_lag_blocks",
+            "gauge",
+            "Blocks the primary closed that its standby has not acked yet (replicated "
+            "durability, actors/sequencer/replication.py).",
+        ),
+        MetricDef(
+            "raydex_replication_degraded_info",
+            "gauge",
+            "1 while the primary acknowledges blocks on its own sync alone (its standby gone or "
+            "behind past replication_timeout_s; it may not take over meanwhile): an alarm.",
+        ),
+        MetricDef(
+            "raydex_replication_degradations_total",
+            "counter",
+            "Times the primary stopped waiting for its standby's acks (see "
+            "raydex_replication_degraded_info).",
+        ),
+        MetricDef(
             "raydex_wal_restored_blocks_total",
             "counter",
             "Blocks the sequencer's log had lost that it took back from the followers' copies "

@@ -66,6 +66,8 @@ from raydex.observability.metrics import ApiCounters, Recorder
 from ..runtime import (
     ActorRuntime,
     HeldBlocks,
+    PrimaryTargets,
+    PrimaryWatch,
     RecentBlocks,
     Supervisor,
     exit_process,
@@ -80,6 +82,7 @@ from ..transport import (
     TransportUnavailable,
     TxChannel,
     block_source,
+    retarget,
     tx_channel,
 )
 from .app import ADMISSION, FAST_SEND, LIMITS, build_app
@@ -857,7 +860,19 @@ class ReplicaActor:
             self.service.metrics, busy_poll=self.config.busy_poll, live=self.live
         )
         self._comparing = asyncio.get_running_loop().create_task(self._compare_loop())
+        self.service.supervisor.start(
+            "primary-watch",
+            PrimaryWatch(
+                self._follow_primary, self.config.sequencer_target, namespace=self.namespace
+            ).run,
+        )
         return port
+
+    async def _follow_primary(self, primary: PrimaryTargets) -> None:
+        """A standby took over: the block stream and the tx channel go to it."""
+        assert self.service is not None
+        await retarget(self.service.source, primary.blocks)
+        await retarget(self.service.channel, primary.blocks)
 
     async def _compare_loop(self) -> None:
         """Every ``COMPARE_INTERVAL_S``, compare the state checks with the snapshot holder's

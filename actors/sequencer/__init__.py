@@ -11,13 +11,19 @@
 ``repair``      before serving: the rebuilt blocks checked against the committer's chain, a
                 lost tail taken back from the followers (restored records)
 ``oracle``      the mark-price oracle that stamps marks toward each book's mid
+``replication`` the primary's side of replicated durability: WAL records pushed to the
+                standby, acked once synced there (``Replicator``)
+``standby``     ``StandbyService``: the standby's log and hot engine; ``promote`` makes it
+                the primary
 ==============  ==========================================================================
 """
 
 from .journal import Journal
 from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, ClosedBlock
+from .replication import Replicator
 from .service import SequencerActor, SequencerConfig, SequencerService, SnapshotInfo
+from .standby import StandbyActor, StandbyService
 from .steps import StepCounters
 from .wal import FsyncPolicy, Wal, WalError
 
@@ -30,7 +36,10 @@ __all__ = [
     "SequencerActor",
     "SequencerConfig",
     "SequencerService",
+    "Replicator",
     "SnapshotInfo",
+    "StandbyActor",
+    "StandbyService",
     "StepCounters",
     "Wal",
     "WalError",

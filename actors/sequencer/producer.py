@@ -107,6 +107,8 @@ class BlockProducer:
         self.verify_signatures = True
         self.seq = seq
         self.height = height
+        #: the epoch written into each block's WAL record (the arbiter's; 0: layout 2, no arbiter)
+        self.epoch = 0
         self._frames: list[bytes] = []
         self._refused: list[Refusal] = []
         self._outcomes: list[TxOutcome] = []
@@ -224,8 +226,9 @@ class BlockProducer:
             return None
         return pk, self.verifier.verify(tx, pk)
 
-    def close_block(self, write_wal: bool = True) -> ClosedBlock | None:
+    def close_block(self, write_wal: bool = True, epoch: int | None = None) -> ClosedBlock | None:
         """Encode the open block and (``write_wal``) make it durable; None when no tx is open.
+        Its WAL record carries ``epoch`` (None: :attr:`epoch`; a replayed block: its own).
 
         With ``write_wal=False`` the caller owns durability: it must write ``wal_record`` (e.g.
         through the journal) before releasing any outcome of the block."""
@@ -234,7 +237,9 @@ class BlockProducer:
         seq = self.seq + 1
         frames, self._frames = self._frames, []
         refused, self._refused = self._refused, []
-        record = encode_wal_record(seq, self._ts_ns, frames, refused)
+        record = encode_wal_record(
+            seq, self._ts_ns, frames, refused, self.epoch if epoch is None else epoch
+        )
         if write_wal and self.wal is not None:
             self.wal.append_record(seq, record)
         outcomes, self._outcomes = self._outcomes, []
@@ -254,7 +259,7 @@ class BlockProducer:
         if block.seq != self.seq + 1:
             raise WalError(f"WAL block {block.seq} does not follow {self.seq}")
         if block.restored is not None:
-            return self.restore(block.restored, block.origin_crc)
+            return self.restore(block.restored, block.origin_crc, block.epoch)
         ts = block.timestamp_ns
         if not block.refused:
             self.submit(block.txs, ts, replay=True)
@@ -267,17 +272,25 @@ class BlockProducer:
                     self.submit((next(txs),), ts, replay=True)
                 else:
                     self._stamp_refused(ev, ts)
-        closed = self.close_block(write_wal=False)
+        closed = self.close_block(write_wal=False, epoch=block.epoch)
         if closed is None:  # an empty record (never written by this version): an empty block
             self.seq = block.seq
             h = self.height
             frame = encode_block(block.seq, h, ts, [])
             closed = ClosedBlock(
-                block.seq, h, ts, frame, [], encode_wal_record(block.seq, ts, []), [], 0, 0
+                block.seq,
+                h,
+                ts,
+                frame,
+                [],
+                encode_wal_record(block.seq, ts, [], (), block.epoch),
+                [],
+                0,
+                0,
             )
         return closed
 
-    def restore(self, frame: bytes, origin_crc: int) -> ClosedBlock:
+    def restore(self, frame: bytes, origin_crc: int, epoch: int | None = None) -> ClosedBlock:
         """Take block ``frame`` (the next seq, as first published; its WAL record lost) into the
         state by folding its events (``snapshot.fold_frame``: O(state), no tx is executed); the
         block with its restored WAL record (``codecs.encode_restored_wal_record``, identity
@@ -295,7 +308,9 @@ class BlockProducer:
             for ev in decode_block_of(frame, _EXECUTED).events
             if type(ev) is TxExecuted
         ]
-        record = encode_restored_wal_record(seq, header.timestamp_ns, origin_crc, frame)
+        record = encode_restored_wal_record(
+            seq, header.timestamp_ns, origin_crc, frame, self.epoch if epoch is None else epoch
+        )
         self.seq, self.height = seq, header.height
         return ClosedBlock(
             seq, header.height, header.timestamp_ns, frame, [], record, outcomes,

@@ -45,12 +45,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -95,6 +96,7 @@ from ..transport import (
     StreamOrder,
     data_plane_server,
 )
+from .arbiter import ARBITER_NAME, DEFAULT_LEASE_S, Fenced, Verdict
 from .journal import Journal
 from .oracle import Oracle, oracle_commands
 from .producer import BlockProducer, Checked, ClosedBlock
@@ -105,10 +107,15 @@ from .repair import (
     restore_tail,
     tail_to_restore,
 )
+from .replication import Replicator
 from .steps import StepClock, StepCounters
 from .wal import FsyncPolicy, Wal, WalError
 
 log = logging.getLogger(__name__)
+
+#: a degraded primary waits for its standby's acks again once the standby is this few blocks
+#: behind what was released (it is in sync when it acked those too)
+CATCH_UP_BLOCKS = 4
 
 #: how a block closes (see the module docstring): when the previous one is durable, or on a timer
 BlockClose = Literal["durable", "timer"]
@@ -208,6 +215,32 @@ class SequencerConfig:
     #: Longer waits out a follower that is slow to answer; a block only it holds is lost if the
     #: log lost it too. Also the pause before a refused start is tried again (at least 1 s).
     repair_timeout_s: float = 10.0
+    #: Where an acknowledged block is durable: "local" (this host's WAL synced) or "replicated"
+    #: (also synced by the standby at ``standby_target``, ``replication.py``: a tx is answered
+    #: only once its block is on both hosts; costs max(local sync, round trip + the standby's
+    #: sync) per block instead of the local sync). The spec chooses "replicated" when it names
+    #: a standby.
+    durability: Literal["local", "replicated"] = "local"
+    #: the standby's replication address (a data-plane target; deploy fills it in)
+    standby_target: str = ""
+    #: the standby's actor name (the arbiter lets only it take over; deploy fills it in)
+    standby_name: str = ""
+    #: A standby writes a snapshot of its own state every this many blocks (into
+    #: ``snapshot_dir`` on its host, the newest 3 kept) and prunes its WAL behind them as the
+    #: primary does: a restarted standby replays from its newest snapshot, and after a takeover
+    #: the snapshots are on the new primary's host even when the holder's were lost with the old
+    #: one. Fewer: shorter replays, an O(state) listing on the standby's loop more often
+    #: (its acks wait meanwhile). 0: none (the standby keeps its whole WAL).
+    standby_snapshot_blocks: int = 10_000
+    #: the port a standby serves replication on (the spec: ``ports.data + 2``; 0: any free port)
+    replication_port: int = 0
+    #: Replicated durability with the standby gone or behind: after this many seconds waiting
+    #: for its ack, the primary marks the standby out of sync at the arbiter (it may then never
+    #: take over) and acknowledges on its local sync alone, status ``degraded`` (counted), until
+    #: the standby caught up again. 0: wait for the standby forever (never acknowledge on one
+    #: host; trading stops while the standby is away). Shorter: a shorter stall when the standby
+    #: dies; too short turns a slow sync on the standby into a degradation.
+    replication_timeout_s: float = 2.0
     #: The deployment's data-plane secret (``raydex deploy`` makes one; never in raydex.yaml):
     #: every data-plane caller must carry it. Empty: no check, loopback only (tests, embedded
     #: runs).
@@ -236,9 +269,40 @@ class SequencerService:
         config: SequencerConfig,
         on_fatal: Callable[[str], None] = log_fatal,
         followers: AskFollowers | None = None,
+        epoch: int = 0,
+        on_degrade: Callable[[], Awaitable[bool]] | None = None,
+        on_in_sync: Callable[[], Awaitable[object]] | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.config = config
+        #: a producer already at the log's end (``preload``): the start serves from it
+        self._preloaded: BlockProducer | None = None
+        #: the epoch this sequencer sequences in (the arbiter's; 0: no arbiter)
+        self.epoch = epoch
+        #: asks the arbiter whether the primary may acknowledge without its standby (marks the
+        #: standby out of sync there); None: allowed (no arbiter)
+        self.on_degrade = on_degrade
+        #: tells the arbiter the standby holds every acknowledged block again
+        self.on_in_sync = on_in_sync
+        self.replicator: Replicator | None = None
+        #: replicated durability with the standby not (yet) known to hold every released block:
+        #: blocks are released on the local sync alone
+        self.degraded = False
+        self.degradations = 0
+        #: the standby is known to hold every block released so far (the arbiter is told)
+        self.standby_in_sync = False
+        #: the standby's actor name (the arbiter lets only it take over)
+        self.standby_name = ""
+        #: the newest block released while degraded: the standby is in sync once it acked it
+        self._sync_point = 0
+        #: the newest seq synced locally, and the newest released (published, answered)
+        self._local_seq = 0
+        self._released_seq = 0
+        #: a degradation being asked for at the arbiter
+        self._degrading = False
+        #: the standby's epoch that fenced this sequencer (0: never)
+        self.fenced_by = 0
+        self._calls: set[asyncio.Future[object]] = set()
         self.on_fatal = on_fatal
         #: asks the followers what they hold of the newest blocks (``repair.py``); None: no
         #: followers to ask (a first start, a test): a torn tail is cut as found
@@ -301,6 +365,13 @@ class SequencerService:
         m.counter_fn("raydex_txs_total", lambda: self.txs)
         m.counter_fn("raydex_wal_restored_blocks_total", lambda: self.restored_blocks)
         m.gauge("raydex_block_seq", lambda: self.producer.seq if self.producer else 0)
+        m.gauge("raydex_sequencer_epoch", lambda: self.epoch)
+        m.gauge(
+            "raydex_replication_lag_blocks",
+            lambda: self.replicator.lag if self.replicator else 0,
+        )
+        m.gauge("raydex_replication_degraded_info", lambda: 1.0 if self.degraded else 0.0)
+        m.counter_fn("raydex_replication_degradations_total", lambda: self.degradations)
         m.gauge(
             "raydex_signing_info",
             lambda: 1.0,
@@ -324,6 +395,13 @@ class SequencerService:
             )
         self.supervisor = Supervisor(m, self._fatal)
 
+    def preload(self, producer: BlockProducer, epoch: int) -> None:
+        """Before :meth:`start`: serve from ``producer`` (a promoted standby's, ``standby.py``:
+        its engine at its log's end, its WAL open, its newest blocks in ``recovered_blocks``)
+        in ``epoch``, instead of recovering from the snapshot folder and the WAL."""
+        self._preloaded = producer
+        self.epoch = epoch
+
     @property
     def wal(self) -> Wal:
         assert self.producer is not None and self.producer.wal is not None, "start() first"
@@ -335,26 +413,37 @@ class SequencerService:
         blocks port. Raises (WalError, StartRefused, OSError, ...) when the sequencer cannot
         start; nothing is served then."""
         cfg = self.config
-        wal = Wal(
-            cfg.wal_dir,
-            fsync=cfg.wal_fsync,
-            segment_bytes=cfg.wal_segment_bytes,
-            preallocate=cfg.wal_preallocate,
-        )
         digests: dict[int, bytes] = {}
-        try:
-            self.producer, self.replayed = BlockProducer.recover(
-                Path(cfg.snapshot_dir),
-                wal,
-                Verifier(cfg.chain_id),
-                keep_blocks=cfg.ring_size,
-                digests=digests,
+        preloaded, self._preloaded = self._preloaded, None
+        if preloaded is not None:  # a promoted standby: its WAL is open, its engine current
+            assert preloaded.wal is not None
+            wal = preloaded.wal
+        else:
+            wal = Wal(
+                cfg.wal_dir,
+                fsync=cfg.wal_fsync,
+                segment_bytes=cfg.wal_segment_bytes,
+                preallocate=cfg.wal_preallocate,
             )
+        try:
+            if preloaded is not None:
+                self.producer, self.replayed = preloaded, 0
+                for block in preloaded.recovered_blocks:
+                    digests[block.seq] = hashlib.sha256(block.frame).digest()
+            else:
+                self.producer, self.replayed = BlockProducer.recover(
+                    Path(cfg.snapshot_dir),
+                    wal,
+                    Verifier(cfg.chain_id),
+                    keep_blocks=cfg.ring_size,
+                    digests=digests,
+                )
             await self._check_and_repair(self.producer, wal, digests)
         except BaseException:
             self.producer = None
             wal.close()
             raise
+        self.producer.epoch = self.epoch  # written into every block's WAL record
         self.producer.verify_signatures = (
             cfg.verify_signatures
             if cfg.verify_signatures is not None
@@ -408,10 +497,21 @@ class SequencerService:
             await self.stop()  # a port bound above and the WAL (an unstarted server: a no-op)
             raise
         loop = asyncio.get_running_loop()
+        self._local_seq = self._released_seq = self._sync_point = self.producer.seq
         self.journal = Journal(
             wal, loop, self._on_durable, self._on_journal_error, realtime=cfg.journal_realtime
         )
         self.journal.start()
+        if cfg.durability == "replicated":
+            self.standby_name = cfg.standby_name
+            if cfg.standby_target:
+                # waiting for the standby from the first block: one that does not answer
+                # within the timeout degrades the primary, as a standby lost later does
+                self._replicate_to(cfg.standby_target)
+            else:  # no standby yet (deploy names one later: ``set_standby``)
+                self.degraded = True
+            if cfg.replication_timeout_s > 0:
+                self.supervisor.start("replication-watch", self._watch_replication)
         if cfg.block_close == "timer":
             self._loop_task = loop.create_task(self._block_loop(), name="block-loop")
             self._loop_task.add_done_callback(self._on_block_loop_end)
@@ -479,6 +579,8 @@ class SequencerService:
     async def stop(self) -> None:
         self._stopping = True
         await self.supervisor.stop()
+        if self.replicator is not None:
+            await self.replicator.stop()
         if self._loop_task is not None:
             self._loop_task.remove_done_callback(self._on_block_loop_end)
             self._loop_task.cancel()
@@ -666,6 +768,8 @@ class SequencerService:
         assert self.journal is not None
         self._undurable.append((block, fut))
         self.journal.submit(block.seq, block.wal_record)
+        if self.replicator is not None:
+            self.replicator.submit(block.seq, block.wal_record)
         self.close_time.record(time.perf_counter_ns() - t0)
         self.steps.close_ns += StepClock() - c0
 
@@ -677,6 +781,36 @@ class SequencerService:
             self.handoff_time.record(time.perf_counter_ns() - synced_at_ns)
         if fsync_ns and self.producer is not None and self.producer.wal is not None:
             self.producer.wal.fsync_time.record(fsync_ns)
+        self._local_seq = seq
+        self._release(c0)
+
+    def _on_replicated(self, seq: int) -> None:
+        """The standby synced blocks up to ``seq``: release what the local sync covers too; a
+        degraded primary whose standby now holds every released block is in sync again."""
+        if self.degraded and not self._degrading and seq + CATCH_UP_BLOCKS >= self._released_seq:
+            # close enough: wait for its acks again (released blocks then stop moving ahead of
+            # it), and it is in sync once it acked what was released on this host alone
+            self.degraded = False
+            self._sync_point = self._released_seq
+        if not self.degraded and not self.standby_in_sync and seq >= self._sync_point:
+            self.standby_in_sync = True
+            log.warning("replication: the standby holds every block through %d: in sync", seq)
+            if self.on_in_sync is not None:
+                self._tell(self.on_in_sync())
+        self._release(StepClock())
+
+    def _through(self) -> int:
+        """The newest seq whose block may be released (durable as ``durability`` asks)."""
+        if self.replicator is None or self.degraded:
+            return self._local_seq
+        return min(self._local_seq, self.replicator.acked)
+
+    def _release(self, c0: int) -> None:
+        """Publish the closed blocks that are durable enough, in order; release their outcomes."""
+        assert self.hub is not None and self.txlog is not None
+        seq = self._through()
+        if self.fenced_by:
+            return
         waiting = self._undurable
         while waiting and waiting[0][0].seq <= seq:
             block, fut = waiting.popleft()
@@ -688,7 +822,10 @@ class SequencerService:
             self.block_txs.record(block.tx_count)
             if not fut.done():
                 fut.set_result(block)
+            self._released_seq = block.seq
             self.steps.blocks += 1
+        if self.degraded and self.replicator is not None:
+            self.replicator.trim(self._released_seq)  # in the local WAL; the standby reads it there
         self.steps.publish_ns += StepClock() - c0
         if (
             self.config.block_close == "durable"
@@ -697,6 +834,105 @@ class SequencerService:
             and not self._stopping
         ):
             self._close_block()  # natural batching: what arrived during the fsync is the next block
+
+    def _replicate_to(self, target: str) -> None:
+        self.replicator = Replicator(
+            target,
+            self.epoch,
+            self._read_durable,
+            lambda: self._local_seq,
+            self._on_replicated,
+            self._on_fenced,
+            secret=self.config.data_plane_secret,
+        )
+        self.replicator.start()
+
+    async def set_standby(self, target: str, name: str) -> None:
+        """Replicate to the standby at ``target`` (actor ``name``) from now on, instead of the one
+        before (a new standby after one was lost, or after a takeover): it is out of sync until
+        it caught up from this primary's WAL, and blocks are acknowledged on this host's sync
+        meanwhile (status degraded), as when a standby is lost. Replicated durability only."""
+        if self.config.durability != "replicated":
+            raise ValueError("set_standby: this sequencer's durability is local")
+        old, self.replicator = self.replicator, None
+        if old is not None:
+            await old.stop()
+        self.degraded, self.standby_in_sync = True, False
+        self.standby_name = name
+        self._replicate_to(target)
+        self._release(StepClock())
+
+    def _tell(self, call: Awaitable[object]) -> None:
+        """Run an arbiter call in the background (kept referenced; a failure is logged)."""
+        task = asyncio.ensure_future(call)
+        self._calls.add(task)
+
+        def done(t: asyncio.Future[object]) -> None:
+            self._calls.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("arbiter call failed: %r", t.exception())
+
+        task.add_done_callback(done)
+
+    async def _watch_replication(self) -> None:
+        """Degrade when a locally durable block has waited ``replication_timeout_s`` for the
+        standby's ack, once the arbiter (``on_degrade``) marked the standby out of sync."""
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        tick = min(0.05, cfg.replication_timeout_s / 4)
+        waited_since: float | None = None
+        while True:
+            await asyncio.sleep(tick)
+            r = self.replicator
+            if r is None or self.degraded or self.fenced_by:
+                waited_since = None
+                continue
+            stuck = self._local_seq > r.acked and self._local_seq > self._released_seq
+            if not stuck:
+                waited_since = None
+                continue
+            now = loop.time()
+            if waited_since is None:
+                waited_since = now
+            if now - waited_since < cfg.replication_timeout_s:
+                continue
+            self._degrading = True
+            try:
+                allowed = True if self.on_degrade is None else await self.on_degrade()
+            finally:
+                self._degrading = False
+            if not allowed:  # fenced meanwhile, or the arbiter unreachable: keep waiting
+                log.error("replication: the standby is %d blocks behind and the arbiter did not "
+                          "allow acknowledging without it; waiting", r.lag)  # fmt: skip
+                waited_since = now
+                continue
+            self.degraded = True
+            self.standby_in_sync = False
+            self.degradations += 1
+            waited_since = None
+            log.error("replication DEGRADED: no ack from the standby for %.1f s (%s); blocks are "
+                      "acknowledged on this host's sync alone until it catches up",
+                      cfg.replication_timeout_s, r.error or "no answer")  # fmt: skip
+            self._release(StepClock())
+
+    def _on_fenced(self, epoch: int) -> None:
+        """The standby follows a newer epoch: another sequencer is the primary. Nothing more is
+        released (its blocks were never acked by the standby), and the process exits."""
+        self.fenced_by = epoch
+        self._fatal(f"fenced: the standby follows epoch {epoch}, this primary's is {self.epoch}")
+
+    async def _read_durable(
+        self, from_seq: int, through_seq: int, max_bytes: int
+    ) -> list[tuple[int, bytes]]:
+        """Locally durable WAL records ``from_seq..through_seq`` (the replicator's catch-up)."""
+        through = min(through_seq, self._local_seq)
+        if through < from_seq:
+            return []
+        wal = self.wal
+        records: list[tuple[int, bytes]] = await asyncio.get_running_loop().run_in_executor(
+            None, wal.read_records, from_seq, through, 1 << 30, max_bytes
+        )
+        return records
 
     def _on_journal_error(self, exc: BaseException) -> None:
         """The WAL failed: nothing more may be acknowledged. Fail what waits (those txs are
@@ -809,6 +1045,23 @@ class SequencerService:
             "state_hash": state_digest(p.engine.records()).hex() if p else "",
         }
 
+    def replication_status(self) -> dict[str, Any]:
+        """Durability mode, the standby's ack and lag, degraded or not (O(1))."""
+        r = self.replicator
+        return {
+            "durability": self.config.durability,
+            "standby": r.target if r else None,
+            "standby_name": self.standby_name or None,
+            "acked_seq": r.acked if r else None,
+            "lag_blocks": r.lag if r else None,
+            "connected": r.connected if r else None,
+            "degraded": self.degraded,
+            "in_sync": self.standby_in_sync,
+            "degradations": self.degradations,
+            "fenced_by": self.fenced_by or None,
+            "error": r.error if r else None,
+        }
+
     def status(self) -> dict[str, Any]:
         """O(1): counters, ports, and the newest snapshot's state hash with its seq."""
         p = self.producer
@@ -824,6 +1077,7 @@ class SequencerService:
             "state_hash": self.snapshot.state_hash,
             "state_hash_seq": self.snapshot.seq,
             "failed": self.failed,
+            "data_host": self.config.data_host,
             "data_port": self.port,
             "txlog_port": self.txlog_port,
             "data_plane": {
@@ -845,6 +1099,8 @@ class SequencerService:
                 "batches_refused": self.batches_refused,
             },
             "replayed_blocks": self.replayed,
+            "epoch": self.epoch,
+            "replication": self.replication_status(),
             # the last start: the log's end, the followers' answers, blocks checked / restored
             "recovery": dataclasses.asdict(self.recovery),
             "blocks": self.blocks,
@@ -905,6 +1161,11 @@ class SequencerActor:
         self.service.metrics.counter_fn(
             "raydex_sequencer_refused_starts_total", lambda: self.refusals
         )
+        #: the arbiter's handle (None: no arbiter in this deployment, or outside Ray)
+        self.arbiter: Any = None
+        #: named actors of the deployment that are not followers (never asked ``held_blocks``)
+        self.not_followers: tuple[str, ...] = (ARBITER_NAME,)
+        self._lease_task: asyncio.Task[None] | None = None
         self._started = asyncio.get_event_loop().create_task(self._start())
 
     async def _start(self) -> int:
@@ -913,9 +1174,10 @@ class SequencerActor:
         booted = False
         while True:
             try:
+                await self._claim()
                 port = await self.service.start()
                 break
-            except WalError as exc:  # the log cannot be used as it is: refuse, say why, retry
+            except (WalError, Fenced) as exc:  # the log cannot be used, or another primary
                 self.refusals += 1
                 self.refused = str(exc)
                 log.error("SEQUENCER REFUSES TO START (attempt %d): %s; trying again in %.0f s",
@@ -932,7 +1194,84 @@ class SequencerActor:
         self.refused = None
         if not booted:
             self.runtime.after_boot(self.service.metrics, busy_poll=cfg.busy_poll, live=self.live)
+        self._hold_lease()
         return port
+
+    # ---- the arbiter: epoch, lease, fencing (``arbiter.py``) -------------------------------------
+
+    async def _find_arbiter(self) -> Any:
+        """The deployment's arbiter actor, or None (none deployed; outside Ray)."""
+        ray = sys.modules.get("ray")
+        if ray is None or not ray.is_initialized():
+            return None
+        loop = asyncio.get_running_loop()
+        namespace = current_namespace()
+        try:
+            return await loop.run_in_executor(
+                None, lambda: ray.get_actor(ARBITER_NAME, namespace=namespace)
+            )
+        except ValueError:
+            return None
+
+    def _name(self) -> str:
+        ray = sys.modules.get("ray")
+        if ray is None or not ray.is_initialized():
+            return ""
+        return str(ray.get_runtime_context().get_actor_name() or "")
+
+    async def _claim(self) -> None:
+        """Before serving: the arbiter grants this sequencer the primary's epoch, or it is
+        fenced (another sequencer took over): ``Fenced``, a refused start."""
+        self.arbiter = arbiter = await self._find_arbiter()
+        if arbiter is None:
+            return
+        verdict: Verdict = await arbiter.acquire.remote(self._name())
+        if not verdict.granted:
+            raise Fenced(f"fenced: {verdict.reason}; this sequencer may not sequence")
+        self._serve_epoch(verdict.epoch)
+
+    def _serve_epoch(self, epoch: int) -> None:
+        svc = self.service
+        svc.epoch = epoch
+        svc.on_degrade = lambda: self._standby_sync(False)
+        svc.on_in_sync = lambda: self._standby_sync(True)
+
+    async def _standby_sync(self, in_sync: bool) -> bool:
+        """Tell the arbiter whether the standby holds every acknowledged block; granted only
+        to the current primary (a refusal fences this one)."""
+        if self.arbiter is None:
+            return True
+        svc = self.service
+        try:
+            verdict: Verdict = await self.arbiter.standby_sync.remote(
+                self._name(), svc.epoch, svc.standby_name, in_sync
+            )
+        except Exception as exc:  # the arbiter unreachable: not allowed (wait, safely)
+            log.warning("arbiter unreachable (standby in sync: %s): %r", in_sync, exc)
+            return False
+        if not verdict.granted:
+            svc._fatal(f"fenced: {verdict.reason}")
+        return bool(verdict.granted)
+
+    def _hold_lease(self) -> None:
+        if self.arbiter is not None and self._lease_task is None:
+            self._lease_task = asyncio.get_running_loop().create_task(self._renew())
+
+    async def _renew(self) -> None:
+        """Renew the lease every third of it; a refusal fences this sequencer (it exits, and
+        its restart is refused by ``acquire``). An unreachable arbiter is logged: the standby
+        cannot ack this primary's blocks once it took over, so nothing is lost meanwhile."""
+        svc = self.service
+        while True:
+            await asyncio.sleep(DEFAULT_LEASE_S / 3)
+            try:
+                verdict: Verdict = await self.arbiter.renew.remote(self._name(), svc.epoch)
+            except Exception as exc:
+                log.warning("lease renewal failed: %r", exc)
+                continue
+            if not verdict.granted:
+                svc._fatal(f"fenced at lease renewal: {verdict.reason}")
+                return
 
     async def _ask_followers(
         self, since: int, frames_after: int
@@ -959,7 +1298,9 @@ class SequencerActor:
         if namespace not in mine and len(mine) == 1:
             namespace = str(mine.pop())
         names = sorted(
-            a["name"] for a in listed if a.get("namespace") == namespace and a["name"] != me
+            a["name"]
+            for a in listed
+            if a.get("namespace") == namespace and a["name"] not in (me, *self.not_followers)
         )
 
         others: set[str] = set()  # named actors that hold no blocks: not followers
@@ -1081,6 +1422,17 @@ class SequencerActor:
             },
             fixed=fixed,
         )
+
+    async def set_standby(self, target: str, name: str) -> None:
+        """Replicate to a new standby (``raydex deploy`` after it placed one): the arbiter first
+        records the standby out of sync (it may not take over before it caught up)."""
+        svc = await self._ensure_started()
+        svc.standby_name = name
+        if not await self._standby_sync(False):
+            raise RuntimeError(
+                "the arbiter did not record the new standby (unreachable, or fenced)"
+            )
+        await svc.set_standby(target, name)
 
     async def data_plane_secret(self) -> str:
         """The deployment's data-plane secret, for ``raydex deploy`` to hand to new followers.

@@ -61,6 +61,8 @@ from raydex.observability.metrics import Recorder
 from ..runtime import (
     ActorRuntime,
     HeldBlocks,
+    PrimaryTargets,
+    PrimaryWatch,
     Supervisor,
     exit_process,
     held_blocks,
@@ -68,7 +70,7 @@ from ..runtime import (
     short_hash,
 )
 from ..runtime.checks import StateChecks
-from ..transport import ResyncRequired, TransportError, block_source, tx_channel
+from ..transport import ResyncRequired, TransportError, block_source, retarget, tx_channel
 from .deltas import DeltaState
 from .follow import ONE_ATTEMPT, Diverged, Reconnect, block_digest, follow
 from .store import (
@@ -473,6 +475,15 @@ class SnapshotActor:
             log.exception("snapshot holder start failed")
             exit_process(f"snapshot holder start failed: {exc!r}")
         self.runtime.after_boot(self.service.metrics, live=self.live)
+        watch = PrimaryWatch(self._follow_primary, txlog_target, "txlog")
+        self.service.supervisor.start("primary-watch", watch.run)
+
+    async def _follow_primary(self, primary: PrimaryTargets) -> None:
+        """A standby took over: the stamped stream and the WAL reads go to it."""
+        for source in self.service._sources:
+            await retarget(source, primary.txlog)
+        if self.service._reader is not None:
+            await retarget(self.service._reader, primary.txlog)
 
     def _put(self, seq: int, height: int, tables: dict[str, pa.Table]) -> None:
         import ray

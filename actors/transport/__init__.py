@@ -86,9 +86,11 @@ from .grpc_plane import (
 from .planes import (
     DEFAULT_DATA_PLANE,
     TCP_SCHEME,
+    UNIX_QUERY,
     DataPlane,
     block_source,
     data_plane_server,
+    retarget,
     target_of,
     tx_channel,
 )
@@ -111,6 +113,7 @@ __all__ = [
     "DEFAULT_DATA_PLANE",
     "SERVICE",
     "TCP_SCHEME",
+    "UNIX_QUERY",
     "TXS_METHOD",
     "Backoff",
     "BlockHub",
@@ -142,6 +145,7 @@ __all__ = [
     "TxStreamBroken",
     "block_source",
     "data_plane_server",
+    "retarget",
     "target_of",
     "tx_channel",
     "new_secret",

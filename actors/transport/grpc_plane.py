@@ -351,6 +351,13 @@ class GrpcBlockSource:
             await self._channel.close()
             self._channel = None
 
+    async def retarget(self, target: str, unix_path: str | None = None) -> None:
+        """Follow another publisher (a sequencer that took over) from the next reconnect on:
+        the open stream is ended now, and the next one opens at ``target`` from the seq after
+        the last frame yielded (``unix_path`` is the TCP plane's; ignored)."""
+        self._target = target
+        await self.close()
+
     def _open(self, from_seq: int) -> grpc.aio.UnaryStreamCall[bytes, bytes]:
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self._target, options=self._options)
@@ -446,6 +453,12 @@ class GrpcTxChannel:
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
+
+    async def retarget(self, target: str, unix_path: str | None = None) -> None:
+        """Send to another publisher from now on; batches in flight fail (``TxStreamBroken``:
+        their outcome is learnt from the blocks)."""
+        self._target = target
+        await self.close()
 
     def _ensure_stream(self) -> _TxStream:
         stream = self._stream

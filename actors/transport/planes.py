@@ -67,6 +67,19 @@ def tx_channel(target: str, *, secret: str = "") -> TxChannelImpl:
     return GrpcTxChannel(address, secret=secret)
 
 
+async def retarget(endpoint: object, target: str) -> bool:
+    """Point a source or channel made by :func:`block_source` / :func:`tx_channel` at another
+    publisher of the same plane (a sequencer that took over): its open stream ends, the next
+    opens at ``target``; a block source resumes after the last frame it yielded. False (nothing
+    done) for an endpoint that cannot be pointed elsewhere (the Ray plane's, a test's)."""
+    move = getattr(endpoint, "retarget", None)
+    if move is None:
+        return False
+    _, address, unix = _split(target)
+    await move(address, unix)
+    return True
+
+
 def data_plane_server(
     plane: str,
     hub: BlockHub,

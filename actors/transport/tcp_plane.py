@@ -417,14 +417,21 @@ class TcpBlockSource:
         for w in tuple(self._writers):
             w.close()
 
+    async def retarget(self, target: str, unix_path: str | None = None) -> None:
+        """Follow another publisher (a sequencer that took over): the open stream is ended now,
+        and the next one opens at ``target`` (``unix_path``: its socket on this host) from the
+        seq after the last frame yielded."""
+        self._target, self._unix_path = target, unix_path
+        await self.close()
+
     async def _stream(self, from_seq: int) -> AsyncIterator[Frame]:
         next_seq = from_seq
         attempt = 0
         unpack = _U64.unpack_from
-        host, port = _host_port(self._target)
         while True:
             cause: object = "stream ended"
             writer: asyncio.StreamWriter | None = None
+            host, port = _host_port(self._target)  # read again: ``retarget`` may change it
             try:
                 reader, writer, self.local = await open_stream(host, port, self._unix_path)
                 self.link.opened()
@@ -501,6 +508,12 @@ class TcpTxChannel:
         for task in tuple(self._readers):
             task.cancel()
         await asyncio.gather(*self._readers, return_exceptions=True)
+
+    async def retarget(self, target: str, unix_path: str | None = None) -> None:
+        """Send to another publisher from now on; batches in flight fail (``TxStreamBroken``:
+        their outcome is learnt from the blocks)."""
+        self._target, self._unix_path = target, unix_path
+        await self.close()
 
     async def _ensure(self) -> _TxConn:
         conn = self._conn

@@ -9,8 +9,8 @@ Subcommands (``raydex <command> --help`` for each one's flags; README.md has the
   a cluster, then deploys; ``down --stop-ray`` stops only that head, never another Ray (no
   ``ray stop``);
 - ``grafana install`` (``observability/grafana.py``);
-- ``bench engine|codecs|signatures|apply|transport|dataplane|flood|wal|sequencer``
-  (``observability/bench/``; the last six delegated whole to their module's ``main``);
+- ``bench engine|codecs|signatures|apply|transport|dataplane|flood|wal|sequencer|replication``
+  (``observability/bench/``; the last seven delegated whole to their module's ``main``);
 - ``node-args`` (``cluster/topology.py``).
 
 Control commands connect to ``--address``, else ``RAY_ADDRESS``, else the head ``raydex up``
@@ -48,6 +48,7 @@ _DELEGATED: dict[tuple[str, ...], str] = {
     ("bench", "flood"): "raydex.observability.bench.flood",
     ("bench", "wal"): "raydex.observability.bench.wal",
     ("bench", "sequencer"): "raydex.observability.bench.sequencer",
+    ("bench", "replication"): "raydex.observability.bench.replication",
 }
 
 
@@ -392,7 +393,8 @@ def _status(args: argparse.Namespace) -> int:
 #: what ``raydex status`` prints per actor besides its repr
 _STATUS_KEYS = (
     "seq", "lag", "state_hash_seq", "state_hash", "port", "signatures", "placement", "error",
-    "refused",
+    "refused", "epoch", "replication", "durable_seq", "primary", "standby", "in_sync",
+    "lease_left_s",
 )  # fmt: skip
 
 
@@ -603,11 +605,12 @@ def _add_bench(sub: Any) -> None:
     p = sub.add_parser(
         "bench",
         help="benchmarks (engine, codecs, signatures, apply, transport, dataplane, flood, wal, "
-        "sequencer)",
+        "sequencer, replication)",
     )
     bench = p.add_subparsers(
         dest="bench",
-        metavar="{engine,codecs,signatures,apply,transport,dataplane,flood,wal,sequencer}",
+        metavar="{engine,codecs,signatures,apply,transport,dataplane,flood,wal,sequencer,"
+        "replication}",
         required=True,
     )
     e = bench.add_parser(
@@ -654,6 +657,9 @@ def _add_bench(sub: Any) -> None:
     bench.add_parser(
         "sequencer",
         help="the sequencer alone on its data plane: the highest rate with block p99 <= 2 ms",
+    )
+    bench.add_parser(
+        "replication", help="per-block answer time, durability local vs replicated (a standby)"
     )
 
 

@@ -53,6 +53,7 @@ import logging
 import random
 import re
 import socket
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -81,12 +82,14 @@ from .view import (
     REPLICA_PREFIX,
     SEQUENCER,
     SNAPSHOT,
+    STANDBY,
     Agreement,
     HostLoad,
     audit_line,
     deployed,
     host_loads,
     named_actors,
+    primary_name,
     replica_name,
     state_agreement,
     status,
@@ -101,6 +104,7 @@ __all__ = [  # the names a deployment is read by (``view.py``) are also here, be
     "SEQUENCER",
     "SHARED_REQUEST",
     "SNAPSHOT",
+    "STANDBY",
     "Agreement",
     "DeployRefused",
     "DeployResult",
@@ -113,6 +117,7 @@ __all__ = [  # the names a deployment is read by (``view.py``) are also here, be
     "free_port",
     "host_loads",
     "named_actors",
+    "primary_name",
     "replica_name",
     "sequencer_host",
     "shortages",
@@ -335,7 +340,12 @@ class _Run:
         return ray.remote(cls).options(**opts).remote(*args, **(kwargs or {}))
 
     def roll_back(self) -> list[str]:
-        """Kill what this run started and remove its placement groups; the record forgets them."""
+        """Kill what this run started and remove its placement groups; the record forgets them
+        (an arbiter it started forgets its epoch: the deployment it began is not)."""
+        from raydex.actors.runtime import ARBITER_NAME
+
+        if ARBITER_NAME in self.started:
+            _forget_epochs(self.namespace)
         for name in reversed(self.started):
             _stop(name, self.namespace, self.record.actors.get(name))
             self.record.forget(name)
@@ -351,6 +361,17 @@ def _stop(name: str, namespace: str, entry: record.ActorEntry | None) -> None:
         record.remove_group(entry.placement_group)
 
 
+def _forget_epochs(namespace: str) -> None:
+    """Make the deployment's arbiter delete its kept epoch (best effort: one that cannot answer
+    is killed anyway, and its state with the deployment's key stays in the GCS)."""
+    import ray
+
+    from raydex.actors.runtime import ARBITER_NAME
+
+    with contextlib.suppress(Exception):
+        ray.get(ray.get_actor(ARBITER_NAME, namespace=namespace).forget.remote(), timeout=30)
+
+
 def _replica_names(group: ReplicaGroupSpec, running: Collection[int]) -> list[str]:
     """Without placement: ``count`` replicas, the running ones with the lowest indices first,
     then new ones with the lowest free indices."""
@@ -359,6 +380,116 @@ def _replica_names(group: ReplicaGroupSpec, running: Collection[int]) -> list[st
     free = (i for i in itertools.count() if i not in kept)
     indices = kept + [next(free) for _ in range((count or 0) - len(kept))]
     return [replica_name(group.name, i) for i in sorted(indices)]
+
+
+def _spawn_arbiter(run: _Run) -> Any:
+    """The arbiter on the head node (its state in the GCS beside it; see
+    ``actors/sequencer/arbiter.py``): detached, restarted by Ray, no CPU, one call at a time (its
+    verdicts are read-modify-write), recorded as the deployment's (``down`` makes it forget)."""
+    from raydex.actors.runtime import ARBITER_NAME
+    from raydex.actors.sequencer.arbiter import ArbiterActor
+
+    opts = {"max_task_retries": -1, "max_concurrency": 1,
+            "resources": {"node:__internal_head__": 0.001}}  # fmt: skip
+    key = f"raydex/{run.namespace}/arbiter"
+    return run.spawn(ArbiterActor, ARBITER_NAME, "arbiter", None, (key,), options=opts)
+
+
+def _ensure_standby(
+    spec: DeploySpec,
+    run: _Run,
+    bind: str,
+    secret: str,
+    plane: str,
+    leader: str,
+    existing: set[str],
+    bundle: Callable[[str], BundlePlacement | None],
+    timeout_s: float,
+) -> str | None:
+    """A standby beside the primary ``leader``, in the other slot: ``STANDBY`` (the spec's
+    ``sequencer.standby`` host and folders) while ``SEQUENCER`` is the primary, ``SEQUENCER``
+    (the sequencer's host, its WAL folder moved aside first) after the standby took over. An old
+    primary found fenced there (its host came back) is replaced. The primary is told where its
+    new standby is (``set_standby``). Returns the name of a standby it started, None if none."""
+    import ray
+
+    from raydex.actors.sequencer import StandbyActor
+    from raydex.actors.transport import target_of
+
+    assert spec.sequencer.standby is not None
+    namespace = run.namespace
+    other = STANDBY if leader == SEQUENCER else SEQUENCER
+    if other in existing and _fenced(other, namespace, timeout_s):
+        _stop(other, namespace, run.record.actors.get(other))
+        run.record.forget(other)
+        existing.discard(other)
+    if other in existing:
+        return None
+    _free_name(other, namespace, timeout_s)  # a lost primary's name may still be held
+    base = spec.sequencer.config
+    if other == STANDBY:
+        wal_dir, snap_dir = spec.sequencer.standby.wal_dir, spec.sequencer.standby.snapshot_dir
+    else:  # the old primary's slot: the holder's folder is not the standby's
+        wal_dir, snap_dir = base.wal_dir, f"{base.snapshot_dir}-standby"
+    cfg = dataclasses.replace(
+        base,
+        data_host=bind,
+        data_plane_secret=secret,
+        wal_dir=wal_dir,
+        snapshot_dir=snap_dir,  # durability as the primary's: what it keeps once it took over
+    )
+    b = bundle("standby" if other == STANDBY else "sequencer")
+    args = (cfg, b, spec.sequencer.gc, leader)
+    actor = run.spawn(
+        StandbyActor, other, "standby", b, args, kwargs={"set_aside": other == SEQUENCER}
+    )
+    st = _until_serving(actor, timeout_s)
+    target = target_of(plane, sequencer_host(st, bind, lambda: st), st["replication_port"])
+    primary = ray.get_actor(leader, namespace=namespace)
+    ray.get(primary.set_standby.remote(target, other), timeout=timeout_s)
+    return other
+
+
+def _free_name(name: str, namespace: str, timeout_s: float) -> None:
+    """Wait until no actor holds ``name`` (one killed, or lost with its host, may hold it a
+    while: killed again, for good), bounded by ``timeout_s``."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            held = ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return
+        ray.kill(held, no_restart=True)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the actor name {name} is still taken after {timeout_s}s")
+        time.sleep(0.2)
+
+
+def _fenced(name: str, namespace: str, timeout_s: float) -> bool:
+    """Whether sequencer ``name`` refuses to start because another one holds the epoch."""
+    import ray
+
+    try:
+        st: Any = ray.get(ray.get_actor(name, namespace=namespace).status.remote(), timeout=10)
+    except Exception:  # gone or not answering: not known to be fenced
+        return False
+    return "fenced" in str(st.get("refused") or "")
+
+
+def _until_serving(actor: Any, timeout_s: float) -> dict[str, Any]:
+    """A standby's status once it serves replication (bounded by ``timeout_s``)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st: dict[str, Any] = ray.get(actor.status.remote(), timeout=timeout_s)
+        if st.get("replication_port"):
+            return st
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the standby did not serve within {timeout_s}s: {st}")
+        time.sleep(0.1)
 
 
 def deploy(
@@ -437,6 +568,7 @@ def _reconcile(
 
     from raydex.actors.committer import CommitterActor
     from raydex.actors.replica import ReplicaActor
+    from raydex.actors.runtime import ARBITER_NAME
     from raydex.actors.sequencer import SequencerActor
     from raydex.actors.snapshot import SnapshotActor
     from raydex.actors.transport import target_of
@@ -448,7 +580,15 @@ def _reconcile(
         return _reservable(g.bundles[index]) if g is not None else None
 
     created: list[str] = []
-    if SEQUENCER not in existing:
+    standby = spec.sequencer.standby
+    if standby is not None and ARBITER_NAME not in existing:
+        arbiter = _spawn_arbiter(run)
+        ray.get(arbiter.view.remote(), timeout=timeout_s)  # alive before a sequencer asks it
+        created.append(ARBITER_NAME)
+    leader = primary_name(namespace)  # a standby that took over, else the sequencer
+    # after a takeover the sequencer's slot is the standby's (``_ensure_standby``), never a new
+    # primary's
+    if SEQUENCER not in existing and leader == SEQUENCER:
         # The deployment's data-plane secret is born with its sequencer and lives in the actors'
         # creation arguments (Ray hands them to restarted actors too); later deploys ask the
         # sequencer for it. It is never written to raydex.yaml or any other file.
@@ -458,7 +598,7 @@ def _reconcile(
         args_q = (cfg, bundle("sequencer"), spec.sequencer.gc)
         run.spawn(SequencerActor, SEQUENCER, "sequencer", bundle("sequencer"), args_q)
         created.append(SEQUENCER)
-    sequencer = ray.get_actor(SEQUENCER, namespace=namespace)
+    sequencer = ray.get_actor(leader, namespace=namespace)
     started: Any = ray.get(sequencer.start.remote(), timeout=timeout_s)
     host = sequencer_host(
         started, bind, lambda: ray.get(sequencer.status.remote(), timeout=timeout_s)
@@ -468,6 +608,9 @@ def _reconcile(
     delta_target = target_of(plane, host, started["data_port"], unix.get("blocks"))
     txlog_target = target_of(plane, host, started["txlog_port"], unix.get("txlog"))
     secret: str = ray.get(sequencer.data_plane_secret.remote(), timeout=timeout_s)
+    if standby is not None:
+        made = _ensure_standby(spec, run, bind, secret, plane, leader, existing, bundle, timeout_s)
+        created.extend([made] if made else [])
     # CreateMarket of an existing market is refused (MARKET_EXISTS) and changes nothing.
     ray.get(sequencer.operator.remote(list(spec.markets)), timeout=timeout_s)
 
@@ -617,8 +760,13 @@ def down(namespace: str = NAMESPACE) -> list[str]:
     from before records, the raydex-named actors): kill each actor, remove its placement group
     by id, then any group still named for the deployment (one a dying deploy created before
     recording it), and forget the record. Another actor in the namespace is left alone. Safe to
-    repeat. Returns the names stopped."""
+    repeat. Returns the names stopped. The arbiter forgets its epoch first (a new deployment
+    starts at epoch 1)."""
+    from raydex.actors.runtime import ARBITER_NAME
+
     rec = deployed(namespace)
+    if ARBITER_NAME in rec.actors:
+        _forget_epochs(namespace)
     for name, entry in sorted(rec.actors.items()):
         _stop(name, namespace, entry)
     for group_id, _ in list(record.leftover_groups(namespace)):

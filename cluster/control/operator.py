@@ -12,7 +12,7 @@ from typing import Any
 
 from raydex.codecs import L1Deposit, ResultCode
 
-from .deploy import NAMESPACE, SEQUENCER
+from .view import NAMESPACE, primary_name
 
 __all__ = ["deposit_l1"]
 
@@ -24,7 +24,7 @@ def deposit_l1(
     the index is None when the deposit was refused. Needs ``ray.init`` done."""
     import ray
 
-    seq: Any = ray.get_actor(SEQUENCER, namespace=namespace)
+    seq: Any = ray.get_actor(primary_name(namespace), namespace=namespace)
     (outcome,) = ray.get(
         seq.operator.remote([L1Deposit(l1_address, micro_usdc)]), timeout=timeout_s
     )

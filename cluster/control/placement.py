@@ -42,7 +42,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..bundle import BundlePlacement, Role, pin_bundle
 from ..topology import HOST_LABEL, ROLE_LABEL, Topology, numa_resource, read_topology
-from .spec import CommitterSpec, DeploySpec, ReplicaGroupSpec, SequencerSpec, SnapshotSpec
+from .spec import (
+    CommitterSpec,
+    DeploySpec,
+    ReplicaGroupSpec,
+    SequencerSpec,
+    SnapshotSpec,
+    StandbySpec,
+)
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
@@ -101,7 +108,9 @@ def placement_for(
         planner.hold(b)
     head = next(iter(topology_by_node))
 
-    def single(role: Role, part: SequencerSpec | SnapshotSpec | CommitterSpec) -> GroupPlacement:
+    def single(
+        role: Role, part: SequencerSpec | SnapshotSpec | CommitterSpec | StandbySpec
+    ) -> GroupPlacement:
         running = kept.get((role, 0))
         if running is not None:  # never moved: the sequencer is never restarted by a deploy
             return GroupPlacement(role, (running,))
@@ -113,6 +122,11 @@ def placement_for(
         return GroupPlacement(role, (bundle,))
 
     core = [single("sequencer", spec.sequencer), single("snapshot", spec.snapshot)]
+    standby = spec.sequencer.standby
+    if standby is not None:  # the sequencer's host is lost with it: the standby may not share it
+        if standby.host == (spec.sequencer.host or head):
+            raise PlacementError("sequencer.standby: must be on another host than the sequencer's")
+        core.append(single("standby", standby))
     groups = [
         GroupPlacement(
             g.name,
@@ -215,9 +229,9 @@ class _Planner:
         for c in b.cpus:
             if c in usage:
                 usage[c] += 1
-        if b.role in ("sequencer", "snapshot"):
+        if b.role in ("sequencer", "snapshot", "standby"):
             self.reserved.update((b.host, c) for c in b.cpus)
-        if b.role == "sequencer":
+        if b.role in ("sequencer", "standby"):
             self.sequencer_cores.update((b.host, c) for c in b.cpus)
         self.requested[slot] = self.requested.get(slot, 0) + len(b.cpus)
 
@@ -268,9 +282,9 @@ class _Planner:
         shared = any(usage[c] for c in chosen)
         for c in chosen:
             usage[c] += 1
-            if role in ("sequencer", "snapshot"):
+            if role in ("sequencer", "snapshot", "standby"):
                 self.reserved.add((host, c))
-            if role == "sequencer":
+            if role in ("sequencer", "standby"):
                 self.sequencer_cores.add((host, c))
         self.requested[slot] = self.requested.get(slot, 0) + k
         return BundlePlacement(

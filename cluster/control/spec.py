@@ -7,7 +7,9 @@ Shape (every key below is optional unless marked *required*)::
     allow_unauthenticated_ray: bool       # false: no data plane beyond loopback without Ray auth
     sequencer: {<SequencerConfig knobs: wal_dir*, block_close, block_interval_ms, block_max_txs,
                 wal_fsync, oracle_interval_ms, oracle_max_step_bps, ring_size, ...>,
-                host, numa_node, cpus, pin, realtime, huge_pages, gc}
+                host, numa_node, cpus, pin, realtime, huge_pages, gc,
+                durability, standby: {host*, numa_node, cpus, pin, realtime, huge_pages,
+                                      wal_dir, snapshot_dir}}
     snapshot:  {<SnapshotConfig knobs: dir*, every_blocks, every_seconds, ring_size, keep,
                 check_every_blocks>,
                 host, numa_node, cpus, pin, realtime, huge_pages, gc}
@@ -187,8 +189,32 @@ _SEQUENCER_WIRED = {
     "data_host": "`raydex deploy --bind`",
     "data_port": "ports.data",
     "txlog_port": "ports.data + 1",
+    "replication_port": "ports.data + 2",
+    "durability": "sequencer.durability (replicated when a standby is named)",
+    "standby_target": "`raydex deploy` (the standby's address)",
+    "standby_name": "`raydex deploy` (the standby's actor name)",
     "data_plane_secret": _SECRET_SOURCE,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class StandbySpec:
+    """Where the standby sequencer runs (``actors/sequencer/standby.py``): another host than the
+    sequencer's, its own WAL (``wal_dir``; default the sequencer's with ``-standby`` appended,
+    so two hosts sharing a filesystem never share a log) and snapshot folder (``snapshot_dir``;
+    default ``snapshot.dir`` with ``-standby``). Its other knobs are the sequencer's."""
+
+    host: str
+    numa_node: int = 0
+    cpus: int = 1
+    pin: bool = True
+    realtime: bool = False
+    huge_pages: bool = True
+    wal_dir: str = ""
+    snapshot_dir: str = ""
+
+    def _problems(self) -> _Problems:
+        yield from _placement_problems(self.host, self.numa_node, self.cpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +238,11 @@ class SequencerSpec:
     realtime: bool = False
     huge_pages: bool = True
     gc: GcSpec = GcSpec()
+    #: "local" or "replicated" (``SequencerConfig.durability``); unset: replicated when a
+    #: standby is named, else local
+    durability: Literal["local", "replicated"] | None = None
+    #: a standby sequencer on another host (``StandbySpec``): replicated durability and takeover
+    standby: StandbySpec | None = None
 
     @property
     def wal_dir(self) -> str:
@@ -239,7 +270,15 @@ class SequencerSpec:
             yield "max_inflight_batches", f"must be >= 1, got {c.max_inflight_batches}"
         if c.verify_slice_ms <= 0:
             yield "verify_slice_ms", f"must be > 0, got {c.verify_slice_ms}"
+        if c.durability not in ("local", "replicated"):
+            yield "durability", f"must be local or replicated, got {c.durability!r}"
+        if c.replication_timeout_s < 0:
+            yield "replication_timeout_s", f"must be >= 0, got {c.replication_timeout_s}"
         yield from _placement_problems(self.host, self.numa_node, self.cpus)
+        if self.standby is not None and self.standby.host == self.host:
+            yield "standby", "must be on another host than the sequencer's"
+        if self.durability == "replicated" and self.standby is None:
+            yield "durability", "replicated needs a standby (sequencer.standby)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,8 +580,19 @@ class DeploySpec:
             snapshot_dir=self.snapshot.config.dir,
             data_port=self.ports.data,
             txlog_port=self.ports.data + 1,
+            replication_port=self.ports.data + 2,
+            durability=seq.durability or ("replicated" if seq.standby else "local"),
         )
-        object.__setattr__(self, "sequencer", dataclasses.replace(seq, config=seq_config))
+        standby = seq.standby
+        if standby is not None:
+            standby = dataclasses.replace(
+                standby,
+                wal_dir=standby.wal_dir or f"{seq_config.wal_dir}-standby",
+                snapshot_dir=standby.snapshot_dir or f"{self.snapshot.config.dir}-standby",
+            )
+        object.__setattr__(
+            self, "sequencer", dataclasses.replace(seq, config=seq_config, standby=standby)
+        )
         groups = tuple(self._wired_group(g) for g in self.replica_groups)
         object.__setattr__(self, "replica_groups", groups)
 

@@ -2,8 +2,10 @@
 
 Names: every deployment is a Ray namespace (``NAMESPACE``, or ``raydex-loadtest-<pid>``) holding
 the named actors ``SEQUENCER``, ``SNAPSHOT``, ``COMMITTER``, ``MONITOR`` and the replicas
-``REPLICA_PREFIX<group>-<index>``; the deployment's record (``record.py``) lists which of them it
-created (``deployed``).
+``REPLICA_PREFIX<group>-<index>``, and with a standby (``sequencer.standby``) ``STANDBY`` and the
+arbiter (``actors/runtime/primary.py``'s ``ARBITER_NAME``), which names the primary
+(``primary_name``: ``STANDBY`` once it took over); the deployment's record (``record.py``)
+lists which of them it created (``deployed``).
 
 - ``status`` asks every actor for its status in parallel, bounded in time altogether;
 - ``state_agreement`` groups their state hashes by the seq they reflect (a difference at one seq
@@ -34,12 +36,14 @@ __all__ = [
     "REPLICA_PREFIX",
     "SEQUENCER",
     "SNAPSHOT",
+    "STANDBY",
     "Agreement",
     "HostLoad",
     "audit_line",
     "deployed",
     "host_loads",
     "named_actors",
+    "primary_name",
     "replica_name",
     "state_agreement",
     "status",
@@ -48,6 +52,8 @@ __all__ = [
 
 NAMESPACE = "raydex"
 SEQUENCER = "raydex-sequencer"
+#: the standby sequencer (``sequencer.standby`` in the spec; ``actors/sequencer/standby.py``)
+STANDBY = "raydex-standby"
 SNAPSHOT = "raydex-snapshot"
 COMMITTER = "raydex-committer"
 REPLICA_PREFIX = "raydex-replica-"
@@ -72,13 +78,33 @@ def named_actors(namespace: str) -> set[str]:
 #: the names raydex gives its actors: a deployment made before records existed is recognised by
 #: them (a user's actor with another name is never touched)
 def _raydex_name(name: str) -> bool:
-    return name in (SEQUENCER, SNAPSHOT, COMMITTER, MONITOR) or name.startswith(REPLICA_PREFIX)
+    from raydex.actors.runtime import ARBITER_NAME
+
+    fixed = (SEQUENCER, STANDBY, SNAPSHOT, COMMITTER, MONITOR, ARBITER_NAME)
+    return name in fixed or name.startswith(REPLICA_PREFIX)
 
 
 def _role_of(name: str) -> str:
-    fixed = {SEQUENCER: "sequencer", SNAPSHOT: "snapshot", COMMITTER: "committer",
-             MONITOR: "monitor"}  # fmt: skip
+    from raydex.actors.runtime import ARBITER_NAME
+
+    fixed = {SEQUENCER: "sequencer", STANDBY: "standby", SNAPSHOT: "snapshot",
+             COMMITTER: "committer", MONITOR: "monitor", ARBITER_NAME: "arbiter"}  # fmt: skip
     return fixed.get(name, "replica")
+
+
+def primary_name(namespace: str = NAMESPACE) -> str:
+    """The primary sequencer's actor name: the one the arbiter names (a standby that took over),
+    else ``SEQUENCER`` (no arbiter: a deployment without a standby)."""
+    import ray
+
+    from raydex.actors.runtime import ARBITER_NAME
+
+    try:
+        arbiter = ray.get_actor(ARBITER_NAME, namespace=namespace)
+    except ValueError:
+        return SEQUENCER
+    view: Any = ray.get(arbiter.view.remote(), timeout=30)
+    return str(view["primary"] or SEQUENCER)
 
 
 def deployed(namespace: str = NAMESPACE) -> record.DeploymentRecord:
@@ -290,12 +316,12 @@ def host_loads(
 
 
 def wait_ready(namespace: str = NAMESPACE, timeout_s: float = 60.0) -> dict[str, Any]:
-    """Poll ``status`` until every replica reports the sequencer's seq or newer, and the state
+    """Poll ``status`` until every replica reports the primary's seq or newer, and the state
     hash of its seq (a replica computes it once quiet: ``ReplicaService.status``) (bounded)."""
     deadline = time.monotonic() + timeout_s
     while True:
         st = status(namespace)
-        seq = st.get(SEQUENCER, {}).get("seq", 0)
+        seq = st.get(primary_name(namespace), {}).get("seq", 0)
         reps = [v for k, v in st.items() if k.startswith(REPLICA_PREFIX)]
         if reps and all(
             r.get("seq", -1) >= seq and r.get("state_hash_seq") == r.get("seq") for r in reps

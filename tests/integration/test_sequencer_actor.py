@@ -89,6 +89,7 @@ def test_a_corrupt_newest_snapshot_does_not_keep_the_sequencer_down(
         meta.write_text(meta.read_text().replace('"state_hash": "', '"state_hash": "ff'))
 
         seq = spawn(cfg, "seq-test-snap")
+        ray.get(seq.start.remote(), timeout=60)  # status answers at once, also while starting
         after = {**ray.get(seq.status.remote(), timeout=60), **ray.get(seq.state_hash.remote())}
         assert after["state_hash"] == before["state_hash"] and after["seq"] == 2
         assert after["replayed_blocks"] == 2  # from seq 0 and the whole WAL

@@ -264,6 +264,7 @@ def test_seconds_buckets_span_ten_microseconds_to_ten_seconds_finely() -> None:
 
 def test_every_catalog_name_follows_prometheus_conventions() -> None:
     units = ("_seconds", "_total", "_txs", "_blocks", "_messages", "_info", "_seq", "_connections")
+    units += ("_epoch",)  # the sequencer's epoch (actors/sequencer/arbiter.py)
     # the monitor's gauges are a verdict, states and a count over a sliding minute: no unit, as
     # Prometheus's own ``up`` (cluster/control/monitor.py)
     unitless = {"raydex_health", "raydex_host_up", "raydex_actor_state",

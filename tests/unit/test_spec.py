@@ -106,7 +106,7 @@ def test_defaults_fill_every_optional_key() -> None:
 def test_an_embedded_config_takes_the_actors_own_defaults_for_every_unwritten_knob() -> None:
     spec = load_spec(yaml.safe_dump(MINIMAL))
     seq = SequencerConfig(wal_dir="/tmp/wal", snapshot_dir="/tmp/snap")
-    wired_seq = {"chain_id": 7, "data_port": 50051, "txlog_port": 50052}
+    wired_seq = {"chain_id": 7, "data_port": 50051, "txlog_port": 50052, "replication_port": 50053}
     assert spec.sequencer.config == dataclasses.replace(seq, **wired_seq)
     assert spec.snapshot.config == SnapshotConfig(dir="/tmp/snap")
     replica = spec.replica_groups[0].replica
