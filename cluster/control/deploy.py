@@ -688,8 +688,6 @@ SHORTAGE_SETTLE_S: Final = 6.0
 def _settled_shortages(bundles: Sequence[BundlePlacement]) -> list[str]:
     """:func:`shortages`, re-read every 0.5 s for up to ``SHORTAGE_SETTLE_S`` while some remain
     (resources freed a moment ago, not yet counted free), so only a lasting shortage refuses."""
-    import time
-
     deadline = time.monotonic() + SHORTAGE_SETTLE_S
     missing = shortages(bundles)
     while missing and time.monotonic() < deadline:

@@ -100,7 +100,7 @@ def order(
     """``Order``: a resting order (``OrderRecord``, status open) or one that left the book (its
     last ``OrderUpdated``); ``filled_quote`` in ticks x lots. ``cond``: the condition it came
     from (a fired stop-loss / take-profit, a grouped entry), or the TWAP it is a slice of."""
-    out = _order_body(o, m, status, filled_quote, height, ts_ms)
+    out = _order_body(o, m, status, filled_quote, height, ts_ms, int(o.order_version))
     if cond is not None:
         if cond.order_type == _TWAP and cond.order_index != o.order_index:
             out["type"] = "twap-sub"
@@ -118,7 +118,9 @@ def waiting_order(
     firing): its status is its own (``pending``, a TWAP ``open``, or how it ended)."""
     sd = m.size_decimals
     filled = c.base_amount - c.remaining_base_amount
-    out = _order_body(c, m, int(c.status), filled_quote, height, ts_ms)
+    out = _order_body(
+        c, m, int(c.status), filled_quote, height, ts_ms, 0
+    )  # never modified by version
     out["initial_base_amount"] = lots_to_str(c.base_amount, sd)
     out["base_size"] = int(c.base_amount)
     out["remaining_base_amount"] = lots_to_str(c.remaining_base_amount, sd)
@@ -150,6 +152,7 @@ def _order_body(
     filled_quote: int,
     height: int,
     ts_ms: int,
+    version: int,
 ) -> dict[str, Any]:
     pd, sd = m.price_decimals, m.size_decimals
     initial = o[6]  # initial_base_amount (base_amount of a condition)
@@ -195,7 +198,7 @@ def _order_body(
         "integrator_maker_fee": "0",
         "integrator_taker_fee": "0",
         "order_flags": 0,
-        "order_version": int(getattr(o, "order_version", 0)),  # a waiting order has none
+        "order_version": version,
         "market_symbol": m.symbol,
         "market_kind": "perps",
     }
