@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
+from kit.api import with_served
 from pydantic import BaseModel
 
 from raydex.actors.local import FAR_MS, LocalExchange, Trader, new_exchange
@@ -93,22 +94,7 @@ class Rig:
 
 
 def with_rig(body: Callable[[Rig, list[Trader]], Awaitable[None]], n: int = 2) -> None:
-    traders = [Trader(10 + i) for i in range(n)]
-
-    async def main() -> None:
-        ex = new_exchange(traders)
-        replica = ex.serve()
-        server = TestServer(replica.app, host="127.0.0.1", port=0)
-        await server.start_server()
-        try:
-            r = Rig(ex, replica.state, server)
-            async with aiohttp.ClientSession() as http:
-                r.http = http
-                await body(r, traders)
-        finally:
-            await server.close()
-
-    run(main())
+    with_served([Trader(10 + i) for i in range(n)], Rig, body)
 
 
 # ---- orders and fills ---------------------------------------------------------------------------
