@@ -42,7 +42,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .gate import OpenConnections
 
@@ -285,7 +285,8 @@ class FastLane(asyncio.Protocol):
     # ---- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # a stream transport (uvloop's are not subclasses of ``asyncio.Transport``)
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else None
