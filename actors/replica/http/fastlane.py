@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import email.utils
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
@@ -90,6 +91,8 @@ _TYPES = {
 #: headers whose presence sends the request to aiohttp (framing or semantics the lane skips)
 _REFUSED = frozenset((b"transfer-encoding", b"expect", b"upgrade"))
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+#: a control character (a header value must have none: a tab only around it, stripped)
+_CTL = re.compile(rb"[\x00-\x1f\x7f]")
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 
@@ -173,7 +176,7 @@ def parse(buf: bytearray, max_body: int) -> _Request | object | None:
             return HANDOFF  # obs-fold, a space before the colon, a bad name
         name = name.lower()
         value = value.strip(b" \t")
-        if any(c < 0x20 or c == 0x7F for c in value):
+        if _CTL.search(value) is not None:
             return HANDOFF
         if name in _REFUSED:
             return HANDOFF
