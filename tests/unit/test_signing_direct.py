@@ -9,12 +9,20 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raydex.codecs import DEFAULT_CHAIN_ID, OrderType, message_hash_of, signing
-from raydex.codecs._hot import codec_of, field_format, int_bounds
-from raydex.codecs._signing import lighter_info
-from raydex.codecs._txcodec import _SIGNED
+from raydex.codecs import (
+    BY_CLASS,
+    DEFAULT_CHAIN_ID,
+    OrderType,
+    codec_of,
+    field_format,
+    int_bounds,
+    is_signed_type,
+    lighter_info,
+    message_hash_of,
+    signing,
+)
 
-SIGNED = sorted(_SIGNED, key=lambda c: c.__name__)
+SIGNED = sorted((c for c in BY_CLASS if is_signed_type(c)), key=lambda c: c.__name__)
 
 
 def reference(tx: Any, chain_id: int) -> bytes:
