@@ -511,7 +511,8 @@ class EngineVsReference(RuleBasedStateMachine):
         fills: list[tuple[int, int, int]] = []
         for t in ups + downs:
             self.triggers.remove(t)
-            left, got = self.ref.take(t.account, t.is_ask, t.price, t.size)
+            # a fired stop-loss / take-profit is a market order: its price bounds the average
+            left, got = self.ref.take(t.account, t.is_ask, t.price, t.size, average=not t.limit)
             fills += got
             if left and t.limit:
                 self.ref.rest(t.oid, t.account, t.is_ask, t.price, left, False)
