@@ -9,7 +9,7 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
   the price, bids ``-price``; a price is in the heap at most once, tracked by ``in_heap``) and the
   cached ``best`` price (0 when the side is empty). Best-price lookup is O(1); a new level is
   O(log n); removing the best level pops stale heap entries (amortised O(log n)). Past
-  ``HEAP_SLACK`` + 2 entries per live level the heap is rebuilt from the levels
+  ``HEAP_SLACK`` + 4 entries per live level the heap is rebuilt from the levels
   (:meth:`Side.compact`), so n stays within a few times the live levels.
 - ``Position.bid_open`` / ``ask_open`` are the lots of the account's resting non-reduce-only
   orders in that market; they feed the initial-margin requirement ("worst case" exposure).
@@ -484,7 +484,7 @@ class Level:
         self.next_dirty: Level | None = None
 
 
-#: A side's price heap is rebuilt from its levels past ``HEAP_SLACK + 2 * len(levels)`` entries
+#: A side's price heap is rebuilt from its levels past ``HEAP_SLACK + 4 * len(levels)`` entries
 #: (the prices of levels gone while not best stay in it until they reach its top).
 HEAP_SLACK: Final = 64
 
@@ -512,7 +512,7 @@ class Side:
                 self.in_heap.add(price)
                 heap = self.heap
                 heappush(heap, price if self.is_ask else -price)
-                if len(heap) > HEAP_SLACK + 2 * len(self.levels):
+                if len(heap) > HEAP_SLACK + 4 * len(self.levels):
                     self.compact()
             best = self.best
             if best == 0 or (price < best if self.is_ask else price > best):

@@ -415,7 +415,7 @@ def rest(st: ExchangeState, m: Market, o: Order, acct: Account, pos: Position) -
             in_heap.add(key)
             heap = side.heap
             heappush(heap, key if is_ask else -price)
-            if len(heap) > HEAP_SLACK + 2 * len(levels):
+            if len(heap) > HEAP_SLACK + 4 * len(levels):
                 side.compact()
         best = side.best
         if best == 0 or (price < best if is_ask else price > best):

@@ -202,10 +202,11 @@ def create_grouped(st: ExchangeState, c: CreateGroupedOrders, now: int, out: Del
 
 
 #: Where ``CreateGroupedOrders``' slots start, and their width (``OrderInfo``'s fields).
-_FIRST_SLOT: Final = CreateGroupedOrders._fields.index("market_index_0")
-_SLOT_FIELDS: Final = len(OrderInfo._fields)
-_EXPIRED_AT: Final = CreateGroupedOrders._fields.index("expired_at")
-_NONCE: Final = CreateGroupedOrders._fields.index("nonce")
+#: (``Final[int]``: native ints, where an inferred type would be an object in the arithmetic.)
+_FIRST_SLOT: Final[int] = CreateGroupedOrders._fields.index("market_index_0")
+_SLOT_FIELDS: Final[int] = len(OrderInfo._fields)
+_EXPIRED_AT: Final[int] = CreateGroupedOrders._fields.index("expired_at")
+_NONCE: Final[int] = CreateGroupedOrders._fields.index("nonce")
 
 
 def group_infos(c: CreateGroupedOrders) -> list[tuple[int, ...]] | None:
