@@ -8,7 +8,9 @@ Invariants kept by the engine (checked by ``validate_internal_state``):
 - A ``Side`` keeps ``levels`` (price -> Level), a heap of prices with lazy deletion (asks store
   the price, bids ``-price``; a price is in the heap at most once, tracked by ``in_heap``) and the
   cached ``best`` price (0 when the side is empty). Best-price lookup is O(1); a new level is
-  O(log n); removing the best level pops stale heap entries (amortised O(log n)).
+  O(log n); removing the best level pops stale heap entries (amortised O(log n)). Past
+  ``HEAP_SLACK`` + 4 entries per live level the heap is rebuilt from the levels
+  (:meth:`Side.compact`), so n stays within a few times the live levels.
 - ``Position.bid_open`` / ``ask_open`` are the lots of the account's resting non-reduce-only
   orders in that market; they feed the initial-margin requirement ("worst case" exposure).
 - An account's positions are in its ``positions`` dict and, in the same order, on its
@@ -482,6 +484,11 @@ class Level:
         self.next_dirty: Level | None = None
 
 
+#: A side's price heap is rebuilt from its levels past ``HEAP_SLACK + 4 * len(levels)`` entries
+#: (the prices of levels gone while not best stay in it until they reach its top).
+HEAP_SLACK: Final = 64
+
+
 class Side:
     """One side of one book. See the module docstring for the structure and its costs."""
 
@@ -503,11 +510,22 @@ class Side:
             self.levels[price] = lvl
             if price not in self.in_heap:
                 self.in_heap.add(price)
-                heappush(self.heap, price if self.is_ask else -price)
+                heap = self.heap
+                heappush(heap, price if self.is_ask else -price)
+                if len(heap) > HEAP_SLACK + 4 * len(self.levels):
+                    self.compact()
             best = self.best
             if best == 0 or (price < best if self.is_ask else price > best):
                 self.best = price
         return lvl
+
+    def compact(self) -> None:
+        """Rebuild the price heap and ``in_heap`` from the live levels (the stale prices go)."""
+        keys = list(self.levels)
+        heap = keys if self.is_ask else [-p for p in keys]
+        heapify(heap)
+        self.heap = heap
+        self.in_heap = set(self.levels)
 
     def drop_level(self, lvl: Level) -> None:
         """Remove an empty level; recompute ``best`` from the heap when it was the best."""

@@ -43,6 +43,7 @@ from raydex.codecs import (
 
 from ._deltas import Deltas
 from ._model import (
+    HEAP_SLACK,
     NO_EXPIRY,
     Account,
     Cond,
@@ -412,7 +413,10 @@ def rest(st: ExchangeState, m: Market, o: Order, acct: Account, pos: Position) -
         in_heap = side.in_heap
         if key not in in_heap:
             in_heap.add(key)
-            heappush(side.heap, key if is_ask else -price)
+            heap = side.heap
+            heappush(heap, key if is_ask else -price)
+            if len(heap) > HEAP_SLACK + 4 * len(levels):
+                side.compact()
         best = side.best
         if best == 0 or (price < best if is_ask else price > best):
             side.best = price

@@ -177,44 +177,54 @@ def create_conditional(st: ExchangeState, c: CreateOrder, now: int, out: Deltas)
 def create_grouped(st: ExchangeState, c: CreateGroupedOrders, now: int, out: Deltas) -> int:
     """CreateGroupedOrders (see the module docstring); ``last_order_index`` is its first
     order's index."""
-    code, acct = gate(st, c.account_index, c.api_key_index, c.nonce, c.expired_at, now, out)
+    t: tuple[Any, ...] = c  # (fields by position: a NamedTuple's attribute is a generic read)
+    code, acct = gate(st, t[0], t[1], t[_NONCE], t[_EXPIRED_AT], now, out)
     if acct is None:
         return code
+    grouping: int = t[2]
     infos = group_infos(c)
     if infos is None:
         return INVALID_PARAM  # something in the slots past its order count
     if not infos:
-        return grouped_orders_code(c.grouping_type, [], now)
+        return grouped_orders_code(grouping, [], now)
     m, code = _market(st, infos[0][0], now, out)
     if m is None:
         return code
-    code = grouped_orders_code(c.grouping_type, infos, now)
+    code = grouped_orders_code(grouping, infos, now)
     if code:
         return code
     code = _room_code(acct, [o[1] for o in infos])
     if code:
         return code
-    if c.grouping_type == OCO:
+    if grouping == OCO:
         return _place_oco(st, acct, m, infos, now, out)
-    return _place_entry(st, acct, m, infos, c.grouping_type == OTOCO, now, out)
+    return _place_entry(st, acct, m, infos, grouping == OTOCO, now, out)
 
 
 #: Where ``CreateGroupedOrders``' slots start, and their width (``OrderInfo``'s fields).
-_FIRST_SLOT: Final = CreateGroupedOrders._fields.index("market_index_0")
-_SLOT_FIELDS: Final = len(OrderInfo._fields)
+#: (``Final[int]``: native ints, where an inferred type would be an object in the arithmetic.)
+_FIRST_SLOT: Final[int] = CreateGroupedOrders._fields.index("market_index_0")
+_SLOT_FIELDS: Final[int] = len(OrderInfo._fields)
+_EXPIRED_AT: Final[int] = CreateGroupedOrders._fields.index("expired_at")
+_NONCE: Final[int] = CreateGroupedOrders._fields.index("nonce")
 
 
 def group_infos(c: CreateGroupedOrders) -> list[tuple[int, ...]] | None:
     """The ``order_count`` orders of ``c`` as ``OrderInfo`` field tuples, in order: what the
     codec's ``grouped_orders`` reads, compiled here (the codec's helpers run interpreted, ~11k
     instructions a call); None when a slot past the count is not all 0 (the codec's
-    ``grouped_canonical``)."""
-    n = max(0, min(c.order_count, MAX_GROUPED_ORDERS))
-    fields: tuple[int, ...] = c[_FIRST_SLOT : _FIRST_SLOT + MAX_GROUPED_ORDERS * _SLOT_FIELDS]
-    for v in fields[n * _SLOT_FIELDS :]:
-        if v:
+    ``grouped_canonical``). The slots are read by position from the command's own tuple: a
+    slice of a NamedTuple is a generic call, a position in a tuple one read."""
+    t: tuple[Any, ...] = c
+    n = max(0, min(t[_FIRST_SLOT - 1], MAX_GROUPED_ORDERS))  # order_count
+    for j in range(_FIRST_SLOT + n * _SLOT_FIELDS, _FIRST_SLOT + MAX_GROUPED_ORDERS * _SLOT_FIELDS):
+        if t[j]:
             return None
-    return [fields[i * _SLOT_FIELDS : (i + 1) * _SLOT_FIELDS] for i in range(n)]
+    infos: list[tuple[int, ...]] = []
+    for i in range(n):
+        at = _FIRST_SLOT + i * _SLOT_FIELDS
+        infos.append(t[at : at + _SLOT_FIELDS])
+    return infos
 
 
 def time_tick(st: ExchangeState, c: TimeTick, now: int, out: Deltas) -> int:
@@ -499,13 +509,17 @@ def settle(st: ExchangeState, now: int, out: Deltas) -> None:
             markets = st.check_markets
             if markets:
                 st.check_markets = []
-                done: set[int] = set()
-                for m in markets:
-                    if m.index not in done:
-                        done.add(m.index)
+                for i, m in enumerate(markets):
+                    if i == 0 or not _listed(markets, i, m):
                         fire_crossed(st, m, now, out)
         if st.traded_head is not None:
             check_traded(st, now, out)
+
+
+def _listed(markets: list[Market], i: int, m: Market) -> bool:
+    """``m`` is among ``markets[:i]`` (a command arms orders in one market or a few: a scan,
+    not a set built per command)."""
+    return any(markets[j] is m for j in range(i))
 
 
 # ---- snapshot ------------------------------------------------------------------------------------

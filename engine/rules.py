@@ -114,6 +114,9 @@ MAX_PRICE: Final = 2**32 - 1
 MAX_LOTS: Final = 2**48 - 1
 #: Highest time in ms (the wire's i64).
 MAX_I63: Final = 2**63 - 1
+#: The largest int a compiled build keeps unboxed: a compare with ``MAX_I63`` boxes both sides,
+#: so range checks test against this first (``_state.MAX_SHORT``).
+MAX_SHORT: Final = 2**62 - 1
 #: A TWAP slices every ``TWAP_SLICE_MS`` of block time from its placement to its end, which is
 #: ``TWAP_MIN_MS`` .. ``TWAP_MAX_MS`` after its placement (Lighter: "a market order every 30
 #: seconds", over 5 minutes to 24 hours); a slice catching up on a late schedule is at most
@@ -346,7 +349,7 @@ def conditional_order_code(
         return INVALID_ORDER_TYPE
     if not 1 <= trigger_price <= MAX_PRICE:
         return INVALID_TRIGGER_PRICE
-    if order_expiry < now or order_expiry > MAX_I63:
+    if order_expiry < now or (order_expiry > MAX_SHORT and order_expiry > MAX_I63):
         return INVALID_EXPIRY
     return 0
 
@@ -409,17 +412,16 @@ def grouped_orders_code(grouping_type: int, orders: list[tuple[int, ...]], now: 
     if not 1 <= len(orders) <= MAX_GROUPED_ORDERS:
         return INVALID_GROUP_SIZE
     market = orders[0][0]
-    seen: set[int] = set()
-    for o in orders:
+    for k, o in enumerate(orders):
         mi, coi, size, price, is_ask, _otype, tif, ro, trigger, expiry = o
         if mi != market:
             return GROUP_MARKET_MISMATCH
         if coi:
             if not 0 < coi <= MAX_LOTS:
                 return INVALID_CLIENT_ORDER_INDEX
-            if coi in seen:
-                return DUPLICATE_CLIENT_ORDER_INDEX
-            seen.add(coi)
+            for j in range(k):  # (at most 2 before it: no set built per group)
+                if orders[j][1] == coi:
+                    return DUPLICATE_CLIENT_ORDER_INDEX
         if (ro != 1 and size == 0) or not 0 <= size <= MAX_LOTS:
             return INVALID_SIZE
         if not 1 <= price <= MAX_PRICE:
@@ -430,7 +432,7 @@ def grouped_orders_code(grouping_type: int, orders: list[tuple[int, ...]], now: 
             return INVALID_TIME_IN_FORCE
         if ro != 0 and ro != 1:
             return INVALID_PARAM
-        if expiry < 0 or expiry > MAX_I63:
+        if expiry < 0 or (expiry > MAX_SHORT and expiry > MAX_I63):
             return INVALID_EXPIRY
         if not 0 <= trigger <= MAX_PRICE:
             return INVALID_TRIGGER_PRICE

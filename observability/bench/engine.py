@@ -20,6 +20,10 @@ book built the same way (``ratio_engine_vs_bare``).
   (the sequencer's own policy keeps such pauses off its path); between chunks it runs untimed.
 - Pinned to one CPU (every thread) where allowed; the JSON says which. Peak memory is
   ``ru_maxrss``. The default 1,000,000 commands take a minute or more on a 2-core VM.
+- The neighbour: a shared host's other work slows the engine's cold reads more than the bare
+  book's hot book, so the report states what ran beside it (``neighbour``): the 1-minute load
+  average at the start and the end, and the CPUs busy over the run from ``/proc/stat``, all
+  processes and the others alone (the machine's busy time less this process's CPU time).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, Final
 
 from raydex.cluster.pinning import pin_all_threads
 from raydex.codecs import (
@@ -50,6 +54,7 @@ from raydex.engine import Engine, InvariantViolation
 from raydex.engine.rules import notional_multiplier
 
 from ..hist import Histogram
+from ..loadtest.ledger import machine_ticks
 from ..loadtest.workload import MARKETS, Chunk, Workload, WorkloadConfig
 from .floors import BareBook, NullBook
 
@@ -114,7 +119,7 @@ def _measure(
     tally = _Tally()
     engine_ns = bare_ns = gen_ns = bare_ops = i = 0
     engine_harness_ns = bare_harness_ns = 0
-    load_before = os.getloadavg()[0]
+    neighbour = _Neighbour()
     with _pinned(pin) as cpu:
         t = pc()
         setup = wl.setup()
@@ -200,9 +205,8 @@ def _measure(
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "generation_seconds": round(gen_ns / 1e9, 2),
         "pinned_cpu": cpu,
-        # Other processes on a shared host inflate the tail: the 1-minute load, before and after.
-        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        "cpus": os.cpu_count(),
+        # Other processes on a shared host inflate the tail and the ratio (module docstring).
+        "neighbour": neighbour.report(),
         "gc": "collected+frozen+disabled around each timed chunk",
         "python": platform.python_version(),
         "goals": {
@@ -295,6 +299,54 @@ def _bare_loop(
         else:
             adds[m](oid, is_ask, price, size)
     return pc() - t_start
+
+
+class _Neighbour:
+    """What else ran on the host from its creation to :meth:`report` (module docstring)."""
+
+    def __init__(self) -> None:
+        self._load = os.getloadavg()[0]
+        self._ticks = _ticks()
+        self._own = _own_cpu_s()
+
+    def report(self) -> dict[str, Any]:
+        """``load_avg_1m`` [start, end]; ``cpus_busy`` (all processes) and ``cpus_busy_others``
+        (without this one) over the run, in CPUs (0 .. ``cpus``); None where ``/proc/stat`` is
+        not readable."""
+        ticks = _ticks()
+        own = _own_cpu_s() - self._own
+        busy = others = None
+        if ticks is not None and self._ticks is not None:
+            d_busy = ticks[0] - self._ticks[0]
+            d_total = ticks[1] - self._ticks[1]
+            if d_total > 0:
+                cpus = os.cpu_count() or 1
+                wall = d_total / cpus / _CLK_TCK  # seconds of the window (ticks per CPU)
+                busy = d_busy / d_total * cpus
+                others = max(0.0, busy - own / wall) if wall > 0 else busy
+        return {
+            "load_avg_1m": [round(self._load, 2), round(os.getloadavg()[0], 2)],
+            "cpus": os.cpu_count(),
+            "cpus_busy": None if busy is None else round(busy, 2),
+            "cpus_busy_others": None if others is None else round(others, 2),
+        }
+
+
+_CLK_TCK: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _ticks() -> tuple[int, int] | None:
+    """(busy, total) ticks of all CPUs (``/proc/stat``), or None where unreadable."""
+    try:
+        busy, total, _steal, _irq = machine_ticks()
+    except (OSError, RuntimeError):
+        return None
+    return busy, total
+
+
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 def _named(codes: Counter[int]) -> dict[str, int]:
@@ -426,8 +478,8 @@ def format_report(r: dict[str, Any]) -> str:
         f"p99.9 {r['p999_us']}  max {r['max_us']}  mean {r['mean_us']}  "
         f"(timer {r['timer_overhead_us']})",
         f"  peak RSS {r['peak_rss_mb']} MB; workload generation {r['generation_seconds']} s "
-        f"(untimed); load average {r['load_avg_1m'][0]} -> {r['load_avg_1m'][1]} "
-        f"on {r['cpus']} CPUs",
+        f"(untimed)",
+        _neighbour_line(r["neighbour"]),
         f"  trades {r['trades']:,}; liquidations {r['liquidations']:,}; deleverages "
         f"{r['deleverages']:,}; state valid: {r['valid']}; state hash {r['state_hash'][:16]}...",
         "  result codes:",
@@ -445,6 +497,17 @@ def format_report(r: dict[str, Any]) -> str:
             f"{t['time_share']:>13.1%}"
         )
     return "\n".join(lines)
+
+
+def _neighbour_line(n: dict[str, Any]) -> str:
+    load = n["load_avg_1m"]
+    line = f"  neighbour: load average {load[0]} -> {load[1]} on {n['cpus']} CPUs"
+    if n["cpus_busy"] is not None:
+        line += (
+            f"; CPUs busy over the run {n['cpus_busy']:.2f} of {n['cpus']}, "
+            f"{n['cpus_busy_others']:.2f} of them other processes"
+        )
+    return line
 
 
 def format_summary(r: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ ENGINE_KEYS = {
     "ratio_engine_vs_bare",
     "ratio_without_harness",
     "harness_seconds",
+    "neighbour",
     "peak_rss_mb",
     "liquidations",
 }
@@ -68,6 +69,9 @@ def test_bench_engine_json_through_the_console_entry_point_prints_one_object_wit
     assert sum(t["count"] for t in report["by_type"].values()) == 3_000
     shares = [t["time_share"] for t in report["by_type"].values()]
     assert all(s >= 0 for s in shares) and abs(sum(shares) - 1) < 0.01  # the whole timed time
+    n = report["neighbour"]  # what ran beside it: this run itself keeps one CPU busy
+    assert len(n["load_avg_1m"]) == 2 and n["cpus"] >= 1
+    assert 0 <= n["cpus_busy_others"] <= n["cpus_busy"] <= n["cpus"]
 
 
 def test_engine_demo_json_reports_trades_volume_state_hash_and_a_valid_state(
