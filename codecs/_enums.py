@@ -253,6 +253,23 @@ class ResultCode(IntEnum):
     WS_SLOW_CONSUMER = 30006
 
 
+#: The codes of a user tx that changed nothing, so its nonce stays free: the engine's gates
+#: (account, API key, nonce, deadline: ``engine/_engine.py``), a signature the sequencer refused,
+#: and no answer from the sequencer. Every other code of a tx the sequencer executed consumed its
+#: nonce (the tx is in a block, failed or not), which is why the replica answers those with code
+#: 200 as Lighter does (lighter-sdk's nonce manager takes any other code for a nonce still free).
+NONCE_KEPT_CODES = frozenset(
+    {
+        ResultCode.ACCOUNT_NOT_FOUND,
+        ResultCode.API_KEY_NOT_FOUND,
+        ResultCode.INVALID_NONCE,
+        ResultCode.TX_EXPIRED,
+        ResultCode.INVALID_SIGNATURE,
+        ResultCode.SEQUENCER_UNAVAILABLE,
+    }
+)
+
+
 class OrderType(IntEnum):
     LIMIT = 0
     MARKET = 1

@@ -766,19 +766,23 @@ class Pacer:
 def reply_facts(reply: Any, n: int) -> tuple[list[int], int, bool]:
     """From a sendTx/sendTxBatch answer (REST body or WS reply) of ``n`` txs: the per-tx codes,
     how many txs were sequenced (the sequencer returned an outcome: ``tx_hash`` present and not
-    21822), and whether the account's nonce is now unknown to the client (a rejection that did
-    not consume the nonces: no outcome, 21822, or INVALID_NONCE)."""
+    21822), and whether the account's nonce is now unknown to the client (any answer whose code
+    is not 200: a rejection that did not consume the nonce; executed txs that failed in their
+    block are answered 200, their codes in ``codes``)."""
     if not isinstance(reply, dict):
         return [CLIENT_ERROR] * n, 0, True
     code = reply.get("code", 0)
     code = int(code) if isinstance(code, int) else CLIENT_ERROR
-    per = reply.get("codes")
-    codes = [int(c) for c in per] if isinstance(per, list) and len(per) == n else [code] * n
+    per = reply.get("codes")  # what each tx did: code 200 answers executed txs, failed or not
+    if isinstance(per, list) and len(per) == n:
+        codes = [int(c) for c in per]
+    else:
+        codes = [int(per) if isinstance(per, int) and code == _OK else code] * n
     if code == _OK:
         return codes, n, False
+    # a code other than 200 names a tx that changed nothing (NONCE_KEPT_CODES): its nonce is free
     sequenced = "tx_hash" in reply and code != _UNAVAILABLE
-    stale = not sequenced or _INVALID_NONCE in codes
-    return codes, n if sequenced else 0, stale
+    return codes, n if sequenced else 0, True
 
 
 class NonceKeeper:

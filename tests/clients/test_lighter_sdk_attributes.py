@@ -3,6 +3,9 @@ Go signer and ``sendTx``, read back with its own API classes and models.
 
 - ``cancel_all_orders(..., cancel_all_market_index=M)`` cancels in market M only;
 - ``modify_order(..., order_version=V)`` applies above the order's version, is refused stale;
+- the SDK's nonce manager stays in step: a tx that fails in its block (a post-only order that
+  would cross) is answered 200 with its code in ``codes``, as Lighter answers it; an "invalid
+  nonce" makes the SDK re-read its nonce, as it does against Lighter;
 - ``create_order(..., self_trade_behavior_mode=B)`` for each of Lighter's four behaviours;
 - ``create_market_order`` with a wide average price, and ``create_market_order_limited_slippage``;
   one whose average limit stops it part-way (``canceled-too-much-slippage``);
@@ -10,7 +13,7 @@ Go signer and ``sendTx``, read back with its own API classes and models.
   real aiohttp WebSocket client, as Lighter's own examples send them.
 
 Each test trades in a market of its own (made by the operator, as the stack's markets are), with
-accounts of its own (markets 20-28, accounts 91-103: no other client test uses them; an L1
+accounts of its own (markets 20-29, accounts 91-105: no other client test uses them; an L1
 deposit's new account comes after them), so the shared stack's other books and accounts do not
 meet it.
 """
@@ -160,10 +163,11 @@ def test_modify_order_with_an_order_version_applies_above_it_and_is_refused_stal
         o = (await bot.active(m))[coi]
         assert (o.price, o.initial_base_amount, o.order_version) == ("3201.00", "0.0110", 100)
         _tx, resp, err = await c.modify_order(m, coi, 120, ASK_PRICE + 200, order_version=100)
-        assert resp is None and "21850" in str(err), err
-        # the engine took its nonce (as Lighter's sequencer does); the SDK rolled its count
-        # back, so it re-syncs with nextNonce, as its nonce manager does on a nonce error
-        await c.nonce_manager.async_hard_refresh_nonce(KEY)
+        # executed and refused in its block, its nonce used: code 200 as on Lighter, what it
+        # did in ``codes``; the SDK's nonce manager keeps counting, no re-sync needed
+        assert err is None and resp.code == 200, (resp, err)
+        assert resp.additional_properties["codes"] == 21850
+        assert "STALE_ORDER_VERSION" in resp.message
         o = (await bot.active(m))[coi]
         assert (o.price, o.order_version) == ("3201.00", 100)
         _ok(await c.modify_order(m, coi, 120, ASK_PRICE + 200, order_version=200))
@@ -174,6 +178,45 @@ def test_modify_order_with_an_order_version_applies_above_it_and_is_refused_stal
         _ok(await c.cancel_order(m, coi))
 
     run(exchange, [92], body)
+
+
+def test_the_sdk_keeps_trading_after_a_tx_fails_in_its_block_and_after_a_foreign_nonce(
+    exchange: Exchange,
+) -> None:
+    """A market maker's day: a post-only order that would cross fails in its block (its nonce
+    used) and the SDK's next orders go through without any re-sync; then another client of the
+    same key takes a nonce behind the SDK's back, the SDK's next tx gets Lighter's "invalid
+    nonce", the SDK re-reads its nonce from nextNonce by itself, and its next tx goes through."""
+    m = _market(exchange, 29)
+
+    async def body(bot: Bot, other: Bot) -> None:
+        await other.rest(m, ASK_PRICE, 2)
+        c = bot.client
+        po = c.ORDER_TIME_IN_FORCE_POST_ONLY
+        coi = exchange.next_coi()
+        _tx, resp, err = await c.create_order(m, coi, 2, ASK_PRICE, False, c.ORDER_TYPE_LIMIT, po)
+        assert err is None and resp.code == 200, (resp, err)
+        assert resp.additional_properties["codes"] == ResultCode.POST_ONLY_WOULD_CROSS
+        assert coi not in await bot.active(m)
+        bid = await bot.rest(m, ASK_PRICE - 100, 2, is_ask=False)  # no re-sync needed
+        assert (await bot.active(m))[bid].price == "3199.00"
+
+        # a second client of the same key uses the next nonce
+        nxt = await c.tx_api.next_nonce(account_index=bot.account, api_key_index=KEY)
+        tx_type, tx_info, _h, err = c.sign_cancel_order(m, bid, nonce=nxt.nonce, api_key_index=KEY)
+        assert err is None
+        assert (await c.send_tx(tx_type=tx_type, tx_info=tx_info)).code == 200
+        _tx, resp, err = await c.create_order(
+            m, exchange.next_coi(), 2, ASK_PRICE - 200, False, c.ORDER_TYPE_LIMIT, po
+        )
+        assert resp is None and "21104" in str(err) and "invalid nonce" in str(err), err
+        await bot.rest(m, ASK_PRICE - 300, 2, is_ask=False)  # the SDK re-read its nonce
+        assert [o.price for o in (await bot.active(m)).values()] == ["3197.00"]
+        _ok(await c.cancel_all_orders(c.CANCEL_ALL_TIF_IMMEDIATE, 0, cancel_all_market_index=m))
+        o = other.client
+        _ok(await o.cancel_all_orders(o.CANCEL_ALL_TIF_IMMEDIATE, 0, cancel_all_market_index=m))
+
+    run(exchange, [104, 105], body)
 
 
 @pytest.mark.parametrize(
@@ -210,7 +253,6 @@ def test_create_order_with_each_self_trade_behavior(
             assert active[own].remaining_base_amount == own_left
         taker = active[coi] if taker_status == "open" else done[coi]
         assert taker.status == taker_status
-        c.nonce_manager.hard_refresh_nonce(KEY)
         _ok(await c.cancel_all_orders(c.CANCEL_ALL_TIF_IMMEDIATE, 0, cancel_all_market_index=m))
         o = other.client
         _ok(await o.cancel_all_orders(o.CANCEL_ALL_TIF_IMMEDIATE, 0, cancel_all_market_index=m))
@@ -291,7 +333,6 @@ def test_ws_sendtx_takes_an_sdk_signed_tx_info_as_an_object_and_sendtxbatch_its_
             assert reply["tx_hash"] == [b[2] for b in batch]
             RespSendTxBatch.model_validate(_fields(reply, RespSendTxBatch), strict=True)
         assert len(await bot.active(m)) == 3
-        c.nonce_manager.hard_refresh_nonce(KEY)
         _ok(await c.cancel_all_orders(c.CANCEL_ALL_TIF_IMMEDIATE, 0, cancel_all_market_index=m))
 
     run(exchange, [103], body)

@@ -162,8 +162,12 @@ def test_the_keeper_tells_follow_ons_from_causes_by_the_epoch_a_tx_was_sent_in()
 
 def test_reply_facts_say_what_was_sequenced_and_when_the_nonce_is_unknown() -> None:
     assert reply_facts({"code": 200, "tx_hash": "ab"}, 1) == ([200], 1, False)
-    # rejected by the engine: sequenced, its nonce consumed
-    assert reply_facts({"code": 21700, "tx_hash": "ab", "codes": 21700}, 1) == ([21700], 1, False)
+    # refused by the engine in its block: answered 200 (as Lighter), its nonce consumed
+    assert reply_facts({"code": 200, "tx_hash": "ab", "codes": 21700}, 1) == ([21700], 1, False)
+    batch = {"code": 200, "tx_hash": ["a", "b"], "codes": [200, 21700]}
+    assert reply_facts(batch, 2) == ([200, 21700], 2, False)
+    # refused at the engine's gates: sequenced, but its nonce is still free
+    assert reply_facts({"code": NONCE, "tx_hash": "ab", "codes": NONCE}, 1) == ([NONCE], 1, True)
     # refused by the dry-run: nothing sequenced, the nonce not consumed
     assert reply_facts({"code": MNF, "message": "x"}, 1) == ([MNF], 0, True)
     # 21822: may or may not execute

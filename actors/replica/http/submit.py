@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import msgspec
 from aiohttp import web
 
-from raydex.codecs import CodecError, ResultCode, TxOutcome, tx_from_json
+from raydex.codecs import NONCE_KEPT_CODES, CodecError, ResultCode, TxOutcome, tx_from_json
 from raydex.observability.metrics import ApiCounters
 
 from ..cache import ReplicaState, dry_run, explain
@@ -49,6 +49,7 @@ class DryRunProbe(Protocol):
 
 _encode = msgspec.json.Encoder().encode
 _OK = int(ResultCode.OK)
+_INVALID_NONCE = int(ResultCode.INVALID_NONCE)
 _VOLUME_QUOTA = 1_000_000
 
 
@@ -135,7 +136,7 @@ class TxSubmission:
                 where = f" (tx {i})" if len(txs) > 1 else ""
                 detail = explain(tx, code)
                 detail = f": {detail}" if detail else ""
-                raise ApiError(code, f"rejected by dry-run: {code_name(code)}{where}{detail}")
+                raise ApiError(code, f"rejected by dry-run: {_message(code)}{where}{detail}")
             st.note_sent(tx)
             noted.append(tx)
         self.limits.charge_accounts(ip, counts)
@@ -153,15 +154,28 @@ class TxSubmission:
         return outcomes
 
     def _tx_reply(self, outcomes: list[TxOutcome], batch: bool) -> dict[str, Any]:
-        code = next((o.code for o in outcomes if o.code != _OK), _OK)
+        """The answer to executed txs. ``code`` is 200 unless a tx changed nothing (a code of
+        ``NONCE_KEPT_CODES``: its nonce is still free), as on Lighter, whose sendTx answers 200
+        for a tx that then fails in its block (a post-only order that would cross, a stale
+        order version, ...): lighter-sdk's nonce manager reads any other code as "nonce not
+        used" and would reuse it. What each tx did is in ``codes`` (one code, or one per tx of
+        a batch) and, for a failure, in ``message``."""
+        code = next((o.code for o in outcomes if o.code in NONCE_KEPT_CODES), _OK)
+        failed = next((o.code for o in outcomes if o.code != _OK), _OK)
         hashes = [o.tx_hash.hex() for o in outcomes]
+        if code != _OK:
+            message = _message(code)
+        elif failed != _OK:
+            message = f"executed and refused by the exchange: {code_name(failed)} (nonce used)"
+        else:
+            message = ""
         return {
             "code": code,
-            "message": "" if code == _OK else code_name(code),
+            "message": message,
             "tx_hash": hashes if batch else hashes[0],
             "predicted_execution_time_ms": self.config.predicted_execution_time_ms,
             "volume_quota_remaining": _VOLUME_QUOTA,
-            "codes": [o.code for o in outcomes] if batch else code,
+            "codes": [o.code for o in outcomes] if batch else failed,
             "seq": self.state.seq,
         }
 
@@ -261,3 +275,10 @@ def reply_id(obj: dict[str, Any]) -> str | int | None:
         if isinstance(data, dict):
             rid = data.get("id")
     return rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
+
+
+def _message(code: int) -> str:
+    """A refusal's name for the answer's message. INVALID_NONCE in Lighter's own words too:
+    lighter-sdk re-reads the nonce from the exchange when an error says "invalid nonce"."""
+    name = code_name(code)
+    return f"{name} (invalid nonce)" if code == _INVALID_NONCE else name
