@@ -299,8 +299,8 @@ class SignedLoad:
 
 
 def lookup(ip: str, hashes: list[str]) -> dict[str, int | None]:
-    """Each tx hash as the replica at ``ip`` knows it: its status (2 executed, 0 failed), None
-    when it knows no such tx (never executed)."""
+    """Each tx hash as the replica at ``ip`` knows it: its status (2 executed, 0 executed and
+    failed in its block), None when it knows no such tx (never executed)."""
 
     async def one(http: aiohttp.ClientSession, h: str) -> int | None:
         async with http.get(f"http://{ip}:{HTTP}/api/v1/tx?by=hash&value={h}") as r:
