@@ -110,8 +110,67 @@ def _grouped_info(tx: CreateGroupedOrders) -> dict[str, Any]:
     }
 
 
+#: A tx type's direct hash plan (:func:`_direct_plan`): its tx type, the tuple positions of
+#: ``Nonce`` and ``ExpiredAt``, its signed fields in Lighter's order as ``(position, kind)``
+#: (kind 0: an integer, 1: split in two 32-bit halves, 2: the same, signed), and the positions and
+#: nil values of its attribute fields. None: a type with a public key or an orders list.
+_DirectPlan = tuple[int, int, int, tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]
+_DIRECT: dict[type, _DirectPlan | None] = {}
+_KINDS: Final = {"int": 0, "split": 1, "split_signed": 2}
+_U64: Final = (1 << 64) - 1
+
+
+def _direct_plan(cls: type) -> _DirectPlan | None:
+    tx_type, keys, attrs = _plan(cls)
+    fields = signing.TX_FIELDS[tx_type]
+    if any(kind not in _KINDS for _, kind in fields):
+        return None
+    pos = {k: i for i, k in enumerate(keys)}
+    named = tuple((pos[name], _KINDS[kind]) for name, kind in fields)
+    return tx_type, pos["Nonce"], pos["ExpiredAt"], named, tuple((i, nil) for i, _, nil in attrs)
+
+
+def _direct_elements(tx: Any, plan: _DirectPlan, chain_id: int) -> list[int] | None:
+    """The elements :func:`signing.message_elements` gives for ``tx``, read from the tuple
+    without its Lighter JSON; None where that path must decide (a value that is not a plain
+    int, SkipNonce or another attribute set)."""
+    tx_type, nonce_at, expired_at, named, attrs = plan
+    for i, nil in attrs:
+        if tx[i] != nil:
+            return None
+    nonce, expired = tx[nonce_at], tx[expired_at]
+    if type(nonce) is not int or type(expired) is not int or nonce & SKIP_NONCE_FLAG:
+        return None
+    out = [chain_id, tx_type, nonce & _U64, expired & _U64]
+    for i, kind in named:
+        v = tx[i]
+        if type(v) is not int:  # an IntEnum, a bool: the reference path converts or refuses
+            return None
+        if kind == 0:
+            out.append(v & _U64)
+        elif kind == 1:
+            v &= _U64
+            out += (v & 0xFFFFFFFF, v >> 32)
+        else:
+            out += (v & 0xFFFFFFFF, (v >> 32) & _U64)
+    return out
+
+
 def message_hash_of(tx: Any, chain_id: int = DEFAULT_CHAIN_ID) -> bytes:
-    """Lighter's 40-byte message hash ``hm`` of a user transaction (its tx hash in hex)."""
+    """Lighter's 40-byte message hash ``hm`` of a user transaction (its tx hash in hex).
+
+    Most txs (integer fields only, no attribute set) are hashed straight from the tuple; the
+    others through their Lighter JSON (:func:`lighter_info`, the reference: both give the same
+    hash, ``tests/unit/test_signing_direct.py``). The direct path saves the JSON dict and the
+    per-field name lookups: ~3 µs of a ~6 µs hash, paid by the replica, the sequencer and the
+    committer's audit for every tx."""
+    cls = type(tx)
+    try:
+        plan = _DIRECT[cls]
+    except KeyError:
+        plan = _DIRECT[cls] = _direct_plan(cls) if is_signed_type(cls) else None
+    if plan is not None and (elements := _direct_elements(tx, plan, chain_id)) is not None:
+        return signing.hash_elements(elements)
     tx_type, info = lighter_info(tx)
     return signing.message_hash(tx_type, info, chain_id)
 

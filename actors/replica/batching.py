@@ -28,6 +28,7 @@ from raydex.codecs import (
 )
 
 from ..transport import TransportError, TxChannel
+from .deadlines import Deadlines
 from .http import ApiError
 
 __all__ = ["MicroBatcher"]
@@ -90,6 +91,7 @@ class MicroBatcher:
         #: event-loop times the batches in flight were handed to the channel, oldest first
         self._out: list[float] = []
         self._sends: set[asyncio.Task[None]] = set()
+        self._deadlines: Deadlines[_Pending] = Deadlines(self._expire)
         self.batches = 0
         self.txs = 0
         #: batches handed to the channel while another was out (pipelined)
@@ -109,14 +111,15 @@ class MicroBatcher:
             # next loop turn: the callers of this turn go out together
             self._pump_scheduled = True
             loop.call_soon(self._pump)
-        # One timer answers a caller still waiting at its deadline (cheaper than asyncio.wait_for,
-        # which makes its own waiter future and callbacks); a cancelled caller cancels
-        # ``item.fut`` with it.
-        timer = loop.call_at(deadline, self._expire, item)
+        # The deadlines' one timer answers a caller still waiting at its deadline (deadlines.py;
+        # cheaper than a timer per caller, and than asyncio.wait_for, which makes its own waiter
+        # future and callbacks); a cancelled caller cancels ``item.fut`` with it.
+        timer = self._deadlines.watch(item.fut, deadline, item)
         try:
             return await item.fut
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
 
     def _expire(self, item: _Pending) -> None:
         """``item``'s deadline passed with no answer: 21822, "not sent" (and the callers queued

@@ -88,6 +88,7 @@ from ..transport import (
 from .app import ADMISSION, FAST_SEND, LIMITS, build_app
 from .batching import MicroBatcher
 from .cache import GapError, ReplicaState
+from .deadlines import Deadlines
 from .hooks import ReplicaHooks
 from .http import (
     KEEPALIVE_S,
@@ -153,6 +154,10 @@ class ReplicaConfig:
 def _answer(fut: asyncio.Future[bool], value: bool) -> None:
     if not fut.done():
         fut.set_result(value)
+
+
+def _answer_false(fut: asyncio.Future[bool]) -> None:
+    _answer(fut, False)
 
 
 class ReplicaService:
@@ -225,6 +230,8 @@ class ReplicaService:
         #: a ledger fold is scheduled on the loop (one per burst of blocks)
         self._fold_scheduled = False
         self._waiter_id = 0
+        #: answers a waiter False at its deadline (deadlines.py)
+        self._apply_deadlines: Deadlines[asyncio.Future[bool]] = Deadlines(_answer_false)
         self.boots = 0
         self.resyncs = 0
         self.catch_ups = 0
@@ -612,11 +619,12 @@ class ReplicaService:
         heapq.heappush(self._waiters, (seq, self._waiter_id, fut))
         # the future is answered True when ``seq`` is applied, False at the deadline (it then
         # stays in the heap, done, until its seq is applied); see MicroBatcher.enqueue
-        timer = loop.call_at(deadline, _answer, fut, False)
+        timer = self._apply_deadlines.watch(fut, deadline, fut)
         try:
             return await fut
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
 
     async def execute_txs(self, txs: list[Any]) -> list[TxOutcome]:
         """The app's ``execute_txs``: micro-batched to the sequencer; returns once applied here.

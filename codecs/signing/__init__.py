@@ -71,6 +71,7 @@ __all__ = [
     "auth_token_message",
     "change_pub_key_message",
     "generate_key",
+    "hash_elements",
     "hash_to_quintic",
     "is_valid_public_key",
     "l1_address_text",
@@ -159,6 +160,12 @@ def message_hash(
     return mod.hash_to_quintic_bytes(
         _messages.message_elements(mod.hash_no_pad, tx_type, info, chain_id)
     )
+
+
+def hash_elements(elements: Sequence[int], backend: Backend = ACTIVE) -> bytes:
+    """``hm`` (40 bytes) of a message already given as its GF(p) elements (what
+    :func:`message_hash` hashes for a tx without attributes: ``_messages.message_elements``)."""
+    return backend.module.hash_to_quintic_bytes(elements)
 
 
 def auth_token_hash(message: str, backend: Backend = ACTIVE) -> bytes:

@@ -36,7 +36,7 @@ import hashlib
 import os
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 __all__ = ["FORM", "Answer", "HttpConnection", "ProtocolError", "WsConnection"]
 
@@ -175,7 +175,7 @@ class HttpConnection(asyncio.Protocol):
     # ---- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._transport = transport
 
     def data_received(self, data: bytes) -> None:
@@ -311,7 +311,7 @@ class WsConnection(asyncio.Protocol):
     # ---- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._transport = transport
         transport.write(self._request)
 

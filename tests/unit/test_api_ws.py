@@ -2,16 +2,20 @@
 with an unbroken nonce chain; channels, limits and tx messages answer as Lighter's do
 (docs/lighter-compatibility.md); a slow client is conflated (still unbroken) and, past the limit,
 disconnected while fast clients are unaffected.
-Real aiohttp server on 127.0.0.1, real aiohttp clients, real BlockProducer in-process."""
+Real aiohttp server on 127.0.0.1, real aiohttp clients, real BlockProducer in-process; every test
+on asyncio's event loop and, where it is installed, on uvloop's (Ray then runs the replica
+on it)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import json
 import socket
 import sys
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -27,11 +31,27 @@ T = TypeVar("T")
 WAIT = 10.0
 
 
+#: the event loops ``run`` makes (the ``loop`` fixture's parameter): asyncio's, and uvloop's
+#: where it is installed (not a dependency of raydex; Ray runs its actors on it when it is there)
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop}
+with contextlib.suppress(ImportError):
+    LOOPS["uvloop"] = importlib.import_module("uvloop").new_event_loop
+_loop = ["asyncio"]
+
+
+@pytest.fixture(autouse=True, params=sorted(LOOPS))
+def loop(request: pytest.FixtureRequest) -> Iterator[str]:
+    _loop[0] = request.param
+    yield request.param
+    _loop[0] = "asyncio"
+
+
 def run(coro: Awaitable[T], timeout: float = 60.0) -> T:
     async def bounded() -> T:
         return await asyncio.wait_for(coro, timeout)
 
-    return asyncio.run(bounded())
+    with asyncio.Runner(loop_factory=LOOPS[_loop[0]]) as runner:
+        return runner.run(bounded())
 
 
 class Rig:

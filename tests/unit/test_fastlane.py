@@ -1,14 +1,17 @@
 """The replica's fast lane (actors/replica/http/fastlane.py): ``sendTx``/``sendTxBatch`` answered
 by a plain HTTP/1.1 protocol exactly as the aiohttp app answers them, and every other request, or
 any request the lane does not fully understand, handed to aiohttp with the connection.
-Real sockets on 127.0.0.1, a real aiohttp app behind, raw bytes from the client side."""
+Real sockets on 127.0.0.1, a real aiohttp app behind, raw bytes from the client side; every test
+on asyncio's event loop and, where it is installed, on uvloop's (Ray then runs the replica
+on it)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -27,11 +30,27 @@ T = TypeVar("T")
 WAIT = 10.0
 
 
+#: the event loops ``run`` makes (the ``loop`` fixture's parameter): asyncio's, and uvloop's
+#: where it is installed (not a dependency of raydex; Ray runs its actors on it when it is there)
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop}
+with contextlib.suppress(ImportError):
+    LOOPS["uvloop"] = importlib.import_module("uvloop").new_event_loop
+_loop = ["asyncio"]
+
+
+@pytest.fixture(autouse=True, params=sorted(LOOPS))
+def loop(request: pytest.FixtureRequest) -> Iterator[str]:
+    _loop[0] = request.param
+    yield request.param
+    _loop[0] = "asyncio"
+
+
 def run(coro: Awaitable[T], timeout: float = 60.0) -> T:
     async def bounded() -> T:
         return await asyncio.wait_for(coro, timeout)
 
-    return asyncio.run(bounded())
+    with asyncio.Runner(loop_factory=LOOPS[_loop[0]]) as runner:
+        return runner.run(bounded())
 
 
 def form(tx: Any) -> bytes:

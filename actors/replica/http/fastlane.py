@@ -39,10 +39,11 @@ import asyncio
 import contextlib
 import email.utils
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .gate import OpenConnections
 
@@ -90,6 +91,8 @@ _TYPES = {
 #: headers whose presence sends the request to aiohttp (framing or semantics the lane skips)
 _REFUSED = frozenset((b"transfer-encoding", b"expect", b"upgrade"))
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+#: a control character (a header value must have none: a tab only around it, stripped)
+_CTL = re.compile(rb"[\x00-\x1f\x7f]")
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 
@@ -173,7 +176,7 @@ def parse(buf: bytearray, max_body: int) -> _Request | object | None:
             return HANDOFF  # obs-fold, a space before the colon, a bad name
         name = name.lower()
         value = value.strip(b" \t")
-        if any(c < 0x20 or c == 0x7F for c in value):
+        if _CTL.search(value) is not None:
             return HANDOFF
         if name in _REFUSED:
             return HANDOFF
@@ -285,7 +288,8 @@ class FastLane(asyncio.Protocol):
     # ---- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # a stream transport (uvloop's are not subclasses of ``asyncio.Transport``)
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else None

@@ -773,12 +773,13 @@ class Fanout:
 
     async def _write(self, c: Client) -> None:
         ws = c.ws
-        transport = c.transport
         # Uncompressed (no permessage-deflate negotiated: a server's frames are then plain
         # header + payload): everything queued goes out as frames in one socket write, instead of
         # one write (a syscall, and a wakeup of the reader) per message. A block's book updates,
         # trades and the txs' replies reach a connection together.
-        protocol = transport.get_protocol() if isinstance(transport, asyncio.Transport) else None
+        # a stream transport: asyncio's, or uvloop's (not subclasses of ``asyncio.Transport``)
+        transport = cast(asyncio.Transport | None, c.transport)
+        protocol = transport.get_protocol() if transport is not None else None
         drain = getattr(protocol, "_drain_helper", None)  # aiohttp's wait for the peer to read
         coalesce = transport is not None and drain is not None and not ws.compress
         with contextlib.suppress(ConnectionError):
@@ -790,7 +791,7 @@ class Fanout:
                         self.writes += 1
                         await ws.send_frame(self._next_data(c), WSMsgType.TEXT)
                         continue
-                    assert isinstance(transport, asyncio.Transport) and drain is not None
+                    assert transport is not None and drain is not None
                     if ws.closed or transport.is_closing():
                         raise ConnectionResetError("Cannot write to closing transport")
                     parts: list[bytes] = []
