@@ -53,7 +53,14 @@ from raydex.codecs import (
 )
 from raydex.engine import state_digest
 
-from ..runtime import HeldBlocks, advertised_host, exit_process, held_blocks, log_fatal
+from ..runtime import (
+    HeldBlocks,
+    advertised_host,
+    current_namespace,
+    exit_process,
+    held_blocks,
+    log_fatal,
+)
 from ..snapshot.store import snapshot_seq, snapshots, write_snapshot
 from ..transport import BlockHub, data_plane_server
 from .arbiter import Verdict
@@ -68,6 +75,8 @@ log = logging.getLogger(__name__)
 
 #: snapshots a standby keeps in its folder (the WAL is kept back to the oldest)
 SNAPSHOTS_KEPT = 3
+#: seconds a standby waits for Ray's word on the primary's node in one round of its watch
+NODE_LOOK_S = 1.0
 
 
 class _Frozen:
@@ -454,6 +463,7 @@ class StandbyActor(SequencerActor):
         #: seconds from the takeover's decision to serving (None: not taken over)
         self.takeover_s: float | None = None
         self._primary_node: str | None = None
+        self._looking: asyncio.Future[bool] | None = None
         super().__init__(config, bundle, gc_spec)
         self.not_followers = (*self.not_followers, primary)  # the lost primary answers nothing
 
@@ -510,27 +520,30 @@ class StandbyActor(SequencerActor):
 
     async def _primary_dead(self) -> bool:
         """Whether Ray reports the node the primary ran on dead (the node is looked up while
-        the primary is alive, then watched)."""
+        the primary is alive, then watched). Read from the GCS this worker is connected to (the
+        named actor's row, ``ray.nodes()``), never through the state API, which finds a cluster
+        by itself and may pick another Ray of the host; and bounded by ``NODE_LOOK_S``: a slow
+        answer counts as alive this round, so the lease alone still decides the takeover."""
         import ray
-
-        loop = asyncio.get_running_loop()
 
         def look() -> bool:
             if self._primary_node is None:
-                from ray.util.state import list_actors
+                from ray._private.state import state as gcs
 
-                for a in list_actors(
-                    filters=[("name", "=", self.primary), ("state", "=", "ALIVE")]
-                ):
-                    self._primary_node = a.node_id
+                handle = ray.get_actor(self.primary, namespace=current_namespace())
+                row = gcs.actor_table(handle._actor_id.hex())  # type: ignore[no-untyped-call]
+                if row and row.get("State") == "ALIVE":
+                    self._primary_node = (row.get("Address") or {}).get("NodeID") or None
                 return False
             alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}  # type: ignore[no-untyped-call]
             return not alive.get(self._primary_node, False)
 
+        if self._looking is None or self._looking.done():  # one look at a time
+            self._looking = asyncio.get_running_loop().run_in_executor(None, look)
         try:
-            return await loop.run_in_executor(None, look)
-        except Exception as exc:  # the state API unreachable: rely on the lease
-            log.warning("standby: cannot read Ray's node table: %r", exc)
+            return await asyncio.wait_for(asyncio.shield(self._looking), NODE_LOOK_S)
+        except Exception as exc:  # slow, gone or unreadable: rely on the lease
+            log.info("standby: Ray's view of the primary's node not read: %r", exc)
             return False
 
     async def status(self) -> dict[str, Any]:

@@ -17,7 +17,11 @@ Verdict (``Health.code``), the exit status of ``raydex status``:
 - 4 **degraded**: a planned actor is not serving: missing, dead, restarting (Ray restarts it now,
   or it restarted ``RESTART_LOOP`` times or more in the last minute), on a host that is down,
   unreachable (no answer within ``timeout_s``), still booting, or a replica that cannot reach the
-  sequencer; a host of the deployment is missing; or blocks passed unaudited;
+  sequencer; a host of the deployment is missing; blocks passed unaudited; or, with a standby in
+  the spec, **replication** is not whole: the primary degraded to local durability (it answers
+  txs on its own WAL alone), its standby is not in sync (missing, dead, failed, catching up: the
+  arbiter would not let it take over), or an old primary is fenced (it came back after a
+  takeover; ``raydex deploy`` puts a standby in its slot);
 - 0 **healthy**: none of that.
 
 ``assess`` is pure (tests feed it facts); ``gather`` reads them from a connected Ray. Restarts in
@@ -38,7 +42,15 @@ from typing import Any
 
 from ..topology import HOST_LABEL
 from . import record
-from .view import COMMITTER, NAMESPACE, REPLICA_PREFIX, audit_line, deployed, state_agreement
+from .view import (
+    COMMITTER,
+    NAMESPACE,
+    REPLICA_PREFIX,
+    SEQUENCER,
+    audit_line,
+    deployed,
+    state_agreement,
+)
 from .view import status as actor_statuses
 
 __all__ = [
@@ -68,7 +80,7 @@ _STARTING = frozenset({"RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY"}
 @dataclass(frozen=True, slots=True)
 class ActorHealth:
     """One planned actor: ``state`` is one of alive, restarting, unreachable, host down,
-    missing, dead, booting, no sequencer, refused; ``ok`` only for alive."""
+    missing, dead, booting, no sequencer, refused, fenced; ``ok`` only for alive."""
 
     name: str
     role: str
@@ -105,6 +117,9 @@ class Health:
     unaudited_blocks: int
     audit_lag_blocks: int | None
     problems: tuple[str, ...]
+    #: with a standby in the spec: who is the primary, in which epoch, the standby, and whether
+    #: every acknowledged block is on both (``replication_facts``); None without a standby
+    replication: dict[str, Any] | None = None
 
     @property
     def code(self) -> int:
@@ -133,6 +148,7 @@ class Health:
             "hosts": self.hosts,
             "unaudited_blocks": self.unaudited_blocks,
             "audit_lag_blocks": self.audit_lag_blocks,
+            "replication": self.replication,
             "actors": {
                 a.name: {
                     "role": a.role,
@@ -182,6 +198,9 @@ def assess(f: Facts) -> Health:
             "from a snapshot, or the WAL no longer held them): their signatures were never "
             "re-verified"
         )
+    replication = replication_facts(f)
+    if replication is not None:
+        problems += replication_problems(replication, {a.name: a for a in actors})
     broken = diverged + ([failed[0]] if failed is not None and audit_failed else [])
     return Health(
         actors,
@@ -191,7 +210,69 @@ def assess(f: Facts) -> Health:
         skipped,
         int(audit["pending_blocks"]) if "pending_blocks" in audit else None,
         tuple(broken + problems),
+        replication,
     )
+
+
+def replication_facts(f: Facts) -> dict[str, Any] | None:
+    """With a standby in the plan (an actor of role ``standby``): the primary (the arbiter's,
+    else ``SEQUENCER``), the epoch, the standby (the other sequencer of the plan), and the
+    primary's and the arbiter's word on replication; None without a standby."""
+    from raydex.actors.runtime import ARBITER_NAME
+
+    if not any(e.role == "standby" for e in f.planned.values()):
+        return None
+    arbiter = f.statuses.get(ARBITER_NAME) or {}
+    arbiter = {} if "error" in arbiter else arbiter
+    primary = str(arbiter.get("primary") or SEQUENCER)
+    standbys = sorted(
+        n for n, e in f.planned.items() if e.role in ("sequencer", "standby") and n != primary
+    )
+    rep = (f.statuses.get(primary) or {}).get("replication") or {}
+    return {
+        "primary": primary,
+        "epoch": arbiter.get("epoch", (f.statuses.get(primary) or {}).get("epoch")),
+        "standby": standbys[0] if standbys else None,
+        "durability": rep.get("durability"),
+        "degraded": rep.get("degraded"),
+        "in_sync": rep.get("in_sync"),
+        "lag_blocks": rep.get("lag_blocks"),
+        "acked_seq": rep.get("acked_seq"),
+        "replicating_to": rep.get("standby_name"),
+        "error": rep.get("error"),
+        "arbiter_in_sync": arbiter.get("in_sync"),
+        "arbiter_standby": arbiter.get("standby") or None,
+    }
+
+
+def replication_problems(r: Mapping[str, Any], actors: Mapping[str, ActorHealth]) -> list[str]:
+    """Why replication is not whole (``replication_facts``; empty when it is): every
+    acknowledged block on both hosts and a standby the arbiter would let take over. The primary
+    not answering, or durability ``local``, says nothing here (the actor's own line does)."""
+    primary, standby = r["primary"], r["standby"]
+    if r["durability"] != "replicated":
+        return []
+    out = []
+    if r["degraded"]:
+        why = f": {r['error']}" if r["error"] else ""
+        out.append(
+            f"replication DEGRADED: the primary {primary} answers txs on its local WAL alone "
+            f"(no ack from its standby {r['replicating_to'] or standby or '-'}{why}); blocks "
+            "since then are on one host, and the standby may not take over"
+        )
+    elif not r["in_sync"] or r["arbiter_in_sync"] is False:
+        lag = r["lag_blocks"]
+        out.append(
+            f"replication: the standby {r['replicating_to'] or standby or '-'} is not in sync "
+            f"with the primary {primary}"
+            + (f" ({lag} blocks behind)" if lag else "")
+            + ": it may not take over yet"
+        )
+    if standby is None:
+        out.append(f"replication: no standby planned beside the primary {primary}")
+    elif standby in actors and not actors[standby].ok and not out:
+        out.append(f"replication: the standby {standby} is {actors[standby].state}")
+    return out
 
 
 def _actor(name: str, entry: record.ActorEntry, f: Facts) -> ActorHealth:
@@ -216,6 +297,8 @@ def _actor(name: str, entry: record.ActorEntry, f: Facts) -> ActorHealth:
         return health("restarting", f"Ray's state {row['state']}")
     if "error" in st:
         return health("unreachable", str(st["error"]))
+    if st.get("refused") and str(st["refused"]).startswith("fenced"):
+        return health("fenced", f"{st['refused']}: `raydex deploy` makes it the standby")
     if st.get("refused"):
         return health("refused", f"refuses to start: {st['refused']}")
     if recent is not None and recent >= RESTART_LOOP:

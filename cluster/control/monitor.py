@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 #: the states ``raydex_actor_state`` is one-hot over (``health.ActorHealth.state``)
 STATES = ("alive", "restarting", "unreachable", "host down", "missing", "dead", "booting",
-          "no sequencer", "refused")  # fmt: skip
+          "no sequencer", "refused", "fenced")  # fmt: skip
 
 
 def _label(state: str) -> str:

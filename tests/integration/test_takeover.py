@@ -117,6 +117,7 @@ def test_a_deployed_standby_takes_over_the_replicas_follow_and_a_redeploy_adds_a
 
     from raydex.actors.local import Trader
     from raydex.cluster.control import deploy as dep
+    from raydex.cluster.control.health import DEGRADED, assess, gather
     from raydex.cluster.control.spec import load_spec
     from raydex.codecs import tx_to_json_str
 
@@ -162,6 +163,12 @@ replica_groups:
         while codes[-1] != 200 and len(codes) < 100:  # 21822 until its channel moved
             codes.append(asyncio.run(send(bob.order(299_500 - len(codes), 20, is_ask=0))))
         assert codes[-1] == 200 and set(codes[:-1]) <= {21822}, codes
+        # no standby beside the new primary yet: ``raydex status``'s verdict is degraded, naming
+        # replication (the old primary's slot is dead)
+        lost = assess(gather(ns, timeout_s=10, state_hash=False)[0])
+        assert lost.code == DEGRADED and lost.replication is not None
+        assert lost.replication["primary"] == dep.STANDBY
+        assert any(p.startswith("replication") for p in lost.problems), lost.problems
         seq = ray.get(standby.status.remote())["seq"]
         rep = status_when(
             replica, lambda s: s["seq"] == s["state_hash_seq"] == seq, "the replica at the seq"
@@ -172,5 +179,8 @@ replica_groups:
         st = status_when(standby, lambda s: s["replication"]["in_sync"], "the new standby in sync")
         assert st["replication"]["standby_name"] == dep.SEQUENCER
         assert list(tmp_path.glob("wal.set-aside-*"))
+        whole = assess(gather(ns, timeout_s=10, state_hash=False)[0])
+        assert whole.replication is not None and whole.replication["in_sync"], whole.problems
+        assert not [p for p in whole.problems if "replication" in p], whole.problems
     finally:
         dep.down(ns)

@@ -190,3 +190,115 @@ def test_the_monitor_exports_the_verdict_one_hot_states_and_hosts_and_zeroes_wha
     assert sink.value("raydex_health") == HEALTHY
     assert sink.value("raydex_actor_state", **rep1) == 0  # every state of the removed replica
     assert "raydex-replica-public-1" not in exported.actors
+
+
+# ---- replication: a standby in the spec ---------------------------------------------------------
+
+WITH_STANDBY = {
+    **PLANNED,
+    "raydex-standby": placed("standby", "standby", 0, "w2"),
+    "arbiter": ActorEntry("arbiter"),
+}
+
+
+def replicated(
+    primary: str = "raydex-sequencer", standby: str = "raydex-standby", **rep: Any
+) -> dict[str, Any]:
+    """Facts of a deployment with a standby, whole: the shapes the primary's, the standby's and
+    the arbiter's ``status()`` give; ``rep`` changes the primary's ``replication``."""
+    f = healthy_facts(planned=WITH_STANDBY)
+    f["table"].update({n: {"state": "ALIVE", "num_restarts": 0, "node_id": "n-head"}
+                       for n in ("raydex-standby", "arbiter")})  # fmt: skip
+    f["table"]["raydex-standby"]["node_id"] = "n-w2"
+    f["statuses"][primary] = {
+        "seq": 9, "epoch": 2, "refused": None,
+        "replication": {"durability": "replicated", "standby": "tcp://10.0.0.4:50053",
+                        "standby_name": standby, "acked_seq": 9, "lag_blocks": 0,
+                        "connected": True, "degraded": False, "in_sync": True,
+                        "degradations": 0, "fenced_by": None, "error": None, **rep},
+    }  # fmt: skip
+    f["statuses"][standby] = {"role": "standby", "epoch": 2, "received_seq": 9,
+                              "durable_seq": 9, "failed": None, "refused": None}  # fmt: skip
+    f["statuses"]["arbiter"] = {"epoch": 2, "primary": primary, "standby": standby,
+                                "in_sync": True, "lease_left_s": 2.5}  # fmt: skip
+    return f
+
+
+def test_a_standby_in_sync_with_the_primary_is_healthy_and_the_verdict_names_both() -> None:
+    h = assess(Facts(**replicated()))
+    assert h.code == HEALTHY, h.problems
+    assert h.replication is not None
+    assert (h.replication["primary"], h.replication["standby"], h.replication["epoch"]) == (
+        "raydex-sequencer", "raydex-standby", 2)  # fmt: skip
+    assert h.as_json()["replication"]["in_sync"] is True
+    assert verdict().replication is None  # no standby in the spec: nothing to say
+
+
+def test_a_primary_degraded_to_local_durability_is_a_replication_alarm() -> None:
+    f = replicated(degraded=True, in_sync=False, lag_blocks=40, connected=False,
+                   error="ConnectionRefusedError(111)")  # fmt: skip
+    f["statuses"]["arbiter"]["in_sync"] = False
+    h = assess(Facts(**f))
+    assert h.code == DEGRADED
+    (line,) = h.problems
+    assert line.startswith("replication DEGRADED: the primary raydex-sequencer answers txs on "
+                           "its local WAL alone")  # fmt: skip
+    assert "raydex-standby" in line and "ConnectionRefusedError" in line
+
+
+def test_a_standby_catching_up_or_out_of_sync_at_the_arbiter_degrades_until_it_is_in_sync() -> None:
+    h = assess(Facts(**replicated(in_sync=False, lag_blocks=12)))
+    assert h.code == DEGRADED
+    assert h.problems == (
+        "replication: the standby raydex-standby is not in sync with the "
+        "primary raydex-sequencer (12 blocks behind): it may not take over yet",
+    )
+    f = replicated()
+    f["statuses"]["arbiter"]["in_sync"] = False  # the arbiter's word counts: no takeover
+    assert assess(Facts(**f)).code == DEGRADED
+    assert assess(Facts(**replicated())).code == HEALTHY
+
+
+@pytest.mark.parametrize("how", ["missing", "dead", "host down", "failed"])
+def test_a_lost_standby_degrades_naming_replication(how: str) -> None:
+    """The primary still says in sync for a moment after its standby's host went: the standby's
+    own state names replication then."""
+    f = replicated()
+    if how == "missing":
+        del f["table"]["raydex-standby"]
+    elif how == "dead":
+        f["table"]["raydex-standby"]["state"] = "DEAD"
+    elif how == "host down":
+        del f["live_nodes"]["n-w2"]
+    else:
+        f["statuses"]["raydex-standby"]["failed"] = "standby WAL write failed"
+        f["statuses"]["raydex-sequencer"]["replication"].update(degraded=True, in_sync=False)
+    h = assess(Facts(**f))
+    assert h.code == DEGRADED
+    named = [p for p in h.problems if p.startswith("replication") and "raydex-standby" in p]
+    assert named, h.problems
+
+
+def test_after_a_takeover_the_standby_is_the_primary_and_the_fenced_old_one_degrades() -> None:
+    """The arbiter names raydex-standby the primary of epoch 2: the sequencer's slot is the
+    standby's. An old primary back on its host refuses to sequence (fenced): degraded, not
+    broken, until ``raydex deploy`` makes it the standby."""
+    f = replicated(primary="raydex-standby", standby="raydex-sequencer", degraded=True,
+                   in_sync=False, standby_name=None, error=None)  # fmt: skip
+    f["statuses"]["raydex-sequencer"] = {
+        "seq": 0, "refused": "fenced: 'raydex-standby' is the primary of epoch 2; this sequencer "
+        "may not sequence"}  # fmt: skip
+    f["statuses"]["arbiter"].update(standby="", in_sync=False)
+    h = assess(Facts(**f))
+    assert h.code == DEGRADED
+    assert h.replication is not None and h.replication["primary"] == "raydex-standby"
+    states = {a.name: a.state for a in h.actors if not a.ok}
+    assert states == {"raydex-sequencer": "fenced"}
+    assert any("DEGRADED: the primary raydex-standby" in p for p in h.problems)
+    # the redeploy's standby in the old slot caught up: healthy again
+    g = replicated(primary="raydex-standby", standby="raydex-sequencer")
+    assert assess(Facts(**g)).code == HEALTHY
+
+
+def test_local_durability_with_a_standby_planned_says_nothing_of_replication() -> None:
+    assert assess(Facts(**replicated(durability="local", in_sync=False))).code == HEALTHY
