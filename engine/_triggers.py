@@ -205,6 +205,7 @@ def create_grouped(st: ExchangeState, c: CreateGroupedOrders, now: int, out: Del
 #: (``Final[int]``: native ints, where an inferred type would be an object in the arithmetic.)
 _FIRST_SLOT: Final[int] = CreateGroupedOrders._fields.index("market_index_0")
 _SLOT_FIELDS: Final[int] = len(OrderInfo._fields)
+assert _SLOT_FIELDS == 10, "group_infos reads a slot's 10 fields one by one"
 _EXPIRED_AT: Final[int] = CreateGroupedOrders._fields.index("expired_at")
 _NONCE: Final[int] = CreateGroupedOrders._fields.index("nonce")
 
@@ -216,14 +217,20 @@ def group_infos(c: CreateGroupedOrders) -> list[tuple[int, ...]] | None:
     ``grouped_canonical``). The slots are read by position from the command's own tuple: a
     slice of a NamedTuple is a generic call, a position in a tuple one read."""
     t: tuple[Any, ...] = c
-    n = max(0, min(t[_FIRST_SLOT - 1], MAX_GROUPED_ORDERS))  # order_count
+    count: int = t[_FIRST_SLOT - 1]  # order_count
+    n = 0 if count < 0 else count if count < MAX_GROUPED_ORDERS else MAX_GROUPED_ORDERS
     for j in range(_FIRST_SLOT + n * _SLOT_FIELDS, _FIRST_SLOT + MAX_GROUPED_ORDERS * _SLOT_FIELDS):
-        if t[j]:
+        v: int = t[j]
+        if v != 0:
             return None
     infos: list[tuple[int, ...]] = []
     for i in range(n):
         at = _FIRST_SLOT + i * _SLOT_FIELDS
-        infos.append(t[at : at + _SLOT_FIELDS])
+        # The slot's fields one by one: a tuple slice is a generic call (~600 instructions).
+        infos.append(
+            (t[at], t[at + 1], t[at + 2], t[at + 3], t[at + 4],
+             t[at + 5], t[at + 6], t[at + 7], t[at + 8], t[at + 9])
+        )  # fmt: skip
     return infos
 
 
