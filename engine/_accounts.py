@@ -53,6 +53,7 @@ from ._state import (
     MAX_API_KEY_INDEX,
     MAX_I63,
     MAX_MASTER_ACCOUNT_INDEX,
+    MAX_SHORT,
     MAX_SUB_ACCOUNTS,
     MIN_SUB_ACCOUNT_INDEX,
     PERPS_ROUTE,
@@ -98,7 +99,7 @@ def transfer(st: ExchangeState, c: Transfer, now: int, out: Deltas) -> int:
         return code
     if asset != USDC_ASSET_INDEX or src_route != PERPS_ROUTE or dst_route != PERPS_ROUTE:
         return FEATURE_NOT_SUPPORTED
-    if not 1 <= amount <= MAX_I63 or not 0 <= fee <= MAX_I63:
+    if amount < 1 or fee < 0 or _over_i63(amount) or _over_i63(fee):
         return INVALID_AMOUNT
     if to == ai:
         return SELF_TRANSFER
@@ -109,9 +110,9 @@ def transfer(st: ExchangeState, c: Transfer, now: int, out: Deltas) -> int:
     same_master = dst.master_index == src.master_index
     if not same_master and src.l1_address and not any(l1_sig):
         return INVALID_L1_SIGNATURE
-    if fee < transfer_fee(same_master) or amount + fee > MAX_I63:
+    if fee < transfer_fee(same_master) or _over_i63(amount + fee):
         return INVALID_AMOUNT
-    if dst.collateral + amount > MAX_I63:
+    if _over_i63(dst.collateral + amount):
         return INVALID_AMOUNT
     code = debit(st, src, amount + fee)
     if code:
@@ -133,7 +134,7 @@ def withdraw(st: ExchangeState, c: Withdraw, now: int, out: Deltas) -> int:
         return code
     if asset != USDC_ASSET_INDEX or route != PERPS_ROUTE:
         return FEATURE_NOT_SUPPORTED
-    if not 1 <= amount <= MAX_I63:
+    if amount < 1 or _over_i63(amount):
         return INVALID_AMOUNT
     code = debit(st, st.accounts[ai], amount)
     if code:
@@ -172,6 +173,12 @@ def create_sub_account(st: ExchangeState, c: CreateSubAccount, now: int, out: De
     st.next_sub_index = sub - 1
     out.event(SubAccountCreated(sub, master.index, master.l1_address or bytes(20)))
     return OK
+
+
+def _over_i63(x: int) -> bool:
+    """``x > MAX_I63``, the short constant tested first: compiled, a comparison with ``MAX_I63``
+    (beyond a short int) boxes both sides and calls ``PyObject_RichCompare``."""
+    return x > MAX_SHORT and x > MAX_I63
 
 
 def debit(st: ExchangeState, acct: Account, amount: int) -> int:
