@@ -329,3 +329,34 @@ def test_the_loop_lag_probe_sees_a_blocked_loop_while_it_is_blocked() -> None:
     before, during = run(main())
     assert before == 0.0
     assert during >= 0.2 - 0.01  # overdue by the block, less at most one interval
+
+
+def test_the_loop_lag_probe_forgets_one_stall_that_is_over_and_keeps_a_lag_that_lasts() -> None:
+    """A replica whose loop stalled once (booting another replica, a GC pause) admits the
+    next request; a loop late at every wake is behind."""
+    from raydex.actors.replica.http.admission import LoopLag
+
+    async def main() -> tuple[float, float]:
+        lag = LoopLag(interval_s=0.01)
+        probe = asyncio.ensure_future(lag.run())
+        await asyncio.sleep(0.05)
+        time.sleep(0.3)  # one stall, then the loop is free again
+        await asyncio.sleep(0)  # the probe wakes, 0.3 s late
+        await asyncio.sleep(0.001)
+        after_one = lag.now()
+
+        async def hog() -> None:  # every step of the loop 30 ms long: the probe always late
+            while True:
+                time.sleep(0.03)
+                await asyncio.sleep(0)
+
+        busy = asyncio.ensure_future(hog())
+        await asyncio.sleep(0.3)
+        lasting = lag.last
+        busy.cancel()
+        probe.cancel()
+        return after_one, lasting
+
+    after_one, lasting = run(main())
+    assert after_one < 0.3 - 0.01  # the stall is over: not counted
+    assert lasting >= 0.01  # late at each of its last two wakes (by ~20 ms)

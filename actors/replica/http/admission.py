@@ -111,9 +111,12 @@ def _key(tx: Any) -> tuple[int, int]:
 
 class LoopLag:
     """How far the event loop runs behind its schedule. ``run()`` (a loop task) sleeps
-    ``interval_s`` at a time and notes how late it woke; ``now()`` is the larger of that and
-    how overdue its next wake already is, so a loop stuck in a long iteration (a burst of
-    requests) or not scheduled at all is seen while it lasts, not only afterwards.
+    ``interval_s`` at a time and notes how late it woke; ``last`` is the smaller of its last two
+    wake-ups' lateness, so a lag that lasts counts and one stall that is over (a GC pause, a
+    replica booting in the same loop, the process descheduled once) does not refuse the
+    requests that follow it. ``now()`` is the larger of ``last`` and how overdue the next wake
+    already is, so a loop stuck in a long iteration (a burst of requests) or not scheduled at
+    all is seen while it lasts, not only afterwards.
     Cost: 1 / ``interval_s`` wake-ups per second (50 at the default: ~1 ms of CPU per second)."""
 
     def __init__(self, interval_s: float = 0.02) -> None:
@@ -123,10 +126,13 @@ class LoopLag:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        previous = 0.0
         while True:
             due = self._due = loop.time() + self.interval_s
             await asyncio.sleep(self.interval_s)
-            self.last = max(0.0, loop.time() - due)
+            late = max(0.0, loop.time() - due)
+            self.last = min(late, previous)
+            previous = late
 
     def now(self) -> float:
         """Seconds the loop is behind (0 before ``run`` started)."""
