@@ -9,49 +9,24 @@ on it)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib
 import json
 import socket
 import sys
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
+from kit.loops import loop, run  # noqa: F401  (loop: the autouse fixture)
 
 from raydex.actors.local import LocalExchange, Trader, new_exchange
 from raydex.actors.replica import ApiConfig, Fanout, ReplicaState
 from raydex.codecs import ResultCode, str_to_lots, str_to_ticks, tx_to_json_str
 
-T = TypeVar("T")
 WAIT = 10.0
-
-
-#: the event loops ``run`` makes (the ``loop`` fixture's parameter): asyncio's, and uvloop's
-#: where it is installed (not a dependency of raydex; Ray runs its actors on it when it is there)
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop}
-with contextlib.suppress(ImportError):
-    LOOPS["uvloop"] = importlib.import_module("uvloop").new_event_loop
-_loop = ["asyncio"]
-
-
-@pytest.fixture(autouse=True, params=sorted(LOOPS))
-def loop(request: pytest.FixtureRequest) -> Iterator[str]:
-    _loop[0] = request.param
-    yield request.param
-    _loop[0] = "asyncio"
-
-
-def run(coro: Awaitable[T], timeout: float = 60.0) -> T:
-    async def bounded() -> T:
-        return await asyncio.wait_for(coro, timeout)
-
-    with asyncio.Runner(loop_factory=LOOPS[_loop[0]]) as runner:
-        return runner.run(bounded())
 
 
 class Rig:
