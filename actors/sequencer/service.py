@@ -246,6 +246,16 @@ class SequencerConfig:
     #: runs).
     data_plane_secret: str = field(default="", repr=False)
 
+    def open_wal(self) -> Wal:
+        """The WAL in ``wal_dir`` with this config's sync, segment size and preallocation (the
+        primary's and the standby's alike)."""
+        return Wal(
+            self.wal_dir,
+            fsync=self.wal_fsync,
+            segment_bytes=self.wal_segment_bytes,
+            preallocate=self.wal_preallocate,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo:
@@ -419,12 +429,7 @@ class SequencerService:
             assert preloaded.wal is not None
             wal = preloaded.wal
         else:
-            wal = Wal(
-                cfg.wal_dir,
-                fsync=cfg.wal_fsync,
-                segment_bytes=cfg.wal_segment_bytes,
-                preallocate=cfg.wal_preallocate,
-            )
+            wal = cfg.open_wal()
         try:
             if preloaded is not None:
                 self.producer, self.replayed = preloaded, 0

@@ -68,7 +68,6 @@ from .journal import Journal
 from .producer import BlockProducer, ClosedBlock
 from .repair import AskFollowers
 from .service import SequencerActor, SequencerConfig, SequencerService
-from .wal import Wal
 
 log = logging.getLogger(__name__)
 
@@ -148,12 +147,7 @@ class StandbyService:
         """Recover its own log (newest usable snapshot + WAL), open the journal and serve
         replication on ``replication_port``; the port."""
         cfg = self.config
-        wal = Wal(
-            cfg.wal_dir,
-            fsync=cfg.wal_fsync,
-            segment_bytes=cfg.wal_segment_bytes,
-            preallocate=cfg.wal_preallocate,
-        )
+        wal = cfg.open_wal()
         try:
             self.producer, replayed = BlockProducer.recover(
                 Path(cfg.snapshot_dir), wal, Verifier(cfg.chain_id), keep_blocks=cfg.ring_size
@@ -344,12 +338,8 @@ class StandbyService:
         self.promoted = True
         await self._stop_snapshots()
         async with self._turn:
-            if self.server is not None:
-                await self.server.stop()
-                self.server = None
-            if self.journal is not None:
-                journal, self.journal = self.journal, None
-                await asyncio.get_running_loop().run_in_executor(None, journal.close)
+            journal = await self._close_serving()
+            if journal is not None:
                 if journal.error is not None:
                     raise RuntimeError(f"the standby's WAL failed: {journal.error!r}")
                 self._on_durable(journal.durable_seq)
@@ -372,14 +362,20 @@ class StandbyService:
             await asyncio.gather(self._snapshotting, return_exceptions=True)
             self._snapshotting = None
 
-    async def stop(self) -> None:
-        await self._stop_snapshots()
+    async def _close_serving(self) -> Journal | None:
+        """Stop serving replication and close the journal (its last writes synced); the closed
+        journal, None if none was open."""
         if self.server is not None:
             await self.server.stop()
             self.server = None
-        if self.journal is not None:
-            journal, self.journal = self.journal, None
+        journal, self.journal = self.journal, None
+        if journal is not None:
             await asyncio.get_running_loop().run_in_executor(None, journal.close)
+        return journal
+
+    async def stop(self) -> None:
+        await self._stop_snapshots()
+        await self._close_serving()
         if self.producer is not None and self.producer.wal is not None:
             self.producer.wal.close()
 
